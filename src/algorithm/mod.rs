@@ -1,0 +1,63 @@
+//! Layer 2: the algorithms, as pure transitions of a client's packed state
+//! word.
+//!
+//! Nothing here touches an atomic, a thread or a clock. Each algorithm is a
+//! validated configuration plus functions from `(word, now, cost)` to a new
+//! word, which is what lets the tests compare every decision against an exact
+//! reference model, and what the one CAS loop in [`crate::cell`] retries.
+//!
+//! All times are `u64` nanoseconds since the clock's origin, clamped to
+//! [`NOW_MAX`] so that no transition can overflow.
+
+mod fixed_window;
+mod sliding_window;
+mod token_bucket;
+mod window;
+
+pub use fixed_window::FixedWindow;
+pub use sliding_window::SlidingWindowCounter;
+pub use token_bucket::TokenBucket;
+
+/// The latest instant any algorithm distinguishes: 2<sup>63</sup> − 1 ns,
+/// 292 years after the clock's origin. Later readings are treated as this one.
+pub(crate) const NOW_MAX: u64 = (1 << 63) - 1;
+
+/// The word of a client never seen before, for every word algorithm: an
+/// empty history. Each algorithm's tests prove that 0 decodes to its fresh
+/// state.
+pub(crate) const FRESH: u64 = 0;
+
+/// An algorithm whose whole per-client state is one `u64`.
+///
+/// Every method is a pure function of its arguments. `cost` is always in
+/// `1..=self.capacity()`; the limiter layer rejects the rest before calling.
+pub(crate) trait WordAlgorithm: Send + Sync + 'static {
+    /// The largest cost that can ever be admitted at once: the bucket's
+    /// capacity or the window's limit.
+    fn capacity(&self) -> u64;
+
+    /// The word after admitting `cost` at `now`, or `None` to deny. A denial
+    /// leaves the state as it was, so it needs no write.
+    fn admit(&self, word: u64, now: u64, cost: u64) -> Option<u64>;
+
+    /// How many unit-cost requests `word` would admit at `now`, one after
+    /// another.
+    fn remaining(&self, word: u64, now: u64) -> u64;
+
+    /// Nanoseconds from `now` until `admit(word, now + d, cost)` would
+    /// succeed, if no other request came in between: 0 if it succeeds now.
+    fn retry_after(&self, word: u64, now: u64, cost: u64) -> u64;
+
+    /// Whether `word` decides every future request exactly as a fresh
+    /// client's word would, so that forgetting it changes nothing.
+    // Eviction (issue 6) will forget idle clients; until then only the
+    // tests ask.
+    #[cfg_attr(not(test), allow(dead_code))]
+    fn is_idle(&self, word: u64, now: u64) -> bool;
+}
+
+/// `now` as the algorithms see it.
+#[inline]
+pub(crate) fn clamp_now(now: u64) -> u64 {
+    now.min(NOW_MAX)
+}

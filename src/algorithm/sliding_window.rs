@@ -1,0 +1,339 @@
+//! The sliding window counter: the seed's weighted estimate over two
+//! clock-aligned windows.
+//!
+//! # The word
+//!
+//! ```text
+//!  63                 2C+1 2C           C+1  C             0
+//! +----------------------+-----------------+----------------+
+//! |  window index k      |  curr (C bits)  |  prev (C bits) |
+//! +----------------------+-----------------+----------------+
+//! ```
+//!
+//! `k` is the full index of the window `curr` counts (no wraparound: it has
+//! the bits to reach 2<sup>63</sup> ns), `prev` counts the window before it.
+//! The index needs `I = bits(NOW_MAX / W + 1)` bits, and the counts share what
+//! is left: `C = (64 − I) / 2`, so the limit may be at most 2<sup>C</sup> − 1.
+//! A one-second window leaves C = 15 (limit ≤ 32 767), a minute C = 18, an
+//! hour C = 21; [`ConfigError`] names the bound when a limit does not fit.
+//!
+//! # Decision
+//!
+//! At offset `e` into window `k`, a request of cost `n` is admitted iff
+//!
+//! ```text
+//! curr + (n − 1) + prev · (W − e) / W  <  limit
+//! ```
+//!
+//! evaluated exactly as `(curr + n − 1)·W + prev·(W − e) < limit·W` in
+//! 128-bit integers: the seed's estimate for `n = 1`, and for larger `n` the
+//! condition that each of `n` unit requests made at that instant would pass.
+//! Entering window `k + 1` makes `prev ← curr, curr ← 0`; entering any later
+//! window zeroes both. A fresh client is the word 0.
+
+use core::fmt;
+use core::time::Duration;
+
+use super::window::{check_limit, Position, Windows};
+use super::WordAlgorithm;
+use crate::error::ConfigError;
+
+/// The sliding window counter: an O(1) estimate of the requests in the last
+/// `window`, weighting the previous fixed window by how much of it the
+/// sliding window still covers.
+///
+/// Build a limiter with [`SlidingWindowCounter::builder`]. Memory per client
+/// is one `u64`. It cannot burst to twice the limit across a window boundary
+/// as [`FixedWindow`](crate::FixedWindow) can.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{ManualClock, SlidingWindowCounter};
+///
+/// let clock = ManualClock::new();
+/// let limiter = SlidingWindowCounter::builder()
+///     .limit(2)
+///     .window(Duration::from_secs(10))
+///     .clock(clock.clone())
+///     .build()?;
+/// assert!(limiter.allow_request("alice"));
+/// assert!(limiter.allow_request("alice"));
+/// assert!(!limiter.allow_request("alice"));
+/// // Halfway into the next window, the previous one still weighs 2 × 0.5 = 1.
+/// clock.advance(Duration::from_secs(15));
+/// assert!(limiter.allow_request("alice"));
+/// assert!(!limiter.allow_request("alice"));
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct SlidingWindowCounter {
+    windows: Windows,
+    limit: u64,
+    count_bits: u32,
+}
+
+/// A word, unpacked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Counts {
+    index: u64,
+    curr: u64,
+    prev: u64,
+}
+
+impl SlidingWindowCounter {
+    pub(crate) fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
+        let windows = Windows::new(window)?;
+        let count_bits = windows.spare_bits() / 2;
+        check_limit(limit, count_bits)?;
+        Ok(Self {
+            windows,
+            limit,
+            count_bits,
+        })
+    }
+
+    #[inline]
+    fn unpack(&self, word: u64) -> Counts {
+        let mask = (1u64 << self.count_bits) - 1;
+        Counts {
+            index: word >> (2 * self.count_bits),
+            curr: (word >> self.count_bits) & mask,
+            prev: word & mask,
+        }
+    }
+
+    #[inline]
+    fn pack(&self, c: Counts) -> u64 {
+        (c.index << (2 * self.count_bits)) | (c.curr << self.count_bits) | c.prev
+    }
+
+    /// The counts as they stand at `now`, after any window rollover.
+    #[inline]
+    fn at(&self, word: u64, now: u64) -> (Counts, Position) {
+        let c = self.unpack(word);
+        let pos = self.windows.locate(c.index, now);
+        let (curr, prev) = match pos.passed {
+            0 => (c.curr, c.prev),
+            1 => (0, c.curr),
+            _ => (0, 0),
+        };
+        let counts = Counts {
+            index: pos.index,
+            curr,
+            prev,
+        };
+        (counts, pos)
+    }
+
+    /// `limit·W − prev·(W − offset)`: the room the weighted previous window
+    /// leaves, in request·ns.
+    #[inline]
+    fn room(&self, prev: u64, offset: u64) -> u128 {
+        let w = u128::from(self.windows.width());
+        // prev ≤ limit and offset < W, so this never goes below zero.
+        u128::from(self.limit) * w - u128::from(prev) * (w - u128::from(offset))
+    }
+
+    /// The first offset at or after `from` in a window with these counts at
+    /// which `cost` would pass, if any.
+    fn first_pass(&self, curr: u64, prev: u64, from: u64, cost: u64) -> Option<u64> {
+        let w = u128::from(self.windows.width());
+        // Whole requests of room left once the new ones are counted.
+        let spare_units = u128::from(self.limit).checked_sub(u128::from(curr + cost - 1))?;
+        if spare_units == 0 {
+            return None;
+        }
+        if prev == 0 {
+            return Some(from);
+        }
+        // Need prev·(W − e) < spare_units·W, i.e. W − e ≤ ceil(spare·W / prev) − 1.
+        let max_tail = (spare_units * w).div_ceil(u128::from(prev)) - 1;
+        let earliest = w.saturating_sub(max_tail);
+        let e = earliest.max(u128::from(from));
+        (e < w).then_some(e as u64)
+    }
+}
+
+impl fmt::Debug for SlidingWindowCounter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlidingWindowCounter")
+            .field("limit", &self.limit)
+            .field("window", &Duration::from_nanos(self.windows.width()))
+            .finish()
+    }
+}
+
+impl WordAlgorithm for SlidingWindowCounter {
+    #[inline]
+    fn capacity(&self) -> u64 {
+        self.limit
+    }
+
+    #[inline]
+    fn admit(&self, word: u64, now: u64, cost: u64) -> Option<u64> {
+        let (c, pos) = self.at(word, now);
+        let w = u128::from(self.windows.width());
+        // curr + cost ≤ 2·limit < 2^32: no overflow anywhere below.
+        let need = u128::from(c.curr + cost - 1) * w;
+        if need < self.room(c.prev, pos.offset) {
+            Some(self.pack(Counts {
+                curr: c.curr + cost,
+                ..c
+            }))
+        } else {
+            None
+        }
+    }
+
+    fn remaining(&self, word: u64, now: u64) -> u64 {
+        let (c, pos) = self.at(word, now);
+        let w = u128::from(self.windows.width());
+        // Unit requests i = 0, 1, … pass while (curr + i)·W < room.
+        let passes = self.room(c.prev, pos.offset).div_ceil(w) as u64;
+        passes.saturating_sub(c.curr)
+    }
+
+    fn retry_after(&self, word: u64, now: u64, cost: u64) -> u64 {
+        let (c, pos) = self.at(word, now);
+        let now = self.windows.start(pos.index) + pos.offset;
+        let at = match self.first_pass(c.curr, c.prev, pos.offset, cost) {
+            Some(e) => self.windows.start(pos.index) + e,
+            None => match self.first_pass(0, c.curr, 0, cost) {
+                Some(e) => self.windows.start(pos.index + 1) + e,
+                // An empty window admits any cost up to the limit at once.
+                None => self.windows.start(pos.index + 2),
+            },
+        };
+        at.saturating_sub(now)
+    }
+
+    fn is_idle(&self, word: u64, now: u64) -> bool {
+        let (c, _) = self.at(word, now);
+        c.curr == 0 && c.prev == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::{FRESH, NOW_MAX};
+
+    fn swc(limit: u64, window_ns: u64) -> SlidingWindowCounter {
+        SlidingWindowCounter::new(limit, Duration::from_nanos(window_ns)).unwrap()
+    }
+
+    #[test]
+    fn fresh_word_is_empty_at_any_time() {
+        let s = swc(5, 100);
+        for now in [0, 99, 100, 12_345, NOW_MAX, u64::MAX] {
+            assert!(s.is_idle(FRESH, now));
+            assert_eq!(s.remaining(FRESH, now), 5);
+            assert_eq!(s.retry_after(FRESH, now, 5), 0);
+        }
+    }
+
+    #[test]
+    fn seed_weighted_estimate() {
+        // limit 4, W = 100: fill window 0, then probe window 1.
+        let s = swc(4, 100);
+        let mut w = FRESH;
+        for _ in 0..4 {
+            w = s.admit(w, 10, 1).unwrap();
+        }
+        assert_eq!(s.admit(w, 99, 1), None);
+        // At offset 50 of window 1: 0 + 4·0.5 = 2 < 4, admits twice.
+        let w1 = s.admit(w, 150, 1).unwrap();
+        let w2 = s.admit(w1, 150, 1).unwrap();
+        assert_eq!(s.admit(w2, 150, 1), None);
+        // At offset 75: 2 + 4·0.25 = 3 < 4 admits; then 3 + 1 = 4 denies.
+        let w3 = s.admit(w2, 175, 1).unwrap();
+        assert_eq!(s.admit(w3, 175, 1), None);
+        // Two windows on, everything has expired.
+        assert!(s.is_idle(w3, 300));
+        assert_eq!(s.remaining(w3, 300), 4);
+    }
+
+    #[test]
+    fn strict_inequality_at_exact_weights() {
+        // limit 2, prev 2 at offset 50 of W 100: 0 + 2·0.5 = 1 < 2 passes once.
+        let s = swc(2, 100);
+        let w = s.admit(s.admit(FRESH, 0, 1).unwrap(), 0, 1).unwrap();
+        let w = s.admit(w, 150, 1).unwrap();
+        // 1 + 1 = 2, not < 2.
+        assert_eq!(s.admit(w, 150, 1), None);
+        assert_eq!(s.retry_after(w, 150, 1), 1);
+        assert!(s.admit(w, 151, 1).is_some());
+    }
+
+    #[test]
+    fn retry_after_is_the_first_passing_instant() {
+        let s = swc(3, 1000);
+        let mut w = FRESH;
+        for now in [0, 400, 999] {
+            w = s.admit(w, now, 1).unwrap();
+        }
+        for now in [999, 1000, 1001, 1333, 1334, 1500, 1999, 2000, 2500] {
+            for cost in 1..=3 {
+                let d = s.retry_after(w, now, cost);
+                assert!(s.admit(w, now + d, cost).is_some(), "now {now} cost {cost}");
+                if d > 0 {
+                    assert_eq!(s.admit(w, now + d - 1, cost), None, "now {now} cost {cost}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn backward_clock_is_the_start_of_the_recorded_window() {
+        let s = swc(2, 100);
+        let w = s.admit(FRESH, 250, 1).unwrap();
+        let w = s.admit(w, 250, 1).unwrap();
+        // Back to window 1: seen as the start of window 2, still full.
+        assert_eq!(s.admit(w, 150, 1), None);
+        assert_eq!(s.remaining(w, 150), 0);
+    }
+
+    #[test]
+    fn limit_bits_follow_the_window() {
+        let sec = 1_000_000_000;
+        assert!(SlidingWindowCounter::new(32_767, Duration::from_nanos(sec)).is_ok());
+        let err = SlidingWindowCounter::new(32_768, Duration::from_nanos(sec)).unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigError::OutOfRange {
+                field: "limit",
+                max: 32_767,
+                ..
+            }
+        ));
+        assert!(SlidingWindowCounter::new(262_143, Duration::from_secs(60)).is_ok());
+        assert!(SlidingWindowCounter::new(2_097_151, Duration::from_secs(3600)).is_ok());
+        assert_eq!(
+            SlidingWindowCounter::new(0, Duration::from_secs(1))
+                .unwrap_err()
+                .field(),
+            "limit"
+        );
+        // A 1 ns window has no bits left for counts at all.
+        assert_eq!(
+            SlidingWindowCounter::new(1, Duration::from_nanos(1))
+                .unwrap_err()
+                .field(),
+            "limit"
+        );
+    }
+
+    #[test]
+    fn full_counts_at_the_last_window_pack_and_unpack() {
+        let s = swc(32_767, 1_000_000_000);
+        let c = Counts {
+            index: NOW_MAX / 1_000_000_000,
+            curr: 32_767,
+            prev: 32_767,
+        };
+        assert_eq!(s.unpack(s.pack(c)), c);
+        assert_ne!(s.pack(c), u64::MAX);
+    }
+}

@@ -1,0 +1,278 @@
+//! The token bucket, as GCRA (the generic cell rate algorithm).
+//!
+//! # The word
+//!
+//! ```text
+//!  63                                                              0
+//! +----------------------------------------------------------------+
+//! |        TAT: theoretical arrival time, ns since clock origin     |
+//! +----------------------------------------------------------------+
+//! ```
+//!
+//! A bucket of `capacity` tokens refilled continuously at one token per
+//! `interval` ns holds, at time `now`,
+//! `min(capacity, capacity − (TAT − now) / interval)` tokens: TAT is the
+//! instant at which the bucket will be full again. One number in virtual time
+//! thus replaces the pair (tokens, last refill), and
+//!
+//! * a request of cost `n` is admitted iff `TAT − now ≤ (capacity − n)·interval`,
+//!   and then `TAT ← max(TAT, now) + n·interval`;
+//! * a fresh client is TAT = 0, a full bucket at any time;
+//! * an idle gap of any length is `max(TAT, now)`: no wraparound, no
+//!   accumulated rounding, so a slow rate refills however often it is checked.
+//!
+//! # Ranges
+//!
+//! `now` is clamped to [`NOW_MAX`] = 2<sup>63</sup> − 1, and the builder keeps
+//! `capacity · interval ≤ NOW_MAX`, so TAT never exceeds 2<sup>64</sup> − 2 and
+//! no step overflows.
+//!
+//! # Rounding
+//!
+//! `interval = ceil(per / tokens)` in ns. When `per` is a whole multiple of
+//! `tokens` ns (always so for whole-microsecond intervals) every decision is
+//! exact. Otherwise each token costs up to 1 ns more than the exact rate, so
+//! rounding only ever denies, never over-admits.
+
+use core::fmt;
+use core::time::Duration;
+
+use super::{clamp_now, WordAlgorithm, NOW_MAX};
+use crate::error::ConfigError;
+
+/// The token bucket algorithm: bursts of up to `capacity`, refilled
+/// continuously at `rate`.
+///
+/// Build a limiter with [`TokenBucket::builder`]. A new client starts with a
+/// full bucket; memory per client is one `u64`.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{ManualClock, TokenBucket};
+///
+/// let clock = ManualClock::new();
+/// let limiter = TokenBucket::builder()
+///     .rate(1, Duration::from_secs(1))
+///     .capacity(2)
+///     .clock(clock.clone())
+///     .build()?;
+/// assert!(limiter.allow_request("alice"));
+/// assert!(limiter.allow_request("alice"));
+/// assert!(!limiter.allow_request("alice"));
+/// clock.advance(Duration::from_secs(1));
+/// assert!(limiter.allow_request("alice"));
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct TokenBucket {
+    /// Nanoseconds per token, rounded up.
+    interval: u64,
+    capacity: u64,
+}
+
+impl TokenBucket {
+    /// Validates a rate of `tokens` per `per` and a capacity.
+    pub(crate) fn new(tokens: u64, per: Duration, capacity: u64) -> Result<Self, ConfigError> {
+        let per = per.as_nanos();
+        ConfigError::check_range(
+            "rate",
+            per,
+            (1, u128::from(NOW_MAX)),
+            "ns",
+            "the rate's period must be at least 1 ns and at most 2^63 - 1 ns (292 years)",
+        )?;
+        ConfigError::check_range(
+            "rate",
+            u128::from(tokens),
+            (1, per),
+            "tokens",
+            "a rate adds at least 1 token per period and at most 1 token per nanosecond",
+        )?;
+        // per ≤ NOW_MAX and tokens ≥ 1, so both fit and the quotient is ≥ 1.
+        let per = per as u64;
+        let interval = per.div_ceil(tokens);
+        ConfigError::check_range(
+            "capacity",
+            u128::from(capacity),
+            (1, u128::from(NOW_MAX / interval)),
+            "tokens",
+            "the time to refill a full bucket, capacity × (per / tokens), must fit in 2^63 - 1 ns",
+        )?;
+        Ok(Self { interval, capacity })
+    }
+
+    /// Nanoseconds per token, rounded up.
+    #[cfg(test)]
+    fn interval(&self) -> u64 {
+        self.interval
+    }
+
+    /// How far TAT may run ahead of `now` for a request of `cost` to pass.
+    #[inline]
+    fn tolerance(&self, cost: u64) -> u64 {
+        // cost ≤ capacity, and capacity · interval ≤ NOW_MAX.
+        (self.capacity - cost) * self.interval
+    }
+}
+
+impl fmt::Debug for TokenBucket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenBucket")
+            .field("interval", &Duration::from_nanos(self.interval))
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
+
+impl WordAlgorithm for TokenBucket {
+    #[inline]
+    fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    #[inline]
+    fn admit(&self, tat: u64, now: u64, cost: u64) -> Option<u64> {
+        let now = clamp_now(now);
+        let tat = tat.max(now);
+        // tat ≥ now, and tat ≤ NOW_MAX + capacity·interval: no overflow.
+        if tat - now <= self.tolerance(cost) {
+            Some(tat + cost * self.interval)
+        } else {
+            None
+        }
+    }
+
+    fn remaining(&self, tat: u64, now: u64) -> u64 {
+        let now = clamp_now(now);
+        let debt = tat.saturating_sub(now);
+        // Tokens missing from a full bucket, rounded up: a token is usable
+        // only once it has wholly refilled.
+        self.capacity.saturating_sub(debt.div_ceil(self.interval))
+    }
+
+    fn retry_after(&self, tat: u64, now: u64, cost: u64) -> u64 {
+        let now = clamp_now(now);
+        tat.saturating_sub(now).saturating_sub(self.tolerance(cost))
+    }
+
+    fn is_idle(&self, tat: u64, now: u64) -> bool {
+        tat <= clamp_now(now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::FRESH;
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn bucket(tokens: u64, per_ns: u64, capacity: u64) -> TokenBucket {
+        TokenBucket::new(tokens, Duration::from_nanos(per_ns), capacity).unwrap()
+    }
+
+    #[test]
+    fn fresh_word_is_a_full_bucket_at_any_time() {
+        let b = bucket(1, SEC, 3);
+        for now in [0, 1, SEC, NOW_MAX, u64::MAX] {
+            assert_eq!(b.remaining(FRESH, now), 3);
+            assert!(b.is_idle(FRESH, now));
+            assert_eq!(b.retry_after(FRESH, now, 3), 0);
+        }
+    }
+
+    #[test]
+    fn drains_then_refills_one_token_per_interval() {
+        let b = bucket(1, SEC, 2);
+        let w = b.admit(FRESH, 0, 1).unwrap();
+        let w = b.admit(w, 0, 1).unwrap();
+        assert_eq!(b.admit(w, 0, 1), None);
+        assert_eq!(b.retry_after(w, 0, 1), SEC);
+        assert_eq!(b.admit(w, SEC - 1, 1), None);
+        assert_eq!(b.remaining(w, SEC - 1), 0);
+        let w2 = b.admit(w, SEC, 1).unwrap();
+        assert_eq!(b.admit(w2, SEC, 1), None);
+        assert!(!b.is_idle(w2, SEC));
+        assert!(b.is_idle(w2, 3 * SEC));
+    }
+
+    #[test]
+    fn cost_n_needs_n_tokens_at_once() {
+        let b = bucket(1, SEC, 5);
+        let w = b.admit(FRESH, 0, 3).unwrap();
+        assert_eq!(b.remaining(w, 0), 2);
+        assert_eq!(b.admit(w, 0, 3), None);
+        assert_eq!(b.retry_after(w, 0, 3), SEC);
+        assert!(b.admit(w, SEC, 3).is_some());
+        assert!(b.admit(w, 0, 2).is_some());
+    }
+
+    #[test]
+    fn interval_rounds_up_so_rounding_denies() {
+        // 3 per second: 333_333_333.3 ns exactly, 333_333_334 stored.
+        let b = bucket(3, SEC, 1);
+        assert_eq!(b.interval(), 333_333_334);
+        let w = b.admit(FRESH, 0, 1).unwrap();
+        assert_eq!(b.admit(w, 333_333_333, 1), None);
+        assert!(b.admit(w, 333_333_334, 1).is_some());
+    }
+
+    #[test]
+    fn slow_rate_refills_when_checked_every_millisecond() {
+        // Requirement (b): 1 token per day, checked every ms for 2 days.
+        const DAY: u64 = 86_400 * SEC;
+        let b = bucket(1, DAY, 1);
+        let mut w = FRESH;
+        let mut admitted_at = Vec::new();
+        let mut now = 0;
+        while now <= 2 * DAY {
+            if let Some(next) = b.admit(w, now, 1) {
+                w = next;
+                admitted_at.push(now);
+            }
+            now += 1_000_000;
+        }
+        assert_eq!(admitted_at, vec![0, DAY, 2 * DAY]);
+    }
+
+    #[test]
+    fn backward_clock_never_admits_more() {
+        let b = bucket(1, SEC, 1);
+        let w = b.admit(FRESH, 10 * SEC, 1).unwrap();
+        // The clock steps back 5 s: the bucket looks emptier, not fuller.
+        assert_eq!(b.admit(w, 5 * SEC, 1), None);
+        assert_eq!(b.retry_after(w, 5 * SEC, 1), 6 * SEC);
+        assert!(b.admit(w, 11 * SEC, 1).is_some());
+    }
+
+    #[test]
+    fn extreme_words_and_times_do_not_overflow() {
+        let b = bucket(1, NOW_MAX, 1);
+        let w = b.admit(FRESH, NOW_MAX, 1).unwrap();
+        assert_eq!(w, u64::MAX - 1);
+        assert_eq!(b.admit(w, u64::MAX, 1), None);
+        assert_eq!(b.remaining(w, 0), 0);
+        assert_eq!(b.retry_after(w, 0, 1), u64::MAX - 1);
+        let fast = bucket(1, 1, NOW_MAX);
+        let w = fast.admit(FRESH, u64::MAX, NOW_MAX).unwrap();
+        assert_eq!(w, u64::MAX - 1);
+    }
+
+    #[test]
+    fn configuration_ranges() {
+        let err = |t, per, c| TokenBucket::new(t, Duration::from_nanos(per), c).unwrap_err();
+        assert_eq!(err(0, SEC, 1).field(), "rate");
+        assert_eq!(err(1, 0, 1).field(), "rate");
+        assert_eq!(err(2, 1, 1).field(), "rate");
+        assert_eq!(err(1, SEC, 0).field(), "capacity");
+        assert_eq!(err(1, SEC, NOW_MAX / SEC + 1).field(), "capacity");
+        assert!(TokenBucket::new(1, Duration::from_nanos(SEC), NOW_MAX / SEC).is_ok());
+        let too_long = Duration::from_secs(u64::MAX);
+        assert_eq!(
+            TokenBucket::new(1, too_long, 1).unwrap_err().field(),
+            "rate"
+        );
+    }
+}

@@ -1,0 +1,178 @@
+//! Clock-aligned windows, shared by the fixed window and the sliding window
+//! counter: which window a reading falls in, how far into it, and how many
+//! bits a window index needs.
+
+use core::time::Duration;
+
+use super::{clamp_now, NOW_MAX};
+use crate::error::ConfigError;
+
+/// Windows of `width` ns aligned to the clock's origin: window `k` covers
+/// `[k·width, (k+1)·width)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Windows {
+    width: u64,
+    /// Bits that hold every index up to `NOW_MAX / width` with room to spare,
+    /// so that a packed index is never all ones (the all-ones word stays free).
+    index_bits: u32,
+}
+
+/// Where a reading falls, relative to the window a word last recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Position {
+    /// The window the reading falls in, never earlier than the recorded one.
+    pub(super) index: u64,
+    /// Nanoseconds from the window's start to the reading.
+    pub(super) offset: u64,
+    /// Windows since the recorded one: 0 while still in it.
+    pub(super) passed: u64,
+}
+
+impl Windows {
+    pub(super) fn new(width: Duration) -> Result<Self, ConfigError> {
+        let width = width.as_nanos();
+        ConfigError::check_range(
+            "window",
+            width,
+            (1, u128::from(NOW_MAX)),
+            "ns",
+            "a window lasts at least 1 ns and at most 2^63 - 1 ns (292 years)",
+        )?;
+        let width = width as u64;
+        let max_index = NOW_MAX / width;
+        // max_index + 1 ≤ 2^63, so this is at most 64 and at least 1.
+        let index_bits = u64::BITS - (max_index + 1).leading_zeros();
+        Ok(Self { width, index_bits })
+    }
+
+    pub(super) fn width(&self) -> u64 {
+        self.width
+    }
+
+    /// Bits of a 64-bit word left over once the index is packed.
+    pub(super) fn spare_bits(&self) -> u32 {
+        u64::BITS - self.index_bits
+    }
+
+    pub(super) fn start(&self, index: u64) -> u64 {
+        // index ≤ NOW_MAX / width + 2, so this is at most NOW_MAX + 2·width.
+        index.saturating_mul(self.width)
+    }
+
+    /// Locates `now` against the recorded window `recorded`. A reading from
+    /// before the recorded window (a clock that stepped back) is treated as
+    /// the recorded window's start, the most conservative instant in it.
+    #[inline]
+    pub(super) fn locate(&self, recorded: u64, now: u64) -> Position {
+        let now = clamp_now(now);
+        let index = now / self.width;
+        if index < recorded {
+            return Position {
+                index: recorded,
+                offset: 0,
+                passed: 0,
+            };
+        }
+        Position {
+            index,
+            offset: now - index * self.width,
+            passed: index - recorded,
+        }
+    }
+}
+
+/// Builds the error for a limit that does not fit the bits left beside the
+/// window index.
+pub(super) fn check_limit(limit: u64, count_bits: u32) -> Result<(), ConfigError> {
+    ConfigError::check_range(
+        "limit",
+        u128::from(limit),
+        (1, (1u128 << count_bits) - 1),
+        "requests",
+        "the state word holds the window index beside the counts, so a shorter window leaves fewer bits for the limit",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_bits_cover_every_reading_with_a_spare_value() {
+        for width in [
+            1,
+            2,
+            3,
+            7,
+            1_000,
+            1 << 30,
+            1_000_000_007,
+            NOW_MAX / 3,
+            NOW_MAX,
+        ] {
+            let w = Windows::new(Duration::from_nanos(width)).unwrap();
+            let max = w.locate(0, u64::MAX).index;
+            assert_eq!(max, NOW_MAX / width);
+            assert!(
+                w.index_bits == 64 || max < (1u64 << w.index_bits) - 1,
+                "{width}"
+            );
+            assert!(
+                w.index_bits == 1 || max >= 1u64 << (w.index_bits - 2),
+                "{width} wastes bits"
+            );
+        }
+    }
+
+    #[test]
+    fn locate_aligns_to_the_origin_and_never_goes_back() {
+        let w = Windows::new(Duration::from_nanos(10)).unwrap();
+        assert_eq!(
+            w.locate(0, 0),
+            Position {
+                index: 0,
+                offset: 0,
+                passed: 0
+            }
+        );
+        assert_eq!(
+            w.locate(0, 9),
+            Position {
+                index: 0,
+                offset: 9,
+                passed: 0
+            }
+        );
+        assert_eq!(
+            w.locate(0, 10),
+            Position {
+                index: 1,
+                offset: 0,
+                passed: 1
+            }
+        );
+        assert_eq!(
+            w.locate(3, 57),
+            Position {
+                index: 5,
+                offset: 7,
+                passed: 2
+            }
+        );
+        assert_eq!(
+            w.locate(7, 57),
+            Position {
+                index: 7,
+                offset: 0,
+                passed: 0
+            }
+        );
+    }
+
+    #[test]
+    fn window_bounds() {
+        assert_eq!(Windows::new(Duration::ZERO).unwrap_err().field(), "window");
+        assert!(Windows::new(Duration::from_nanos(NOW_MAX)).is_ok());
+        assert!(Windows::new(Duration::from_nanos(NOW_MAX + 1)).is_err());
+    }
+}

@@ -1,0 +1,372 @@
+//! Builders: one generic [`Builder`], with each algorithm's own settings in
+//! an impl block of their own, and `build()` validating them all.
+
+use core::fmt;
+use core::hash::Hash;
+use core::marker::PhantomData;
+use core::time::Duration;
+
+use crate::algorithm::{FixedWindow, SlidingWindowCounter, TokenBucket};
+use crate::cell::Algorithm;
+use crate::clock::{Clock, MonotonicClock};
+use crate::error::ConfigError;
+use crate::limiter::Limiter;
+
+/// Builds a [`Limiter`] for the algorithm `A`, keyed by `K`, reading time
+/// from `C`.
+///
+/// Start from the algorithm: [`TokenBucket::builder`],
+/// [`SlidingWindowCounter::builder`] or [`FixedWindow::builder`]. Keys
+/// default to `String` (checked with a `&str`) and time to
+/// [`MonotonicClock`].
+///
+/// # Examples
+///
+/// ```
+/// use std::net::IpAddr;
+/// use std::time::Duration;
+/// use tollgate::{ManualClock, TokenBucket};
+///
+/// let limiter = TokenBucket::builder()
+///     .rate(100, Duration::from_secs(60))
+///     .capacity(10)
+///     .key_type::<IpAddr>()
+///     .clock(ManualClock::new())
+///     .build()?;
+/// assert!(limiter.allow_request(&IpAddr::from([127, 0, 0, 1])));
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+pub struct Builder<A, K = String, C = MonotonicClock> {
+    params: Params,
+    clock: C,
+    _algorithm: PhantomData<fn() -> (A, K)>,
+}
+
+/// Every setting any algorithm takes; each algorithm reads its own.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Params {
+    rate: Option<(u64, Duration)>,
+    capacity: Option<u64>,
+    limit: Option<u64>,
+    window: Option<Duration>,
+}
+
+impl Params {
+    fn required<T>(value: Option<T>, field: &'static str) -> Result<T, ConfigError> {
+        value.ok_or(ConfigError::Missing { field })
+    }
+}
+
+mod sealed {
+    /// How an algorithm validates the settings a [`Builder`](super::Builder)
+    /// collected. Sealed, like [`Algorithm`](crate::Algorithm).
+    pub trait FromParams: Sized {
+        fn from_params(params: &super::Params) -> Result<Self, crate::ConfigError>;
+    }
+}
+use sealed::FromParams;
+
+impl FromParams for TokenBucket {
+    fn from_params(p: &Params) -> Result<Self, ConfigError> {
+        let (tokens, per) = Params::required(p.rate, "rate")?;
+        // A bucket holds one period's worth of tokens unless told otherwise.
+        TokenBucket::new(tokens, per, p.capacity.unwrap_or(tokens))
+    }
+}
+
+impl FromParams for SlidingWindowCounter {
+    fn from_params(p: &Params) -> Result<Self, ConfigError> {
+        let limit = Params::required(p.limit, "limit")?;
+        SlidingWindowCounter::new(limit, Params::required(p.window, "window")?)
+    }
+}
+
+impl FromParams for FixedWindow {
+    fn from_params(p: &Params) -> Result<Self, ConfigError> {
+        let limit = Params::required(p.limit, "limit")?;
+        FixedWindow::new(limit, Params::required(p.window, "window")?)
+    }
+}
+
+impl<A> Builder<A> {
+    fn new() -> Self {
+        Self {
+            params: Params::default(),
+            clock: MonotonicClock::new(),
+            _algorithm: PhantomData,
+        }
+    }
+}
+
+impl TokenBucket {
+    /// Starts a token bucket limiter. Set [`rate`](Builder::rate), and
+    /// optionally [`capacity`](Builder::capacity).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .capacity(20)
+    ///     .build()?;
+    /// assert!(limiter.allow_request("alice"));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn builder() -> Builder<TokenBucket> {
+        Builder::new()
+    }
+}
+
+impl SlidingWindowCounter {
+    /// Starts a sliding window counter limiter. Set
+    /// [`limit`](Builder::limit) and [`window`](Builder::window).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::SlidingWindowCounter;
+    ///
+    /// let limiter = SlidingWindowCounter::builder()
+    ///     .limit(100)
+    ///     .window(Duration::from_secs(60))
+    ///     .build()?;
+    /// assert!(limiter.allow_request("alice"));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn builder() -> Builder<SlidingWindowCounter> {
+        Builder::new()
+    }
+}
+
+impl FixedWindow {
+    /// Starts a fixed window limiter. Set [`limit`](Builder::limit) and
+    /// [`window`](Builder::window).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::FixedWindow;
+    ///
+    /// let limiter = FixedWindow::builder()
+    ///     .limit(100)
+    ///     .window(Duration::from_secs(60))
+    ///     .build()?;
+    /// assert!(limiter.allow_request("alice"));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn builder() -> Builder<FixedWindow> {
+        Builder::new()
+    }
+}
+
+impl<K, C> Builder<TokenBucket, K, C> {
+    /// Refill `tokens` tokens every `per`, continuously: one token each
+    /// `per / tokens`. Required.
+    ///
+    /// At most one token per nanosecond. When `per / tokens` is not a whole
+    /// number of nanoseconds it is rounded up, so the limiter errs toward
+    /// denying.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let builder = TokenBucket::builder().rate(5, Duration::from_secs(1));
+    /// # let _ = builder.build()?;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn rate(mut self, tokens: u64, per: Duration) -> Self {
+        self.params.rate = Some((tokens, per));
+        self
+    }
+
+    /// The most tokens the bucket holds: the largest burst, and the largest
+    /// cost a single check may ask for. Defaults to the `tokens` of
+    /// [`rate`](Builder::rate).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(1, Duration::from_secs(1))
+    ///     .capacity(3)
+    ///     .build()?;
+    /// assert_eq!(limiter.check("alice").limit(), 3);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn capacity(mut self, tokens: u64) -> Self {
+        self.params.capacity = Some(tokens);
+        self
+    }
+}
+
+/// Builder settings shared by the windowed algorithms.
+pub trait Windowed: sealed::FromParams {}
+impl Windowed for SlidingWindowCounter {}
+impl Windowed for FixedWindow {}
+
+impl<A: Windowed, K, C> Builder<A, K, C> {
+    /// The most requests a client may make per window. Required.
+    ///
+    /// The state word holds the window index beside the counts, so the
+    /// largest limit depends on the window; [`build`](Builder::build) names
+    /// it when a limit does not fit.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::SlidingWindowCounter;
+    ///
+    /// let err = SlidingWindowCounter::builder()
+    ///     .limit(1 << 20)
+    ///     .window(Duration::from_secs(1))
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(err.field(), "limit");
+    /// ```
+    #[must_use]
+    pub fn limit(mut self, requests: u64) -> Self {
+        self.params.limit = Some(requests);
+        self
+    }
+
+    /// The window's length. Windows are aligned to the clock's origin:
+    /// window `k` covers `[k·window, (k+1)·window)`. Required.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::FixedWindow;
+    ///
+    /// let builder = FixedWindow::builder().limit(10).window(Duration::from_secs(1));
+    /// # let _ = builder.build()?;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn window(mut self, window: Duration) -> Self {
+        self.params.window = Some(window);
+        self
+    }
+}
+
+impl<A, K, C> Builder<A, K, C> {
+    /// Reads time from `clock` instead of a [`MonotonicClock`]: a
+    /// [`ManualClock`](crate::ManualClock) in tests, or your own [`Clock`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{FixedWindow, ManualClock};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = FixedWindow::builder()
+    ///     .limit(1)
+    ///     .window(Duration::from_secs(1))
+    ///     .clock(clock.clone())
+    ///     .build()?;
+    /// assert!(limiter.allow_request("a"));
+    /// assert!(!limiter.allow_request("a"));
+    /// clock.advance(Duration::from_secs(1));
+    /// assert!(limiter.allow_request("a"));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn clock<C2: Clock>(self, clock: C2) -> Builder<A, K, C2> {
+        Builder {
+            params: self.params,
+            clock,
+            _algorithm: PhantomData,
+        }
+    }
+
+    /// Keys clients by `K2` instead of `String`: `u64`, `IpAddr`, or any
+    /// `Hash + Eq + Clone` type of your own.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::FixedWindow;
+    ///
+    /// let limiter = FixedWindow::builder()
+    ///     .limit(1)
+    ///     .window(Duration::from_secs(1))
+    ///     .key_type::<u64>()
+    ///     .build()?;
+    /// assert!(limiter.allow_request(&42));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn key_type<K2>(self) -> Builder<A, K2, C> {
+        Builder {
+            params: self.params,
+            clock: self.clock,
+            _algorithm: PhantomData,
+        }
+    }
+}
+
+impl<A, K, C> Builder<A, K, C>
+where
+    A: Algorithm + FromParams,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+{
+    /// Validates the settings and builds the limiter.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Missing`] if a required setting was never given, and
+    /// [`ConfigError::OutOfRange`] if one is zero or too large for the
+    /// algorithm's state word; both name the setting.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ConfigError, TokenBucket};
+    ///
+    /// assert_eq!(
+    ///     TokenBucket::builder().build().unwrap_err(),
+    ///     ConfigError::Missing { field: "rate" },
+    /// );
+    /// let err = TokenBucket::builder()
+    ///     .rate(1, Duration::from_secs(1))
+    ///     .capacity(0)
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(err.field(), "capacity");
+    /// ```
+    pub fn build(self) -> Result<Limiter<A, K, C>, ConfigError> {
+        let algorithm = A::from_params(&self.params)?;
+        Ok(Limiter::new(algorithm, self.clock))
+    }
+}
+
+impl<A, K, C: fmt::Debug> fmt::Debug for Builder<A, K, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("algorithm", &core::any::type_name::<A>())
+            .field("params", &self.params)
+            .field("clock", &self.clock)
+            .finish()
+    }
+}

@@ -1,0 +1,39 @@
+//! The one place that names the concurrency primitives.
+//!
+//! Every other module takes its atomics, `Arc` and spin hint from here, so that
+//! `--features loom` swaps them all for loom's model-checked versions at once.
+//! A test (`tests/sync_shim.rs`) fails the build's test run if any other file
+//! imports `std::sync::atomic` directly.
+
+#[cfg(not(feature = "loom"))]
+pub(crate) use std::sync::{
+    atomic::{AtomicU64, Ordering},
+    Arc,
+};
+
+#[cfg(feature = "loom")]
+pub(crate) use loom::sync::{
+    atomic::{AtomicU64, Ordering},
+    Arc,
+};
+
+/// Backoff for the compare-and-swap retry loop: crossbeam's exponential
+/// spin normally; under loom a yield to the model's scheduler, which has no
+/// use for spinning.
+#[cfg(not(feature = "loom"))]
+pub(crate) use crossbeam_utils::Backoff;
+
+#[cfg(feature = "loom")]
+#[derive(Debug, Default)]
+pub(crate) struct Backoff;
+
+#[cfg(feature = "loom")]
+impl Backoff {
+    pub(crate) fn new() -> Self {
+        Self
+    }
+
+    pub(crate) fn spin(&self) {
+        loom::thread::yield_now();
+    }
+}
