@@ -29,6 +29,10 @@ use crate::sync::{AtomicU64, Backoff, Ordering};
 #[derive(Debug)]
 pub struct StateCell {
     word: AtomicU64,
+    /// Loom builds only: replace the compare-and-swap with a load and a
+    /// store, the bug the models must catch (see `tollgate::__loom`).
+    #[cfg(feature = "loom")]
+    racy: bool,
 }
 
 /// What [`StateCell::apply`] did.
@@ -42,15 +46,28 @@ pub(crate) enum Applied {
 }
 
 impl StateCell {
-    pub(crate) fn new(word: u64) -> Self {
+    /// A cell holding `word`.
+    pub fn new(word: u64) -> Self {
         Self {
             word: AtomicU64::new(word),
+            #[cfg(feature = "loom")]
+            racy: false,
+        }
+    }
+
+    /// A deliberately broken cell whose update is a load followed by a
+    /// store: two threads can both admit against the same word.
+    #[cfg(feature = "loom")]
+    pub fn new_racy(word: u64) -> Self {
+        Self {
+            word: AtomicU64::new(word),
+            racy: true,
         }
     }
 
     /// The current word.
     #[inline]
-    pub(crate) fn load(&self) -> u64 {
+    pub fn load(&self) -> u64 {
         // Acquire: pairs with the Release half of the AcqRel exchange in
         // `apply` that wrote this word (see "Orderings" above).
         self.word.load(Ordering::Acquire)
@@ -68,6 +85,16 @@ impl StateCell {
     #[inline]
     pub(crate) fn apply(&self, transition: impl Fn(u64) -> Option<u64>) -> Applied {
         let current = self.load();
+        #[cfg(feature = "loom")]
+        if self.racy {
+            let Some(next) = transition(current) else {
+                return Applied::Denied(current);
+            };
+            // The bug under test: a plain store can overwrite an admission
+            // made since the load.
+            self.word.store(next, Ordering::Release);
+            return Applied::Admitted(next);
+        }
         let Some(next) = transition(current) else {
             return Applied::Denied(current);
         };

@@ -10,6 +10,10 @@
     unreachable_pub
 )]
 
+#[cfg(feature = "loom")]
+#[doc(hidden)]
+#[path = "loom_support.rs"]
+pub mod __loom;
 mod algorithm;
 mod builder;
 mod cell;

@@ -11,6 +11,10 @@
 //!
 //! Keys are hashed with a randomly seeded hasher, because clients choose
 //! their own ids and could otherwise aim them all at one bucket.
+//!
+//! The lookup-or-insert protocol is written once, in [`get_or_insert`], over
+//! the two operations of the [`Index`] trait, so that the loom models can run
+//! the very same protocol over a loom-aware stand-in for the map.
 
 use core::borrow::Borrow;
 use core::fmt;
@@ -23,9 +27,121 @@ use scc::{Guard, HashIndex};
 /// for each store from a per-process random seed.
 pub(crate) type DefaultHasher = foldhash::quality::RandomState;
 
+/// The two map operations the store's protocol needs.
+///
+/// Public (but unreachable outside `--features loom`, where
+/// `tollgate::__loom` re-exports it) so that the loom models can implement it
+/// for a loom-aware stand-in.
+///
+/// Contract: `insert` adds `key` only if it is absent, and otherwise hands
+/// the value back; `with` sees every insert that happened before it, and
+/// runs `f` while the value is protected, writing nothing shared itself.
+#[allow(unreachable_pub)]
+pub trait Index<K, V> {
+    /// Runs `f` on the value for `key`.
+    ///
+    /// # Errors
+    ///
+    /// Hands `f` back, not run, if the key is absent.
+    fn with<Q, R, F>(&self, key: &Q, f: F) -> Result<R, F>
+    where
+        F: FnOnce(&V) -> R,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized;
+
+    /// Inserts `value` for `key` if the key is absent.
+    ///
+    /// # Errors
+    ///
+    /// Hands `value` back if the key was present.
+    fn insert(&self, key: K, value: Arc<V>) -> Result<(), Arc<V>>;
+}
+
+/// Runs `f` on the value for `key` in `index`, creating it with `make` first
+/// if the key has none.
+///
+/// A known key costs one lookup. Of two threads that create the same key at
+/// once, one insert wins and both run `f` on the winner's value, so no update
+/// is ever made to a value the map does not hold.
+#[inline]
+#[allow(unreachable_pub)] // re-exported by `tollgate::__loom`
+pub fn get_or_insert<K, V, Q, R, I>(
+    index: &I,
+    key: &Q,
+    make: impl FnOnce() -> V,
+    f: impl FnOnce(&V) -> R,
+) -> R
+where
+    I: Index<K, V>,
+    K: Borrow<Q>,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+{
+    match index.with(key, f) {
+        Ok(result) => result,
+        Err(f) => insert_then(index, key, make, f),
+    }
+}
+
+#[cold]
+fn insert_then<K, V, Q, R, I>(
+    index: &I,
+    key: &Q,
+    make: impl FnOnce() -> V,
+    f: impl FnOnce(&V) -> R,
+) -> R
+where
+    I: Index<K, V>,
+    K: Borrow<Q>,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+{
+    let mut ours = Arc::new(make());
+    let mut f = f;
+    loop {
+        match index.insert(key.to_owned(), Arc::clone(&ours)) {
+            Ok(()) => return f(&ours),
+            Err(back) => {
+                ours = back;
+                // Another thread inserted first: use its value. If that
+                // entry is already gone again, insert ours after all.
+                match index.with(key, f) {
+                    Ok(result) => return result,
+                    Err(back) => f = back,
+                }
+            }
+        }
+    }
+}
+
 /// A concurrent map from `K` to a shared, never-moving `V`.
 pub(crate) struct Store<K, V, S: BuildHasher = DefaultHasher> {
     map: HashIndex<K, Arc<V>, S>,
+}
+
+impl<K, V, S> Index<K, V> for Store<K, V, S>
+where
+    K: Hash + Eq + Clone + 'static,
+    V: 'static,
+    S: BuildHasher,
+{
+    #[inline]
+    fn with<Q, R, F>(&self, key: &Q, f: F) -> Result<R, F>
+    where
+        F: FnOnce(&V) -> R,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        // The guard keeps the entry's memory alive while `f` runs; entering
+        // it touches only this thread's own epoch slot.
+        let guard = Guard::new();
+        match self.map.peek(key, &guard) {
+            Some(cell) => Ok(f(cell)),
+            None => Err(f),
+        }
+    }
+
+    fn insert(&self, key: K, value: Arc<V>) -> Result<(), Arc<V>> {
+        self.map.insert_sync(key, value).map_err(|(_, value)| value)
+    }
 }
 
 impl<K, V, S> Store<K, V, S>
@@ -40,25 +156,19 @@ where
         }
     }
 
-    /// Runs `f` on the cell for `key`, if the key has one.
-    ///
-    /// Allocates nothing and takes no lock.
+    /// Runs `f` on the cell for `key`, if the key has one. Allocates nothing
+    /// and takes no lock.
     #[inline]
     pub(crate) fn get<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let guard = Guard::new();
-        self.map.peek(key, &guard).map(|cell| f(cell))
+        self.with(key, f).ok()
     }
 
-    /// Runs `f` on the cell for `key`, creating it with `make` first if the
-    /// key has none.
-    ///
-    /// A known key costs what [`Store::get`] costs. Of two threads that
-    /// create the same key at once, one insert wins and both run `f` on the
-    /// winner's cell, so no update is made to a cell the map does not hold.
+    /// Runs `f` on the cell for `key`, creating it first if need be; see
+    /// [`get_or_insert`].
     #[inline]
     pub(crate) fn get_or_insert<Q, R>(
         &self,
@@ -70,34 +180,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let guard = Guard::new();
-        if let Some(cell) = self.map.peek(key, &guard) {
-            return f(cell);
-        }
-        self.insert_then(key, make, f)
-    }
-
-    #[cold]
-    fn insert_then<Q, R>(&self, key: &Q, make: impl FnOnce() -> V, f: impl FnOnce(&V) -> R) -> R
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        let mut cell = Arc::new(make());
-        loop {
-            match self.map.insert_sync(key.to_owned(), Arc::clone(&cell)) {
-                Ok(()) => return f(&cell),
-                Err((_, ours)) => {
-                    cell = ours;
-                    // Another thread inserted first: use its cell. If that
-                    // entry is already gone again, insert ours after all.
-                    let guard = Guard::new();
-                    if let Some(winner) = self.map.peek(key, &guard) {
-                        return f(winner);
-                    }
-                }
-            }
-        }
+        get_or_insert(self, key, make, f)
     }
 
     /// The number of clients held.

@@ -1,0 +1,2 @@
+//! Contention benchmarks (in progress).
+fn main() {}

@@ -1,0 +1,1 @@
+//! Loom models (in progress).
