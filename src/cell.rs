@@ -190,10 +190,9 @@ pub trait Algorithm: sealed::Sealed + Send + Sync + 'static {
     fn peek(&self, cell: &Self::Cell, now: u64, cost: u64) -> Decision;
 
     #[doc(hidden)]
-    /// The decision for a client with no state yet, recording nothing.
-    fn peek_fresh(&self, now: u64, cost: u64) -> Decision {
-        self.peek(&self.new_cell(), now, cost)
-    }
+    /// The decision for a request of cost 0: always allowed, nothing
+    /// recorded, with the quota as it stands.
+    fn quota(&self, cell: &Self::Cell, now: u64) -> Decision;
 }
 
 mod sealed {
@@ -234,6 +233,15 @@ impl<A: WordAlgorithm> Algorithm for A {
             None => Applied::Denied(word),
         };
         describe(self, applied, now, cost)
+    }
+
+    fn quota(&self, cell: &StateCell, now: u64) -> Decision {
+        Decision {
+            allowed: true,
+            limit: WordAlgorithm::capacity(self),
+            remaining: self.remaining(cell.load(), now),
+            retry_after: Duration::ZERO,
+        }
     }
 }
 

@@ -1,6 +1,53 @@
-//! tollgate: lock-free, per-client rate limiting.
+//! Lock-free, per-client rate limiting.
 //!
-//! Placeholder crate docs; replaced below.
+//! A server calls [`RateLimiter::allow_request`] on every request, for every
+//! client (API key, user id, IP address). Each client's state is one packed
+//! 64-bit word in a lock-free map, updated by compare-and-swap: no lock on
+//! the check path, and a denied request writes nothing.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{RateLimiter, SlidingWindowCounter, TokenBucket};
+//!
+//! // Swapping the algorithm changes the constructor, never the call site.
+//! let allow_bursts = std::env::args().count() > 99;
+//! let limiter: Box<dyn RateLimiter> = if allow_bursts {
+//!     Box::new(TokenBucket::builder().rate(100, Duration::from_secs(60)).build()?)
+//! } else {
+//!     Box::new(SlidingWindowCounter::builder().limit(100).window(Duration::from_secs(60)).build()?)
+//! };
+//! assert!(limiter.allow_request("alice"));
+//! # Ok::<(), tollgate::ConfigError>(())
+//! ```
+//!
+//! # Algorithms
+//!
+//! - [`TokenBucket`]: bursts up to a capacity, continuous refill (GCRA).
+//! - [`SlidingWindowCounter`]: the weighted two-window estimate.
+//! - [`FixedWindow`]: a count per clock-aligned window.
+//!
+//! Each is built with its `builder()`, which validates the settings into a
+//! [`ConfigError`] naming the field, and yields a [`Limiter`]. Besides
+//! `allow_request`, a limiter offers [`Limiter::check`] and
+//! [`Limiter::check_n`] (a [`Decision`] with the remaining quota and the
+//! retry-after duration) and [`Limiter::peek`].
+//!
+//! # Time
+//!
+//! A limiter reads its [`Clock`] once per check; [`MonotonicClock`] (the
+//! CPU's time-stamp counter) is the default and [`ManualClock`] drives time
+//! by hand in tests. Windows are aligned to the clock's origin. Inside a
+//! client's state time never runs backwards: if a user clock steps back, a
+//! windowed algorithm treats the reading as the start of the window it last
+//! recorded, and the token bucket simply sees a bucket no fuller than
+//! before, so a backward step can delay admissions by at most its own length
+//! and never admits more.
+//!
+//! # Layers
+//!
+//! clock → algorithm (pure transitions of the word) → atomic cell (the one
+//! CAS loop) → keyed store → the public limiter. `docs/DESIGN.md` in the
+//! repository has the bit layouts and the measurements behind each choice.
 
 #![forbid(unsafe_code)]
 #![warn(
@@ -31,3 +78,8 @@ pub use clock::{Clock, InstantClock, ManualClock, MonotonicClock};
 pub use decision::Decision;
 pub use error::{ConfigError, CostError};
 pub use limiter::{Limiter, RateLimiter};
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

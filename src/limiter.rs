@@ -254,13 +254,8 @@ where
         Q: Hash + Eq + ?Sized,
     {
         if cost == 0 {
-            // Nothing to admit: allowed, with the figures of a unit check.
-            let unit = self.peek_cost(client_id, 1);
-            return Ok(Decision {
-                allowed: true,
-                retry_after: core::time::Duration::ZERO,
-                ..unit
-            });
+            // Nothing to admit: allowed, with the quota as it stands.
+            return Ok(self.read(client_id, |algorithm, cell, now| algorithm.quota(cell, now)));
         }
         self.check_cost(cost)?;
         Ok(self.peek_cost(client_id, cost))
@@ -271,11 +266,23 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        self.read(client_id, |algorithm, cell, now| {
+            algorithm.peek(cell, now, cost)
+        })
+    }
+
+    /// Runs `f` on the client's cell, or on a fresh one if the client is
+    /// unknown, without inserting anything.
+    fn read<Q, R>(&self, client_id: &Q, f: impl Fn(&A, &A::Cell, u64) -> R) -> R
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let now = self.clock.now_nanos();
         let algorithm = &self.algorithm;
         self.store
-            .get(client_id, |cell| algorithm.peek(cell, now, cost))
-            .unwrap_or_else(|| algorithm.peek_fresh(now, cost))
+            .get(client_id, |cell| f(algorithm, cell, now))
+            .unwrap_or_else(|| f(algorithm, &algorithm.new_cell(), now))
     }
 
     fn check_cost(&self, cost: u64) -> Result<(), CostError> {

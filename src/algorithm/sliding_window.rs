@@ -308,8 +308,17 @@ mod tests {
                 ..
             }
         ));
-        assert!(SlidingWindowCounter::new(262_143, Duration::from_secs(60)).is_ok());
-        assert!(SlidingWindowCounter::new(2_097_151, Duration::from_secs(3600)).is_ok());
+        // The table in docs/DESIGN.md: window → largest limit.
+        for (window, max) in [
+            (Duration::from_millis(1), 1_023),
+            (Duration::from_secs(1), 32_767),
+            (Duration::from_secs(60), 262_143),
+            (Duration::from_secs(3_600), 2_097_151),
+            (Duration::from_secs(86_400), 8_388_607),
+        ] {
+            assert!(SlidingWindowCounter::new(max, window).is_ok());
+            assert!(SlidingWindowCounter::new(max + 1, window).is_err());
+        }
         assert_eq!(
             SlidingWindowCounter::new(0, Duration::from_secs(1))
                 .unwrap_err()

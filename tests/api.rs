@@ -1,0 +1,150 @@
+//! The public surface: one entry point for every algorithm, object safety,
+//! key types, and compile-time Send/Sync guarantees.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate::{
+    Decision, FixedWindow, Limiter, ManualClock, MonotonicClock, RateLimiter, SlidingWindowCounter,
+    TokenBucket,
+};
+
+const fn assert_send_sync<T: Send + Sync>() {}
+const _: () = {
+    assert_send_sync::<Limiter<TokenBucket>>();
+    assert_send_sync::<Limiter<SlidingWindowCounter, u64, ManualClock>>();
+    assert_send_sync::<Limiter<FixedWindow, IpAddr, MonotonicClock>>();
+    assert_send_sync::<Decision>();
+    assert_send_sync::<tollgate::ConfigError>();
+    assert_send_sync::<tollgate::CostError>();
+};
+
+/// Middleware that knows only the trait.
+fn middleware(limiter: &dyn RateLimiter, requests: &[&str]) -> Vec<bool> {
+    requests
+        .iter()
+        .map(|id| limiter.allow_request(id))
+        .collect()
+}
+
+#[test]
+fn default_builders_need_no_type_annotations_and_key_by_string() {
+    let limiter = TokenBucket::builder()
+        .rate(1, Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let boxed: Box<dyn RateLimiter> = Box::new(limiter);
+    assert!(boxed.allow_request("alice"));
+    assert!(!boxed.allow_request("alice"));
+    let owned = String::from("bob");
+    assert!(boxed.allow_request(owned.as_str()));
+}
+
+#[test]
+fn swapping_the_algorithm_changes_only_the_constructor() {
+    let w = Duration::from_secs(1);
+    let limiters: Vec<Arc<dyn RateLimiter>> = vec![
+        Arc::new(TokenBucket::builder().rate(2, w).build().unwrap()),
+        Arc::new(
+            SlidingWindowCounter::builder()
+                .limit(2)
+                .window(w)
+                .build()
+                .unwrap(),
+        ),
+        Arc::new(FixedWindow::builder().limit(2).window(w).build().unwrap()),
+    ];
+    for limiter in &limiters {
+        assert_eq!(
+            middleware(limiter.as_ref(), &["a", "a", "b", "a"]),
+            [true, true, true, false]
+        );
+    }
+}
+
+#[test]
+fn other_key_types() {
+    #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+    struct Tenant {
+        org: u32,
+        user: u32,
+    }
+    let w = Duration::from_secs(1);
+    let by_id = FixedWindow::builder()
+        .limit(1)
+        .window(w)
+        .key_type::<u64>()
+        .build()
+        .unwrap();
+    assert!(by_id.allow_request(&1) && !by_id.allow_request(&1) && by_id.allow_request(&2));
+
+    let by_ip = TokenBucket::builder()
+        .rate(1, w)
+        .key_type::<IpAddr>()
+        .build()
+        .unwrap();
+    let dyn_ip: &dyn RateLimiter<IpAddr> = &by_ip;
+    assert!(dyn_ip.allow_request(&IpAddr::from([10, 0, 0, 1])));
+    assert!(!dyn_ip.allow_request(&IpAddr::from([10, 0, 0, 1])));
+
+    let by_tenant = SlidingWindowCounter::builder()
+        .limit(1)
+        .window(w)
+        .key_type::<Tenant>()
+        .build()
+        .unwrap();
+    assert!(by_tenant.allow_request(&Tenant { org: 1, user: 2 }));
+    assert!(!by_tenant.allow_request(&Tenant { org: 1, user: 2 }));
+    assert!(by_tenant.allow_request(&Tenant { org: 2, user: 2 }));
+}
+
+#[test]
+fn debug_output_names_the_configuration_not_the_clients() {
+    let limiter = TokenBucket::builder()
+        .rate(4, Duration::from_secs(1))
+        .capacity(2)
+        .clock(ManualClock::new())
+        .build()
+        .unwrap();
+    let _ = limiter.allow_request("secret-client");
+    let shown = format!("{limiter:?}");
+    assert!(
+        shown.contains("TokenBucket") && shown.contains("250ms") && shown.contains("capacity: 2"),
+        "{shown}"
+    );
+    assert!(!shown.contains("secret-client"));
+    let builder = format!("{:?}", SlidingWindowCounter::builder().limit(3));
+    assert!(builder.contains("limit: Some(3)"), "{builder}");
+}
+
+#[test]
+fn decisions_carry_header_figures() {
+    let clock = ManualClock::new();
+    let limiter = TokenBucket::builder()
+        .rate(1, Duration::from_secs(2))
+        .capacity(3)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let first = limiter.check("a");
+    assert_eq!(
+        (
+            first.is_allowed(),
+            first.limit(),
+            first.remaining(),
+            first.retry_after()
+        ),
+        (true, 3, 2, Duration::ZERO)
+    );
+    assert!(limiter.check_n("a", 2).unwrap().is_allowed());
+    let denied = limiter.check_n("a", 2).unwrap();
+    assert!(denied.is_denied());
+    assert_eq!(denied.remaining(), 0);
+    assert_eq!(denied.retry_after(), Duration::from_secs(4));
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        limiter.peek_n("a", 2).unwrap().retry_after(),
+        Duration::from_secs(3)
+    );
+}

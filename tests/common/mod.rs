@@ -1,0 +1,360 @@
+//! Exact reference models of the algorithms, and the glue that runs a
+//! limiter and a model side by side. Shared by the integration tests.
+//!
+//! Each model follows the seed's Python logic (`shared/seed`), with exact
+//! integer or rational arithmetic instead of floats, windows aligned to the
+//! clock's zero, and the crate's documented generalisation to a cost of `n`
+//! (all `n` unit requests made at one instant must pass).
+
+#![allow(dead_code)] // each test binary uses its own part of this module
+
+use std::time::Duration;
+
+use tollgate::{
+    Algorithm, Decision, FixedWindow, Limiter, ManualClock, SlidingWindowCounter, TokenBucket,
+};
+
+/// One client's state in an exact model.
+pub trait Model: Clone + std::fmt::Debug {
+    /// Admits `cost` at `now` (never earlier than the last call's `now`).
+    fn admit(&mut self, now: u64, cost: u64) -> bool;
+
+    /// The largest cost ever admissible.
+    fn capacity(&self) -> u64;
+
+    /// How many unit requests would pass now, one after another.
+    fn remaining(&self, now: u64) -> u64 {
+        let mut probe = self.clone();
+        let mut n = 0;
+        while probe.admit(now, 1) {
+            n += 1;
+        }
+        n
+    }
+
+    /// The first instant at or after `now` at which `cost` would pass, found
+    /// by search: admissibility is monotone in time for every algorithm
+    /// here, so a binary search finds the exact instant.
+    fn retry_after(&self, now: u64, cost: u64) -> u64 {
+        if self.clone().admit(now, cost) {
+            return 0;
+        }
+        let (mut lo, mut hi) = (0u64, 1u64);
+        while !self.clone().admit(now + hi, cost) {
+            lo = hi;
+            hi *= 2;
+        }
+        // Invariant: fails at now + lo, passes at now + hi.
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if self.clone().admit(now + mid, cost) {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        hi
+    }
+}
+
+/// The seed's token bucket in exact arithmetic: tokens are counted in units
+/// of `1 / per` of a token, so that refill by `elapsed · tokens / per` is a
+/// whole number of units.
+#[derive(Clone, Debug)]
+pub struct BucketModel {
+    tokens_per_period: u128,
+    per: u128,
+    capacity: u64,
+    /// Tokens held, times `per`.
+    scaled: u128,
+    last_refill: u64,
+}
+
+impl BucketModel {
+    pub fn new(tokens: u64, per: u64, capacity: u64) -> Self {
+        Self {
+            tokens_per_period: tokens.into(),
+            per: per.into(),
+            capacity,
+            scaled: u128::from(capacity) * u128::from(per),
+            last_refill: 0,
+        }
+    }
+}
+
+impl Model for BucketModel {
+    fn admit(&mut self, now: u64, cost: u64) -> bool {
+        if now > self.last_refill {
+            let refill = u128::from(now - self.last_refill) * self.tokens_per_period;
+            let cap = u128::from(self.capacity) * self.per;
+            self.scaled = (self.scaled + refill).min(cap);
+            self.last_refill = now;
+        }
+        let need = u128::from(cost) * self.per;
+        if self.scaled >= need {
+            self.scaled -= need;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn capacity(&self) -> u64 {
+        self.capacity
+    }
+}
+
+/// The seed's sliding window counter with windows aligned to zero, and the
+/// weighted estimate compared exactly: `curr + (n-1) + prev·(W−e)/W < limit`.
+#[derive(Clone, Debug)]
+pub struct SlidingModel {
+    limit: u64,
+    window: u64,
+    prev: u64,
+    curr: u64,
+    start: u64,
+}
+
+impl SlidingModel {
+    pub fn new(limit: u64, window: u64) -> Self {
+        Self {
+            limit,
+            window,
+            prev: 0,
+            curr: 0,
+            start: 0,
+        }
+    }
+}
+
+impl Model for SlidingModel {
+    fn admit(&mut self, now: u64, cost: u64) -> bool {
+        let mut elapsed = now - self.start;
+        if elapsed >= self.window {
+            let passed = elapsed / self.window;
+            self.prev = if passed == 1 { self.curr } else { 0 };
+            self.curr = 0;
+            self.start += passed * self.window;
+            elapsed = now - self.start;
+        }
+        let w = u128::from(self.window);
+        let lhs = u128::from(self.curr + cost - 1) * w
+            + u128::from(self.prev) * (w - u128::from(elapsed));
+        if lhs < u128::from(self.limit) * w {
+            self.curr += cost;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn capacity(&self) -> u64 {
+        self.limit
+    }
+}
+
+/// A fixed window counter with windows aligned to zero.
+#[derive(Clone, Debug)]
+pub struct FixedModel {
+    limit: u64,
+    window: u64,
+    index: u64,
+    count: u64,
+}
+
+impl FixedModel {
+    pub fn new(limit: u64, window: u64) -> Self {
+        Self {
+            limit,
+            window,
+            index: 0,
+            count: 0,
+        }
+    }
+}
+
+impl Model for FixedModel {
+    fn admit(&mut self, now: u64, cost: u64) -> bool {
+        let index = now / self.window;
+        if index != self.index {
+            self.index = index;
+            self.count = 0;
+        }
+        if self.count + cost <= self.limit {
+            self.count += cost;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn capacity(&self) -> u64 {
+        self.limit
+    }
+}
+
+/// A limiter under test with its model, built from one configuration.
+pub trait Subject: std::fmt::Debug {
+    type Algo: Algorithm;
+    type Model: Model;
+    fn limiter(&self, clock: ManualClock) -> Limiter<Self::Algo, u64, ManualClock>;
+    fn model(&self) -> Self::Model;
+    /// The most admissions possible over `[0, elapsed]` from fresh state:
+    /// the "never over-admits" bound for concurrent tests.
+    fn admission_bound(&self, elapsed: u64) -> u64;
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct BucketConfig {
+    pub tokens: u64,
+    pub per: u64,
+    pub capacity: u64,
+}
+
+impl Subject for BucketConfig {
+    type Algo = TokenBucket;
+    type Model = BucketModel;
+    fn limiter(&self, clock: ManualClock) -> Limiter<TokenBucket, u64, ManualClock> {
+        TokenBucket::builder()
+            .rate(self.tokens, Duration::from_nanos(self.per))
+            .capacity(self.capacity)
+            .key_type::<u64>()
+            .clock(clock)
+            .build()
+            .unwrap()
+    }
+    fn model(&self) -> BucketModel {
+        BucketModel::new(self.tokens, self.per, self.capacity)
+    }
+    fn admission_bound(&self, elapsed: u64) -> u64 {
+        self.capacity
+            + (u128::from(elapsed) * u128::from(self.tokens) / u128::from(self.per)) as u64
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct WindowConfig {
+    pub limit: u64,
+    pub window: u64,
+}
+
+/// The sliding window counter under a [`WindowConfig`].
+#[derive(Clone, Copy, Debug)]
+pub struct Sliding(pub WindowConfig);
+
+/// The fixed window under a [`WindowConfig`].
+#[derive(Clone, Copy, Debug)]
+pub struct Fixed(pub WindowConfig);
+
+impl Subject for Sliding {
+    type Algo = SlidingWindowCounter;
+    type Model = SlidingModel;
+    fn limiter(&self, clock: ManualClock) -> Limiter<SlidingWindowCounter, u64, ManualClock> {
+        SlidingWindowCounter::builder()
+            .limit(self.0.limit)
+            .window(Duration::from_nanos(self.0.window))
+            .key_type::<u64>()
+            .clock(clock)
+            .build()
+            .unwrap()
+    }
+    fn model(&self) -> SlidingModel {
+        SlidingModel::new(self.0.limit, self.0.window)
+    }
+    fn admission_bound(&self, elapsed: u64) -> u64 {
+        // At most `limit` per aligned window touched.
+        self.0.limit * (elapsed / self.0.window + 1)
+    }
+}
+
+impl Subject for Fixed {
+    type Algo = FixedWindow;
+    type Model = FixedModel;
+    fn limiter(&self, clock: ManualClock) -> Limiter<FixedWindow, u64, ManualClock> {
+        FixedWindow::builder()
+            .limit(self.0.limit)
+            .window(Duration::from_nanos(self.0.window))
+            .key_type::<u64>()
+            .clock(clock)
+            .build()
+            .unwrap()
+    }
+    fn model(&self) -> FixedModel {
+        FixedModel::new(self.0.limit, self.0.window)
+    }
+    fn admission_bound(&self, elapsed: u64) -> u64 {
+        self.0.limit * (elapsed / self.0.window + 1)
+    }
+}
+
+/// How far the clock moves before a step.
+#[derive(Clone, Copy, Debug)]
+pub enum Gap {
+    /// By this many nanoseconds.
+    Nanos(u64),
+    /// To the instant the step's request would first pass, per the model,
+    /// offset by -1, 0 or +1 ns: the boundary where off-by-one errors live.
+    Boundary(i8),
+}
+
+/// One step of a scenario: let time pass, then one client asks.
+#[derive(Clone, Copy, Debug)]
+pub struct Step {
+    pub gap: Gap,
+    pub client: u64,
+    pub cost: u64,
+    pub peek: bool,
+}
+
+/// Runs `steps` through a limiter and through one model per client, and
+/// checks that they agree decision by decision: admitted or not, remaining
+/// quota, and retry-after.
+pub fn agree_with_model<S: Subject>(subject: &S, steps: &[Step]) {
+    let clock = ManualClock::new();
+    let limiter = subject.limiter(clock.clone());
+    let mut models: std::collections::HashMap<u64, S::Model> = Default::default();
+    let mut now = 0u64;
+    for (i, step) in steps.iter().enumerate() {
+        let model = models.entry(step.client).or_insert_with(|| subject.model());
+        let cost = step.cost.clamp(1, model.capacity());
+        now = match step.gap {
+            Gap::Nanos(gap) => now + gap,
+            Gap::Boundary(offset) => {
+                let at = now + model.retry_after(now, cost);
+                at.saturating_add_signed(offset.into()).max(now)
+            }
+        };
+        clock.set(Duration::from_nanos(now));
+        let expected_retry = model.retry_after(now, cost);
+        let got: Decision = if step.peek {
+            limiter.peek_n(&step.client, cost).unwrap()
+        } else {
+            limiter.check_n(&step.client, cost).unwrap()
+        };
+        // A peek answers what a check would, on a copy of the state.
+        let mut peeked = model.clone();
+        let model = if step.peek { &mut peeked } else { model };
+        let expected = model.admit(now, cost);
+        let ctx = || {
+            format!(
+                "step {i} {step:?} at {now} ns, config {subject:?}",
+                subject = std::any::type_name::<S>()
+            )
+        };
+        assert_eq!(got.is_allowed(), expected, "decision, {}", ctx());
+        assert_eq!(
+            got.remaining(),
+            model.remaining(now),
+            "remaining, {}",
+            ctx()
+        );
+        let retry = if expected { 0 } else { expected_retry };
+        assert_eq!(
+            got.retry_after(),
+            Duration::from_nanos(retry),
+            "retry_after, {}",
+            ctx()
+        );
+        assert_eq!(got.limit(), model.capacity());
+    }
+}

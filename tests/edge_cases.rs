@@ -1,0 +1,283 @@
+//! Bad input gets a clear outcome: invalid configurations, oversized and
+//! zero costs, clocks that jump backwards or run to the end of time, idle
+//! gaps of years, and slow rates.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{BucketConfig, Fixed, Model, Sliding, Subject, WindowConfig};
+use proptest::prelude::*;
+use tollgate::{ConfigError, FixedWindow, ManualClock, SlidingWindowCounter, TokenBucket};
+
+const SEC: u64 = 1_000_000_000;
+const YEAR: Duration = Duration::from_secs(365 * 86_400);
+
+fn out_of_range(err: ConfigError) -> (&'static str, u128, u128) {
+    match err {
+        ConfigError::OutOfRange {
+            field, min, max, ..
+        } => (field, min, max),
+        other => panic!("expected OutOfRange, got {other:?}"),
+    }
+}
+
+#[test]
+fn token_bucket_rejects_each_bad_field_by_name() {
+    let per = Duration::from_secs(1);
+    let build = |tokens, per, capacity| {
+        TokenBucket::builder()
+            .rate(tokens, per)
+            .capacity(capacity)
+            .build()
+    };
+    assert_eq!(
+        TokenBucket::builder().build().unwrap_err(),
+        ConfigError::Missing { field: "rate" }
+    );
+    assert_eq!(
+        out_of_range(build(0, per, 1).unwrap_err()),
+        ("rate", 1, SEC as u128)
+    );
+    assert_eq!(
+        out_of_range(build(1, Duration::ZERO, 1).unwrap_err()).0,
+        "rate"
+    );
+    // More than one token per nanosecond.
+    assert_eq!(
+        out_of_range(build(11, Duration::from_nanos(10), 1).unwrap_err()),
+        ("rate", 1, 10)
+    );
+    assert_eq!(
+        out_of_range(build(1, Duration::MAX, 1).unwrap_err()).0,
+        "rate"
+    );
+    assert_eq!(out_of_range(build(1, per, 0).unwrap_err()).0, "capacity");
+    // A full refill must fit in 2^63 - 1 ns.
+    let max_capacity = ((1u64 << 63) - 1) / SEC;
+    assert_eq!(
+        out_of_range(build(1, per, max_capacity + 1).unwrap_err()),
+        ("capacity", 1, max_capacity.into())
+    );
+    assert!(build(1, per, max_capacity).is_ok());
+    assert!(build(u64::MAX, Duration::MAX, 1).is_err());
+}
+
+#[test]
+fn windows_reject_each_bad_field_by_name() {
+    fn check<B>(
+        build: impl Fn(Option<u64>, Option<Duration>) -> Result<B, ConfigError>,
+        max_limit_1s: u128,
+    ) {
+        assert_eq!(
+            build(None, Some(Duration::from_secs(1))).err(),
+            Some(ConfigError::Missing { field: "limit" })
+        );
+        assert_eq!(
+            build(Some(1), None).err(),
+            Some(ConfigError::Missing { field: "window" })
+        );
+        assert_eq!(
+            out_of_range(build(Some(0), Some(Duration::from_secs(1))).err().unwrap()).0,
+            "limit"
+        );
+        assert_eq!(
+            out_of_range(build(Some(1), Some(Duration::ZERO)).err().unwrap()).0,
+            "window"
+        );
+        assert_eq!(
+            out_of_range(build(Some(1), Some(Duration::MAX)).err().unwrap()).0,
+            "window"
+        );
+        let err = build(Some(u64::MAX), Some(Duration::from_secs(1)))
+            .err()
+            .unwrap();
+        assert_eq!(out_of_range(err.clone()), ("limit", 1, max_limit_1s));
+        assert!(
+            err.to_string()
+                .contains(&format!("at most {max_limit_1s} requests")),
+            "{err}"
+        );
+        assert!(build(Some(max_limit_1s as u64), Some(Duration::from_secs(1))).is_ok());
+    }
+    check(
+        |limit, window| {
+            let mut b = SlidingWindowCounter::builder();
+            if let Some(l) = limit {
+                b = b.limit(l)
+            }
+            if let Some(w) = window {
+                b = b.window(w)
+            }
+            b.build()
+        },
+        32_767,
+    );
+    check(
+        |limit, window| {
+            let mut b = FixedWindow::builder();
+            if let Some(l) = limit {
+                b = b.limit(l)
+            }
+            if let Some(w) = window {
+                b = b.window(w)
+            }
+            b.build()
+        },
+        (1 << 30) - 1,
+    );
+}
+
+#[test]
+fn oversized_cost_is_an_error_not_an_eternal_deny() {
+    let limiter = TokenBucket::builder()
+        .rate(1, Duration::from_secs(1))
+        .capacity(3)
+        .build()
+        .unwrap();
+    let err = limiter.check_n("a", 4).unwrap_err();
+    assert_eq!((err.cost(), err.capacity()), (4, 3));
+    assert!(err.to_string().contains("never"));
+    assert!(limiter.peek_n("a", u64::MAX).is_err());
+    // Nothing was recorded by the refused checks.
+    assert!(limiter.is_empty());
+    assert!(limiter.check_n("a", 3).unwrap().is_allowed());
+}
+
+#[test]
+fn zero_cost_is_admitted_and_records_nothing() {
+    let limiter = FixedWindow::builder()
+        .limit(2)
+        .window(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let d = limiter.check_n("a", 0).unwrap();
+    assert!(d.is_allowed());
+    assert_eq!(d.remaining(), 2);
+    assert!(limiter.is_empty());
+    assert!(limiter.check_n("a", 2).unwrap().is_allowed());
+    let d = limiter.check_n("a", 0).unwrap();
+    assert!(d.is_allowed() && d.remaining() == 0 && d.retry_after().is_zero());
+}
+
+#[test]
+fn peek_neither_consumes_nor_inserts() {
+    let limiter = SlidingWindowCounter::builder()
+        .limit(1)
+        .window(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        let d = limiter.peek("a");
+        assert!(d.is_allowed());
+        assert_eq!(d.remaining(), 0, "a peek reports what a check would leave");
+    }
+    assert!(limiter.is_empty());
+    assert!(limiter.allow_request("a"));
+    assert!(limiter.peek("a").is_denied());
+    assert_eq!(limiter.len(), 1);
+}
+
+/// Ten idle years later, every algorithm treats a client as new.
+fn ten_idle_years_forget_everything<S: Subject>(subject: &S) {
+    let clock = ManualClock::new();
+    let limiter = subject.limiter(clock.clone());
+    let capacity = subject.model().capacity();
+    clock.advance(Duration::from_nanos(123_456_789));
+    assert!(limiter.check_n(&1, capacity).unwrap().is_allowed());
+    assert!(limiter.check(&1).is_denied());
+    clock.advance(10 * YEAR);
+    let d = limiter.check_n(&1, capacity).unwrap();
+    assert!(d.is_allowed(), "{subject:?}");
+    assert_eq!(d.remaining(), 0);
+}
+
+#[test]
+fn ten_year_gaps() {
+    let window = WindowConfig {
+        limit: 5,
+        window: SEC,
+    };
+    ten_idle_years_forget_everything(&BucketConfig {
+        tokens: 1,
+        per: SEC,
+        capacity: 5,
+    });
+    ten_idle_years_forget_everything(&Sliding(window));
+    ten_idle_years_forget_everything(&Fixed(window));
+}
+
+#[test]
+fn one_token_a_day_arrives_each_day_when_checked_every_second() {
+    // Requirement (b) through the whole limiter (the pure layer's test checks
+    // every millisecond): frequent denied checks never starve the refill.
+    let clock = ManualClock::new();
+    let limiter = TokenBucket::builder()
+        .rate(1, Duration::from_secs(86_400))
+        .capacity(1)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let mut admitted_at = Vec::new();
+    for second in 0..=3 * 86_400u64 {
+        clock.set(Duration::from_secs(second));
+        if limiter.allow_request("slow") {
+            admitted_at.push(second);
+        }
+    }
+    assert_eq!(admitted_at, [0, 86_400, 2 * 86_400, 3 * 86_400]);
+}
+
+#[test]
+fn readings_past_the_end_of_time_do_not_panic() {
+    let clock = ManualClock::new();
+    let limiter = SlidingWindowCounter::builder()
+        .limit(2)
+        .window(Duration::from_secs(1))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    clock.set(Duration::from_nanos(u64::MAX));
+    assert!(limiter.allow_request("a"));
+    assert!(limiter.allow_request("a"));
+    // Past 2^63 ns every reading is the last instant: one endless window.
+    assert!(limiter.check("a").is_denied());
+    clock.advance(Duration::from_secs(1));
+    assert!(!limiter.allow_request("a"));
+}
+
+/// Time as a list of readings that may jump back by up to an hour.
+fn wobbly_readings() -> impl Strategy<Value = Vec<i64>> {
+    prop::collection::vec(
+        prop_oneof![4 => 0..5_000_000i64, 1 => -3_600_000_000_000..0i64, 1 => -5_000_000..0i64],
+        1..300,
+    )
+}
+
+/// A clock that steps backwards never panics and never admits more than
+/// the algorithm allows over the time the clock has actually covered.
+fn backward_clock_never_over_admits<S: Subject>(subject: &S, steps: &[i64]) {
+    let clock = ManualClock::new();
+    let limiter = subject.limiter(clock.clone());
+    let (mut now, mut latest, mut admitted) = (0i64, 0i64, 0u64);
+    for step in steps {
+        now = (now + step).max(0);
+        latest = latest.max(now);
+        clock.set(Duration::from_nanos(now as u64));
+        admitted += u64::from(limiter.allow_request(&0));
+        let _ = limiter.check_n(&1, 1).unwrap();
+        let _ = limiter.peek(&0);
+    }
+    let bound = subject.admission_bound(latest as u64);
+    assert!(admitted <= bound, "{admitted} > {bound}, {subject:?}");
+}
+
+proptest! {
+    #[test]
+    fn backward_clocks(steps in wobbly_readings()) {
+        let window = WindowConfig { limit: 3, window: 2_000_000 };
+        backward_clock_never_over_admits(&BucketConfig { tokens: 1, per: 1_000_000, capacity: 3 }, &steps);
+        backward_clock_never_over_admits(&Sliding(window), &steps);
+        backward_clock_never_over_admits(&Fixed(window), &steps);
+    }
+}
