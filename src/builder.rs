@@ -6,7 +6,7 @@ use core::hash::Hash;
 use core::marker::PhantomData;
 use core::time::Duration;
 
-use crate::algorithm::{FixedWindow, SlidingWindowCounter, TokenBucket};
+use crate::algorithm::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 use crate::cell::Algorithm;
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::ConfigError;
@@ -16,7 +16,8 @@ use crate::limiter::Limiter;
 /// from `C`.
 ///
 /// Start from the algorithm: [`TokenBucket::builder`],
-/// [`SlidingWindowCounter::builder`] or [`FixedWindow::builder`]. Keys
+/// [`SlidingWindowCounter::builder`], [`SlidingWindowLog::builder`] or
+/// [`FixedWindow::builder`]. Keys
 /// default to `String` (checked with a `&str`) and time to
 /// [`MonotonicClock`].
 ///
@@ -85,6 +86,13 @@ impl FromParams for FixedWindow {
     fn from_params(p: &Params) -> Result<Self, ConfigError> {
         let limit = Params::required(p.limit, "limit")?;
         FixedWindow::new(limit, Params::required(p.window, "window")?)
+    }
+}
+
+impl FromParams for SlidingWindowLog {
+    fn from_params(p: &Params) -> Result<Self, ConfigError> {
+        let limit = Params::required(p.limit, "limit")?;
+        SlidingWindowLog::new(limit, Params::required(p.window, "window")?)
     }
 }
 
@@ -167,6 +175,30 @@ impl FixedWindow {
     }
 }
 
+impl SlidingWindowLog {
+    /// Starts a sliding window log limiter. Set [`limit`](Builder::limit)
+    /// (at most [`SlidingWindowLog::MAX_LIMIT`]) and
+    /// [`window`](Builder::window).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::SlidingWindowLog;
+    ///
+    /// let limiter = SlidingWindowLog::builder()
+    ///     .limit(100)
+    ///     .window(Duration::from_secs(60))
+    ///     .build()?;
+    /// assert!(limiter.allow_request("alice"));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn builder() -> Builder<SlidingWindowLog> {
+        Builder::new()
+    }
+}
+
 impl<K, C> Builder<TokenBucket, K, C> {
     /// Refill `tokens` tokens every `per`, continuously: one token each
     /// `per / tokens`. Required.
@@ -219,6 +251,7 @@ impl<K, C> Builder<TokenBucket, K, C> {
 pub trait Windowed: sealed::FromParams {}
 impl Windowed for SlidingWindowCounter {}
 impl Windowed for FixedWindow {}
+impl Windowed for SlidingWindowLog {}
 
 impl<A: Windowed, K, C> Builder<A, K, C> {
     /// The most requests a client may make per window. Required.

@@ -24,6 +24,8 @@
 //!
 //! - [`TokenBucket`]: bursts up to a capacity, continuous refill (GCRA).
 //! - [`SlidingWindowCounter`]: the weighted two-window estimate.
+//! - [`SlidingWindowLog`]: the exact count over the last window, one
+//!   timestamp per admission.
 //! - [`FixedWindow`]: a count per clock-aligned window.
 //!
 //! Each is built with its `builder()`, which validates the settings into a
@@ -71,7 +73,7 @@ mod limiter;
 mod store;
 mod sync;
 
-pub use algorithm::{FixedWindow, SlidingWindowCounter, TokenBucket};
+pub use algorithm::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 pub use builder::Builder;
 pub use cell::Algorithm;
 pub use clock::{Clock, InstantClock, ManualClock, MonotonicClock};

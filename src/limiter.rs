@@ -55,11 +55,12 @@ pub trait RateLimiter<K: ?Sized = str>: Send + Sync {
 /// time from `C`.
 ///
 /// Build one with [`TokenBucket::builder`](crate::TokenBucket::builder),
-/// [`SlidingWindowCounter::builder`](crate::SlidingWindowCounter::builder) or
+/// [`SlidingWindowCounter::builder`](crate::SlidingWindowCounter::builder),
+/// [`SlidingWindowLog::builder`](crate::SlidingWindowLog::builder) or
 /// [`FixedWindow::builder`](crate::FixedWindow::builder). Every check is
 /// lock-free: one clock read, one map lookup that writes nothing shared, and
-/// one compare-and-swap of the client's state word if the request is
-/// admitted.
+/// one compare-and-swap of the client's state word (for the log, of one
+/// slot) if the request is admitted.
 ///
 /// Share it between threads by reference or in an `Arc`.
 ///

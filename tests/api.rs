@@ -54,6 +54,13 @@ fn swapping_the_algorithm_changes_only_the_constructor() {
                 .unwrap(),
         ),
         Arc::new(FixedWindow::builder().limit(2).window(w).build().unwrap()),
+        Arc::new(
+            tollgate::SlidingWindowLog::builder()
+                .limit(2)
+                .window(w)
+                .build()
+                .unwrap(),
+        ),
     ];
     for limiter in &limiters {
         assert_eq!(
@@ -147,4 +154,57 @@ fn decisions_carry_header_figures() {
         limiter.peek_n("a", 2).unwrap().retry_after(),
         Duration::from_secs(3)
     );
+}
+
+/// The seed's boundary spike: `limit` requests 1 ms before a window
+/// boundary and `limit` more 1 ms after it. The fixed window admits twice
+/// the limit within 2 ms; the others do not.
+#[test]
+fn boundary_spike_only_the_fixed_window_doubles() {
+    let clock = ManualClock::new();
+    let w = Duration::from_secs(1);
+    let build = |which: &str| -> Arc<dyn RateLimiter> {
+        let c = clock.clone();
+        match which {
+            "bucket" => Arc::new(TokenBucket::builder().rate(10, w).clock(c).build().unwrap()),
+            "counter" => Arc::new(
+                SlidingWindowCounter::builder()
+                    .limit(10)
+                    .window(w)
+                    .clock(c)
+                    .build()
+                    .unwrap(),
+            ),
+            "log" => Arc::new(
+                tollgate::SlidingWindowLog::builder()
+                    .limit(10)
+                    .window(w)
+                    .clock(c)
+                    .build()
+                    .unwrap(),
+            ),
+            _ => Arc::new(
+                FixedWindow::builder()
+                    .limit(10)
+                    .window(w)
+                    .clock(c)
+                    .build()
+                    .unwrap(),
+            ),
+        }
+    };
+    let spike = |limiter: &Arc<dyn RateLimiter>| {
+        let mut admitted = 0;
+        for at in [Duration::from_millis(999), Duration::from_millis(1_001)] {
+            clock.set(at);
+            admitted += (0..10).filter(|_| limiter.allow_request("alice")).count();
+        }
+        admitted
+    };
+    assert_eq!(spike(&build("fixed")), 20);
+    // 10 + the weighted estimate 0 + 10·0.999 < 10 lets exactly one more in.
+    assert_eq!(spike(&build("counter")), 11);
+    assert_eq!(spike(&build("log")), 10);
+    // 2 ms refill 0.02 of a token: nothing more.
+    assert_eq!(spike(&build("bucket")), 10);
 }

@@ -11,12 +11,12 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::Duration;
 
-use common::{BucketConfig, Fixed, Model, Sliding, Subject, WindowConfig};
+use common::{BucketConfig, Fixed, Log, Model, Sliding, Subject, WindowConfig};
 use tollgate::ManualClock;
 
 const THREADS: usize = 8;
 
-fn subjects() -> (BucketConfig, Sliding, Fixed) {
+fn subjects() -> (BucketConfig, Sliding, Fixed, Log) {
     let window = WindowConfig {
         limit: 50,
         window: 1_000_000,
@@ -29,16 +29,18 @@ fn subjects() -> (BucketConfig, Sliding, Fixed) {
         },
         Sliding(window),
         Fixed(window),
+        Log(window),
     )
 }
 
 /// Runs `f` for each algorithm's subject.
 macro_rules! for_each_subject {
     ($f:ident) => {{
-        let (bucket, sliding, fixed) = subjects();
+        let (bucket, sliding, fixed, log) = subjects();
         $f(&bucket);
         $f(&sliding);
         $f(&fixed);
+        $f(&log);
     }};
 }
 
@@ -143,6 +145,43 @@ fn many_clients_stay_independent<S: Subject>(subject: &S) {
     assert_eq!(limiter.len(), CLIENTS as usize);
 }
 
+/// Threads race with costs of 1, 2 and 3 on one client under a frozen
+/// clock; then one thread drains what is left. Exactly the capacity is
+/// admitted in total: a multi-unit claim that raced short gave back every
+/// unit it held.
+fn mixed_costs_lose_and_double_nothing<S: Subject>(subject: &S) {
+    let capacity = subject.model().capacity();
+    for round in 0..100 {
+        let limiter = subject.limiter(ManualClock::new());
+        let barrier = Barrier::new(THREADS);
+        let admitted = AtomicU64::new(0);
+        thread::scope(|s| {
+            for t in 0..THREADS as u64 {
+                let (limiter, barrier, admitted) = (&limiter, &barrier, &admitted);
+                s.spawn(move || {
+                    barrier.wait();
+                    for i in 0..capacity {
+                        let cost = 1 + (t + i) % 3;
+                        if limiter.check_n(&7, cost).unwrap().is_allowed() {
+                            admitted.fetch_add(cost, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        let mut total = admitted.into_inner();
+        while limiter.allow_request(&7) {
+            total += 1;
+        }
+        assert_eq!(total, capacity, "round {round}, {subject:?}");
+    }
+}
+
+#[test]
+fn mixed_costs() {
+    for_each_subject!(mixed_costs_lose_and_double_nothing);
+}
+
 #[test]
 fn frozen_hot_client() {
     for_each_subject!(frozen_hot_client_admits_exactly_capacity);
@@ -156,4 +195,77 @@ fn moving_clock() {
 #[test]
 fn many_clients() {
     for_each_subject!(many_clients_stay_independent);
+}
+
+/// The log's last free slot: `limit − 1` are taken, and eight threads race
+/// for the one left. Exactly one wins, every time.
+#[test]
+fn eight_threads_race_for_the_last_log_slot() {
+    let (_, _, _, log) = subjects();
+    let limit = log.0.limit;
+    for round in 0..300 {
+        let limiter = log.limiter(ManualClock::new());
+        assert!(limiter.check_n(&7, limit - 1).unwrap().is_allowed());
+        let barrier = Barrier::new(THREADS);
+        let winners = AtomicU64::new(0);
+        thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(|| {
+                    barrier.wait();
+                    winners.fetch_add(u64::from(limiter.allow_request(&7)), Ordering::Relaxed);
+                });
+            }
+        });
+        assert_eq!(winners.into_inner(), 1, "round {round}");
+    }
+}
+
+/// A full window expires while threads race: they hammer a client whose
+/// quota was spent at time 0 while another thread moves the clock onto the
+/// boundary at which all of it comes back. Exactly one quota's worth is
+/// admitted: none before the boundary, all of it after.
+fn boundary_crossed_mid_race<S: Subject>(subject: &S, boundary: u64) {
+    let capacity = subject.model().capacity();
+    for round in 0..50 {
+        let clock = ManualClock::new();
+        let limiter = subject.limiter(clock.clone());
+        assert!(limiter.check_n(&7, capacity).unwrap().is_allowed());
+        clock.set(Duration::from_nanos(boundary - 1));
+        let barrier = Barrier::new(THREADS + 1);
+        let admitted = AtomicU64::new(0);
+        thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(|| {
+                    barrier.wait();
+                    let mut mine = 0;
+                    // Until the boundary is seen, then as many tries again.
+                    while tollgate::Clock::now_nanos(&clock) < boundary {
+                        mine += u64::from(limiter.allow_request(&7));
+                        std::hint::spin_loop();
+                    }
+                    for _ in 0..capacity {
+                        mine += u64::from(limiter.allow_request(&7));
+                    }
+                    admitted.fetch_add(mine, Ordering::Relaxed);
+                });
+            }
+            s.spawn(|| {
+                barrier.wait();
+                thread::yield_now();
+                clock.set(Duration::from_nanos(boundary));
+            });
+        });
+        assert_eq!(
+            admitted.into_inner(),
+            capacity,
+            "round {round}, {subject:?}"
+        );
+    }
+}
+
+#[test]
+fn window_boundary_crossed_while_racing() {
+    let (_, _, fixed, log) = subjects();
+    boundary_crossed_mid_race(&log, log.0.window);
+    boundary_crossed_mid_race(&fixed, fixed.0.window);
 }

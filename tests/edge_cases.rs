@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{BucketConfig, Fixed, Model, Sliding, Subject, WindowConfig};
+use common::{BucketConfig, Fixed, Log, Model, Sliding, Subject, WindowConfig};
 use proptest::prelude::*;
 use tollgate::{ConfigError, FixedWindow, ManualClock, SlidingWindowCounter, TokenBucket};
 
@@ -205,6 +205,7 @@ fn ten_year_gaps() {
     });
     ten_idle_years_forget_everything(&Sliding(window));
     ten_idle_years_forget_everything(&Fixed(window));
+    ten_idle_years_forget_everything(&Log(window));
 }
 
 #[test]
@@ -279,5 +280,6 @@ proptest! {
         backward_clock_never_over_admits(&BucketConfig { tokens: 1, per: 1_000_000, capacity: 3 }, &steps);
         backward_clock_never_over_admits(&Sliding(window), &steps);
         backward_clock_never_over_admits(&Fixed(window), &steps);
+        backward_clock_never_over_admits(&Log(window), &steps);
     }
 }

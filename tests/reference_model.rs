@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{agree_with_model, BucketConfig, Fixed, Gap, Sliding, Step, WindowConfig};
+use common::{agree_with_model, BucketConfig, Fixed, Gap, Log, Sliding, Step, WindowConfig};
 use proptest::prelude::*;
 
 const US: u64 = 1_000;
@@ -87,6 +87,11 @@ proptest! {
     #[test]
     fn fixed_window_matches_exact_model(config in window(), steps in steps(3, 6)) {
         agree_with_model(&Fixed(config), &steps);
+    }
+
+    #[test]
+    fn sliding_window_log_matches_exact_model(config in window(), steps in steps(3, 6)) {
+        agree_with_model(&Log(config), &steps);
     }
 }
 

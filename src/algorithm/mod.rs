@@ -10,11 +10,13 @@
 //! [`NOW_MAX`] so that no transition can overflow.
 
 mod fixed_window;
+mod sliding_log;
 mod sliding_window;
 mod token_bucket;
 mod window;
 
 pub use fixed_window::FixedWindow;
+pub use sliding_log::SlidingWindowLog;
 pub use sliding_window::SlidingWindowCounter;
 pub use token_bucket::TokenBucket;
 

@@ -11,7 +11,8 @@
 use std::time::Duration;
 
 use tollgate::{
-    Algorithm, Decision, FixedWindow, Limiter, ManualClock, SlidingWindowCounter, TokenBucket,
+    Algorithm, Decision, FixedWindow, Limiter, ManualClock, SlidingWindowCounter, SlidingWindowLog,
+    TokenBucket,
 };
 
 /// One client's state in an exact model.
@@ -193,6 +194,46 @@ impl Model for FixedModel {
     }
 }
 
+/// The sliding window log as its definition: every admission time kept,
+/// admit iff fewer than `limit - n + 1` of them lie in `(now − W, now]`.
+#[derive(Clone, Debug)]
+pub struct LogModel {
+    limit: u64,
+    window: u64,
+    admitted: std::collections::VecDeque<u64>,
+}
+
+impl LogModel {
+    pub fn new(limit: u64, window: u64) -> Self {
+        Self {
+            limit,
+            window,
+            admitted: Default::default(),
+        }
+    }
+}
+
+impl Model for LogModel {
+    fn admit(&mut self, now: u64, cost: u64) -> bool {
+        let in_window = self
+            .admitted
+            .iter()
+            .filter(|&&t| t + self.window > now)
+            .count() as u64;
+        if in_window + cost <= self.limit {
+            self.admitted
+                .extend(std::iter::repeat_n(now, cost as usize));
+            true
+        } else {
+            false
+        }
+    }
+
+    fn capacity(&self) -> u64 {
+        self.limit
+    }
+}
+
 /// A limiter under test with its model, built from one configuration.
 pub trait Subject: std::fmt::Debug {
     type Algo: Algorithm;
@@ -295,6 +336,31 @@ pub enum Gap {
     /// To the instant the step's request would first pass, per the model,
     /// offset by -1, 0 or +1 ns: the boundary where off-by-one errors live.
     Boundary(i8),
+}
+
+/// The sliding window log under a [`WindowConfig`].
+#[derive(Clone, Copy, Debug)]
+pub struct Log(pub WindowConfig);
+
+impl Subject for Log {
+    type Algo = SlidingWindowLog;
+    type Model = LogModel;
+    fn limiter(&self, clock: ManualClock) -> Limiter<SlidingWindowLog, u64, ManualClock> {
+        SlidingWindowLog::builder()
+            .limit(self.0.limit)
+            .window(Duration::from_nanos(self.0.window))
+            .key_type::<u64>()
+            .clock(clock)
+            .build()
+            .unwrap()
+    }
+    fn model(&self) -> LogModel {
+        LogModel::new(self.0.limit, self.0.window)
+    }
+    fn admission_bound(&self, elapsed: u64) -> u64 {
+        // At most `limit` in any window of length W.
+        self.0.limit * (elapsed / self.0.window + 1)
+    }
 }
 
 /// One step of a scenario: let time pass, then one client asks.

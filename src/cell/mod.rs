@@ -22,6 +22,8 @@ use crate::algorithm::{WordAlgorithm, FRESH};
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Backoff, Ordering};
 
+mod log;
+
 /// One client's state word. Public only as the sealed
 /// [`Algorithm::Cell`] of the word algorithms; nothing outside the crate can
 /// reach it.
@@ -142,7 +144,8 @@ impl StateCell {
 
 /// A rate-limiting algorithm that a [`Limiter`](crate::Limiter) can run:
 /// [`TokenBucket`](crate::TokenBucket),
-/// [`SlidingWindowCounter`](crate::SlidingWindowCounter) or
+/// [`SlidingWindowCounter`](crate::SlidingWindowCounter),
+/// [`SlidingWindowLog`](crate::SlidingWindowLog) or
 /// [`FixedWindow`](crate::FixedWindow).
 ///
 /// The trait is sealed: its methods are the crate's internal interface
@@ -195,7 +198,7 @@ pub trait Algorithm: sealed::Sealed + Send + Sync + 'static {
     fn quota(&self, cell: &Self::Cell, now: u64) -> Decision;
 }
 
-mod sealed {
+pub(crate) mod sealed {
     /// Keeps [`Algorithm`](super::Algorithm) closed to the crate's own types.
     pub trait Sealed {}
     impl<A: crate::algorithm::WordAlgorithm> Sealed for A {}
