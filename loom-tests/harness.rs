@@ -1,0 +1,278 @@
+//! What every model shares: the checker with the suite's preemption bound,
+//! the race of client threads over one cell, and the measurements.
+//!
+//! The counters here are `std` atomics on purpose. They live outside the
+//! model, in the test crate only, to count the interleavings loom runs and
+//! the range of outcomes they reach; loom never sees them, and the shim rule
+//! (`tests/sync_shim.rs`) covers `src/`, not the tests.
+
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc as StdArc;
+use std::time::{Duration, Instant};
+
+use loom::sync::Arc;
+use loom::thread;
+use tollgate::__loom::{Algorithm, StateCell};
+use tollgate::{Clock, ManualClock};
+
+/// The suite's preemption bound. See "Bounds" in `main.rs` for why 3 is
+/// enough; `LOOM_MAX_PREEMPTIONS` overrides it, and
+/// `TOLLGATE_LOOM_UNBOUNDED=1` removes it (exhaustive search).
+pub(crate) const PREEMPTION_BOUND: usize = 3;
+
+/// How a model makes a client's cell from its fresh word: the real
+/// compare-and-swap cell, or the deliberately broken one.
+pub(crate) type MakeCell = fn(u64) -> StateCell;
+
+/// The real cell: its update is a compare-and-swap loop.
+pub(crate) const REAL: MakeCell = StateCell::new;
+
+/// The broken cell: its update is a load followed by a store.
+pub(crate) const RACY: MakeCell = StateCell::new_racy;
+
+/// What one run of [`check`] explored and reached.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Explored {
+    /// Interleavings loom ran to completion.
+    pub(crate) interleavings: usize,
+    /// The fewest requests admitted in any of them.
+    pub(crate) min_admitted: u64,
+    /// The most requests admitted in any of them.
+    pub(crate) max_admitted: u64,
+}
+
+/// Records the admissions of one interleaving; handed to the model body.
+#[derive(Debug, Clone)]
+pub(crate) struct Tally {
+    min: StdArc<AtomicU64>,
+    max: StdArc<AtomicU64>,
+}
+
+impl Tally {
+    /// Notes that this interleaving admitted `n` requests.
+    pub(crate) fn record(&self, n: u64) {
+        self.min.fetch_min(n, Relaxed);
+        self.max.fetch_max(n, Relaxed);
+    }
+}
+
+/// Model-checks `body` under the suite's bound and reports what it took on
+/// stderr (`-- --nocapture` shows it). `body` is run once per interleaving
+/// and must [`Tally::record`] the admissions it saw.
+pub(crate) fn check<F>(name: &str, body: F) -> Explored
+where
+    F: Fn(&Tally) + Send + Sync + 'static,
+{
+    let mut builder = loom::model::Builder::new();
+    if std::env::var_os("TOLLGATE_LOOM_UNBOUNDED").is_some() {
+        builder.preemption_bound = None;
+    } else if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(PREEMPTION_BOUND);
+    }
+    // Never stop early: a model passes only if every interleaving within the
+    // bound passed.
+    builder.max_duration = None;
+    builder.max_permutations = None;
+    let bound = builder.preemption_bound;
+
+    let runs = StdArc::new(AtomicUsize::new(0));
+    let tally = Tally {
+        min: StdArc::new(AtomicU64::new(u64::MAX)),
+        max: StdArc::new(AtomicU64::new(0)),
+    };
+    let start = Instant::now();
+    let checked = {
+        let runs = StdArc::clone(&runs);
+        let tally = tally.clone();
+        panic::catch_unwind(AssertUnwindSafe(|| {
+            builder.check(move || {
+                runs.fetch_add(1, Relaxed);
+                body(&tally);
+            });
+        }))
+    };
+    if let Err(failure) = checked {
+        // Loom stops at the first interleaving that fails; say which one,
+        // then fail as the model did.
+        eprintln!(
+            "loom model {name}: FAILED in interleaving {} after {:.2?}",
+            runs.load(Relaxed),
+            start.elapsed()
+        );
+        panic::resume_unwind(failure);
+    }
+    let explored = Explored {
+        interleavings: runs.load(Relaxed),
+        min_admitted: tally.min.load(Relaxed),
+        max_admitted: tally.max.load(Relaxed),
+    };
+    report(name, bound, explored, start.elapsed());
+    explored
+}
+
+fn report(name: &str, bound: Option<usize>, e: Explored, took: Duration) {
+    let bound = bound.map_or_else(|| "none".to_owned(), |b| b.to_string());
+    eprintln!(
+        "loom model {name}: preemption bound {bound}, {} interleavings, {:.2?}, admitted {}..={}",
+        e.interleavings, took, e.min_admitted, e.max_admitted
+    );
+}
+
+/// One race: `threads` clients check the same key `per_thread` times each,
+/// reading the clock before every check, while (optionally) one more thread
+/// moves the clock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Race<A> {
+    pub(crate) algorithm: A,
+    /// Client threads, the model's main thread included.
+    pub(crate) threads: usize,
+    /// Unit-cost checks per client thread.
+    pub(crate) per_thread: u64,
+    /// The clock's reading before any check, ns.
+    pub(crate) start: u64,
+    /// If set, a clock thread advances the clock by this many ns once,
+    /// racing the checks.
+    pub(crate) advance: Option<u64>,
+}
+
+/// The state a race left behind, for the model's assertions.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    /// Requests admitted, over all threads.
+    pub(crate) admitted: u64,
+    /// The clock's reading once every thread has finished, ns.
+    pub(crate) end: u64,
+    /// The client's cell.
+    pub(crate) cell: Arc<StateCell>,
+}
+
+impl<A> Race<A>
+where
+    A: Algorithm<Cell = StateCell> + Copy,
+{
+    /// Total requests made.
+    pub(crate) fn requests(&self) -> u64 {
+        self.threads as u64 * self.per_thread
+    }
+
+    /// Runs the race once (one interleaving) over a cell made by `make`.
+    pub(crate) fn run(&self, make: MakeCell) -> Outcome {
+        let fresh = self.algorithm.new_cell().load();
+        let cell = Arc::new(make(fresh));
+        let clock = ManualClock::new();
+        clock.set(Duration::from_nanos(self.start));
+
+        let ticker = self.advance.map(|by| {
+            let clock = clock.clone();
+            thread::spawn(move || clock.advance(Duration::from_nanos(by)))
+        });
+        let clients: Vec<_> = (1..self.threads)
+            .map(|_| {
+                let (cell, clock, race) = (Arc::clone(&cell), clock.clone(), *self);
+                thread::spawn(move || race.client(&cell, &clock))
+            })
+            .collect();
+        let mut admitted = self.client(&cell, &clock);
+        for client in clients {
+            admitted += client.join().unwrap();
+        }
+        if let Some(ticker) = ticker {
+            ticker.join().unwrap();
+        }
+        Outcome {
+            admitted,
+            end: clock.now_nanos(),
+            cell,
+        }
+    }
+
+    /// One client thread's checks; returns how many were admitted.
+    fn client(&self, cell: &StateCell, clock: &ManualClock) -> u64 {
+        (0..self.per_thread)
+            .map(|_| u64::from(self.algorithm.admit(cell, clock.now_nanos(), 1)))
+            .sum()
+    }
+}
+
+impl<A> Race<A>
+where
+    A: Algorithm<Cell = StateCell> + Copy,
+{
+    /// A model whose total is exact in every interleaving: the race offers
+    /// more requests than `capacity()`, exactly `capacity()` are admitted,
+    /// and the cell's word agrees (nothing left, so no admission was lost
+    /// from it).
+    pub(crate) fn exact(self, name: &str, make: MakeCell) -> Explored {
+        let capacity = self.algorithm.capacity();
+        assert!(
+            self.requests() > capacity,
+            "{name}: offer more than capacity"
+        );
+        let label = name.to_owned();
+        check(name, move |tally| {
+            let name = &label;
+            let out = self.run(make);
+            tally.record(out.admitted);
+            assert!(
+                out.admitted <= capacity,
+                "{name}: over-admitted: {} admitted with capacity {capacity}",
+                out.admitted
+            );
+            assert!(
+                out.admitted >= capacity,
+                "{name}: under-admitted: {} admitted with capacity {capacity}",
+                out.admitted
+            );
+            let left = self.algorithm.peek(&out.cell, out.end, 1).remaining();
+            assert_eq!(
+                left, 0,
+                "{name}: over-admitted via a lost update: the word still offers {left} after {} admitted",
+                out.admitted
+            );
+        })
+    }
+
+    /// A model with a moving clock, where the total is bounded: at least
+    /// `capacity()` is admitted, and what was admitted plus what the word
+    /// still offers at the end is at most `bound` (capacity plus what the
+    /// clock's move refilled). `bound` comes from the algorithm's
+    /// specification, worked out by each model.
+    pub(crate) fn bounded(self, name: &str, make: MakeCell, bound: u64) -> Explored {
+        let capacity = self.algorithm.capacity();
+        assert!(self.requests() > bound, "{name}: offer more than the bound");
+        let label = name.to_owned();
+        check(name, move |tally| {
+            let name = &label;
+            let out = self.run(make);
+            tally.record(out.admitted);
+            assert!(
+                out.admitted <= bound,
+                "{name}: over-admitted: {} admitted, bound {bound}",
+                out.admitted
+            );
+            assert!(
+                out.admitted >= capacity,
+                "{name}: under-admitted: {} admitted with capacity {capacity}",
+                out.admitted
+            );
+            let left = self.algorithm.peek(&out.cell, out.end, 1).remaining();
+            assert!(
+                out.admitted + left <= bound,
+                "{name}: over-admitted via a lost update: {} admitted and {left} still on offer, bound {bound}",
+                out.admitted
+            );
+        })
+    }
+}
+
+/// Asserts that a real model's interleavings reached both ends of its
+/// range, so the boundary paths (the last token, the refill, the rollover)
+/// were really exercised and the bound is tight.
+pub(crate) fn assert_reached(explored: Explored, min: u64, max: u64) {
+    assert_eq!(
+        (explored.min_admitted, explored.max_admitted),
+        (min, max),
+        "the model did not reach its boundary cases"
+    );
+}
