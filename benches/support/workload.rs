@@ -1,0 +1,686 @@
+//! What the contention benchmarks measure, shared by `benches/contention.rs`
+//! (criterion) and `examples/compare.rs` (the quick comparison runner) so the
+//! two can never disagree: the implementations, the algorithms, the quotas,
+//! the scenarios and the timed multi-threaded loop.
+//!
+//! Adding an algorithm (the sliding window log, say) takes a variant in
+//! [`Algo`], an entry in [`ALGOS`], a line each in [`Algo::name`],
+//! [`Algo::spec`] and [`Algo::has_seed_port`], and an arm in [`make`] (plus
+//! one `unreachable!` arm for its seed and global ports if `baselines.rs`
+//! has none). Mind `--memory`: it checks a million clients with the
+//! `insert` quota, so an algorithm whose state grows with the limit needs a
+//! smaller one there.
+
+use std::hash::Hash;
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tollgate::{FixedWindow, RateLimiter, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
+
+use crate::baselines::{
+    BucketConfig, BucketState, FixedState, GlobalMutex, SeedMutex, SlidingState, WindowConfig,
+};
+
+/// Clients in the uniform scenario.
+pub const UNIFORM_CLIENTS: usize = 100_000;
+
+/// A client id type the benchmarks run with.
+pub trait Key: Hash + Eq + Clone + Send + Sync + 'static {
+    /// The name printed in results.
+    const NAME: &'static str;
+    /// The `i`th distinct client id.
+    fn nth(i: u64) -> Self;
+}
+
+impl Key for u64 {
+    const NAME: &'static str = "u64";
+    fn nth(i: u64) -> Self {
+        i
+    }
+}
+
+impl Key for String {
+    const NAME: &'static str = "String";
+    fn nth(i: u64) -> Self {
+        // 16 bytes: the length of a short API key or an IPv6-ish address.
+        format!("client-{i:09}")
+    }
+}
+
+/// The rate-limiting algorithms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algo {
+    TokenBucket,
+    SlidingWindowCounter,
+    SlidingWindowLog,
+    FixedWindow,
+}
+
+/// Every algorithm tollgate has, in the order results are printed.
+pub const ALGOS: &[Algo] = &[
+    Algo::TokenBucket,
+    Algo::SlidingWindowCounter,
+    Algo::SlidingWindowLog,
+    Algo::FixedWindow,
+];
+
+impl Algo {
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::TokenBucket => "token-bucket",
+            Algo::SlidingWindowCounter => "sliding-window-counter",
+            Algo::SlidingWindowLog => "sliding-window-log",
+            Algo::FixedWindow => "fixed-window",
+        }
+    }
+
+    /// Whether `baselines.rs` ports it to the seed's design (and so whether
+    /// `seed-mutex` runs it).
+    pub fn has_seed_port(self) -> bool {
+        match self {
+            Algo::TokenBucket | Algo::SlidingWindowCounter | Algo::FixedWindow => true,
+            Algo::SlidingWindowLog => false,
+        }
+    }
+
+    /// The quota this algorithm runs with in `scenario`.
+    pub fn spec(self, scenario: Scenario) -> Spec {
+        match self {
+            Algo::TokenBucket => scenario.bucket(),
+            Algo::SlidingWindowCounter => scenario.sliding(),
+            Algo::SlidingWindowLog => scenario.log(),
+            Algo::FixedWindow => scenario.fixed(),
+        }
+    }
+}
+
+/// The implementations compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Impl {
+    Tollgate(Algo),
+    /// The seed's design: structure-only map lock, a `Mutex` per client.
+    SeedMutex(Algo),
+    /// One `Mutex<HashMap>`.
+    GlobalMutex(Algo),
+    /// governor's keyed limiter (GCRA, a token bucket) with its default
+    /// DashMap store, hasher and clock.
+    Governor,
+}
+
+impl Impl {
+    pub fn name(self) -> &'static str {
+        match self {
+            Impl::Tollgate(_) => "tollgate",
+            Impl::SeedMutex(_) => "seed-mutex",
+            Impl::GlobalMutex(_) => "global-mutex",
+            Impl::Governor => "governor",
+        }
+    }
+
+    pub fn algo(self) -> Algo {
+        match self {
+            Impl::Tollgate(a) | Impl::SeedMutex(a) | Impl::GlobalMutex(a) => a,
+            Impl::Governor => Algo::TokenBucket,
+        }
+    }
+
+    /// `implementation/algorithm`, as criterion ids and `--memory` show it.
+    pub fn label(self) -> String {
+        format!("{}/{}", self.name(), self.algo().name())
+    }
+}
+
+/// Everything measured: tollgate and the seed's design for every algorithm,
+/// then the global mutex (its cost is the lock, not the algorithm, so one
+/// algorithm is enough) and governor.
+pub fn impls() -> Vec<Impl> {
+    let mut all: Vec<Impl> = ALGOS.iter().map(|&a| Impl::Tollgate(a)).collect();
+    all.extend(
+        ALGOS
+            .iter()
+            .filter(|a| a.has_seed_port())
+            .map(|&a| Impl::SeedMutex(a)),
+    );
+    all.push(Impl::GlobalMutex(Algo::TokenBucket));
+    all.push(Impl::Governor);
+    all
+}
+
+/// A quota, in the form each algorithm's builder takes.
+#[derive(Debug, Clone, Copy)]
+pub enum Spec {
+    /// `tokens` every `per`, bursts of `capacity`.
+    Rate {
+        tokens: u64,
+        per: Duration,
+        capacity: u64,
+    },
+    /// `limit` requests per `window`.
+    Window { limit: u64, window: Duration },
+}
+
+/// The workloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    /// Every thread checks one client whose quota is never exhausted: the
+    /// admit path, a compare-and-swap on one shared word.
+    HotAllowed,
+    /// Every thread checks one client whose quota (1 per hour) is spent: a
+    /// deny flood. tollgate's deny path only reads.
+    HotDenied,
+    /// 100k known clients picked uniformly at random: cache misses on the
+    /// map and the state, no contention.
+    Uniform,
+    /// Every check is a client never seen before: the insert path.
+    Insert,
+}
+
+pub const SCENARIOS: &[Scenario] = &[
+    Scenario::HotAllowed,
+    Scenario::HotDenied,
+    Scenario::Uniform,
+    Scenario::Insert,
+];
+
+const HOUR: Duration = Duration::from_secs(3600);
+const SECOND: Duration = Duration::from_secs(1);
+
+impl Scenario {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::HotAllowed => "hot_allowed",
+            Scenario::HotDenied => "hot_denied",
+            Scenario::Uniform => "uniform_100k",
+            Scenario::Insert => "insert",
+        }
+    }
+
+    fn bucket(self) -> Spec {
+        match self {
+            // One token per nanosecond and a second's burst: never empty.
+            Scenario::HotAllowed => Spec::Rate {
+                tokens: 1_000_000_000,
+                per: SECOND,
+                capacity: 1_000_000_000,
+            },
+            Scenario::HotDenied => Spec::Rate {
+                tokens: 1,
+                per: HOUR,
+                capacity: 1,
+            },
+            Scenario::Uniform | Scenario::Insert => Spec::Rate {
+                tokens: 1000,
+                per: SECOND,
+                capacity: 1000,
+            },
+        }
+    }
+
+    fn sliding(self) -> Spec {
+        match self {
+            // The state word packs the window index beside two counts, so
+            // the largest limit shrinks with the window: a 1 s window holds at
+            // most 32 767. Only a tiny window admits ~10^8 checks a second;
+            // 3 per 16 ns keeps the hot key on the admit path.
+            Scenario::HotAllowed => Spec::Window {
+                limit: 3,
+                window: Duration::from_nanos(16),
+            },
+            Scenario::HotDenied => Spec::Window {
+                limit: 1,
+                window: HOUR,
+            },
+            Scenario::Uniform | Scenario::Insert => Spec::Window {
+                limit: 1000,
+                window: SECOND,
+            },
+        }
+    }
+
+    fn log(self) -> Spec {
+        match self {
+            // One 8-byte slot per request in the window: 100 per second over
+            // the uniform scenario's 100k clients is 80 MB of slots, and
+            // first-seen clients (and `--memory`'s million) get 10.
+            Scenario::Uniform => Spec::Window {
+                limit: 100,
+                window: SECOND,
+            },
+            Scenario::Insert => Spec::Window {
+                limit: 10,
+                window: SECOND,
+            },
+            other => other.sliding(),
+        }
+    }
+
+    fn fixed(self) -> Spec {
+        match self {
+            Scenario::HotAllowed => Spec::Window {
+                limit: 1_000_000,
+                window: Duration::from_millis(1),
+            },
+            other => other.sliding(),
+        }
+    }
+}
+
+/// The input of one timed run. It owns (shares) its keys so that a
+/// [`Pool`]'s long-lived threads can run it.
+pub enum Load<K> {
+    /// `ops` checks per thread of one key.
+    Hot { key: K, ops: u64 },
+    /// `ops` checks per thread of keys drawn uniformly from `keys`.
+    Uniform { keys: Arc<Vec<K>>, ops: u64 },
+    /// Each thread checks each of its own keys once, in order.
+    Insert { keys: Arc<Vec<Vec<K>>> },
+}
+
+/// The result of one timed run.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    /// From the first thread's start to the last thread's end.
+    pub wall: Duration,
+    /// Checks made, all threads together.
+    pub ops: u64,
+    /// Checks admitted.
+    pub allowed: u64,
+    pub threads: usize,
+}
+
+impl Sample {
+    /// The time one check costs as each thread sees it: wall time divided by
+    /// the checks per thread. For one thread this is `1 / ops_per_sec`;
+    /// for n threads that scale perfectly it stays flat.
+    pub fn ns_per_op(&self) -> f64 {
+        self.wall.as_nanos() as f64 * self.threads as f64 / self.ops.max(1) as f64
+    }
+
+    /// Checks per second, all threads together.
+    pub fn ops_per_sec(&self) -> f64 {
+        self.ops as f64 / self.wall.as_secs_f64().max(1e-12)
+    }
+
+    pub fn allowed_ratio(&self) -> f64 {
+        self.allowed as f64 / self.ops.max(1) as f64
+    }
+}
+
+/// A limiter under test, behind one object-safe trait so a list of them can
+/// be held; each call to [`Subject::drive`] is a loop monomorphised for the
+/// concrete limiter, so no check pays for dynamic dispatch.
+pub trait Subject<K>: Send + Sync {
+    /// Thread `t`'s share of `load`: (checks made, checks admitted).
+    fn drive(&self, load: &Load<K>, t: usize) -> (u64, u64);
+    /// One check, dynamically dispatched (for setup, not for timing).
+    fn allow(&self, key: &K) -> bool;
+}
+
+struct Wrap<L>(L);
+
+impl<K: Key, L: RateLimiter<K>> Subject<K> for Wrap<L> {
+    fn drive(&self, load: &Load<K>, t: usize) -> (u64, u64) {
+        drive(&self.0, load, t)
+    }
+
+    fn allow(&self, key: &K) -> bool {
+        self.0.allow_request(key)
+    }
+}
+
+/// Every key passes through `black_box`, so the compiler cannot hoist the
+/// hashing of a loop-invariant key out of the loop, as no server could.
+#[inline(never)]
+fn drive<K, L: RateLimiter<K>>(limiter: &L, load: &Load<K>, t: usize) -> (u64, u64) {
+    let mut allowed = 0;
+    match load {
+        Load::Hot { key, ops } => {
+            for _ in 0..*ops {
+                allowed += u64::from(limiter.allow_request(black_box(key)));
+            }
+            (*ops, allowed)
+        }
+        Load::Uniform { keys, ops } => {
+            let n = keys.len() as u128;
+            let mut x = 0x9E37_79B9_7F4A_7C15_u64 ^ (t as u64 + 1).wrapping_mul(0xA076_1D64);
+            for _ in 0..*ops {
+                // xorshift64, mapped onto 0..n without division.
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let key = &keys[((u128::from(x) * n) >> 64) as usize];
+                allowed += u64::from(limiter.allow_request(black_box(key)));
+            }
+            (*ops, allowed)
+        }
+        Load::Insert { keys } => {
+            let keys = &keys[t];
+            for key in keys {
+                allowed += u64::from(limiter.allow_request(black_box(key)));
+            }
+            (keys.len() as u64, allowed)
+        }
+    }
+}
+
+type Job = Arc<dyn Fn(usize) -> (u64, u64) + Send + Sync>;
+
+/// One thread's part of a run: (start, end, checks, admitted).
+type Span = (Instant, Instant, u64, u64);
+
+/// How long an idle worker keeps polling for the next run before it sleeps.
+const SPIN: Duration = Duration::from_millis(50);
+/// The generation that tells workers to exit.
+const EXIT: u64 = u64::MAX;
+
+struct Shared {
+    /// Bumped to start a run.
+    generation: AtomicU64,
+    job: Mutex<Option<Job>>,
+    spans: Mutex<Vec<Span>>,
+    /// Sleeping workers wait here for the next generation.
+    idle: Mutex<()>,
+    wake: Condvar,
+    /// The driver waits here for every worker to finish.
+    finished: Mutex<usize>,
+    all_done: Condvar,
+}
+
+/// `threads` long-lived worker threads that run each job together.
+///
+/// Between runs an idle worker polls (yielding its core to anything else
+/// runnable) for up to 50 ms before it sleeps, so that back-to-back runs find
+/// the workers already spread over the cores. Threads woken from sleep on a
+/// busy machine tend to start on the waker's core and are spread out only
+/// milliseconds later, which made short multi-threaded runs measure one core.
+pub struct Pool {
+    threads: usize,
+    shared: Arc<Shared>,
+    workers: Vec<thread::JoinHandle<()>>,
+}
+
+impl Pool {
+    pub fn new(threads: usize) -> Self {
+        let shared = Arc::new(Shared {
+            generation: AtomicU64::new(0),
+            job: Mutex::new(None),
+            spans: Mutex::new(Vec::with_capacity(threads)),
+            idle: Mutex::new(()),
+            wake: Condvar::new(),
+            finished: Mutex::new(0),
+            all_done: Condvar::new(),
+        });
+        let workers = (0..threads)
+            .map(|t| {
+                let shared = Arc::clone(&shared);
+                thread::spawn(move || worker(&shared, t))
+            })
+            .collect();
+        Self {
+            threads,
+            shared,
+            workers,
+        }
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    fn start(&self, job: Option<Job>) {
+        let exit = job.is_none();
+        *self.shared.job.lock().unwrap() = job;
+        *self.shared.finished.lock().unwrap() = 0;
+        let _idle = self.shared.idle.lock().unwrap();
+        if exit {
+            self.shared.generation.store(EXIT, Ordering::Release);
+        } else {
+            self.shared.generation.fetch_add(1, Ordering::Release);
+        }
+        self.shared.wake.notify_all();
+    }
+
+    /// Runs `load` on every thread of the pool at once.
+    pub fn run<K: Key>(&self, subject: &Arc<dyn Subject<K>>, load: Load<K>) -> Sample {
+        let subject = Arc::clone(subject);
+        self.start(Some(Arc::new(move |t| subject.drive(&load, t))));
+        let mut finished = self.shared.finished.lock().unwrap();
+        while *finished < self.threads {
+            finished = self.shared.all_done.wait(finished).unwrap();
+        }
+        drop(finished);
+        // The workers dropped their clones before finishing: the limiter is
+        // released here or by the caller, outside the timed part.
+        *self.shared.job.lock().unwrap() = None;
+        let spans = std::mem::take(&mut *self.shared.spans.lock().unwrap());
+        let start = spans.iter().map(|s| s.0).min().unwrap();
+        let end = spans.iter().map(|s| s.1).max().unwrap();
+        Sample {
+            wall: end - start,
+            ops: spans.iter().map(|s| s.2).sum(),
+            allowed: spans.iter().map(|s| s.3).sum(),
+            threads: self.threads,
+        }
+    }
+}
+
+fn worker(shared: &Shared, t: usize) {
+    let mut seen = 0;
+    loop {
+        let idle_since = Instant::now();
+        loop {
+            let generation = shared.generation.load(Ordering::Acquire);
+            if generation != seen {
+                seen = generation;
+                break;
+            }
+            if idle_since.elapsed() < SPIN {
+                thread::yield_now();
+            } else {
+                let idle = shared.idle.lock().unwrap();
+                if shared.generation.load(Ordering::Acquire) == seen {
+                    let _ = shared.wake.wait_timeout(idle, SPIN).unwrap();
+                }
+            }
+        }
+        if seen == EXIT {
+            return;
+        }
+        let job = shared.job.lock().unwrap().clone().expect("a job");
+        let start = Instant::now();
+        let (ops, allowed) = job(t);
+        let end = Instant::now();
+        drop(job);
+        shared
+            .spans
+            .lock()
+            .unwrap()
+            .push((start, end, ops, allowed));
+        let mut finished = shared.finished.lock().unwrap();
+        *finished += 1;
+        shared.all_done.notify_one();
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.start(None);
+        for worker in self.workers.drain(..) {
+            let _ = worker.join();
+        }
+    }
+}
+
+fn wrap<K: Key, L: RateLimiter<K> + 'static>(limiter: L) -> Arc<dyn Subject<K>> {
+    Arc::new(Wrap(limiter))
+}
+
+fn rate(spec: Spec) -> (u64, Duration, u64) {
+    match spec {
+        Spec::Rate {
+            tokens,
+            per,
+            capacity,
+        } => (tokens, per, capacity),
+        Spec::Window { .. } => panic!("{spec:?} is not a rate"),
+    }
+}
+
+fn window(spec: Spec) -> (u64, Duration) {
+    match spec {
+        Spec::Window { limit, window } => (limit, window),
+        Spec::Rate { .. } => panic!("{spec:?} is not a window"),
+    }
+}
+
+/// A fresh, empty limiter: `imp` with the quota `scenario` uses.
+pub fn make<K: Key>(imp: Impl, scenario: Scenario) -> Arc<dyn Subject<K>> {
+    let spec = imp.algo().spec(scenario);
+    match imp {
+        Impl::Tollgate(Algo::TokenBucket) => {
+            let (tokens, per, capacity) = rate(spec);
+            let builder = TokenBucket::builder().rate(tokens, per).capacity(capacity);
+            wrap(builder.key_type::<K>().build().unwrap())
+        }
+        Impl::Tollgate(Algo::SlidingWindowCounter) => {
+            let (limit, w) = window(spec);
+            let builder = SlidingWindowCounter::builder().limit(limit).window(w);
+            wrap(builder.key_type::<K>().build().unwrap())
+        }
+        Impl::Tollgate(Algo::SlidingWindowLog) => {
+            let (limit, w) = window(spec);
+            let builder = SlidingWindowLog::builder().limit(limit).window(w);
+            wrap(builder.key_type::<K>().build().unwrap())
+        }
+        Impl::Tollgate(Algo::FixedWindow) => {
+            let (limit, w) = window(spec);
+            let builder = FixedWindow::builder().limit(limit).window(w);
+            wrap(builder.key_type::<K>().build().unwrap())
+        }
+        Impl::SeedMutex(Algo::TokenBucket) => {
+            let (tokens, per, capacity) = rate(spec);
+            let config = BucketConfig::new(tokens, per, capacity);
+            wrap(SeedMutex::<BucketState, K>::new(config))
+        }
+        Impl::SeedMutex(Algo::SlidingWindowCounter) => {
+            let (limit, w) = window(spec);
+            wrap(SeedMutex::<SlidingState, K>::new(WindowConfig::new(
+                limit, w,
+            )))
+        }
+        Impl::SeedMutex(Algo::FixedWindow) => {
+            let (limit, w) = window(spec);
+            wrap(SeedMutex::<FixedState, K>::new(WindowConfig::new(limit, w)))
+        }
+        Impl::GlobalMutex(Algo::TokenBucket) => {
+            let (tokens, per, capacity) = rate(spec);
+            let config = BucketConfig::new(tokens, per, capacity);
+            wrap(GlobalMutex::<BucketState, K>::new(config))
+        }
+        Impl::GlobalMutex(Algo::SlidingWindowCounter) => {
+            let (limit, w) = window(spec);
+            wrap(GlobalMutex::<SlidingState, K>::new(WindowConfig::new(
+                limit, w,
+            )))
+        }
+        Impl::GlobalMutex(Algo::FixedWindow) => {
+            let (limit, w) = window(spec);
+            wrap(GlobalMutex::<FixedState, K>::new(WindowConfig::new(
+                limit, w,
+            )))
+        }
+        Impl::SeedMutex(Algo::SlidingWindowLog) | Impl::GlobalMutex(Algo::SlidingWindowLog) => {
+            unreachable!("no mutex port of the log: has_seed_port is false")
+        }
+        Impl::Governor => wrap(Governor::<K>::new(rate(spec))),
+    }
+}
+
+/// governor's keyed limiter as it ships: `RateLimiter::keyed`, a DashMap
+/// with std's hasher, and its quanta clock.
+struct Governor<K: Key>(governor::DefaultKeyedRateLimiter<K>);
+
+impl<K: Key> Governor<K> {
+    /// The quota equivalent to a token bucket of `tokens` per `per` holding
+    /// `capacity`: one cell every `per / tokens`, bursts of `capacity`.
+    fn new((tokens, per, capacity): (u64, Duration, u64)) -> Self {
+        let period = per / u32::try_from(tokens).unwrap();
+        let burst = NonZeroU32::new(u32::try_from(capacity).unwrap()).unwrap();
+        let quota = governor::Quota::with_period(period)
+            .unwrap()
+            .allow_burst(burst);
+        Self(governor::RateLimiter::keyed(quota))
+    }
+}
+
+impl<K: Key> RateLimiter<K> for Governor<K> {
+    #[inline]
+    fn allow_request(&self, client_id: &K) -> bool {
+        // `check_key` takes `&K`: the caller's prebuilt key, never a copy.
+        self.0.check_key(client_id).is_ok()
+    }
+}
+
+/// Prepares a fresh limiter for `scenario`: the hot key exists (and, for the
+/// deny flood, has spent its quota); the uniform scenario's clients exist.
+pub fn prepare<K: Key>(subject: &dyn Subject<K>, scenario: Scenario, data: &Data<K>) {
+    match scenario {
+        Scenario::HotAllowed | Scenario::HotDenied => {
+            let _ = subject.allow(&data.hot);
+            let _ = subject.allow(&data.hot);
+        }
+        Scenario::Uniform => {
+            for key in data.clients.iter() {
+                let _ = subject.allow(key);
+            }
+        }
+        Scenario::Insert => {}
+    }
+}
+
+/// The keys a run uses, built before any timing starts.
+pub struct Data<K> {
+    pub hot: K,
+    pub clients: Arc<Vec<K>>,
+}
+
+impl<K: Key> Data<K> {
+    pub fn new(clients: usize) -> Self {
+        Self {
+            hot: K::nth(4242),
+            clients: Arc::new((0..clients as u64).map(K::nth).collect()),
+        }
+    }
+
+    /// The load of `scenario` for `ops` checks per thread.
+    pub fn load(&self, scenario: Scenario, ops: u64) -> Load<K> {
+        match scenario {
+            Scenario::HotAllowed | Scenario::HotDenied => Load::Hot {
+                key: self.hot.clone(),
+                ops,
+            },
+            Scenario::Uniform => Load::Uniform {
+                keys: Arc::clone(&self.clients),
+                ops,
+            },
+            Scenario::Insert => panic!("the insert load owns its keys: use fresh_keys"),
+        }
+    }
+}
+
+/// `per_thread` never-seen keys for each of `threads` threads, disjoint from
+/// the hot and uniform keys.
+pub fn fresh_keys<K: Key>(threads: usize, per_thread: u64) -> Arc<Vec<Vec<K>>> {
+    Arc::new(
+        (0..threads as u64)
+            .map(|t| {
+                let base = (1 << 32) + t * per_thread;
+                (base..base + per_thread).map(K::nth).collect()
+            })
+            .collect(),
+    )
+}

@@ -1,0 +1,743 @@
+//! Compare tollgate with the seed's per-client-mutex design, one global
+//! mutex and governor, on this machine, in under a minute:
+//!
+//! ```text
+//! cargo run --release --example compare                  # markdown table
+//! cargo run --release --example compare -- --memory      # + bytes per client at 1M clients
+//! cargo run --release --example compare -- --json        # one JSON object per line
+//! cargo run --release --example compare -- --threads 1,2,4,8
+//! cargo run --release --example compare -- --quick       # seconds; checks it all works (CI)
+//! ```
+//!
+//! Every number is the median of several rounds; within a round the
+//! implementations take turns, so a noisy moment hurts them all alike.
+//! `benches/contention.rs` runs the same workloads under criterion.
+
+use std::fmt::Write as _;
+use std::process::{Command, ExitCode};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+// The baselines and workloads are shared with `benches/contention.rs`, which
+// includes the same files: cargo cannot share a module between a bench and an
+// example any other way, and neither belongs in the library.
+#[path = "../benches/support/baselines.rs"]
+mod baselines;
+#[path = "../benches/support/workload.rs"]
+mod workload;
+
+use workload::{
+    fresh_keys, impls, make, prepare, Algo, Data, Impl, Key, Load, Pool, Sample, Scenario, Subject,
+    SCENARIOS,
+};
+
+const HELP: &str = "\
+compare: tollgate against the seed's mutex design, a global mutex and governor
+
+USAGE:
+    cargo run --release --example compare -- [OPTIONS]
+
+OPTIONS:
+    --threads LIST   thread counts to run, comma-separated [default: 1,2,4]
+    --rounds N       interleaved rounds per figure; the median is reported [default: 5]
+    --memory         also measure bytes per client at 1M clients, each
+                     implementation in a fresh child process (RSS delta)
+    --json           print one JSON object per line instead of tables:
+                     {scenario, algorithm, implementation, threads, key_type,
+                     ns_per_op, ops_per_sec, allowed_ratio}; memory rows are
+                     {scenario: \"memory\", algorithm, implementation,
+                     key_type, clients, bytes_per_client}
+    --scenarios LIST only these scenarios, e.g. hot_allowed,insert
+    --impls LIST     only these implementations, by name or name/algorithm,
+                     e.g. tollgate/token-bucket,governor
+    --keys LIST      only these key types: String, u64
+    --ops N          checks per thread per round instead of calibrating to
+                     ~20 ms (for profiling, e.g. under callgrind)
+    --quick          a tiny run that checks everything works (for CI); its
+                     times mean nothing and nothing about them is asserted
+    -h, --help       print this help
+
+Scenarios: hot_allowed (one client, admitted), hot_denied (one client, a
+deny flood), uniform_100k (100k clients, uniformly random), insert (every
+check a new client). Keys: String and u64.
+
+ns/op is the cost of one check as each thread sees it (wall time x threads /
+checks); Mops/s is all threads together. A ratio `x seed-mutex` of 3.0 means
+tollgate is 3 times as fast (cost and throughput ratios are the same thing at
+a fixed thread count).
+
+On a shared machine, give the run the cores (as root): other sessions'
+compilers can otherwise take one in the middle of a two-thread round:
+    setsid bash -c 'echo -19 > /proc/self/autogroup; exec cargo run --release --example compare'
+";
+
+/// Wall time aimed at for one timed run.
+const ROUND_TARGET: Duration = Duration::from_millis(20);
+/// New clients per round in the insert scenario, all threads together.
+const INSERT_TOTAL: u64 = 60_000;
+/// Clients in the memory measurement.
+const MEMORY_CLIENTS: u64 = 1_000_000;
+/// Hidden flag: run one memory measurement in this (child) process.
+const MEMORY_CHILD: &str = "--memory-child";
+
+#[derive(Debug, Clone)]
+struct Options {
+    threads: Vec<usize>,
+    rounds: usize,
+    memory: bool,
+    json: bool,
+    quick: bool,
+    scenarios: Vec<Scenario>,
+    impls: Vec<Impl>,
+    keys: Vec<&'static str>,
+    ops: Option<u64>,
+}
+
+impl Options {
+    /// Whether a filter left out part of the full matrix.
+    fn filtered(&self) -> bool {
+        self.scenarios.len() < SCENARIOS.len()
+            || self.impls.len() < impls().len()
+            || self.keys.len() < KEYS.len()
+    }
+}
+
+const KEYS: &[&str] = &["String", "u64"];
+
+/// The items of a comma-separated `list` that `matches` one of `all`.
+fn select<T: Copy>(
+    flag: &str,
+    list: &str,
+    all: &[T],
+    matches: impl Fn(&T, &str) -> bool,
+) -> Result<Vec<T>, String> {
+    let wanted: Vec<&str> = list.split(',').map(str::trim).collect();
+    for w in &wanted {
+        if !all.iter().any(|t| matches(t, w)) {
+            return Err(format!("{flag}: nothing is called `{w}`"));
+        }
+    }
+    Ok(all
+        .iter()
+        .copied()
+        .filter(|t| wanted.iter().any(|w| matches(t, w)))
+        .collect())
+}
+
+fn parse(args: &[String]) -> Result<Option<Options>, String> {
+    let mut o = Options {
+        threads: vec![1, 2, 4],
+        rounds: 5,
+        memory: false,
+        json: false,
+        quick: false,
+        scenarios: SCENARIOS.to_vec(),
+        impls: impls(),
+        keys: KEYS.to_vec(),
+        ops: None,
+    };
+    let mut threads_given = false;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        match arg.as_str() {
+            "-h" | "--help" => return Ok(None),
+            "--json" => o.json = true,
+            "--memory" => o.memory = true,
+            "--quick" => o.quick = true,
+            "--threads" => {
+                let list = value("--threads")?;
+                o.threads = list
+                    .split(',')
+                    .map(|t| match t.trim().parse::<usize>() {
+                        Ok(n) if (1..=256).contains(&n) => Ok(n),
+                        _ => Err(format!("--threads: `{t}` is not a thread count (1-256)")),
+                    })
+                    .collect::<Result<_, _>>()?;
+                threads_given = true;
+            }
+            "--scenarios" => {
+                let list = value("--scenarios")?;
+                o.scenarios = select("--scenarios", &list, SCENARIOS, |s, w| s.name() == w)?;
+            }
+            "--impls" => {
+                let list = value("--impls")?;
+                o.impls = select("--impls", &list, &impls(), |i, w| {
+                    i.name() == w || i.label() == w
+                })?;
+            }
+            "--keys" => {
+                let list = value("--keys")?;
+                o.keys = select("--keys", &list, KEYS, |k, w| *k == w)?;
+            }
+            "--ops" => {
+                let n = value("--ops")?;
+                o.ops = match n.parse() {
+                    Ok(n) if n >= 1 => Some(n),
+                    _ => return Err(format!("--ops: `{n}` is not a positive number")),
+                };
+            }
+            "--rounds" => {
+                let n = value("--rounds")?;
+                o.rounds = match n.parse() {
+                    Ok(n) if n >= 1 => n,
+                    _ => return Err(format!("--rounds: `{n}` is not a positive number")),
+                };
+            }
+            other => return Err(format!("unknown argument `{other}` (try --help)")),
+        }
+    }
+    if o.quick {
+        o.rounds = 1;
+        if !threads_given {
+            o.threads = vec![1, 2];
+        }
+    }
+    Ok(Some(o))
+}
+
+/// The median-by-cost round of one implementation in one cell.
+#[derive(Debug, Clone)]
+struct Row {
+    scenario: Scenario,
+    imp: Impl,
+    threads: usize,
+    key: &'static str,
+    sample: Sample,
+}
+
+impl Row {
+    fn json(&self) -> String {
+        format!(
+            "{{\"scenario\":{},\"algorithm\":{},\"implementation\":{},\"threads\":{},\"key_type\":{},\"ns_per_op\":{},\"ops_per_sec\":{},\"allowed_ratio\":{}}}",
+            json_str(self.scenario.name()),
+            json_str(self.imp.algo().name()),
+            json_str(self.imp.name()),
+            self.threads,
+            json_str(self.key),
+            json_num(self.sample.ns_per_op()),
+            json_num(self.sample.ops_per_sec()),
+            json_num(self.sample.allowed_ratio()),
+        )
+    }
+}
+
+fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn json_num(x: f64) -> String {
+    if x.is_finite() {
+        // Enough digits for nanoseconds and ratios; JSON has no NaN.
+        let s = format!("{x:.4}");
+        s.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        "null".to_owned()
+    }
+}
+
+/// Progress on stderr, so stdout stays a clean table or JSON stream.
+struct Progress {
+    done: usize,
+    total: usize,
+    start: Instant,
+}
+
+impl Progress {
+    fn step(&mut self, what: &str) {
+        self.done += 1;
+        eprintln!(
+            "compare: [{:>2}/{}] {what} ({:.1} s)",
+            self.done,
+            self.total,
+            self.start.elapsed().as_secs_f64()
+        );
+    }
+}
+
+struct Sizes {
+    clients: usize,
+    insert_total: u64,
+    /// Checks per thread when not calibrating (quick mode).
+    fixed_ops: Option<u64>,
+}
+
+/// Every scenario for key type `K`, appending one row per implementation,
+/// thread count and scenario.
+fn run_key<K: Key>(
+    o: &Options,
+    sizes: &Sizes,
+    pools: &[Pool],
+    progress: &mut Progress,
+    rows: &mut Vec<Row>,
+) {
+    let data = Data::<K>::new(sizes.clients);
+    let all = &o.impls;
+    for &scenario in &o.scenarios {
+        // Hot and uniform: one prepared limiter per implementation, shared by
+        // every thread count and round.
+        let subjects: Vec<Arc<dyn Subject<K>>> = if scenario == Scenario::Insert {
+            Vec::new()
+        } else {
+            all.iter()
+                .map(|&imp| {
+                    let s = make::<K>(imp, scenario);
+                    prepare(s.as_ref(), scenario, &data);
+                    s
+                })
+                .collect()
+        };
+        for pool in pools {
+            let threads = pool.threads();
+            progress.step(&format!("{} {} {threads}t", scenario.name(), K::NAME));
+            let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); all.len()];
+            if scenario == Scenario::Insert {
+                let per_thread = (sizes.insert_total / threads as u64).max(1);
+                let keys = fresh_keys::<K>(threads, per_thread);
+                for round in 0..o.rounds {
+                    for i in rotated(all.len(), round) {
+                        let subject = make::<K>(all[i], scenario);
+                        let load = Load::Insert {
+                            keys: Arc::clone(&keys),
+                        };
+                        samples[i].push(pool.run(&subject, load));
+                        // The limiter drops here, outside the timed run.
+                    }
+                }
+            } else {
+                let ops: Vec<u64> = subjects
+                    .iter()
+                    .map(|s| match o.ops.or(sizes.fixed_ops) {
+                        Some(ops) => ops,
+                        None => calibrate(pool, s, &data, scenario),
+                    })
+                    .collect();
+                for round in 0..o.rounds {
+                    for i in rotated(all.len(), round) {
+                        let load = data.load(scenario, ops[i]);
+                        samples[i].push(pool.run(&subjects[i], load));
+                    }
+                }
+            }
+            for (imp, mut s) in all.iter().zip(samples) {
+                s.sort_by(|a, b| a.ns_per_op().total_cmp(&b.ns_per_op()));
+                rows.push(Row {
+                    scenario,
+                    imp: *imp,
+                    threads,
+                    key: K::NAME,
+                    sample: s[s.len() / 2],
+                });
+            }
+        }
+    }
+}
+
+/// Round `round`'s order: each implementation goes first in turn.
+fn rotated(n: usize, round: usize) -> impl Iterator<Item = usize> {
+    (0..n).map(move |i| (i + round) % n)
+}
+
+/// Checks per thread that make one run last about [`ROUND_TARGET`]. The
+/// runs it makes double as warm-up.
+fn calibrate<K: Key>(
+    pool: &Pool,
+    subject: &Arc<dyn Subject<K>>,
+    data: &Data<K>,
+    scenario: Scenario,
+) -> u64 {
+    let mut ops = 1_000u64;
+    loop {
+        let wall = pool.run(subject, data.load(scenario, ops)).wall;
+        if wall >= ROUND_TARGET / 8 || ops >= 1 << 30 {
+            let scaled = ops as f64 * ROUND_TARGET.as_secs_f64() / wall.as_secs_f64().max(1e-9);
+            return (scaled as u64).clamp(1_000, 1 << 30);
+        }
+        ops *= 4;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Tables
+// ---------------------------------------------------------------------------
+
+fn find(rows: &[Row], r: &Row, imp: Impl) -> Option<f64> {
+    rows.iter()
+        .find(|x| {
+            x.imp == imp && x.scenario == r.scenario && x.threads == r.threads && x.key == r.key
+        })
+        .map(|x| x.sample.ns_per_op())
+}
+
+fn cell(ns: Option<f64>) -> String {
+    ns.map_or("–".to_owned(), |ns| format!("{ns:.1}"))
+}
+
+fn ratio(baseline: Option<f64>, ours: f64) -> String {
+    baseline.map_or("–".to_owned(), |b| format!("{:.2}×", b / ours))
+}
+
+fn print_table(rows: &[Row]) {
+    println!(
+        "| scenario | key | threads | algorithm | tollgate ns/op | tollgate Mops/s | seed-mutex ns/op | × seed-mutex | global-mutex ns/op | governor ns/op | × governor | allowed |"
+    );
+    println!("|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+    for r in rows.iter().filter(|r| matches!(r.imp, Impl::Tollgate(_))) {
+        let ours = r.sample.ns_per_op();
+        let algo = r.imp.algo();
+        let seed = find(rows, r, Impl::SeedMutex(algo));
+        let global = find(rows, r, Impl::GlobalMutex(algo));
+        let governor = find(rows, r, Impl::Governor);
+        println!(
+            "| {} | {} | {} | {} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {:.0}% |",
+            r.scenario.name(),
+            r.key,
+            r.threads,
+            algo.name(),
+            ours,
+            r.sample.ops_per_sec() / 1e6,
+            cell(seed),
+            ratio(seed, ours),
+            cell(global),
+            cell(governor),
+            ratio(governor, ours),
+            r.sample.allowed_ratio() * 100.0,
+        );
+    }
+    println!();
+    println!(
+        "ns/op: the cost of one check as each thread sees it (median of rounds). × X: X's ns/op over tollgate's; above 1 means tollgate is faster. global-mutex runs the token bucket only; governor is GCRA, its token bucket."
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Memory
+// ---------------------------------------------------------------------------
+
+struct Memory {
+    imp: Impl,
+    key: &'static str,
+    clients: u64,
+    bytes: u64,
+}
+
+impl Memory {
+    fn per_client(&self) -> f64 {
+        self.bytes as f64 / self.clients as f64
+    }
+
+    fn json(&self) -> String {
+        format!(
+            "{{\"scenario\":\"memory\",\"algorithm\":{},\"implementation\":{},\"key_type\":{},\"clients\":{},\"bytes_per_client\":{}}}",
+            json_str(self.imp.algo().name()),
+            json_str(self.imp.name()),
+            json_str(self.key),
+            self.clients,
+            json_num(self.per_client()),
+        )
+    }
+}
+
+/// Resident set size in bytes, from `/proc/self/statm`.
+fn rss() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("read /proc/self/statm");
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .expect("parse /proc/self/statm");
+    pages * page_size()
+}
+
+/// The page size, from the auxiliary vector (`AT_PAGESZ`).
+fn page_size() -> u64 {
+    const AT_PAGESZ: u64 = 6;
+    let auxv = std::fs::read("/proc/self/auxv").unwrap_or_default();
+    auxv.chunks_exact(16)
+        .map(|pair| {
+            let word = |b: &[u8]| u64::from_ne_bytes(b.try_into().unwrap());
+            (word(&pair[..8]), word(&pair[8..]))
+        })
+        .find(|&(tag, _)| tag == AT_PAGESZ)
+        .map_or(4096, |(_, size)| size)
+}
+
+/// In the child: the RSS growth from inserting `clients` new clients.
+fn memory_child<K: Key>(imp: Impl, clients: u64) -> u64 {
+    let subject = make::<K>(imp, Scenario::Insert);
+    let before = rss();
+    for i in 0..clients {
+        // Each key is built, checked, and dropped; only the limiter's copy
+        // of it stays.
+        let admitted = subject.allow(&K::nth(i));
+        debug_assert!(admitted);
+    }
+    let after = rss();
+    drop(subject);
+    after.saturating_sub(before)
+}
+
+fn run_child(args: &[String]) -> ExitCode {
+    let [label, key, clients] = args else {
+        eprintln!("{MEMORY_CHILD} takes IMPLEMENTATION/ALGORITHM KEY CLIENTS");
+        return ExitCode::FAILURE;
+    };
+    let Some(imp) = impls().into_iter().find(|i| i.label() == *label) else {
+        eprintln!("{MEMORY_CHILD}: no implementation `{label}`");
+        return ExitCode::FAILURE;
+    };
+    let clients: u64 = clients.parse().expect("client count");
+    let bytes = match key.as_str() {
+        "String" => memory_child::<String>(imp, clients),
+        "u64" => memory_child::<u64>(imp, clients),
+        other => {
+            eprintln!("{MEMORY_CHILD}: no key type `{other}`");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{bytes}");
+    ExitCode::SUCCESS
+}
+
+/// tollgate's algorithms, the baselines' token bucket (a state costs the same
+/// whichever algorithm fills it), and governor.
+fn memory_impls(o: &Options) -> Vec<Impl> {
+    o.impls
+        .iter()
+        .copied()
+        .filter(|i| matches!(i, Impl::Tollgate(_)) || i.algo() == Algo::TokenBucket)
+        .collect()
+}
+
+/// One fresh child process per implementation and key type, so no
+/// measurement inherits another's heap.
+fn measure_memory(o: &Options, clients: u64, progress: &mut Progress) -> Vec<Memory> {
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut out = Vec::new();
+    for &key in &o.keys {
+        for imp in memory_impls(o) {
+            progress.step(&format!("memory {} {key}", imp.label()));
+            let output = Command::new(&exe)
+                .args([MEMORY_CHILD, &imp.label(), key, &clients.to_string()])
+                .output()
+                .expect("spawn memory child");
+            let text = String::from_utf8_lossy(&output.stdout);
+            let bytes = match text.trim().parse() {
+                Ok(bytes) if output.status.success() => bytes,
+                _ => panic!(
+                    "memory child for {} {key} failed: {}",
+                    imp.label(),
+                    String::from_utf8_lossy(&output.stderr)
+                ),
+            };
+            out.push(Memory {
+                imp,
+                key,
+                clients,
+                bytes,
+            });
+        }
+    }
+    out
+}
+
+fn print_memory(rows: &[Memory]) {
+    println!("| implementation | algorithm | key | bytes/client | vs governor |");
+    println!("|---|---|---|--:|--:|");
+    for m in rows {
+        let governor = rows
+            .iter()
+            .find(|g| g.imp == Impl::Governor && g.key == m.key)
+            .map(Memory::per_client);
+        println!(
+            "| {} | {} | {} | {:.1} | {} |",
+            m.imp.name(),
+            m.imp.algo().name(),
+            m.key,
+            m.per_client(),
+            governor.map_or("–".to_owned(), |g| format!("{:.2}×", m.per_client() / g)),
+        );
+    }
+    println!();
+    println!(
+        "RSS growth over {} new clients in a fresh process, divided by the count (keys included). vs governor: below 1 means smaller.",
+        rows.first().map_or(0, |m| m.clients)
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Quick-mode checks: outcomes, never times.
+// ---------------------------------------------------------------------------
+
+fn check(o: &Options, rows: &[Row], memory: &[Memory]) -> Result<(), String> {
+    let expected_cells = SCENARIOS.len() * KEYS.len() * impls().len() * o.threads.len();
+    if !o.filtered() && rows.len() != expected_cells {
+        return Err(format!("{} rows, expected {expected_cells}", rows.len()));
+    }
+    for r in rows {
+        let what = format!(
+            "{} {} {} {}t",
+            r.scenario.name(),
+            r.imp.label(),
+            r.key,
+            r.threads
+        );
+        let allowed = r.sample.allowed_ratio();
+        let ok = match r.scenario {
+            // The quota is spent before timing starts.
+            Scenario::HotDenied => r.sample.allowed == 0,
+            // Quotas far above what the run can use.
+            Scenario::Insert | Scenario::Uniform => r.sample.allowed == r.sample.ops,
+            Scenario::HotAllowed => allowed > 0.5,
+        };
+        if !ok || r.sample.ops == 0 || !r.sample.ns_per_op().is_finite() {
+            return Err(format!(
+                "{what}: allowed {allowed:.3} of {} checks",
+                r.sample.ops
+            ));
+        }
+    }
+    for m in memory {
+        if m.bytes == 0 {
+            return Err(format!(
+                "memory {} {}: no growth measured",
+                m.imp.label(),
+                m.key
+            ));
+        }
+    }
+    for line in rows
+        .iter()
+        .map(Row::json)
+        .chain(memory.iter().map(Memory::json))
+    {
+        if !(line.starts_with('{') && line.ends_with('}')) || line.contains("null") {
+            return Err(format!("bad JSON line {line}"));
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(MEMORY_CHILD) {
+        return run_child(&args[1..]);
+    }
+    let o = match parse(&args) {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            print!("{HELP}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("compare: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if cfg!(debug_assertions) && !o.quick {
+        eprintln!("compare: a debug build; run with --release for meaningful numbers");
+    }
+    let sizes = if o.quick {
+        Sizes {
+            clients: 1_000,
+            insert_total: 2_000,
+            fixed_ops: Some(2_000),
+        }
+    } else {
+        Sizes {
+            clients: workload::UNIFORM_CLIENTS,
+            insert_total: INSERT_TOTAL,
+            fixed_ops: None,
+        }
+    };
+    // The quick run always exercises the memory path too, on fewer clients.
+    let memory = o.memory || o.quick;
+    let memory_clients = if o.quick { 20_000 } else { MEMORY_CLIENTS };
+    let memory_steps = if memory {
+        o.keys.len() * memory_impls(&o).len()
+    } else {
+        0
+    };
+    let mut progress = Progress {
+        done: 0,
+        total: o.scenarios.len() * o.keys.len() * o.threads.len() + memory_steps,
+        start: Instant::now(),
+    };
+    eprintln!(
+        "compare: {} implementations, threads {:?}, {} rounds each; {} cores here, load average {}",
+        o.impls.len(),
+        o.threads,
+        o.rounds,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+            .unwrap_or_else(|| "unknown".to_owned()),
+    );
+
+    let mut rows = Vec::new();
+    // Long-lived threads for every run: see `Pool`.
+    let pools: Vec<Pool> = o.threads.iter().map(|&t| Pool::new(t)).collect();
+    if o.keys.contains(&"String") {
+        run_key::<String>(&o, &sizes, &pools, &mut progress, &mut rows);
+    }
+    if o.keys.contains(&"u64") {
+        run_key::<u64>(&o, &sizes, &pools, &mut progress, &mut rows);
+    }
+    drop(pools);
+    // Group the output by scenario, then key, then threads.
+    rows.sort_by_key(|r| {
+        let s = SCENARIOS.iter().position(|&s| s == r.scenario);
+        (s, r.key != "String", r.threads)
+    });
+    let mem = if memory {
+        measure_memory(&o, memory_clients, &mut progress)
+    } else {
+        Vec::new()
+    };
+
+    if o.json {
+        for r in &rows {
+            println!("{}", r.json());
+        }
+        for m in &mem {
+            println!("{}", m.json());
+        }
+    } else {
+        print_table(&rows);
+        if !mem.is_empty() {
+            println!();
+            print_memory(&mem);
+        }
+    }
+    eprintln!(
+        "compare: done in {:.1} s",
+        progress.start.elapsed().as_secs_f64()
+    );
+
+    if o.quick {
+        if let Err(e) = check(&o, &rows, &mem) {
+            eprintln!("compare --quick: FAILED: {e}");
+            return ExitCode::FAILURE;
+        }
+        eprintln!("compare --quick: every implementation, scenario and output checked");
+    }
+    ExitCode::SUCCESS
+}
