@@ -67,6 +67,7 @@
 //! The whole suite takes about 10 s with bound 3 in `--release` on 2 cores.
 
 mod broken;
+mod eviction;
 mod harness;
 mod insert;
 mod token_bucket;

@@ -11,6 +11,7 @@ use crate::cell::Algorithm;
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::ConfigError;
 use crate::limiter::Limiter;
+use crate::memory::{AutoSweep, Memory, Overflow};
 
 /// Builds a [`Limiter`] for the algorithm `A`, keyed by `K`, reading time
 /// from `C`.
@@ -39,6 +40,7 @@ use crate::limiter::Limiter;
 /// ```
 pub struct Builder<A, K = String, C = MonotonicClock> {
     params: Params,
+    memory: Memory,
     clock: C,
     _algorithm: PhantomData<fn() -> (A, K)>,
 }
@@ -65,7 +67,7 @@ mod sealed {
         fn from_params(params: &super::Params) -> Result<Self, crate::ConfigError>;
     }
 }
-use sealed::FromParams;
+pub(crate) use sealed::FromParams;
 
 impl FromParams for TokenBucket {
     fn from_params(p: &Params) -> Result<Self, ConfigError> {
@@ -100,6 +102,7 @@ impl<A> Builder<A> {
     fn new() -> Self {
         Self {
             params: Params::default(),
+            memory: Memory::default(),
             clock: MonotonicClock::new(),
             _algorithm: PhantomData,
         }
@@ -325,6 +328,7 @@ impl<A, K, C> Builder<A, K, C> {
     pub fn clock<C2: Clock>(self, clock: C2) -> Builder<A, K, C2> {
         Builder {
             params: self.params,
+            memory: self.memory,
             clock,
             _algorithm: PhantomData,
         }
@@ -351,15 +355,132 @@ impl<A, K, C> Builder<A, K, C> {
     pub fn key_type<K2>(self) -> Builder<A, K2, C> {
         Builder {
             params: self.params,
+            memory: self.memory,
             clock: self.clock,
             _algorithm: PhantomData,
         }
+    }
+
+    /// A hard cap: the limiter holds at most `clients` clients at once.
+    /// Unset by default (the map is then bounded by sweeping alone).
+    ///
+    /// A new client that finds the map full first makes idle clients go
+    /// (which changes no decision); if there are none, the
+    /// [`overflow`](Builder::overflow) policy decides, and
+    /// [`Limiter::stats`] counts it. [`build`](Builder::build) rejects 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .max_clients(1_000_000)
+    ///     .build()?;
+    /// assert!(limiter.allow_request("alice"));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn max_clients(mut self, clients: u64) -> Self {
+        self.memory.max_clients = Some(clients);
+        self
+    }
+
+    /// What to do with a new client when the [`max_clients`](Builder::max_clients)
+    /// cap is reached and no held client is idle. Defaults to
+    /// [`Overflow::EvictSampled`] with a sample of 5, the only policy that
+    /// may change a tracked client's decisions; see [`Overflow`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Overflow, TokenBucket};
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(1, Duration::from_secs(60))
+    ///     .max_clients(1)
+    ///     .overflow(Overflow::AdmitUntracked)
+    ///     .build()?;
+    /// assert!(limiter.allow_request("alice"));
+    /// assert!(limiter.allow_request("bob"), "admitted, untracked");
+    /// assert!(limiter.allow_request("bob"), "and still untracked");
+    /// assert!(!limiter.allow_request("alice"), "alice is tracked");
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn overflow(mut self, policy: Overflow) -> Self {
+        self.memory.overflow = policy;
+        self
+    }
+
+    /// The pace of incremental sweeping: after every `every` new clients,
+    /// the thread inserting the last visits `slice` entries of the map (from
+    /// where the previous slice stopped) and forgets the idle ones. No
+    /// background thread is involved, and known clients never sweep.
+    ///
+    /// The default is 64 and 256: four entries visited per new client,
+    /// which keeps the map within about `slice / (slice − every)` = 4/3
+    /// times the clients that are not idle, plus those that became idle
+    /// since the cursor last passed. [`build`](Builder::build) requires
+    /// `every ≥ 1` and `slice ≥ 2 · every`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::FixedWindow;
+    ///
+    /// let limiter = FixedWindow::builder()
+    ///     .limit(10)
+    ///     .window(Duration::from_secs(1))
+    ///     .auto_sweep(16, 128)
+    ///     .build()?;
+    /// assert!(limiter.allow_request("alice"));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn auto_sweep(mut self, every: u64, slice: u64) -> Self {
+        self.memory.auto_sweep = Some(AutoSweep { every, slice });
+        self
+    }
+
+    /// Turns incremental sweeping off: only [`Limiter::sweep`] and a full
+    /// cap forget clients. Without a [`max_clients`](Builder::max_clients)
+    /// cap, the map then grows until `sweep` is called.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(1, Duration::from_secs(1))
+    ///     .no_auto_sweep()
+    ///     .clock(clock.clone())
+    ///     .build()?;
+    /// for id in 0..100 {
+    ///     let _ = limiter.allow_request(&id.to_string());
+    /// }
+    /// clock.advance(Duration::from_secs(1));
+    /// assert_eq!(limiter.len(), 100);
+    /// assert_eq!(limiter.sweep(), 100);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn no_auto_sweep(mut self) -> Self {
+        self.memory.auto_sweep = None;
+        self
     }
 }
 
 impl<A, K, C> Builder<A, K, C>
 where
-    A: Algorithm + FromParams,
+    A: Algorithm,
     K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock,
 {
@@ -369,7 +490,10 @@ where
     ///
     /// [`ConfigError::Missing`] if a required setting was never given, and
     /// [`ConfigError::OutOfRange`] if one is zero or too large for the
-    /// algorithm's state word; both name the setting.
+    /// algorithm's state word, or if a memory setting
+    /// ([`max_clients`](Builder::max_clients), [`overflow`](Builder::overflow),
+    /// [`auto_sweep`](Builder::auto_sweep)) is out of its range; both name
+    /// the setting.
     ///
     /// # Examples
     ///
@@ -390,7 +514,8 @@ where
     /// ```
     pub fn build(self) -> Result<Limiter<A, K, C>, ConfigError> {
         let algorithm = A::from_params(&self.params)?;
-        Ok(Limiter::new(algorithm, self.clock))
+        let memory = self.memory.validate()?;
+        Ok(Limiter::new(algorithm, self.clock, memory))
     }
 }
 
@@ -399,6 +524,7 @@ impl<A, K, C: fmt::Debug> fmt::Debug for Builder<A, K, C> {
         f.debug_struct("Builder")
             .field("algorithm", &core::any::type_name::<A>())
             .field("params", &self.params)
+            .field("memory", &self.memory)
             .field("clock", &self.clock)
             .finish()
     }

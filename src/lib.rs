@@ -45,6 +45,54 @@
 //! before, so a backward step can delay admissions by at most its own length
 //! and never admits more.
 //!
+//! # Eviction
+//!
+//! A client whose state has become *idle* (a full bucket, windows that have
+//! fully passed, an empty log) carries no information: it decides every
+//! future request exactly as a fresh client would. Forgetting it changes no
+//! decision, so a limiter forgets idle clients:
+//!
+//! - incrementally, with no background thread: every 64 new clients, the
+//!   thread adding the last one visits the next 256 entries of the map and
+//!   removes the idle ones ([`Builder::auto_sweep`] sets the pace), so a
+//!   server that only ever calls `allow_request` stays bounded under a flood
+//!   of unique ids;
+//! - all at once, on [`Limiter::sweep`].
+//!
+//! Eviction never loses or doubles an admission. The evictor retires an
+//! idle state by a compare-and-swap to a tombstone value that no algorithm
+//! produces, and only then removes the entry; a check that meets the
+//! tombstone admits nothing on it and retries on a fresh state, at a clock
+//! reading taken after the eviction. A check on a live client pays one
+//! comparison for this, and writes nothing more.
+//!
+//! [`Builder::max_clients`] adds a hard cap. When the map is full and
+//! nothing is idle, an [`Overflow`] policy decides: forget the sampled
+//! client whose state expires first (the default, and the only policy that
+//! may change a tracked client's decisions), deny the new client, or admit
+//! it untracked. [`Limiter::stats`] counts every such event.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{ManualClock, Overflow, TokenBucket};
+//!
+//! let clock = ManualClock::new();
+//! let limiter = TokenBucket::builder()
+//!     .rate(10, Duration::from_secs(1))
+//!     .max_clients(100_000)
+//!     .overflow(Overflow::DenyNew)
+//!     .key_type::<u64>()
+//!     .clock(clock.clone())
+//!     .build()?;
+//! for id in 0..1_000 {
+//!     assert!(limiter.allow_request(&id));
+//! }
+//! clock.advance(Duration::from_secs(1)); // every bucket has refilled
+//! assert_eq!(limiter.sweep(), 1_000);
+//! assert!(limiter.is_empty());
+//! # Ok::<(), tollgate::ConfigError>(())
+//! ```
+//!
 //! # Layers
 //!
 //! clock → algorithm (pure transitions of the word) → atomic cell (the one
@@ -70,6 +118,7 @@ mod clock;
 mod decision;
 mod error;
 mod limiter;
+mod memory;
 mod store;
 mod sync;
 
@@ -80,6 +129,7 @@ pub use clock::{Clock, InstantClock, ManualClock, MonotonicClock};
 pub use decision::Decision;
 pub use error::{ConfigError, CostError};
 pub use limiter::{Limiter, RateLimiter};
+pub use memory::{Overflow, Stats};
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -1,16 +1,20 @@
 //! Layer 5: the public limiter, a thin skin over the keyed store and the
 //! cells. It reads the clock once per check, finds the client's cell, and
-//! lets the cell layer decide.
+//! lets the cell layer decide. Off the check path, it bounds the store's
+//! memory: sweeps, the cap and its overflow policy, and their counters.
 
 use core::borrow::Borrow;
 use core::fmt;
 use core::hash::Hash;
+use core::time::Duration;
+use std::sync::Arc;
 
 use crate::cell::Algorithm;
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::CostError;
-use crate::store::{DefaultHasher, Store};
+use crate::memory::{Counters, Memory, Overflow, Stats};
+use crate::store::{check_or_insert, DefaultHasher, Purge, Store};
 
 /// The one entry point: may this client make a request now?
 ///
@@ -64,6 +68,12 @@ pub trait RateLimiter<K: ?Sized = str>: Send + Sync {
 ///
 /// Share it between threads by reference or in an `Arc`.
 ///
+/// Its memory stays bounded: clients whose state has become idle (equal to
+/// a fresh client's) are forgotten, a slice at a time as new clients arrive,
+/// or all at once by [`sweep`](Limiter::sweep), without changing any
+/// decision; and [`max_clients`](crate::Builder::max_clients) sets a hard
+/// cap. See "Eviction" in the crate documentation.
+///
 /// # Examples
 ///
 /// ```
@@ -83,6 +93,14 @@ pub struct Limiter<A: Algorithm, K = String, C = MonotonicClock> {
     algorithm: A,
     clock: C,
     store: Store<K, A::Cell, DefaultHasher>,
+    memory: Memory,
+    counters: Counters,
+}
+
+/// Why a new client got no cell.
+enum NoRoom {
+    Deny,
+    Untracked,
 }
 
 impl<A, K, C> Limiter<A, K, C>
@@ -91,11 +109,142 @@ where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock,
 {
-    pub(crate) fn new(algorithm: A, clock: C) -> Self {
+    pub(crate) fn new(algorithm: A, clock: C, memory: Memory) -> Self {
         Self {
             algorithm,
             clock,
             store: Store::with_hasher(DefaultHasher::default()),
+            memory,
+            counters: Counters::default(),
+        }
+    }
+
+    /// Runs `op` on the client's live cell (creating it if need be) at the
+    /// clock's reading: the one path every recording check takes. `refuse`
+    /// answers for a new client that a full limiter denies.
+    #[inline]
+    fn run<Q, R>(
+        &self,
+        client_id: &Q,
+        op: impl Fn(&A, &A::Cell, u64) -> Option<R>,
+        refuse: impl Fn(&A, u64) -> R,
+    ) -> R
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let now = self.clock.now_nanos();
+        let algorithm = &self.algorithm;
+        let op = &op;
+        check_or_insert(
+            &self.store,
+            client_id,
+            now,
+            |cell, now| op(algorithm, cell, now),
+            |now| match self.make_room(now) {
+                Ok(()) => Ok(algorithm.new_cell()),
+                Err(NoRoom::Deny) => Err(refuse(algorithm, now)),
+                Err(NoRoom::Untracked) => {
+                    let answer = op(algorithm, &algorithm.new_cell(), now);
+                    Err(answer.expect("a fresh cell is live"))
+                }
+            },
+            || self.clock.now_nanos(),
+        )
+    }
+
+    /// Reserves room for a new client, sweeping a slice first if one is
+    /// due, and applying the overflow policy if the cap is reached.
+    fn make_room(&self, now: u64) -> Result<(), NoRoom> {
+        if let Some(pace) = self.memory.auto_sweep {
+            if self.counters.next_insert() % pace.every == pace.every - 1 {
+                Counters::add(&self.counters.auto_sweeps, 1);
+                self.sweep_slice(now, pace.slice);
+            }
+        }
+        if self.store.reserve(self.memory.max_clients) {
+            Ok(())
+        } else {
+            self.overflow(now)
+        }
+    }
+
+    /// The cap is reached: forget whatever idle clients a short slice finds
+    /// (which changes nothing), then apply the overflow policy.
+    #[cold]
+    #[inline(never)]
+    fn overflow(&self, now: u64) -> Result<(), NoRoom> {
+        let max = self.memory.max_clients;
+        self.sweep_slice(now, Memory::FULL_SLICE);
+        if self.store.reserve(max) {
+            return Ok(());
+        }
+        Counters::add(&self.counters.overflows, 1);
+        match self.memory.overflow {
+            Overflow::DenyNew => {
+                Counters::add(&self.counters.denied_new, 1);
+                Err(NoRoom::Deny)
+            }
+            Overflow::AdmitUntracked => {
+                Counters::add(&self.counters.admitted_untracked, 1);
+                Err(NoRoom::Untracked)
+            }
+            Overflow::EvictSampled { sample } => {
+                for _ in 0..4 {
+                    self.evict_sampled(now, sample.into());
+                    if self.store.reserve(max) {
+                        return Ok(());
+                    }
+                }
+                Counters::add(&self.counters.admitted_untracked, 1);
+                Err(NoRoom::Untracked)
+            }
+        }
+    }
+
+    /// Visits `budget` entries from the sweep's position, forgetting the
+    /// idle ones. Does nothing if another thread is sweeping a slice.
+    fn sweep_slice(&self, now: u64, budget: u64) {
+        let algorithm = &self.algorithm;
+        let mut retired = 0;
+        let _ = self.store.sweep_slice(budget, |_, cell| {
+            let gone = algorithm.try_evict(cell, now);
+            retired += u64::from(gone);
+            gone
+        });
+        Counters::add(&self.counters.evicted_idle, retired);
+    }
+
+    /// Forgets one client from a sample of `sample`: an idle one if the
+    /// sample holds any, otherwise the one that would become idle soonest.
+    fn evict_sampled(&self, now: u64, sample: u64) {
+        let algorithm = &self.algorithm;
+        let mut retired = 0;
+        let mut victim: Option<(u64, K, Arc<A::Cell>)> = None;
+        let _ = self.store.sweep_slice(sample, |key, cell| {
+            if retired > 0 {
+                return false;
+            }
+            if algorithm.try_evict(cell, now) {
+                retired += 1;
+                return true;
+            }
+            let idle_at = algorithm.idle_at(cell);
+            if victim.as_ref().is_none_or(|(best, _, _)| idle_at < *best) {
+                victim = Some((idle_at, key.clone(), Arc::clone(cell)));
+            }
+            false
+        });
+        Counters::add(&self.counters.evicted_idle, retired);
+        if retired == 0 {
+            if let Some((_, key, cell)) = victim {
+                // Retire first, then remove only a dead entry: a check racing
+                // this sees the tombstone and retries on a fresh cell.
+                if algorithm.force_evict(&cell) {
+                    Counters::add(&self.counters.evicted_live, 1);
+                }
+                let _ = self.store.remove_if(&key, crate::cell::Mortal::is_dead);
+            }
         }
     }
 
@@ -121,12 +270,10 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let now = self.clock.now_nanos();
-        let algorithm = &self.algorithm;
-        self.store.get_or_insert(
+        self.run(
             client_id,
-            || algorithm.new_cell(),
-            |cell| algorithm.admit(cell, now, 1),
+            |algorithm, cell, now| algorithm.try_admit(cell, now, 1),
+            |_, _| false,
         )
     }
 
@@ -154,12 +301,10 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let now = self.clock.now_nanos();
-        let algorithm = &self.algorithm;
-        self.store.get_or_insert(
+        self.run(
             client_id,
-            || algorithm.new_cell(),
-            |cell| algorithm.decide(cell, now, 1),
+            |algorithm, cell, now| algorithm.decide(cell, now, 1),
+            Self::refused,
         )
     }
 
@@ -196,13 +341,23 @@ where
             return self.peek_n(client_id, 0);
         }
         self.check_cost(cost)?;
-        let now = self.clock.now_nanos();
-        let algorithm = &self.algorithm;
-        Ok(self.store.get_or_insert(
+        Ok(self.run(
             client_id,
-            || algorithm.new_cell(),
-            |cell| algorithm.decide(cell, now, cost),
+            |algorithm, cell, now| algorithm.decide(cell, now, cost),
+            Self::refused,
         ))
+    }
+
+    /// The decision for a new client that a full limiter denies
+    /// ([`Overflow::DenyNew`]): nothing remains, and room is likely once the
+    /// longest-lived state has had time to become idle.
+    fn refused(algorithm: &A, _now: u64) -> Decision {
+        Decision {
+            allowed: false,
+            limit: algorithm.capacity(),
+            remaining: 0,
+            retry_after: Duration::from_nanos(algorithm.horizon()),
+        }
     }
 
     /// What [`check`](Limiter::check) would decide now, without recording
@@ -295,7 +450,11 @@ where
         }
     }
 
-    /// The number of clients the limiter holds state for.
+    /// The number of clients the limiter holds state for (counting any
+    /// being added at this instant). Constant time: one load.
+    ///
+    /// Clients whose state has become idle count until a sweep forgets
+    /// them.
     ///
     /// # Examples
     ///
@@ -329,6 +488,78 @@ where
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Forgets every client whose state is idle now, that is, equal to a
+    /// fresh client's, so that forgetting it changes no decision; returns
+    /// how many were removed.
+    ///
+    /// A full pass over the map. Checks run on concurrently, lock-free: a
+    /// check that races the removal of its own client's entry is applied
+    /// either to the entry before it is retired (which then is not idle, and
+    /// stays) or to a fresh one afterwards. Inserting threads already sweep
+    /// a slice at a time (see [`auto_sweep`](crate::Builder::auto_sweep)),
+    /// so calling this is optional.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, SlidingWindowCounter};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = SlidingWindowCounter::builder()
+    ///     .limit(10)
+    ///     .window(Duration::from_secs(1))
+    ///     .clock(clock.clone())
+    ///     .build()?;
+    /// assert!(limiter.allow_request("alice"));
+    /// clock.advance(Duration::from_secs(1));
+    /// assert!(limiter.allow_request("bob"));
+    /// // alice's request still weighs on the sliding window.
+    /// assert_eq!(limiter.sweep(), 0);
+    /// clock.advance(Duration::from_secs(1));
+    /// assert_eq!(limiter.sweep(), 1);
+    /// assert_eq!(limiter.len(), 1);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn sweep(&self) -> usize {
+        let now = self.clock.now_nanos();
+        let algorithm = &self.algorithm;
+        let mut retired = 0;
+        let removed = self.store.sweep(|cell| {
+            let gone = algorithm.try_evict(cell, now);
+            retired += u64::from(gone);
+            gone
+        });
+        Counters::add(&self.counters.evicted_idle, retired);
+        usize::try_from(removed).unwrap_or(usize::MAX)
+    }
+
+    /// The memory counters: clients held, evicted (idle, and by sampled
+    /// eviction), and every application of the overflow policy.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{FixedWindow, Overflow};
+    ///
+    /// let limiter = FixedWindow::builder()
+    ///     .limit(5)
+    ///     .window(Duration::from_secs(60))
+    ///     .max_clients(2)
+    ///     .overflow(Overflow::AdmitUntracked)
+    ///     .build()?;
+    /// for id in ["a", "b", "c", "d"] {
+    ///     assert!(limiter.allow_request(id));
+    /// }
+    /// let stats = limiter.stats();
+    /// assert_eq!((stats.clients, stats.overflows, stats.admitted_untracked), (2, 2, 2));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn stats(&self) -> Stats {
+        self.counters.snapshot(self.len())
     }
 
     /// The algorithm and its validated settings.

@@ -2,15 +2,16 @@
 //! with `--features loom`; not part of the API and outside semver.
 //!
 //! The models check the cell layer (the compare-and-swap loop over each
-//! algorithm's pure transition) and the store's lookup-or-insert protocol
-//! over a loom-aware stand-in for the map, because `scc`'s map is not
-//! loom-aware.
+//! algorithm's pure transition), the store's protocols (lookup-or-insert,
+//! and the check-or-insert that eviction races) over a loom-aware stand-in
+//! for the map, and eviction's retirement of a cell ([`evict`], the
+//! sweep's step for one entry), because `scc`'s map is not loom-aware.
 
 use core::time::Duration;
 
-pub use crate::cell::{Algorithm, StateCell};
-pub use crate::store::{get_or_insert, Index};
-use crate::{ConfigError, FixedWindow, SlidingWindowCounter, TokenBucket};
+pub use crate::cell::{Algorithm, Mortal, StateCell};
+pub use crate::store::{check_or_insert, get_or_insert, Index, Purge};
+use crate::{ConfigError, FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 
 /// A validated token bucket of `capacity`, refilled `tokens` per `per`.
 ///
@@ -40,4 +41,47 @@ pub fn sliding_window_counter(
 /// As the builder's.
 pub fn fixed_window(limit: u64, window: Duration) -> Result<FixedWindow, ConfigError> {
     FixedWindow::new(limit, window)
+}
+
+/// A validated sliding window log.
+///
+/// # Errors
+///
+/// As the builder's.
+pub fn sliding_window_log(limit: u64, window: Duration) -> Result<SlidingWindowLog, ConfigError> {
+    SlidingWindowLog::new(limit, window)
+}
+
+/// One step of a sweep, as the limiter runs it for each entry it visits:
+/// retire `key`'s cell if it is idle at `now`, then remove the entry only
+/// if the cell it holds is dead. True iff this call retired the cell.
+///
+/// (The limiter's sweeps do the same while holding the entry through
+/// `scc`'s own iteration, removing that very entry.)
+pub fn evict<A, I>(algorithm: &A, index: &I, key: &str, now: u64) -> bool
+where
+    A: Algorithm,
+    I: Purge<String, A::Cell>,
+{
+    let retired = index
+        .with(key, |cell| algorithm.try_evict(cell, now))
+        .unwrap_or(false);
+    if retired {
+        let _ = index.remove_if(key, Mortal::is_dead);
+    }
+    retired
+}
+
+/// The bug the eviction model must catch: an evictor that checks that the
+/// cell is idle and then removes the entry, with no tombstone in between.
+/// A check that admits between the two is lost with the entry.
+pub fn evict_without_tombstone<A, I>(algorithm: &A, index: &I, key: &str, now: u64) -> bool
+where
+    A: Algorithm,
+    I: Purge<String, A::Cell>,
+{
+    let idle = index
+        .with(key, |cell| algorithm.idle_at(cell) <= now)
+        .unwrap_or(false);
+    idle && index.remove_if(key, |_| true)
 }

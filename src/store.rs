@@ -12,22 +12,37 @@
 //! Keys are hashed with a randomly seeded hasher, because clients choose
 //! their own ids and could otherwise aim them all at one bucket.
 //!
-//! The lookup-or-insert protocol is written once, in [`get_or_insert`], over
-//! the two operations of the [`Index`] trait, so that the loom models can run
-//! the very same protocol over a loom-aware stand-in for the map.
+//! The lookup-or-insert protocol is written once, in [`check_or_insert`],
+//! over the operations of the [`Index`] and [`Purge`] traits, so that the
+//! loom models can run the very same protocol over a loom-aware stand-in for
+//! the map.
+//!
+//! # Eviction
+//!
+//! An entry leaves the map only once its cell is dead ([`Mortal`]): an
+//! evictor first retires the cell (the cell layer's tombstone), then removes
+//! the entry on the condition that the cell it holds is dead. A check that
+//! finds a dead cell removes the entry itself on the same condition, reads
+//! the clock again and inserts a fresh cell, so it never depends on the
+//! evictor finishing. Since a dead cell stays dead, "remove if dead" never
+//! removes a live entry, whoever runs it and however late.
 
 use core::borrow::Borrow;
 use core::fmt;
 use core::hash::{BuildHasher, Hash};
-use std::sync::Arc;
+use std::sync::{Arc, TryLockError};
 
 use scc::{Guard, HashIndex};
+
+use crate::cell::Mortal;
+use crate::sync::{AtomicU64, Mutex, Ordering};
 
 /// The hasher every store uses: foldhash's quality variant, seeded afresh
 /// for each store from a per-process random seed.
 pub(crate) type DefaultHasher = foldhash::quality::RandomState;
 
-/// The two map operations the store's protocol needs.
+/// The two map operations the store's protocol needs to find and create
+/// entries.
 ///
 /// Public (but unreachable outside `--features loom`, where
 /// `tollgate::__loom` re-exports it) so that the loom models can implement it
@@ -57,64 +72,183 @@ pub trait Index<K, V> {
     fn insert(&self, key: K, value: Arc<V>) -> Result<(), Arc<V>>;
 }
 
-/// Runs `f` on the value for `key` in `index`, creating it with `make` first
-/// if the key has none.
+/// What eviction adds to [`Index`]: removing an entry on a condition.
 ///
-/// A known key costs one lookup. Of two threads that create the same key at
-/// once, one insert wins and both run `f` on the winner's value, so no update
-/// is ever made to a value the map does not hold.
+/// Contract: the condition is tested on the entry the map holds at the
+/// moment of removal, atomically with it.
+#[allow(unreachable_pub)] // re-exported by `tollgate::__loom`
+pub trait Purge<K, V>: Index<K, V> {
+    /// Removes `key`'s entry if `condition` holds for its value; true iff
+    /// this call removed it.
+    fn remove_if<Q, F>(&self, key: &Q, condition: F) -> bool
+    where
+        F: FnOnce(&V) -> bool,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized;
+}
+
+/// Runs `op` on the live cell for `key` in `index`, creating one first if
+/// the key has none or only a dead one, and returns its answer.
+///
+/// `op(cell, now)` answers `None` if the cell is dead (evicted), having
+/// recorded nothing that counts. A known live key costs one lookup and one
+/// `op`: this is the check path. Otherwise, in a loop that ends as soon as
+/// `op` answers on a live cell:
+///
+/// 1. a dead entry is removed, if it is still there ([`Purge::remove_if`]
+///    on [`Mortal::is_dead`]; any thread may, and the evictor does too);
+/// 2. `clock` is read again, so that a fresh cell is judged at an instant
+///    no earlier than the eviction that retired the client's last one;
+/// 3. `fresh(now)` makes a cell, or answers for the client without one (a
+///    full limiter's overflow policy);
+/// 4. the cell is inserted; if another thread inserted first, `op` runs on
+///    that thread's cell instead.
+///
+/// Of two threads that create the same key at once, one insert wins and
+/// both run `op` on the winner's cell, so no update is ever made to a cell
+/// the map does not hold, or will not hold once a racing removal of a dead
+/// cell is done.
 #[inline]
 #[allow(unreachable_pub)] // re-exported by `tollgate::__loom`
-pub fn get_or_insert<K, V, Q, R, I>(
+pub fn check_or_insert<K, V, Q, R, I>(
     index: &I,
     key: &Q,
-    make: impl FnOnce() -> V,
-    f: impl FnOnce(&V) -> R,
+    now: u64,
+    mut op: impl FnMut(&V, u64) -> Option<R>,
+    fresh: impl FnMut(u64) -> Result<V, R>,
+    clock: impl FnMut() -> u64,
 ) -> R
 where
-    I: Index<K, V>,
+    I: Purge<K, V>,
+    V: Mortal,
     K: Borrow<Q>,
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
 {
-    match index.with(key, f) {
-        Ok(result) => result,
-        Err(f) => insert_then(index, key, make, f),
-    }
+    let dead = match index.with(key, |cell| op(cell, now)) {
+        Ok(Some(answer)) => return answer,
+        Ok(None) => true,
+        Err(_) => false,
+    };
+    check_slow(index, key, dead, op, fresh, clock)
 }
 
 #[cold]
-fn insert_then<K, V, Q, R, I>(
+#[inline(never)]
+fn check_slow<K, V, Q, R, I>(
     index: &I,
     key: &Q,
-    make: impl FnOnce() -> V,
+    mut dead: bool,
+    mut op: impl FnMut(&V, u64) -> Option<R>,
+    mut fresh: impl FnMut(u64) -> Result<V, R>,
+    mut clock: impl FnMut() -> u64,
+) -> R
+where
+    I: Purge<K, V>,
+    V: Mortal,
+    K: Borrow<Q>,
+    Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+{
+    loop {
+        if dead {
+            let _ = index.remove_if(key, V::is_dead);
+        }
+        let now = clock();
+        let ours = match fresh(now) {
+            Ok(cell) => Arc::new(cell),
+            Err(answer) => return answer,
+        };
+        dead = match index.insert(key.to_owned(), Arc::clone(&ours)) {
+            Ok(()) => match op(&ours, now) {
+                Some(answer) => return answer,
+                // Evicted between our insert and our check: go again.
+                None => true,
+            },
+            // Another thread inserted first: use its cell. If that entry is
+            // already gone again, or dead, go round.
+            Err(_) => match index.with(key, |cell| op(cell, now)) {
+                Ok(Some(answer)) => return answer,
+                Ok(None) => true,
+                Err(_) => false,
+            },
+        };
+    }
+}
+
+/// The first protocol, for an index whose cells are never evicted: runs
+/// `f` on the cell for `key`, creating it with `make` first if the key has
+/// none. [`check_or_insert`] with an `op` that never finds a dead cell; kept
+/// for the loom models of first insertion.
+#[inline]
+#[allow(unreachable_pub)] // re-exported by `tollgate::__loom`
+#[cfg_attr(not(feature = "loom"), allow(dead_code))]
+pub fn get_or_insert<K, V, Q, R, I>(
+    index: &I,
+    key: &Q,
+    make: impl Fn() -> V,
     f: impl FnOnce(&V) -> R,
 ) -> R
 where
     I: Index<K, V>,
+    V: Mortal,
     K: Borrow<Q>,
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
 {
-    let mut ours = Arc::new(make());
-    let mut f = f;
-    loop {
-        match index.insert(key.to_owned(), Arc::clone(&ours)) {
-            Ok(()) => return f(&ours),
-            Err(back) => {
-                ours = back;
-                // Another thread inserted first: use its value. If that
-                // entry is already gone again, insert ours after all.
-                match index.with(key, f) {
-                    Ok(result) => return result,
-                    Err(back) => f = back,
-                }
-            }
-        }
+    let mut f = Some(f);
+    check_or_insert(
+        &Permanent(index),
+        key,
+        0,
+        // `op` answers on its first call (no cell here is ever dead), so `f`
+        // runs exactly once.
+        |cell, _| f.take().map(|f| f(cell)),
+        |_| Ok(make()),
+        || 0,
+    )
+}
+
+/// An [`Index`] whose cells are never evicted, as a [`Purge`] that never
+/// needs to remove anything.
+#[cfg_attr(not(feature = "loom"), allow(dead_code))]
+struct Permanent<'a, I>(&'a I);
+
+impl<K, V, I: Index<K, V>> Index<K, V> for Permanent<'_, I> {
+    fn with<Q, R, F>(&self, key: &Q, f: F) -> Result<R, F>
+    where
+        F: FnOnce(&V) -> R,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.0.with(key, f)
+    }
+
+    fn insert(&self, key: K, value: Arc<V>) -> Result<(), Arc<V>> {
+        self.0.insert(key, value)
+    }
+}
+
+impl<K, V, I: Index<K, V>> Purge<K, V> for Permanent<'_, I> {
+    fn remove_if<Q, F>(&self, _: &Q, _: F) -> bool
+    where
+        F: FnOnce(&V) -> bool,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        // Reached only if a cell reported itself dead, which none does here.
+        false
     }
 }
 
 /// A concurrent map from `K` to a shared, never-moving `V`.
 pub(crate) struct Store<K, V, S: BuildHasher = DefaultHasher> {
     map: HashIndex<K, Arc<V>, S>,
+    /// Entries held plus insertions under way: a slot is reserved before an
+    /// insert and released if the insert fails, so this is never below the
+    /// number of entries, and a cap on it is a hard cap on them.
+    held: AtomicU64,
+    /// Where the next sweep slice starts: the key of the first entry it has
+    /// not visited, or `None` for the map's beginning. Taken only with
+    /// `try_lock`, by sweeps, never by a check.
+    cursor: Mutex<Option<K>>,
 }
 
 impl<K, V, S> Index<K, V> for Store<K, V, S>
@@ -139,20 +273,47 @@ where
         }
     }
 
+    /// Every call must hold a slot from [`Store::reserve`]: a failed insert
+    /// releases it, a successful one hands it to the entry.
     fn insert(&self, key: K, value: Arc<V>) -> Result<(), Arc<V>> {
-        self.map.insert_sync(key, value).map_err(|(_, value)| value)
+        self.map.insert_sync(key, value).map_err(|(_, value)| {
+            self.release(1);
+            value
+        })
+    }
+}
+
+impl<K, V, S> Purge<K, V> for Store<K, V, S>
+where
+    K: Hash + Eq + Clone + 'static,
+    V: 'static,
+    S: BuildHasher,
+{
+    fn remove_if<Q, F>(&self, key: &Q, condition: F) -> bool
+    where
+        F: FnOnce(&V) -> bool,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let removed = self.map.remove_if_sync(key, |cell| condition(cell));
+        if removed {
+            self.release(1);
+        }
+        removed
     }
 }
 
 impl<K, V, S> Store<K, V, S>
 where
     K: Hash + Eq + Clone + 'static,
-    V: 'static,
+    V: Mortal + 'static,
     S: BuildHasher,
 {
     pub(crate) fn with_hasher(hasher: S) -> Self {
         Self {
             map: HashIndex::with_hasher(hasher),
+            held: AtomicU64::new(0),
+            cursor: Mutex::new(None),
         }
     }
 
@@ -167,25 +328,96 @@ where
         self.with(key, f).ok()
     }
 
-    /// Runs `f` on the cell for `key`, creating it first if need be; see
-    /// [`get_or_insert`].
+    /// Reserves room for one more entry if fewer than `max` are held or
+    /// being inserted; `None` for no cap. The slot must then go to
+    /// [`Index::insert`].
     #[inline]
-    pub(crate) fn get_or_insert<Q, R>(
-        &self,
-        key: &Q,
-        make: impl FnOnce() -> V,
-        f: impl FnOnce(&V) -> R,
-    ) -> R
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        get_or_insert(self, key, make, f)
+    pub(crate) fn reserve(&self, max: Option<u64>) -> bool {
+        // Relaxed: a lone count that publishes nothing; the map's own
+        // synchronisation orders the entries themselves.
+        let Some(max) = max else {
+            self.held.fetch_add(1, Ordering::Relaxed);
+            return true;
+        };
+        // Look before writing, so that a flood against a full map only reads.
+        if self.held.load(Ordering::Relaxed) >= max {
+            return false;
+        }
+        if self.held.fetch_add(1, Ordering::Relaxed) < max {
+            true
+        } else {
+            self.release(1);
+            false
+        }
     }
 
-    /// The number of clients held.
+    /// The number of clients held (plus any being inserted at this instant).
     pub(crate) fn len(&self) -> usize {
-        self.map.len()
+        // Relaxed: as in `reserve`.
+        usize::try_from(self.held.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
+    }
+
+    /// Visits every entry once and removes those for which `evict` is true
+    /// (it must retire the cell first) or whose cell is already dead.
+    /// Returns how many were removed.
+    pub(crate) fn sweep(&self, mut evict: impl FnMut(&V) -> bool) -> u64 {
+        let mut removed = 0;
+        self.map.retain_sync(|_, cell| {
+            let gone = evict(cell) || cell.is_dead();
+            removed += u64::from(gone);
+            !gone
+        });
+        self.release(removed);
+        removed
+    }
+
+    /// Visits up to `budget` entries from where the last slice stopped,
+    /// removing those for which `visit` is true (it must retire the cell
+    /// first) or whose cell is already dead; wraps to the beginning once it
+    /// reaches the end. Returns how many were removed, or `None` if another
+    /// thread is sweeping a slice (this one then does nothing).
+    pub(crate) fn sweep_slice(
+        &self,
+        budget: u64,
+        mut visit: impl FnMut(&K, &Arc<V>) -> bool,
+    ) -> Option<u64> {
+        let mut cursor = match self.cursor.try_lock() {
+            Ok(cursor) => cursor,
+            Err(TryLockError::WouldBlock) => return None,
+            // A panic in `visit` left the cursor as it was: still valid.
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        };
+        // Resume at the recorded key; if it has left the map, start over.
+        let mut entry = cursor
+            .take()
+            .and_then(|key| self.map.get_sync(&key))
+            .or_else(|| self.map.begin_sync());
+        let mut removed = 0;
+        for _ in 0..budget {
+            let Some(here) = entry else { break };
+            // `here` holds its bucket's write lock (checks read without it).
+            let gone = visit(here.key(), here.get()) || here.get().is_dead();
+            entry = if gone {
+                removed += 1;
+                here.remove_and_sync()
+            } else {
+                here.next_sync()
+            };
+        }
+        *cursor = entry.map(|here| here.key().clone());
+        drop(cursor);
+        self.release(removed);
+        Some(removed)
+    }
+}
+
+impl<K, V, S: BuildHasher> Store<K, V, S> {
+    /// Gives back `n` reserved slots: failed inserts, or removed entries.
+    fn release(&self, n: u64) {
+        if n > 0 {
+            // Relaxed: as in `reserve`.
+            self.held.fetch_sub(n, Ordering::Relaxed);
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The one place that names the concurrency primitives.
 //!
-//! Every other module takes its atomics, `Arc` and spin hint from here, so that
+//! Every other module takes its atomics, `Arc`, `Mutex` (the sweep cursor's,
+//! never on the check path) and spin hint from here, so that
 //! `--features loom` swaps them all for loom's model-checked versions at once.
 //! A test (`tests/sync_shim.rs`) fails the build's test run if any other file
 //! imports `std::sync::atomic` directly.
@@ -8,7 +9,7 @@
 #[cfg(not(feature = "loom"))]
 pub(crate) use std::sync::{
     atomic::{AtomicU64, Ordering},
-    Arc,
+    Arc, Mutex,
 };
 
 #[cfg(feature = "loom")]
@@ -16,6 +17,12 @@ pub(crate) use loom::sync::{
     atomic::{AtomicU64, Ordering},
     Arc,
 };
+
+/// The sweep cursor's lock is std's in both builds: it guards no state a
+/// model checks (the sweep runs over `scc`'s map, which loom cannot model),
+/// and it is only ever `try_lock`ed.
+#[cfg(feature = "loom")]
+pub(crate) use std::sync::Mutex;
 
 /// Backoff for the compare-and-swap retry loop: crossbeam's exponential
 /// spin normally; under loom a yield to the model's scheduler, which has no

@@ -119,6 +119,22 @@ impl WordAlgorithm for FixedWindow {
     fn is_idle(&self, word: u64, now: u64) -> bool {
         self.at(word, now).1 == 0
     }
+
+    fn idle_at(&self, word: u64) -> u64 {
+        let (index, count) = (
+            word >> self.count_bits,
+            word & ((1u64 << self.count_bits) - 1),
+        );
+        if count == 0 {
+            0
+        } else {
+            self.windows.start(index + 1)
+        }
+    }
+
+    fn horizon(&self) -> u64 {
+        self.windows.width()
+    }
 }
 
 #[cfg(test)]
@@ -166,5 +182,20 @@ mod tests {
         let w = f.admit(FRESH, NOW_MAX, (1 << 30) - 1).unwrap();
         assert_ne!(w, u64::MAX);
         assert_eq!(f.at(w, u64::MAX), (NOW_MAX / 1_000_000_000, (1 << 30) - 1));
+    }
+
+    #[test]
+    fn idle_at_the_next_window() {
+        let f = fw(3, 100);
+        assert_eq!(f.idle_at(FRESH), 0);
+        let w = f.admit(FRESH, 250, 2).unwrap();
+        assert_eq!(f.idle_at(w), 300);
+        assert!(!f.is_idle(w, 299));
+        assert!(f.is_idle(w, 300));
+        assert_eq!(f.horizon(), 100);
+        // The tombstone is refused at any time.
+        for now in [0, 250, NOW_MAX] {
+            assert_eq!(f.admit(crate::algorithm::TOMBSTONE, now, 1), None);
+        }
     }
 }

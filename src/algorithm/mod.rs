@@ -24,6 +24,12 @@ pub use token_bucket::TokenBucket;
 /// 292 years after the clock's origin. Later readings are treated as this one.
 pub(crate) const NOW_MAX: u64 = (1 << 63) - 1;
 
+/// The tombstone: the word of a cell that eviction has retired. No
+/// algorithm ever produces it (each one's tests prove that its largest
+/// reachable word is smaller), and the cell layer refuses to admit on it, so
+/// a check that meets it retries on the map's current entry instead.
+pub(crate) const TOMBSTONE: u64 = u64::MAX;
+
 /// The word of a client never seen before, for every word algorithm: an
 /// empty history. Each algorithm's tests prove that 0 decodes to its fresh
 /// state.
@@ -52,10 +58,17 @@ pub(crate) trait WordAlgorithm: Send + Sync + 'static {
 
     /// Whether `word` decides every future request exactly as a fresh
     /// client's word would, so that forgetting it changes nothing.
-    // Eviction (issue 6) will forget idle clients; until then only the
-    // tests ask.
-    #[cfg_attr(not(test), allow(dead_code))]
     fn is_idle(&self, word: u64, now: u64) -> bool;
+
+    /// The first instant at which `word` is idle (0 if it is idle at
+    /// every instant): `is_idle(word, now)` iff `now >= idle_at(word)`.
+    /// Sampled eviction forgets the sampled client whose state expires
+    /// first, the one whose state carries the least information.
+    fn idle_at(&self, word: u64) -> u64;
+
+    /// The longest a word stays non-idle after its last admission: how long
+    /// a client denied for lack of room in a full limiter should wait.
+    fn horizon(&self) -> u64;
 }
 
 /// `now` as the algorithms see it.

@@ -99,6 +99,12 @@ impl SlidingWindowLog {
         self.limit
     }
 
+    /// The window's length, ns: how long a slot stays taken.
+    #[inline]
+    pub(crate) fn window(&self) -> u64 {
+        self.window
+    }
+
     /// The slot value that records an admission at `now`: its expiry.
     #[inline]
     pub(crate) fn stamp(&self, now: u64) -> u64 {

@@ -213,6 +213,21 @@ impl WordAlgorithm for SlidingWindowCounter {
         let (c, _) = self.at(word, now);
         c.curr == 0 && c.prev == 0
     }
+
+    fn idle_at(&self, word: u64) -> u64 {
+        let c = self.unpack(word);
+        if c.curr > 0 {
+            self.windows.start(c.index + 2)
+        } else if c.prev > 0 {
+            self.windows.start(c.index + 1)
+        } else {
+            0
+        }
+    }
+
+    fn horizon(&self) -> u64 {
+        self.windows.width().saturating_mul(2)
+    }
 }
 
 #[cfg(test)]
@@ -344,5 +359,26 @@ mod tests {
         };
         assert_eq!(s.unpack(s.pack(c)), c);
         assert_ne!(s.pack(c), u64::MAX);
+    }
+
+    #[test]
+    fn idle_at_once_both_windows_are_empty() {
+        let s = swc(4, 100);
+        assert_eq!(s.idle_at(FRESH), 0);
+        let w = s.admit(FRESH, 150, 1).unwrap();
+        // curr > 0 in window 1: it weighs on window 2, idle from window 3.
+        assert_eq!(s.idle_at(w), 300);
+        assert!(!s.is_idle(w, 299));
+        assert!(s.is_idle(w, 300));
+        // Rolled into window 2 by a denied-free admission, prev = 1.
+        let c = s.unpack(w);
+        let rolled = s.pack(Counts {
+            index: c.index + 1,
+            curr: 0,
+            prev: c.curr,
+        });
+        assert_eq!(s.idle_at(rolled), 300);
+        assert!(!s.is_idle(rolled, 299));
+        assert_eq!(s.horizon(), 200);
     }
 }

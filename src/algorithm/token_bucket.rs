@@ -160,12 +160,21 @@ impl WordAlgorithm for TokenBucket {
     fn is_idle(&self, tat: u64, now: u64) -> bool {
         tat <= clamp_now(now)
     }
+
+    fn idle_at(&self, tat: u64) -> u64 {
+        tat
+    }
+
+    fn horizon(&self) -> u64 {
+        // capacity · interval ≤ NOW_MAX, checked by `new`.
+        self.capacity * self.interval
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithm::FRESH;
+    use crate::algorithm::{FRESH, NOW_MAX};
 
     const SEC: u64 = 1_000_000_000;
 
@@ -181,6 +190,21 @@ mod tests {
             assert!(b.is_idle(FRESH, now));
             assert_eq!(b.retry_after(FRESH, now, 3), 0);
         }
+    }
+
+    #[test]
+    fn idle_from_the_tat_and_never_the_tombstone() {
+        let b = bucket(1, SEC, 3);
+        let w = b.admit(b.admit(FRESH, 5, 1).unwrap(), 5, 1).unwrap();
+        assert_eq!(b.idle_at(w), 5 + 2 * SEC);
+        assert!(!b.is_idle(w, b.idle_at(w) - 1));
+        assert!(b.is_idle(w, b.idle_at(w)));
+        assert_eq!(b.idle_at(FRESH), 0);
+        assert_eq!(b.horizon(), 3 * SEC);
+        // The largest TAT any admission reaches stays below the tombstone.
+        let widest = bucket(1, NOW_MAX, 1);
+        let top = widest.admit(FRESH, u64::MAX, 1).unwrap();
+        assert!(top < crate::algorithm::TOMBSTONE);
     }
 
     #[test]

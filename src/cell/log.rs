@@ -21,12 +21,48 @@
 //! exchanges alone make the count exact. Loads are `Acquire` and successful
 //! exchanges `AcqRel`, pairing with each other as in `cell::StateCell`. The
 //! `next` hint is `Relaxed`: any value of it is correct, it only decides
-//! where the search starts.
+//! where the search starts. Eviction's handshake (below) needs nothing
+//! stronger.
+//!
+//! # Eviction: a handshake on the `life` word
+//!
+//! A log's state is many words, so no single exchange can both check that
+//! it is idle and retire it. The cell carries one more word, `life`: live
+//! (with a generation count), *pending* (an evictor is checking), or
+//! [`DEAD`]. The two sides:
+//!
+//! * **evictor** (`try_evict`): live → pending by exchange, then re-reads
+//!   every slot *by a read-modify-write* (`fetch_add(0)`); if all are free
+//!   it commits pending → dead by exchange from the exact pending value it
+//!   wrote, otherwise it reverts to live;
+//! * **check** (`admit`, admitted or denied): after its slot work, one
+//!   `Acquire` load of `life`. Live: the decision stands. Pending: it aborts
+//!   the eviction by exchanging pending → live, and the decision stands.
+//!   Dead: the decision is void, and the limiter retries on the map's next
+//!   entry.
+//!
+//! Why this is enough, with no `SeqCst`: every write to a slot is a
+//! read-modify-write, so each slot's modification order is one chain of
+//! them. Take a claim and the evictor's re-read of the same slot. If the
+//! re-read comes later in the chain, it reads the claim (a read-modify-write
+//! always reads the latest value), finds the slot taken, and reverts. If it
+//! comes earlier, the claim reads from the re-read's chain, so the re-read
+//! (`AcqRel`) synchronises with the claim, the exchange to pending happens
+//! before the check's load of `life`, and that load sees pending or later:
+//! the check aborts the eviction or retries. The same holds for a denial
+//! made because of a claim that a retired log later voids. Plain loads for
+//! the re-read would allow the store-buffering outcome in which neither
+//! side sees the other (unless both sides were `SeqCst`); reading by
+//! read-modify-write moves that cost onto the evictor, which pays it only
+//! for a log it already found idle, and keeps the check path to one
+//! `Acquire` load. The generation, bumped by every abort and revert, stops
+//! an evictor from committing a pending value that a later evictor wrote
+//! (ABA). A check never waits for an evictor: at worst it aborts one.
 
 use core::time::Duration;
 
 use super::sealed;
-use super::Algorithm;
+use super::{Algorithm, Mortal};
 use crate::algorithm::SlidingWindowLog;
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Ordering};
@@ -39,15 +75,114 @@ pub struct LogCell {
     /// Where the next search starts: just past the last slot claimed. Since
     /// slots are mostly claimed in turn, that is usually the oldest one.
     next: AtomicU64,
+    /// Live (`generation << 1`), pending (`generation << 1 | 1`) or
+    /// [`DEAD`]: see "Eviction" above.
+    life: AtomicU64,
     slots: Box<[AtomicU64]>,
 }
+
+/// The `life` of a retired log. Live and pending values are smaller: the
+/// generation would need 2^63 aborted evictions to reach it.
+const DEAD: u64 = u64::MAX;
+
+/// The low bit of `life`: an evictor is checking the slots.
+const PENDING: u64 = 1;
 
 impl LogCell {
     fn new(limit: u64) -> Self {
         Self {
             next: AtomicU64::new(0),
+            life: AtomicU64::new(0),
             slots: (0..limit).map(|_| AtomicU64::new(0)).collect(),
         }
+    }
+
+    /// The check's half of the handshake, after its slot work: whether its
+    /// decision `admitted` stands (`Some`) or the log was retired (`None`).
+    #[inline]
+    fn confirm(&self, admitted: bool) -> Option<bool> {
+        // Acquire: pairs with the AcqRel slot re-read in `try_evict` through
+        // the claim (or the denial's slot loads): if the re-read preceded our
+        // claim, the exchange to pending happens before this load; see
+        // "Eviction" above.
+        let life = self.life.load(Ordering::Acquire);
+        if life & PENDING == 0 {
+            return Some(admitted);
+        }
+        self.confirm_contended(life, admitted)
+    }
+
+    /// `confirm` when an evictor is at work: abort it, or find the log dead.
+    #[cold]
+    #[inline(never)]
+    fn confirm_contended(&self, mut life: u64, admitted: bool) -> Option<bool> {
+        loop {
+            if life == DEAD {
+                return None;
+            }
+            if life & PENDING == 0 {
+                return Some(admitted);
+            }
+            // AcqRel/Acquire: the abort and the evictor's commit are
+            // exchanges on one word; whichever is first in its modification
+            // order makes the other fail.
+            match self.life.compare_exchange(
+                life,
+                life + 1, // pending → live, next generation
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(admitted),
+                Err(seen) => life = seen,
+            }
+        }
+    }
+
+    /// The evictor's half: retires the log if every slot is free at `now`.
+    fn try_evict(&self, log: &SlidingWindowLog, now: u64) -> bool {
+        // Acquire: as in `try_claim`. A cheap look first, writing nothing.
+        let life = self.life.load(Ordering::Acquire);
+        if life & PENDING != 0 || self.free(log, now) < log.limit() {
+            return false;
+        }
+        // AcqRel: its Release half is what the slot re-reads below carry to
+        // a later claim; see "Eviction" above.
+        if self
+            .life
+            .compare_exchange(life, life | PENDING, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        // The re-read, by read-modify-write so that it reads the latest claim
+        // (AcqRel: it releases our pending to any claim that reads from it,
+        // and acquires the claims it reads). Stop at the first taken slot.
+        let idle = self
+            .slots
+            .iter()
+            .all(|s| log.is_free(s.fetch_add(0, Ordering::AcqRel), now));
+        let pending = life | PENDING;
+        // AcqRel: publishes the retirement to the checks that load `life`.
+        if idle
+            && self
+                .life
+                .compare_exchange(pending, DEAD, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            return true;
+        }
+        // Not idle after all, or a check aborted us: revert, unless a check
+        // already did. AcqRel: as for the abort in `confirm_contended`.
+        let _ =
+            self.life
+                .compare_exchange(pending, pending + 1, Ordering::AcqRel, Ordering::Relaxed);
+        false
+    }
+
+    /// Retires the log whatever it holds.
+    fn retire(&self) -> bool {
+        // AcqRel: as the commit in `try_evict`.
+        self.life.swap(DEAD, Ordering::AcqRel) != DEAD
     }
 
     /// Slot indices in search order: from the hint to the end, then from the
@@ -63,10 +198,12 @@ impl LogCell {
     #[inline]
     fn try_claim(&self, log: &SlidingWindowLog, index: usize, now: u64, stamp: u64) -> Option<u64> {
         let slot = &self.slots[index];
-        // Acquire: pairs with the AcqRel exchange that wrote the slot.
+        // Acquire: pairs with the exchange that wrote the slot.
         let mut seen = slot.load(Ordering::Acquire);
         while log.is_free(seen, now) {
             // AcqRel on success, Acquire on failure: as in `StateCell::apply`.
+            // The Acquire half also pairs with an evictor's AcqRel re-read
+            // of this slot (see "Eviction" above).
             match slot.compare_exchange(seen, stamp, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(old) => {
                     // Relaxed: a hint; see "Orderings".
@@ -81,14 +218,25 @@ impl LogCell {
         None
     }
 
-    fn admit(&self, log: &SlidingWindowLog, now: u64, cost: u64) -> bool {
+    /// Admits `cost` at `now` if that many slots are free; `None` if the
+    /// log was retired, in which case nothing it did counts.
+    #[inline]
+    fn admit(&self, log: &SlidingWindowLog, now: u64, cost: u64) -> Option<bool> {
         let stamp = log.stamp(now);
-        if cost == 1 {
-            return self
-                .search_order()
-                .any(|i| self.try_claim(log, i, now, stamp).is_some());
-        }
-        self.admit_many(log, now, cost, stamp)
+        let admitted = if cost == 1 {
+            self.search_order()
+                .any(|i| self.try_claim(log, i, now, stamp).is_some())
+        } else {
+            self.admit_many(log, now, cost, stamp)
+        };
+        self.confirm(admitted)
+    }
+
+    /// Whether the log reads as retired, for peeks: a retired log reads as
+    /// a fresh one.
+    fn reads_dead(&self) -> bool {
+        // Acquire: as in `try_claim`; a peek needs no handshake.
+        self.life.load(Ordering::Acquire) == DEAD
     }
 
     #[cold]
@@ -97,6 +245,8 @@ impl LogCell {
             return false;
         }
         let mut claimed = Vec::with_capacity(cost as usize);
+        // (A claim here on a log retired meanwhile is harmless: `confirm`
+        // then voids the decision, and the log is never read again.)
         for i in self.search_order() {
             if let Some(old) = self.try_claim(log, i, now, stamp) {
                 claimed.push((i, old));
@@ -149,6 +299,12 @@ impl LogCell {
     }
 }
 
+impl Mortal for LogCell {
+    fn is_dead(&self) -> bool {
+        self.reads_dead()
+    }
+}
+
 impl sealed::Sealed for SlidingWindowLog {}
 
 impl Algorithm for SlidingWindowLog {
@@ -164,16 +320,19 @@ impl Algorithm for SlidingWindowLog {
     }
 
     #[inline]
-    fn admit(&self, cell: &LogCell, now: u64, cost: u64) -> bool {
+    fn try_admit(&self, cell: &LogCell, now: u64, cost: u64) -> Option<bool> {
         cell.admit(self, now, cost)
     }
 
-    fn decide(&self, cell: &LogCell, now: u64, cost: u64) -> Decision {
-        let allowed = cell.admit(self, now, cost);
-        cell.describe(self, allowed, now, cost)
+    fn decide(&self, cell: &LogCell, now: u64, cost: u64) -> Option<Decision> {
+        let allowed = cell.admit(self, now, cost)?;
+        Some(cell.describe(self, allowed, now, cost))
     }
 
     fn peek(&self, cell: &LogCell, now: u64, cost: u64) -> Decision {
+        if cell.reads_dead() {
+            return self.peek(&self.new_cell(), now, cost);
+        }
         let free = cell.free(self, now);
         let allowed = free >= cost;
         let mut d = cell.describe(self, allowed, now, cost);
@@ -185,7 +344,30 @@ impl Algorithm for SlidingWindowLog {
     }
 
     fn quota(&self, cell: &LogCell, now: u64) -> Decision {
+        if cell.reads_dead() {
+            return self.quota(&self.new_cell(), now);
+        }
         cell.describe(self, true, now, 1)
+    }
+
+    fn try_evict(&self, cell: &LogCell, now: u64) -> bool {
+        cell.try_evict(self, now)
+    }
+
+    fn force_evict(&self, cell: &LogCell) -> bool {
+        cell.retire()
+    }
+
+    fn idle_at(&self, cell: &LogCell) -> u64 {
+        if cell.reads_dead() {
+            return 0;
+        }
+        // The last expiry: every slot is free from then on.
+        cell.expiries().into_iter().max().unwrap_or(0)
+    }
+
+    fn horizon(&self) -> u64 {
+        self.window()
     }
 }
 
@@ -225,5 +407,47 @@ mod tests {
         // At 100 one slot is free again: too few for two, and none is taken.
         assert!(!Algorithm::admit(&l, &cell, 100, 2));
         assert_eq!(cell.expiries(), [100, 150, 150]);
+    }
+
+    #[test]
+    fn eviction_needs_every_slot_free_and_voids_later_checks() {
+        let l = log(2, 100);
+        let cell = l.new_cell();
+        assert!(Algorithm::admit(&l, &cell, 10, 1));
+        assert_eq!(l.idle_at(&cell), 110);
+        assert!(!l.try_evict(&cell, 109), "a slot is still in the window");
+        assert_eq!(cell.life.load(Ordering::Relaxed), 0, "nothing written");
+        assert!(l.try_evict(&cell, 110));
+        assert!(cell.is_dead());
+        assert!(!l.try_evict(&cell, 110), "retired once only");
+        assert_eq!(l.try_admit(&cell, 110, 1), None);
+        assert_eq!(l.decide(&cell, 110, 2), None);
+        // A retired log reads as a fresh one.
+        assert_eq!(l.peek(&cell, 110, 2).remaining(), 0);
+        assert!(l.peek(&cell, 110, 2).is_allowed());
+        assert_eq!(l.quota(&cell, 110).remaining(), 2);
+    }
+
+    #[test]
+    fn a_check_aborts_a_pending_eviction() {
+        let l = log(1, 100);
+        let cell = l.new_cell();
+        // An evictor has announced itself but not yet committed.
+        cell.life.store(PENDING, Ordering::Relaxed);
+        assert_eq!(l.try_admit(&cell, 0, 1), Some(true));
+        assert_eq!(
+            cell.life.load(Ordering::Relaxed),
+            2,
+            "live, next generation"
+        );
+        // The stale evictor's commit from its own pending value now fails.
+        assert!(cell
+            .life
+            .compare_exchange(PENDING, DEAD, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err());
+        assert_eq!(l.try_admit(&cell, 0, 1), Some(false));
+        assert!(l.force_evict(&cell));
+        assert!(!l.force_evict(&cell));
+        assert_eq!(l.try_admit(&cell, 0, 1), None);
     }
 }

@@ -15,14 +15,36 @@
 //! records something before an admission, and a caller denied because of that
 //! admission, see a consistent order. On x86-64 these are the same
 //! instructions as `Relaxed`.
+//!
+//! # Eviction
+//!
+//! An evictor retires a cell by exchanging its idle word for
+//! [`TOMBSTONE`](crate::algorithm::TOMBSTONE), which no algorithm produces,
+//! and only then removes the map entry (see `crate::store`). `apply` tests
+//! the word it loaded against the tombstone (the one comparison eviction
+//! adds to a check) and answers [`Applied::Dead`] without writing; the
+//! limiter then looks the client up again. Since the exchange succeeds only
+//! from the very idle word the evictor judged, every admission is either in
+//! the word before it (and then the word was not idle, and the exchange
+//! fails) or retried on the map's next entry.
 
 use core::time::Duration;
 
-use crate::algorithm::{WordAlgorithm, FRESH};
+use crate::algorithm::{WordAlgorithm, FRESH, TOMBSTONE};
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Backoff, Ordering};
 
 mod log;
+
+/// A cell that eviction can retire. Public (but unreachable outside
+/// `--features loom`) so that the map protocol in `crate::store`, and the
+/// loom models through it, can tell a retired cell from a live one.
+#[doc(hidden)]
+pub trait Mortal {
+    /// Whether eviction has retired this cell for good: no check will ever
+    /// be applied to it again, and any thread may remove it from the map.
+    fn is_dead(&self) -> bool;
+}
 
 /// One client's state word. Public only as the sealed
 /// [`Algorithm::Cell`] of the word algorithms; nothing outside the crate can
@@ -45,6 +67,9 @@ pub(crate) enum Applied {
     /// The transition refused this word, the latest one observed; nothing
     /// was written.
     Denied(u64),
+    /// The cell holds the tombstone: it was evicted, nothing was written,
+    /// and the check belongs on the map's current entry for the client.
+    Dead,
 }
 
 impl StateCell {
@@ -87,6 +112,10 @@ impl StateCell {
     #[inline]
     pub(crate) fn apply(&self, transition: impl Fn(u64) -> Option<u64>) -> Applied {
         let current = self.load();
+        // The one comparison eviction adds: a tombstone is never admitted on.
+        if current == TOMBSTONE {
+            return Applied::Dead;
+        }
         #[cfg(feature = "loom")]
         if self.racy {
             let Some(next) = transition(current) else {
@@ -123,6 +152,9 @@ impl StateCell {
     ) -> Applied {
         let backoff = Backoff::new();
         loop {
+            if current == TOMBSTONE {
+                return Applied::Dead;
+            }
             let Some(next) = transition(current) else {
                 return Applied::Denied(current);
             };
@@ -139,6 +171,43 @@ impl StateCell {
             }
             backoff.spin();
         }
+    }
+
+    /// Retires the cell if its word is idle at `now` by `is_idle`: one
+    /// compare-and-swap from the very word judged idle to the tombstone.
+    /// True iff this call retired it.
+    pub(crate) fn try_retire(&self, is_idle: impl FnOnce(u64) -> bool) -> bool {
+        let word = self.load();
+        // AcqRel/Acquire: as in `apply`. The exchange fails if any check
+        // admitted since the load, so an admission is never retired.
+        word != TOMBSTONE
+            && is_idle(word)
+            && self
+                .word
+                .compare_exchange(word, TOMBSTONE, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+    }
+
+    /// Retires the cell whatever its word: sampled eviction under a full
+    /// cap. True iff this call retired it.
+    pub(crate) fn retire(&self) -> bool {
+        // AcqRel: as in `apply`.
+        self.word.swap(TOMBSTONE, Ordering::AcqRel) != TOMBSTONE
+    }
+
+    /// The word as the algorithms should read it: a retired cell reads as
+    /// a fresh one, which is what its idle word was equivalent to.
+    fn live_word(&self) -> u64 {
+        match self.load() {
+            TOMBSTONE => FRESH,
+            word => word,
+        }
+    }
+}
+
+impl Mortal for StateCell {
+    fn is_dead(&self) -> bool {
+        self.load() == TOMBSTONE
     }
 }
 
@@ -163,14 +232,15 @@ impl StateCell {
 /// # let l = tollgate::FixedWindow::builder().limit(1).window(std::time::Duration::from_secs(1)).build().unwrap();
 /// # assert_eq!(admit_all(&l, &["a", "a", "b"]), 2);
 /// ```
-pub trait Algorithm: sealed::Sealed + Send + Sync + 'static {
+pub trait Algorithm: sealed::Sealed + crate::builder::FromParams + Send + Sync + 'static {
     // The methods below are hidden from the docs: `cost` is always in
     // `1..=capacity()`, because the limiter rejects the rest before calling.
+    // "Dead" means the cell was evicted (see `Mortal`); the limiter then
+    // retries on the map's current entry.
 
     /// One client's state.
     #[doc(hidden)]
-    /// One client's state.
-    type Cell: Send + Sync + 'static;
+    type Cell: Mortal + Send + Sync + 'static;
 
     #[doc(hidden)]
     /// The state of a client never seen before.
@@ -181,21 +251,50 @@ pub trait Algorithm: sealed::Sealed + Send + Sync + 'static {
     fn capacity(&self) -> u64;
 
     #[doc(hidden)]
-    /// Checks and, if admitted, records a request: the hot path.
-    fn admit(&self, cell: &Self::Cell, now: u64, cost: u64) -> bool;
+    /// Checks and, if admitted, records a request: `None` if the cell is
+    /// dead, having recorded nothing that counts. The hot path.
+    fn try_admit(&self, cell: &Self::Cell, now: u64, cost: u64) -> Option<bool>;
 
     #[doc(hidden)]
-    /// As [`Algorithm::admit`], with the figures for a [`Decision`].
-    fn decide(&self, cell: &Self::Cell, now: u64, cost: u64) -> Decision;
+    /// As [`Algorithm::try_admit`] for a cell that is never evicted: a dead
+    /// cell admits nothing. For the loom models of the cell alone.
+    #[inline]
+    fn admit(&self, cell: &Self::Cell, now: u64, cost: u64) -> bool {
+        self.try_admit(cell, now, cost) == Some(true)
+    }
 
     #[doc(hidden)]
-    /// The decision `decide` would make, recording nothing.
+    /// As [`Algorithm::try_admit`], with the figures for a [`Decision`].
+    fn decide(&self, cell: &Self::Cell, now: u64, cost: u64) -> Option<Decision>;
+
+    #[doc(hidden)]
+    /// The decision `decide` would make, recording nothing. A dead cell
+    /// reads as a fresh one.
     fn peek(&self, cell: &Self::Cell, now: u64, cost: u64) -> Decision;
 
     #[doc(hidden)]
     /// The decision for a request of cost 0: always allowed, nothing
-    /// recorded, with the quota as it stands.
+    /// recorded, with the quota as it stands. A dead cell reads as fresh.
     fn quota(&self, cell: &Self::Cell, now: u64) -> Decision;
+
+    #[doc(hidden)]
+    /// Retires the cell if it is idle at `now`, so that no check is ever
+    /// applied to it again: true iff this call retired it.
+    fn try_evict(&self, cell: &Self::Cell, now: u64) -> bool;
+
+    #[doc(hidden)]
+    /// Retires the cell whatever it holds (sampled eviction under a full
+    /// cap, the one decision-changing path): true iff this call retired it.
+    fn force_evict(&self, cell: &Self::Cell) -> bool;
+
+    #[doc(hidden)]
+    /// The first instant at which the cell will be idle if nothing more is
+    /// admitted; 0 if it is idle already at any time.
+    fn idle_at(&self, cell: &Self::Cell) -> u64;
+
+    #[doc(hidden)]
+    /// The longest any state stays non-idle after its last admission, ns.
+    fn horizon(&self) -> u64;
 }
 
 pub(crate) mod sealed {
@@ -204,7 +303,7 @@ pub(crate) mod sealed {
     impl<A: crate::algorithm::WordAlgorithm> Sealed for A {}
 }
 
-impl<A: WordAlgorithm> Algorithm for A {
+impl<A: WordAlgorithm + crate::builder::FromParams> Algorithm for A {
     type Cell = StateCell;
 
     fn new_cell(&self) -> StateCell {
@@ -217,50 +316,73 @@ impl<A: WordAlgorithm> Algorithm for A {
     }
 
     #[inline]
-    fn admit(&self, cell: &StateCell, now: u64, cost: u64) -> bool {
-        matches!(
-            cell.apply(|word| WordAlgorithm::admit(self, word, now, cost)),
-            Applied::Admitted(_)
-        )
+    fn try_admit(&self, cell: &StateCell, now: u64, cost: u64) -> Option<bool> {
+        match cell.apply(|word| WordAlgorithm::admit(self, word, now, cost)) {
+            Applied::Admitted(_) => Some(true),
+            Applied::Denied(_) => Some(false),
+            Applied::Dead => None,
+        }
     }
 
-    fn decide(&self, cell: &StateCell, now: u64, cost: u64) -> Decision {
+    fn decide(&self, cell: &StateCell, now: u64, cost: u64) -> Option<Decision> {
         let applied = cell.apply(|word| WordAlgorithm::admit(self, word, now, cost));
         describe(self, applied, now, cost)
     }
 
     fn peek(&self, cell: &StateCell, now: u64, cost: u64) -> Decision {
-        let word = cell.load();
+        let word = cell.live_word();
         let applied = match WordAlgorithm::admit(self, word, now, cost) {
             Some(next) => Applied::Admitted(next),
             None => Applied::Denied(word),
         };
-        describe(self, applied, now, cost)
+        describe(self, applied, now, cost).expect("a live word is never dead")
     }
 
     fn quota(&self, cell: &StateCell, now: u64) -> Decision {
         Decision {
             allowed: true,
             limit: WordAlgorithm::capacity(self),
-            remaining: self.remaining(cell.load(), now),
+            remaining: self.remaining(cell.live_word(), now),
             retry_after: Duration::ZERO,
         }
+    }
+
+    fn try_evict(&self, cell: &StateCell, now: u64) -> bool {
+        cell.try_retire(|word| self.is_idle(word, now))
+    }
+
+    fn force_evict(&self, cell: &StateCell) -> bool {
+        cell.retire()
+    }
+
+    fn idle_at(&self, cell: &StateCell) -> u64 {
+        WordAlgorithm::idle_at(self, cell.live_word())
+    }
+
+    fn horizon(&self) -> u64 {
+        WordAlgorithm::horizon(self)
     }
 }
 
 /// The figures for a decision: what is left after it, and when a denied
 /// request would pass.
-fn describe<A: WordAlgorithm>(algorithm: &A, applied: Applied, now: u64, cost: u64) -> Decision {
+fn describe<A: WordAlgorithm>(
+    algorithm: &A,
+    applied: Applied,
+    now: u64,
+    cost: u64,
+) -> Option<Decision> {
     let (allowed, word, retry_after) = match applied {
         Applied::Admitted(word) => (true, word, 0),
         Applied::Denied(word) => (false, word, algorithm.retry_after(word, now, cost)),
+        Applied::Dead => return None,
     };
-    Decision {
+    Some(Decision {
         allowed,
         limit: algorithm.capacity(),
         remaining: algorithm.remaining(word, now),
         retry_after: Duration::from_nanos(retry_after),
-    }
+    })
 }
 
 #[cfg(all(test, not(feature = "loom")))]
@@ -288,5 +410,40 @@ mod tests {
             Some(w + 1)
         });
         assert_eq!(out, Applied::Admitted(11));
+    }
+
+    #[test]
+    fn a_tombstone_is_never_admitted_on_nor_overwritten() {
+        let cell = StateCell::new(5);
+        assert!(!cell.try_retire(|w| w != 5), "not idle: kept");
+        assert!(cell.try_retire(|w| w == 5));
+        assert!(cell.is_dead());
+        assert!(!cell.try_retire(|_| true), "retired once only");
+        assert_eq!(cell.apply(|w| Some(w + 1)), Applied::Dead);
+        assert_eq!(cell.load(), TOMBSTONE);
+        assert_eq!(cell.live_word(), FRESH);
+        let other = StateCell::new(9);
+        assert!(other.retire());
+        assert!(!other.retire());
+    }
+
+    #[test]
+    fn a_retire_that_loses_to_an_admission_fails() {
+        let cell = StateCell::new(0);
+        // The word is judged idle, but an admission lands before the swap.
+        assert!(!cell.try_retire(|w| {
+            assert_eq!(cell.apply(|x| Some(x + 1)), Applied::Admitted(1));
+            w == 0
+        }));
+        assert_eq!(cell.load(), 1);
+        // A check racing the retirement from inside its own transition.
+        let first = std::cell::Cell::new(true);
+        let out = cell.apply(|w| {
+            if first.replace(false) {
+                assert!(cell.retire());
+            }
+            Some(w + 1)
+        });
+        assert_eq!(out, Applied::Dead);
     }
 }

@@ -11,8 +11,8 @@
 use std::time::Duration;
 
 use tollgate::{
-    Algorithm, Decision, FixedWindow, Limiter, ManualClock, SlidingWindowCounter, SlidingWindowLog,
-    TokenBucket,
+    Algorithm, Builder, Decision, FixedWindow, Limiter, ManualClock, SlidingWindowCounter,
+    SlidingWindowLog, TokenBucket,
 };
 
 /// One client's state in an exact model.
@@ -238,7 +238,11 @@ impl Model for LogModel {
 pub trait Subject: std::fmt::Debug {
     type Algo: Algorithm;
     type Model: Model;
-    fn limiter(&self, clock: ManualClock) -> Limiter<Self::Algo, u64, ManualClock>;
+    /// The builder for this configuration, keyed by `u64`, reading `clock`.
+    fn builder(&self, clock: ManualClock) -> Builder<Self::Algo, u64, ManualClock>;
+    fn limiter(&self, clock: ManualClock) -> Limiter<Self::Algo, u64, ManualClock> {
+        self.builder(clock).build().unwrap()
+    }
     fn model(&self) -> Self::Model;
     /// The most admissions possible over `[0, elapsed]` from fresh state:
     /// the "never over-admits" bound for concurrent tests.
@@ -255,14 +259,12 @@ pub struct BucketConfig {
 impl Subject for BucketConfig {
     type Algo = TokenBucket;
     type Model = BucketModel;
-    fn limiter(&self, clock: ManualClock) -> Limiter<TokenBucket, u64, ManualClock> {
+    fn builder(&self, clock: ManualClock) -> Builder<TokenBucket, u64, ManualClock> {
         TokenBucket::builder()
             .rate(self.tokens, Duration::from_nanos(self.per))
             .capacity(self.capacity)
             .key_type::<u64>()
             .clock(clock)
-            .build()
-            .unwrap()
     }
     fn model(&self) -> BucketModel {
         BucketModel::new(self.tokens, self.per, self.capacity)
@@ -290,14 +292,12 @@ pub struct Fixed(pub WindowConfig);
 impl Subject for Sliding {
     type Algo = SlidingWindowCounter;
     type Model = SlidingModel;
-    fn limiter(&self, clock: ManualClock) -> Limiter<SlidingWindowCounter, u64, ManualClock> {
+    fn builder(&self, clock: ManualClock) -> Builder<SlidingWindowCounter, u64, ManualClock> {
         SlidingWindowCounter::builder()
             .limit(self.0.limit)
             .window(Duration::from_nanos(self.0.window))
             .key_type::<u64>()
             .clock(clock)
-            .build()
-            .unwrap()
     }
     fn model(&self) -> SlidingModel {
         SlidingModel::new(self.0.limit, self.0.window)
@@ -311,14 +311,12 @@ impl Subject for Sliding {
 impl Subject for Fixed {
     type Algo = FixedWindow;
     type Model = FixedModel;
-    fn limiter(&self, clock: ManualClock) -> Limiter<FixedWindow, u64, ManualClock> {
+    fn builder(&self, clock: ManualClock) -> Builder<FixedWindow, u64, ManualClock> {
         FixedWindow::builder()
             .limit(self.0.limit)
             .window(Duration::from_nanos(self.0.window))
             .key_type::<u64>()
             .clock(clock)
-            .build()
-            .unwrap()
     }
     fn model(&self) -> FixedModel {
         FixedModel::new(self.0.limit, self.0.window)
@@ -345,14 +343,12 @@ pub struct Log(pub WindowConfig);
 impl Subject for Log {
     type Algo = SlidingWindowLog;
     type Model = LogModel;
-    fn limiter(&self, clock: ManualClock) -> Limiter<SlidingWindowLog, u64, ManualClock> {
+    fn builder(&self, clock: ManualClock) -> Builder<SlidingWindowLog, u64, ManualClock> {
         SlidingWindowLog::builder()
             .limit(self.0.limit)
             .window(Duration::from_nanos(self.0.window))
             .key_type::<u64>()
             .clock(clock)
-            .build()
-            .unwrap()
     }
     fn model(&self) -> LogModel {
         LogModel::new(self.0.limit, self.0.window)

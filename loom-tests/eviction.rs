@@ -1,0 +1,255 @@
+//! Model 5 (issue 6): eviction racing checks on the same client.
+//!
+//! The client's entry holds a state that is idle at the frozen instant of
+//! the model (a request admitted long ago), so the evictor may retire it
+//! while two checks race it. Each check runs the crate's own protocol,
+//! `check_or_insert` (the function the limiter calls), and the evictor the
+//! crate's own step of a sweep, `__loom::evict` (retire the cell if idle,
+//! by compare-and-swap to the tombstone; then remove the entry only if its
+//! cell is dead), over a loom-aware stand-in for the map with the
+//! `Index` + `Purge` contract: a `loom::sync::Mutex<HashMap<..>>` that is
+//! locked only to look up, insert or remove, never while a check runs on a
+//! cell.
+//!
+//! Since the old state is idle, it is equivalent to a fresh one: in every
+//! interleaving exactly `capacity` of the checks are admitted (none lost,
+//! none doubled), and at the end the map holds one live cell that shows all
+//! of them. Both cells are modelled: the word cell (token bucket) and the
+//! log cell, whose multi-word eviction is a handshake on its `life` word.
+//!
+//! The broken twin evicts without the tombstone: it checks that the cell is
+//! idle and then removes the entry. A check that admits between the two is
+//! lost with the entry, and a later check admits again on a fresh one;
+//! loom finds that interleaving.
+
+use std::borrow::Borrow;
+use std::collections::hash_map::{Entry, HashMap};
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc as StdArc;
+use std::time::{Duration, Instant};
+
+use loom::sync::{Arc, Mutex};
+use loom::thread;
+use tollgate::__loom::{check_or_insert, Algorithm, Index, Mortal, Purge};
+
+/// The client every thread asks for.
+const KEY: &str = "alice";
+
+/// The frozen instant of every check and of the evictor: long after the
+/// old state's one admission at 0, which it has forgotten by now.
+const NOW: u64 = 100;
+
+/// A loom-aware map with the `Index` + `Purge` contract; see the module
+/// docs.
+struct StandIn<V> {
+    map: Mutex<HashMap<String, StdArc<V>>>,
+}
+
+impl<V> StandIn<V> {
+    fn holding(cell: V) -> Self {
+        let mut map = HashMap::new();
+        map.insert(KEY.to_owned(), StdArc::new(cell));
+        Self {
+            map: Mutex::new(map),
+        }
+    }
+}
+
+impl<V> Index<String, V> for StandIn<V> {
+    fn with<Q, R, F>(&self, key: &Q, f: F) -> Result<R, F>
+    where
+        F: FnOnce(&V) -> R,
+        String: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        // The `Arc` keeps the cell alive once the lock is released, as
+        // scc's guard does.
+        let found = self.map.lock().unwrap().get(key).cloned();
+        match found {
+            Some(cell) => Ok(f(&cell)),
+            None => Err(f),
+        }
+    }
+
+    fn insert(&self, key: String, value: StdArc<V>) -> Result<(), StdArc<V>> {
+        match self.map.lock().unwrap().entry(key) {
+            Entry::Occupied(_) => Err(value),
+            Entry::Vacant(slot) => {
+                slot.insert(value);
+                Ok(())
+            }
+        }
+    }
+}
+
+impl<V> Purge<String, V> for StandIn<V> {
+    fn remove_if<Q, F>(&self, key: &Q, condition: F) -> bool
+    where
+        F: FnOnce(&V) -> bool,
+        String: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let mut map = self.map.lock().unwrap();
+        if map.get(key).is_some_and(|cell| condition(cell)) {
+            map.remove(key);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// How the evictor treats the entry: the crate's step, or the bug.
+type Evict<A> = fn(&A, &StandIn<<A as Algorithm>::Cell>, &str, u64) -> bool;
+
+/// The checker with the suite's bound (3, as `harness.rs`; overridden by
+/// `LOOM_MAX_PREEMPTIONS`), never stopping early. Returns the interleavings
+/// run and the fewest and most admissions seen.
+fn check<F: Fn() -> u64 + Send + Sync + 'static>(name: &str, body: F) -> (usize, u64, u64) {
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(3);
+    }
+    builder.max_duration = None;
+    builder.max_permutations = None;
+    let runs = StdArc::new(AtomicUsize::new(0));
+    let min = StdArc::new(AtomicU64::new(u64::MAX));
+    let max = StdArc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    {
+        let (runs, min, max) = (runs.clone(), min.clone(), max.clone());
+        builder.check(move || {
+            runs.fetch_add(1, Relaxed);
+            let admitted = body();
+            min.fetch_min(admitted, Relaxed);
+            max.fetch_max(admitted, Relaxed);
+        });
+    }
+    let out = (runs.load(Relaxed), min.load(Relaxed), max.load(Relaxed));
+    eprintln!(
+        "loom model {name}: {} interleavings, {:.2?}, admitted {}..={}",
+        out.0,
+        start.elapsed(),
+        out.1,
+        out.2
+    );
+    out
+}
+
+/// Two checks of cost 1 and one evictor race on a client whose state
+/// (`old`, idle at `NOW`) is in the map; `capacity` of the checks must be
+/// admitted, and the map must end holding one live cell that shows them.
+fn race<A>(name: &str, algorithm: A, old: fn(&A) -> A::Cell, evict: Evict<A>) -> (usize, u64, u64)
+where
+    A: Algorithm + Copy,
+{
+    let capacity = algorithm.capacity();
+    assert!(capacity < 2, "two checks must offer more than the capacity");
+    let label = name.to_owned();
+    check(name, move || {
+        let index = Arc::new(StandIn::holding(old(&algorithm)));
+        let client = move |index: &StandIn<A::Cell>| -> u64 {
+            let admitted = check_or_insert(
+                index,
+                KEY,
+                NOW,
+                |cell: &A::Cell, now| algorithm.try_admit(cell, now, 1),
+                |_| Ok::<_, bool>(algorithm.new_cell()),
+                || NOW,
+            );
+            u64::from(admitted)
+        };
+        let evictor = {
+            let index = Arc::clone(&index);
+            thread::spawn(move || evict(&algorithm, &index, KEY, NOW))
+        };
+        let other = {
+            let index = Arc::clone(&index);
+            thread::spawn(move || client(&index))
+        };
+        let mut admitted = client(&index);
+        admitted += other.join().unwrap();
+        let _ = evictor.join().unwrap();
+
+        let name = &label;
+        assert!(
+            admitted <= capacity,
+            "{name}: over-admitted: {admitted} admitted with capacity {capacity}"
+        );
+        assert!(
+            admitted >= capacity,
+            "{name}: under-admitted: {admitted} admitted with capacity {capacity}"
+        );
+        let map = index.map.lock().unwrap();
+        assert_eq!(map.len(), 1, "{name}: one client, one entry");
+        let kept = &map[KEY];
+        assert!(!kept.is_dead(), "{name}: the map kept a dead cell");
+        assert_eq!(
+            algorithm.peek(kept, NOW, 1).remaining(),
+            0,
+            "{name}: lost an admission: the kept cell does not show it"
+        );
+        admitted
+    })
+}
+
+fn bucket() -> tollgate::TokenBucket {
+    // One token per 10 ns: an admission at 0 is forgotten from 10 ns on.
+    tollgate::__loom::token_bucket(1, Duration::from_nanos(10), 1).unwrap()
+}
+
+fn log() -> tollgate::SlidingWindowLog {
+    tollgate::__loom::sliding_window_log(1, Duration::from_nanos(10)).unwrap()
+}
+
+/// The state after one admission at 0.
+fn admitted_at_zero<A: Algorithm>(algorithm: &A) -> A::Cell {
+    let cell = algorithm.new_cell();
+    assert!(algorithm.admit(&cell, 0, 1));
+    cell
+}
+
+#[test]
+fn eviction_vs_checks_token_bucket() {
+    let (_, min, max) = race(
+        "eviction/token_bucket",
+        bucket(),
+        admitted_at_zero,
+        tollgate::__loom::evict,
+    );
+    assert_eq!((min, max), (1, 1));
+}
+
+#[test]
+fn eviction_vs_checks_sliding_window_log() {
+    let (_, min, max) = race(
+        "eviction/sliding_window_log",
+        log(),
+        admitted_at_zero,
+        tollgate::__loom::evict,
+    );
+    assert_eq!((min, max), (1, 1));
+}
+
+#[test]
+#[should_panic(expected = "over-admitted")]
+fn eviction_without_tombstone_is_caught_token_bucket() {
+    let _ = race(
+        "eviction/broken/token_bucket",
+        bucket(),
+        admitted_at_zero,
+        tollgate::__loom::evict_without_tombstone,
+    );
+}
+
+#[test]
+#[should_panic(expected = "over-admitted")]
+fn eviction_without_tombstone_is_caught_sliding_window_log() {
+    let _ = race(
+        "eviction/broken/sliding_window_log",
+        log(),
+        admitted_at_zero,
+        tollgate::__loom::evict_without_tombstone,
+    );
+}

@@ -1,0 +1,254 @@
+//! Bounded memory: the settings that keep a limiter's map from growing
+//! without end, what happens when its cap is reached, and the counters that
+//! report it.
+//!
+//! See "Eviction" in the crate documentation for the whole story; this
+//! module holds the public types ([`Overflow`], [`Stats`]) and the limiter's
+//! internal settings and counters.
+
+use core::fmt;
+
+use crate::error::ConfigError;
+use crate::sync::{AtomicU64, Ordering};
+
+/// What a limiter with a [`max_clients`](crate::Builder::max_clients) cap
+/// does with a new client when the cap is reached and no held client is
+/// idle (an idle client is always forgotten first, since that changes no
+/// decision).
+///
+/// Every application of the policy is counted in [`Stats::overflows`], and
+/// in the policy's own counter.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{FixedWindow, Overflow};
+///
+/// let limiter = FixedWindow::builder()
+///     .limit(1)
+///     .window(Duration::from_secs(60))
+///     .max_clients(1)
+///     .overflow(Overflow::DenyNew)
+///     .build()?;
+/// assert!(limiter.allow_request("alice"));
+/// // "alice" is not idle for another minute, and the map is full.
+/// assert!(!limiter.allow_request("bob"));
+/// assert_eq!(limiter.stats().denied_new, 1);
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Overflow {
+    /// Forget a held client to make room: of `sample` clients visited (at
+    /// the sweep's rotating position, so in effect at random, as Redis
+    /// samples), the one whose state would become idle soonest, the one
+    /// carrying the least information. The new client is then tracked.
+    ///
+    /// **The only policy that may change a tracked client's decisions**:
+    /// the forgotten client starts afresh on its next request, as though it
+    /// had been idle. Counted in [`Stats::evicted_live`]. If the room is
+    /// taken by other new clients four times running, the request is
+    /// admitted untracked instead (counted in [`Stats::admitted_untracked`]).
+    ///
+    /// The default policy, with `sample: 5`. `sample` must be in `1..=64`.
+    EvictSampled {
+        /// How many held clients to compare.
+        sample: u32,
+    },
+    /// Deny the new client's request, tracking nothing; held clients are
+    /// untouched. Counted in [`Stats::denied_new`]. A denial's
+    /// [`retry_after`](crate::Decision::retry_after) is the longest time a
+    /// held client can stay non-idle, after which room is likely.
+    DenyNew,
+    /// Admit the new client's request as if it were its first (if its cost
+    /// fits the capacity), tracking nothing; held clients are untouched.
+    /// Counted in [`Stats::admitted_untracked`]. Until room frees up, such a
+    /// client is not limited at all: choose this only where availability
+    /// matters more than the limit.
+    AdmitUntracked,
+}
+
+impl Default for Overflow {
+    fn default() -> Self {
+        Self::EvictSampled { sample: 5 }
+    }
+}
+
+/// A snapshot of a limiter's memory counters, from
+/// [`Limiter::stats`](crate::Limiter::stats). The counters only grow; read
+/// two snapshots and subtract for a rate.
+///
+/// Known clients never touch a counter: they are written only when a client
+/// is created, evicted or refused room.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{ManualClock, TokenBucket};
+///
+/// let clock = ManualClock::new();
+/// let limiter = TokenBucket::builder()
+///     .rate(1, Duration::from_secs(1))
+///     .clock(clock.clone())
+///     .build()?;
+/// assert!(limiter.allow_request("alice"));
+/// clock.advance(Duration::from_secs(1));
+/// assert_eq!(limiter.sweep(), 1);
+/// let stats = limiter.stats();
+/// assert_eq!((stats.clients, stats.evicted_idle), (0, 1));
+/// println!("{stats:?}");
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+#[must_use = "a snapshot of counters does nothing unless read"]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Clients held now, as [`Limiter::len`](crate::Limiter::len).
+    pub clients: usize,
+    /// Clients forgotten because they were idle: no decision changed.
+    pub evicted_idle: u64,
+    /// Clients forgotten by [`Overflow::EvictSampled`] while not idle.
+    pub evicted_live: u64,
+    /// Times the cap was reached with nothing idle to forget, so that the
+    /// [`Overflow`] policy applied.
+    pub overflows: u64,
+    /// Requests denied by [`Overflow::DenyNew`].
+    pub denied_new: u64,
+    /// Requests decided on an untracked fresh state by
+    /// [`Overflow::AdmitUntracked`] (or by `EvictSampled`'s fallback).
+    pub admitted_untracked: u64,
+    /// Incremental sweeps run by inserting threads.
+    pub auto_sweeps: u64,
+}
+
+/// How a limiter bounds its memory: the builder's settings, validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Memory {
+    /// The most clients held at once, if capped.
+    pub(crate) max_clients: Option<u64>,
+    pub(crate) overflow: Overflow,
+    /// Every `every` new clients, visit `slice` entries; `None`: never.
+    pub(crate) auto_sweep: Option<AutoSweep>,
+}
+
+/// The incremental sweep's pace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AutoSweep {
+    pub(crate) every: u64,
+    pub(crate) slice: u64,
+}
+
+impl Default for Memory {
+    fn default() -> Self {
+        Self {
+            max_clients: None,
+            overflow: Overflow::default(),
+            auto_sweep: Some(AutoSweep {
+                every: Self::SWEEP_EVERY,
+                slice: Self::SWEEP_SLICE,
+            }),
+        }
+    }
+}
+
+impl Memory {
+    /// The default pace: every 64 new clients, the inserting thread visits
+    /// 256 entries (4 per insert).
+    pub(crate) const SWEEP_EVERY: u64 = 64;
+    pub(crate) const SWEEP_SLICE: u64 = 256;
+
+    /// Entries visited for idle ones when a capped map is full, before the
+    /// overflow policy applies.
+    pub(crate) const FULL_SLICE: u64 = 32;
+
+    pub(crate) fn validate(self) -> Result<Self, ConfigError> {
+        if let Some(max) = self.max_clients {
+            ConfigError::check_range(
+                "max_clients",
+                u128::from(max),
+                (1, u128::from(u64::MAX)),
+                "clients",
+                "a capped limiter must hold at least one client",
+            )?;
+        }
+        if let Overflow::EvictSampled { sample } = self.overflow {
+            ConfigError::check_range(
+                "overflow",
+                u128::from(sample),
+                (1, 64),
+                "sampled clients",
+                "sampled eviction compares at least 1 and at most 64 clients",
+            )?;
+        }
+        if let Some(AutoSweep { every, slice }) = self.auto_sweep {
+            ConfigError::check_range(
+                "auto_sweep",
+                u128::from(every),
+                (1, u128::from(u32::MAX)),
+                "new clients",
+                "a sweep runs at most once per new client",
+            )?;
+            ConfigError::check_range(
+                "auto_sweep",
+                u128::from(slice),
+                (2 * u128::from(every), u128::from(u32::MAX)),
+                "entries",
+                "each sweep must visit at least twice as many entries as clients were added since the last, or the map could outgrow it",
+            )?;
+        }
+        Ok(self)
+    }
+}
+
+/// The live counters behind [`Stats`]. Written only off the known-client
+/// path; `Relaxed`, since each is a lone tally that publishes nothing.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) inserts: AtomicU64,
+    pub(crate) evicted_idle: AtomicU64,
+    pub(crate) evicted_live: AtomicU64,
+    pub(crate) overflows: AtomicU64,
+    pub(crate) denied_new: AtomicU64,
+    pub(crate) admitted_untracked: AtomicU64,
+    pub(crate) auto_sweeps: AtomicU64,
+}
+
+impl Counters {
+    /// Adds `n` to `counter`.
+    #[inline]
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        if n > 0 {
+            // Relaxed: a lone tally; see the type's docs.
+            counter.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a new client; returns how many came before it.
+    #[inline]
+    pub(crate) fn next_insert(&self) -> u64 {
+        // Relaxed: as in `add`.
+        self.inserts.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn snapshot(&self, clients: usize) -> Stats {
+        // Relaxed: as in `add`.
+        let read = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Stats {
+            clients,
+            evicted_idle: read(&self.evicted_idle),
+            evicted_live: read(&self.evicted_live),
+            overflows: read(&self.overflows),
+            denied_new: read(&self.denied_new),
+            admitted_untracked: read(&self.admitted_untracked),
+            auto_sweeps: read(&self.auto_sweeps),
+        }
+    }
+}
+
+impl fmt::Debug for Counters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Counters").finish_non_exhaustive()
+    }
+}
