@@ -149,7 +149,8 @@ where
                     Err(answer.expect("a fresh cell is live"))
                 }
             },
-            || self.clock.now_nanos(),
+            // A new cell: no earlier than any eviction's reading.
+            || self.counters.not_before(self.clock.now_nanos()),
         )
     }
 
@@ -205,6 +206,7 @@ where
     /// Visits `budget` entries from the sweep's position, forgetting the
     /// idle ones. Does nothing if another thread is sweeping a slice.
     fn sweep_slice(&self, now: u64, budget: u64) {
+        self.counters.evicting(now);
         let algorithm = &self.algorithm;
         let mut retired = 0;
         let _ = self.store.sweep_slice(budget, |_, cell| {
@@ -218,6 +220,7 @@ where
     /// Forgets one client from a sample of `sample`: an idle one if the
     /// sample holds any, otherwise the one that would become idle soonest.
     fn evict_sampled(&self, now: u64, sample: u64) {
+        self.counters.evicting(now);
         let algorithm = &self.algorithm;
         let mut retired = 0;
         let mut victim: Option<(u64, K, Arc<A::Cell>)> = None;
@@ -525,6 +528,7 @@ where
     /// ```
     pub fn sweep(&self) -> usize {
         let now = self.clock.now_nanos();
+        self.counters.evicting(now);
         let algorithm = &self.algorithm;
         let mut retired = 0;
         let removed = self.store.sweep(|cell| {

@@ -213,9 +213,35 @@ pub(crate) struct Counters {
     pub(crate) denied_new: AtomicU64,
     pub(crate) admitted_untracked: AtomicU64,
     pub(crate) auto_sweeps: AtomicU64,
+    /// The latest clock reading any eviction was attempted at. A new cell is
+    /// never judged at an earlier reading (see [`Counters::not_before`]).
+    pub(crate) evicting_at: AtomicU64,
 }
 
 impl Counters {
+    /// Records that evictions are about to be judged at `now`. Call it
+    /// before any eviction attempt at that reading.
+    #[inline]
+    pub(crate) fn evicting(&self, now: u64) {
+        // Relaxed: a check that can see the eviction's effect (the tombstone,
+        // read Acquire, written AcqRel after this in program order, or the
+        // entry's removal, later still) is ordered after this by that
+        // pairing, so it reads this value or a later one.
+        self.evicting_at.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// `now`, or the latest reading an eviction was judged at if that is
+    /// later. A state is evicted only once idle at the evictor's reading,
+    /// where it equals a fresh one; judging its fresh replacement no earlier
+    /// keeps that equality even if a user clock has since stepped back, so
+    /// forgetting a state never hands out admissions it had already spent.
+    /// Only the insert path calls this.
+    #[inline]
+    pub(crate) fn not_before(&self, now: u64) -> u64 {
+        // Relaxed: see `evicting`.
+        now.max(self.evicting_at.load(Ordering::Relaxed))
+    }
+
     /// Adds `n` to `counter`.
     #[inline]
     pub(crate) fn add(counter: &AtomicU64, n: u64) {

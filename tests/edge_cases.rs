@@ -256,8 +256,9 @@ fn wobbly_readings() -> impl Strategy<Value = Vec<i64>> {
 }
 
 /// A clock that steps backwards never panics and never admits more than
-/// the algorithm allows over the time the clock has actually covered.
-fn backward_clock_never_over_admits<S: Subject>(subject: &S, steps: &[i64]) {
+/// the algorithm allows over the time the clock has actually covered, with
+/// or without a sweep evicting idle state after every step.
+fn backward_clock_never_over_admits<S: Subject>(subject: &S, steps: &[i64], sweep: bool) {
     let clock = ManualClock::new();
     let limiter = subject.limiter(clock.clone());
     let (mut now, mut latest, mut admitted) = (0i64, 0i64, 0u64);
@@ -268,6 +269,9 @@ fn backward_clock_never_over_admits<S: Subject>(subject: &S, steps: &[i64]) {
         admitted += u64::from(limiter.allow_request(&0));
         let _ = limiter.check_n(&1, 1).unwrap();
         let _ = limiter.peek(&0);
+        if sweep {
+            let _ = limiter.sweep();
+        }
     }
     let bound = subject.admission_bound(latest as u64);
     assert!(admitted <= bound, "{admitted} > {bound}, {subject:?}");
@@ -275,11 +279,38 @@ fn backward_clock_never_over_admits<S: Subject>(subject: &S, steps: &[i64]) {
 
 proptest! {
     #[test]
-    fn backward_clocks(steps in wobbly_readings()) {
+    fn backward_clocks(steps in wobbly_readings(), sweep in any::<bool>()) {
         let window = WindowConfig { limit: 3, window: 2_000_000 };
-        backward_clock_never_over_admits(&BucketConfig { tokens: 1, per: 1_000_000, capacity: 3 }, &steps);
-        backward_clock_never_over_admits(&Sliding(window), &steps);
-        backward_clock_never_over_admits(&Fixed(window), &steps);
-        backward_clock_never_over_admits(&Log(window), &steps);
+        backward_clock_never_over_admits(&BucketConfig { tokens: 1, per: 1_000_000, capacity: 3 }, &steps, sweep);
+        backward_clock_never_over_admits(&Sliding(window), &steps, sweep);
+        backward_clock_never_over_admits(&Fixed(window), &steps, sweep);
+        backward_clock_never_over_admits(&Log(window), &steps, sweep);
     }
+}
+
+/// The smallest case of the above: a token bucket drained at 0 and idle by
+/// 1 s is evicted; the clock then steps back to 0.5 s. Forgetting the state
+/// must not hand the client a second full bucket at 0.5 s on top of the one
+/// it may take at 1 s: over the 1.5 s the clock has covered, at most
+/// capacity + 1.5 tokens may be admitted.
+#[test]
+fn eviction_then_a_backward_step_does_not_refill_early() {
+    let clock = ManualClock::new();
+    let limiter = TokenBucket::builder()
+        .rate(1, Duration::from_secs(1))
+        .capacity(1)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let mut admitted = u64::from(limiter.allow_request("a"));
+    clock.set(Duration::from_secs(1));
+    assert_eq!(limiter.sweep(), 1);
+    clock.set(Duration::from_millis(500));
+    admitted += u64::from(limiter.allow_request("a"));
+    clock.set(Duration::from_millis(1_500));
+    admitted += u64::from(limiter.allow_request("a"));
+    assert!(
+        admitted <= 2,
+        "{admitted} admitted over 1.5 s at 1 per second, capacity 1"
+    );
 }
