@@ -82,10 +82,7 @@ impl FixedWindow {
 
 impl fmt::Debug for FixedWindow {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FixedWindow")
-            .field("limit", &self.limit)
-            .field("window", &Duration::from_nanos(self.windows.width()))
-            .finish()
+        super::window::debug_windowed(f, "FixedWindow", self.limit, &self.windows)
     }
 }
 

@@ -158,10 +158,7 @@ impl SlidingWindowCounter {
 
 impl fmt::Debug for SlidingWindowCounter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SlidingWindowCounter")
-            .field("limit", &self.limit)
-            .field("window", &Duration::from_nanos(self.windows.width()))
-            .finish()
+        super::window::debug_windowed(f, "SlidingWindowCounter", self.limit, &self.windows)
     }
 }
 

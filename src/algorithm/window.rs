@@ -81,6 +81,19 @@ impl Windows {
     }
 }
 
+/// `Debug` for a windowed algorithm: its name, limit and window.
+pub(super) fn debug_windowed(
+    f: &mut core::fmt::Formatter<'_>,
+    name: &str,
+    limit: u64,
+    windows: &Windows,
+) -> core::fmt::Result {
+    f.debug_struct(name)
+        .field("limit", &limit)
+        .field("window", &Duration::from_nanos(windows.width()))
+        .finish()
+}
+
 /// Builds the error for a limit that does not fit the bits left beside the
 /// window index.
 pub(super) fn check_limit(limit: u64, count_bits: u32) -> Result<(), ConfigError> {

@@ -289,42 +289,38 @@ pub struct Sliding(pub WindowConfig);
 #[derive(Clone, Copy, Debug)]
 pub struct Fixed(pub WindowConfig);
 
-impl Subject for Sliding {
-    type Algo = SlidingWindowCounter;
-    type Model = SlidingModel;
-    fn builder(&self, clock: ManualClock) -> Builder<SlidingWindowCounter, u64, ManualClock> {
-        SlidingWindowCounter::builder()
-            .limit(self.0.limit)
-            .window(Duration::from_nanos(self.0.window))
-            .key_type::<u64>()
-            .clock(clock)
-    }
-    fn model(&self) -> SlidingModel {
-        SlidingModel::new(self.0.limit, self.0.window)
-    }
-    fn admission_bound(&self, elapsed: u64) -> u64 {
-        // At most `limit` per aligned window touched.
-        self.0.limit * (elapsed / self.0.window + 1)
-    }
+/// The sliding window log under a [`WindowConfig`].
+#[derive(Clone, Copy, Debug)]
+pub struct Log(pub WindowConfig);
+
+/// The windowed algorithms share one configuration shape, so one macro
+/// writes their subjects: at most `limit` admissions per aligned window
+/// touched (the log: in any window of length W, which implies it).
+macro_rules! window_subject {
+    ($subject:ident, $algo:ident, $model:ident) => {
+        impl Subject for $subject {
+            type Algo = $algo;
+            type Model = $model;
+            fn builder(&self, clock: ManualClock) -> Builder<$algo, u64, ManualClock> {
+                $algo::builder()
+                    .limit(self.0.limit)
+                    .window(Duration::from_nanos(self.0.window))
+                    .key_type::<u64>()
+                    .clock(clock)
+            }
+            fn model(&self) -> $model {
+                $model::new(self.0.limit, self.0.window)
+            }
+            fn admission_bound(&self, elapsed: u64) -> u64 {
+                self.0.limit * (elapsed / self.0.window + 1)
+            }
+        }
+    };
 }
 
-impl Subject for Fixed {
-    type Algo = FixedWindow;
-    type Model = FixedModel;
-    fn builder(&self, clock: ManualClock) -> Builder<FixedWindow, u64, ManualClock> {
-        FixedWindow::builder()
-            .limit(self.0.limit)
-            .window(Duration::from_nanos(self.0.window))
-            .key_type::<u64>()
-            .clock(clock)
-    }
-    fn model(&self) -> FixedModel {
-        FixedModel::new(self.0.limit, self.0.window)
-    }
-    fn admission_bound(&self, elapsed: u64) -> u64 {
-        self.0.limit * (elapsed / self.0.window + 1)
-    }
-}
+window_subject!(Sliding, SlidingWindowCounter, SlidingModel);
+window_subject!(Fixed, FixedWindow, FixedModel);
+window_subject!(Log, SlidingWindowLog, LogModel);
 
 /// How far the clock moves before a step.
 #[derive(Clone, Copy, Debug)]
@@ -334,29 +330,6 @@ pub enum Gap {
     /// To the instant the step's request would first pass, per the model,
     /// offset by -1, 0 or +1 ns: the boundary where off-by-one errors live.
     Boundary(i8),
-}
-
-/// The sliding window log under a [`WindowConfig`].
-#[derive(Clone, Copy, Debug)]
-pub struct Log(pub WindowConfig);
-
-impl Subject for Log {
-    type Algo = SlidingWindowLog;
-    type Model = LogModel;
-    fn builder(&self, clock: ManualClock) -> Builder<SlidingWindowLog, u64, ManualClock> {
-        SlidingWindowLog::builder()
-            .limit(self.0.limit)
-            .window(Duration::from_nanos(self.0.window))
-            .key_type::<u64>()
-            .clock(clock)
-    }
-    fn model(&self) -> LogModel {
-        LogModel::new(self.0.limit, self.0.window)
-    }
-    fn admission_bound(&self, elapsed: u64) -> u64 {
-        // At most `limit` in any window of length W.
-        self.0.limit * (elapsed / self.0.window + 1)
-    }
 }
 
 /// One step of a scenario: let time pass, then one client asks.
