@@ -4,6 +4,7 @@
 //! where the outcome is determined (a frozen clock), and the algorithm's
 //! admission bound where it is not (a clock moving under the threads).
 
+#[macro_use]
 mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,17 +32,6 @@ fn subjects() -> (BucketConfig, Sliding, Fixed, Log) {
         Fixed(window),
         Log(window),
     )
-}
-
-/// Runs `f` for each algorithm's subject.
-macro_rules! for_each_subject {
-    ($f:ident) => {{
-        let (bucket, sliding, fixed, log) = subjects();
-        $f(&bucket);
-        $f(&sliding);
-        $f(&fixed);
-        $f(&log);
-    }};
 }
 
 /// Eight threads race on one hot client with a frozen clock: exactly the

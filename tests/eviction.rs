@@ -3,6 +3,7 @@
 //! and double nothing. The memory flood is in `tests/flood.rs`, a process of
 //! its own so that its resident-memory readings see no other test.
 
+#[macro_use]
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -45,16 +46,6 @@ fn subjects() -> (BucketConfig, Sliding, Fixed, Log) {
         Fixed(window),
         Log(window),
     )
-}
-
-macro_rules! for_each_subject {
-    ($f:ident) => {{
-        let (bucket, sliding, fixed, log) = subjects();
-        $f(&bucket);
-        $f(&sliding);
-        $f(&fixed);
-        $f(&log);
-    }};
 }
 
 /// The same random sequence against a limiter that never evicts and one

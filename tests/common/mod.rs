@@ -6,7 +6,19 @@
 //! clock's zero, and the crate's documented generalisation to a cost of `n`
 //! (all `n` unit requests made at one instant must pass).
 
-#![allow(dead_code)] // each test binary uses its own part of this module
+#![allow(dead_code, unused_macros)] // each test binary uses its own part
+
+/// Runs the generic test `$f` once for each algorithm's subject, as returned
+/// by the calling file's `subjects()`: (bucket, sliding, fixed, log).
+macro_rules! for_each_subject {
+    ($f:ident) => {{
+        let (bucket, sliding, fixed, log) = subjects();
+        $f(&bucket);
+        $f(&sliding);
+        $f(&fixed);
+        $f(&log);
+    }};
+}
 
 use std::time::Duration;
 
