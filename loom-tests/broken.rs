@@ -10,7 +10,7 @@
 //! whose `insert` replaces a present key, against the `Index` contract.
 
 use crate::harness::RACY;
-use crate::{insert, token_bucket as tb, windows as win};
+use crate::{insert, log, token_bucket as tb, windows as win};
 
 /// `name: model call;` becomes a test that expects the model to catch an
 /// over-admission.
@@ -55,5 +55,14 @@ over_admits! {
     first_request_2_threads_capacity_1: insert::first_request(RACY, false, 2, 1, 1);
     first_request_2_threads_capacity_2: insert::first_request(RACY, false, 2, 2, 2);
     first_request_3_threads_capacity_2: insert::first_request(RACY, false, 3, 2, 1);
+    log_frozen_2_threads_limit_1: log::frozen(RACY, 2, 1);
+    log_frozen_2_threads_limit_2: log::frozen(RACY, 2, 2);
+    log_frozen_3_threads_limit_1: log::frozen(RACY, 3, 1);
+    log_frozen_3_threads_limit_2: log::frozen(RACY, 3, 2);
+    log_multi_cost_2_vs_1_limit_2: log::multi_cost(RACY, 1);
+    log_multi_cost_2_vs_1_1_limit_2: log::multi_cost(RACY, 2);
+    log_across_boundary_2_threads_limit_1_full: log::across_boundary(RACY, 2, 1, 1);
+    log_across_boundary_2_threads_limit_2: log::across_boundary(RACY, 2, 2, 1);
+
     first_request_replacing_map: insert::first_request(crate::harness::REAL, true, 2, 1, 1);
 }

@@ -13,23 +13,52 @@ use std::time::{Duration, Instant};
 
 use loom::sync::Arc;
 use loom::thread;
-use tollgate::__loom::{Algorithm, StateCell};
-use tollgate::{Clock, ManualClock};
+use tollgate::__loom::{racy_log_cell, Algorithm, LogCell, StateCell};
+use tollgate::{Clock, ManualClock, SlidingWindowLog};
 
 /// The suite's preemption bound. See "Bounds" in `main.rs` for why 3 is
 /// enough; `LOOM_MAX_PREEMPTIONS` overrides it, and
 /// `TOLLGATE_LOOM_UNBOUNDED=1` removes it (exhaustive search).
 pub(crate) const PREEMPTION_BOUND: usize = 3;
 
-/// How a model makes a client's cell from its fresh word: the real
-/// compare-and-swap cell, or the deliberately broken one.
-pub(crate) type MakeCell = fn(u64) -> StateCell;
+/// Which cell a model runs over: the real compare-and-swap cell, or the
+/// deliberately broken one. The same model body takes either, for the word
+/// cell ([`MakeCell::word`]) and the log cell ([`MakeCell::log`]) alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MakeCell {
+    /// The crate's own cell.
+    Real,
+    /// The broken cell: a load followed by a store where the real one
+    /// compares and swaps.
+    Racy,
+}
 
-/// The real cell: its update is a compare-and-swap loop.
-pub(crate) const REAL: MakeCell = StateCell::new;
+/// The real cell: its update (word) or slot claim (log) is a
+/// compare-and-swap.
+pub(crate) const REAL: MakeCell = MakeCell::Real;
 
-/// The broken cell: its update is a load followed by a store.
-pub(crate) const RACY: MakeCell = StateCell::new_racy;
+/// The broken cell: its update (word) or slot claim (log) is a load
+/// followed by a store.
+pub(crate) const RACY: MakeCell = MakeCell::Racy;
+
+impl MakeCell {
+    /// A word cell holding `word`: `StateCell::new` or `StateCell::new_racy`.
+    pub(crate) fn word(self, word: u64) -> StateCell {
+        match self {
+            Self::Real => StateCell::new(word),
+            Self::Racy => StateCell::new_racy(word),
+        }
+    }
+
+    /// A fresh log cell for `log`: its own `new_cell`, or
+    /// `__loom::racy_log_cell`.
+    pub(crate) fn log(self, log: &SlidingWindowLog) -> LogCell {
+        match self {
+            Self::Real => log.new_cell(),
+            Self::Racy => racy_log_cell(log),
+        }
+    }
+}
 
 /// What one run of [`check`] explored and reached.
 #[derive(Debug, Clone, Copy)]
@@ -159,7 +188,7 @@ where
     /// Runs the race once (one interleaving) over a cell made by `make`.
     pub(crate) fn run(&self, make: MakeCell) -> Outcome {
         let fresh = self.algorithm.new_cell().load();
-        let cell = Arc::new(make(fresh));
+        let cell = Arc::new(make.word(fresh));
         let clock = ManualClock::new();
         clock.set(Duration::from_nanos(self.start));
 

@@ -118,7 +118,7 @@ pub(crate) fn first_request(
                 let ok = get_or_insert(
                     index,
                     KEY,
-                    || make(fresh),
+                    || make.word(fresh),
                     |cell: &StateCell| {
                         used.push(std::ptr::from_ref(cell) as usize);
                         bucket.admit(cell, 0, 1)

@@ -6,6 +6,10 @@
 //! and the check-or-insert that eviction races) over a loom-aware stand-in
 //! for the map, and eviction's retirement of a cell ([`evict`], the
 //! sweep's step for one entry), because `scc`'s map is not loom-aware.
+//!
+//! The deliberately broken cells the models must catch are here too:
+//! [`StateCell::new_racy`] for the word algorithms and [`racy_log_cell`] for
+//! the sliding window log.
 
 use core::time::Duration;
 
@@ -50,6 +54,19 @@ pub fn fixed_window(limit: u64, window: Duration) -> Result<FixedWindow, ConfigE
 /// As the builder's.
 pub fn sliding_window_log(limit: u64, window: Duration) -> Result<SlidingWindowLog, ConfigError> {
     SlidingWindowLog::new(limit, window)
+}
+
+/// The sliding window log's cell: a slot per admission, each claimed by
+/// its own compare-and-swap.
+pub type LogCell = <SlidingWindowLog as Algorithm>::Cell;
+
+/// A deliberately broken cell for `log`, as [`Algorithm::new_cell`] would
+/// make but with each slot claimed by a load followed by a store instead of
+/// a compare-and-swap: two threads can both be admitted on one free slot.
+/// Everything else (the count, the give-back, eviction's handshake) is the
+/// real code.
+pub fn racy_log_cell(log: &SlidingWindowLog) -> LogCell {
+    log.new_racy_cell()
 }
 
 /// One step of a sweep, as the limiter runs it for each entry it visits:

@@ -79,6 +79,10 @@ pub struct LogCell {
     /// [`DEAD`]: see "Eviction" above.
     life: AtomicU64,
     slots: Box<[AtomicU64]>,
+    /// Loom builds only: claim a slot with a load and a store instead of a
+    /// compare-and-swap, the bug model 3 must catch (see `tollgate::__loom`).
+    #[cfg(feature = "loom")]
+    racy: bool,
 }
 
 /// The `life` of a retired log. Live and pending values are smaller: the
@@ -94,6 +98,19 @@ impl LogCell {
             next: AtomicU64::new(0),
             life: AtomicU64::new(0),
             slots: (0..limit).map(|_| AtomicU64::new(0)).collect(),
+            #[cfg(feature = "loom")]
+            racy: false,
+        }
+    }
+
+    /// A deliberately broken log whose slot claim is a load followed by a
+    /// store: two threads can both claim the same free slot, and both be
+    /// admitted on it.
+    #[cfg(feature = "loom")]
+    fn new_racy(limit: u64) -> Self {
+        Self {
+            racy: true,
+            ..Self::new(limit)
         }
     }
 
@@ -200,6 +217,17 @@ impl LogCell {
         let slot = &self.slots[index];
         // Acquire: pairs with the exchange that wrote the slot.
         let mut seen = slot.load(Ordering::Acquire);
+        #[cfg(feature = "loom")]
+        if self.racy {
+            if !log.is_free(seen, now) {
+                return None;
+            }
+            // The bug under test: a plain store can overwrite a claim made
+            // since the load, so one slot records two admissions.
+            slot.store(stamp, Ordering::Release);
+            self.next.store(index as u64 + 1, Ordering::Relaxed);
+            return Some(seen);
+        }
         while log.is_free(seen, now) {
             // AcqRel on success, Acquire on failure: as in `StateCell::apply`.
             // The Acquire half also pairs with an evictor's AcqRel re-read
@@ -296,6 +324,16 @@ impl LogCell {
             remaining: free,
             retry_after: Duration::from_nanos(retry_after),
         }
+    }
+}
+
+/// Loom builds only: the broken log cell, for `tollgate::__loom`.
+#[cfg(feature = "loom")]
+impl SlidingWindowLog {
+    /// A log cell for this limit whose slot claim is a load followed by a
+    /// store (see `LogCell::new_racy`).
+    pub(crate) fn new_racy_cell(&self) -> LogCell {
+        LogCell::new_racy(self.limit())
     }
 }
 
