@@ -21,6 +21,12 @@ use tollgate::{Clock, ManualClock, SlidingWindowLog};
 /// `TOLLGATE_LOOM_UNBOUNDED=1` removes it (exhaustive search).
 pub(crate) const PREEMPTION_BOUND: usize = 3;
 
+/// The bound for races of five loom threads (three clients, a clock thread
+/// and the joining main thread): at 3 each of these explores 0.6–0.9 M
+/// interleavings (50–75 s); at 2 they still reach both ends of their
+/// admission range and catch every racy twin, in a few seconds.
+pub(crate) const WIDE_RACE_BOUND: usize = 2;
+
 /// Which cell a model runs over: the real compare-and-swap cell, or the
 /// deliberately broken one. The same model body takes either, for the word
 /// cell ([`MakeCell::word`]) and the log cell ([`MakeCell::log`]) alike.
@@ -93,11 +99,19 @@ pub(crate) fn check<F>(name: &str, body: F) -> Explored
 where
     F: Fn(&Tally) + Send + Sync + 'static,
 {
+    check_bounded(name, PREEMPTION_BOUND, body)
+}
+
+/// [`check`] with a default bound of `bound` instead of the suite's.
+pub(crate) fn check_bounded<F>(name: &str, bound: usize, body: F) -> Explored
+where
+    F: Fn(&Tally) + Send + Sync + 'static,
+{
     let mut builder = loom::model::Builder::new();
     if std::env::var_os("TOLLGATE_LOOM_UNBOUNDED").is_some() {
         builder.preemption_bound = None;
     } else if builder.preemption_bound.is_none() {
-        builder.preemption_bound = Some(PREEMPTION_BOUND);
+        builder.preemption_bound = Some(bound);
     }
     // Never stop early: a model passes only if every interleaving within the
     // bound passed.
@@ -180,6 +194,16 @@ impl<A> Race<A>
 where
     A: Algorithm<Cell = StateCell> + Copy,
 {
+    /// [`WIDE_RACE_BOUND`] for three clients and a clock thread, else the
+    /// suite's bound.
+    fn preemption_bound(&self) -> usize {
+        if self.threads >= 3 && self.advance.is_some() {
+            WIDE_RACE_BOUND
+        } else {
+            PREEMPTION_BOUND
+        }
+    }
+
     /// Total requests made.
     pub(crate) fn requests(&self) -> u64 {
         self.threads as u64 * self.per_thread
@@ -196,13 +220,23 @@ where
             let clock = clock.clone();
             thread::spawn(move || clock.advance(Duration::from_nanos(by)))
         });
-        let clients: Vec<_> = (1..self.threads)
+        // loom runs a spawned thread no earlier than the model's next sync
+        // point, so a client on the main thread would always read the clock
+        // before the ticker moves it. With a ticker, every client is spawned
+        // and the main thread only joins them.
+        let on_main = ticker.is_none();
+        let spawned = self.threads - usize::from(on_main);
+        let clients: Vec<_> = (0..spawned)
             .map(|_| {
                 let (cell, clock, race) = (Arc::clone(&cell), clock.clone(), *self);
                 thread::spawn(move || race.client(&cell, &clock))
             })
             .collect();
-        let mut admitted = self.client(&cell, &clock);
+        let mut admitted = if on_main {
+            self.client(&cell, &clock)
+        } else {
+            0
+        };
         for client in clients {
             admitted += client.join().unwrap();
         }
@@ -239,7 +273,7 @@ where
             "{name}: offer more than capacity"
         );
         let label = name.to_owned();
-        check(name, move |tally| {
+        check_bounded(name, self.preemption_bound(), move |tally| {
             let name = &label;
             let out = self.run(make);
             tally.record(out.admitted);
@@ -271,7 +305,7 @@ where
         let capacity = self.algorithm.capacity();
         assert!(self.requests() > bound, "{name}: offer more than the bound");
         let label = name.to_owned();
-        check(name, move |tally| {
+        check_bounded(name, self.preemption_bound(), move |tally| {
             let name = &label;
             let out = self.run(make);
             tally.record(out.admitted);
