@@ -7,7 +7,13 @@
 //! cargo run --release --example compare -- --json        # one JSON object per line
 //! cargo run --release --example compare -- --threads 1,2,4,8
 //! cargo run --release --example compare -- --quick       # seconds; checks it all works (CI)
+//! cargo run --release --example compare -- --scenarios insert,insert_capped,sweep
 //! ```
+//!
+//! Besides the checks, it measures what bounding memory costs (issue 6):
+//! `insert_capped`, new clients against a full `max_clients` cap under each
+//! overflow policy, and `sweep`, one full `sweep()` of a map of idle clients
+//! against governor's `retain_recent()`.
 //!
 //! Every number is the median of several rounds; within a round the
 //! implementations take turns, so a noisy moment hurts them all alike.
@@ -27,8 +33,8 @@ mod baselines;
 mod workload;
 
 use workload::{
-    fresh_keys, impls, make, prepare, Algo, Data, Impl, Key, Load, Pool, Sample, Scenario, Subject,
-    SCENARIOS,
+    fresh_keys, fresh_keys_from, impls, make, make_capped, make_stale, prepare, Algo, Data, Impl,
+    Key, Load, Policy, Pool, Sample, Scenario, Subject, EVICTION_SCENARIOS, POLICIES, SCENARIOS,
 };
 
 const HELP: &str = "\
@@ -39,15 +45,26 @@ USAGE:
 
 OPTIONS:
     --threads LIST   thread counts to run, comma-separated [default: 1,2,4]
-    --rounds N       interleaved rounds per figure; the median is reported [default: 5]
+    --rounds N       interleaved rounds per figure; the median is reported
+                     [default: 5; the sweep runs at most 3]
     --memory         also measure bytes per client at 1M clients, each
                      implementation in a fresh child process (RSS delta)
     --json           print one JSON object per line instead of tables:
                      {scenario, algorithm, implementation, threads, key_type,
                      ns_per_op, ops_per_sec, allowed_ratio}; memory rows are
                      {scenario: \"memory\", algorithm, implementation,
-                     key_type, clients, bytes_per_client}
-    --scenarios LIST only these scenarios, e.g. hot_allowed,insert
+                     key_type, clients, bytes_per_client}. In insert_capped
+                     rows, implementation names the overflow policy:
+                     tollgate+evict-sampled, tollgate+deny-new or
+                     tollgate+admit-untracked. In sweep rows (threads 1),
+                     implementation is tollgate or governor, ns_per_op is
+                     nanoseconds per entry swept, ops_per_sec entries per
+                     second, allowed_ratio the fraction of entries removed
+    --scenarios LIST only these scenarios, e.g. hot_allowed,insert,sweep
+    --sweep-clients N
+                     idle clients in the sweep [default: 400000, which keeps
+                     the whole run under a minute on two cores; 2000000 is
+                     governor's reference figure, ~15 s more per round]
     --impls LIST     only these implementations, by name or name/algorithm,
                      e.g. tollgate/token-bucket,governor
     --keys LIST      only these key types: String, u64
@@ -59,7 +76,12 @@ OPTIONS:
 
 Scenarios: hot_allowed (one client, admitted), hot_denied (one client, a
 deny flood), uniform_100k (100k clients, uniformly random), insert (every
-check a new client). Keys: String and u64.
+check a new client), insert_capped (every check a new client, tollgate
+holding max_clients(100000) clients none of which is idle, once per
+overflow policy), sweep (one full sweep of 400k idle clients, tollgate's
+sweep() against governor's retain_recent(), single-threaded). The two
+eviction scenarios run at most 3 rounds: filling their maps is slow. Keys: String
+and u64.
 
 ns/op is the cost of one check as each thread sees it (wall time x threads /
 checks); Mops/s is all threads together. A ratio `x seed-mutex` of 3.0 means
@@ -77,6 +99,16 @@ const ROUND_TARGET: Duration = Duration::from_millis(20);
 const INSERT_TOTAL: u64 = 60_000;
 /// Clients in the memory measurement.
 const MEMORY_CLIENTS: u64 = 1_000_000;
+/// Idle clients in the sweep measurement: the most that keeps the default
+/// run under a minute on two cores (filling the maps is the cost). The
+/// issue's figure for governor is at 2M: pass `--sweep-clients 2000000`.
+const SWEEP_CLIENTS: u64 = 400_000;
+/// New clients per round in `insert_capped`, all threads together: its
+/// checks cost microseconds.
+const CAPPED_TOTAL: u64 = 2_400;
+/// The most rounds of `insert_capped` and the sweep, whose setup (filling
+/// maps) dominates the run.
+const EVICTION_ROUNDS: usize = 3;
 /// Hidden flag: run one memory measurement in this (child) process.
 const MEMORY_CHILD: &str = "--memory-child";
 
@@ -91,18 +123,48 @@ struct Options {
     impls: Vec<Impl>,
     keys: Vec<&'static str>,
     ops: Option<u64>,
+    sweep_clients: Option<u64>,
 }
 
 impl Options {
     /// Whether a filter left out part of the full matrix.
     fn filtered(&self) -> bool {
-        self.scenarios.len() < SCENARIOS.len()
+        self.scenarios.len() < all_scenarios().len()
             || self.impls.len() < impls().len()
             || self.keys.len() < KEYS.len()
     }
 }
 
 const KEYS: &[&str] = &["String", "u64"];
+
+/// The check scenarios, then the eviction measurements.
+fn all_scenarios() -> Vec<Scenario> {
+    SCENARIOS
+        .iter()
+        .chain(EVICTION_SCENARIOS)
+        .copied()
+        .collect()
+}
+
+/// The algorithms of the tollgate implementations selected.
+fn tollgate_algos(o: &Options) -> Vec<Algo> {
+    o.impls
+        .iter()
+        .filter_map(|i| match i {
+            Impl::Tollgate(a) => Some(*a),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What the sweep measures: tollgate's algorithms and governor.
+fn sweep_impls(o: &Options) -> Vec<Impl> {
+    o.impls
+        .iter()
+        .copied()
+        .filter(|i| matches!(i, Impl::Tollgate(_) | Impl::Governor))
+        .collect()
+}
 
 /// The items of a comma-separated `list` that `matches` one of `all`.
 fn select<T: Copy>(
@@ -131,10 +193,11 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
         memory: false,
         json: false,
         quick: false,
-        scenarios: SCENARIOS.to_vec(),
+        scenarios: all_scenarios(),
         impls: impls(),
         keys: KEYS.to_vec(),
         ops: None,
+        sweep_clients: None,
     };
     let mut threads_given = false;
     let mut it = args.iter();
@@ -162,7 +225,7 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
             }
             "--scenarios" => {
                 let list = value("--scenarios")?;
-                o.scenarios = select("--scenarios", &list, SCENARIOS, |s, w| s.name() == w)?;
+                o.scenarios = select("--scenarios", &list, &all_scenarios(), |s, w| s.name() == w)?;
             }
             "--impls" => {
                 let list = value("--impls")?;
@@ -179,6 +242,13 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
                 o.ops = match n.parse() {
                     Ok(n) if n >= 1 => Some(n),
                     _ => return Err(format!("--ops: `{n}` is not a positive number")),
+                };
+            }
+            "--sweep-clients" => {
+                let n = value("--sweep-clients")?;
+                o.sweep_clients = match n.parse() {
+                    Ok(n) if n >= 1 => Some(n),
+                    _ => return Err(format!("--sweep-clients: `{n}` is not a positive number")),
                 };
             }
             "--rounds" => {
@@ -205,18 +275,31 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
 struct Row {
     scenario: Scenario,
     imp: Impl,
+    /// The overflow policy, in `insert_capped`.
+    policy: Option<Policy>,
+    /// In `insert_capped`: the share of new clients admitted untracked,
+    /// over every round.
+    untracked: Option<f64>,
     threads: usize,
     key: &'static str,
     sample: Sample,
 }
 
 impl Row {
+    /// `tollgate+deny-new` for a capped row, else the implementation.
+    fn implementation(&self) -> String {
+        match self.policy {
+            Some(p) => format!("{}+{}", self.imp.name(), p.name()),
+            None => self.imp.name().to_owned(),
+        }
+    }
+
     fn json(&self) -> String {
         format!(
             "{{\"scenario\":{},\"algorithm\":{},\"implementation\":{},\"threads\":{},\"key_type\":{},\"ns_per_op\":{},\"ops_per_sec\":{},\"allowed_ratio\":{}}}",
             json_str(self.scenario.name()),
             json_str(self.imp.algo().name()),
-            json_str(self.imp.name()),
+            json_str(&self.implementation()),
             self.threads,
             json_str(self.key),
             json_num(self.sample.ns_per_op()),
@@ -273,8 +356,14 @@ impl Progress {
 }
 
 struct Sizes {
+    /// Uniform clients, and the cap in `insert_capped`.
     clients: usize,
     insert_total: u64,
+    /// New clients per round in `insert_capped`, all threads together.
+    capped_total: u64,
+    capped_rounds: usize,
+    sweep_clients: u64,
+    sweep_rounds: usize,
     /// Checks per thread when not calibrating (quick mode).
     fixed_ops: Option<u64>,
 }
@@ -287,10 +376,22 @@ fn run_key<K: Key>(
     pools: &[Pool],
     progress: &mut Progress,
     rows: &mut Vec<Row>,
+    problems: &mut Vec<String>,
 ) {
     let data = Data::<K>::new(sizes.clients);
     let all = &o.impls;
     for &scenario in &o.scenarios {
+        match scenario {
+            Scenario::InsertCapped => {
+                run_capped(o, sizes, &data, pools, progress, rows, problems);
+                continue;
+            }
+            Scenario::Sweep => {
+                run_sweep::<K>(o, sizes, progress, rows, problems);
+                continue;
+            }
+            _ => {}
+        }
         // Hot and uniform: one prepared limiter per implementation, shared by
         // every thread count and round.
         let subjects: Vec<Arc<dyn Subject<K>>> = if scenario == Scenario::Insert {
@@ -336,18 +437,236 @@ fn run_key<K: Key>(
                     }
                 }
             }
-            for (imp, mut s) in all.iter().zip(samples) {
-                s.sort_by(|a, b| a.ns_per_op().total_cmp(&b.ns_per_op()));
+            for (imp, s) in all.iter().zip(samples) {
                 rows.push(Row {
                     scenario,
                     imp: *imp,
+                    policy: None,
+                    untracked: None,
                     threads,
                     key: K::NAME,
-                    sample: s[s.len() / 2],
+                    sample: median(s),
                 });
             }
         }
     }
+}
+
+/// `insert_capped`: every check a never-seen client against a tollgate
+/// limiter already holding its cap (the uniform clients, all busy for an
+/// hour), once per algorithm and overflow policy. One limiter per pair
+/// serves every round and thread count; each round brings keys no round
+/// has used, so every check is a new client and applies the policy.
+fn run_capped<K: Key>(
+    o: &Options,
+    sizes: &Sizes,
+    data: &Data<K>,
+    pools: &[Pool],
+    progress: &mut Progress,
+    rows: &mut Vec<Row>,
+    problems: &mut Vec<String>,
+) {
+    let cap = data.clients.len() as u64;
+    let subjects: Vec<(Algo, Policy, Arc<dyn Subject<K>>)> = tollgate_algos(o)
+        .into_iter()
+        .flat_map(|a| POLICIES.iter().map(move |&p| (a, p)))
+        .map(|(a, p)| {
+            let s = make_capped::<K>(a, p, cap);
+            in_parallel(&data.clients, |keys| {
+                keys.iter().map(|k| u64::from(s.allow(k))).sum()
+            });
+            (a, p, s)
+        })
+        .collect();
+    if subjects.is_empty() {
+        return;
+    }
+    // Past the hot, uniform and insert keys.
+    let mut next_key = 1u64 << 40;
+    for pool in pools {
+        let threads = pool.threads();
+        progress.step(&format!("insert_capped {} {threads}t", K::NAME));
+        let per_thread = (sizes.capped_total / threads as u64).max(1);
+        let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); subjects.len()];
+        let mut untracked = vec![0u64; subjects.len()];
+        for round in 0..sizes.capped_rounds {
+            let keys = fresh_keys_from::<K>(next_key, threads, per_thread);
+            next_key += per_thread * threads as u64;
+            for i in rotated(subjects.len(), round) {
+                let (algo, policy, subject) = &subjects[i];
+                let before = subject.stats().expect("tollgate's counters");
+                let load = Load::Insert {
+                    keys: Arc::clone(&keys),
+                };
+                let sample = pool.run(subject, load);
+                let after = subject.stats().expect("tollgate's counters");
+                if let Err(e) = capped_outcome(*policy, cap, &sample, &before, &after) {
+                    problems.push(format!(
+                        "insert_capped tollgate+{}/{} {} {threads}t: {e}",
+                        policy.name(),
+                        algo.name(),
+                        K::NAME
+                    ));
+                }
+                untracked[i] += after.admitted_untracked - before.admitted_untracked;
+                samples[i].push(sample);
+            }
+        }
+        for (((algo, policy, _), s), u) in subjects.iter().zip(samples).zip(untracked) {
+            let ops: u64 = s.iter().map(|s| s.ops).sum();
+            rows.push(Row {
+                scenario: Scenario::InsertCapped,
+                imp: Impl::Tollgate(*algo),
+                policy: Some(*policy),
+                untracked: Some(u as f64 / ops.max(1) as f64),
+                threads,
+                key: K::NAME,
+                sample: median(s),
+            });
+        }
+    }
+}
+
+/// Whether a run against a full cap did what `policy` says: the map stays
+/// full and every check applied the policy.
+fn capped_outcome(
+    policy: Policy,
+    cap: u64,
+    sample: &Sample,
+    before: &tollgate::Stats,
+    after: &tollgate::Stats,
+) -> Result<(), String> {
+    let ops = sample.ops;
+    let overflows = after.overflows - before.overflows;
+    let untracked = after.admitted_untracked - before.admitted_untracked;
+    let denied = after.denied_new - before.denied_new;
+    let evicted = after.evicted_live - before.evicted_live;
+    let clients = after.clients as u64;
+    // Concurrent evict-and-insert may leave a slot or so free.
+    let full = if sample.threads == 1 {
+        clients == cap
+    } else {
+        clients <= cap && clients + sample.threads as u64 >= cap
+    };
+    // A cell another thread has just inserted is idle until its first
+    // check lands, and a sample may forget it (that check then retries,
+    // and may overflow again): only sampled eviction inserts, so only it
+    // may meet one.
+    let idle = after.evicted_idle - before.evicted_idle;
+    let ok = full
+        && (idle == 0 || (policy == Policy::EvictSampled && sample.threads > 1))
+        && match policy {
+            // Each new client is tracked in a slot an eviction freed (its
+            // own or, across threads, another's: then it may find room
+            // without overflowing) or admitted untracked, after four
+            // evictions taken by others.
+            Policy::EvictSampled => {
+                sample.allowed == ops
+                    && denied == 0
+                    && evicted > 0
+                    && overflows <= ops + idle
+                    && evicted + untracked == ops + (cap - clients)
+                    && (sample.threads > 1 || (overflows == ops && evicted == ops))
+            }
+            Policy::DenyNew => {
+                sample.allowed == 0 && overflows == ops && denied == ops && evicted == 0
+            }
+            Policy::AdmitUntracked => {
+                sample.allowed == ops
+                    && overflows == ops
+                    && untracked == ops
+                    && evicted == 0
+                    && denied == 0
+            }
+        };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{ops} new clients, {} admitted; {clients} of {cap} held; counters {:?} -> {:?}",
+            sample.allowed, before, after
+        ))
+    }
+}
+
+/// `sweep`: fill each implementation with the same idle clients on a
+/// hand-driven clock, move it an hour on, and time one full sweep.
+fn run_sweep<K: Key>(
+    o: &Options,
+    sizes: &Sizes,
+    progress: &mut Progress,
+    rows: &mut Vec<Row>,
+    problems: &mut Vec<String>,
+) {
+    let subjects = sweep_impls(o);
+    if subjects.is_empty() {
+        return;
+    }
+    let n = sizes.sweep_clients;
+    let keys: Vec<K> = (0..n).map(K::nth).collect();
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); subjects.len()];
+    for round in 0..sizes.sweep_rounds {
+        progress.step(&format!(
+            "sweep {} {n} clients, round {}",
+            K::NAME,
+            round + 1
+        ));
+        for i in rotated(subjects.len(), round) {
+            let limiter = make_stale::<K>(subjects[i]);
+            let admitted = in_parallel(&keys, |keys| limiter.fill(keys));
+            limiter.age();
+            let before = limiter.len();
+            let start = Instant::now();
+            limiter.sweep();
+            let wall = start.elapsed();
+            let after = limiter.len();
+            if admitted != n || before as u64 != n || after != 0 {
+                problems.push(format!(
+                    "sweep {} {}: {admitted} of {n} admitted, {before} held, {after} left after the sweep",
+                    subjects[i].label(),
+                    K::NAME
+                ));
+            }
+            samples[i].push(Sample {
+                wall,
+                ops: before as u64,
+                allowed: before.saturating_sub(after) as u64,
+                threads: 1,
+            });
+            // The sweep freed the entries: dropping the map is quick.
+        }
+    }
+    for (imp, s) in subjects.iter().zip(samples) {
+        rows.push(Row {
+            scenario: Scenario::Sweep,
+            imp: *imp,
+            policy: None,
+            untracked: None,
+            threads: 1,
+            key: K::NAME,
+            sample: median(s),
+        });
+    }
+}
+
+/// `f` over `keys` split across the cores (setup, not timing); the sum of
+/// its answers.
+fn in_parallel<K: Sync>(keys: &[K], f: impl Fn(&[K]) -> u64 + Sync) -> u64 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = keys.len().div_ceil(cores).max(1);
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = keys
+            .chunks(chunk)
+            .map(|part| scope.spawn(|| f(part)))
+            .collect();
+        parts.into_iter().map(|p| p.join().unwrap()).sum()
+    })
+}
+
+/// The median-by-cost sample.
+fn median(mut s: Vec<Sample>) -> Sample {
+    s.sort_by(|a, b| a.ns_per_op().total_cmp(&b.ns_per_op()));
+    s[s.len() / 2]
 }
 
 /// Round `round`'s order: each implementation goes first in turn.
@@ -381,7 +700,11 @@ fn calibrate<K: Key>(
 fn find(rows: &[Row], r: &Row, imp: Impl) -> Option<f64> {
     rows.iter()
         .find(|x| {
-            x.imp == imp && x.scenario == r.scenario && x.threads == r.threads && x.key == r.key
+            x.imp == imp
+                && x.policy.is_none()
+                && x.scenario == r.scenario
+                && x.threads == r.threads
+                && x.key == r.key
         })
         .map(|x| x.sample.ns_per_op())
 }
@@ -399,7 +722,10 @@ fn print_table(rows: &[Row]) {
         "| scenario | key | threads | algorithm | tollgate ns/op | tollgate Mops/s | seed-mutex ns/op | × seed-mutex | global-mutex ns/op | governor ns/op | × governor | allowed |"
     );
     println!("|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|");
-    for r in rows.iter().filter(|r| matches!(r.imp, Impl::Tollgate(_))) {
+    let checks = rows
+        .iter()
+        .filter(|r| SCENARIOS.contains(&r.scenario) && matches!(r.imp, Impl::Tollgate(_)));
+    for r in checks {
         let ours = r.sample.ns_per_op();
         let algo = r.imp.algo();
         let seed = find(rows, r, Impl::SeedMutex(algo));
@@ -425,6 +751,112 @@ fn print_table(rows: &[Row]) {
     println!(
         "ns/op: the cost of one check as each thread sees it (median of rounds). × X: X's ns/op over tollgate's; above 1 means tollgate is faster. global-mutex runs the token bucket only; governor is GCRA, its token bucket."
     );
+}
+
+/// The `insert_capped` and `sweep` tables, if either ran.
+fn print_eviction(rows: &[Row], sizes: &Sizes, cap: usize) {
+    let at = |scenario: Scenario, imp: Impl, policy: Option<Policy>, key: &str, threads: usize| {
+        rows.iter()
+            .find(|x| {
+                x.scenario == scenario
+                    && x.imp == imp
+                    && x.policy == policy
+                    && x.key == key
+                    && x.threads == threads
+            })
+            .map(|x| x.sample)
+    };
+    let capped: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.scenario == Scenario::InsertCapped && r.policy == Some(POLICIES[0]))
+        .collect();
+    if !capped.is_empty() {
+        println!();
+        print!("| insert_capped | key | threads | algorithm | no cap ns/op |");
+        for p in POLICIES {
+            print!(" {} ns/op |", p.name());
+        }
+        println!(" governor ns/op | evict-sampled untracked |");
+        println!("|---|---|--:|---|--:|--:|--:|--:|--:|--:|");
+        for r in capped {
+            let ns = |s: Option<Sample>| cell(s.map(|s| s.ns_per_op()));
+            let (algo, key, t) = (r.imp.algo(), r.key, r.threads);
+            print!(
+                "| | {key} | {t} | {} | {} |",
+                algo.name(),
+                ns(at(Scenario::Insert, r.imp, None, key, t))
+            );
+            for &p in POLICIES {
+                let s = at(Scenario::InsertCapped, r.imp, Some(p), key, t);
+                print!(" {} |", ns(s));
+            }
+            println!(
+                " {} | {} |",
+                ns(at(Scenario::Insert, Impl::Governor, None, key, t)),
+                r.untracked
+                    .map_or("–".to_owned(), |u| format!("{:.0}%", u * 100.0))
+            );
+        }
+        println!();
+        println!(
+            "insert_capped: every check is a client never seen before, against a limiter already holding its max_clients({cap}), none idle (quotas per hour), so every check applies the policy (median of rounds). no cap and governor: the insert scenario's figures, from an empty map. evict-sampled untracked: the share of new clients that found the room they freed taken by other threads four times running and were admitted untracked (all rounds)."
+        );
+    }
+    let swept: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.scenario == Scenario::Sweep && matches!(r.imp, Impl::Tollgate(_)))
+        .collect();
+    let governor_only = rows
+        .iter()
+        .any(|r| r.scenario == Scenario::Sweep && r.imp == Impl::Governor);
+    if !swept.is_empty() || governor_only {
+        println!();
+        println!("| sweep | key | algorithm | clients | tollgate ms | tollgate ns/entry | governor ms | governor ns/entry | × governor |");
+        println!("|---|---|---|--:|--:|--:|--:|--:|--:|");
+        let keys: Vec<&str> = KEYS
+            .iter()
+            .copied()
+            .filter(|k| {
+                rows.iter()
+                    .any(|r| r.scenario == Scenario::Sweep && r.key == *k)
+            })
+            .collect();
+        for key in keys {
+            let governor = at(Scenario::Sweep, Impl::Governor, None, key, 1);
+            let ms = |s: Option<Sample>| {
+                s.map_or("–".to_owned(), |s| {
+                    format!("{:.1}", s.wall.as_secs_f64() * 1e3)
+                })
+            };
+            let per = |s: Option<Sample>| cell(s.map(|s| s.ns_per_op()));
+            let ours: Vec<&&Row> = swept.iter().filter(|r| r.key == key).collect();
+            let lines: Vec<Option<Sample>> = if ours.is_empty() {
+                vec![None]
+            } else {
+                ours.iter().map(|r| Some(r.sample)).collect()
+            };
+            for (i, s) in lines.into_iter().enumerate() {
+                let algo = ours.get(i).map_or("–", |r| r.imp.algo().name());
+                println!(
+                    "| | {key} | {algo} | {} | {} | {} | {} | {} | {} |",
+                    s.or(governor).map_or(0, |s| s.ops),
+                    ms(s),
+                    per(s),
+                    ms(governor),
+                    per(governor),
+                    s.map_or("–".to_owned(), |s| ratio(
+                        governor.map(|g| g.ns_per_op()),
+                        s.ns_per_op()
+                    )),
+                );
+            }
+        }
+        println!();
+        println!(
+            "sweep: one full pass over {} clients that have all gone idle (filled on a hand-driven clock, then moved an hour on; tollgate's auto-sweep off), single-threaded; ns/entry is the pass over the clients held. tollgate: Limiter::sweep(); governor: retain_recent() on its DashMap store. × governor above 1 means tollgate's sweep is faster. Median of {} rounds.",
+            sizes.sweep_clients, sizes.sweep_rounds
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -481,7 +913,10 @@ fn page_size() -> u64 {
 
 /// In the child: the RSS growth from inserting `clients` new clients.
 fn memory_child<K: Key>(imp: Impl, clients: u64) -> u64 {
-    let subject = make::<K>(imp, Scenario::Insert);
+    // The insert scenario's state, but with quotas per hour: with a quota
+    // per second a client is idle a millisecond later, and tollgate's
+    // auto-sweep would forget most of the million as they are inserted.
+    let subject = make::<K>(imp, Scenario::InsertCapped);
     let before = rss();
     for i in 0..clients {
         // Each key is built, checked, and dropped; only the limiter's copy
@@ -586,16 +1021,29 @@ fn print_memory(rows: &[Memory]) {
 // Quick-mode checks: outcomes, never times.
 // ---------------------------------------------------------------------------
 
-fn check(o: &Options, rows: &[Row], memory: &[Memory]) -> Result<(), String> {
-    let expected_cells = SCENARIOS.len() * KEYS.len() * impls().len() * o.threads.len();
+fn check(o: &Options, rows: &[Row], memory: &[Memory], problems: &[String]) -> Result<(), String> {
+    if let Some(p) = problems.first() {
+        return Err(format!("{} problem(s); the first: {p}", problems.len()));
+    }
+    let all = impls();
+    let tollgates = all
+        .iter()
+        .filter(|i| matches!(i, Impl::Tollgate(_)))
+        .count();
+    let expected_cells = KEYS.len()
+        * (SCENARIOS.len() * all.len() * o.threads.len()
+            + tollgates * POLICIES.len() * o.threads.len()
+            + tollgates
+            + 1);
     if !o.filtered() && rows.len() != expected_cells {
         return Err(format!("{} rows, expected {expected_cells}", rows.len()));
     }
     for r in rows {
         let what = format!(
-            "{} {} {} {}t",
+            "{} {}/{} {} {}t",
             r.scenario.name(),
-            r.imp.label(),
+            r.implementation(),
+            r.imp.algo().name(),
             r.key,
             r.threads
         );
@@ -606,6 +1054,13 @@ fn check(o: &Options, rows: &[Row], memory: &[Memory]) -> Result<(), String> {
             // Quotas far above what the run can use.
             Scenario::Insert | Scenario::Uniform => r.sample.allowed == r.sample.ops,
             Scenario::HotAllowed => allowed > 0.5,
+            Scenario::InsertCapped => match r.policy {
+                Some(Policy::DenyNew) => r.sample.allowed == 0,
+                Some(_) => r.sample.allowed == r.sample.ops,
+                None => false,
+            },
+            // Every idle client removed.
+            Scenario::Sweep => r.sample.allowed == r.sample.ops,
         };
         if !ok || r.sample.ops == 0 || !r.sample.ns_per_op().is_finite() {
             return Err(format!(
@@ -658,12 +1113,20 @@ fn main() -> ExitCode {
         Sizes {
             clients: 1_000,
             insert_total: 2_000,
+            capped_total: 2_000,
+            capped_rounds: 1,
+            sweep_clients: o.sweep_clients.unwrap_or(2_000),
+            sweep_rounds: 1,
             fixed_ops: Some(2_000),
         }
     } else {
         Sizes {
             clients: workload::UNIFORM_CLIENTS,
             insert_total: INSERT_TOTAL,
+            capped_total: CAPPED_TOTAL,
+            capped_rounds: o.rounds.min(EVICTION_ROUNDS),
+            sweep_clients: o.sweep_clients.unwrap_or(SWEEP_CLIENTS),
+            sweep_rounds: o.rounds.min(EVICTION_ROUNDS),
             fixed_ops: None,
         }
     };
@@ -675,9 +1138,19 @@ fn main() -> ExitCode {
     } else {
         0
     };
+    let steps_per_key: usize = o
+        .scenarios
+        .iter()
+        .map(|s| match s {
+            Scenario::InsertCapped if tollgate_algos(&o).is_empty() => 0,
+            Scenario::Sweep if sweep_impls(&o).is_empty() => 0,
+            Scenario::Sweep => sizes.sweep_rounds,
+            _ => o.threads.len(),
+        })
+        .sum();
     let mut progress = Progress {
         done: 0,
-        total: o.scenarios.len() * o.keys.len() * o.threads.len() + memory_steps,
+        total: steps_per_key * o.keys.len() + memory_steps,
         start: Instant::now(),
     };
     eprintln!(
@@ -692,19 +1165,28 @@ fn main() -> ExitCode {
             .unwrap_or_else(|| "unknown".to_owned()),
     );
 
+    if o.scenarios.contains(&Scenario::Sweep) {
+        eprintln!(
+            "compare: the sweep fills {} clients per implementation and round, {} rounds",
+            sizes.sweep_clients, sizes.sweep_rounds
+        );
+    }
+
     let mut rows = Vec::new();
+    let mut problems = Vec::new();
     // Long-lived threads for every run: see `Pool`.
     let pools: Vec<Pool> = o.threads.iter().map(|&t| Pool::new(t)).collect();
     if o.keys.contains(&"String") {
-        run_key::<String>(&o, &sizes, &pools, &mut progress, &mut rows);
+        run_key::<String>(&o, &sizes, &pools, &mut progress, &mut rows, &mut problems);
     }
     if o.keys.contains(&"u64") {
-        run_key::<u64>(&o, &sizes, &pools, &mut progress, &mut rows);
+        run_key::<u64>(&o, &sizes, &pools, &mut progress, &mut rows, &mut problems);
     }
     drop(pools);
     // Group the output by scenario, then key, then threads.
+    let order = all_scenarios();
     rows.sort_by_key(|r| {
-        let s = SCENARIOS.iter().position(|&s| s == r.scenario);
+        let s = order.iter().position(|&s| s == r.scenario);
         (s, r.key != "String", r.threads)
     });
     let mem = if memory {
@@ -721,7 +1203,10 @@ fn main() -> ExitCode {
             println!("{}", m.json());
         }
     } else {
-        print_table(&rows);
+        if rows.iter().any(|r| SCENARIOS.contains(&r.scenario)) {
+            print_table(&rows);
+        }
+        print_eviction(&rows, &sizes, sizes.clients);
         if !mem.is_empty() {
             println!();
             print_memory(&mem);
@@ -732,8 +1217,11 @@ fn main() -> ExitCode {
         progress.start.elapsed().as_secs_f64()
     );
 
+    for p in &problems {
+        eprintln!("compare: unexpected outcome: {p}");
+    }
     if o.quick {
-        if let Err(e) = check(&o, &rows, &mem) {
+        if let Err(e) = check(&o, &rows, &mem, &problems) {
             eprintln!("compare --quick: FAILED: {e}");
             return ExitCode::FAILURE;
         }

@@ -10,6 +10,13 @@
 //! has none). Mind `--memory`: it checks a million clients with the
 //! `insert` quota, so an algorithm whose state grows with the limit needs a
 //! smaller one there.
+//!
+//! The eviction measurements (issue 6) live here too, for the runner only:
+//! [`Scenario::InsertCapped`] (new clients against a full `max_clients` cap,
+//! under each [`Policy`], built by [`make_capped`]) and [`Scenario::Sweep`]
+//! (one full sweep of a map of idle clients, on a hand-driven clock: see
+//! [`make_stale`]). `benches/eviction.rs` measures the same under criterion;
+//! `benches/contention.rs` runs only [`SCENARIOS`].
 
 use std::hash::Hash;
 use std::hint::black_box;
@@ -19,7 +26,11 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use tollgate::{FixedWindow, RateLimiter, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
+use governor::clock::FakeRelativeClock;
+use tollgate::{
+    Algorithm, Builder, FixedWindow, Limiter, ManualClock, Overflow, RateLimiter,
+    SlidingWindowCounter, SlidingWindowLog, Stats, TokenBucket,
+};
 
 use crate::baselines::{
     BucketConfig, BucketState, FixedState, GlobalMutex, SeedMutex, SlidingState, WindowConfig,
@@ -177,6 +188,14 @@ pub enum Scenario {
     Uniform,
     /// Every check is a client never seen before: the insert path.
     Insert,
+    /// `Insert` against a tollgate limiter already holding its
+    /// `max_clients`, none of them idle (quotas per hour), so that every
+    /// check applies the overflow [`Policy`]. Not in [`SCENARIOS`].
+    InsertCapped,
+    /// One full sweep of a map of clients that have all gone idle, against
+    /// governor's `retain_recent`: not a check at all. The `insert` quotas,
+    /// on a hand-driven clock. Not in [`SCENARIOS`].
+    Sweep,
 }
 
 pub const SCENARIOS: &[Scenario] = &[
@@ -185,6 +204,9 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario::Uniform,
     Scenario::Insert,
 ];
+
+/// The eviction measurements, which only the runner makes.
+pub const EVICTION_SCENARIOS: &[Scenario] = &[Scenario::InsertCapped, Scenario::Sweep];
 
 const HOUR: Duration = Duration::from_secs(3600);
 const SECOND: Duration = Duration::from_secs(1);
@@ -196,6 +218,8 @@ impl Scenario {
             Scenario::HotDenied => "hot_denied",
             Scenario::Uniform => "uniform_100k",
             Scenario::Insert => "insert",
+            Scenario::InsertCapped => "insert_capped",
+            Scenario::Sweep => "sweep",
         }
     }
 
@@ -212,9 +236,15 @@ impl Scenario {
                 per: HOUR,
                 capacity: 1,
             },
-            Scenario::Uniform | Scenario::Insert => Spec::Rate {
+            Scenario::Uniform | Scenario::Insert | Scenario::Sweep => Spec::Rate {
                 tokens: 1000,
                 per: SECOND,
+                capacity: 1000,
+            },
+            // A held client refills for an hour: never idle during a run.
+            Scenario::InsertCapped => Spec::Rate {
+                tokens: 1,
+                per: HOUR,
                 capacity: 1000,
             },
         }
@@ -234,9 +264,13 @@ impl Scenario {
                 limit: 1,
                 window: HOUR,
             },
-            Scenario::Uniform | Scenario::Insert => Spec::Window {
+            Scenario::Uniform | Scenario::Insert | Scenario::Sweep => Spec::Window {
                 limit: 1000,
                 window: SECOND,
+            },
+            Scenario::InsertCapped => Spec::Window {
+                limit: 1000,
+                window: HOUR,
             },
         }
     }
@@ -250,9 +284,13 @@ impl Scenario {
                 limit: 100,
                 window: SECOND,
             },
-            Scenario::Insert => Spec::Window {
+            Scenario::Insert | Scenario::Sweep => Spec::Window {
                 limit: 10,
                 window: SECOND,
+            },
+            Scenario::InsertCapped => Spec::Window {
+                limit: 10,
+                window: HOUR,
             },
             other => other.sliding(),
         }
@@ -318,6 +356,10 @@ pub trait Subject<K>: Send + Sync {
     fn drive(&self, load: &Load<K>, t: usize) -> (u64, u64);
     /// One check, dynamically dispatched (for setup, not for timing).
     fn allow(&self, key: &K) -> bool;
+    /// tollgate's memory counters, for a capped limiter.
+    fn stats(&self) -> Option<Stats> {
+        None
+    }
 }
 
 struct Wrap<L>(L);
@@ -519,6 +561,230 @@ fn wrap<K: Key, L: RateLimiter<K> + 'static>(limiter: L) -> Arc<dyn Subject<K>> 
     Arc::new(Wrap(limiter))
 }
 
+/// A tollgate limiter that reports its memory counters.
+struct Tracked<A: Algorithm, K>(Limiter<A, K>);
+
+impl<K: Key, A: Algorithm + 'static> Subject<K> for Tracked<A, K>
+where
+    Limiter<A, K>: Send + Sync,
+{
+    fn drive(&self, load: &Load<K>, t: usize) -> (u64, u64) {
+        drive(&self.0, load, t)
+    }
+
+    fn allow(&self, key: &K) -> bool {
+        self.0.allow_request(key)
+    }
+
+    fn stats(&self) -> Option<Stats> {
+        Some(self.0.stats())
+    }
+}
+
+/// The overflow policies of a full `max_clients` cap, in the order printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// `Overflow::EvictSampled { sample: 5 }`, the default.
+    EvictSampled,
+    DenyNew,
+    AdmitUntracked,
+}
+
+pub const POLICIES: &[Policy] = &[
+    Policy::EvictSampled,
+    Policy::DenyNew,
+    Policy::AdmitUntracked,
+];
+
+impl Policy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::EvictSampled => "evict-sampled",
+            Policy::DenyNew => "deny-new",
+            Policy::AdmitUntracked => "admit-untracked",
+        }
+    }
+
+    pub fn overflow(self) -> Overflow {
+        match self {
+            Policy::EvictSampled => Overflow::default(),
+            Policy::DenyNew => Overflow::DenyNew,
+            Policy::AdmitUntracked => Overflow::AdmitUntracked,
+        }
+    }
+}
+
+/// A fresh, empty tollgate limiter for `algo` with the
+/// [`Scenario::InsertCapped`] quota, holding at most `cap` clients and
+/// applying `policy` beyond; otherwise the defaults (auto-sweep included).
+pub fn make_capped<K: Key>(algo: Algo, policy: Policy, cap: u64) -> Arc<dyn Subject<K>> {
+    fn build<A: Algorithm + 'static, K: Key>(
+        builder: Builder<A>,
+        policy: Policy,
+        cap: u64,
+    ) -> Arc<dyn Subject<K>>
+    where
+        Limiter<A, K>: Send + Sync,
+    {
+        let limiter = builder
+            .key_type::<K>()
+            .max_clients(cap)
+            .overflow(policy.overflow())
+            .build()
+            .unwrap();
+        Arc::new(Tracked(limiter))
+    }
+    let spec = algo.spec(Scenario::InsertCapped);
+    match algo {
+        Algo::TokenBucket => {
+            let (tokens, per, capacity) = rate(spec);
+            let builder = TokenBucket::builder().rate(tokens, per).capacity(capacity);
+            build(builder, policy, cap)
+        }
+        Algo::SlidingWindowCounter => {
+            let (limit, w) = window(spec);
+            build(
+                SlidingWindowCounter::builder().limit(limit).window(w),
+                policy,
+                cap,
+            )
+        }
+        Algo::SlidingWindowLog => {
+            let (limit, w) = window(spec);
+            build(
+                SlidingWindowLog::builder().limit(limit).window(w),
+                policy,
+                cap,
+            )
+        }
+        Algo::FixedWindow => {
+            let (limit, w) = window(spec);
+            build(FixedWindow::builder().limit(limit).window(w), policy, cap)
+        }
+    }
+}
+
+/// A limiter to fill with clients that then all go idle, for
+/// [`Scenario::Sweep`]. Its clock is driven by hand, so nothing is idle
+/// while it fills.
+pub trait Stale<K>: Send + Sync {
+    /// One check of each of `keys`; returns how many were admitted.
+    fn fill(&self, keys: &[K]) -> u64;
+    /// Moves the clock an hour on: every client is idle.
+    fn age(&self);
+    /// One full sweep: tollgate's `sweep()`, governor's `retain_recent()`.
+    fn sweep(&self);
+    /// Clients held.
+    fn len(&self) -> usize;
+}
+
+/// tollgate with the `insert` quota, a [`ManualClock`] and no auto-sweep
+/// (which would otherwise take part of the work while it fills).
+struct StaleTollgate<A: Algorithm, K>(Limiter<A, K, ManualClock>);
+
+impl<K: Key, A: Algorithm + 'static> Stale<K> for StaleTollgate<A, K>
+where
+    Limiter<A, K, ManualClock>: Send + Sync,
+{
+    fn fill(&self, keys: &[K]) -> u64 {
+        keys.iter()
+            .map(|k| u64::from(self.0.allow_request(k)))
+            .sum()
+    }
+
+    fn age(&self) {
+        self.0.clock().advance(HOUR);
+    }
+
+    fn sweep(&self) {
+        black_box(self.0.sweep());
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+type FakeClockGovernor<K> = governor::RateLimiter<
+    K,
+    governor::state::keyed::DefaultKeyedStateStore<K>,
+    FakeRelativeClock,
+    governor::middleware::NoOpMiddleware<governor::nanos::Nanos>,
+>;
+
+/// governor's keyed limiter (its DashMap store) on its own hand-driven
+/// clock, which `retain_recent` reads; as `benches/eviction.rs` makes it.
+struct StaleGovernor<K: Key> {
+    limiter: FakeClockGovernor<K>,
+    clock: FakeRelativeClock,
+}
+
+impl<K: Key> Stale<K> for StaleGovernor<K> {
+    fn fill(&self, keys: &[K]) -> u64 {
+        keys.iter()
+            .map(|k| u64::from(self.limiter.check_key(k).is_ok()))
+            .sum()
+    }
+
+    fn age(&self) {
+        self.clock.advance(HOUR);
+    }
+
+    fn sweep(&self) {
+        self.limiter.retain_recent();
+    }
+
+    fn len(&self) -> usize {
+        self.limiter.len()
+    }
+}
+
+/// An empty [`Stale`] limiter: tollgate's `algo`, or governor.
+pub fn make_stale<K: Key>(imp: Impl) -> Box<dyn Stale<K>> {
+    fn build<A: Algorithm + 'static, K: Key>(builder: Builder<A>) -> Box<dyn Stale<K>>
+    where
+        Limiter<A, K, ManualClock>: Send + Sync,
+    {
+        let limiter = builder
+            .no_auto_sweep()
+            .key_type::<K>()
+            .clock(ManualClock::new())
+            .build()
+            .unwrap();
+        Box::new(StaleTollgate(limiter))
+    }
+    let spec = imp.algo().spec(Scenario::Sweep);
+    match imp {
+        Impl::Tollgate(Algo::TokenBucket) => {
+            let (tokens, per, capacity) = rate(spec);
+            build(TokenBucket::builder().rate(tokens, per).capacity(capacity))
+        }
+        Impl::Tollgate(Algo::SlidingWindowCounter) => {
+            let (limit, w) = window(spec);
+            build(SlidingWindowCounter::builder().limit(limit).window(w))
+        }
+        Impl::Tollgate(Algo::SlidingWindowLog) => {
+            let (limit, w) = window(spec);
+            build(SlidingWindowLog::builder().limit(limit).window(w))
+        }
+        Impl::Tollgate(Algo::FixedWindow) => {
+            let (limit, w) = window(spec);
+            build(FixedWindow::builder().limit(limit).window(w))
+        }
+        Impl::Governor => {
+            let clock = FakeRelativeClock::default();
+            let limiter = governor::RateLimiter::dashmap_with_clock(
+                governor_quota(rate(spec)),
+                clock.clone(),
+            );
+            Box::new(StaleGovernor { limiter, clock })
+        }
+        Impl::SeedMutex(_) | Impl::GlobalMutex(_) => {
+            panic!("{} has no sweep", imp.label())
+        }
+    }
+}
+
 fn rate(spec: Spec) -> (u64, Duration, u64) {
     match spec {
         Spec::Rate {
@@ -605,16 +871,20 @@ pub fn make<K: Key>(imp: Impl, scenario: Scenario) -> Arc<dyn Subject<K>> {
 struct Governor<K: Key>(governor::DefaultKeyedRateLimiter<K>);
 
 impl<K: Key> Governor<K> {
-    /// The quota equivalent to a token bucket of `tokens` per `per` holding
-    /// `capacity`: one cell every `per / tokens`, bursts of `capacity`.
-    fn new((tokens, per, capacity): (u64, Duration, u64)) -> Self {
-        let period = per / u32::try_from(tokens).unwrap();
-        let burst = NonZeroU32::new(u32::try_from(capacity).unwrap()).unwrap();
-        let quota = governor::Quota::with_period(period)
-            .unwrap()
-            .allow_burst(burst);
-        Self(governor::RateLimiter::keyed(quota))
+    /// The keyed limiter with [`governor_quota`]`(rate)`.
+    fn new(rate: (u64, Duration, u64)) -> Self {
+        Self(governor::RateLimiter::keyed(governor_quota(rate)))
     }
+}
+
+/// The quota equivalent to a token bucket of `tokens` per `per` holding
+/// `capacity`: one cell every `per / tokens`, bursts of `capacity`.
+fn governor_quota((tokens, per, capacity): (u64, Duration, u64)) -> governor::Quota {
+    let period = per / u32::try_from(tokens).unwrap();
+    let burst = NonZeroU32::new(u32::try_from(capacity).unwrap()).unwrap();
+    governor::Quota::with_period(period)
+        .unwrap()
+        .allow_burst(burst)
 }
 
 impl<K: Key> RateLimiter<K> for Governor<K> {
@@ -638,7 +908,7 @@ pub fn prepare<K: Key>(subject: &dyn Subject<K>, scenario: Scenario, data: &Data
                 let _ = subject.allow(key);
             }
         }
-        Scenario::Insert => {}
+        Scenario::Insert | Scenario::InsertCapped | Scenario::Sweep => {}
     }
 }
 
@@ -667,7 +937,9 @@ impl<K: Key> Data<K> {
                 keys: Arc::clone(&self.clients),
                 ops,
             },
-            Scenario::Insert => panic!("the insert load owns its keys: use fresh_keys"),
+            Scenario::Insert | Scenario::InsertCapped | Scenario::Sweep => {
+                panic!("{} has no load of known keys", scenario.name())
+            }
         }
     }
 }
@@ -675,10 +947,16 @@ impl<K: Key> Data<K> {
 /// `per_thread` never-seen keys for each of `threads` threads, disjoint from
 /// the hot and uniform keys.
 pub fn fresh_keys<K: Key>(threads: usize, per_thread: u64) -> Arc<Vec<Vec<K>>> {
+    fresh_keys_from(1 << 32, threads, per_thread)
+}
+
+/// [`fresh_keys`] numbered from `first` on, for runs that must not meet
+/// each other's keys.
+pub fn fresh_keys_from<K: Key>(first: u64, threads: usize, per_thread: u64) -> Arc<Vec<Vec<K>>> {
     Arc::new(
         (0..threads as u64)
             .map(|t| {
-                let base = (1 << 32) + t * per_thread;
+                let base = first + t * per_thread;
                 (base..base + per_thread).map(K::nth).collect()
             })
             .collect(),
