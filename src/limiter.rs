@@ -14,7 +14,7 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::CostError;
 use crate::memory::{Counters, Memory, Overflow, Stats};
-use crate::store::{check_or_insert, DefaultHasher, Purge, Store};
+use crate::store::{check_or_insert, DefaultHasher, Store};
 
 /// The one entry point: may this client make a request now?
 ///
@@ -192,8 +192,9 @@ where
             }
             Overflow::EvictSampled { sample } => {
                 for _ in 0..4 {
-                    self.evict_sampled(now, sample.into());
-                    if self.store.reserve(max) {
+                    // The room an eviction makes is ours: no other thread
+                    // can take it between the eviction and our insert.
+                    if self.evict_sampled(now, sample.into()) || self.store.reserve(max) {
                         return Ok(());
                     }
                 }
@@ -209,46 +210,72 @@ where
         self.counters.evicting(now);
         let algorithm = &self.algorithm;
         let mut retired = 0;
-        let _ = self.store.sweep_slice(budget, |_, cell| {
-            let gone = algorithm.try_evict(cell, now);
-            retired += u64::from(gone);
-            gone
-        });
+        let _ = self.store.sweep_slice(
+            budget,
+            |_, cell| {
+                let gone = algorithm.try_evict(cell, now);
+                retired += u64::from(gone);
+                gone
+            },
+            false,
+        );
         Counters::add(&self.counters.evicted_idle, retired);
     }
 
     /// Forgets one client from a sample of `sample`: an idle one if the
     /// sample holds any, otherwise the one that would become idle soonest.
-    fn evict_sampled(&self, now: u64, sample: u64) {
+    /// Returns whether it removed an entry, in which case the entry's slot is
+    /// the caller's, as if [`Store::reserve`] had granted it.
+    fn evict_sampled(&self, now: u64, sample: u64) -> bool {
         self.counters.evicting(now);
         let algorithm = &self.algorithm;
         let mut retired = 0;
         let mut victim: Option<(u64, K, Arc<A::Cell>)> = None;
-        let _ = self.store.sweep_slice(sample, |key, cell| {
-            if retired > 0 {
-                return false;
-            }
-            if algorithm.try_evict(cell, now) {
-                retired += 1;
-                return true;
-            }
-            let idle_at = algorithm.idle_at(cell);
-            if victim.as_ref().is_none_or(|(best, _, _)| idle_at < *best) {
-                victim = Some((idle_at, key.clone(), Arc::clone(cell)));
-            }
-            false
-        });
-        Counters::add(&self.counters.evicted_idle, retired);
-        if retired == 0 {
-            if let Some((_, key, cell)) = victim {
-                // Retire first, then remove only a dead entry: a check racing
-                // this sees the tombstone and retries on a fresh cell.
-                if algorithm.force_evict(&cell) {
-                    Counters::add(&self.counters.evicted_live, 1);
+        // Another thread's slice holds the cursor only for a few entries:
+        // wait for it a little rather than give up the eviction (giving up
+        // is what made most concurrent new clients go untracked).
+        let mut spins = 0;
+        let removed = loop {
+            let visited = self.store.sweep_slice(
+                sample,
+                |key, cell| {
+                    if retired > 0 {
+                        return false;
+                    }
+                    if algorithm.try_evict(cell, now) {
+                        retired += 1;
+                        return true;
+                    }
+                    let idle_at = algorithm.idle_at(cell);
+                    if victim.as_ref().is_none_or(|(best, _, _)| idle_at < *best) {
+                        victim = Some((idle_at, key.clone(), Arc::clone(cell)));
+                    }
+                    false
+                },
+                true,
+            );
+            match visited {
+                Some(removed) => break removed,
+                None if spins < Memory::CURSOR_SPINS => {
+                    spins += 1;
+                    crate::sync::spin_hint();
                 }
-                let _ = self.store.remove_if(&key, crate::cell::Mortal::is_dead);
+                None => return false,
             }
+        };
+        Counters::add(&self.counters.evicted_idle, retired);
+        if removed > 0 {
+            return true;
         }
+        let Some((_, key, cell)) = victim else {
+            return false;
+        };
+        // Retire first, then remove only a dead entry: a check racing this
+        // sees the tombstone and retries on a fresh cell.
+        if algorithm.force_evict(&cell) {
+            Counters::add(&self.counters.evicted_live, 1);
+        }
+        self.store.take_if(&key, crate::cell::Mortal::is_dead)
     }
 
     /// Whether `client_id` may make one request now; see

@@ -160,8 +160,16 @@ impl Memory {
     pub(crate) const SWEEP_SLICE: u64 = 256;
 
     /// Entries visited for idle ones when a capped map is full, before the
-    /// overflow policy applies.
-    pub(crate) const FULL_SLICE: u64 = 32;
+    /// overflow policy applies. Each visit is likely a cache miss and, in a
+    /// flood of new clients against busy ones, finds nothing: at 32 this
+    /// scan was most of a capped insert's 4–10 µs (`compare --scenarios
+    /// insert_capped`), so it is kept short. The auto-sweep's slices still
+    /// pass over the whole map as new clients keep coming.
+    pub(crate) const FULL_SLICE: u64 = 8;
+
+    /// How many times sampled eviction retries while another thread's slice
+    /// holds the sweep cursor, before the new client goes untracked.
+    pub(crate) const CURSOR_SPINS: u32 = 1_000;
 
     pub(crate) fn validate(self) -> Result<Self, ConfigError> {
         if let Some(max) = self.max_clients {

@@ -351,6 +351,17 @@ where
         }
     }
 
+    /// Removes `key`'s entry if `condition` holds of its cell, handing the
+    /// removed entry's slot to the caller instead of giving it back (see
+    /// `keep_one` in [`Store::sweep_slice`]). Returns whether it removed.
+    pub(crate) fn take_if<Q>(&self, key: &Q, condition: impl FnOnce(&V) -> bool) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.map.remove_if_sync(key, |cell| condition(cell))
+    }
+
     /// The number of clients held (plus any being inserted at this instant).
     pub(crate) fn len(&self) -> usize {
         // Relaxed: as in `reserve`.
@@ -376,10 +387,16 @@ where
     /// first) or whose cell is already dead; wraps to the beginning once it
     /// reaches the end. Returns how many were removed, or `None` if another
     /// thread is sweeping a slice (this one then does nothing).
+    ///
+    /// With `keep_one`, one removed entry's slot is not given back but
+    /// handed to the caller, as [`Store::reserve`] would have: a new client
+    /// then takes the room its own eviction made, which no other thread can
+    /// take first.
     pub(crate) fn sweep_slice(
         &self,
         budget: u64,
         mut visit: impl FnMut(&K, &Arc<V>) -> bool,
+        keep_one: bool,
     ) -> Option<u64> {
         let mut cursor = match self.cursor.try_lock() {
             Ok(cursor) => cursor,
@@ -406,7 +423,7 @@ where
         }
         *cursor = entry.map(|here| here.key().clone());
         drop(cursor);
-        self.release(removed);
+        self.release(removed - u64::from(keep_one && removed > 0));
         Some(removed)
     }
 }

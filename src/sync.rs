@@ -44,3 +44,13 @@ impl Backoff {
         loom::thread::yield_now();
     }
 }
+
+/// A hint that this thread is waiting on another: the CPU's spin-loop hint
+/// normally, a yield to the model's scheduler under loom.
+#[inline]
+pub(crate) fn spin_hint() {
+    #[cfg(not(feature = "loom"))]
+    core::hint::spin_loop();
+    #[cfg(feature = "loom")]
+    loom::thread::yield_now();
+}
