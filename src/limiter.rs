@@ -160,7 +160,11 @@ where
         if let Some(pace) = self.memory.auto_sweep {
             if self.counters.next_insert() % pace.every == pace.every - 1 {
                 Counters::add(&self.counters.auto_sweeps, 1);
-                self.sweep_slice(now, pace.slice);
+                // Only clients idle for a whole horizon already: one idle
+                // for less may well be back, and forgetting it, though it
+                // changes no decision, would cost it a fresh insert.
+                let lapsed = now.saturating_sub(self.algorithm.horizon());
+                self.sweep_slice(now, lapsed, pace.slice);
             }
         }
         if self.store.reserve(self.memory.max_clients) {
@@ -176,7 +180,7 @@ where
     #[inline(never)]
     fn overflow(&self, now: u64) -> Result<(), NoRoom> {
         let max = self.memory.max_clients;
-        self.sweep_slice(now, Memory::FULL_SLICE);
+        self.sweep_slice(now, now, Memory::FULL_SLICE);
         if self.store.reserve(max) {
             return Ok(());
         }
@@ -204,16 +208,18 @@ where
         }
     }
 
-    /// Visits `budget` entries from the sweep's position, forgetting the
-    /// idle ones. Does nothing if another thread is sweeping a slice.
-    fn sweep_slice(&self, now: u64, budget: u64) {
+    /// Visits `budget` entries from the sweep's position, forgetting those
+    /// already idle at `idle_by` (≤ `now`; idle then means idle at `now`
+    /// too, since a state only lapses further as time passes). Does nothing
+    /// if another thread is sweeping a slice.
+    fn sweep_slice(&self, now: u64, idle_by: u64, budget: u64) {
         self.counters.evicting(now);
         let algorithm = &self.algorithm;
         let mut retired = 0;
         let _ = self.store.sweep_slice(
             budget,
             |_, cell| {
-                let gone = algorithm.try_evict(cell, now);
+                let gone = algorithm.try_evict(cell, idle_by);
                 retired += u64::from(gone);
                 gone
             },
