@@ -144,10 +144,10 @@ where
             |now| match self.make_room(now) {
                 Ok(()) => Ok(algorithm.new_cell()),
                 Err(NoRoom::Deny) => Err(refuse(algorithm, now)),
-                Err(NoRoom::Untracked) => {
-                    let answer = op(algorithm, &algorithm.new_cell(), now);
-                    Err(answer.expect("a fresh cell is live"))
-                }
+                // A fresh cell is never dead, so `op` always answers; were
+                // it not to, denying is the safe answer.
+                Err(NoRoom::Untracked) => Err(op(algorithm, &algorithm.new_cell(), now)
+                    .unwrap_or_else(|| refuse(algorithm, now))),
             },
             // A new cell: no earlier than any eviction's reading.
             || self.counters.not_before(self.clock.now_nanos()),
