@@ -22,16 +22,15 @@
 //! lost with the entry, and a later check admits again on a fresh one;
 //! loom finds that interleaving.
 
-use std::borrow::Borrow;
-use std::collections::hash_map::{Entry, HashMap};
-use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc as StdArc;
 use std::time::{Duration, Instant};
 
-use loom::sync::{Arc, Mutex};
+use loom::sync::Arc;
 use loom::thread;
-use tollgate::__loom::{check_or_insert, Algorithm, Index, Mortal, Purge};
+
+use crate::stand_in::StandIn;
+use tollgate::__loom::{check_or_insert, Algorithm, Mortal};
 
 /// The client every thread asks for.
 const KEY: &str = "alice";
@@ -39,66 +38,6 @@ const KEY: &str = "alice";
 /// The frozen instant of every check and of the evictor: long after the
 /// old state's one admission at 0, which it has forgotten by now.
 const NOW: u64 = 100;
-
-/// A loom-aware map with the `Index` + `Purge` contract; see the module
-/// docs.
-struct StandIn<V> {
-    map: Mutex<HashMap<String, StdArc<V>>>,
-}
-
-impl<V> StandIn<V> {
-    fn holding(cell: V) -> Self {
-        let mut map = HashMap::new();
-        map.insert(KEY.to_owned(), StdArc::new(cell));
-        Self {
-            map: Mutex::new(map),
-        }
-    }
-}
-
-impl<V> Index<String, V> for StandIn<V> {
-    fn with<Q, R, F>(&self, key: &Q, f: F) -> Result<R, F>
-    where
-        F: FnOnce(&V) -> R,
-        String: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        // The `Arc` keeps the cell alive once the lock is released, as
-        // scc's guard does.
-        let found = self.map.lock().unwrap().get(key).cloned();
-        match found {
-            Some(cell) => Ok(f(&cell)),
-            None => Err(f),
-        }
-    }
-
-    fn insert(&self, key: String, value: StdArc<V>) -> Result<(), StdArc<V>> {
-        match self.map.lock().unwrap().entry(key) {
-            Entry::Occupied(_) => Err(value),
-            Entry::Vacant(slot) => {
-                slot.insert(value);
-                Ok(())
-            }
-        }
-    }
-}
-
-impl<V> Purge<String, V> for StandIn<V> {
-    fn remove_if<Q, F>(&self, key: &Q, condition: F) -> bool
-    where
-        F: FnOnce(&V) -> bool,
-        String: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let mut map = self.map.lock().unwrap();
-        if map.get(key).is_some_and(|cell| condition(cell)) {
-            map.remove(key);
-            true
-        } else {
-            false
-        }
-    }
-}
 
 /// How the evictor treats the entry: the crate's step, or the bug.
 type Evict<A> = fn(&A, &StandIn<<A as Algorithm>::Cell>, &str, u64) -> bool;
@@ -148,7 +87,7 @@ where
     assert!(capacity < 2, "two checks must offer more than the capacity");
     let label = name.to_owned();
     check(name, move || {
-        let index = Arc::new(StandIn::holding(old(&algorithm)));
+        let index = Arc::new(StandIn::holding(KEY, old(&algorithm)));
         let client = move |index: &StandIn<A::Cell>| -> u64 {
             let admitted = check_or_insert(
                 index,
@@ -181,7 +120,7 @@ where
             admitted >= capacity,
             "{name}: under-admitted: {admitted} admitted with capacity {capacity}"
         );
-        let map = index.map.lock().unwrap();
+        let map = index.snapshot();
         assert_eq!(map.len(), 1, "{name}: one client, one entry");
         let kept = &map[KEY];
         assert!(!kept.is_dead(), "{name}: the map kept a dead cell");

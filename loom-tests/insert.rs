@@ -7,7 +7,7 @@
 //!
 //! **A stand-in for the map.** The store's map, `scc::HashIndex`, is not
 //! loom-aware, so this model runs the store's protocol (the crate's own
-//! `get_or_insert`, the function `Store` calls) over [`StandIn`], a
+//! `get_or_insert`, the function `Store` calls) over [`StandIn`] (`stand_in.rs`), a
 //! `loom::sync::Mutex<HashMap<..>>` that implements the same
 //! [`Index`](tollgate::__loom::Index) contract: `insert` adds a key only if
 //! it is absent and otherwise hands the value back, and `with` sees every
@@ -17,71 +17,19 @@
 //! closure after releasing it, so checks on the found cell race freely, as
 //! they do over scc's lock-free reads.
 
-use std::borrow::Borrow;
-use std::collections::hash_map::{Entry, HashMap};
-use std::hash::Hash;
 use std::sync::Arc as StdArc;
 use std::time::Duration;
 
-use loom::sync::{Arc, Mutex};
+use loom::sync::Arc;
 use loom::thread;
-use tollgate::__loom::{get_or_insert, Algorithm, Index, StateCell};
+use tollgate::__loom::{get_or_insert, Algorithm, StateCell};
 use tollgate::TokenBucket;
 
 use crate::harness::{assert_reached, check, Explored, MakeCell, REAL};
+use crate::stand_in::StandIn;
 
 /// The client every thread asks for.
 const KEY: &str = "alice";
-
-/// A loom-aware map with the [`Index`] contract; see the module docs.
-#[derive(Debug)]
-pub(crate) struct StandIn {
-    map: Mutex<HashMap<String, StdArc<StateCell>>>,
-    /// Break the contract: `insert` replaces a present key instead of
-    /// handing the value back. Only `broken.rs` sets this.
-    replace_on_insert: bool,
-}
-
-impl StandIn {
-    pub(crate) fn new(replace_on_insert: bool) -> Self {
-        Self {
-            map: Mutex::new(HashMap::new()),
-            replace_on_insert,
-        }
-    }
-}
-
-impl Index<String, StateCell> for StandIn {
-    fn with<Q, R, F>(&self, key: &Q, f: F) -> Result<R, F>
-    where
-        F: FnOnce(&StateCell) -> R,
-        String: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        // The `Arc` keeps the cell alive once the lock is released, as
-        // scc's guard does.
-        let found = self.map.lock().unwrap().get(key).cloned();
-        match found {
-            Some(cell) => Ok(f(&cell)),
-            None => Err(f),
-        }
-    }
-
-    fn insert(&self, key: String, value: StdArc<StateCell>) -> Result<(), StdArc<StateCell>> {
-        let mut map = self.map.lock().unwrap();
-        if self.replace_on_insert {
-            map.insert(key, value);
-            return Ok(());
-        }
-        match map.entry(key) {
-            Entry::Occupied(_) => Err(value),
-            Entry::Vacant(slot) => {
-                slot.insert(value);
-                Ok(())
-            }
-        }
-    }
-}
 
 /// `threads` threads each make `per_thread` checks for a client no thread
 /// has seen, through `get_or_insert` over a fresh [`StandIn`], with a
@@ -107,10 +55,10 @@ pub(crate) fn first_request(
     let label = format!("first_request{broken}/{threads}x{per_thread}/cap{capacity}");
     let name = label.clone();
     check(&label, move |tally| {
-        let index = Arc::new(StandIn::new(replace_on_insert));
+        let index = Arc::new(StandIn::<StateCell>::new(replace_on_insert));
         // One client thread's checks: how many were admitted, and the
         // address of every cell a check ran on.
-        let client = move |index: &StandIn| {
+        let client = move |index: &StandIn<StateCell>| {
             let mut admitted = 0;
             let mut used = Vec::new();
             for _ in 0..per_thread {
@@ -150,7 +98,7 @@ pub(crate) fn first_request(
             admitted >= capacity,
             "{name}: under-admitted: {admitted} admitted with capacity {capacity}"
         );
-        let map = index.map.lock().unwrap();
+        let map = index.snapshot();
         assert_eq!(map.len(), 1, "{name}: one client, one cell");
         let kept = &map[KEY];
         let kept_at = StdArc::as_ptr(kept) as usize;

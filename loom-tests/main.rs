@@ -82,5 +82,6 @@ mod eviction;
 mod harness;
 mod insert;
 mod log;
+mod stand_in;
 mod token_bucket;
 mod windows;

@@ -35,6 +35,8 @@ use std::sync::{Arc, TryLockError};
 use scc::{Guard, HashIndex};
 
 use crate::cell::Mortal;
+// Mutex: only the sweep cursor, only ever try_lock-ed on the insert and
+// sweep paths; a check never touches it (see `Store::cursor`).
 use crate::sync::{AtomicU64, Mutex, Ordering};
 
 /// The hasher every store uses: foldhash's quality variant, seeded afresh
