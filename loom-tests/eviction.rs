@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use loom::sync::Arc;
 use loom::thread;
 
+use crate::arrival::{Arrival, Room};
 use crate::stand_in::StandIn;
 use tollgate::__loom::{check_or_insert, Algorithm, Mortal};
 
@@ -45,7 +46,10 @@ type Evict<A> = fn(&A, &StandIn<<A as Algorithm>::Cell>, &str, u64) -> bool;
 /// The checker with the suite's bound (3, as `harness.rs`; overridden by
 /// `LOOM_MAX_PREEMPTIONS`), never stopping early. Returns the interleavings
 /// run and the fewest and most admissions seen.
-fn check<F: Fn() -> u64 + Send + Sync + 'static>(name: &str, body: F) -> (usize, u64, u64) {
+pub(crate) fn check<F: Fn() -> u64 + Send + Sync + 'static>(
+    name: &str,
+    body: F,
+) -> (usize, u64, u64) {
     let mut builder = loom::model::Builder::new();
     if builder.preemption_bound.is_none() {
         builder.preemption_bound = Some(3);
@@ -88,26 +92,22 @@ where
     let label = name.to_owned();
     check(name, move || {
         let index = Arc::new(StandIn::holding(KEY, old(&algorithm)));
-        let client = move |index: &StandIn<A::Cell>| -> u64 {
-            let admitted = check_or_insert(
-                index,
-                KEY,
-                NOW,
-                |cell: &A::Cell, now| algorithm.try_admit(cell, now, 1),
-                |_| Ok::<_, bool>(algorithm.new_cell()),
-                || NOW,
-            );
-            u64::from(admitted)
+        let room = Arc::new(Room::new(None));
+        let client = move |index: &StandIn<A::Cell>, room: &Room| -> u64 {
+            u64::from(check_at(algorithm, index, room, NOW, false))
         };
         let evictor = {
-            let index = Arc::clone(&index);
-            thread::spawn(move || evict(&algorithm, &index, KEY, NOW))
+            let (index, room) = (Arc::clone(&index), Arc::clone(&room));
+            thread::spawn(move || {
+                room.evicting(NOW);
+                evict(&algorithm, &index, KEY, NOW)
+            })
         };
         let other = {
-            let index = Arc::clone(&index);
-            thread::spawn(move || client(&index))
+            let (index, room) = (Arc::clone(&index), Arc::clone(&room));
+            thread::spawn(move || client(&index, &room))
         };
-        let mut admitted = client(&index);
+        let mut admitted = client(&index, &room);
         admitted += other.join().unwrap();
         let _ = evictor.join().unwrap();
 
@@ -131,6 +131,119 @@ where
         );
         admitted
     })
+}
+
+/// One unit check of `KEY` through the crate's `check_or_insert`, by a
+/// thread whose clock reads `reading`.
+fn check_at<A: Algorithm + Copy>(
+    algorithm: A,
+    index: &StandIn<A::Cell>,
+    room: &Room,
+    reading: u64,
+    forget_floor: bool,
+) -> bool {
+    let arrival = Arrival {
+        algorithm,
+        room,
+        reading,
+        forget_floor,
+    };
+    check_or_insert(
+        index,
+        KEY,
+        reading,
+        |cell: &A::Cell, now| algorithm.try_admit(cell, now, 1),
+        &arrival,
+    )
+}
+
+/// A check whose clock reading predates an eviction must not be judged on
+/// the fresh state that replaces the evicted one.
+///
+/// The client's state admitted its capacity of 1 at 0 (idle from 10 on).
+/// Thread X checks with a reading of 5, racing a thread that evicts the
+/// state at 10 and then checks at 10 (Y), re-inserting the client. Once
+/// both are done, Z checks at 15. X's reading sees a state that admitted at
+/// 0 and is not idle until 10: judged on that state, X is denied; if X
+/// finds the client gone, it re-reads its clock and is judged no earlier
+/// than the eviction. Either way exactly one of X, Y and Z is admitted, as
+/// the token rate allows. The broken twin starts each
+/// new state at 0 instead of at its floor (the eviction's reading or
+/// later), so X can spend on it a refill that had not happened by 5, and Z
+/// then gets a second admission within 10 ns of X's.
+///
+/// Two racing threads, not three: a check that meets a new client's cell
+/// while another thread is giving it room waits for that thread's next few
+/// instructions, and two such waiters could yield to each other forever in
+/// loom's unfair scheduler.
+fn stale_reading<A>(name: &str, algorithm: A, forget_floor: bool) -> (usize, u64, u64)
+where
+    A: Algorithm + Copy,
+{
+    assert_eq!(algorithm.capacity(), 1);
+    let label = name.to_owned();
+    check(name, move || {
+        let index = Arc::new(StandIn::holding(KEY, admitted_at_zero(&algorithm)));
+        let room = Arc::new(Room::new(None));
+        let x = {
+            let (index, room) = (Arc::clone(&index), Arc::clone(&room));
+            thread::spawn(move || check_at(algorithm, &index, &room, 5, forget_floor))
+        };
+        room.evicting(10);
+        let _ = tollgate::__loom::evict(&algorithm, &*index, KEY, 10);
+        let y = check_at(algorithm, &index, &room, 10, forget_floor);
+        let x = x.join().unwrap();
+        let z = check_at(algorithm, &index, &room, 15, forget_floor);
+        let admitted = u64::from(x) + u64::from(y) + u64::from(z);
+        let name = &label;
+        assert!(
+            admitted <= 1,
+            "{name}: over-admitted: X(5) {x}, Y(10) {y}, Z(15) {z} after an admission at 0, capacity 1 per 10 ns"
+        );
+        assert!(admitted >= 1, "{name}: under-admitted: none of X, Y, Z");
+        admitted
+    })
+}
+
+#[test]
+fn stale_reading_after_eviction_token_bucket() {
+    let (_, min, max) = stale_reading("stale_reading/token_bucket", bucket(), false);
+    assert_eq!((min, max), (1, 1));
+}
+
+#[test]
+fn stale_reading_after_eviction_fixed_window() {
+    let (_, min, max) = stale_reading("stale_reading/fixed_window", fixed(), false);
+    assert_eq!((min, max), (1, 1));
+}
+
+#[test]
+fn stale_reading_after_eviction_sliding_window_log() {
+    let (_, min, max) = stale_reading("stale_reading/sliding_window_log", log(), false);
+    assert_eq!((min, max), (1, 1));
+}
+
+#[test]
+#[should_panic(expected = "over-admitted")]
+fn stale_reading_without_the_floor_is_caught_token_bucket() {
+    let _ = stale_reading("stale_reading/broken/token_bucket", bucket(), true);
+}
+
+#[test]
+#[should_panic(expected = "over-admitted")]
+fn stale_reading_without_the_floor_is_caught_fixed_window() {
+    let _ = stale_reading("stale_reading/broken/fixed_window", fixed(), true);
+}
+
+#[test]
+#[should_panic(expected = "over-admitted")]
+fn stale_reading_without_the_floor_is_caught_sliding_window_log() {
+    let _ = stale_reading("stale_reading/broken/sliding_window_log", log(), true);
+}
+
+fn fixed() -> tollgate::FixedWindow {
+    // One request per 10 ns window: the window of 0 ends at 10.
+    tollgate::__loom::fixed_window(1, Duration::from_nanos(10)).unwrap()
 }
 
 fn bucket() -> tollgate::TokenBucket {

@@ -77,7 +77,9 @@
 //! cores (about 50 s of it the moving-clock races, whose clients all run as
 //! spawned threads so that the clock moves under each of them).
 
+mod arrival;
 mod broken;
+mod cap;
 mod eviction;
 mod harness;
 mod insert;

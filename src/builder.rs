@@ -6,7 +6,9 @@ use core::hash::Hash;
 use core::marker::PhantomData;
 use core::time::Duration;
 
-use crate::algorithm::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
+use crate::algorithm::{
+    FixedWindow, FromParams, Params, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
+};
 use crate::cell::Algorithm;
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::ConfigError;
@@ -41,61 +43,11 @@ use crate::memory::{AutoSweep, Memory, Overflow};
 pub struct Builder<A, K = String, C = MonotonicClock> {
     params: Params,
     memory: Memory,
-    clock: C,
+    /// The clock given, or how to make the default one: it is built only by
+    /// [`Builder::build`], and only if no clock was given, since creating a
+    /// [`MonotonicClock`] calibrates the CPU's counter.
+    clock: Result<C, fn() -> C>,
     _algorithm: PhantomData<fn() -> (A, K)>,
-}
-
-/// Every setting any algorithm takes; each algorithm reads its own.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Params {
-    rate: Option<(u64, Duration)>,
-    capacity: Option<u64>,
-    limit: Option<u64>,
-    window: Option<Duration>,
-}
-
-impl Params {
-    fn required<T>(value: Option<T>, field: &'static str) -> Result<T, ConfigError> {
-        value.ok_or(ConfigError::Missing { field })
-    }
-}
-
-mod sealed {
-    /// How an algorithm validates the settings a [`Builder`](super::Builder)
-    /// collected. Sealed, like [`Algorithm`](crate::Algorithm).
-    pub trait FromParams: Sized {
-        fn from_params(params: &super::Params) -> Result<Self, crate::ConfigError>;
-    }
-}
-pub(crate) use sealed::FromParams;
-
-impl FromParams for TokenBucket {
-    fn from_params(p: &Params) -> Result<Self, ConfigError> {
-        let (tokens, per) = Params::required(p.rate, "rate")?;
-        // A bucket holds one period's worth of tokens unless told otherwise.
-        TokenBucket::new(tokens, per, p.capacity.unwrap_or(tokens))
-    }
-}
-
-impl FromParams for SlidingWindowCounter {
-    fn from_params(p: &Params) -> Result<Self, ConfigError> {
-        let limit = Params::required(p.limit, "limit")?;
-        SlidingWindowCounter::new(limit, Params::required(p.window, "window")?)
-    }
-}
-
-impl FromParams for FixedWindow {
-    fn from_params(p: &Params) -> Result<Self, ConfigError> {
-        let limit = Params::required(p.limit, "limit")?;
-        FixedWindow::new(limit, Params::required(p.window, "window")?)
-    }
-}
-
-impl FromParams for SlidingWindowLog {
-    fn from_params(p: &Params) -> Result<Self, ConfigError> {
-        let limit = Params::required(p.limit, "limit")?;
-        SlidingWindowLog::new(limit, Params::required(p.window, "window")?)
-    }
 }
 
 impl<A> Builder<A> {
@@ -103,7 +55,7 @@ impl<A> Builder<A> {
         Self {
             params: Params::default(),
             memory: Memory::default(),
-            clock: MonotonicClock::new(),
+            clock: Err(MonotonicClock::new),
             _algorithm: PhantomData,
         }
     }
@@ -251,7 +203,7 @@ impl<K, C> Builder<TokenBucket, K, C> {
 }
 
 /// Builder settings shared by the windowed algorithms.
-pub trait Windowed: sealed::FromParams {}
+pub trait Windowed: FromParams {}
 impl Windowed for SlidingWindowCounter {}
 impl Windowed for FixedWindow {}
 impl Windowed for SlidingWindowLog {}
@@ -329,7 +281,7 @@ impl<A, K, C> Builder<A, K, C> {
         Builder {
             params: self.params,
             memory: self.memory,
-            clock,
+            clock: Ok(clock),
             _algorithm: PhantomData,
         }
     }
@@ -515,7 +467,8 @@ where
     pub fn build(self) -> Result<Limiter<A, K, C>, ConfigError> {
         let algorithm = A::from_params(&self.params)?;
         let memory = self.memory.validate()?;
-        Ok(Limiter::new(algorithm, self.clock, memory))
+        let clock = self.clock.unwrap_or_else(|make| make());
+        Ok(Limiter::new(algorithm, clock, memory))
     }
 }
 
@@ -525,7 +478,35 @@ impl<A, K, C: fmt::Debug> fmt::Debug for Builder<A, K, C> {
             .field("algorithm", &core::any::type_name::<A>())
             .field("params", &self.params)
             .field("memory", &self.memory)
-            .field("clock", &self.clock)
+            .field("clock", &self.clock.as_ref().ok())
             .finish()
+    }
+}
+
+#[cfg(all(test, not(feature = "loom")))]
+mod tests {
+    use core::time::Duration;
+
+    use crate::clock::tests::MONOTONIC_CLOCKS_MADE;
+    use crate::{ManualClock, TokenBucket};
+
+    fn made() -> u64 {
+        MONOTONIC_CLOCKS_MADE.with(std::cell::Cell::get)
+    }
+
+    #[test]
+    fn the_default_clock_is_made_only_when_no_clock_is_given() {
+        let before = made();
+        let limiter = TokenBucket::builder()
+            .rate(1, Duration::from_secs(1))
+            .clock(ManualClock::new())
+            .build()
+            .unwrap();
+        assert!(limiter.allow_request("a"));
+        assert_eq!(made(), before, "a supplied clock built the default one too");
+        let builder = TokenBucket::builder().rate(1, Duration::from_secs(1));
+        assert_eq!(made(), before, "a builder makes no clock before `build`");
+        let _ = builder.build().unwrap();
+        assert_eq!(made(), before + 1);
     }
 }

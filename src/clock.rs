@@ -90,6 +90,8 @@ impl MonotonicClock {
     /// A clock whose origin is now.
     #[must_use]
     pub fn new() -> Self {
+        #[cfg(all(test, not(feature = "loom")))]
+        tests::MONOTONIC_CLOCKS_MADE.with(|made| made.set(made.get() + 1));
         let clock = quanta::Clock::new();
         let origin = clock.raw();
         Self { clock, origin }
@@ -233,4 +235,16 @@ impl Clock for ManualClock {
 /// Whole nanoseconds in `d`, saturating at `u64::MAX` (584 years).
 pub(crate) fn duration_to_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(all(test, not(feature = "loom")))]
+pub(crate) mod tests {
+    use std::cell::Cell;
+
+    std::thread_local! {
+        /// How many `MonotonicClock`s this thread has made: creating one
+        /// calibrates the CPU's counter, which a limiter given its own clock
+        /// must not pay for.
+        pub(crate) static MONOTONIC_CLOCKS_MADE: Cell<u64> = const { Cell::new(0) };
+    }
 }

@@ -35,6 +35,16 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// A wait of `nanos` as a [`Duration`], with the algorithms' "never"
+    /// as [`Duration::MAX`].
+    pub(crate) fn wait(nanos: u64) -> Duration {
+        if nanos == crate::algorithm::NEVER {
+            Duration::MAX
+        } else {
+            Duration::from_nanos(nanos)
+        }
+    }
+
     /// Whether the request was admitted (for a peek: would be admitted).
     #[must_use]
     pub fn is_allowed(&self) -> bool {
@@ -64,6 +74,10 @@ impl Decision {
     /// How long until this same request would be admitted, if nothing else
     /// arrives for the client in between (the `Retry-After` header, rounded
     /// up to whole seconds there). Zero when the request was admitted.
+    ///
+    /// [`Duration::MAX`] means never: the request could pass only after the
+    /// last instant the limiter distinguishes (2<sup>63</sup> − 1 ns after
+    /// the clock's origin, 292 years), which no reading reaches.
     #[must_use]
     pub fn retry_after(&self) -> Duration {
         self.retry_after

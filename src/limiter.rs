@@ -6,15 +6,14 @@
 use core::borrow::Borrow;
 use core::fmt;
 use core::hash::Hash;
-use core::time::Duration;
 use std::sync::Arc;
 
-use crate::cell::Algorithm;
+use crate::cell::{Algorithm, Life, Mortal};
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::CostError;
 use crate::memory::{Counters, Memory, Overflow, Stats};
-use crate::store::{check_or_insert, DefaultHasher, Store};
+use crate::store::{check_or_insert, DefaultHasher, Newcomer, Store};
 
 /// The one entry point: may this client make a request now?
 ///
@@ -97,12 +96,6 @@ pub struct Limiter<A: Algorithm, K = String, C = MonotonicClock> {
     counters: Counters,
 }
 
-/// Why a new client got no cell.
-enum NoRoom {
-    Deny,
-    Untracked,
-}
-
 impl<A, K, C> Limiter<A, K, C>
 where
     A: Algorithm,
@@ -135,77 +128,38 @@ where
     {
         let now = self.clock.now_nanos();
         let algorithm = &self.algorithm;
-        let op = &op;
         check_or_insert(
             &self.store,
             client_id,
             now,
             |cell, now| op(algorithm, cell, now),
-            |now| match self.make_room(now) {
-                Ok(()) => Ok(algorithm.new_cell()),
-                Err(NoRoom::Deny) => Err(refuse(algorithm, now)),
-                // A fresh cell is never dead, so `op` always answers; were
-                // it not to, denying is the safe answer.
-                Err(NoRoom::Untracked) => Err(op(algorithm, &algorithm.new_cell(), now)
-                    .unwrap_or_else(|| refuse(algorithm, now))),
+            &Arrival {
+                limiter: self,
+                refuse,
             },
-            // A new cell: no earlier than any eviction's reading.
-            || self.counters.not_before(self.clock.now_nanos()),
         )
     }
 
-    /// Reserves room for a new client, sweeping a slice first if one is
-    /// due, and applying the overflow policy if the cap is reached.
-    fn make_room(&self, now: u64) -> Result<(), NoRoom> {
-        if let Some(pace) = self.memory.auto_sweep {
-            if self.counters.next_insert() % pace.every == pace.every - 1 {
-                Counters::add(&self.counters.auto_sweeps, 1);
-                // Only clients idle for a whole horizon already: one idle
-                // for less may well be back, and forgetting it, though it
-                // changes no decision, would cost it a fresh insert.
-                let lapsed = now.saturating_sub(self.algorithm.horizon());
-                self.sweep_slice(now, lapsed, pace.slice);
-            }
-        }
-        if self.store.reserve(self.memory.max_clients) {
-            Ok(())
-        } else {
-            self.overflow(now)
-        }
-    }
-
     /// The cap is reached: forget whatever idle clients a short slice finds
-    /// (which changes nothing), then apply the overflow policy.
+    /// (which changes nothing), then, under [`Overflow::EvictSampled`],
+    /// forget a sampled client. True iff a unit of room is now the caller's.
     #[cold]
     #[inline(never)]
-    fn overflow(&self, now: u64) -> Result<(), NoRoom> {
+    fn overflow(&self, now: u64) -> bool {
         let max = self.memory.max_clients;
         self.sweep_slice(now, now, Memory::FULL_SLICE);
         if self.store.reserve(max) {
-            return Ok(());
+            return true;
         }
+        let Overflow::EvictSampled { sample } = self.memory.overflow else {
+            // The policy answers once the new client's cell is refused.
+            return false;
+        };
         Counters::add(&self.counters.overflows, 1);
-        match self.memory.overflow {
-            Overflow::DenyNew => {
-                Counters::add(&self.counters.denied_new, 1);
-                Err(NoRoom::Deny)
-            }
-            Overflow::AdmitUntracked => {
-                Counters::add(&self.counters.admitted_untracked, 1);
-                Err(NoRoom::Untracked)
-            }
-            Overflow::EvictSampled { sample } => {
-                for _ in 0..4 {
-                    // The room an eviction makes is ours: no other thread
-                    // can take it between the eviction and our insert.
-                    if self.evict_sampled(now, sample.into()) || self.store.reserve(max) {
-                        return Ok(());
-                    }
-                }
-                Counters::add(&self.counters.admitted_untracked, 1);
-                Err(NoRoom::Untracked)
-            }
-        }
+        // The room an eviction makes is ours: no other thread can take it
+        // between the eviction and our insert. After four lost races, the
+        // client goes untracked (`Arrival::refused`).
+        (0..4).any(|_| self.evict_sampled(now, sample.into()) || self.store.reserve(max))
     }
 
     /// Visits `budget` entries from the sweep's position, forgetting those
@@ -229,9 +183,9 @@ where
     }
 
     /// Forgets one client from a sample of `sample`: an idle one if the
-    /// sample holds any, otherwise the one that would become idle soonest.
-    /// Returns whether it removed an entry, in which case the entry's slot is
-    /// the caller's, as if [`Store::reserve`] had granted it.
+    /// sample holds any, otherwise the live one that would become idle
+    /// soonest. Returns whether a unit of room is now the caller's, as if
+    /// [`Store::reserve`] had granted it.
     fn evict_sampled(&self, now: u64, sample: u64) -> bool {
         self.counters.evicting(now);
         let algorithm = &self.algorithm;
@@ -241,7 +195,7 @@ where
         // wait for it a little rather than give up the eviction (giving up
         // is what made most concurrent new clients go untracked).
         let mut spins = 0;
-        let removed = loop {
+        let swept = loop {
             let visited = self.store.sweep_slice(
                 sample,
                 |key, cell| {
@@ -252,6 +206,11 @@ where
                         retired += 1;
                         return true;
                     }
+                    // Only a live client can be forgotten: an unborn one is
+                    // some other new client's, on its way in.
+                    if cell.life() != Life::Live {
+                        return false;
+                    }
                     let idle_at = algorithm.idle_at(cell);
                     if victim.as_ref().is_none_or(|(best, _, _)| idle_at < *best) {
                         victim = Some((idle_at, key.clone(), Arc::clone(cell)));
@@ -261,7 +220,7 @@ where
                 true,
             );
             match visited {
-                Some(removed) => break removed,
+                Some(swept) => break swept,
                 None if spins < Memory::CURSOR_SPINS => {
                     spins += 1;
                     crate::sync::spin_hint();
@@ -270,7 +229,7 @@ where
             }
         };
         Counters::add(&self.counters.evicted_idle, retired);
-        if removed > 0 {
+        if swept.kept {
             return true;
         }
         let Some((_, key, cell)) = victim else {
@@ -281,7 +240,7 @@ where
         if algorithm.force_evict(&cell) {
             Counters::add(&self.counters.evicted_live, 1);
         }
-        self.store.take_if(&key, crate::cell::Mortal::is_dead)
+        self.store.take_if(&key, Mortal::is_dead)
     }
 
     /// Whether `client_id` may make one request now; see
@@ -392,7 +351,7 @@ where
             allowed: false,
             limit: algorithm.capacity(),
             remaining: 0,
-            retry_after: Duration::from_nanos(algorithm.horizon()),
+            retry_after: Decision::wait(algorithm.horizon()),
         }
     }
 
@@ -458,9 +417,22 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.read(client_id, |algorithm, cell, now| {
-            algorithm.peek(cell, now, cost)
-        })
+        let now = self.clock.now_nanos();
+        let algorithm = &self.algorithm;
+        let known = self.store.get(client_id, |cell| {
+            (cell.life() == Life::Live).then(|| algorithm.peek(cell, now, cost))
+        });
+        if let Some(Some(decision)) = known {
+            return decision;
+        }
+        // Not tracked: a check would have to make room for it. At a full
+        // cap under `DenyNew`, it is denied unless a held client has become
+        // idle, which only a check (or a sweep) finds out.
+        if self.memory.overflow == Overflow::DenyNew && self.store.is_full(self.memory.max_clients)
+        {
+            return Self::refused(algorithm, now);
+        }
+        algorithm.peek(&algorithm.new_cell(), now, cost)
     }
 
     /// Runs `f` on the client's cell, or on a fresh one if the client is
@@ -635,6 +607,87 @@ where
     #[must_use]
     pub fn clock(&self) -> &C {
         &self.clock
+    }
+}
+
+/// A new client on its way in: how the store's protocol reads the clock,
+/// makes cells, takes room and applies the overflow policy, for one check.
+struct Arrival<'a, A: Algorithm, K, C, F> {
+    limiter: &'a Limiter<A, K, C>,
+    /// The answer for a new client denied by [`Overflow::DenyNew`].
+    refuse: F,
+}
+
+impl<A, K, C, R, F> Newcomer<A::Cell, R> for Arrival<'_, A, K, C, F>
+where
+    A: Algorithm,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+    F: Fn(&A, u64) -> R,
+{
+    #[inline]
+    fn now(&self) -> u64 {
+        // No earlier than any eviction's reading: see `Counters::not_before`.
+        let limiter = self.limiter;
+        limiter.counters.not_before(limiter.clock.now_nanos())
+    }
+
+    fn unborn(&self, floor: u64) -> A::Cell {
+        let limiter = self.limiter;
+        // Every new client pays its share of the incremental sweep.
+        if let Some(pace) = limiter.memory.auto_sweep {
+            if limiter.counters.next_insert() % pace.every == pace.every - 1 {
+                Counters::add(&limiter.counters.auto_sweeps, 1);
+                // Only clients idle for a whole horizon already: one idle
+                // for less may well be back, and forgetting it, though it
+                // changes no decision, would cost it a fresh insert.
+                let lapsed = floor.saturating_sub(limiter.algorithm.horizon());
+                limiter.sweep_slice(floor, lapsed, pace.slice);
+            }
+        }
+        limiter.algorithm.unborn_cell(floor)
+    }
+
+    fn fresh(&self, floor: u64) -> A::Cell {
+        self.limiter.algorithm.fresh_cell(floor)
+    }
+
+    #[inline]
+    fn reserve(&self) -> bool {
+        self.limiter.store.reserve(self.limiter.memory.max_clients)
+    }
+
+    fn make_room(&self, now: u64) -> bool {
+        self.limiter.overflow(now)
+    }
+
+    fn release(&self) {
+        self.limiter.store.release(1);
+    }
+
+    fn activate(&self, cell: &A::Cell, floor: u64) {
+        self.limiter.algorithm.activate(cell, floor);
+    }
+
+    fn refused(&self, now: u64) -> Option<R> {
+        let counters = &self.limiter.counters;
+        match self.limiter.memory.overflow {
+            Overflow::DenyNew => {
+                Counters::add(&counters.overflows, 1);
+                Counters::add(&counters.denied_new, 1);
+                Some((self.refuse)(&self.limiter.algorithm, now))
+            }
+            Overflow::AdmitUntracked => {
+                Counters::add(&counters.overflows, 1);
+                Counters::add(&counters.admitted_untracked, 1);
+                None
+            }
+            // The overflow was counted when sampled eviction was tried.
+            Overflow::EvictSampled { .. } => {
+                Counters::add(&counters.admitted_untracked, 1);
+                None
+            }
+        }
     }
 }
 

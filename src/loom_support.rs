@@ -13,8 +13,8 @@
 
 use core::time::Duration;
 
-pub use crate::cell::{Algorithm, Mortal, StateCell};
-pub use crate::store::{check_or_insert, get_or_insert, Index, Purge};
+pub use crate::cell::{Algorithm, Life, Mortal, StateCell};
+pub use crate::store::{check_or_insert, get_or_insert, Index, Newcomer, Purge};
 use crate::{ConfigError, FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 
 /// A validated token bucket of `capacity`, refilled `tokens` per `per`.

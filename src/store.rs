@@ -34,10 +34,10 @@ use std::sync::{Arc, TryLockError};
 
 use scc::{Guard, HashIndex};
 
-use crate::cell::Mortal;
+use crate::cell::{Life, Mortal};
 // Mutex: only the sweep cursor, only ever try_lock-ed on the insert and
 // sweep paths; a check never touches it (see `Store::cursor`).
-use crate::sync::{AtomicU64, Mutex, Ordering};
+use crate::sync::{AtomicU64, Backoff, Mutex, Ordering};
 
 /// The hasher every store uses: foldhash's quality variant, seeded afresh
 /// for each store from a per-process random seed.
@@ -89,97 +89,221 @@ pub trait Purge<K, V>: Index<K, V> {
         Q: Hash + Eq + ?Sized;
 }
 
-/// Runs `op` on the live cell for `key` in `index`, creating one first if
-/// the key has none or only a dead one, and returns its answer.
+/// What the store's protocol needs from the limiter to bring a client in:
+/// clock readings, cells, room, and the overflow policy's answer.
 ///
-/// `op(cell, now)` answers `None` if the cell is dead (evicted), having
-/// recorded nothing that counts. A known live key costs one lookup and one
-/// `op`: this is the check path. Otherwise, in a loop that ends as soon as
-/// `op` answers on a live cell:
+/// Public (but unreachable outside `--features loom`, where
+/// `tollgate::__loom` re-exports it) so that the loom models can drive the
+/// protocol with their own.
+#[allow(unreachable_pub)]
+pub trait Newcomer<V, R> {
+    /// A clock reading no earlier than any eviction's (see
+    /// `Counters::not_before`).
+    fn now(&self) -> u64;
+
+    /// An unborn cell whose state is never judged earlier than `floor`.
+    fn unborn(&self, floor: u64) -> V;
+
+    /// A live fresh cell, never stored: for a client the overflow policy
+    /// admits untracked.
+    fn fresh(&self, floor: u64) -> V;
+
+    /// Takes one unit of room if the cap allows, without the overflow
+    /// policy.
+    fn reserve(&self) -> bool;
+
+    /// The cap is reached: takes a unit of room by the overflow policy's
+    /// means if it can (forgetting idle clients; sampled eviction), and
+    /// says whether it did.
+    fn make_room(&self, now: u64) -> bool;
+
+    /// Gives back a unit of room taken by `reserve` or `make_room` and not
+    /// used.
+    fn release(&self);
+
+    /// Brings a cell this thread claimed to life, with a fresh state never
+    /// judged earlier than `floor`; it keeps the unit of room just taken.
+    fn activate(&self, cell: &V, floor: u64);
+
+    /// The answer for a client that found no room, once this thread has
+    /// refused its cell: `Some` answer (a denial), or `None` to decide the
+    /// request on an untracked fresh cell.
+    fn refused(&self, now: u64) -> Option<R>;
+}
+
+/// Runs `op` on the live cell for `key` in `index`, bringing one to life
+/// first if the key has none, and returns its answer.
 ///
-/// 1. a dead entry is removed, if it is still there ([`Purge::remove_if`]
-///    on [`Mortal::is_dead`]; any thread may, and the evictor does too);
-/// 2. `clock` is read again, so that a fresh cell is judged at an instant
-///    no earlier than the eviction that retired the client's last one;
-/// 3. `fresh(now)` makes a cell, or answers for the client without one (a
-///    full limiter's overflow policy);
-/// 4. the cell is inserted; if another thread inserted first, `op` runs on
-///    that thread's cell instead.
+/// `op(cell, now)` answers `None` if the cell is not alive, having recorded
+/// nothing that counts. A known live key costs one lookup and one `op` at
+/// the caller's reading `now`: this is the check path. Otherwise, in a loop
+/// that ends once `op` answers on a live cell or the overflow policy
+/// answers:
 ///
-/// Of two threads that create the same key at once, one insert wins and
-/// both run `op` on the winner's cell, so no update is ever made to a cell
-/// the map does not hold, or will not hold once a racing removal of a dead
-/// cell is done.
+/// 1. a dead entry (evicted or refused) is removed, if it is still there
+///    (any thread may; the removal gives back the room it held);
+/// 2. an absent key gets an unborn cell, made at a fresh reading
+///    ([`Newcomer::now`]), so no earlier than the eviction of any cell it
+///    replaces; of two threads inserting at once, one insert wins;
+/// 3. an unborn cell is brought to life by whichever thread claims it and
+///    takes room for it, or refused by one that found none
+///    ([`Mortal::claim`], [`Mortal::refuse`]: exchanges on one word, so the
+///    two never both happen, and every racer sees the same outcome);
+/// 4. `op` runs on the live cell at a fresh reading.
+///
+/// So one client has at most one live cell, every update lands in the cell
+/// the map holds, and a client's first requests racing at a full cap share
+/// one budget: either the cell came alive and they all run on it, or it was
+/// refused and the policy answers each of them.
 #[inline]
 #[allow(unreachable_pub)] // re-exported by `tollgate::__loom`
-pub fn check_or_insert<K, V, Q, R, I>(
+pub fn check_or_insert<K, V, Q, R, I, N>(
     index: &I,
     key: &Q,
     now: u64,
     mut op: impl FnMut(&V, u64) -> Option<R>,
-    fresh: impl FnMut(u64) -> Result<V, R>,
-    clock: impl FnMut() -> u64,
+    newcomer: &N,
 ) -> R
 where
     I: Purge<K, V>,
     V: Mortal,
+    N: Newcomer<V, R>,
     K: Borrow<Q>,
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
 {
-    let dead = match index.with(key, |cell| op(cell, now)) {
-        Ok(Some(answer)) => return answer,
-        Ok(None) => true,
-        Err(_) => false,
-    };
-    check_slow(index, key, dead, op, fresh, clock)
+    if let Ok(Some(answer)) = index.with(key, |cell| op(cell, now)) {
+        return answer;
+    }
+    check_slow(index, key, op, newcomer)
+}
+
+/// What [`settle`] made of a cell.
+enum Settled<R> {
+    /// `op` answered on the live cell.
+    Answer(R),
+    /// The cell is dead: remove it and go round.
+    Dead,
+    /// This thread refused the cell: remove it, then answer with this.
+    Refused(Option<R>),
 }
 
 #[cold]
 #[inline(never)]
-fn check_slow<K, V, Q, R, I>(
+fn check_slow<K, V, Q, R, I, N>(
     index: &I,
     key: &Q,
-    mut dead: bool,
     mut op: impl FnMut(&V, u64) -> Option<R>,
-    mut fresh: impl FnMut(u64) -> Result<V, R>,
-    mut clock: impl FnMut() -> u64,
+    newcomer: &N,
 ) -> R
 where
     I: Purge<K, V>,
     V: Mortal,
+    N: Newcomer<V, R>,
     K: Borrow<Q>,
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
 {
     loop {
-        if dead {
-            let _ = index.remove_if(key, V::is_dead);
-        }
-        let now = clock();
-        let ours = match fresh(now) {
-            Ok(cell) => Arc::new(cell),
-            Err(answer) => return answer,
+        let settled = match index.with(key, |cell| settle(cell, &mut op, newcomer)) {
+            Ok(settled) => settled,
+            Err(_) => {
+                let ours = Arc::new(newcomer.unborn(newcomer.now()));
+                match index.insert(key.to_owned(), Arc::clone(&ours)) {
+                    Ok(()) => settle(&*ours, &mut op, newcomer),
+                    // Another thread inserted first: settle its cell.
+                    Err(_) => continue,
+                }
+            }
         };
-        dead = match index.insert(key.to_owned(), Arc::clone(&ours)) {
-            Ok(()) => match op(&ours, now) {
-                Some(answer) => return answer,
-                // Evicted between our insert and our check: go again.
-                None => true,
-            },
-            // Another thread inserted first: use its cell. If that entry is
-            // already gone again, or dead, go round.
-            Err(_) => match index.with(key, |cell| op(cell, now)) {
-                Ok(Some(answer)) => return answer,
-                Ok(None) => true,
-                Err(_) => false,
+        match settled {
+            Settled::Answer(answer) => return answer,
+            Settled::Dead => {
+                let _ = index.remove_if(key, V::is_dead);
+            }
+            Settled::Refused(answer) => {
+                let _ = index.remove_if(key, V::is_dead);
+                if let Some(answer) = answer {
+                    return answer;
+                }
+                // Untracked: decide on a fresh cell that is never stored. A
+                // fresh cell is alive, so `op` answers.
+                let now = newcomer.now();
+                if let Some(answer) = op(&newcomer.fresh(now), now) {
+                    return answer;
+                }
+            }
+        }
+    }
+}
+
+/// Drives `cell` until `op` answers on it alive, or it is dead, or this
+/// thread refuses it.
+fn settle<V, R, N>(cell: &V, op: &mut impl FnMut(&V, u64) -> Option<R>, newcomer: &N) -> Settled<R>
+where
+    V: Mortal,
+    N: Newcomer<V, R>,
+{
+    // Each step acts on the life the previous one observed; a failed
+    // exchange reports the life it found, which is never older than what
+    // this thread has seen, so no step re-reads a stale birth word.
+    let backoff = Backoff::new();
+    let mut life = cell.life();
+    loop {
+        life = match life {
+            Life::Live => {
+                return match op(cell, newcomer.now()) {
+                    Some(answer) => Settled::Answer(answer),
+                    // Evicted since: go round through the map.
+                    None => Settled::Dead,
+                };
+            }
+            Life::Evicted | Life::Refused => return Settled::Dead,
+            Life::Claimed => {
+                // Its claimer is between two of its own steps (taking room
+                // and writing the fresh state): wait those few instructions,
+                // yielding the processor if the claimer is not running.
+                backoff.snooze();
+                cell.life()
+            }
+            Life::Unborn => match cell.claim() {
+                Err(found) => found,
+                Ok(()) => {
+                    if newcomer.reserve() {
+                        newcomer.activate(cell, newcomer.now());
+                        Life::Live
+                    } else {
+                        // No room: let others claim while the policy looks.
+                        cell.unclaim();
+                        let now = newcomer.now();
+                        if newcomer.make_room(now) {
+                            match cell.claim() {
+                                Ok(()) => {
+                                    newcomer.activate(cell, newcomer.now());
+                                    Life::Live
+                                }
+                                Err(found) => {
+                                    // Claimed, born or refused meanwhile.
+                                    newcomer.release();
+                                    found
+                                }
+                            }
+                        } else {
+                            match cell.refuse() {
+                                Ok(()) => return Settled::Refused(newcomer.refused(now)),
+                                Err(found) => found,
+                            }
+                        }
+                    }
+                }
             },
         };
     }
 }
 
-/// The first protocol, for an index whose cells are never evicted: runs
-/// `f` on the cell for `key`, creating it with `make` first if the key has
-/// none. [`check_or_insert`] with an `op` that never finds a dead cell; kept
-/// for the loom models of first insertion.
+/// The first protocol, for an index whose cells are never evicted and a
+/// limiter with no cap: runs `f` on the cell for `key`, creating it with
+/// `make` (a live cell) first if the key has none. [`check_or_insert`] with
+/// an `op` that never finds a dead cell; kept for the loom models of first
+/// insertion.
 #[inline]
 #[allow(unreachable_pub)] // re-exported by `tollgate::__loom`
 #[cfg_attr(not(feature = "loom"), allow(dead_code))]
@@ -200,12 +324,41 @@ where
         &Permanent(index),
         key,
         0,
-        // `op` answers on its first call (no cell here is ever dead), so `f`
-        // runs exactly once.
+        // `op` answers on its first call on a live cell, so `f` runs exactly
+        // once.
         |cell, _| f.take().map(|f| f(cell)),
-        |_| Ok(make()),
-        || 0,
+        &Born(make),
     )
+}
+
+/// The newcomer of [`get_or_insert`]: cells are made alive, and room is
+/// never short.
+#[cfg_attr(not(feature = "loom"), allow(dead_code))]
+struct Born<F>(F);
+
+impl<V, R, F: Fn() -> V> Newcomer<V, R> for Born<F> {
+    fn now(&self) -> u64 {
+        0
+    }
+    fn unborn(&self, _: u64) -> V {
+        (self.0)()
+    }
+    fn fresh(&self, _: u64) -> V {
+        (self.0)()
+    }
+    fn reserve(&self) -> bool {
+        true
+    }
+    fn make_room(&self, _: u64) -> bool {
+        true
+    }
+    fn release(&self) {}
+    fn activate(&self, _: &V, _: u64) {
+        // Reached only for an unborn cell, which `make` never makes.
+    }
+    fn refused(&self, _: u64) -> Option<R> {
+        None
+    }
 }
 
 /// An [`Index`] whose cells are never evicted, as a [`Purge`] that never
@@ -243,9 +396,11 @@ impl<K, V, I: Index<K, V>> Purge<K, V> for Permanent<'_, I> {
 /// A concurrent map from `K` to a shared, never-moving `V`.
 pub(crate) struct Store<K, V, S: BuildHasher = DefaultHasher> {
     map: HashIndex<K, Arc<V>, S>,
-    /// Entries held plus insertions under way: a slot is reserved before an
-    /// insert and released if the insert fails, so this is never below the
-    /// number of entries, and a cap on it is a hard cap on them.
+    /// Units of room taken: one per live or evicted entry (an evicted one
+    /// gives its unit back just before it leaves the map, under the map's
+    /// lock for its bucket), plus units taken for a cell about to come
+    /// alive. Unborn and refused entries hold none. A cap on this count is a
+    /// hard cap on the clients tracked.
     held: AtomicU64,
     /// Where the next sweep slice starts: the key of the first entry it has
     /// not visited, or `None` for the map's beginning. Taken only with
@@ -275,34 +430,43 @@ where
         }
     }
 
-    /// Every call must hold a slot from [`Store::reserve`]: a failed insert
-    /// releases it, a successful one hands it to the entry.
     fn insert(&self, key: K, value: Arc<V>) -> Result<(), Arc<V>> {
-        self.map.insert_sync(key, value).map_err(|(_, value)| {
-            self.release(1);
-            value
-        })
+        self.map.insert_sync(key, value).map_err(|(_, value)| value)
     }
 }
 
 impl<K, V, S> Purge<K, V> for Store<K, V, S>
 where
     K: Hash + Eq + Clone + 'static,
-    V: 'static,
+    V: Mortal + 'static,
     S: BuildHasher,
 {
+    /// Gives back the room the removed cell held, before the removal and
+    /// under the bucket's lock: a thread that then finds the entry gone
+    /// also finds the room free.
     fn remove_if<Q, F>(&self, key: &Q, condition: F) -> bool
     where
         F: FnOnce(&V) -> bool,
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let removed = self.map.remove_if_sync(key, |cell| condition(cell));
-        if removed {
-            self.release(1);
-        }
-        removed
+        self.map.remove_if_sync(key, |cell| {
+            let gone = condition(cell);
+            if gone && cell.holds_room() {
+                self.release(1);
+            }
+            gone
+        })
     }
+}
+
+/// What a sweep slice did.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Swept {
+    /// Entries removed.
+    pub(crate) removed: u64,
+    /// Whether the caller was handed a removed entry's unit of room.
+    pub(crate) kept: bool,
 }
 
 impl<K, V, S> Store<K, V, S>
@@ -330,9 +494,9 @@ where
         self.with(key, f).ok()
     }
 
-    /// Reserves room for one more entry if fewer than `max` are held or
-    /// being inserted; `None` for no cap. The slot must then go to
-    /// [`Index::insert`].
+    /// Takes a unit of room if fewer than `max` are taken; `None` for no
+    /// cap. The unit must then go to a cell coming alive, or back through
+    /// [`Store::release`].
     #[inline]
     pub(crate) fn reserve(&self, max: Option<u64>) -> bool {
         // Relaxed: a lone count that publishes nothing; the map's own
@@ -353,53 +517,73 @@ where
         }
     }
 
+    /// Whether no unit of room is left under `max`.
+    pub(crate) fn is_full(&self, max: Option<u64>) -> bool {
+        // Relaxed: as in `reserve`.
+        max.is_some_and(|max| self.held.load(Ordering::Relaxed) >= max)
+    }
+
     /// Removes `key`'s entry if `condition` holds of its cell, handing the
-    /// removed entry's slot to the caller instead of giving it back (see
-    /// `keep_one` in [`Store::sweep_slice`]). Returns whether it removed.
+    /// unit of room it held to the caller instead of giving it back (see
+    /// `keep_one` in [`Store::sweep_slice`]). True iff the caller now holds
+    /// a unit.
     pub(crate) fn take_if<Q>(&self, key: &Q, condition: impl FnOnce(&V) -> bool) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.map.remove_if_sync(key, |cell| condition(cell))
+        let mut room = false;
+        let removed = self.map.remove_if_sync(key, |cell| {
+            let gone = condition(cell);
+            room = gone && cell.holds_room();
+            gone
+        });
+        removed && room
     }
 
-    /// The number of clients held (plus any being inserted at this instant).
+    /// The number of clients tracked (plus any coming alive at this
+    /// instant).
     pub(crate) fn len(&self) -> usize {
         // Relaxed: as in `reserve`.
         usize::try_from(self.held.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
     }
 
     /// Visits every entry once and removes those for which `evict` is true
-    /// (it must retire the cell first) or whose cell is already dead.
-    /// Returns how many were removed.
+    /// (it must retire the cell first) or whose cell is already dead, giving
+    /// back each one's room as it goes. Returns how many were removed.
     pub(crate) fn sweep(&self, mut evict: impl FnMut(&V) -> bool) -> u64 {
         let mut removed = 0;
         self.map.retain_sync(|_, cell| {
             let gone = evict(cell) || cell.is_dead();
-            removed += u64::from(gone);
+            if gone {
+                removed += 1;
+                // Under the bucket's lock, before the entry goes: see
+                // `remove_if`.
+                if cell.holds_room() {
+                    self.release(1);
+                }
+            }
             !gone
         });
-        self.release(removed);
         removed
     }
 
     /// Visits up to `budget` entries from where the last slice stopped,
     /// removing those for which `visit` is true (it must retire the cell
     /// first) or whose cell is already dead; wraps to the beginning once it
-    /// reaches the end. Returns how many were removed, or `None` if another
-    /// thread is sweeping a slice (this one then does nothing).
+    /// reaches the end. Returns what it did, or `None` if another thread is
+    /// sweeping a slice (this one then does nothing).
     ///
-    /// With `keep_one`, one removed entry's slot is not given back but
-    /// handed to the caller, as [`Store::reserve`] would have: a new client
-    /// then takes the room its own eviction made, which no other thread can
-    /// take first.
+    /// With `keep_one`, the first removed entry's unit of room is not given
+    /// back but handed to the caller, as [`Store::reserve`] would have: a
+    /// new client then takes the room its own eviction made, which no other
+    /// thread can take first.
     pub(crate) fn sweep_slice(
         &self,
         budget: u64,
         mut visit: impl FnMut(&K, &Arc<V>) -> bool,
         keep_one: bool,
-    ) -> Option<u64> {
+    ) -> Option<Swept> {
         let mut cursor = match self.cursor.try_lock() {
             Ok(cursor) => cursor,
             Err(TryLockError::WouldBlock) => return None,
@@ -411,13 +595,22 @@ where
             .take()
             .and_then(|key| self.map.get_sync(&key))
             .or_else(|| self.map.begin_sync());
-        let mut removed = 0;
+        let mut swept = Swept::default();
         for _ in 0..budget {
             let Some(here) = entry else { break };
             // `here` holds its bucket's write lock (checks read without it).
-            let gone = visit(here.key(), here.get()) || here.get().is_dead();
+            let cell = here.get();
+            let gone = visit(here.key(), cell) || cell.is_dead();
             entry = if gone {
-                removed += 1;
+                swept.removed += 1;
+                if cell.holds_room() {
+                    if keep_one && !swept.kept {
+                        swept.kept = true;
+                    } else {
+                        // Before the entry goes: see `remove_if`.
+                        self.release(1);
+                    }
+                }
                 here.remove_and_sync()
             } else {
                 here.next_sync()
@@ -425,14 +618,13 @@ where
         }
         *cursor = entry.map(|here| here.key().clone());
         drop(cursor);
-        self.release(removed - u64::from(keep_one && removed > 0));
-        Some(removed)
+        Some(swept)
     }
 }
 
 impl<K, V, S: BuildHasher> Store<K, V, S> {
-    /// Gives back `n` reserved slots: failed inserts, or removed entries.
-    fn release(&self, n: u64) {
+    /// Gives back `n` units of room.
+    pub(crate) fn release(&self, n: u64) {
         if n > 0 {
             // Relaxed: as in `reserve`.
             self.held.fetch_sub(n, Ordering::Relaxed);

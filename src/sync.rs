@@ -43,6 +43,10 @@ impl Backoff {
     pub(crate) fn spin(&self) {
         loom::thread::yield_now();
     }
+
+    pub(crate) fn snooze(&self) {
+        loom::thread::yield_now();
+    }
 }
 
 /// A hint that this thread is waiting on another: the CPU's spin-loop hint

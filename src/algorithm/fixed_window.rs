@@ -92,6 +92,12 @@ impl WordAlgorithm for FixedWindow {
         self.limit
     }
 
+    fn fresh_at(&self, floor: u64) -> u64 {
+        // An empty count in `floor`'s window; an earlier reading is treated
+        // as that window's start.
+        self.windows.locate(0, floor).index << self.count_bits
+    }
+
     #[inline]
     fn admit(&self, word: u64, now: u64, cost: u64) -> Option<u64> {
         let (index, count) = self.at(word, now);
@@ -108,8 +114,10 @@ impl WordAlgorithm for FixedWindow {
         if count + cost <= self.limit {
             0
         } else {
+            // The count resets only in the next window; past the last one
+            // (a reading beyond `NOW_MAX`) it never does.
             let now = super::clamp_now(now).max(self.windows.start(index));
-            self.windows.start(index + 1).saturating_sub(now)
+            super::until(now, self.windows.start(index + 1))
         }
     }
 

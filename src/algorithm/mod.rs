@@ -10,12 +10,14 @@
 //! [`NOW_MAX`] so that no transition can overflow.
 
 mod fixed_window;
+mod params;
 mod sliding_log;
 mod sliding_window;
 mod token_bucket;
 mod window;
 
 pub use fixed_window::FixedWindow;
+pub(crate) use params::{FromParams, Params};
 pub use sliding_log::SlidingWindowLog;
 pub use sliding_window::SlidingWindowCounter;
 pub use token_bucket::TokenBucket;
@@ -44,6 +46,15 @@ pub(crate) trait WordAlgorithm: Send + Sync + 'static {
     /// capacity or the window's limit.
     fn capacity(&self) -> u64;
 
+    /// A fresh client's word whose history starts at `floor`: idle at
+    /// `floor` and later, where it decides exactly as [`FRESH`] does, and at
+    /// a reading before `floor` never more permissive than any word idle at
+    /// `floor`. A state that replaces an evicted one starts here, at the
+    /// eviction's reading or later, so that a check whose reading predates
+    /// the eviction cannot spend on the new state what the old one had
+    /// already spent.
+    fn fresh_at(&self, floor: u64) -> u64;
+
     /// The word after admitting `cost` at `now`, or `None` to deny. A denial
     /// leaves the state as it was, so it needs no write.
     fn admit(&self, word: u64, now: u64, cost: u64) -> Option<u64>;
@@ -69,6 +80,21 @@ pub(crate) trait WordAlgorithm: Send + Sync + 'static {
     /// The longest a word stays non-idle after its last admission: how long
     /// a client denied for lack of room in a full limiter should wait.
     fn horizon(&self) -> u64;
+}
+
+/// A `retry_after` that will never come: the request would pass only at an
+/// instant after [`NOW_MAX`], which no (clamped) reading reaches.
+pub(crate) const NEVER: u64 = u64::MAX;
+
+/// Nanoseconds from `now` until the instant `at`, or [`NEVER`] if `at` lies
+/// beyond the last instant any algorithm distinguishes.
+#[inline]
+pub(crate) fn until(now: u64, at: u64) -> u64 {
+    if at > NOW_MAX {
+        NEVER
+    } else {
+        at.saturating_sub(clamp_now(now))
+    }
 }
 
 /// `now` as the algorithms see it.

@@ -125,7 +125,7 @@ impl SlidingWindowLog {
         // The cost-th earliest expiry is when the cost-th slot frees up.
         let k = (cost as usize).clamp(1, expiries.len()) - 1;
         let (_, &mut kth, _) = expiries.select_nth_unstable(k);
-        kth.saturating_sub(now)
+        super::until(now, kth)
     }
 }
 

@@ -168,6 +168,16 @@ impl WordAlgorithm for SlidingWindowCounter {
         self.limit
     }
 
+    fn fresh_at(&self, floor: u64) -> u64 {
+        // Both counts empty in `floor`'s window; an earlier reading is
+        // treated as that window's start.
+        self.pack(Counts {
+            index: self.windows.locate(0, floor).index,
+            curr: 0,
+            prev: 0,
+        })
+    }
+
     #[inline]
     fn admit(&self, word: u64, now: u64, cost: u64) -> Option<u64> {
         let (c, pos) = self.at(word, now);
@@ -198,12 +208,14 @@ impl WordAlgorithm for SlidingWindowCounter {
         let at = match self.first_pass(c.curr, c.prev, pos.offset, cost) {
             Some(e) => self.windows.start(pos.index) + e,
             None => match self.first_pass(0, c.curr, 0, cost) {
-                Some(e) => self.windows.start(pos.index + 1) + e,
+                // Saturating: the next window may start past `NOW_MAX`, in
+                // which case `until` reports that it never comes.
+                Some(e) => self.windows.start(pos.index + 1).saturating_add(e),
                 // An empty window admits any cost up to the limit at once.
                 None => self.windows.start(pos.index + 2),
             },
         };
-        at.saturating_sub(now)
+        super::until(now, at)
     }
 
     fn is_idle(&self, word: u64, now: u64) -> bool {

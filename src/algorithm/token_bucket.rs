@@ -37,7 +37,7 @@
 use core::fmt;
 use core::time::Duration;
 
-use super::{clamp_now, WordAlgorithm, NOW_MAX};
+use super::{clamp_now, until, WordAlgorithm, NOW_MAX};
 use crate::error::ConfigError;
 
 /// The token bucket algorithm: bursts of up to `capacity`, refilled
@@ -132,6 +132,12 @@ impl WordAlgorithm for TokenBucket {
         self.capacity
     }
 
+    fn fresh_at(&self, floor: u64) -> u64 {
+        // A full bucket at `floor`, and emptier before it: TAT is the
+        // instant from which the bucket is full.
+        clamp_now(floor)
+    }
+
     #[inline]
     fn admit(&self, tat: u64, now: u64, cost: u64) -> Option<u64> {
         let now = clamp_now(now);
@@ -154,7 +160,9 @@ impl WordAlgorithm for TokenBucket {
 
     fn retry_after(&self, tat: u64, now: u64, cost: u64) -> u64 {
         let now = clamp_now(now);
-        tat.saturating_sub(now).saturating_sub(self.tolerance(cost))
+        let wait = tat.saturating_sub(now).saturating_sub(self.tolerance(cost));
+        // now ≤ NOW_MAX and wait < 2^64 − NOW_MAX: the sum fits.
+        until(now, now + wait)
     }
 
     fn is_idle(&self, tat: u64, now: u64) -> bool {
@@ -278,7 +286,10 @@ mod tests {
         assert_eq!(w, u64::MAX - 1);
         assert_eq!(b.admit(w, u64::MAX, 1), None);
         assert_eq!(b.remaining(w, 0), 0);
-        assert_eq!(b.retry_after(w, 0, 1), u64::MAX - 1);
+        // The token would come back only at TAT, past the last instant any
+        // reading reaches: never.
+        assert_eq!(b.retry_after(w, 0, 1), crate::algorithm::NEVER);
+        assert_eq!(b.retry_after(w, NOW_MAX, 1), crate::algorithm::NEVER);
         let fast = bucket(1, 1, NOW_MAX);
         let w = fast.admit(FRESH, u64::MAX, NOW_MAX).unwrap();
         assert_eq!(w, u64::MAX - 1);

@@ -59,10 +59,8 @@
 //! an evictor from committing a pending value that a later evictor wrote
 //! (ABA). A check never waits for an evictor: at worst it aborts one.
 
-use core::time::Duration;
-
 use super::sealed;
-use super::{Algorithm, Mortal};
+use super::{Algorithm, Birth, Life, Mortal};
 use crate::algorithm::SlidingWindowLog;
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Ordering};
@@ -79,6 +77,13 @@ pub struct LogCell {
     /// [`DEAD`]: see "Eviction" above.
     life: AtomicU64,
     slots: Box<[AtomicU64]>,
+    /// No check is judged earlier than this reading: the log's history
+    /// starts here (see `WordAlgorithm::fresh_at` for the word cells'
+    /// equivalent). Set once, when the cell is made.
+    floor: u64,
+    /// Unborn, claimed, born or refused (see "Birth" in `crate::cell`).
+    /// An unborn log's `life` is [`DEAD`], so no check claims a slot in it.
+    birth: Birth,
     /// Loom builds only: claim a slot with a load and a store instead of a
     /// compare-and-swap, the bug model 3 must catch (see `tollgate::__loom`).
     #[cfg(feature = "loom")]
@@ -93,14 +98,49 @@ const DEAD: u64 = u64::MAX;
 const PENDING: u64 = 1;
 
 impl LogCell {
-    fn new(limit: u64) -> Self {
+    /// A live, empty log whose checks are judged no earlier than `floor`.
+    fn new(limit: u64, floor: u64) -> Self {
         Self {
             next: AtomicU64::new(0),
             life: AtomicU64::new(0),
             slots: (0..limit).map(|_| AtomicU64::new(0)).collect(),
+            floor,
+            birth: Birth::born(),
             #[cfg(feature = "loom")]
             racy: false,
         }
+    }
+
+    /// An unborn log: dead to checks until a claimer brings it to life.
+    fn unborn(limit: u64, floor: u64) -> Self {
+        Self {
+            life: AtomicU64::new(DEAD),
+            birth: Birth::unborn(),
+            ..Self::new(limit, floor)
+        }
+    }
+
+    /// Brings a claimed log to life.
+    fn bear(&self) {
+        // Release: pairs with the Acquire loads of `life` in `admit` and
+        // `confirm`; the birth word's own Release follows.
+        self.life.store(0, Ordering::Release);
+        self.birth.bear();
+    }
+
+    /// Live or evicted, for a log known to be born.
+    fn born_life(&self) -> Life {
+        if self.reads_dead() {
+            Life::Evicted
+        } else {
+            Life::Live
+        }
+    }
+
+    /// `now`, or the log's floor if later.
+    #[inline]
+    fn judged_at(&self, now: u64) -> u64 {
+        now.max(self.floor)
     }
 
     /// A deliberately broken log whose slot claim is a load followed by a
@@ -110,7 +150,7 @@ impl LogCell {
     fn new_racy(limit: u64) -> Self {
         Self {
             racy: true,
-            ..Self::new(limit)
+            ..Self::new(limit, 0)
         }
     }
 
@@ -250,6 +290,14 @@ impl LogCell {
     /// log was retired, in which case nothing it did counts.
     #[inline]
     fn admit(&self, log: &SlidingWindowLog, now: u64, cost: u64) -> Option<bool> {
+        // A log that is not alive yet (or any more) takes no claim: a claim
+        // in an unborn log would still be there once it came alive.
+        // Acquire: as in `confirm`; a live log never becomes unborn again,
+        // and eviction after this load is `confirm`'s business.
+        if self.life.load(Ordering::Acquire) == DEAD {
+            return None;
+        }
+        let now = self.judged_at(now);
         let stamp = log.stamp(now);
         let admitted = if cost == 1 {
             self.search_order()
@@ -322,7 +370,7 @@ impl LogCell {
             allowed,
             limit: log.limit(),
             remaining: free,
-            retry_after: Duration::from_nanos(retry_after),
+            retry_after: Decision::wait(retry_after),
         }
     }
 }
@@ -338,8 +386,20 @@ impl SlidingWindowLog {
 }
 
 impl Mortal for LogCell {
-    fn is_dead(&self) -> bool {
-        self.reads_dead()
+    fn life(&self) -> Life {
+        self.birth.life(|| self.born_life())
+    }
+
+    fn claim(&self) -> Result<(), Life> {
+        self.birth.claim(|| self.born_life())
+    }
+
+    fn unclaim(&self) {
+        self.birth.unclaim();
+    }
+
+    fn refuse(&self) -> Result<(), Life> {
+        self.birth.refuse(|| self.born_life())
     }
 }
 
@@ -348,8 +408,18 @@ impl sealed::Sealed for SlidingWindowLog {}
 impl Algorithm for SlidingWindowLog {
     type Cell = LogCell;
 
-    fn new_cell(&self) -> LogCell {
-        LogCell::new(self.limit())
+    fn fresh_cell(&self, floor: u64) -> LogCell {
+        LogCell::new(self.limit(), floor)
+    }
+
+    fn unborn_cell(&self, floor: u64) -> LogCell {
+        LogCell::unborn(self.limit(), floor)
+    }
+
+    fn activate(&self, cell: &LogCell, _floor: u64) {
+        // The log's floor was set when it was made, by the thread that
+        // inserted it, which read its clock after any eviction it replaces.
+        cell.bear();
     }
 
     #[inline]
@@ -364,13 +434,14 @@ impl Algorithm for SlidingWindowLog {
 
     fn decide(&self, cell: &LogCell, now: u64, cost: u64) -> Option<Decision> {
         let allowed = cell.admit(self, now, cost)?;
-        Some(cell.describe(self, allowed, now, cost))
+        Some(cell.describe(self, allowed, cell.judged_at(now), cost))
     }
 
     fn peek(&self, cell: &LogCell, now: u64, cost: u64) -> Decision {
         if cell.reads_dead() {
             return self.peek(&self.new_cell(), now, cost);
         }
+        let now = cell.judged_at(now);
         let free = cell.free(self, now);
         let allowed = free >= cost;
         let mut d = cell.describe(self, allowed, now, cost);
@@ -385,7 +456,7 @@ impl Algorithm for SlidingWindowLog {
         if cell.reads_dead() {
             return self.quota(&self.new_cell(), now);
         }
-        cell.describe(self, true, now, 1)
+        cell.describe(self, true, cell.judged_at(now), 1)
     }
 
     fn try_evict(&self, cell: &LogCell, now: u64) -> bool {
@@ -412,6 +483,7 @@ impl Algorithm for SlidingWindowLog {
 #[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
+    use core::time::Duration;
 
     fn log(limit: u64, window_ns: u64) -> SlidingWindowLog {
         SlidingWindowLog::new(limit, Duration::from_nanos(window_ns)).unwrap()

@@ -28,22 +28,157 @@
 //! the word before it (and then the word was not idle, and the exchange
 //! fails) or retried on the map's next entry.
 
+//!
+//! # Birth
+//!
+//! A client's first cell is inserted *unborn*: its word holds the tombstone,
+//! so no check admits on it, and a separate [`Birth`] word says whether it
+//! is waiting for room, being given room, alive, or refused. Any thread that
+//! finds an unborn cell helps it: it *claims* it (one exchange), takes a
+//! unit of room from the store's count, writes the fresh word and marks it
+//! alive; if there is no room it gives the claim back and, once the overflow
+//! policy has had its say, may *refuse* the cell instead (another exchange,
+//! from unborn only). Claiming and refusing are exchanges on one word, so a
+//! cell that received room is never refused, and a refused cell never comes
+//! alive: every racer for a new client's first request sees the same
+//! outcome, and the client gets one budget (see `crate::store`).
+
 use core::time::Duration;
 
-use crate::algorithm::{WordAlgorithm, FRESH, TOMBSTONE};
+use crate::algorithm::{FromParams, WordAlgorithm, FRESH, TOMBSTONE};
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Backoff, Ordering};
 
 mod log;
 
-/// A cell that eviction can retire. Public (but unreachable outside
-/// `--features loom`) so that the map protocol in `crate::store`, and the
-/// loom models through it, can tell a retired cell from a live one.
+/// Where a cell is in its life, as [`Mortal::life`] reads it.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Life {
+    /// Inserted, waiting for a unit of room: no check may admit on it.
+    Unborn,
+    /// A thread has claimed it and is taking room for it; it leaves this
+    /// state within that thread's next few instructions.
+    Claimed,
+    /// Alive: checks run on it.
+    Live,
+    /// Was alive, and eviction has retired it. It holds its unit of room
+    /// until it leaves the map.
+    Evicted,
+    /// Never came alive: it found no room, and the overflow policy answered
+    /// for its client instead. It holds no room.
+    Refused,
+}
+
+/// A cell's birth word: unborn, claimed, born or refused.
+#[derive(Debug)]
+pub(crate) struct Birth(AtomicU64);
+
+impl Birth {
+    const UNBORN: u64 = 0;
+    const CLAIMED: u64 = 1;
+    const BORN: u64 = 2;
+    const REFUSED: u64 = 3;
+
+    /// The birth word of a cell created alive.
+    pub(crate) fn born() -> Self {
+        Self(AtomicU64::new(Self::BORN))
+    }
+
+    /// The birth word of a cell inserted before it has room.
+    pub(crate) fn unborn() -> Self {
+        Self(AtomicU64::new(Self::UNBORN))
+    }
+
+    /// Unborn, claimed, or `born` if born (the caller then reads the state
+    /// itself to tell live from evicted), or refused.
+    #[inline]
+    pub(crate) fn life(&self, born: impl FnOnce() -> Life) -> Life {
+        // Acquire: pairs with the Release store in `bear`, so a reader that
+        // sees the cell born also sees the fresh state written before it.
+        Self::decode(self.0.load(Ordering::Acquire), born)
+    }
+
+    /// What a birth word reads as, `born` deciding for a born cell.
+    fn decode(word: u64, born: impl FnOnce() -> Life) -> Life {
+        match word {
+            Self::UNBORN => Life::Unborn,
+            Self::CLAIMED => Life::Claimed,
+            Self::BORN => born(),
+            _ => Life::Refused,
+        }
+    }
+
+    /// Unborn → `to`: `Ok` iff this call moved it, else the life it found
+    /// (read by the exchange itself, so never older than this thread's last
+    /// look), `born` deciding for a born cell.
+    fn leave_unborn(&self, to: u64, born: impl FnOnce() -> Life) -> Result<(), Life> {
+        // AcqRel/Acquire: claim, unclaim, refusal and birth are exchanges or
+        // stores on this one word; whichever comes first in its modification
+        // order makes the others fail. Acquire on failure: as in `life`.
+        self.0
+            .compare_exchange(Self::UNBORN, to, Ordering::AcqRel, Ordering::Acquire)
+            .map(drop)
+            .map_err(|word| Self::decode(word, born))
+    }
+
+    /// Unborn → claimed; see [`Mortal::claim`].
+    pub(crate) fn claim(&self, born: impl FnOnce() -> Life) -> Result<(), Life> {
+        self.leave_unborn(Self::CLAIMED, born)
+    }
+
+    /// Claimed → unborn, by the claimer that found no room.
+    pub(crate) fn unclaim(&self) {
+        // Release: pairs with the Acquire of the next `claim` or `refuse`,
+        // which then sees the store's count as this claimer left it.
+        self.0.store(Self::UNBORN, Ordering::Release);
+    }
+
+    /// Unborn → refused; see [`Mortal::refuse`].
+    pub(crate) fn refuse(&self, born: impl FnOnce() -> Life) -> Result<(), Life> {
+        self.leave_unborn(Self::REFUSED, born)
+    }
+
+    /// Claimed → born, by the claimer, after it wrote the fresh state.
+    pub(crate) fn bear(&self) {
+        // Release: publishes the fresh state to the Acquire in `life`.
+        self.0.store(Self::BORN, Ordering::Release);
+    }
+}
+
+/// A cell that eviction can retire, and that may be inserted unborn.
+/// Public (but unreachable outside `--features loom`) so that the map
+/// protocol in `crate::store`, and the loom models through it, can read and
+/// drive a cell's life.
 #[doc(hidden)]
 pub trait Mortal {
-    /// Whether eviction has retired this cell for good: no check will ever
-    /// be applied to it again, and any thread may remove it from the map.
-    fn is_dead(&self) -> bool;
+    /// Where the cell is in its life.
+    fn life(&self) -> Life;
+
+    /// Unborn → claimed: `Ok` iff this call claimed it, else the life the
+    /// exchange found. The claimer must then either bring it to life
+    /// ([`Algorithm::activate`]) or [`unclaim`](Mortal::unclaim) it.
+    fn claim(&self) -> Result<(), Life>;
+
+    /// Claimed → unborn: the claimer found no room.
+    fn unclaim(&self);
+
+    /// Unborn → refused: `Ok` iff this call refused it, else the life the
+    /// exchange found.
+    fn refuse(&self) -> Result<(), Life>;
+
+    /// Whether the cell is gone for good (evicted or refused): no check will
+    /// ever be applied to it again, and any thread may remove it from the
+    /// map.
+    fn is_dead(&self) -> bool {
+        matches!(self.life(), Life::Evicted | Life::Refused)
+    }
+
+    /// Whether the cell holds a unit of the store's room: from its birth
+    /// until it leaves the map.
+    fn holds_room(&self) -> bool {
+        matches!(self.life(), Life::Live | Life::Evicted)
+    }
 }
 
 /// One client's state word. Public only as the sealed
@@ -53,6 +188,7 @@ pub trait Mortal {
 #[derive(Debug)]
 pub struct StateCell {
     word: AtomicU64,
+    birth: Birth,
     /// Loom builds only: replace the compare-and-swap with a load and a
     /// store, the bug the models must catch (see `tollgate::__loom`).
     #[cfg(feature = "loom")]
@@ -73,10 +209,22 @@ pub(crate) enum Applied {
 }
 
 impl StateCell {
-    /// A cell holding `word`.
+    /// A live cell holding `word`.
     pub fn new(word: u64) -> Self {
         Self {
             word: AtomicU64::new(word),
+            birth: Birth::born(),
+            #[cfg(feature = "loom")]
+            racy: false,
+        }
+    }
+
+    /// An unborn cell: it holds the tombstone until a claimer writes its
+    /// fresh word ([`StateCell::bear`]).
+    fn unborn() -> Self {
+        Self {
+            word: AtomicU64::new(TOMBSTONE),
+            birth: Birth::unborn(),
             #[cfg(feature = "loom")]
             racy: false,
         }
@@ -87,9 +235,18 @@ impl StateCell {
     #[cfg(feature = "loom")]
     pub fn new_racy(word: u64) -> Self {
         Self {
-            word: AtomicU64::new(word),
             racy: true,
+            ..Self::new(word)
         }
+    }
+
+    /// Brings a claimed cell to life with `word`.
+    fn bear(&self, word: u64) {
+        // Release: pairs with the Acquire loads of the word (`load`), so a
+        // check that finds the fresh word before the birth word says born
+        // reads it whole; the birth word's own Release follows.
+        self.word.store(word, Ordering::Release);
+        self.birth.bear();
     }
 
     /// The current word.
@@ -206,8 +363,31 @@ impl StateCell {
 }
 
 impl Mortal for StateCell {
-    fn is_dead(&self) -> bool {
-        self.load() == TOMBSTONE
+    fn life(&self) -> Life {
+        self.birth.life(|| self.born_life())
+    }
+
+    fn claim(&self) -> Result<(), Life> {
+        self.birth.claim(|| self.born_life())
+    }
+
+    fn unclaim(&self) {
+        self.birth.unclaim();
+    }
+
+    fn refuse(&self) -> Result<(), Life> {
+        self.birth.refuse(|| self.born_life())
+    }
+}
+
+impl StateCell {
+    /// Live or evicted, for a cell known to be born.
+    fn born_life(&self) -> Life {
+        if self.load() == TOMBSTONE {
+            Life::Evicted
+        } else {
+            Life::Live
+        }
     }
 }
 
@@ -232,10 +412,10 @@ impl Mortal for StateCell {
 /// # let l = tollgate::FixedWindow::builder().limit(1).window(std::time::Duration::from_secs(1)).build().unwrap();
 /// # assert_eq!(admit_all(&l, &["a", "a", "b"]), 2);
 /// ```
-pub trait Algorithm: sealed::Sealed + crate::builder::FromParams + Send + Sync + 'static {
+pub trait Algorithm: sealed::Sealed + FromParams + Send + Sync + 'static {
     // The methods below are hidden from the docs: `cost` is always in
     // `1..=capacity()`, because the limiter rejects the rest before calling.
-    // "Dead" means the cell was evicted (see `Mortal`); the limiter then
+    // "Dead" means the cell is not alive (see `Mortal`); the limiter then
     // retries on the map's current entry.
 
     /// One client's state.
@@ -243,8 +423,26 @@ pub trait Algorithm: sealed::Sealed + crate::builder::FromParams + Send + Sync +
     type Cell: Mortal + Send + Sync + 'static;
 
     #[doc(hidden)]
-    /// The state of a client never seen before.
-    fn new_cell(&self) -> Self::Cell;
+    /// The state of a client never seen before, alive, with no history.
+    fn new_cell(&self) -> Self::Cell {
+        self.fresh_cell(0)
+    }
+
+    #[doc(hidden)]
+    /// A live fresh state that is never judged earlier than `floor` (see
+    /// `WordAlgorithm::fresh_at`).
+    fn fresh_cell(&self, floor: u64) -> Self::Cell;
+
+    #[doc(hidden)]
+    /// An unborn cell (see [`Life::Unborn`]) whose fresh state, once it comes
+    /// alive, is never judged earlier than `floor`.
+    fn unborn_cell(&self, floor: u64) -> Self::Cell;
+
+    #[doc(hidden)]
+    /// Brings a cell this thread has claimed ([`Mortal::claim`]) to life,
+    /// with a fresh state never judged earlier than `floor`. The caller
+    /// hands it the unit of room it took.
+    fn activate(&self, cell: &Self::Cell, floor: u64);
 
     #[doc(hidden)]
     /// The largest cost that can ever be admitted.
@@ -303,11 +501,20 @@ pub(crate) mod sealed {
     impl<A: crate::algorithm::WordAlgorithm> Sealed for A {}
 }
 
-impl<A: WordAlgorithm + crate::builder::FromParams> Algorithm for A {
+impl<A: WordAlgorithm + FromParams> Algorithm for A {
     type Cell = StateCell;
 
-    fn new_cell(&self) -> StateCell {
-        StateCell::new(FRESH)
+    fn fresh_cell(&self, floor: u64) -> StateCell {
+        StateCell::new(self.fresh_at(floor))
+    }
+
+    fn unborn_cell(&self, _floor: u64) -> StateCell {
+        // The floor is the claimer's to apply: it writes the fresh word.
+        StateCell::unborn()
+    }
+
+    fn activate(&self, cell: &StateCell, floor: u64) {
+        cell.bear(self.fresh_at(floor));
     }
 
     #[inline]
@@ -381,7 +588,7 @@ fn describe<A: WordAlgorithm>(
         allowed,
         limit: algorithm.capacity(),
         remaining: algorithm.remaining(word, now),
-        retry_after: Duration::from_nanos(retry_after),
+        retry_after: Decision::wait(retry_after),
     })
 }
 

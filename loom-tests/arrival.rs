@@ -1,0 +1,109 @@
+//! A loom-aware stand-in for the limiter's side of the store's protocol:
+//! the [`Newcomer`] that `check_or_insert` asks for clock readings, cells
+//! and room.
+//!
+//! The limiter's own `Arrival` reads a clock, sweeps and counts statistics
+//! through `scc`, none of which loom can model; this one keeps only what the
+//! protocol's correctness rests on: the floor below which no new state is
+//! judged (`max(reading, evicting_at)`, as `Counters::not_before`), a count
+//! of room with an optional cap (as `Store::reserve`), and the policy
+//! "admit untracked" for a client refused room. Its broken variants are the
+//! bugs the models must catch.
+
+use loom::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use tollgate::__loom::{Algorithm, Newcomer};
+
+/// The room a model's limiter has, and the latest eviction's reading.
+#[derive(Debug)]
+pub(crate) struct Room {
+    held: AtomicU64,
+    max: Option<u64>,
+    evicting_at: AtomicU64,
+}
+
+impl Room {
+    pub(crate) fn new(max: Option<u64>) -> Self {
+        Self {
+            held: AtomicU64::new(0),
+            max,
+            evicting_at: AtomicU64::new(0),
+        }
+    }
+
+    /// Records that an eviction is about to be judged at `now`, as the
+    /// limiter's `Counters::evicting`.
+    pub(crate) fn evicting(&self, now: u64) {
+        self.evicting_at.fetch_max(now, Relaxed);
+    }
+
+    /// Units of room taken.
+    pub(crate) fn held(&self) -> u64 {
+        self.held.load(Relaxed)
+    }
+}
+
+/// One check's newcomer: a thread whose clock reads `reading`.
+#[derive(Debug)]
+pub(crate) struct Arrival<'a, A> {
+    pub(crate) algorithm: A,
+    pub(crate) room: &'a Room,
+    pub(crate) reading: u64,
+    /// The bug of the stale-reading models: a new state starts at 0, as if
+    /// no eviction had happened, instead of at the floor.
+    pub(crate) forget_floor: bool,
+}
+
+impl<A: Algorithm> Arrival<'_, A> {
+    fn floor(&self, floor: u64) -> u64 {
+        if self.forget_floor {
+            0
+        } else {
+            floor
+        }
+    }
+}
+
+impl<A: Algorithm> Newcomer<A::Cell, bool> for Arrival<'_, A> {
+    fn now(&self) -> u64 {
+        self.reading.max(self.room.evicting_at.load(Relaxed))
+    }
+
+    fn unborn(&self, floor: u64) -> A::Cell {
+        self.algorithm.unborn_cell(self.floor(floor))
+    }
+
+    fn fresh(&self, floor: u64) -> A::Cell {
+        self.algorithm.fresh_cell(floor)
+    }
+
+    fn reserve(&self) -> bool {
+        let Some(max) = self.room.max else {
+            self.room.held.fetch_add(1, Relaxed);
+            return true;
+        };
+        if self.room.held.fetch_add(1, Relaxed) < max {
+            true
+        } else {
+            self.release();
+            false
+        }
+    }
+
+    fn make_room(&self, _: u64) -> bool {
+        false
+    }
+
+    fn release(&self) {
+        self.room.held.fetch_sub(1, Relaxed);
+    }
+
+    fn activate(&self, cell: &A::Cell, floor: u64) {
+        self.algorithm.activate(cell, self.floor(floor));
+    }
+
+    fn refused(&self, _: u64) -> Option<bool> {
+        // Admit untracked: the policy under which a second budget shows as
+        // an over-admission.
+        None
+    }
+}

@@ -1,0 +1,134 @@
+//! A new client's first requests racing into the last room of a capped
+//! limiter.
+//!
+//! The limiter has room for one client and holds none. Two threads check
+//! the same new client at once (cost 1, capacity 1) through the crate's
+//! `check_or_insert`, with the policy that admits a client refused room
+//! untracked. The client must get one budget: in every interleaving exactly
+//! one check is admitted, the map ends holding one live cell that shows it,
+//! and exactly one unit of room is taken.
+//!
+//! The broken twin is the protocol before cells were inserted unborn: take
+//! room first, then insert a live cell; a thread that finds no room applies
+//! the policy at once, though the room it lacks was taken by a racer for
+//! this very client, which then tracks it with a second budget.
+
+use loom::sync::Arc;
+use loom::thread;
+
+use crate::arrival::{Arrival, Room};
+use crate::eviction::check;
+use crate::stand_in::StandIn;
+use tollgate::__loom::{check_or_insert, Algorithm, Index, Mortal, Newcomer};
+
+const KEY: &str = "alice";
+
+/// How a thread checks the new client.
+type Protocol<A> = fn(A, &StandIn<<A as Algorithm>::Cell>, &Room) -> bool;
+
+/// The crate's protocol.
+fn crate_protocol<A: Algorithm + Copy>(
+    algorithm: A,
+    index: &StandIn<A::Cell>,
+    room: &Room,
+) -> bool {
+    let arrival = Arrival {
+        algorithm,
+        room,
+        reading: 0,
+        forget_floor: false,
+    };
+    check_or_insert(
+        index,
+        KEY,
+        0,
+        |cell: &A::Cell, now| algorithm.try_admit(cell, now, 1),
+        &arrival,
+    )
+}
+
+/// The bug: room first, then a live cell; no room means the policy.
+fn room_first<A: Algorithm + Copy>(algorithm: A, index: &StandIn<A::Cell>, room: &Room) -> bool {
+    let op = |cell: &A::Cell| algorithm.try_admit(cell, 0, 1);
+    if let Ok(Some(admitted)) = index.with(KEY, op) {
+        return admitted;
+    }
+    let arrival = Arrival {
+        algorithm,
+        room,
+        reading: 0,
+        forget_floor: false,
+    };
+    if !arrival.reserve() {
+        // Admit untracked, on a fresh state that is never stored.
+        return op(&algorithm.fresh_cell(0)) == Some(true);
+    }
+    let ours = std::sync::Arc::new(algorithm.fresh_cell(0));
+    match index.insert(KEY.to_owned(), std::sync::Arc::clone(&ours)) {
+        Ok(()) => op(&ours) == Some(true),
+        Err(_) => {
+            arrival.release();
+            index.with(KEY, op).ok().flatten() == Some(true)
+        }
+    }
+}
+
+fn race<A: Algorithm + Copy>(name: &str, algorithm: A, protocol: Protocol<A>) -> (usize, u64, u64) {
+    assert_eq!(algorithm.capacity(), 1);
+    let label = name.to_owned();
+    check(name, move || {
+        let index = Arc::new(StandIn::<A::Cell>::new(false));
+        let room = Arc::new(Room::new(Some(1)));
+        let other = {
+            let (index, room) = (Arc::clone(&index), Arc::clone(&room));
+            thread::spawn(move || protocol(algorithm, &index, &room))
+        };
+        let mine = protocol(algorithm, &index, &room);
+        let theirs = other.join().unwrap();
+        let admitted = u64::from(mine) + u64::from(theirs);
+        let name = &label;
+        assert!(
+            admitted <= 1,
+            "{name}: over-admitted: both first requests admitted at capacity 1"
+        );
+        assert!(admitted >= 1, "{name}: under-admitted: neither admitted");
+        let map = index.snapshot();
+        assert_eq!(map.len(), 1, "{name}: one client, one entry");
+        assert!(
+            map[KEY].life() == tollgate::__loom::Life::Live,
+            "{name}: the entry is alive"
+        );
+        assert!(
+            algorithm.peek(&map[KEY], 0, 1).is_denied(),
+            "{name}: the kept cell does not show the admission"
+        );
+        assert_eq!(room.held(), 1, "{name}: one unit of room, taken once");
+        admitted
+    })
+}
+
+fn bucket() -> tollgate::TokenBucket {
+    tollgate::__loom::token_bucket(1, std::time::Duration::from_nanos(10), 1).unwrap()
+}
+
+fn log() -> tollgate::SlidingWindowLog {
+    tollgate::__loom::sliding_window_log(1, std::time::Duration::from_nanos(10)).unwrap()
+}
+
+#[test]
+fn first_requests_into_the_last_room_token_bucket() {
+    let (_, min, max) = race("cap/token_bucket", bucket(), crate_protocol);
+    assert_eq!((min, max), (1, 1));
+}
+
+#[test]
+fn first_requests_into_the_last_room_sliding_window_log() {
+    let (_, min, max) = race("cap/sliding_window_log", log(), crate_protocol);
+    assert_eq!((min, max), (1, 1));
+}
+
+#[test]
+#[should_panic(expected = "over-admitted")]
+fn room_before_insert_is_caught() {
+    let _ = race("cap/broken/room_first", bucket(), room_first);
+}

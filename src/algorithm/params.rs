@@ -1,0 +1,62 @@
+//! The settings a builder collects, and how each algorithm validates them
+//! into itself. Part of the algorithm layer, so that the layers above (the
+//! cell's `Algorithm` trait, the builder) depend on it and not the reverse.
+
+use core::time::Duration;
+
+use super::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
+use crate::error::ConfigError;
+
+/// Every setting any algorithm takes; each algorithm reads its own.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Params {
+    pub(crate) rate: Option<(u64, Duration)>,
+    pub(crate) capacity: Option<u64>,
+    pub(crate) limit: Option<u64>,
+    pub(crate) window: Option<Duration>,
+}
+
+impl Params {
+    fn required<T>(value: Option<T>, field: &'static str) -> Result<T, ConfigError> {
+        value.ok_or(ConfigError::Missing { field })
+    }
+}
+
+mod sealed {
+    /// How an algorithm validates the settings a
+    /// [`Builder`](crate::Builder) collected. Sealed, like
+    /// [`Algorithm`](crate::Algorithm).
+    pub trait FromParams: Sized {
+        fn from_params(params: &super::Params) -> Result<Self, crate::ConfigError>;
+    }
+}
+pub(crate) use sealed::FromParams;
+
+impl FromParams for TokenBucket {
+    fn from_params(p: &Params) -> Result<Self, ConfigError> {
+        let (tokens, per) = Params::required(p.rate, "rate")?;
+        // A bucket holds one period's worth of tokens unless told otherwise.
+        TokenBucket::new(tokens, per, p.capacity.unwrap_or(tokens))
+    }
+}
+
+impl FromParams for SlidingWindowCounter {
+    fn from_params(p: &Params) -> Result<Self, ConfigError> {
+        let limit = Params::required(p.limit, "limit")?;
+        SlidingWindowCounter::new(limit, Params::required(p.window, "window")?)
+    }
+}
+
+impl FromParams for FixedWindow {
+    fn from_params(p: &Params) -> Result<Self, ConfigError> {
+        let limit = Params::required(p.limit, "limit")?;
+        FixedWindow::new(limit, Params::required(p.window, "window")?)
+    }
+}
+
+impl FromParams for SlidingWindowLog {
+    fn from_params(p: &Params) -> Result<Self, ConfigError> {
+        let limit = Params::required(p.limit, "limit")?;
+        SlidingWindowLog::new(limit, Params::required(p.window, "window")?)
+    }
+}
