@@ -134,7 +134,7 @@ impl WordAlgorithm for FixedWindow {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
     use crate::algorithm::{FRESH, NOW_MAX};
