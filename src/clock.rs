@@ -48,7 +48,9 @@ pub trait Clock: Send + Sync {
     fn now_nanos(&self) -> u64;
 }
 
-impl<C: Clock + ?Sized> Clock for Arc<C> {
+// std's `Arc` in both builds: under `--features loom`, `crate::sync::Arc` is
+// a crate-private shim, and this impl is public API.
+impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
     #[inline]
     fn now_nanos(&self) -> u64 {
         (**self).now_nanos()

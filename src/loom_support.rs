@@ -102,3 +102,10 @@ where
         .unwrap_or(false);
     idle && index.remove_if(key, |_| true)
 }
+
+/// Whether the caller runs inside a loom model: what decides, when each of
+/// the crate's atomics is made, whether it is loom's or std's (see
+/// `src/sync.rs`). For the loom tests that check that decision.
+pub fn in_model() -> bool {
+    crate::sync::in_model()
+}

@@ -5,6 +5,15 @@
 //! `--features loom` swaps them all for loom's model-checked versions at once.
 //! A test (`tests/sync_shim.rs`) fails the build's test run if any other file
 //! imports `std::sync::atomic` directly.
+//!
+//! Without the feature these are std's own types, re-exported as they are.
+//! With it, `AtomicU64` and `Arc` are two-way wrappers (`loom_shim`): loom's
+//! type when made inside a loom model, std's when made outside one. Loom's
+//! types panic outside a model, and `cargo test --features loom` also runs
+//! the doctests, which link against this same build of the library and call
+//! it from an ordinary `main`; no attribute or `cfg` can skip a doctest per
+//! feature. Everything the models make is made inside the model, so the
+//! models still run the crate's code on loom's atomics only.
 
 #[cfg(not(feature = "loom"))]
 pub(crate) use std::sync::{
@@ -13,10 +22,10 @@ pub(crate) use std::sync::{
 };
 
 #[cfg(feature = "loom")]
-pub(crate) use loom::sync::{
-    atomic::{AtomicU64, Ordering},
-    Arc,
-};
+pub(crate) use loom::sync::atomic::Ordering;
+
+#[cfg(feature = "loom")]
+pub(crate) use self::loom_shim::{in_model, Arc, AtomicU64};
 
 /// The sweep cursor's lock is std's in both builds: it guards no state a
 /// model checks (the sweep runs over `scc`'s map, which loom cannot model),
@@ -41,7 +50,7 @@ impl Backoff {
     }
 
     pub(crate) fn spin(&self) {
-        loom::thread::yield_now();
+        spin_hint();
     }
 
     pub(crate) fn snooze(&self) {
@@ -50,11 +59,177 @@ impl Backoff {
 }
 
 /// A hint that this thread is waiting on another: the CPU's spin-loop hint
-/// normally, a yield to the model's scheduler under loom.
+/// normally, a yield to the model's scheduler inside a loom model.
 #[inline]
 pub(crate) fn spin_hint() {
     #[cfg(not(feature = "loom"))]
     core::hint::spin_loop();
     #[cfg(feature = "loom")]
-    loom::thread::yield_now();
+    if in_model() {
+        loom::thread::yield_now();
+    } else {
+        core::hint::spin_loop();
+    }
+}
+
+/// `--features loom` only: atomics and `Arc` that are loom's inside a model
+/// and std's outside one, chosen when each is made.
+#[cfg(feature = "loom")]
+mod loom_shim {
+    use core::ops::Deref;
+
+    use super::Ordering;
+
+    /// Whether the caller runs inside a loom model.
+    ///
+    /// loom 0.7 has no public call for this. It runs every thread of a model,
+    /// the model's first thread included, as a `generator` coroutine, and
+    /// nothing else in this crate's build uses that crate, so "on a
+    /// coroutine" is "inside a model". `loom-tests/main.rs` checks this
+    /// (`shim_*` tests), and the racy twins would stop failing if it broke.
+    pub(crate) fn in_model() -> bool {
+        generator::is_generator()
+    }
+
+    /// A std value used inside a model would be invisible to loom: fail as
+    /// loom does for the opposite mistake, instead of checking less.
+    #[track_caller]
+    fn std_outside_model() {
+        assert!(
+            !in_model(),
+            "tollgate: a primitive made outside a loom model is used inside one"
+        );
+    }
+
+    /// `AtomicU64`: loom's inside a model, std's outside one.
+    #[derive(Debug)]
+    pub(crate) enum AtomicU64 {
+        Loom(loom::sync::atomic::AtomicU64),
+        Std(std::sync::atomic::AtomicU64),
+    }
+
+    /// Forwards `&self` methods of the same name and signature to whichever
+    /// atomic `self` holds.
+    macro_rules! forward {
+        ($(fn $name:ident(&self $(, $arg:ident: $ty:ty)*) $(-> $ret:ty)?;)*) => {$(
+            // The shim offers std's whole API, whatever the crate uses today.
+            #[allow(dead_code)]
+            #[track_caller]
+            pub(crate) fn $name(&self $(, $arg: $ty)*) $(-> $ret)? {
+                match self {
+                    Self::Loom(atomic) => atomic.$name($($arg),*),
+                    Self::Std(atomic) => {
+                        std_outside_model();
+                        atomic.$name($($arg),*)
+                    }
+                }
+            }
+        )*};
+    }
+
+    impl AtomicU64 {
+        #[track_caller]
+        pub(crate) fn new(value: u64) -> Self {
+            if in_model() {
+                Self::Loom(loom::sync::atomic::AtomicU64::new(value))
+            } else {
+                Self::Std(std::sync::atomic::AtomicU64::new(value))
+            }
+        }
+
+        forward! {
+            fn load(&self, order: Ordering) -> u64;
+            fn store(&self, value: u64, order: Ordering);
+            fn swap(&self, value: u64, order: Ordering) -> u64;
+            fn compare_exchange(
+                &self,
+                current: u64,
+                new: u64,
+                success: Ordering,
+                failure: Ordering
+            ) -> Result<u64, u64>;
+            fn compare_exchange_weak(
+                &self,
+                current: u64,
+                new: u64,
+                success: Ordering,
+                failure: Ordering
+            ) -> Result<u64, u64>;
+            fn fetch_add(&self, value: u64, order: Ordering) -> u64;
+            fn fetch_sub(&self, value: u64, order: Ordering) -> u64;
+            fn fetch_and(&self, value: u64, order: Ordering) -> u64;
+            fn fetch_or(&self, value: u64, order: Ordering) -> u64;
+            fn fetch_xor(&self, value: u64, order: Ordering) -> u64;
+            fn fetch_max(&self, value: u64, order: Ordering) -> u64;
+            fn fetch_min(&self, value: u64, order: Ordering) -> u64;
+        }
+
+        #[allow(dead_code)]
+        #[track_caller]
+        pub(crate) fn fetch_update<F>(
+            &self,
+            set_order: Ordering,
+            fetch_order: Ordering,
+            f: F,
+        ) -> Result<u64, u64>
+        where
+            F: FnMut(u64) -> Option<u64>,
+        {
+            match self {
+                Self::Loom(atomic) => atomic.fetch_update(set_order, fetch_order, f),
+                Self::Std(atomic) => {
+                    std_outside_model();
+                    atomic.fetch_update(set_order, fetch_order, f)
+                }
+            }
+        }
+    }
+
+    impl Default for AtomicU64 {
+        fn default() -> Self {
+            Self::new(0)
+        }
+    }
+
+    /// `Arc`: loom's inside a model, std's outside one.
+    #[derive(Debug)]
+    pub(crate) enum Arc<T> {
+        Loom(loom::sync::Arc<T>),
+        Std(std::sync::Arc<T>),
+    }
+
+    impl<T> Arc<T> {
+        #[track_caller]
+        pub(crate) fn new(value: T) -> Self {
+            if in_model() {
+                Self::Loom(loom::sync::Arc::new(value))
+            } else {
+                Self::Std(std::sync::Arc::new(value))
+            }
+        }
+    }
+
+    impl<T> Clone for Arc<T> {
+        #[track_caller]
+        fn clone(&self) -> Self {
+            match self {
+                Self::Loom(arc) => Self::Loom(loom::sync::Arc::clone(arc)),
+                Self::Std(arc) => {
+                    std_outside_model();
+                    Self::Std(std::sync::Arc::clone(arc))
+                }
+            }
+        }
+    }
+
+    impl<T> Deref for Arc<T> {
+        type Target = T;
+
+        fn deref(&self) -> &T {
+            match self {
+                Self::Loom(arc) => arc,
+                Self::Std(arc) => arc,
+            }
+        }
+    }
 }

@@ -4,6 +4,10 @@
 //! where the outcome is determined (a frozen clock), and the algorithm's
 //! admission bound where it is not (a clock moving under the threads).
 
+// Plain `cargo test` runs this suite; `cargo test --features loom` is for
+// the loom models (loom-tests/) and skips it.
+#![cfg(not(feature = "loom"))]
+
 #[macro_use]
 mod common;
 

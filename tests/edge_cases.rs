@@ -2,6 +2,10 @@
 //! zero costs, clocks that jump backwards or run to the end of time, idle
 //! gaps of years, and slow rates.
 
+// Plain `cargo test` runs this suite; `cargo test --features loom` is for
+// the loom models (loom-tests/) and skips it.
+#![cfg(not(feature = "loom"))]
+
 mod common;
 
 use std::time::Duration;

@@ -3,6 +3,10 @@
 //! and double nothing. The memory flood is in `tests/flood.rs`, a process of
 //! its own so that its resident-memory readings see no other test.
 
+// Plain `cargo test` runs this suite; `cargo test --features loom` is for
+// the loom models (loom-tests/) and skips it.
+#![cfg(not(feature = "loom"))]
+
 #[macro_use]
 mod common;
 

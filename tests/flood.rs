@@ -14,6 +14,10 @@
 //! cargo test --release --test flood -- --ignored --nocapture --test-threads 1
 //! ```
 
+// Plain `cargo test` runs this suite; `cargo test --features loom` is for
+// the loom models (loom-tests/) and skips it.
+#![cfg(not(feature = "loom"))]
+
 mod common;
 
 use std::process::Command;

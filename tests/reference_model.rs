@@ -7,6 +7,10 @@
 //! nanoseconds, with gaps of any nanosecond length from 0 to ten years
 //! (requirement (a)).
 
+// Plain `cargo test` runs this suite; `cargo test --features loom` is for
+// the loom models (loom-tests/) and skips it.
+#![cfg(not(feature = "loom"))]
+
 mod common;
 
 use common::{agree_with_model, BucketConfig, Fixed, Gap, Log, Sliding, Step, WindowConfig};

@@ -142,7 +142,7 @@ impl WordAlgorithm for FixedWindow {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
     use crate::algorithm::{FRESH, NOW_MAX};

@@ -138,7 +138,7 @@ impl fmt::Debug for SlidingWindowLog {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
 

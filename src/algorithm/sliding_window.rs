@@ -239,7 +239,7 @@ impl WordAlgorithm for SlidingWindowCounter {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
     use crate::algorithm::{FRESH, NOW_MAX};

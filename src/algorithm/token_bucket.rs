@@ -104,7 +104,7 @@ impl TokenBucket {
     }
 
     /// Nanoseconds per token, rounded up.
-    #[cfg(test)]
+    #[cfg(all(test, not(feature = "loom")))]
     fn interval(&self) -> u64 {
         self.interval
     }
@@ -179,7 +179,7 @@ impl WordAlgorithm for TokenBucket {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
     use crate::algorithm::{FRESH, NOW_MAX};

@@ -106,7 +106,7 @@ pub(super) fn check_limit(limit: u64, count_bits: u32) -> Result<(), ConfigError
     )
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
 
