@@ -54,7 +54,7 @@ impl Backoff {
     }
 
     pub(crate) fn snooze(&self) {
-        loom::thread::yield_now();
+        spin_hint();
     }
 }
 

@@ -1,3 +1,4 @@
+#![cfg(not(feature = "loom"))]
 //! Regression tests for the defects an adversarial review found in
 //! eviction, the cap and a few edge cases. Each test names the scenario it
 //! reproduces; each failed on the code before its fix.
