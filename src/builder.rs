@@ -257,6 +257,8 @@ impl<A: Windowed, K, C> Builder<A, K, C> {
 impl<A, K, C> Builder<A, K, C> {
     /// Reads time from `clock` instead of a [`MonotonicClock`]: a
     /// [`ManualClock`](crate::ManualClock) in tests, or your own [`Clock`].
+    /// The default clock is then never created (creating one calibrates the
+    /// CPU's time-stamp counter).
     ///
     /// # Examples
     ///
