@@ -171,10 +171,12 @@ where
     K: Borrow<Q>,
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
 {
-    if let Ok(Some(answer)) = index.with(key, |cell| op(cell, now)) {
-        return answer;
-    }
-    check_slow(index, key, op, newcomer)
+    let absent = match index.with(key, |cell| op(cell, now)) {
+        Ok(Some(answer)) => return answer,
+        Ok(None) => false,
+        Err(_) => true,
+    };
+    check_slow(index, key, absent, op, newcomer)
 }
 
 /// What [`settle`] made of a cell.
@@ -192,6 +194,7 @@ enum Settled<R> {
 fn check_slow<K, V, Q, R, I, N>(
     index: &I,
     key: &Q,
+    mut absent: bool,
     mut op: impl FnMut(&V, u64) -> Option<R>,
     newcomer: &N,
 ) -> R
@@ -203,17 +206,31 @@ where
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
 {
     loop {
-        let settled = match index.with(key, |cell| settle(cell, &mut op, newcomer)) {
-            Ok(settled) => settled,
-            Err(_) => {
-                let ours = Arc::new(newcomer.unborn(newcomer.now()));
-                match index.insert(key.to_owned(), Arc::clone(&ours)) {
-                    Ok(()) => settle(&*ours, &mut op, newcomer),
-                    // Another thread inserted first: settle its cell.
-                    Err(_) => continue,
+        // One reading per round, taken after the look at the map that sent
+        // us here (the fast path's, or the last round's), so no earlier than
+        // any eviction that look saw.
+        let now = newcomer.now();
+        let settled = if absent {
+            let ours = Arc::new(newcomer.unborn(now));
+            match index.insert(key.to_owned(), Arc::clone(&ours)) {
+                Ok(()) => settle(&*ours, Some(now), &mut op, newcomer),
+                // Another thread inserted first: settle its cell.
+                Err(_) => {
+                    absent = false;
+                    continue;
+                }
+            }
+        } else {
+            match index.with(key, |cell| settle(cell, None, &mut op, newcomer)) {
+                Ok(settled) => settled,
+                Err(_) => {
+                    absent = true;
+                    continue;
                 }
             }
         };
+        // After a removal, the key is most likely absent.
+        absent = true;
         match settled {
             Settled::Answer(answer) => return answer,
             Settled::Dead => {
@@ -226,7 +243,6 @@ where
                 }
                 // Untracked: decide on a fresh cell that is never stored. A
                 // fresh cell is alive, so `op` answers.
-                let now = newcomer.now();
                 if let Some(answer) = op(&newcomer.fresh(now), now) {
                     return answer;
                 }
@@ -237,7 +253,17 @@ where
 
 /// Drives `cell` until `op` answers on it alive, or it is dead, or this
 /// thread refuses it.
-fn settle<V, R, N>(cell: &V, op: &mut impl FnMut(&V, u64) -> Option<R>, newcomer: &N) -> Settled<R>
+///
+/// `ours` is the reading the caller made this cell at, if it inserted it:
+/// a floor for its fresh state and the reading to judge by. A cell found in
+/// the map gets a reading taken after it was found, since whoever inserted
+/// it may have seen an eviction later than the caller's last reading.
+fn settle<V, R, N>(
+    cell: &V,
+    ours: Option<u64>,
+    op: &mut impl FnMut(&V, u64) -> Option<R>,
+    newcomer: &N,
+) -> Settled<R>
 where
     V: Mortal,
     N: Newcomer<V, R>,
@@ -245,12 +271,13 @@ where
     // Each step acts on the life the previous one observed; a failed
     // exchange reports the life it found, which is never older than what
     // this thread has seen, so no step re-reads a stale birth word.
+    let now = || ours.unwrap_or_else(|| newcomer.now());
     let backoff = Backoff::new();
     let mut life = cell.life();
     loop {
         life = match life {
             Life::Live => {
-                return match op(cell, newcomer.now()) {
+                return match op(cell, now()) {
                     Some(answer) => Settled::Answer(answer),
                     // Evicted since: go round through the map.
                     None => Settled::Dead,
@@ -268,16 +295,16 @@ where
                 Err(found) => found,
                 Ok(()) => {
                     if newcomer.reserve() {
-                        newcomer.activate(cell, newcomer.now());
+                        newcomer.activate(cell, now());
                         Life::Live
                     } else {
                         // No room: let others claim while the policy looks.
                         cell.unclaim();
-                        let now = newcomer.now();
+                        let now = now();
                         if newcomer.make_room(now) {
                             match cell.claim() {
                                 Ok(()) => {
-                                    newcomer.activate(cell, newcomer.now());
+                                    newcomer.activate(cell, now);
                                     Life::Live
                                 }
                                 Err(found) => {
