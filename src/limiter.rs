@@ -143,13 +143,21 @@ where
     /// The cap is reached: forget whatever idle clients a short slice finds
     /// (which changes nothing), then, under [`Overflow::EvictSampled`],
     /// forget a sampled client. True iff a unit of room is now the caller's.
+    ///
+    /// The short slice backs off while it finds nothing (see
+    /// `Counters::full_scan_due`): in a flood of new clients against busy
+    /// ones it would otherwise cost each of them eight cache misses for
+    /// nothing.
     #[cold]
     #[inline(never)]
     fn overflow(&self, now: u64) -> bool {
         let max = self.memory.max_clients;
-        self.sweep_slice(now, now, Memory::FULL_SLICE);
-        if self.store.reserve(max) {
-            return true;
+        if self.counters.full_scan_due() {
+            let retired = self.sweep_slice(now, now, Memory::FULL_SLICE);
+            self.counters.full_scan_found(retired);
+            if self.store.reserve(max) {
+                return true;
+            }
         }
         let Overflow::EvictSampled { sample } = self.memory.overflow else {
             // The policy answers once the new client's cell is refused.
@@ -166,7 +174,7 @@ where
     /// already idle at `idle_by` (≤ `now`; idle then means idle at `now`
     /// too, since a state only lapses further as time passes). Does nothing
     /// if another thread is sweeping a slice.
-    fn sweep_slice(&self, now: u64, idle_by: u64, budget: u64) {
+    fn sweep_slice(&self, now: u64, idle_by: u64, budget: u64) -> u64 {
         self.counters.evicting(now);
         let algorithm = &self.algorithm;
         let mut retired = 0;
@@ -180,6 +188,7 @@ where
             false,
         );
         Counters::add(&self.counters.evicted_idle, retired);
+        retired
     }
 
     /// Forgets one client from a sample of `sample`: an idle one if the
@@ -196,10 +205,13 @@ where
         // is what made most concurrent new clients go untracked).
         let mut spins = 0;
         let swept = loop {
+            let mut sampled = 0;
             let visited = self.store.sweep_slice(
-                sample,
+                // One more than the sample: the new client's own unborn
+                // entry is in the map, and is no candidate.
+                sample + 1,
                 |key, cell| {
-                    if retired > 0 {
+                    if retired > 0 || sampled == sample {
                         return false;
                     }
                     if algorithm.try_evict(cell, now) {
@@ -211,6 +223,7 @@ where
                     if cell.life() != Life::Live {
                         return false;
                     }
+                    sampled += 1;
                     let idle_at = algorithm.idle_at(cell);
                     if victim.as_ref().is_none_or(|(best, _, _)| idle_at < *best) {
                         victim = Some((idle_at, key.clone(), Arc::clone(cell)));
@@ -642,7 +655,7 @@ where
                 // for less may well be back, and forgetting it, though it
                 // changes no decision, would cost it a fresh insert.
                 let lapsed = floor.saturating_sub(limiter.algorithm.horizon());
-                limiter.sweep_slice(floor, lapsed, pace.slice);
+                let _ = limiter.sweep_slice(floor, lapsed, pace.slice);
             }
         }
         limiter.algorithm.unborn_cell(floor)

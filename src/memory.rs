@@ -224,6 +224,10 @@ pub(crate) struct Counters {
     /// The latest clock reading any eviction was attempted at. A new cell is
     /// never judged at an earlier reading (see [`Counters::not_before`]).
     pub(crate) evicting_at: AtomicU64,
+    /// Full-cap scans still to skip, and the length of the current run of
+    /// scans that found nothing idle (see [`Counters::full_scan_due`]).
+    full_scan_skip: AtomicU64,
+    full_scan_barren: AtomicU64,
 }
 
 impl Counters {
@@ -248,6 +252,35 @@ impl Counters {
     pub(crate) fn not_before(&self, now: u64) -> u64 {
         // Relaxed: see `evicting`.
         now.max(self.evicting_at.load(Ordering::Relaxed))
+    }
+
+    /// Whether a new client at a full cap should scan a short slice for
+    /// idle clients. After `k` scans in a row found nothing, the next
+    /// `2^k − 1` (at most [`Memory::SWEEP_EVERY`]) overflows skip it; any
+    /// scan that finds an idle client ends the run. So a flood against busy
+    /// clients pays for a scan about once per 64 new clients (the
+    /// incremental sweep keeps passing over the map meanwhile), and a map
+    /// with idle clients in it is scanned on every overflow.
+    #[inline]
+    pub(crate) fn full_scan_due(&self) -> bool {
+        // Relaxed: a heuristic tally; a race only scans once more or less.
+        if self.full_scan_skip.load(Ordering::Relaxed) == 0 {
+            return true;
+        }
+        self.full_scan_skip.fetch_sub(1, Ordering::Relaxed);
+        false
+    }
+
+    /// Records what a full-cap scan retired; see [`Counters::full_scan_due`].
+    pub(crate) fn full_scan_found(&self, retired: u64) {
+        // Relaxed: as in `full_scan_due`.
+        if retired > 0 {
+            self.full_scan_barren.store(0, Ordering::Relaxed);
+            return;
+        }
+        let run = (self.full_scan_barren.fetch_add(1, Ordering::Relaxed) + 1).min(6);
+        let skip = ((1u64 << run) - 1).min(Memory::SWEEP_EVERY);
+        self.full_scan_skip.store(skip, Ordering::Relaxed);
     }
 
     /// Adds `n` to `counter`.

@@ -521,3 +521,39 @@ fn auto_sweep_leaves_regular_clients_alone() {
         "regular clients were churned: {stats:?}"
     );
 }
+
+/// A flood of new clients against a full cap of busy ones backs the
+/// full-cap scan off (it finds nothing), but once clients go idle a new
+/// client finds room within the backoff's bound, and every one after it
+/// does too.
+#[test]
+fn the_full_cap_scan_backs_off_in_a_flood_but_finds_idle_clients_again() {
+    let clock = ManualClock::new();
+    let limiter = TokenBucket::builder()
+        .rate(1, Duration::from_secs(1))
+        .max_clients(10)
+        .overflow(Overflow::DenyNew)
+        .no_auto_sweep()
+        .key_type::<u64>()
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    for id in 0..10 {
+        assert!(limiter.allow_request(&id));
+    }
+    for id in 1_000..1_500 {
+        assert!(
+            !limiter.allow_request(&id),
+            "the cap is full of busy clients"
+        );
+    }
+    clock.advance(Duration::from_secs(1)); // every held client is idle now
+    let first = (2_000..2_100u64)
+        .position(|id| limiter.allow_request(&id))
+        .expect("room found once clients went idle");
+    assert!(first <= 64, "found after {first} refusals");
+    let admitted = (3_000..3_009u64)
+        .filter(|id| limiter.allow_request(id))
+        .count();
+    assert_eq!(admitted, 9, "the rest of the idle room, one scan each");
+}
