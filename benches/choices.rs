@@ -102,6 +102,37 @@ fn bench_clock(c: &mut Criterion) {
         })
     });
 
+    let monotonic = tollgate::MonotonicClock::new();
+    g.bench_function("tollgate_monotonic", |b| {
+        b.iter(|| tollgate::Clock::now_nanos(black_box(&monotonic)))
+    });
+    let coarse = tollgate::CoarseClock::new(Duration::from_millis(1)).unwrap();
+    g.bench_function("tollgate_coarse_1ms", |b| {
+        b.iter(|| tollgate::Clock::now_nanos(black_box(&coarse)))
+    });
+    g.finish();
+
+    // What the clock is worth on the hot path: one admitted check of one
+    // client, the rest of the check being the same.
+    let mut g = c.benchmark_group("hot_check_by_clock");
+    let rate = (1_000_000_000, Duration::from_secs(1));
+    let exact = tollgate::TokenBucket::builder()
+        .rate(rate.0, rate.1)
+        .key_type::<u64>()
+        .build()
+        .unwrap();
+    g.bench_function("monotonic", |b| {
+        b.iter(|| exact.allow_request(black_box(&7)))
+    });
+    let coarse = tollgate::TokenBucket::builder()
+        .rate(rate.0, rate.1)
+        .key_type::<u64>()
+        .clock(coarse)
+        .build()
+        .unwrap();
+    g.bench_function("coarse_1ms", |b| {
+        b.iter(|| coarse.allow_request(black_box(&7)))
+    });
     g.finish();
 }
 

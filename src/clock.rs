@@ -8,6 +8,7 @@
 use core::fmt;
 use core::time::Duration;
 
+use crate::error::ConfigError;
 use crate::sync::{Arc, AtomicU64, Ordering};
 
 /// A source of monotonic time in nanoseconds.
@@ -118,6 +119,150 @@ impl Clock for MonotonicClock {
         // `delta_as_nanos` returns 0 rather than wrapping if the counter ever
         // reads below the origin (a TSC skewed between sockets).
         self.clock.delta_as_nanos(self.origin, self.clock.raw())
+    }
+}
+
+/// A clock read from memory: a background thread stores a
+/// [`MonotonicClock`] reading every `resolution`, and a reading is one load
+/// of a word that changes once per `resolution`, so checks on many cores
+/// share it without contention.
+///
+/// It trades accuracy for speed: a reading lags the true time by up to
+/// `resolution` (plus however late the thread is scheduled). A lagging
+/// reading makes a check judged as if made that much earlier, with the
+/// consequences [`MonotonicClock`] describes for a lagging core: a request
+/// may be denied up to the lag longer than an exact clock would deny it,
+/// and an admission may be charged up to the lag early. Readings never go
+/// backwards. Pick a resolution well below the limiter's refill interval or
+/// window (say 1 ms against limits per second).
+///
+/// The thread is spawned by [`CoarseClock::new`], shared by every clone, and
+/// ends within one `resolution` of the last clone being dropped.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Clock, CoarseClock, TokenBucket};
+///
+/// let clock = CoarseClock::new(Duration::from_millis(1))?;
+/// let limiter = TokenBucket::builder()
+///     .rate(100, Duration::from_secs(1))
+///     .clock(clock.clone())
+///     .build()?;
+/// assert!(limiter.allow_request("alice"));
+/// let a = clock.now_nanos();
+/// std::thread::sleep(Duration::from_millis(5));
+/// assert!(clock.now_nanos() > a);
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+#[derive(Clone)]
+pub struct CoarseClock {
+    shared: Arc<Coarse>,
+}
+
+/// What a [`CoarseClock`]'s clones and its thread share.
+struct Coarse {
+    nanos: AtomicU64,
+    resolution: Duration,
+}
+
+impl CoarseClock {
+    /// The finest resolution accepted: 1 µs.
+    pub const MIN_RESOLUTION: Duration = Duration::from_micros(1);
+    /// The coarsest resolution accepted: 1 s.
+    pub const MAX_RESOLUTION: Duration = Duration::from_secs(1);
+
+    /// Starts the thread that updates the reading every `resolution`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::OutOfRange`] (field `resolution`) if `resolution` is
+    /// outside [`MIN_RESOLUTION`](Self::MIN_RESOLUTION) to
+    /// [`MAX_RESOLUTION`](Self::MAX_RESOLUTION), and
+    /// [`ConfigError::OutOfRange`] too if the thread cannot be spawned.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::CoarseClock;
+    ///
+    /// assert!(CoarseClock::new(Duration::from_millis(1)).is_ok());
+    /// assert_eq!(CoarseClock::new(Duration::ZERO).unwrap_err().field(), "resolution");
+    /// ```
+    pub fn new(resolution: Duration) -> Result<Self, ConfigError> {
+        ConfigError::check_range(
+            "resolution",
+            resolution.as_nanos(),
+            (
+                Self::MIN_RESOLUTION.as_nanos(),
+                Self::MAX_RESOLUTION.as_nanos(),
+            ),
+            "ns",
+            "a coarse clock updates at least every second and at most every microsecond",
+        )?;
+        let source = MonotonicClock::new();
+        let shared = Arc::new(Coarse {
+            nanos: AtomicU64::new(source.now_nanos()),
+            resolution,
+        });
+        let ours = shared.clone();
+        std::thread::Builder::new()
+            .name("tollgate-coarse-clock".into())
+            .spawn(move || {
+                // Ends once every clone but this one is gone.
+                while Arc::strong_count(&ours) > 1 {
+                    std::thread::sleep(ours.resolution);
+                    // Never backwards, even if this thread moved to a core
+                    // whose counter lags. Relaxed: the reading is a lone
+                    // value that publishes no other memory, as for
+                    // `ManualClock`.
+                    let _ = ours.nanos.fetch_max(source.now_nanos(), Ordering::Relaxed);
+                }
+            })
+            .map_err(|_| ConfigError::OutOfRange {
+                field: "resolution",
+                value: resolution.as_nanos(),
+                min: Self::MIN_RESOLUTION.as_nanos(),
+                max: Self::MAX_RESOLUTION.as_nanos(),
+                unit: "ns",
+                reason: "the clock's update thread could not be spawned",
+            })?;
+        Ok(Self { shared })
+    }
+
+    /// How often the reading is updated.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::CoarseClock;
+    ///
+    /// let clock = CoarseClock::new(Duration::from_millis(2))?;
+    /// assert_eq!(clock.resolution(), Duration::from_millis(2));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn resolution(&self) -> Duration {
+        self.shared.resolution
+    }
+}
+
+impl fmt::Debug for CoarseClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CoarseClock")
+            .field("resolution", &self.shared.resolution)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Clock for CoarseClock {
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        // Relaxed: see the store in `new`.
+        self.shared.nanos.load(Ordering::Relaxed)
     }
 }
 
@@ -242,6 +387,48 @@ pub(crate) fn duration_to_nanos(d: Duration) -> u64 {
 #[cfg(all(test, not(feature = "loom")))]
 pub(crate) mod tests {
     use std::cell::Cell;
+    use std::time::Duration;
+
+    use super::{Clock, CoarseClock, MonotonicClock};
+
+    #[test]
+    fn a_coarse_clock_follows_the_monotonic_clock_within_its_resolution() {
+        let resolution = Duration::from_millis(1);
+        let coarse = CoarseClock::new(resolution).unwrap();
+        let exact = MonotonicClock::new();
+        let (c0, e0) = (coarse.now_nanos(), exact.now_nanos());
+        let mut last = c0;
+        for _ in 0..50 {
+            std::thread::sleep(Duration::from_micros(200));
+            let c = coarse.now_nanos();
+            assert!(c >= last, "a coarse reading went backwards");
+            last = c;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        let (c1, e1) = (coarse.now_nanos(), exact.now_nanos());
+        assert!(c1 > c0, "the reading advances");
+        // Both clocks measure the same interval, the coarse one late by at
+        // most its resolution plus scheduling delay at either end (generous:
+        // this machine is shared).
+        let (dc, de) = (c1 - c0, e1 - e0);
+        assert!(
+            dc <= de + 50_000_000 && de <= dc + 50_000_000,
+            "{dc} vs {de}"
+        );
+    }
+
+    #[test]
+    fn a_coarse_clock_rejects_resolutions_out_of_range() {
+        for bad in [
+            Duration::ZERO,
+            Duration::from_nanos(999),
+            Duration::from_secs(2),
+        ] {
+            assert_eq!(CoarseClock::new(bad).unwrap_err().field(), "resolution");
+        }
+        assert!(CoarseClock::new(CoarseClock::MIN_RESOLUTION).is_ok());
+        assert!(CoarseClock::new(CoarseClock::MAX_RESOLUTION).is_ok());
+    }
 
     std::thread_local! {
         /// How many `MonotonicClock`s this thread has made: creating one

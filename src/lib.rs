@@ -125,7 +125,7 @@ mod sync;
 pub use algorithm::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 pub use builder::Builder;
 pub use cell::Algorithm;
-pub use clock::{Clock, InstantClock, ManualClock, MonotonicClock};
+pub use clock::{Clock, CoarseClock, InstantClock, ManualClock, MonotonicClock};
 pub use decision::Decision;
 pub use error::{ConfigError, CostError};
 pub use limiter::{Limiter, RateLimiter};

@@ -209,6 +209,15 @@ mod loom_shim {
         }
     }
 
+    impl<T> Arc<T> {
+        pub(crate) fn strong_count(this: &Self) -> usize {
+            match this {
+                Self::Loom(arc) => loom::sync::Arc::strong_count(arc),
+                Self::Std(arc) => std::sync::Arc::strong_count(arc),
+            }
+        }
+    }
+
     impl<T> Clone for Arc<T> {
         #[track_caller]
         fn clone(&self) -> Self {
