@@ -249,8 +249,15 @@ where
             return false;
         };
         // Retire first, then remove only a dead entry: a check racing this
-        // sees the tombstone and retries on a fresh cell.
-        if algorithm.force_evict(&cell) {
+        // sees the tombstone and retries on a fresh cell. A victim idle by a
+        // fresh reading goes as idle, which changes nothing: typically a
+        // client another thread has just brought to life, whose state
+        // starts at a reading later than ours.
+        let now = self.counters.not_before(self.clock.now_nanos());
+        self.counters.evicting(now);
+        if algorithm.try_evict(&cell, now) {
+            Counters::add(&self.counters.evicted_idle, 1);
+        } else if algorithm.force_evict(&cell) {
             Counters::add(&self.counters.evicted_live, 1);
         }
         self.store.take_if(&key, Mortal::is_dead)

@@ -58,6 +58,16 @@ impl FixedWindow {
     pub(crate) fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
         let windows = Windows::new(window)?;
         let count_bits = windows.spare_bits();
+        // The largest word is 2^64 − 2^count_bits (the index never fills
+        // its bits), and the top four words say a cell is not alive, so the
+        // count needs two bits: windows of 1 and 2 ns have fewer.
+        ConfigError::check_range(
+            "window",
+            u128::from(windows.width()),
+            (3, u128::from(super::NOW_MAX)),
+            "ns",
+            "a fixed window lasts at least 3 ns, so that its state word keeps room for the count",
+        )?;
         check_limit(limit, count_bits)?;
         Ok(Self {
             windows,
@@ -185,7 +195,18 @@ mod tests {
         );
         let f = fw((1 << 30) - 1, 1_000_000_000);
         let w = f.admit(FRESH, NOW_MAX, (1 << 30) - 1).unwrap();
-        assert_ne!(w, u64::MAX);
+        assert!(w <= crate::algorithm::WORD_MAX);
+        // The shortest window keeps two count bits, so its largest word is
+        // live too.
+        let short = FixedWindow::new(3, Duration::from_nanos(3)).unwrap();
+        let top = short.admit(FRESH, NOW_MAX, 3).unwrap();
+        assert!(top <= crate::algorithm::WORD_MAX, "{top:#x}");
+        assert_eq!(
+            FixedWindow::new(1, Duration::from_nanos(2))
+                .unwrap_err()
+                .field(),
+            "window"
+        );
         assert_eq!(f.at(w, u64::MAX), (NOW_MAX / 1_000_000_000, (1 << 30) - 1));
     }
 

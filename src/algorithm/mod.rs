@@ -26,11 +26,26 @@ pub use token_bucket::TokenBucket;
 /// 292 years after the clock's origin. Later readings are treated as this one.
 pub(crate) const NOW_MAX: u64 = (1 << 63) - 1;
 
-/// The tombstone: the word of a cell that eviction has retired. No
-/// algorithm ever produces it (each one's tests prove that its largest
-/// reachable word is smaller), and the cell layer refuses to admit on it, so
-/// a check that meets it retries on the map's current entry instead.
+/// The tombstone: the word of a cell that eviction has retired. The cell
+/// layer refuses to admit on it, so a check that meets it retries on the
+/// map's current entry instead.
 pub(crate) const TOMBSTONE: u64 = u64::MAX;
+
+/// The word of a new client's cell that found no room: it never comes
+/// alive (see "Birth" in `crate::cell`).
+pub(crate) const REFUSED: u64 = u64::MAX - 1;
+
+/// The word of a new client's cell while one thread takes room for it.
+pub(crate) const CLAIMED: u64 = u64::MAX - 2;
+
+/// The word of a new client's cell before it has room. The smallest of the
+/// four words that say a cell is not alive: every word at or above it is
+/// one of them, and no algorithm ever produces one (each algorithm's tests
+/// prove that its largest reachable word is at most [`WORD_MAX`]).
+pub(crate) const UNBORN: u64 = u64::MAX - 3;
+
+/// The largest word an algorithm may produce.
+pub(crate) const WORD_MAX: u64 = UNBORN - 1;
 
 /// The word of a client never seen before, for every word algorithm: an
 /// empty history. Each algorithm's tests prove that 0 decodes to its fresh

@@ -24,8 +24,9 @@
 //! # Ranges
 //!
 //! `now` is clamped to [`NOW_MAX`] = 2<sup>63</sup> − 1, and the builder keeps
-//! `capacity · interval ≤ NOW_MAX`, so TAT never exceeds 2<sup>64</sup> − 2 and
-//! no step overflows.
+//! `capacity · interval ≤ NOW_MAX − 3`, so TAT never exceeds
+//! [`WORD_MAX`] = 2<sup>64</sup> − 5 (the four words above it say that a
+//! cell is not alive) and no step overflows.
 //!
 //! # Rounding
 //!
@@ -37,7 +38,11 @@
 use core::fmt;
 use core::time::Duration;
 
-use super::{clamp_now, until, WordAlgorithm, NOW_MAX};
+use super::{clamp_now, until, WordAlgorithm, NOW_MAX, WORD_MAX};
+
+/// The longest refill of a full bucket, `capacity · interval`: so that TAT,
+/// at most `NOW_MAX` plus this, stays a live word (at most [`WORD_MAX`]).
+const REFILL_MAX: u64 = WORD_MAX - NOW_MAX;
 use crate::error::ConfigError;
 
 /// The token bucket algorithm: bursts of up to `capacity`, refilled
@@ -96,9 +101,9 @@ impl TokenBucket {
         ConfigError::check_range(
             "capacity",
             u128::from(capacity),
-            (1, u128::from(NOW_MAX / interval)),
+            (1, u128::from(REFILL_MAX / interval)),
             "tokens",
-            "the time to refill a full bucket, capacity × (per / tokens), must fit in 2^63 - 1 ns",
+            "the time to refill a full bucket, capacity × (per / tokens), must fit in 2^63 - 4 ns",
         )?;
         Ok(Self { interval, capacity })
     }
@@ -112,7 +117,7 @@ impl TokenBucket {
     /// How far TAT may run ahead of `now` for a request of `cost` to pass.
     #[inline]
     fn tolerance(&self, cost: u64) -> u64 {
-        // cost ≤ capacity, and capacity · interval ≤ NOW_MAX.
+        // cost ≤ capacity, and capacity · interval ≤ REFILL_MAX.
         (self.capacity - cost) * self.interval
     }
 }
@@ -174,7 +179,7 @@ impl WordAlgorithm for TokenBucket {
     }
 
     fn horizon(&self) -> u64 {
-        // capacity · interval ≤ NOW_MAX, checked by `new`.
+        // capacity · interval ≤ REFILL_MAX, checked by `new`.
         self.capacity * self.interval
     }
 }
@@ -209,10 +214,11 @@ mod tests {
         assert!(b.is_idle(w, b.idle_at(w)));
         assert_eq!(b.idle_at(FRESH), 0);
         assert_eq!(b.horizon(), 3 * SEC);
-        // The largest TAT any admission reaches stays below the tombstone.
-        let widest = bucket(1, NOW_MAX, 1);
+        // The largest TAT any admission reaches is a live word.
+        let widest = bucket(1, REFILL_MAX, 1);
         let top = widest.admit(FRESH, u64::MAX, 1).unwrap();
-        assert!(top < crate::algorithm::TOMBSTONE);
+        assert_eq!(top, WORD_MAX);
+        assert!(top < crate::algorithm::UNBORN);
     }
 
     #[test]
@@ -281,18 +287,19 @@ mod tests {
 
     #[test]
     fn extreme_words_and_times_do_not_overflow() {
-        let b = bucket(1, NOW_MAX, 1);
+        let b = bucket(1, REFILL_MAX, 1);
         let w = b.admit(FRESH, NOW_MAX, 1).unwrap();
-        assert_eq!(w, u64::MAX - 1);
+        assert_eq!(w, WORD_MAX);
         assert_eq!(b.admit(w, u64::MAX, 1), None);
         assert_eq!(b.remaining(w, 0), 0);
         // The token would come back only at TAT, past the last instant any
         // reading reaches: never.
         assert_eq!(b.retry_after(w, 0, 1), crate::algorithm::NEVER);
         assert_eq!(b.retry_after(w, NOW_MAX, 1), crate::algorithm::NEVER);
-        let fast = bucket(1, 1, NOW_MAX);
-        let w = fast.admit(FRESH, u64::MAX, NOW_MAX).unwrap();
-        assert_eq!(w, u64::MAX - 1);
+        let fast = bucket(1, 1, REFILL_MAX);
+        let w = fast.admit(FRESH, u64::MAX, REFILL_MAX).unwrap();
+        assert_eq!(w, WORD_MAX);
+        assert!(TokenBucket::new(1, Duration::from_nanos(1), REFILL_MAX + 1).is_err());
     }
 
     #[test]

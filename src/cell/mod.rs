@@ -31,21 +31,26 @@
 //!
 //! # Birth
 //!
-//! A client's first cell is inserted *unborn*: its word holds the tombstone,
-//! so no check admits on it, and a separate [`Birth`] word says whether it
-//! is waiting for room, being given room, alive, or refused. Any thread that
-//! finds an unborn cell helps it: it *claims* it (one exchange), takes a
-//! unit of room from the store's count, writes the fresh word and marks it
-//! alive; if there is no room it gives the claim back and, once the overflow
-//! policy has had its say, may *refuse* the cell instead (another exchange,
-//! from unborn only). Claiming and refusing are exchanges on one word, so a
-//! cell that received room is never refused, and a refused cell never comes
+//! A client's first cell is inserted *unborn*: no check admits on it. Any
+//! thread that finds an unborn cell helps it: it *claims* it (one exchange),
+//! takes a unit of room from the store's count, writes the fresh state; if
+//! there is no room it gives the claim back and, once the overflow policy
+//! has had its say, may *refuse* the cell instead (another exchange, from
+//! unborn only). Claiming and refusing are exchanges on one word, so a cell
+//! that received room is never refused, and a refused cell never comes
 //! alive: every racer for a new client's first request sees the same
 //! outcome, and the client gets one budget (see `crate::store`).
+//!
+//! A [`StateCell`] keeps its life in its word: the four words above
+//! [`WORD_MAX`](crate::algorithm::WORD_MAX), which no algorithm produces,
+//! say unborn, claimed, refused and evicted, so the check's one comparison
+//! (`word >= UNBORN`) covers birth and eviction alike, and a cell is still
+//! one 64-bit word. A log keeps it in a separate birth word beside its
+//! `life` word (`log.rs`).
 
 use core::time::Duration;
 
-use crate::algorithm::{FromParams, WordAlgorithm, FRESH, TOMBSTONE};
+use crate::algorithm::{FromParams, WordAlgorithm, CLAIMED, FRESH, REFUSED, TOMBSTONE, UNBORN};
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Backoff, Ordering};
 
@@ -68,82 +73,6 @@ pub enum Life {
     /// Never came alive: it found no room, and the overflow policy answered
     /// for its client instead. It holds no room.
     Refused,
-}
-
-/// A cell's birth word: unborn, claimed, born or refused.
-#[derive(Debug)]
-pub(crate) struct Birth(AtomicU64);
-
-impl Birth {
-    const UNBORN: u64 = 0;
-    const CLAIMED: u64 = 1;
-    const BORN: u64 = 2;
-    const REFUSED: u64 = 3;
-
-    /// The birth word of a cell created alive.
-    pub(crate) fn born() -> Self {
-        Self(AtomicU64::new(Self::BORN))
-    }
-
-    /// The birth word of a cell inserted before it has room.
-    pub(crate) fn unborn() -> Self {
-        Self(AtomicU64::new(Self::UNBORN))
-    }
-
-    /// Unborn, claimed, or `born` if born (the caller then reads the state
-    /// itself to tell live from evicted), or refused.
-    #[inline]
-    pub(crate) fn life(&self, born: impl FnOnce() -> Life) -> Life {
-        // Acquire: pairs with the Release store in `bear`, so a reader that
-        // sees the cell born also sees the fresh state written before it.
-        Self::decode(self.0.load(Ordering::Acquire), born)
-    }
-
-    /// What a birth word reads as, `born` deciding for a born cell.
-    fn decode(word: u64, born: impl FnOnce() -> Life) -> Life {
-        match word {
-            Self::UNBORN => Life::Unborn,
-            Self::CLAIMED => Life::Claimed,
-            Self::BORN => born(),
-            _ => Life::Refused,
-        }
-    }
-
-    /// Unborn → `to`: `Ok` iff this call moved it, else the life it found
-    /// (read by the exchange itself, so never older than this thread's last
-    /// look), `born` deciding for a born cell.
-    fn leave_unborn(&self, to: u64, born: impl FnOnce() -> Life) -> Result<(), Life> {
-        // AcqRel/Acquire: claim, unclaim, refusal and birth are exchanges or
-        // stores on this one word; whichever comes first in its modification
-        // order makes the others fail. Acquire on failure: as in `life`.
-        self.0
-            .compare_exchange(Self::UNBORN, to, Ordering::AcqRel, Ordering::Acquire)
-            .map(drop)
-            .map_err(|word| Self::decode(word, born))
-    }
-
-    /// Unborn → claimed; see [`Mortal::claim`].
-    pub(crate) fn claim(&self, born: impl FnOnce() -> Life) -> Result<(), Life> {
-        self.leave_unborn(Self::CLAIMED, born)
-    }
-
-    /// Claimed → unborn, by the claimer that found no room.
-    pub(crate) fn unclaim(&self) {
-        // Release: pairs with the Acquire of the next `claim` or `refuse`,
-        // which then sees the store's count as this claimer left it.
-        self.0.store(Self::UNBORN, Ordering::Release);
-    }
-
-    /// Unborn → refused; see [`Mortal::refuse`].
-    pub(crate) fn refuse(&self, born: impl FnOnce() -> Life) -> Result<(), Life> {
-        self.leave_unborn(Self::REFUSED, born)
-    }
-
-    /// Claimed → born, by the claimer, after it wrote the fresh state.
-    pub(crate) fn bear(&self) {
-        // Release: publishes the fresh state to the Acquire in `life`.
-        self.0.store(Self::BORN, Ordering::Release);
-    }
 }
 
 /// A cell that eviction can retire, and that may be inserted unborn.
@@ -187,8 +116,10 @@ pub trait Mortal {
 #[doc(hidden)]
 #[derive(Debug)]
 pub struct StateCell {
+    /// A live word (below [`UNBORN`]), or one of the four states of a cell
+    /// that is not alive: [`UNBORN`], [`CLAIMED`], [`REFUSED`],
+    /// [`TOMBSTONE`] (evicted).
     word: AtomicU64,
-    birth: Birth,
     /// Loom builds only: replace the compare-and-swap with a load and a
     /// store, the bug the models must catch (see `tollgate::__loom`).
     #[cfg(feature = "loom")]
@@ -213,21 +144,15 @@ impl StateCell {
     pub fn new(word: u64) -> Self {
         Self {
             word: AtomicU64::new(word),
-            birth: Birth::born(),
             #[cfg(feature = "loom")]
             racy: false,
         }
     }
 
-    /// An unborn cell: it holds the tombstone until a claimer writes its
+    /// An unborn cell: no check admits on it until a claimer writes its
     /// fresh word ([`StateCell::bear`]).
     fn unborn() -> Self {
-        Self {
-            word: AtomicU64::new(TOMBSTONE),
-            birth: Birth::unborn(),
-            #[cfg(feature = "loom")]
-            racy: false,
-        }
+        Self::new(UNBORN)
     }
 
     /// A deliberately broken cell whose update is a load followed by a
@@ -240,13 +165,26 @@ impl StateCell {
         }
     }
 
-    /// Brings a claimed cell to life with `word`.
+    /// Brings a cell this thread claimed to life with `word`: only the
+    /// claimer writes a claimed word, so a store suffices.
     fn bear(&self, word: u64) {
-        // Release: pairs with the Acquire loads of the word (`load`), so a
-        // check that finds the fresh word before the birth word says born
-        // reads it whole; the birth word's own Release follows.
+        debug_assert!(word < UNBORN);
+        // Release: pairs with the Acquire loads of the word (`load`, and the
+        // failure side of every exchange), as an admission's exchange does.
         self.word.store(word, Ordering::Release);
-        self.birth.bear();
+    }
+
+    /// `UNBORN` → `to` by exchange: `Ok` iff this call moved it, else the
+    /// life the exchange found (never older than this thread's last look).
+    fn leave_unborn(&self, to: u64) -> Result<(), Life> {
+        // AcqRel/Acquire: claim, refusal, unclaim, birth, admissions and
+        // eviction are all writes of this one word; of two exchanges from
+        // `UNBORN`, the first in its modification order makes the other
+        // fail. Acquire on failure: as in `load`.
+        self.word
+            .compare_exchange(UNBORN, to, Ordering::AcqRel, Ordering::Acquire)
+            .map(drop)
+            .map_err(life_of)
     }
 
     /// The current word.
@@ -269,8 +207,9 @@ impl StateCell {
     #[inline]
     pub(crate) fn apply(&self, transition: impl Fn(u64) -> Option<u64>) -> Applied {
         let current = self.load();
-        // The one comparison eviction adds: a tombstone is never admitted on.
-        if current == TOMBSTONE {
+        // The one comparison eviction and birth add: a cell that is not
+        // alive (unborn, claimed, refused, evicted) is never admitted on.
+        if current >= UNBORN {
             return Applied::Dead;
         }
         #[cfg(feature = "loom")]
@@ -309,7 +248,7 @@ impl StateCell {
     ) -> Applied {
         let backoff = Backoff::new();
         loop {
-            if current == TOMBSTONE {
+            if current >= UNBORN {
                 return Applied::Dead;
             }
             let Some(next) = transition(current) else {
@@ -337,7 +276,7 @@ impl StateCell {
         let word = self.load();
         // AcqRel/Acquire: as in `apply`. The exchange fails if any check
         // admitted since the load, so an admission is never retired.
-        word != TOMBSTONE
+        word < UNBORN
             && is_idle(word)
             && self
                 .word
@@ -345,49 +284,64 @@ impl StateCell {
                 .is_ok()
     }
 
-    /// Retires the cell whatever its word: sampled eviction under a full
-    /// cap. True iff this call retired it.
+    /// Retires the cell whatever its live word: sampled eviction under a
+    /// full cap. A cell that is not alive is left alone. True iff this call
+    /// retired it.
     pub(crate) fn retire(&self) -> bool {
-        // AcqRel: as in `apply`.
-        self.word.swap(TOMBSTONE, Ordering::AcqRel) != TOMBSTONE
+        let mut word = self.load();
+        while word < UNBORN {
+            // AcqRel/Acquire: as in `apply`.
+            match self.word.compare_exchange_weak(
+                word,
+                TOMBSTONE,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(seen) => word = seen,
+            }
+        }
+        false
     }
 
     /// The word as the algorithms should read it: a retired cell reads as
     /// a fresh one, which is what its idle word was equivalent to.
     fn live_word(&self) -> u64 {
         match self.load() {
-            TOMBSTONE => FRESH,
+            word if word >= UNBORN => FRESH,
             word => word,
         }
     }
 }
 
-impl Mortal for StateCell {
-    fn life(&self) -> Life {
-        self.birth.life(|| self.born_life())
-    }
-
-    fn claim(&self) -> Result<(), Life> {
-        self.birth.claim(|| self.born_life())
-    }
-
-    fn unclaim(&self) {
-        self.birth.unclaim();
-    }
-
-    fn refuse(&self) -> Result<(), Life> {
-        self.birth.refuse(|| self.born_life())
+/// What a state word says of its cell's life.
+fn life_of(word: u64) -> Life {
+    match word {
+        UNBORN => Life::Unborn,
+        CLAIMED => Life::Claimed,
+        REFUSED => Life::Refused,
+        TOMBSTONE => Life::Evicted,
+        _ => Life::Live,
     }
 }
 
-impl StateCell {
-    /// Live or evicted, for a cell known to be born.
-    fn born_life(&self) -> Life {
-        if self.load() == TOMBSTONE {
-            Life::Evicted
-        } else {
-            Life::Live
-        }
+impl Mortal for StateCell {
+    fn life(&self) -> Life {
+        life_of(self.load())
+    }
+
+    fn claim(&self) -> Result<(), Life> {
+        self.leave_unborn(CLAIMED)
+    }
+
+    fn unclaim(&self) {
+        // Release: pairs with the Acquire of the next claim or refusal,
+        // which then sees the store's count as this claimer left it.
+        self.word.store(UNBORN, Ordering::Release);
+    }
+
+    fn refuse(&self) -> Result<(), Life> {
+        self.leave_unborn(REFUSED)
     }
 }
 
@@ -632,6 +586,51 @@ mod tests {
         let other = StateCell::new(9);
         assert!(other.retire());
         assert!(!other.retire());
+    }
+
+    #[test]
+    fn a_new_cell_is_claimed_then_born_or_refused_never_both() {
+        let cell = StateCell::unborn();
+        assert_eq!(cell.life(), Life::Unborn);
+        assert_eq!(
+            cell.apply(|w| Some(w + 1)),
+            Applied::Dead,
+            "no admission unborn"
+        );
+        assert!(
+            !cell.try_retire(|_| true) && !cell.retire(),
+            "nothing to evict"
+        );
+        assert_eq!(cell.claim(), Ok(()));
+        assert_eq!(cell.claim(), Err(Life::Claimed));
+        assert_eq!(
+            cell.refuse(),
+            Err(Life::Claimed),
+            "never refused while claimed"
+        );
+        cell.unclaim();
+        assert_eq!(cell.claim(), Ok(()));
+        cell.bear(5);
+        assert_eq!(cell.life(), Life::Live);
+        assert_eq!(
+            cell.refuse(),
+            Err(Life::Live),
+            "a born cell is never refused"
+        );
+        assert_eq!(cell.apply(|w| Some(w + 1)), Applied::Admitted(6));
+        assert!(cell.retire());
+        assert_eq!(cell.life(), Life::Evicted);
+        assert!(cell.is_dead() && cell.holds_room());
+
+        let refused = StateCell::unborn();
+        assert_eq!(refused.refuse(), Ok(()));
+        assert_eq!(
+            refused.claim(),
+            Err(Life::Refused),
+            "a refused cell never comes alive"
+        );
+        assert!(refused.is_dead() && !refused.holds_room());
+        assert_eq!(refused.live_word(), FRESH);
     }
 
     #[test]
