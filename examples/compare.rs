@@ -1,5 +1,7 @@
 //! Compare tollgate with the seed's per-client-mutex design, one global
-//! mutex and governor, on this machine, in under a minute:
+//! mutex and governor, on this machine, in a minute or two (most of it
+//! filling maps: `uniform_1m`'s million clients per implementation and key
+//! type, and the sweep's):
 //!
 //! ```text
 //! cargo run --release --example compare                  # markdown table
@@ -8,7 +10,12 @@
 //! cargo run --release --example compare -- --threads 1,2,4,8
 //! cargo run --release --example compare -- --quick       # seconds; checks it all works (CI)
 //! cargo run --release --example compare -- --scenarios insert,insert_capped,sweep
+//! cargo run --release --example compare -- --keys IpAddr   # every scenario keyed by IpAddr
 //! ```
+//!
+//! Keys are `String`, `u64` and `IpAddr` (IPv6, as a server keys by
+//! address); without `--keys`, `IpAddr` runs only the headline scenarios at
+//! the token bucket.
 //!
 //! Besides the checks, it measures what bounding memory costs (issue 6):
 //! `insert_capped`, new clients against a full `max_clients` cap under each
@@ -20,6 +27,7 @@
 //! `benches/contention.rs` runs the same workloads under criterion.
 
 use std::fmt::Write as _;
+use std::net::IpAddr;
 use std::process::{Command, ExitCode};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,8 +41,9 @@ mod baselines;
 mod workload;
 
 use workload::{
-    fresh_keys, fresh_keys_from, impls, make, make_capped, make_stale, prepare, Algo, Data, Impl,
-    Key, Load, Policy, Pool, Sample, Scenario, Subject, EVICTION_SCENARIOS, POLICIES, SCENARIOS,
+    fresh_keys, fresh_keys_from, impls, in_parallel, make, make_capped, make_stale, prepare, Algo,
+    Data, Impl, Key, Load, Policy, Pool, Sample, Scenario, Subject, EVICTION_SCENARIOS, POLICIES,
+    SCENARIOS,
 };
 
 const HELP: &str = "\
@@ -62,12 +71,18 @@ OPTIONS:
                      second, allowed_ratio the fraction of entries removed
     --scenarios LIST only these scenarios, e.g. hot_allowed,insert,sweep
     --sweep-clients N
-                     idle clients in the sweep [default: 400000, which keeps
-                     the whole run under a minute on two cores; 2000000 is
-                     governor's reference figure, ~15 s more per round]
+                     idle clients in the sweep [default: 400000: filling
+                     the maps is the cost; 2000000 is governor's reference
+                     figure, ~15 s more per round]
     --impls LIST     only these implementations, by name or name/algorithm,
                      e.g. tollgate/token-bucket,governor
-    --keys LIST      only these key types: String, u64
+    --keys LIST      only these key types: String, u64, IpAddr (IPv6
+                     addresses in 2001:db8::/32). Without --keys all three
+                     run, but IpAddr only in hot_allowed, hot_denied,
+                     uniform_100k, uniform_1m and insert, and only at the
+                     token bucket (tollgate, seed-mutex, global-mutex,
+                     governor; --memory likewise); naming IpAddr in --keys
+                     runs it everywhere, as --quick does
     --ops N          checks per thread per round instead of calibrating to
                      ~20 ms (for profiling, e.g. under callgrind)
     --quick          a tiny run that checks everything works (for CI); its
@@ -75,13 +90,15 @@ OPTIONS:
     -h, --help       print this help
 
 Scenarios: hot_allowed (one client, admitted), hot_denied (one client, a
-deny flood), uniform_100k (100k clients, uniformly random), insert (every
-check a new client), insert_capped (every check a new client, tollgate
+deny flood), uniform_100k (100k clients, uniformly random), uniform_1m
+(1M clients, uniformly random: the map far beyond the caches; each
+implementation is filled once per key type, and --quick uses 10k), insert
+(every check a new client), insert_capped (every check a new client, tollgate
 holding max_clients(100000) clients none of which is idle, once per
 overflow policy), sweep (one full sweep of 400k idle clients, tollgate's
 sweep() against governor's retain_recent(), single-threaded). The two
-eviction scenarios run at most 3 rounds: filling their maps is slow. Keys: String
-and u64.
+eviction scenarios run at most 3 rounds: filling their maps is slow. Keys:
+String, u64 and IpAddr (see --keys).
 
 ns/op is the cost of one check as each thread sees it (wall time x threads /
 checks); Mops/s is all threads together. A ratio `x seed-mutex` of 3.0 means
@@ -99,9 +116,10 @@ const ROUND_TARGET: Duration = Duration::from_millis(20);
 const INSERT_TOTAL: u64 = 60_000;
 /// Clients in the memory measurement.
 const MEMORY_CLIENTS: u64 = 1_000_000;
-/// Idle clients in the sweep measurement: the most that keeps the default
-/// run under a minute on two cores (filling the maps is the cost). The
-/// issue's figure for governor is at 2M: pass `--sweep-clients 2000000`.
+/// Idle clients in the sweep measurement: chosen as the most that kept the
+/// default run (then without `uniform_1m`) under a minute on two cores
+/// (filling the maps is the cost). The issue's figure for governor is at
+/// 2M: pass `--sweep-clients 2000000`.
 const SWEEP_CLIENTS: u64 = 400_000;
 /// New clients per round in `insert_capped`, all threads together: its
 /// checks cost microseconds.
@@ -122,6 +140,8 @@ struct Options {
     scenarios: Vec<Scenario>,
     impls: Vec<Impl>,
     keys: Vec<&'static str>,
+    /// Whether `--keys` was given: see [`Options::for_key`].
+    keys_given: bool,
     ops: Option<u64>,
     sweep_clients: Option<u64>,
 }
@@ -132,10 +152,39 @@ impl Options {
         self.scenarios.len() < all_scenarios().len()
             || self.impls.len() < impls().len()
             || self.keys.len() < KEYS.len()
+            || self.ip_headline_only()
+    }
+
+    /// Whether `IpAddr` runs only the headline: a full-length run without
+    /// `--keys`.
+    fn ip_headline_only(&self) -> bool {
+        !self.keys_given && !self.quick && self.keys.contains(&"IpAddr")
+    }
+
+    /// What runs for `key`, or `None` if nothing does. Everything selected,
+    /// except that without `--keys` (and outside `--quick`) `IpAddr` runs
+    /// only the check scenarios at the token bucket, which keeps the
+    /// default run shorter; `--keys IpAddr` runs it all.
+    fn for_key(&self, key: &str) -> Option<Options> {
+        let mut o = self.clone();
+        if key == "IpAddr" && self.ip_headline_only() {
+            o.scenarios.retain(|s| SCENARIOS.contains(s));
+            o.impls.retain(|i| i.algo() == Algo::TokenBucket);
+        }
+        (!o.scenarios.is_empty() && !o.impls.is_empty()).then_some(o)
+    }
+
+    /// Each key type selected, with what runs for it.
+    fn plan(&self) -> Vec<(&'static str, Options)> {
+        self.keys
+            .iter()
+            .filter_map(|&k| self.for_key(k).map(|o| (k, o)))
+            .collect()
     }
 }
 
-const KEYS: &[&str] = &["String", "u64"];
+/// Every key type, in the order they run and print.
+const KEYS: &[&str] = &["String", "u64", "IpAddr"];
 
 /// The check scenarios, then the eviction measurements.
 fn all_scenarios() -> Vec<Scenario> {
@@ -196,6 +245,7 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
         scenarios: all_scenarios(),
         impls: impls(),
         keys: KEYS.to_vec(),
+        keys_given: false,
         ops: None,
         sweep_clients: None,
     };
@@ -236,6 +286,7 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
             "--keys" => {
                 let list = value("--keys")?;
                 o.keys = select("--keys", &list, KEYS, |k, w| *k == w)?;
+                o.keys_given = true;
             }
             "--ops" => {
                 let n = value("--ops")?;
@@ -358,6 +409,8 @@ impl Progress {
 struct Sizes {
     /// Uniform clients, and the cap in `insert_capped`.
     clients: usize,
+    /// `uniform_1m`'s clients.
+    many_clients: usize,
     insert_total: u64,
     /// New clients per round in `insert_capped`, all threads together.
     capped_total: u64,
@@ -378,7 +431,12 @@ fn run_key<K: Key>(
     rows: &mut Vec<Row>,
     problems: &mut Vec<String>,
 ) {
-    let data = Data::<K>::new(sizes.clients);
+    let many = if o.scenarios.contains(&Scenario::Uniform1M) {
+        sizes.many_clients
+    } else {
+        0
+    };
+    let data = Data::<K>::sized(sizes.clients, many);
     let all = &o.impls;
     for &scenario in &o.scenarios {
         match scenario {
@@ -647,20 +705,6 @@ fn run_sweep<K: Key>(
             sample: median(s),
         });
     }
-}
-
-/// `f` over `keys` split across the cores (setup, not timing); the sum of
-/// its answers.
-fn in_parallel<K: Sync>(keys: &[K], f: impl Fn(&[K]) -> u64 + Sync) -> u64 {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let chunk = keys.len().div_ceil(cores).max(1);
-    std::thread::scope(|scope| {
-        let parts: Vec<_> = keys
-            .chunks(chunk)
-            .map(|part| scope.spawn(|| f(part)))
-            .collect();
-        parts.into_iter().map(|p| p.join().unwrap()).sum()
-    })
 }
 
 /// The median-by-cost sample.
@@ -942,6 +986,7 @@ fn run_child(args: &[String]) -> ExitCode {
     let bytes = match key.as_str() {
         "String" => memory_child::<String>(imp, clients),
         "u64" => memory_child::<u64>(imp, clients),
+        "IpAddr" => memory_child::<IpAddr>(imp, clients),
         other => {
             eprintln!("{MEMORY_CHILD}: no key type `{other}`");
             return ExitCode::FAILURE;
@@ -966,8 +1011,8 @@ fn memory_impls(o: &Options) -> Vec<Impl> {
 fn measure_memory(o: &Options, clients: u64, progress: &mut Progress) -> Vec<Memory> {
     let exe = std::env::current_exe().expect("current_exe");
     let mut out = Vec::new();
-    for &key in &o.keys {
-        for imp in memory_impls(o) {
+    for (key, o) in o.plan() {
+        for imp in memory_impls(&o) {
             progress.step(&format!("memory {} {key}", imp.label()));
             let output = Command::new(&exe)
                 .args([MEMORY_CHILD, &imp.label(), key, &clients.to_string()])
@@ -1052,7 +1097,9 @@ fn check(o: &Options, rows: &[Row], memory: &[Memory], problems: &[String]) -> R
             // The quota is spent before timing starts.
             Scenario::HotDenied => r.sample.allowed == 0,
             // Quotas far above what the run can use.
-            Scenario::Insert | Scenario::Uniform => r.sample.allowed == r.sample.ops,
+            Scenario::Insert | Scenario::Uniform | Scenario::Uniform1M => {
+                r.sample.allowed == r.sample.ops
+            }
             Scenario::HotAllowed => allowed > 0.5,
             Scenario::InsertCapped => match r.policy {
                 Some(Policy::DenyNew) => r.sample.allowed == 0,
@@ -1112,6 +1159,7 @@ fn main() -> ExitCode {
     let sizes = if o.quick {
         Sizes {
             clients: 1_000,
+            many_clients: 10_000,
             insert_total: 2_000,
             capped_total: 2_000,
             capped_rounds: 1,
@@ -1122,6 +1170,7 @@ fn main() -> ExitCode {
     } else {
         Sizes {
             clients: workload::UNIFORM_CLIENTS,
+            many_clients: workload::UNIFORM_1M_CLIENTS,
             insert_total: INSERT_TOTAL,
             capped_total: CAPPED_TOTAL,
             capped_rounds: o.rounds.min(EVICTION_ROUNDS),
@@ -1133,24 +1182,26 @@ fn main() -> ExitCode {
     // The quick run always exercises the memory path too, on fewer clients.
     let memory = o.memory || o.quick;
     let memory_clients = if o.quick { 20_000 } else { MEMORY_CLIENTS };
-    let memory_steps = if memory {
-        o.keys.len() * memory_impls(&o).len()
+    let plan = o.plan();
+    let memory_steps: usize = if memory {
+        plan.iter().map(|(_, ko)| memory_impls(ko).len()).sum()
     } else {
         0
     };
-    let steps_per_key: usize = o
-        .scenarios
+    let steps: usize = plan
         .iter()
-        .map(|s| match s {
-            Scenario::InsertCapped if tollgate_algos(&o).is_empty() => 0,
-            Scenario::Sweep if sweep_impls(&o).is_empty() => 0,
-            Scenario::Sweep => sizes.sweep_rounds,
-            _ => o.threads.len(),
+        .flat_map(|(_, ko)| {
+            ko.scenarios.iter().map(|s| match s {
+                Scenario::InsertCapped if tollgate_algos(ko).is_empty() => 0,
+                Scenario::Sweep if sweep_impls(ko).is_empty() => 0,
+                Scenario::Sweep => sizes.sweep_rounds,
+                _ => o.threads.len(),
+            })
         })
         .sum();
     let mut progress = Progress {
         done: 0,
-        total: steps_per_key * o.keys.len() + memory_steps,
+        total: steps + memory_steps,
         start: Instant::now(),
     };
     eprintln!(
@@ -1176,18 +1227,22 @@ fn main() -> ExitCode {
     let mut problems = Vec::new();
     // Long-lived threads for every run: see `Pool`.
     let pools: Vec<Pool> = o.threads.iter().map(|&t| Pool::new(t)).collect();
-    if o.keys.contains(&"String") {
-        run_key::<String>(&o, &sizes, &pools, &mut progress, &mut rows, &mut problems);
-    }
-    if o.keys.contains(&"u64") {
-        run_key::<u64>(&o, &sizes, &pools, &mut progress, &mut rows, &mut problems);
+    for (key, ko) in &plan {
+        let (p, r, e) = (&mut progress, &mut rows, &mut problems);
+        match *key {
+            "String" => run_key::<String>(ko, &sizes, &pools, p, r, e),
+            "u64" => run_key::<u64>(ko, &sizes, &pools, p, r, e),
+            "IpAddr" => run_key::<IpAddr>(ko, &sizes, &pools, p, r, e),
+            other => unreachable!("no key type {other}"),
+        }
     }
     drop(pools);
     // Group the output by scenario, then key, then threads.
     let order = all_scenarios();
     rows.sort_by_key(|r| {
         let s = order.iter().position(|&s| s == r.scenario);
-        (s, r.key != "String", r.threads)
+        let k = KEYS.iter().position(|&k| k == r.key);
+        (s, k, r.threads)
     });
     let mem = if memory {
         measure_memory(&o, memory_clients, &mut progress)

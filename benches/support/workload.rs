@@ -20,6 +20,7 @@
 
 use std::hash::Hash;
 use std::hint::black_box;
+use std::net::{IpAddr, Ipv6Addr};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -38,6 +39,8 @@ use crate::baselines::{
 
 /// Clients in the uniform scenario.
 pub const UNIFORM_CLIENTS: usize = 100_000;
+/// Clients in the `uniform_1m` scenario: a map far beyond the caches.
+pub const UNIFORM_1M_CLIENTS: usize = 1_000_000;
 
 /// A client id type the benchmarks run with.
 pub trait Key: Hash + Eq + Clone + Send + Sync + 'static {
@@ -59,6 +62,15 @@ impl Key for String {
     fn nth(i: u64) -> Self {
         // 16 bytes: the length of a short API key or an IPv6-ish address.
         format!("client-{i:09}")
+    }
+}
+
+impl Key for IpAddr {
+    const NAME: &'static str = "IpAddr";
+    fn nth(i: u64) -> Self {
+        // `2001:db8::/32` (the documentation prefix) with the index in the
+        // low 64 bits, the interface identifier: always `IpAddr::V6`.
+        IpAddr::V6(Ipv6Addr::from(0x2001_0db8_u128 << 96 | u128::from(i)))
     }
 }
 
@@ -186,6 +198,9 @@ pub enum Scenario {
     /// 100k known clients picked uniformly at random: cache misses on the
     /// map and the state, no contention.
     Uniform,
+    /// [`Uniform`](Scenario::Uniform) over 1M known clients: the map far
+    /// beyond the caches.
+    Uniform1M,
     /// Every check is a client never seen before: the insert path.
     Insert,
     /// `Insert` against a tollgate limiter already holding its
@@ -202,6 +217,7 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario::HotAllowed,
     Scenario::HotDenied,
     Scenario::Uniform,
+    Scenario::Uniform1M,
     Scenario::Insert,
 ];
 
@@ -217,6 +233,7 @@ impl Scenario {
             Scenario::HotAllowed => "hot_allowed",
             Scenario::HotDenied => "hot_denied",
             Scenario::Uniform => "uniform_100k",
+            Scenario::Uniform1M => "uniform_1m",
             Scenario::Insert => "insert",
             Scenario::InsertCapped => "insert_capped",
             Scenario::Sweep => "sweep",
@@ -236,11 +253,13 @@ impl Scenario {
                 per: HOUR,
                 capacity: 1,
             },
-            Scenario::Uniform | Scenario::Insert | Scenario::Sweep => Spec::Rate {
-                tokens: 1000,
-                per: SECOND,
-                capacity: 1000,
-            },
+            Scenario::Uniform | Scenario::Uniform1M | Scenario::Insert | Scenario::Sweep => {
+                Spec::Rate {
+                    tokens: 1000,
+                    per: SECOND,
+                    capacity: 1000,
+                }
+            }
             // A held client refills for an hour: never idle during a run.
             Scenario::InsertCapped => Spec::Rate {
                 tokens: 1,
@@ -264,10 +283,12 @@ impl Scenario {
                 limit: 1,
                 window: HOUR,
             },
-            Scenario::Uniform | Scenario::Insert | Scenario::Sweep => Spec::Window {
-                limit: 1000,
-                window: SECOND,
-            },
+            Scenario::Uniform | Scenario::Uniform1M | Scenario::Insert | Scenario::Sweep => {
+                Spec::Window {
+                    limit: 1000,
+                    window: SECOND,
+                }
+            }
             Scenario::InsertCapped => Spec::Window {
                 limit: 1000,
                 window: HOUR,
@@ -282,6 +303,12 @@ impl Scenario {
             // first-seen clients (and `--memory`'s million) get 10.
             Scenario::Uniform => Spec::Window {
                 limit: 100,
+                window: SECOND,
+            },
+            // Ten times the clients, so each is checked a tenth as often:
+            // 20 a second (160 MB of slots) still leaves room to spare.
+            Scenario::Uniform1M => Spec::Window {
+                limit: 20,
                 window: SECOND,
             },
             Scenario::Insert | Scenario::Sweep => Spec::Window {
@@ -896,33 +923,68 @@ impl<K: Key> RateLimiter<K> for Governor<K> {
 }
 
 /// Prepares a fresh limiter for `scenario`: the hot key exists (and, for the
-/// deny flood, has spent its quota); the uniform scenario's clients exist.
+/// deny flood, has spent its quota); the uniform scenarios' clients exist
+/// (checked once each, split across the cores).
 pub fn prepare<K: Key>(subject: &dyn Subject<K>, scenario: Scenario, data: &Data<K>) {
+    let fill = |keys: &[K]| {
+        in_parallel(keys, |keys| {
+            keys.iter().map(|k| u64::from(subject.allow(k))).sum()
+        })
+    };
     match scenario {
         Scenario::HotAllowed | Scenario::HotDenied => {
             let _ = subject.allow(&data.hot);
             let _ = subject.allow(&data.hot);
         }
         Scenario::Uniform => {
-            for key in data.clients.iter() {
-                let _ = subject.allow(key);
-            }
+            fill(&data.clients);
+        }
+        Scenario::Uniform1M => {
+            fill(&data.many);
         }
         Scenario::Insert | Scenario::InsertCapped | Scenario::Sweep => {}
     }
 }
 
+/// `f` over `keys` split across the cores (setup, not timing); the sum of
+/// its answers.
+pub fn in_parallel<K: Sync>(keys: &[K], f: impl Fn(&[K]) -> u64 + Sync) -> u64 {
+    let cores = thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = keys.len().div_ceil(cores).max(1);
+    thread::scope(|scope| {
+        let parts: Vec<_> = keys
+            .chunks(chunk)
+            .map(|part| scope.spawn(|| f(part)))
+            .collect();
+        parts.into_iter().map(|p| p.join().unwrap()).sum()
+    })
+}
+
 /// The keys a run uses, built before any timing starts.
 pub struct Data<K> {
     pub hot: K,
+    /// The `uniform_100k` clients.
     pub clients: Arc<Vec<K>>,
+    /// The `uniform_1m` clients.
+    pub many: Arc<Vec<K>>,
 }
 
 impl<K: Key> Data<K> {
+    /// [`UNIFORM_1M_CLIENTS`] clients for `uniform_1m` and `clients` for
+    /// `uniform_100k`.
+    #[allow(dead_code)] // the runner sizes `uniform_1m` itself, with `sized`
     pub fn new(clients: usize) -> Self {
+        Self::sized(clients, UNIFORM_1M_CLIENTS)
+    }
+
+    /// `clients` for `uniform_100k` and `many` for `uniform_1m` (none if
+    /// it does not run).
+    pub fn sized(clients: usize, many: usize) -> Self {
+        let keys = |n: usize| Arc::new((0..n as u64).map(K::nth).collect());
         Self {
             hot: K::nth(4242),
-            clients: Arc::new((0..clients as u64).map(K::nth).collect()),
+            clients: keys(clients),
+            many: keys(many),
         }
     }
 
@@ -935,6 +997,10 @@ impl<K: Key> Data<K> {
             },
             Scenario::Uniform => Load::Uniform {
                 keys: Arc::clone(&self.clients),
+                ops,
+            },
+            Scenario::Uniform1M => Load::Uniform {
+                keys: Arc::clone(&self.many),
                 ops,
             },
             Scenario::Insert | Scenario::InsertCapped | Scenario::Sweep => {
