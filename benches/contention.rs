@@ -5,7 +5,7 @@
 //! criterion-grade version of it.
 //!
 //! ```text
-//! cargo bench --bench contention                       # everything, ~6 min on 2 cores
+//! cargo bench --bench contention                       # everything, several minutes on 2 cores
 //! cargo bench --bench contention -- hot_allowed        # one scenario
 //! cargo bench --bench contention -- 'hot_denied/tollgate/token-bucket/String'
 //! cargo bench --bench contention -- '/2t$'             # only the 2-thread runs
@@ -18,6 +18,9 @@
 //! * `hot_denied`: every thread checks one client whose quota (1 per hour)
 //!   is spent: a deny flood.
 //! * `uniform_100k`: 100 000 known clients, picked uniformly at random.
+//! * `uniform_1m`: 1 000 000 known clients, picked uniformly at random (the
+//!   map far beyond the caches; filling it takes a few seconds per
+//!   implementation).
 //! * `insert`: every check is a client never seen before; each sample starts
 //!   from an empty limiter.
 //!
