@@ -73,6 +73,24 @@ impl<C: Clock + ?Sized> Clock for &C {
 /// the command). Where the processor has no invariant TSC, `quanta` falls back
 /// to the OS monotonic clock by itself.
 ///
+/// # Readings across threads
+///
+/// Each thread reads the counter of the core it runs on, and the read is not
+/// ordered with the thread's memory accesses, so one thread's reading can lie
+/// a little behind a reading that another thread took before it: by under
+/// 100 ns on the 2-core machine we measured (`examples/clock_skew.rs`), where
+/// [`InstantClock`] never did. A thread that reads its clock and is then
+/// descheduled before it updates the client lags in the same way, by as long
+/// as it was away, with any clock. A thread whose readings lag true time by
+/// at most `L` can never make the limiter admit more than the algorithm
+/// allows over an interval `L` longer (a token bucket: at most
+/// `capacity + ⌊(b − a + L) · rate⌋` tokens in any interval `[a, b]` of true
+/// time; a window: as if the interval began `L` earlier), and delays a
+/// client by at most `L`: a denial's `retry_after` exceeds the exact wait by
+/// at most the lag, and is never shorter. A check whose reading is no
+/// earlier than those of the admissions before it decides exactly as with a
+/// perfect clock.
+///
 /// # Examples
 ///
 /// ```
