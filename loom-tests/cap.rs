@@ -17,7 +17,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use crate::arrival::{Arrival, Room};
-use crate::eviction::check;
+use crate::eviction::{bucket, check, log};
 use crate::stand_in::StandIn;
 use tollgate::__loom::{check_or_insert, Algorithm, Index, Mortal, Newcomer};
 
@@ -105,14 +105,6 @@ fn race<A: Algorithm + Copy>(name: &str, algorithm: A, protocol: Protocol<A>) ->
         assert_eq!(room.held(), 1, "{name}: one unit of room, taken once");
         admitted
     })
-}
-
-fn bucket() -> tollgate::TokenBucket {
-    tollgate::__loom::token_bucket(1, std::time::Duration::from_nanos(10), 1).unwrap()
-}
-
-fn log() -> tollgate::SlidingWindowLog {
-    tollgate::__loom::sliding_window_log(1, std::time::Duration::from_nanos(10)).unwrap()
 }
 
 #[test]

@@ -246,12 +246,12 @@ fn fixed() -> tollgate::FixedWindow {
     tollgate::__loom::fixed_window(1, Duration::from_nanos(10)).unwrap()
 }
 
-fn bucket() -> tollgate::TokenBucket {
+pub(crate) fn bucket() -> tollgate::TokenBucket {
     // One token per 10 ns: an admission at 0 is forgotten from 10 ns on.
     tollgate::__loom::token_bucket(1, Duration::from_nanos(10), 1).unwrap()
 }
 
-fn log() -> tollgate::SlidingWindowLog {
+pub(crate) fn log() -> tollgate::SlidingWindowLog {
     tollgate::__loom::sliding_window_log(1, Duration::from_nanos(10)).unwrap()
 }
 
