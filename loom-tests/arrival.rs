@@ -19,15 +19,33 @@ pub(crate) struct Room {
     held: AtomicU64,
     max: Option<u64>,
     evicting_at: AtomicU64,
+    /// Clients answered by the policy (admitted untracked).
+    refusals: AtomicU64,
 }
 
 impl Room {
     pub(crate) fn new(max: Option<u64>) -> Self {
+        Self::holding(0, max)
+    }
+
+    /// Room for `max` clients of which `held` units are taken.
+    pub(crate) fn holding(held: u64, max: Option<u64>) -> Self {
         Self {
-            held: AtomicU64::new(0),
+            held: AtomicU64::new(held),
             max,
             evicting_at: AtomicU64::new(0),
+            refusals: AtomicU64::new(0),
         }
+    }
+
+    /// Gives back a unit, as a sweep removing an evicted client does.
+    pub(crate) fn release(&self) {
+        self.held.fetch_sub(1, Relaxed);
+    }
+
+    /// How many clients the policy answered.
+    pub(crate) fn refusals(&self) -> u64 {
+        self.refusals.load(Relaxed)
     }
 
     /// Records that an eviction is about to be judged at `now`, as the
@@ -94,7 +112,7 @@ impl<A: Algorithm> Newcomer<A::Cell, bool> for Arrival<'_, A> {
     }
 
     fn release(&self) {
-        self.room.held.fetch_sub(1, Relaxed);
+        self.room.release();
     }
 
     fn activate(&self, cell: &A::Cell, floor: u64) {
@@ -104,6 +122,7 @@ impl<A: Algorithm> Newcomer<A::Cell, bool> for Arrival<'_, A> {
     fn refused(&self, _: u64) -> Option<bool> {
         // Admit untracked: the policy under which a second budget shows as
         // an over-admission.
+        self.room.refusals.fetch_add(1, Relaxed);
         None
     }
 }

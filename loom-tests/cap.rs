@@ -124,3 +124,55 @@ fn first_requests_into_the_last_room_sliding_window_log() {
 fn room_before_insert_is_caught() {
     let _ = race("cap/broken/room_first", bucket(), room_first);
 }
+
+/// Room accounting when room frees up during the race: a limiter with room
+/// for one client, already full, whose one unit a sweep gives back while two
+/// first requests of a new client race. Each racer either runs on the cell
+/// that got the room or, having found none, is answered by the policy
+/// (admit untracked). In every interleaving: the map ends with no unborn or
+/// refused entry, the units taken equal the live entries (no unit leaked or
+/// counted twice), and the tracked admissions are at most the capacity.
+#[test]
+fn room_freed_during_the_race_is_counted_once() {
+    let algorithm = bucket();
+    let (runs, _, _) = check("cap/room_freed_mid_race", move || {
+        let index = Arc::new(StandIn::<<tollgate::TokenBucket as Algorithm>::Cell>::new(
+            false,
+        ));
+        let room = Arc::new(Room::holding(1, Some(1)));
+        let sweeper = {
+            let room = Arc::clone(&room);
+            thread::spawn(move || room.release())
+        };
+        let other = {
+            let (index, room) = (Arc::clone(&index), Arc::clone(&room));
+            thread::spawn(move || crate_protocol(algorithm, &index, &room))
+        };
+        let mine = crate_protocol(algorithm, &index, &room);
+        let theirs = other.join().unwrap();
+        sweeper.join().unwrap();
+        let map = index.snapshot();
+        let live = map
+            .values()
+            .filter(|cell| cell.life() == tollgate::__loom::Life::Live)
+            .count() as u64;
+        assert_eq!(
+            live,
+            map.len() as u64,
+            "an unborn or refused entry was left behind"
+        );
+        assert_eq!(
+            room.held(),
+            live,
+            "room taken does not match the live entries"
+        );
+        let admitted = u64::from(mine) + u64::from(theirs);
+        assert!(
+            admitted <= 1 + room.refusals(),
+            "over-admitted: {admitted} admitted, {} of them untracked",
+            room.refusals()
+        );
+        admitted
+    });
+    assert!(runs > 1);
+}
