@@ -468,9 +468,7 @@ where
     V: Mortal + 'static,
     S: BuildHasher,
 {
-    /// Gives back the room the removed cell held, before the removal and
-    /// under the bucket's lock: a thread that then finds the entry gone
-    /// also finds the room free.
+    /// Gives back the room the removed cell held (see [`Store::leaving`]).
     fn remove_if<Q, F>(&self, key: &Q, condition: F) -> bool
     where
         F: FnOnce(&V) -> bool,
@@ -479,8 +477,8 @@ where
     {
         self.map.remove_if_sync(key, |cell| {
             let gone = condition(cell);
-            if gone && cell.holds_room() {
-                self.release(1);
+            if gone {
+                self.leaving(cell, false);
             }
             gone
         })
@@ -519,6 +517,22 @@ where
         Q: Hash + Eq + ?Sized,
     {
         self.with(key, f).ok()
+    }
+
+    /// The entry holding `cell` is about to leave the map, and the caller
+    /// holds its bucket's lock: gives back the unit of room the cell holds,
+    /// if any, or with `keep` hands it to the caller. Called before the
+    /// removal, so a thread that then finds the entry gone (having taken
+    /// that lock after the removal) also finds the room free. True iff the
+    /// caller now holds the unit.
+    fn leaving(&self, cell: &V, keep: bool) -> bool {
+        if !cell.holds_room() {
+            return false;
+        }
+        if !keep {
+            self.release(1);
+        }
+        keep
     }
 
     /// Takes a unit of room if fewer than `max` are taken; `None` for no
@@ -562,7 +576,7 @@ where
         let mut room = false;
         let removed = self.map.remove_if_sync(key, |cell| {
             let gone = condition(cell);
-            room = gone && cell.holds_room();
+            room = gone && self.leaving(cell, true);
             gone
         });
         removed && room
@@ -584,11 +598,7 @@ where
             let gone = evict(cell) || cell.is_dead();
             if gone {
                 removed += 1;
-                // Under the bucket's lock, before the entry goes: see
-                // `remove_if`.
-                if cell.holds_room() {
-                    self.release(1);
-                }
+                self.leaving(cell, false);
             }
             !gone
         });
@@ -630,13 +640,8 @@ where
             let gone = visit(here.key(), cell) || cell.is_dead();
             entry = if gone {
                 swept.removed += 1;
-                if cell.holds_room() {
-                    if keep_one && !swept.kept {
-                        swept.kept = true;
-                    } else {
-                        // Before the entry goes: see `remove_if`.
-                        self.release(1);
-                    }
+                if self.leaving(cell, keep_one && !swept.kept) {
+                    swept.kept = true;
                 }
                 here.remove_and_sync()
             } else {
