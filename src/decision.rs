@@ -23,6 +23,8 @@ use core::time::Duration;
 /// let third = limiter.check("alice");
 /// assert!(third.is_denied());
 /// assert!(third.retry_after() > Duration::from_millis(900));
+/// // More quota arrives when the first token has refilled.
+/// assert_eq!(third.replenish_after(), third.retry_after());
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```
 #[must_use = "a rate-limit decision does nothing unless its outcome is acted on"]
@@ -32,6 +34,7 @@ pub struct Decision {
     pub(crate) limit: u64,
     pub(crate) remaining: u64,
     pub(crate) retry_after: Duration,
+    pub(crate) replenish_after: Duration,
 }
 
 impl Decision {
@@ -81,5 +84,47 @@ impl Decision {
     #[must_use]
     pub fn retry_after(&self) -> Duration {
         self.retry_after
+    }
+
+    /// How long until the client's quota next grows, if nothing else
+    /// arrives for it in between: the first instant at which
+    /// [`remaining`](Decision::remaining) would report one more than now
+    /// (the `t` of a `RateLimit` header). Zero when the quota is already
+    /// full (`remaining() == limit()`), since it cannot grow.
+    ///
+    /// Unlike [`retry_after`](Decision::retry_after), it is set on admitted
+    /// requests too. On a denial it is never later than `retry_after`, and
+    /// equal to it for a unit-cost request. For the token bucket it is when
+    /// the next token has refilled, for the fixed window the next window's
+    /// start, for the sliding window counter the instant the previous
+    /// window's weight has decayed enough for one more request, and for the
+    /// log the earliest expiry of a logged admission.
+    /// [`Duration::MAX`] means never, as for `retry_after`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{FixedWindow, ManualClock};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = FixedWindow::builder()
+    ///     .limit(10)
+    ///     .window(Duration::from_secs(60))
+    ///     .clock(clock.clone())
+    ///     .build()?;
+    /// clock.advance(Duration::from_secs(15));
+    /// let d = limiter.check("alice");
+    /// assert!(d.is_allowed());
+    /// assert_eq!(d.retry_after(), Duration::ZERO);
+    /// // The count resets with the next window, 45 s from now.
+    /// assert_eq!(d.replenish_after(), Duration::from_secs(45));
+    /// // A client with its whole quota has nothing to wait for.
+    /// assert_eq!(limiter.peek_n("bob", 0).unwrap().replenish_after(), Duration::ZERO);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn replenish_after(&self) -> Duration {
+        self.replenish_after
     }
 }

@@ -372,6 +372,7 @@ where
             limit: algorithm.capacity(),
             remaining: 0,
             retry_after: Decision::wait(algorithm.horizon()),
+            replenish_after: Decision::wait(algorithm.horizon()),
         }
     }
 

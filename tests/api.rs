@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tollgate::{
     Decision, FixedWindow, Limiter, ManualClock, MonotonicClock, RateLimiter, SlidingWindowCounter,
-    TokenBucket,
+    SlidingWindowLog, TokenBucket,
 };
 
 const fn assert_send_sync<T: Send + Sync>() {}
@@ -157,6 +157,56 @@ fn decisions_carry_header_figures() {
     assert_eq!(
         limiter.peek_n("a", 2).unwrap().retry_after(),
         Duration::from_secs(3)
+    );
+}
+
+/// `replenish_after` on every path that makes a decision: admitted,
+/// denied, peeked, and the cost-0 quota read.
+#[test]
+fn decisions_say_when_the_quota_next_grows() {
+    let clock = ManualClock::new();
+    let limiter = TokenBucket::builder()
+        .rate(1, Duration::from_secs(2))
+        .capacity(3)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let fresh = limiter.peek_n("a", 0).unwrap();
+    assert_eq!(
+        (fresh.remaining(), fresh.replenish_after()),
+        (3, Duration::ZERO)
+    );
+    // A peek reports what the check would leave: one token short, back in 2 s.
+    assert_eq!(limiter.peek("a").replenish_after(), Duration::from_secs(2));
+    let first = limiter.check("a");
+    assert!(first.is_allowed());
+    assert_eq!(first.replenish_after(), Duration::from_secs(2));
+    assert!(limiter.check_n("a", 2).unwrap().is_allowed());
+    clock.advance(Duration::from_millis(500));
+    let denied = limiter.check_n("a", 2).unwrap();
+    assert!(denied.is_denied());
+    // The first token is back 1.5 s from now, the second 2 s later.
+    assert_eq!(denied.replenish_after(), Duration::from_millis(1_500));
+    assert_eq!(denied.retry_after(), Duration::from_millis(3_500));
+    assert_eq!(
+        limiter.peek_n("a", 0).unwrap().replenish_after(),
+        Duration::from_millis(1_500)
+    );
+
+    let log = SlidingWindowLog::builder()
+        .limit(2)
+        .window(Duration::from_secs(10))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    // An empty log: a peek would take a slot until the window has passed.
+    assert_eq!(log.peek("b").replenish_after(), Duration::from_secs(10));
+    assert!(log.check("b").is_allowed());
+    clock.advance(Duration::from_secs(4));
+    let second = log.check("b");
+    assert_eq!(
+        (second.remaining(), second.replenish_after()),
+        (0, Duration::from_secs(6))
     );
 }
 

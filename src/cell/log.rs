@@ -441,13 +441,20 @@ impl LogCell {
         let retry_after = if allowed {
             0
         } else {
-            log.retry_after(expiries, now, cost)
+            log.retry_after(expiries.clone(), now, cost)
+        };
+        // The quota grows when the earliest logged admission expires.
+        let replenish_after = if free >= log.limit() {
+            0
+        } else {
+            log.retry_after(expiries, now, free + 1)
         };
         Decision {
             allowed,
             limit: log.limit(),
             remaining: free,
             retry_after: Decision::wait(retry_after),
+            replenish_after: Decision::wait(replenish_after),
         }
     }
 }
@@ -523,8 +530,15 @@ impl Algorithm for SlidingWindowLog {
         let allowed = free >= cost;
         let mut d = cell.describe(self, allowed, now, cost);
         if allowed {
-            // What a check would leave.
+            // What a check would leave: `cost` more slots taken until
+            // `now + window`, so the quota grows no later than then.
             d.remaining = free - cost;
+            let window = core::time::Duration::from_nanos(self.window());
+            d.replenish_after = if free >= self.limit() {
+                window
+            } else {
+                d.replenish_after.min(window)
+            };
         }
         d
     }

@@ -48,8 +48,6 @@
 //! one 64-bit word. A log keeps it in a separate birth word beside its
 //! `life` word (`log.rs`).
 
-use core::time::Duration;
-
 use crate::algorithm::{FromParams, WordAlgorithm, CLAIMED, FRESH, REFUSED, TOMBSTONE, UNBORN};
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Backoff, Ordering};
@@ -500,12 +498,7 @@ impl<A: WordAlgorithm + FromParams> Algorithm for A {
     }
 
     fn quota(&self, cell: &StateCell, now: u64) -> Decision {
-        Decision {
-            allowed: true,
-            limit: WordAlgorithm::capacity(self),
-            remaining: self.remaining(cell.live_word(), now),
-            retry_after: Duration::ZERO,
-        }
+        describe(self, Applied::Admitted(cell.live_word()), now, 0).expect("a live word")
     }
 
     fn try_evict(&self, cell: &StateCell, now: u64) -> bool {
@@ -525,8 +518,8 @@ impl<A: WordAlgorithm + FromParams> Algorithm for A {
     }
 }
 
-/// The figures for a decision: what is left after it, and when a denied
-/// request would pass.
+/// The figures for a decision: what is left after it, when a denied
+/// request would pass, and when the quota next grows.
 fn describe<A: WordAlgorithm>(
     algorithm: &A,
     applied: Applied,
@@ -538,11 +531,20 @@ fn describe<A: WordAlgorithm>(
         Applied::Denied(word) => (false, word, algorithm.retry_after(word, now, cost)),
         Applied::Dead => return None,
     };
+    let (limit, remaining) = (algorithm.capacity(), algorithm.remaining(word, now));
+    // The quota grows when one more unit-cost request than now would pass
+    // at once: the wait for a request of cost `remaining + 1`.
+    let replenish_after = if remaining >= limit {
+        0
+    } else {
+        algorithm.retry_after(word, now, remaining + 1)
+    };
     Some(Decision {
         allowed,
-        limit: algorithm.capacity(),
-        remaining: algorithm.remaining(word, now),
+        limit,
+        remaining,
         retry_after: Decision::wait(retry_after),
+        replenish_after: Decision::wait(replenish_after),
     })
 }
 

@@ -403,5 +403,22 @@ pub fn agree_with_model<S: Subject>(subject: &S, steps: &[Step]) {
             ctx()
         );
         assert_eq!(got.limit(), model.capacity());
+        // When the quota next grows: the wait for one more unit than
+        // remains, on the state the decision left (zero when full).
+        let left = model.remaining(now);
+        let replenish = if left >= model.capacity() {
+            0
+        } else {
+            model.retry_after(now, left + 1)
+        };
+        assert_eq!(
+            got.replenish_after(),
+            Duration::from_nanos(replenish),
+            "replenish_after, {}",
+            ctx()
+        );
+        if !got.is_allowed() {
+            assert!(got.replenish_after() <= got.retry_after(), "{}", ctx());
+        }
     }
 }
