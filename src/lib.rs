@@ -94,6 +94,13 @@
 //! # Ok::<(), tollgate::ConfigError>(())
 //! ```
 //!
+//! # HTTP servers
+//!
+//! With the `tower` feature, [`tower::RateLimitLayer`] puts any limiter in
+//! front of a tower service (axum, tonic, hyper with tower): keys from the
+//! peer address, trusted proxies' `X-Forwarded-For`, an API key header or a
+//! closure; `429` with `Retry-After` and the IETF `RateLimit` headers.
+//!
 //! # Layers
 //!
 //! clock → algorithm (pure transitions of the word) → atomic cell (the one
@@ -122,6 +129,8 @@ mod limiter;
 mod memory;
 mod store;
 mod sync;
+#[cfg(feature = "tower")]
+pub mod tower;
 
 pub use algorithm::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 pub use builder::Builder;

@@ -90,6 +90,14 @@ impl FixedWindow {
     }
 }
 
+impl FixedWindow {
+    /// The window's length, ns.
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    pub(crate) fn window_ns(&self) -> u64 {
+        self.windows.width()
+    }
+}
+
 impl fmt::Debug for FixedWindow {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         super::window::debug_windowed(f, "FixedWindow", self.limit, &self.windows)

@@ -4,6 +4,7 @@
 
 use core::time::Duration;
 
+use super::WordAlgorithm;
 use super::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 use crate::error::ConfigError;
 
@@ -28,6 +29,12 @@ mod sealed {
     /// [`Algorithm`](crate::Algorithm).
     pub trait FromParams: Sized {
         fn from_params(params: &super::Params) -> Result<Self, crate::ConfigError>;
+
+        /// The quota the settings grant, back out of the algorithm:
+        /// `(limit, window in ns)`. For the token bucket, its capacity and
+        /// the time to refill it from empty.
+        #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+        fn granted(&self) -> (u64, u64);
     }
 }
 pub(crate) use sealed::FromParams;
@@ -38,12 +45,21 @@ impl FromParams for TokenBucket {
         // A bucket holds one period's worth of tokens unless told otherwise.
         TokenBucket::new(tokens, per, p.capacity.unwrap_or(tokens))
     }
+
+    fn granted(&self) -> (u64, u64) {
+        // capacity · interval: the refill time of a full bucket.
+        (self.capacity(), self.horizon())
+    }
 }
 
 impl FromParams for SlidingWindowCounter {
     fn from_params(p: &Params) -> Result<Self, ConfigError> {
         let limit = Params::required(p.limit, "limit")?;
         SlidingWindowCounter::new(limit, Params::required(p.window, "window")?)
+    }
+
+    fn granted(&self) -> (u64, u64) {
+        (self.capacity(), self.window_ns())
     }
 }
 
@@ -52,11 +68,19 @@ impl FromParams for FixedWindow {
         let limit = Params::required(p.limit, "limit")?;
         FixedWindow::new(limit, Params::required(p.window, "window")?)
     }
+
+    fn granted(&self) -> (u64, u64) {
+        (self.capacity(), self.window_ns())
+    }
 }
 
 impl FromParams for SlidingWindowLog {
     fn from_params(p: &Params) -> Result<Self, ConfigError> {
         let limit = Params::required(p.limit, "limit")?;
         SlidingWindowLog::new(limit, Params::required(p.window, "window")?)
+    }
+
+    fn granted(&self) -> (u64, u64) {
+        (self.limit(), self.window())
     }
 }

@@ -156,6 +156,14 @@ impl SlidingWindowCounter {
     }
 }
 
+impl SlidingWindowCounter {
+    /// The window's length, ns.
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    pub(crate) fn window_ns(&self) -> u64 {
+        self.windows.width()
+    }
+}
+
 impl fmt::Debug for SlidingWindowCounter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         super::window::debug_windowed(f, "SlidingWindowCounter", self.limit, &self.windows)
