@@ -27,7 +27,7 @@
 //!   `t`, and an `application/problem+json` body. Admitted responses carry
 //!   the headers always, never, or only near the limit
 //!   ([`AdmittedHeaders`]); `pk` and the legacy `X-RateLimit-*` headers are
-//!   optional. The [`Decision`](crate::Decision) is put in the request's
+//!   optional. The [`Decision`] is put in the request's
 //!   extensions for the handler.
 //!
 //! # Examples
