@@ -3,7 +3,7 @@
 //! and room.
 //!
 //! The limiter's own `Arrival` reads a clock, sweeps and counts statistics
-//! through `scc`, none of which loom can model; this one keeps only what the
+//! through the store's table, none of which loom can model; this one keeps only what the
 //! protocol's correctness rests on: the floor below which no new state is
 //! judged (`max(reading, evicting_at)`, as `Counters::not_before`), a count
 //! of room with an optional cap (as `Store::reserve`), and the policy

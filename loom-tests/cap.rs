@@ -63,9 +63,8 @@ fn room_first<A: Algorithm + Copy>(algorithm: A, index: &StandIn<A::Cell>, room:
         // Admit untracked, on a fresh state that is never stored.
         return op(&algorithm.fresh_cell(0)) == Some(true);
     }
-    let ours = std::sync::Arc::new(algorithm.fresh_cell(0));
-    match index.insert(KEY.to_owned(), std::sync::Arc::clone(&ours)) {
-        Ok(()) => op(&ours) == Some(true),
+    match index.insert(KEY.to_owned(), algorithm.fresh_cell(0), op) {
+        Ok(admitted) => admitted == Some(true),
         Err(_) => {
             arrival.release();
             index.with(KEY, op).ok().flatten() == Some(true)

@@ -135,7 +135,7 @@ where
 
 /// One unit check of `KEY` through the crate's `check_or_insert`, by a
 /// thread whose clock reads `reading`.
-fn check_at<A: Algorithm + Copy>(
+pub(crate) fn check_at<A: Algorithm + Copy>(
     algorithm: A,
     index: &StandIn<A::Cell>,
     room: &Room,

@@ -5,17 +5,17 @@
 //! keeps: an admission recorded in a cell that lost the insert race would be
 //! forgotten, and the client could spend its capacity twice.
 //!
-//! **A stand-in for the map.** The store's map, `scc::HashIndex`, is not
-//! loom-aware, so this model runs the store's protocol (the crate's own
+//! **A stand-in for the map.** The store's table is not loom-aware, so
+//! this model runs the store's protocol (the crate's own
 //! `get_or_insert`, the function `Store` calls) over [`StandIn`] (`stand_in.rs`), a
 //! `loom::sync::Mutex<HashMap<..>>` that implements the same
 //! [`Index`](tollgate::__loom::Index) contract: `insert` adds a key only if
 //! it is absent and otherwise hands the value back, and `with` sees every
-//! insert that happened before it. The map's own correctness is scc's job
-//! and is not what this checks; tollgate's protocol on top of it is. The
-//! stand-in takes its lock only to look up or insert and runs the caller's
+//! insert that happened before it. The table's own correctness is checked
+//! by its tests, under Miri and ThreadSanitizer; tollgate's protocol on top
+//! of it is what this checks. The stand-in takes its lock only to look up or insert and runs the caller's
 //! closure after releasing it, so checks on the found cell race freely, as
-//! they do over scc's lock-free reads.
+//! they do over the table's lock-free reads.
 
 use std::sync::Arc as StdArc;
 use std::time::Duration;

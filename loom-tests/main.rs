@@ -86,6 +86,7 @@ mod eviction;
 mod harness;
 mod insert;
 mod log;
+mod relocation;
 mod shim;
 mod stand_in;
 mod token_bucket;

@@ -1,17 +1,18 @@
 //! The loom-aware stand-in for the store's map, shared by the first-request
 //! model (`insert.rs`) and the eviction model (`eviction.rs`).
 //!
-//! The store's map, `scc::HashIndex`, is not loom-aware, so the models run
-//! the crate's own protocols (`get_or_insert`, `check_or_insert`) over
-//! [`StandIn`], a `loom::sync::Mutex<HashMap<..>>` with the same
-//! [`Index`] + [`Purge`] contract: `insert` adds a key only if it is absent
-//! and otherwise hands the value back, `with` sees every insert that
-//! happened before it, and `remove_if` removes only an entry whose cell
-//! meets the condition. The map's own correctness is scc's job and is not
-//! what the models check; tollgate's protocols on top of it are. The lock is
-//! taken only to look up, insert or remove, and the caller's closure runs
-//! after it is released, so checks on a found cell race freely, as they do
-//! over scc's lock-free reads.
+//! The store's table keeps its control words in std's atomics (loom cannot
+//! follow its epoch-based reclamation), so the models run the crate's own
+//! protocols (`get_or_insert`, `check_or_insert`) over [`StandIn`], a
+//! `loom::sync::Mutex<HashMap<..>>` with the same [`Index`] + [`Purge`]
+//! contract: `insert` adds a key only if it is absent and otherwise hands
+//! the value back, `with` sees every insert that happened before it, and
+//! `remove_if` removes only an entry whose cell meets the condition. The
+//! lock is taken only to look up, insert, remove or relocate, and the
+//! caller's closure runs after it is released, so checks on a found cell
+//! race freely, as they do over the table's lock-free reads. Like the
+//! table, [`StandIn::relocate`] moves an entry to a new cell the way a
+//! rebuild does, while checks may hold the old one.
 
 use std::borrow::Borrow;
 use std::collections::hash_map::{Entry, HashMap};
@@ -19,7 +20,7 @@ use std::hash::Hash;
 use std::sync::Arc as StdArc;
 
 use loom::sync::Mutex;
-use tollgate::__loom::{Index, Purge};
+use tollgate::__loom::{Index, Mortal, Purge, Relocation};
 
 /// A loom-aware map with the `Index` + `Purge` contract; see the module
 /// docs.
@@ -64,7 +65,7 @@ impl<V> Index<String, V> for StandIn<V> {
         Q: Hash + Eq + ?Sized,
     {
         // The `Arc` keeps the cell alive once the lock is released, as
-        // scc's guard does.
+        // the epoch guard does over the table.
         let found = self.map.lock().unwrap().get(key).cloned();
         match found {
             Some(cell) => Ok(f(&cell)),
@@ -72,17 +73,45 @@ impl<V> Index<String, V> for StandIn<V> {
         }
     }
 
-    fn insert(&self, key: String, value: StdArc<V>) -> Result<(), StdArc<V>> {
+    fn insert<R>(&self, key: String, value: V, f: impl FnOnce(&V) -> R) -> Result<R, V> {
         let mut map = self.map.lock().unwrap();
+        let value = StdArc::new(value);
         if self.replace_on_insert {
-            map.insert(key, value);
-            return Ok(());
+            map.insert(key, StdArc::clone(&value));
+        } else {
+            match map.entry(key) {
+                Entry::Occupied(_) => {
+                    drop(map);
+                    return Err(StdArc::into_inner(value).expect("not shared yet"));
+                }
+                Entry::Vacant(slot) => {
+                    slot.insert(StdArc::clone(&value));
+                }
+            }
         }
-        match map.entry(key) {
-            Entry::Occupied(_) => Err(value),
-            Entry::Vacant(slot) => {
-                slot.insert(value);
-                Ok(())
+        drop(map);
+        Ok(f(&value))
+    }
+}
+
+impl<V: Mortal> StandIn<V> {
+    /// Moves `key`'s entry as the table's rebuild does, holding the lock:
+    /// `relocate` says what goes in the new entry (the crate's
+    /// `Mortal::relocate`, or a broken twin's). A thread that looked the
+    /// entry up before keeps the old cell.
+    pub(crate) fn relocate(&self, key: &str, relocate: impl FnOnce(&V) -> Relocation<V>) {
+        let mut map = self.map.lock().unwrap();
+        let Some(cell) = map.get(key).cloned() else {
+            return;
+        };
+        match relocate(&cell) {
+            Relocation::Dead => {
+                map.remove(key);
+            }
+            // A handle: the new entry shares the state the old one names.
+            Relocation::Same => {}
+            Relocation::Moved(moved) => {
+                map.insert(key.to_owned(), StdArc::new(moved));
             }
         }
     }

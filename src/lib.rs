@@ -107,7 +107,8 @@
 //! CAS loop) → keyed store → the public limiter. `docs/DESIGN.md` in the
 //! repository has the bit layouts and the measurements behind each choice.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![warn(
     missing_docs,
     missing_debug_implementations,

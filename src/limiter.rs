@@ -6,7 +6,6 @@
 use core::borrow::Borrow;
 use core::fmt;
 use core::hash::Hash;
-use std::sync::Arc;
 
 use crate::cell::{Algorithm, Life, Mortal};
 use crate::clock::{Clock, MonotonicClock};
@@ -199,7 +198,7 @@ where
         self.counters.evicting(now);
         let algorithm = &self.algorithm;
         let mut retired = 0;
-        let mut victim: Option<(u64, K, Arc<A::Cell>)> = None;
+        let mut victim: Option<(u64, K)> = None;
         // Another thread's slice holds the cursor only for a few entries:
         // wait for it a little rather than give up the eviction (giving up
         // is what made most concurrent new clients go untracked).
@@ -225,8 +224,8 @@ where
                     }
                     sampled += 1;
                     let idle_at = algorithm.idle_at(cell);
-                    if victim.as_ref().is_none_or(|(best, _, _)| idle_at < *best) {
-                        victim = Some((idle_at, key.clone(), Arc::clone(cell)));
+                    if victim.as_ref().is_none_or(|(best, _)| idle_at < *best) {
+                        victim = Some((idle_at, key.clone()));
                     }
                     false
                 },
@@ -245,7 +244,7 @@ where
         if swept.kept {
             return true;
         }
-        let Some((_, key, cell)) = victim else {
+        let Some((_, key)) = victim else {
             return false;
         };
         // Retire first, then remove only a dead entry: a check racing this
@@ -253,13 +252,16 @@ where
         // fresh reading goes as idle, which changes nothing: typically a
         // client another thread has just brought to life, whose state
         // starts at a reading later than ours.
+        // The victim is looked up again: its entry may have moved, or left.
         let now = self.counters.not_before(self.clock.now_nanos());
         self.counters.evicting(now);
-        if algorithm.try_evict(&cell, now) {
-            Counters::add(&self.counters.evicted_idle, 1);
-        } else if algorithm.force_evict(&cell) {
-            Counters::add(&self.counters.evicted_live, 1);
-        }
+        let _ = self.store.get(&key, |cell| {
+            if algorithm.try_evict(cell, now) {
+                Counters::add(&self.counters.evicted_idle, 1);
+            } else if algorithm.force_evict(cell) {
+                Counters::add(&self.counters.evicted_live, 1);
+            }
+        });
         self.store.take_if(&key, Mortal::is_dead)
     }
 

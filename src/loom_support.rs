@@ -5,7 +5,9 @@
 //! algorithm's pure transition), the store's protocols (lookup-or-insert,
 //! and the check-or-insert that eviction races) over a loom-aware stand-in
 //! for the map, and eviction's retirement of a cell ([`evict`], the
-//! sweep's step for one entry), because `scc`'s map is not loom-aware.
+//! sweep's step for one entry), and a table rebuild's relocation of a
+//! cell ([`Mortal::relocate`]), because the store's table is not
+//! loom-aware (see `crate::sync::PlainAtomicU64`).
 //!
 //! The deliberately broken cells the models must catch are here too:
 //! [`StateCell::new_racy`] for the word algorithms and [`racy_log_cell`] for
@@ -13,7 +15,7 @@
 
 use core::time::Duration;
 
-pub use crate::cell::{Algorithm, Life, Mortal, StateCell};
+pub use crate::cell::{Algorithm, Life, Mortal, Relocation, StateCell};
 pub use crate::store::{check_or_insert, get_or_insert, Index, Newcomer, Purge};
 use crate::{ConfigError, FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 
@@ -73,8 +75,8 @@ pub fn racy_log_cell(log: &SlidingWindowLog) -> LogCell {
 /// retire `key`'s cell if it is idle at `now`, then remove the entry only
 /// if the cell it holds is dead. True iff this call retired the cell.
 ///
-/// (The limiter's sweeps do the same while holding the entry through
-/// `scc`'s own iteration, removing that very entry.)
+/// (The limiter's sweeps do the same while holding the shard's lock,
+/// removing that very entry.)
 pub fn evict<A, I>(algorithm: &A, index: &I, key: &str, now: u64) -> bool
 where
     A: Algorithm,

@@ -1,6 +1,6 @@
 //! The one place that names the concurrency primitives.
 //!
-//! Every other module takes its atomics, `Arc`, `Mutex` (the sweep cursor's,
+//! Every other module takes its atomics, `Arc`, `Mutex` (the store's,
 //! never on the check path) and spin hint from here, so that
 //! `--features loom` swaps them all for loom's model-checked versions at once.
 //! A test (`tests/sync_shim.rs`) fails the build's test run if any other file
@@ -27,11 +27,19 @@ pub(crate) use loom::sync::atomic::Ordering;
 #[cfg(feature = "loom")]
 pub(crate) use self::loom_shim::{in_model, Arc, AtomicU64};
 
-/// The sweep cursor's lock is std's in both builds: it guards no state a
-/// model checks (the sweep runs over `scc`'s map, which loom cannot model),
-/// and it is only ever `try_lock`ed.
+/// The store's locks (its table's writers' locks and the sweep cursor's)
+/// are std's in both builds: they guard no state a model checks (the models
+/// run the store's protocol over a stand-in for its table), and a check
+/// never takes them.
 #[cfg(feature = "loom")]
 pub(crate) use std::sync::Mutex;
+
+/// std's `AtomicU64` in every build, loom's included: the store's table
+/// (`store::map`) keeps its control words in it. The loom models never run
+/// that table; they run the store's protocol over a loom-aware stand-in
+/// (`loom-tests/stand_in.rs`), and the table is checked by its own tests,
+/// under Miri and ThreadSanitizer.
+pub(crate) use std::sync::atomic::AtomicU64 as PlainAtomicU64;
 
 /// Backoff for the compare-and-swap retry loop: crossbeam's exponential
 /// spin normally; under loom a yield to the model's scheduler, which has no

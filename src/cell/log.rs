@@ -60,7 +60,7 @@
 //! (ABA). A check never waits for an evictor: at worst it aborts one.
 
 use super::sealed;
-use super::{Algorithm, Life, Mortal};
+use super::{Algorithm, Life, Mortal, Relocation};
 use crate::algorithm::SlidingWindowLog;
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Ordering};
@@ -142,11 +142,32 @@ impl Birth {
     }
 }
 
-/// One client's log: `limit` slots of admission expiries. Public only as
-/// the sealed [`Algorithm::Cell`] of [`SlidingWindowLog`].
+/// One client's log: a handle to its state, which never moves, so that the
+/// store can move the handle to a new table bit for bit while checks run on
+/// the state (see `Mortal::relocate`). Public only as the sealed
+/// [`Algorithm::Cell`] of [`SlidingWindowLog`].
 #[doc(hidden)]
 #[derive(Debug)]
-pub struct LogCell {
+pub struct LogCell(Box<LogState>);
+
+impl core::ops::Deref for LogCell {
+    type Target = LogState;
+
+    fn deref(&self) -> &LogState {
+        &self.0
+    }
+}
+
+impl From<LogState> for LogCell {
+    fn from(state: LogState) -> Self {
+        Self(Box::new(state))
+    }
+}
+
+/// A log's state: `limit` slots of admission expiries, and its life.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct LogState {
     /// Where the next search starts: just past the last slot claimed. Since
     /// slots are mostly claimed in turn, that is usually the oldest one.
     next: AtomicU64,
@@ -174,7 +195,7 @@ const DEAD: u64 = u64::MAX;
 /// The low bit of `life`: an evictor is checking the slots.
 const PENDING: u64 = 1;
 
-impl LogCell {
+impl LogState {
     /// A live, empty log whose checks are judged no earlier than `floor`.
     fn new(limit: u64, floor: u64) -> Self {
         Self {
@@ -465,7 +486,7 @@ impl SlidingWindowLog {
     /// A log cell for this limit whose slot claim is a load followed by a
     /// store (see `LogCell::new_racy`).
     pub(crate) fn new_racy_cell(&self) -> LogCell {
-        LogCell::new_racy(self.limit())
+        LogState::new_racy(self.limit()).into()
     }
 }
 
@@ -485,6 +506,15 @@ impl Mortal for LogCell {
     fn refuse(&self) -> Result<(), Life> {
         self.birth.refuse(|| self.born_life())
     }
+
+    /// The handle moves; the state it names stays where checks find it.
+    fn relocate(&self) -> Relocation<Self> {
+        if self.is_dead() {
+            Relocation::Dead
+        } else {
+            Relocation::Same
+        }
+    }
 }
 
 impl sealed::Sealed for SlidingWindowLog {}
@@ -493,11 +523,11 @@ impl Algorithm for SlidingWindowLog {
     type Cell = LogCell;
 
     fn fresh_cell(&self, floor: u64) -> LogCell {
-        LogCell::new(self.limit(), floor)
+        LogState::new(self.limit(), floor).into()
     }
 
     fn unborn_cell(&self, floor: u64) -> LogCell {
-        LogCell::unborn(self.limit(), floor)
+        LogState::unborn(self.limit(), floor).into()
     }
 
     fn activate(&self, cell: &LogCell, _floor: u64) {

@@ -106,6 +106,29 @@ pub trait Mortal {
     fn holds_room(&self) -> bool {
         matches!(self.life(), Life::Live | Life::Evicted)
     }
+
+    /// The store is moving this cell's entry to a new table (holding the
+    /// lock that keeps every other writer of the entry out): what goes
+    /// there. Called once per entry and table.
+    fn relocate(&self) -> Relocation<Self>
+    where
+        Self: Sized;
+}
+
+/// What a cell becomes when the store moves its entry to a new table
+/// ([`Mortal::relocate`]).
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum Relocation<C> {
+    /// The cell is dead: it stays behind, and is dropped with the old table.
+    Dead,
+    /// The cell is a handle to state that never moves: the store may move
+    /// the handle bit for bit, and the old copy is never dropped.
+    Same,
+    /// The cell's state is frozen in the old copy, which now reads as
+    /// evicted, and carried on by this cell. The old copy is never dropped,
+    /// so it must own nothing that needs dropping.
+    Moved(C),
 }
 
 /// One client's state word. Public only as the sealed
@@ -340,6 +363,43 @@ impl Mortal for StateCell {
 
     fn refuse(&self) -> Result<(), Life> {
         self.leave_unborn(REFUSED)
+    }
+
+    /// Freezes the word: exchanges it for the tombstone, so that every
+    /// compare-and-swap through this copy fails from now on and its thread
+    /// looks the client up again, and carries the word it replaced into
+    /// the new copy. A claimed word is waited for: its claimer writes it
+    /// within a few instructions and takes no lock meanwhile.
+    fn relocate(&self) -> Relocation<Self> {
+        let backoff = Backoff::new();
+        let mut word = self.load();
+        loop {
+            match word {
+                TOMBSTONE | REFUSED => return Relocation::Dead,
+                CLAIMED => {
+                    backoff.snooze();
+                    word = self.load();
+                }
+                // AcqRel/Acquire: as in `apply`; an admission racing the
+                // freeze either lands first (and the exchange fails and
+                // retries with its word) or fails against the tombstone.
+                _ => match self.word.compare_exchange_weak(
+                    word,
+                    TOMBSTONE,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        return Relocation::Moved(Self {
+                            word: AtomicU64::new(word),
+                            #[cfg(feature = "loom")]
+                            racy: self.racy,
+                        })
+                    }
+                    Err(seen) => word = seen,
+                },
+            }
+        }
     }
 }
 

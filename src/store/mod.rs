@@ -1,21 +1,23 @@
 //! Layer 4: the keyed store, a concurrent map from client id to that
 //! client's cell.
 //!
-//! The map is [`scc::HashIndex`], whose lookups take no lock and write no
-//! shared memory: two threads checking one hot key touch only the cell's own
-//! word. `HashIndex` relocates entries when it resizes, and a reader may hold
-//! a reference to the old copy, so each cell lives behind an [`Arc`]: the map
-//! moves the pointer, never the word, and a compare-and-swap through any copy
-//! of the pointer lands in the one live word. `docs/DESIGN.md` ("Keyed store")
-//! has the measurements behind this choice.
+//! The map is the store's own table ([`map`]): a client's key and its cell
+//! (for the word algorithms, its one state word) sit side by side in one
+//! slot, with no allocation per client beyond what the key itself owns.
+//! Lookups take no lock and write no shared memory: two threads checking
+//! one hot key touch only that slot's line. A slot is never refilled while
+//! a reader could hold a reference into it, and a table being replaced
+//! freezes each word it moves, so a compare-and-swap through a stale
+//! reference fails instead of landing in a copy. `docs/DESIGN.md` ("Keyed
+//! store") has the measurements behind this design.
 //!
 //! Keys are hashed with a randomly seeded hasher, because clients choose
-//! their own ids and could otherwise aim them all at one bucket.
+//! their own ids and could otherwise aim them all at one probe sequence.
 //!
 //! The lookup-or-insert protocol is written once, in [`check_or_insert`],
 //! over the operations of the [`Index`] and [`Purge`] traits, so that the
-//! loom models can run the very same protocol over a loom-aware stand-in for
-//! the map.
+//! loom models can run the very same protocol over a loom-aware stand-in
+//! for the map.
 //!
 //! # Eviction
 //!
@@ -25,14 +27,19 @@
 //! finds a dead cell removes the entry itself on the same condition, reads
 //! the clock again and inserts a fresh cell, so it never depends on the
 //! evictor finishing. Since a dead cell stays dead, "remove if dead" never
-//! removes a live entry, whoever runs it and however late.
+//! removes a live entry, whoever runs it and however late. A cell frozen by
+//! a table's rebuild reads as dead through its old copy, and the check that
+//! meets it goes round the same way, to find the live copy in the new table
+//! (where "remove if dead" leaves it alone).
+
+mod map;
 
 use core::borrow::Borrow;
 use core::fmt;
 use core::hash::{BuildHasher, Hash};
-use std::sync::{Arc, TryLockError};
+use std::sync::TryLockError;
 
-use scc::{Guard, HashIndex};
+use self::map::{Cursor, Map};
 
 use crate::cell::{Life, Mortal};
 // Mutex: only the sweep cursor, only ever try_lock-ed on the insert and
@@ -51,8 +58,9 @@ pub(crate) type DefaultHasher = foldhash::quality::RandomState;
 /// for a loom-aware stand-in.
 ///
 /// Contract: `insert` adds `key` only if it is absent, and otherwise hands
-/// the value back; `with` sees every insert that happened before it, and
-/// runs `f` while the value is protected, writing nothing shared itself.
+/// the value back; `with` sees every insert that happened before it; both
+/// run `f` while the value is protected, and `with` writes nothing shared
+/// itself.
 #[allow(unreachable_pub)]
 pub trait Index<K, V> {
     /// Runs `f` on the value for `key`.
@@ -66,12 +74,13 @@ pub trait Index<K, V> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized;
 
-    /// Inserts `value` for `key` if the key is absent.
+    /// Inserts `value` for `key` if the key is absent, then runs `f` on the
+    /// value inserted (after any lock the insert took is released).
     ///
     /// # Errors
     ///
     /// Hands `value` back if the key was present.
-    fn insert(&self, key: K, value: Arc<V>) -> Result<(), Arc<V>>;
+    fn insert<R>(&self, key: K, value: V, f: impl FnOnce(&V) -> R) -> Result<R, V>;
 }
 
 /// What eviction adds to [`Index`]: removing an entry on a condition.
@@ -211,9 +220,11 @@ where
         // any eviction that look saw.
         let now = newcomer.now();
         let settled = if absent {
-            let ours = Arc::new(newcomer.unborn(now));
-            match index.insert(key.to_owned(), Arc::clone(&ours)) {
-                Ok(()) => settle(&*ours, Some(now), &mut op, newcomer),
+            let ours = newcomer.unborn(now);
+            match index.insert(key.to_owned(), ours, |cell| {
+                settle(cell, Some(now), &mut op, newcomer)
+            }) {
+                Ok(settled) => settled,
                 // Another thread inserted first: settle its cell.
                 Err(_) => {
                     absent = false;
@@ -403,8 +414,8 @@ impl<K, V, I: Index<K, V>> Index<K, V> for Permanent<'_, I> {
         self.0.with(key, f)
     }
 
-    fn insert(&self, key: K, value: Arc<V>) -> Result<(), Arc<V>> {
-        self.0.insert(key, value)
+    fn insert<R>(&self, key: K, value: V, f: impl FnOnce(&V) -> R) -> Result<R, V> {
+        self.0.insert(key, value, f)
     }
 }
 
@@ -420,25 +431,24 @@ impl<K, V, I: Index<K, V>> Purge<K, V> for Permanent<'_, I> {
     }
 }
 
-/// A concurrent map from `K` to a shared, never-moving `V`.
+/// The keyed store: the map, and the count of room its entries hold.
 pub(crate) struct Store<K, V, S: BuildHasher = DefaultHasher> {
-    map: HashIndex<K, Arc<V>, S>,
+    map: Map<K, V, S>,
     /// Units of room taken: one per live or evicted entry (an evicted one
     /// gives its unit back just before it leaves the map, under the map's
-    /// lock for its bucket), plus units taken for a cell about to come
+    /// lock for its shard), plus units taken for a cell about to come
     /// alive. Unborn and refused entries hold none. A cap on this count is a
     /// hard cap on the clients tracked.
     held: AtomicU64,
-    /// Where the next sweep slice starts: the key of the first entry it has
-    /// not visited, or `None` for the map's beginning. Taken only with
-    /// `try_lock`, by sweeps, never by a check.
-    cursor: Mutex<Option<K>>,
+    /// Where the next sweep slice starts. Taken only with `try_lock`, by
+    /// sweeps, never by a check.
+    cursor: Mutex<Cursor>,
 }
 
 impl<K, V, S> Index<K, V> for Store<K, V, S>
 where
-    K: Hash + Eq + Clone + 'static,
-    V: 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Mortal + Send + Sync + 'static,
     S: BuildHasher,
 {
     #[inline]
@@ -448,24 +458,27 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        // The guard keeps the entry's memory alive while `f` runs; entering
-        // it touches only this thread's own epoch slot.
-        let guard = Guard::new();
-        match self.map.peek(key, &guard) {
-            Some(cell) => Ok(f(cell)),
-            None => Err(f),
-        }
+        self.map.get(key, f)
     }
 
-    fn insert(&self, key: K, value: Arc<V>) -> Result<(), Arc<V>> {
-        self.map.insert_sync(key, value).map_err(|(_, value)| value)
+    /// A rebuild on the way gives back the room of the dead entries it
+    /// leaves behind (see [`Store::leaving`]).
+    fn insert<R>(&self, key: K, value: V, f: impl FnOnce(&V) -> R) -> Result<R, V> {
+        self.map.insert(
+            key,
+            value,
+            |cell| {
+                self.leaving(cell, false);
+            },
+            f,
+        )
     }
 }
 
 impl<K, V, S> Purge<K, V> for Store<K, V, S>
 where
-    K: Hash + Eq + Clone + 'static,
-    V: Mortal + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Mortal + Send + Sync + 'static,
     S: BuildHasher,
 {
     /// Gives back the room the removed cell held (see [`Store::leaving`]).
@@ -475,7 +488,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.map.remove_if_sync(key, |cell| {
+        self.map.remove_if(key, |cell| {
             let gone = condition(cell);
             if gone {
                 self.leaving(cell, false);
@@ -488,23 +501,21 @@ where
 /// What a sweep slice did.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Swept {
-    /// Entries removed.
-    pub(crate) removed: u64,
     /// Whether the caller was handed a removed entry's unit of room.
     pub(crate) kept: bool,
 }
 
 impl<K, V, S> Store<K, V, S>
 where
-    K: Hash + Eq + Clone + 'static,
-    V: Mortal + 'static,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Mortal + Send + Sync + 'static,
     S: BuildHasher,
 {
     pub(crate) fn with_hasher(hasher: S) -> Self {
         Self {
-            map: HashIndex::with_hasher(hasher),
+            map: Map::with_hasher(hasher),
             held: AtomicU64::new(0),
-            cursor: Mutex::new(None),
+            cursor: Mutex::new(Cursor::default()),
         }
     }
 
@@ -520,7 +531,7 @@ where
     }
 
     /// The entry holding `cell` is about to leave the map, and the caller
-    /// holds its bucket's lock: gives back the unit of room the cell holds,
+    /// holds its shard's lock: gives back the unit of room the cell holds,
     /// if any, or with `keep` hands it to the caller. Called before the
     /// removal, so a thread that then finds the entry gone (having taken
     /// that lock after the removal) also finds the room free. True iff the
@@ -574,7 +585,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let mut room = false;
-        let removed = self.map.remove_if_sync(key, |cell| {
+        let removed = self.map.remove_if(key, |cell| {
             let gone = condition(cell);
             room = gone && self.leaving(cell, true);
             gone
@@ -591,25 +602,28 @@ where
 
     /// Visits every entry once and removes those for which `evict` is true
     /// (it must retire the cell first) or whose cell is already dead, giving
-    /// back each one's room as it goes. Returns how many were removed.
+    /// back each one's room as it goes, then shrinks tables left mostly
+    /// empty. Returns how many were removed.
     pub(crate) fn sweep(&self, mut evict: impl FnMut(&V) -> bool) -> u64 {
-        let mut removed = 0;
-        self.map.retain_sync(|_, cell| {
-            let gone = evict(cell) || cell.is_dead();
-            if gone {
-                removed += 1;
+        self.map.retain(
+            |_, cell| {
+                let gone = evict(cell) || cell.is_dead();
+                if gone {
+                    self.leaving(cell, false);
+                }
+                gone
+            },
+            |cell| {
                 self.leaving(cell, false);
-            }
-            !gone
-        });
-        removed
+            },
+        )
     }
 
     /// Visits up to `budget` entries from where the last slice stopped,
     /// removing those for which `visit` is true (it must retire the cell
-    /// first) or whose cell is already dead; wraps to the beginning once it
-    /// reaches the end. Returns what it did, or `None` if another thread is
-    /// sweeping a slice (this one then does nothing).
+    /// first) or whose cell is already dead; the next slice starts at the
+    /// beginning once one reaches the end. Returns what it did, or `None` if
+    /// another thread is sweeping a slice (this one then does nothing).
     ///
     /// With `keep_one`, the first removed entry's unit of room is not given
     /// back but handed to the caller, as [`Store::reserve`] would have: a
@@ -618,39 +632,26 @@ where
     pub(crate) fn sweep_slice(
         &self,
         budget: u64,
-        mut visit: impl FnMut(&K, &Arc<V>) -> bool,
+        mut visit: impl FnMut(&K, &V) -> bool,
         keep_one: bool,
     ) -> Option<Swept> {
         let mut cursor = match self.cursor.try_lock() {
             Ok(cursor) => cursor,
             Err(TryLockError::WouldBlock) => return None,
-            // A panic in `visit` left the cursor as it was: still valid.
+            // A panic in `visit` left the cursor at some position: still
+            // valid.
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
         };
-        // Resume at the recorded key; if it has left the map, start over.
-        let mut entry = cursor
-            .take()
-            .and_then(|key| self.map.get_sync(&key))
-            .or_else(|| self.map.begin_sync());
-        let mut swept = Swept::default();
-        for _ in 0..budget {
-            let Some(here) = entry else { break };
-            // `here` holds its bucket's write lock (checks read without it).
-            let cell = here.get();
-            let gone = visit(here.key(), cell) || cell.is_dead();
-            entry = if gone {
-                swept.removed += 1;
-                if self.leaving(cell, keep_one && !swept.kept) {
-                    swept.kept = true;
-                }
-                here.remove_and_sync()
-            } else {
-                here.next_sync()
-            };
-        }
-        *cursor = entry.map(|here| here.key().clone());
+        let mut kept = false;
+        self.map.sweep_slice(&mut cursor, budget, |key, cell| {
+            let gone = visit(key, cell) || cell.is_dead();
+            if gone && self.leaving(cell, keep_one && !kept) {
+                kept = true;
+            }
+            gone
+        });
         drop(cursor);
-        Some(swept)
+        Some(Swept { kept })
     }
 }
 
