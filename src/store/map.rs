@@ -590,11 +590,15 @@ where
     /// Visits every live entry, removing those for which `remove` (run
     /// under the shard's lock) is true, then rebuilds each shard left less
     /// than a quarter full, or frees its table if it is empty. `on_dead` is
-    /// as in [`Map::insert`]. Returns how many entries `remove` removed.
+    /// as in [`Map::insert`]. `shard_done` runs after each shard, still
+    /// under its lock (a caller can settle there, in one step, what it
+    /// counted for the shard's removals). Returns how many entries `remove`
+    /// removed.
     pub(crate) fn retain(
         &self,
         mut remove: impl FnMut(&K, &V) -> bool,
         mut on_dead: impl FnMut(&V),
+        mut shard_done: impl FnMut(),
     ) -> u64 {
         let guard = epoch::pin();
         let mut removed = 0;
@@ -619,6 +623,7 @@ where
                 let room_for = counts.live;
                 self.rebuild(shard, &mut counts, room_for, &mut on_dead, &guard);
             }
+            shard_done();
         }
         removed
     }
@@ -856,7 +861,7 @@ mod tests {
                 .sum()
         };
         let before = capacity();
-        let removed = map.retain(|_, cell| cell.load() % 10 != 0, |_| unreachable!());
+        let removed = map.retain(|_, cell| cell.load() % 10 != 0, |_| unreachable!(), || ());
         assert_eq!(removed, N - N.div_ceil(10));
         // Shrunk: to under half the entries there were, or, where the
         // shards held only a few each (a small N), to one group per shard.

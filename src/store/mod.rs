@@ -35,6 +35,7 @@
 mod map;
 
 use core::borrow::Borrow;
+use core::cell::Cell;
 use core::fmt;
 use core::hash::{BuildHasher, Hash};
 use std::sync::TryLockError;
@@ -602,20 +603,31 @@ where
 
     /// Visits every entry once and removes those for which `evict` is true
     /// (it must retire the cell first) or whose cell is already dead, giving
-    /// back each one's room as it goes, then shrinks tables left mostly
-    /// empty. Returns how many were removed.
+    /// back the room of each shard's removed entries before that shard's
+    /// lock is released, then shrinks tables left mostly empty. Returns how
+    /// many were removed.
     pub(crate) fn sweep(&self, mut evict: impl FnMut(&V) -> bool) -> u64 {
+        // Units to give back for the shard being swept: one shared
+        // `fetch_sub` per shard instead of one per entry. Still before the
+        // shard's lock is released, so a thread that finds one of these
+        // entries gone (having taken that lock after the removal) also
+        // finds its room free, as `leaving` promises.
+        let freed = Cell::new(0);
+        let leaving = |cell: &V| {
+            if cell.holds_room() {
+                freed.set(freed.get() + 1);
+            }
+        };
         self.map.retain(
             |_, cell| {
                 let gone = evict(cell) || cell.is_dead();
                 if gone {
-                    self.leaving(cell, false);
+                    leaving(cell);
                 }
                 gone
             },
-            |cell| {
-                self.leaving(cell, false);
-            },
+            leaving,
+            || self.release(freed.replace(0)),
         )
     }
 
