@@ -12,7 +12,7 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::CostError;
 use crate::memory::{Counters, Memory, Overflow, Stats};
-use crate::store::{check_or_insert, DefaultHasher, Newcomer, Store};
+use crate::store::{check_or_insert, DefaultHasher, Newcomer, Purge, Store};
 
 /// The one entry point: may this client make a request now?
 ///
@@ -566,6 +566,100 @@ where
         });
         Counters::add(&self.counters.evicted_idle, retired);
         usize::try_from(removed).unwrap_or(usize::MAX)
+    }
+
+    /// Puts `client_id` back to a fresh state now, as if it had never made
+    /// a request; returns whether the limiter held a live state for it.
+    ///
+    /// Linearizable against concurrent checks of the same client: each one
+    /// is decided wholly before the reset (and its admission is then
+    /// forgotten with the rest) or wholly after (on the fresh state). For
+    /// the token bucket and both window counters the state is one word, put
+    /// back in place by one compare-and-swap, so the client keeps its place
+    /// under [`max_clients`](crate::Builder::max_clients). A sliding window
+    /// log is many words, so it is reset by forgetting it, as
+    /// [`remove`](Self::remove) does: its next request brings in a fresh log
+    /// (and takes a unit of room again). An unknown client, or one being
+    /// added at this instant, is already fresh: `false`, and nothing
+    /// changes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder().rate(1, Duration::from_secs(60)).build()?;
+    /// assert!(limiter.allow_request("alice"));
+    /// assert!(!limiter.allow_request("alice"));
+    /// assert!(limiter.reset("alice"));
+    /// assert!(limiter.allow_request("alice"));
+    /// assert!(!limiter.reset("bob"));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn reset<Q>(&self, client_id: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let now = self.counters.not_before(self.clock.now_nanos());
+        let algorithm = &self.algorithm;
+        match self.store.get(client_id, |cell| algorithm.reset(cell, now)) {
+            Some(Some(was_live)) => was_live,
+            Some(None) => self.remove(client_id),
+            None => false,
+        }
+    }
+
+    /// Forgets `client_id` now, giving back its unit of room; returns
+    /// whether the limiter held a live state for it.
+    ///
+    /// Linearizable against concurrent checks, by the same two steps as
+    /// eviction: the client's state is first retired by an exchange to the
+    /// tombstone, then its entry is removed. A check decided before the
+    /// exchange counted on the old state, which is then forgotten; a check
+    /// after it finds the tombstone or no entry, and starts the client
+    /// afresh (never judged earlier than this call's clock reading). A
+    /// client being added at this instant is left to come in: the removal
+    /// takes effect before it. Unlike an eviction of an idle client, this
+    /// changes decisions by intent, and [`stats`](Self::stats) does not
+    /// count it as an eviction.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{FixedWindow, Overflow};
+    ///
+    /// let limiter = FixedWindow::builder()
+    ///     .limit(1)
+    ///     .window(Duration::from_secs(60))
+    ///     .max_clients(1)
+    ///     .overflow(Overflow::DenyNew)
+    ///     .build()?;
+    /// assert!(limiter.allow_request("alice"));
+    /// assert!(!limiter.allow_request("bob")); // full
+    /// assert!(limiter.remove("alice"));
+    /// assert_eq!(limiter.len(), 0);
+    /// assert!(limiter.allow_request("bob"));
+    /// assert!(!limiter.remove("carol"));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn remove<Q>(&self, client_id: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let now = self.counters.not_before(self.clock.now_nanos());
+        self.counters.evicting(now);
+        let algorithm = &self.algorithm;
+        let retired = self.store.get(client_id, |cell| {
+            cell.life() == Life::Live && algorithm.force_evict(cell)
+        }) == Some(true);
+        // Whoever retired it (this call, a sweep, a racing remove), a dead
+        // entry goes, and gives its room back as it leaves.
+        let _ = Purge::remove_if(&self.store, client_id, Mortal::is_dead);
+        retired
     }
 
     /// The memory counters: clients held, evicted (idle, and by sampled

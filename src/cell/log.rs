@@ -588,6 +588,10 @@ impl Algorithm for SlidingWindowLog {
         cell.retire()
     }
 
+    fn reset(&self, _: &LogCell, _: u64) -> Option<bool> {
+        None
+    }
+
     fn idle_at(&self, cell: &LogCell) -> u64 {
         if cell.reads_dead() {
             return 0;

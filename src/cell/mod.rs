@@ -498,6 +498,15 @@ pub trait Algorithm: sealed::Sealed + FromParams + Send + Sync + 'static {
     fn force_evict(&self, cell: &Self::Cell) -> bool;
 
     #[doc(hidden)]
+    /// Puts a live cell's state back to a fresh one, never judged earlier
+    /// than `floor`, in place: one exchange through the cell's CAS loop, so
+    /// a check lands wholly before it or wholly after. `Some(true)` iff the
+    /// cell was alive. A cell whose state is more than one word (the log)
+    /// cannot be reset in one exchange: `None`, and the caller retires and
+    /// removes it instead.
+    fn reset(&self, cell: &Self::Cell, floor: u64) -> Option<bool>;
+
+    #[doc(hidden)]
     /// The first instant at which the cell will be idle if nothing more is
     /// admitted; 0 if it is idle already at any time.
     fn idle_at(&self, cell: &Self::Cell) -> u64;
@@ -567,6 +576,11 @@ impl<A: WordAlgorithm + FromParams> Algorithm for A {
 
     fn force_evict(&self, cell: &StateCell) -> bool {
         cell.retire()
+    }
+
+    fn reset(&self, cell: &StateCell, floor: u64) -> Option<bool> {
+        let fresh = self.fresh_at(floor);
+        Some(matches!(cell.apply(|_| Some(fresh)), Applied::Admitted(_)))
     }
 
     fn idle_at(&self, cell: &StateCell) -> u64 {
