@@ -12,7 +12,7 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::CostError;
 use crate::memory::{Counters, Memory, Overflow, Stats};
-use crate::store::{check_or_insert, DefaultHasher, Newcomer, Purge, Store};
+use crate::store::{act_on_live, check_or_insert, DefaultHasher, Newcomer, Purge, Store};
 
 /// The one entry point: may this client make a request now?
 ///
@@ -604,9 +604,16 @@ where
     {
         let now = self.counters.not_before(self.clock.now_nanos());
         let algorithm = &self.algorithm;
-        match self.store.get(client_id, |cell| algorithm.reset(cell, now)) {
-            Some(Some(was_live)) => was_live,
-            Some(None) => self.remove(client_id),
+        match act_on_live(&self.store, client_id, |cell| {
+            match algorithm.reset(cell, now) {
+                Some(true) => Some(true),
+                Some(false) => None,
+                // Many words: forget it instead.
+                None => Some(false),
+            }
+        }) {
+            Some(true) => true,
+            Some(false) => self.remove(client_id),
             None => false,
         }
     }
@@ -653,12 +660,15 @@ where
         let now = self.counters.not_before(self.clock.now_nanos());
         self.counters.evicting(now);
         let algorithm = &self.algorithm;
-        let retired = self.store.get(client_id, |cell| {
-            cell.life() == Life::Live && algorithm.force_evict(cell)
-        }) == Some(true);
-        // Whoever retired it (this call, a sweep, a racing remove), a dead
-        // entry goes, and gives its room back as it leaves.
-        let _ = Purge::remove_if(&self.store, client_id, Mortal::is_dead);
+        let retired = act_on_live(&self.store, client_id, |cell| {
+            (cell.life() == Life::Live && algorithm.force_evict(cell)).then_some(())
+        })
+        .is_some();
+        // The entry this call retired goes, and gives its room back as it
+        // leaves (unless a rebuild or a check has removed it first).
+        if retired {
+            let _ = Purge::remove_if(&self.store, client_id, Mortal::is_dead);
+        }
         retired
     }
 

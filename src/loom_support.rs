@@ -16,7 +16,7 @@
 use core::time::Duration;
 
 pub use crate::cell::{Algorithm, Life, Mortal, Relocation, StateCell};
-pub use crate::store::{check_or_insert, get_or_insert, Index, Newcomer, Purge};
+pub use crate::store::{act_on_live, check_or_insert, get_or_insert, Index, Newcomer, Purge};
 use crate::{ConfigError, FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 
 /// A validated token bucket of `capacity`, refilled `tokens` per `per`.

@@ -189,6 +189,52 @@ where
     check_slow(index, key, absent, op, newcomer)
 }
 
+/// What [`act_on_live`]'s step made of the cell it found.
+enum Acted<R> {
+    /// The action answered.
+    Done(R),
+    /// The cell is dead (evicted, refused, or frozen by a rebuild while
+    /// this thread looked): remove it if it is still there, and look again.
+    Dead,
+    /// The cell is not alive yet: a new client, already fresh.
+    Unborn,
+}
+
+/// Runs `act` on the live cell the map holds for `key`: `act` answers
+/// `None` if it found the cell not alive, having changed nothing. A dead
+/// cell (retired, or frozen and moved by a table rebuild) is looked past:
+/// removed if it is still the key's entry, and the key looked up again, so
+/// an action on a client the map holds is never lost to a concurrent
+/// rebuild or eviction. Returns `None` if the key has no cell, or only one
+/// not alive yet (a new client coming in, which is fresh anyway).
+#[allow(unreachable_pub)] // re-exported by `tollgate::__loom`
+pub fn act_on_live<K, V, Q, R, I>(
+    index: &I,
+    key: &Q,
+    mut act: impl FnMut(&V) -> Option<R>,
+) -> Option<R>
+where
+    I: Purge<K, V>,
+    V: Mortal,
+    K: Borrow<Q>,
+    Q: Hash + Eq + ?Sized,
+{
+    loop {
+        let acted = index.with(key, |cell| match act(cell) {
+            Some(answer) => Acted::Done(answer),
+            None if cell.is_dead() => Acted::Dead,
+            None => Acted::Unborn,
+        });
+        match acted {
+            Ok(Acted::Done(answer)) => return Some(answer),
+            Ok(Acted::Unborn) | Err(_) => return None,
+            Ok(Acted::Dead) => {
+                let _ = index.remove_if(key, V::is_dead);
+            }
+        }
+    }
+}
+
 /// What [`settle`] made of a cell.
 enum Settled<R> {
     /// `op` answered on the live cell.
