@@ -10,7 +10,10 @@
 //! "admit untracked" for a client refused room. Its broken variants are the
 //! bugs the models must catch.
 
-use loom::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use loom::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use tollgate::__loom::{Algorithm, Newcomer};
 
 /// The room a model's limiter has, and the latest eviction's reading.
@@ -69,6 +72,9 @@ pub(crate) struct Arrival<'a, A> {
     /// The bug of the stale-reading models: a new state starts at 0, as if
     /// no eviction had happened, instead of at the floor.
     pub(crate) forget_floor: bool,
+    /// Turn a new client away at a full cap before inserting it, as the
+    /// limiter does under its non-evicting policies.
+    pub(crate) turn_away: bool,
 }
 
 impl<A: Algorithm> Arrival<'_, A> {
@@ -99,7 +105,8 @@ impl<A: Algorithm> Newcomer<A::Cell, bool> for Arrival<'_, A> {
             self.room.held.fetch_add(1, Relaxed);
             return true;
         };
-        if self.room.held.fetch_add(1, Relaxed) < max {
+        // Release: as `Store::reserve`, for `turn_away`'s Acquire.
+        if self.room.held.fetch_add(1, Release) < max {
             true
         } else {
             self.release();
@@ -117,6 +124,15 @@ impl<A: Algorithm> Newcomer<A::Cell, bool> for Arrival<'_, A> {
 
     fn activate(&self, cell: &A::Cell, floor: u64) {
         self.algorithm.activate(cell, self.floor(floor));
+    }
+
+    fn turn_away(&self, _: u64) -> bool {
+        // Acquire: as `Store::is_full`.
+        self.turn_away
+            && self
+                .room
+                .max
+                .is_some_and(|max| self.room.held.load(Acquire) >= max)
     }
 
     fn refused(&self, _: u64) -> Option<bool> {

@@ -147,6 +147,7 @@ pub(crate) fn check_at<A: Algorithm + Copy>(
         room,
         reading,
         forget_floor,
+        turn_away: false,
     };
     check_or_insert(
         index,

@@ -796,6 +796,26 @@ where
         self.limiter.algorithm.activate(cell, floor);
     }
 
+    fn turn_away(&self, now: u64) -> bool {
+        let limiter = self.limiter;
+        // Sampled eviction makes room for every new client; the other
+        // policies answer without tracking it, so at a full cap it need not
+        // be inserted (and then removed, leaving a slot that only a rebuild
+        // of its shard reclaims).
+        if matches!(limiter.memory.overflow, Overflow::EvictSampled { .. })
+            || !limiter.store.is_full(limiter.memory.max_clients)
+        {
+            return false;
+        }
+        // The short scan for idle clients, as a client inserted at a full cap
+        // gets; if it freed room, let the client in the usual way.
+        if limiter.overflow(now) {
+            limiter.store.release(1);
+            return false;
+        }
+        true
+    }
+
     fn refused(&self, now: u64) -> Option<R> {
         let counters = &self.limiter.counters;
         match self.limiter.memory.overflow {

@@ -136,9 +136,22 @@ pub trait Newcomer<V, R> {
     fn activate(&self, cell: &V, floor: u64);
 
     /// The answer for a client that found no room, once this thread has
-    /// refused its cell: `Some` answer (a denial), or `None` to decide the
-    /// request on an untracked fresh cell.
+    /// refused its cell (or turned it away): `Some` answer (a denial), or
+    /// `None` to decide the request on an untracked fresh cell.
     fn refused(&self, now: u64) -> Option<R>;
+
+    /// Whether a new client should be turned away before it is inserted:
+    /// the cap is reached, no room could be made, and the policy never
+    /// forgets a tracked client for a new one. `true` must come from a look
+    /// at the room that sees, with every unit taken before it, the entry
+    /// that unit was taken for (an `Acquire` load pairing with the taker's
+    /// `Release`), so that the caller's next lookup finds a racing first
+    /// request of this very client. By default no client is turned away:
+    /// each is inserted unborn, then settled.
+    fn turn_away(&self, now: u64) -> bool {
+        let _ = now;
+        false
+    }
 }
 
 /// Runs `op` on the live cell for `key` in `index`, bringing one to life
@@ -243,6 +256,8 @@ enum Settled<R> {
     Dead,
     /// This thread refused the cell: remove it, then answer with this.
     Refused(Option<R>),
+    /// The client was turned away before it was inserted: answer with this.
+    TurnedAway(Option<R>),
 }
 
 #[cold]
@@ -266,7 +281,15 @@ where
         // us here (the fast path's, or the last round's), so no earlier than
         // any eviction that look saw.
         let now = newcomer.now();
-        let settled = if absent {
+        let settled = if absent && newcomer.turn_away(now) {
+            // The room was all taken when we looked, perhaps by a first
+            // request of this very client racing us: its entry is visible
+            // now if its unit was, so look again, and settle its cell.
+            match index.with(key, |cell| settle(cell, None, &mut op, newcomer)) {
+                Ok(settled) => settled,
+                Err(_) => Settled::TurnedAway(newcomer.refused(now)),
+            }
+        } else if absent {
             let ours = newcomer.unborn(now);
             match index.insert(key.to_owned(), ours, |cell| {
                 settle(cell, Some(now), &mut op, newcomer)
@@ -289,13 +312,18 @@ where
         };
         // After a removal, the key is most likely absent.
         absent = true;
+        // A refused cell is in the map, to be removed; a client turned
+        // away never was.
+        let refused = matches!(settled, Settled::Refused(_));
         match settled {
             Settled::Answer(answer) => return answer,
             Settled::Dead => {
                 let _ = index.remove_if(key, V::is_dead);
             }
-            Settled::Refused(answer) => {
-                let _ = index.remove_if(key, V::is_dead);
+            Settled::Refused(answer) | Settled::TurnedAway(answer) => {
+                if refused {
+                    let _ = index.remove_if(key, V::is_dead);
+                }
                 if let Some(answer) = answer {
                     return answer;
                 }
@@ -608,7 +636,9 @@ where
         if self.held.load(Ordering::Relaxed) >= max {
             return false;
         }
-        if self.held.fetch_add(1, Ordering::Relaxed) < max {
+        // Release: publishes the entry this unit is taken for (inserted
+        // before it) to whoever sees the unit taken (`is_full`).
+        if self.held.fetch_add(1, Ordering::Release) < max {
             true
         } else {
             self.release(1);
@@ -618,8 +648,13 @@ where
 
     /// Whether no unit of room is left under `max`.
     pub(crate) fn is_full(&self, max: Option<u64>) -> bool {
-        // Relaxed: as in `reserve`.
-        max.is_some_and(|max| self.held.load(Ordering::Relaxed) >= max)
+        // Acquire: pairs with the Release of every unit taken in `reserve`
+        // (and, through the release sequence, with later read-modify-writes
+        // of the count), so a caller that sees a unit taken also sees the
+        // entry it was taken for: a first request turned away at a full cap
+        // looks the client up again after this, and finds a racing first
+        // request's entry (`Newcomer::turn_away`).
+        max.is_some_and(|max| self.held.load(Ordering::Acquire) >= max)
     }
 
     /// Removes `key`'s entry if `condition` holds of its cell, handing the
