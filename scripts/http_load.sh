@@ -7,7 +7,8 @@
 #
 # Settings (environment): ROUNDS (5), DURATION (6s), WARMUP (1s),
 # CONNECTIONS (32), WRK_THREADS (1), SCENARIOS ("allowed deny"),
-# MODES ("bare tollgate governor"), SERVER_CPU (0), WRK_CPU (1).
+# MODES ("bare tollgate governor"; also tollgate-no-headers, the layer with
+# AdmittedHeaders::Never), SERVER_CPU (0), WRK_CPU (1).
 #
 # With two or more CPUs and `taskset`, the server is pinned to SERVER_CPU
 # (its tokio runtime then has one worker) and wrk to WRK_CPU, so that each
