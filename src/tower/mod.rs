@@ -137,7 +137,7 @@ impl<C, E: KeyExtractor + Clone> Clone for Shared<C, E> {
 impl<C, E: KeyExtractor + fmt::Debug> fmt::Debug for Shared<C, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimit")
-            .field("policy", &self.respond.name)
+            .field("policy", &self.respond.name())
             .field("quota", &self.respond.quota)
             .field("extractor", &self.extractor)
             .field("admitted_headers", &self.respond.admitted)
@@ -207,12 +207,7 @@ where
     /// [`stats`](crate::Limiter::stats), say), or use
     /// [`limiter`](RateLimitLayer::limiter).
     pub fn new(limiter: C, extractor: E) -> Self {
-        let respond = Respond {
-            name: "\"default\"".to_owned(),
-            quota: limiter.quota(),
-            admitted: AdmittedHeaders::Always,
-            legacy: false,
-        };
+        let respond = Respond::new(limiter.quota());
         Self {
             shared: Arc::new(Shared {
                 limiter: Arc::new(limiter),
@@ -239,7 +234,8 @@ where
     /// [`ConfigError`] naming `policy_name` if `name` holds a character
     /// that is not printable ASCII, which a structured field cannot carry.
     pub fn policy_name(mut self, name: &str) -> Result<Self, ConfigError> {
-        self.respond().name = response::sf_string(name)?;
+        let name = response::sf_string(name)?;
+        self.respond().set_name(name);
         Ok(self)
     }
 

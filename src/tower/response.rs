@@ -108,15 +108,56 @@ pub(super) fn sf_bytes(bytes: &[u8]) -> String {
     out
 }
 
+/// `n` in decimal, on the stack.
+struct Decimal {
+    digits: [u8; 20],
+    start: usize,
+}
+
+impl Decimal {
+    fn new(mut n: u64) -> Self {
+        let mut digits = [0; 20];
+        let mut start = digits.len();
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                return Self { digits, start };
+            }
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.digits[self.start..]
+    }
+}
+
+/// One header value made of `parts`, in a single allocation of exactly
+/// its length (a `format!`ed `String` grows several times, and one with
+/// spare capacity costs `Bytes` a second allocation).
+fn value(parts: &[&[u8]]) -> HeaderValue {
+    let mut bytes = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        bytes.extend_from_slice(part);
+    }
+    // Every header this module writes is printable ASCII: quoted names are
+    // checked by `sf_string`, the rest are digits and base64.
+    HeaderValue::try_from(bytes).expect("rate-limit headers are printable ASCII")
+}
+
 /// Everything the layer needs to write its responses; one per layer,
 /// shared by its services and their futures.
 #[derive(Debug, Clone)]
 pub(super) struct Respond {
     /// The policy's name as an RFC 9651 String.
-    pub(super) name: String,
+    name: String,
     pub(super) quota: Quota,
     pub(super) admitted: AdmittedHeaders,
     pub(super) legacy: bool,
+    /// `RateLimit-Policy` without a partition key: the same on every
+    /// response, so written when the name is set.
+    policy: Box<[u8]>,
 }
 
 /// The headers for one decision, made before the inner service runs and
@@ -140,31 +181,57 @@ impl Stamp {
     }
 }
 
-fn value(s: String) -> HeaderValue {
-    // Every header this module writes is printable ASCII: quoted names are
-    // checked by `sf_string`, the rest are digits and base64.
-    HeaderValue::try_from(s).expect("rate-limit headers are printable ASCII")
-}
-
 impl Respond {
+    /// The responses for `quota`: policy `"default"`, headers on every
+    /// admitted response, no legacy headers.
+    pub(super) fn new(quota: Quota) -> Self {
+        let mut respond = Self {
+            name: String::new(),
+            quota,
+            admitted: AdmittedHeaders::Always,
+            legacy: false,
+            policy: Box::default(),
+        };
+        respond.set_name("\"default\"".to_owned());
+        respond
+    }
+
+    /// The policy's name as an RFC 9651 String.
+    pub(super) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Sets the name, an RFC 9651 String (from [`sf_string`]).
+    pub(super) fn set_name(&mut self, name: String) {
+        let q = Decimal::new(self.quota.limit());
+        let w = Decimal::new(window_seconds(self.quota.window()));
+        let parts: [&[u8]; 5] = [name.as_bytes(), b";q=", q.as_bytes(), b";w=", w.as_bytes()];
+        self.policy = parts.concat().into_boxed_slice();
+        self.name = name;
+    }
+
     /// The headers for decision `d`, with the partition key `pk` (an RFC
     /// 9651 Byte Sequence) if any.
     pub(super) fn stamp(&self, d: &Decision, pk: Option<&str>) -> Stamp {
         let q = self.quota.limit();
         let t = seconds_up(d.replenish_after());
-        let mut policy = format!(
-            "{};q={q};w={}",
-            self.name,
-            window_seconds(self.quota.window())
-        );
-        let mut limit = format!("{};r={};t={t}", self.name, d.remaining());
-        if let Some(pk) = pk {
-            let _ = write!(policy, ";pk={pk}");
-            let _ = write!(limit, ";pk={pk}");
-        }
+        let (pk_prefix, pk): (&[u8], &[u8]) = match pk {
+            Some(pk) => (b";pk=", pk.as_bytes()),
+            None => (b"", b""),
+        };
+        let r = Decimal::new(d.remaining());
+        let t_digits = Decimal::new(t);
         Stamp {
-            policy: value(policy),
-            limit: value(limit),
+            policy: value(&[&self.policy, pk_prefix, pk]),
+            limit: value(&[
+                self.name.as_bytes(),
+                b";r=",
+                r.as_bytes(),
+                b";t=",
+                t_digits.as_bytes(),
+                pk_prefix,
+                pk,
+            ]),
             legacy: self.legacy.then(|| {
                 [
                     HeaderValue::from(q),
@@ -225,6 +292,15 @@ pub(super) fn problem<R: From<String>>(status: StatusCode, detail: &str) -> Resp
 
 /// Appends `s` as a JSON string.
 fn json_string(out: &mut String, s: &str) {
+    let plain = |b: u8| b >= 0x20 && b != b'"' && b != b'\\';
+    if s.bytes().all(plain) {
+        // Nearly every string the layer writes: copied whole.
+        out.reserve(s.len() + 2);
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     out.push('"');
     for c in s.chars() {
         match c {
@@ -255,6 +331,19 @@ mod tests {
         assert_eq!(window_seconds(Duration::from_nanos(60_000_000_004)), 60);
         assert_eq!(window_seconds(Duration::from_millis(1_500)), 2);
         assert_eq!(window_seconds(Duration::MAX), SF_INTEGER_MAX);
+    }
+
+    #[test]
+    fn decimals_and_values() {
+        for n in [0, 7, 10, 99, 100, 1_000_000_000, SF_INTEGER_MAX, u64::MAX] {
+            assert_eq!(Decimal::new(n).as_bytes(), n.to_string().as_bytes());
+        }
+        assert_eq!(value(&[b"\"a\"", b";r=", b"", b"9"]), "\"a\";r=9");
+        let mut respond = Respond::new(Quota::new(10, Duration::from_secs(60)));
+        assert_eq!(&*respond.policy, b"\"default\";q=10;w=60");
+        respond.set_name(sf_string("api").unwrap());
+        assert_eq!(respond.name(), "\"api\"");
+        assert_eq!(&*respond.policy, b"\"api\";q=10;w=60");
     }
 
     #[test]
