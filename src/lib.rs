@@ -128,6 +128,7 @@ mod decision;
 mod error;
 mod limiter;
 mod memory;
+mod reservation;
 mod store;
 mod sync;
 #[cfg(feature = "tower")]
@@ -138,9 +139,10 @@ pub use builder::Builder;
 pub use cell::Algorithm;
 pub use clock::{Clock, CoarseClock, InstantClock, ManualClock, MonotonicClock};
 pub use decision::Decision;
-pub use error::{ConfigError, CostError};
+pub use error::{ConfigError, CostError, ReserveError};
 pub use limiter::{Limiter, RateLimiter};
 pub use memory::{Overflow, Stats};
+pub use reservation::Reservation;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
