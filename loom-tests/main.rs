@@ -87,6 +87,7 @@ mod harness;
 mod insert;
 mod log;
 mod relocation;
+mod reserve;
 mod shim;
 mod stand_in;
 mod token_bucket;
