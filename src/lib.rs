@@ -133,6 +133,8 @@ mod store;
 mod sync;
 #[cfg(feature = "tower")]
 pub mod tower;
+#[cfg(feature = "tokio")]
+mod wait;
 
 pub use algorithm::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 pub use builder::Builder;
