@@ -2,6 +2,8 @@
 //! paused clock: the limiter reads the same clock as tokio's timer, so
 //! sleeps are exact and instant.
 
+#![cfg(not(feature = "loom"))]
+
 use std::sync::Arc;
 use std::time::Duration;
 
