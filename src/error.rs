@@ -204,9 +204,11 @@ pub enum ReserveError {
         retry_after: Duration,
     },
     /// The algorithm cannot book requests ahead: only the
-    /// [`TokenBucket`](crate::TokenBucket) can. (The windows keep no
-    /// record of the future in their state: see "Waiting for capacity" in
-    /// the README.)
+    /// [`TokenBucket`](crate::TokenBucket) and the
+    /// [`FixedWindow`](crate::FixedWindow) can (the fixed window unless its
+    /// limit lies in the top half of its range). The sliding windows' state
+    /// has no room for a charge that counts in a later window: see
+    /// "Waiting for capacity" in the README.
     Unsupported,
 }
 
@@ -234,7 +236,7 @@ impl fmt::Display for ReserveError {
                 "the limiter is full and denies new clients; room is likely after {retry_after:?}"
             ),
             Self::Unsupported => {
-                f.write_str("this algorithm cannot reserve ahead; only the token bucket can")
+                f.write_str("this limiter cannot book requests ahead; only the token bucket and the fixed window can")
             }
         }
     }

@@ -414,7 +414,11 @@ where
     /// A cost of 0 is ready at once and charges nothing. Dropping the
     /// reservation before its time cancels it; see [`Reservation`].
     ///
-    /// Only the [`TokenBucket`](crate::TokenBucket) can book ahead.
+    /// The [`TokenBucket`](crate::TokenBucket) and the
+    /// [`FixedWindow`](crate::FixedWindow) book ahead. The fixed window
+    /// books a request that does not fit into the first later window where
+    /// it fits, and closes the windows before it, so that requests are
+    /// served in the order they booked.
     ///
     /// # Errors
     ///
@@ -427,7 +431,8 @@ where
     ///   a request could never conform;
     /// - [`ReserveError::Full`] for a new client that a full limiter denies
     ///   ([`Overflow::DenyNew`]);
-    /// - [`ReserveError::Unsupported`] for the windowed algorithms.
+    /// - [`ReserveError::Unsupported`] for the sliding windows, and for a
+    ///   fixed window whose limit lies in the top half of its range.
     ///
     /// # Examples
     ///

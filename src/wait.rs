@@ -67,8 +67,8 @@ where
     /// exceeds the capacity; [`ReserveError::TooLong`] with a wait of
     /// `Duration::MAX` if the request would conform only after the end of
     /// the clock's range; [`ReserveError::Full`] for a new client that a
-    /// full limiter denies; [`ReserveError::Unsupported`] for the windowed
-    /// algorithms.
+    /// full limiter denies; [`ReserveError::Unsupported`] for the sliding
+    /// windows.
     ///
     /// # Examples
     ///

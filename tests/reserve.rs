@@ -450,14 +450,13 @@ fn waits_near_the_end_of_time_are_never_and_never_overflow() {
 }
 
 #[test]
-fn the_windows_cannot_book_ahead_and_a_full_limiter_refuses_new_clients() {
+fn the_sliding_windows_cannot_book_ahead_and_a_full_limiter_refuses_new_clients() {
     let w = Duration::from_secs(1);
     let sliding = SlidingWindowCounter::builder()
         .limit(2)
         .window(w)
         .build()
         .unwrap();
-    let fixed = FixedWindow::builder().limit(2).window(w).build().unwrap();
     let log = SlidingWindowLog::builder()
         .limit(2)
         .window(w)
@@ -467,12 +466,8 @@ fn the_windows_cannot_book_ahead_and_a_full_limiter_refuses_new_clients() {
         sliding.reserve("a", w).unwrap_err(),
         ReserveError::Unsupported
     );
-    assert_eq!(
-        fixed.reserve("a", w).unwrap_err(),
-        ReserveError::Unsupported
-    );
     assert_eq!(log.reserve("a", w).unwrap_err(), ReserveError::Unsupported);
-    assert!(sliding.is_empty() && fixed.is_empty() && log.is_empty());
+    assert!(sliding.is_empty() && log.is_empty());
 
     let full = TokenBucket::builder()
         .rate(1, w)
@@ -607,4 +602,235 @@ fn eight_threads_booking_and_cancelling_never_over_admit() {
             kept,
         );
     }
+}
+
+/// The fixed window's bookings, as a sequential exact model: a booking
+/// takes the first window, no earlier than its reading's and than any
+/// window an earlier booking went to, in which its cost fits; a booking
+/// that goes to a later window closes the windows before it (requests are
+/// served in the order they booked). A check passes iff its window is not
+/// closed and the cost fits. Cancelling the tail restores the state before
+/// it.
+#[derive(Clone, Debug, Default)]
+struct FixedState {
+    closed_before: u64,
+    counts: std::collections::BTreeMap<u64, u64>,
+}
+
+#[derive(Debug)]
+struct FixedBookings {
+    limit: u64,
+    window: u64,
+    state: FixedState,
+    /// (executes at, id or `None` for a check, state before it).
+    standing: Vec<(u64, Option<usize>, FixedState)>,
+}
+
+impl FixedBookings {
+    fn first_fit(&self, now: u64, cost: u64) -> u64 {
+        let mut w = (now / self.window).max(self.state.closed_before);
+        while self.state.counts.get(&w).copied().unwrap_or(0) + cost > self.limit {
+            w += 1;
+        }
+        w
+    }
+
+    fn ready(&self, now: u64, w: u64) -> u64 {
+        if w == now / self.window {
+            now
+        } else {
+            w * self.window
+        }
+    }
+
+    fn reserve(&mut self, id: usize, now: u64, cost: u64, max_wait: u64) -> Result<u64, u64> {
+        let w = self.first_fit(now, cost);
+        let ready = self.ready(now, w);
+        if ready - now > max_wait {
+            return Err(ready - now);
+        }
+        let before = self.state.clone();
+        *self.state.counts.entry(w).or_default() += cost;
+        self.state.closed_before = self.state.closed_before.max(w);
+        self.standing.push((ready, Some(id), before));
+        Ok(ready)
+    }
+
+    fn check(&mut self, now: u64, cost: u64) -> bool {
+        let j = now / self.window;
+        let ok = j >= self.state.closed_before
+            && self.state.counts.get(&j).copied().unwrap_or(0) + cost <= self.limit;
+        if ok {
+            let before = self.state.clone();
+            *self.state.counts.entry(j).or_default() += cost;
+            self.standing.push((now, None, before));
+        }
+        ok
+    }
+
+    fn cancel(&mut self, id: usize, now: u64) -> bool {
+        match self.standing.last() {
+            Some((ready, Some(tail), _)) if *tail == id && now < *ready => {
+                self.state = self.standing.pop().unwrap().2;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn wait(&self, now: u64) -> u64 {
+        self.ready(now, self.first_fit(now, 1)) - now
+    }
+}
+
+fn fixed_scenario() -> impl Strategy<Value = (u64, u64, Vec<(u64, Op)>)> {
+    (
+        1..=4u64,
+        prop_oneof![Just(100u64), Just(1_000), 100..500u64],
+    )
+        .prop_flat_map(|(limit, window)| {
+            let gap = prop_oneof![3 => Just(0u64), 3 => 0..window, 1 => 0..4 * window];
+            (
+                Just(limit),
+                Just(window),
+                prop::collection::vec((gap, op(limit, window)), 1..60),
+            )
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    /// The fixed window against its sequential exact model; then what it
+    /// let through never exceeds the plain exact fixed window.
+    #[test]
+    fn fixed_window_reservations_match_the_exact_model((limit, window, ops) in fixed_scenario()) {
+        let clock = ManualClock::new();
+        let limiter = FixedWindow::builder()
+            .limit(limit)
+            .window(Duration::from_nanos(window))
+            .key_type::<u64>()
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let mut model = FixedBookings { limit, window, state: FixedState::default(), standing: Vec::new() };
+        let mut held = Vec::new();
+        let mut executed = Vec::new();
+        let mut given_back = Vec::new();
+        let mut now = 0;
+        for (id, (gap, op)) in ops.into_iter().enumerate() {
+            now += gap;
+            clock.set(Duration::from_nanos(now));
+            match op {
+                Op::Reserve { cost, max_wait } => {
+                    let max = max_wait.map_or(Duration::MAX, Duration::from_nanos);
+                    let got = limiter.reserve_n(&0, cost, max);
+                    let want = model.reserve(id, now, cost, max_wait.unwrap_or(u64::MAX));
+                    match (got, want) {
+                        (Ok(r), Ok(ready)) => {
+                            prop_assert_eq!(r.ready_at(), Duration::from_nanos(ready));
+                            executed.push((ready, cost, Some(id)));
+                            held.push((id, r));
+                        }
+                        (Err(ReserveError::TooLong { wait }), Err(w)) => {
+                            prop_assert_eq!(wait, Duration::from_nanos(w));
+                        }
+                        (got, want) => prop_assert!(false, "{:?} vs model {:?}", got, want),
+                    }
+                }
+                Op::Check { cost } => {
+                    let allowed = limiter.check_n(&0, cost).unwrap().is_allowed();
+                    prop_assert_eq!(allowed, model.check(now, cost), "check of {} at {}", cost, now);
+                    if allowed {
+                        executed.push((now, cost, None));
+                    }
+                }
+                Op::Cancel { pick } | Op::Drop { pick } | Op::Commit { pick } if !held.is_empty() => {
+                    let (rid, r) = held.remove(pick % held.len());
+                    let gave = match op {
+                        Op::Commit { .. } => {
+                            r.commit();
+                            false
+                        }
+                        _ => r.cancel(),
+                    };
+                    let want = !matches!(op, Op::Commit { .. }) && model.cancel(rid, now);
+                    prop_assert_eq!(gave, want, "cancel of booking {} at {}", rid, now);
+                    if gave {
+                        given_back.push(rid);
+                    }
+                }
+                _ => {}
+            }
+            prop_assert_eq!(limiter.peek(&0).retry_after(), Duration::from_nanos(model.wait(now)));
+        }
+        for (_, r) in held {
+            r.commit();
+        }
+        let mut standing: Vec<(u64, u64)> = executed
+            .into_iter()
+            .filter(|e| e.2.is_none_or(|id| !given_back.contains(&id)))
+            .map(|e| (e.0, e.1))
+            .collect();
+        standing.sort_by_key(|e| e.0);
+        let mut exact = common::FixedModel::new(limit, window);
+        for (at, cost) in standing {
+            prop_assert!(exact.admit(at, cost), "{} at {} beyond the exact fixed window", cost, at);
+        }
+    }
+}
+
+#[test]
+fn a_fixed_window_books_the_next_window_and_closes_this_one() {
+    let clock = ManualClock::new();
+    let limiter = FixedWindow::builder()
+        .limit(3)
+        .window(Duration::from_secs(1))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    assert!(limiter.check_n("a", 2).unwrap().is_allowed());
+    let big = limiter.reserve_n("a", 2, Duration::MAX).unwrap();
+    assert_eq!(big.wait(), Duration::from_secs(1));
+    // Served in order: this window is closed to later requests now.
+    assert!(limiter.check("a").is_denied());
+    let next = limiter.reserve_n("a", 1, Duration::MAX).unwrap();
+    assert_eq!(next.wait(), Duration::from_secs(1));
+    let after = limiter.reserve_n("a", 2, Duration::MAX).unwrap();
+    assert_eq!(after.wait(), Duration::from_secs(2));
+    assert!(
+        after.cancel() && next.cancel() && big.cancel(),
+        "newest first: all back"
+    );
+    assert!(limiter.check("a").is_allowed());
+    // A limit in the top half of the count's range cannot book ahead.
+    let wide = FixedWindow::builder()
+        .limit((1 << 29) + 1)
+        .window(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    assert_eq!(
+        wide.reserve("a", Duration::MAX).unwrap_err(),
+        ReserveError::Unsupported
+    );
+}
+
+#[test]
+fn a_fixed_window_client_with_a_booking_pending_is_never_swept() {
+    let clock = ManualClock::new();
+    let limiter = FixedWindow::builder()
+        .limit(1)
+        .window(Duration::from_secs(1))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    assert!(limiter.allow_request("a"));
+    let booked = limiter.reserve("a", Duration::MAX).unwrap();
+    assert_eq!(booked.wait(), Duration::from_secs(1));
+    booked.commit();
+    clock.advance(Duration::from_millis(1_500));
+    assert_eq!(limiter.sweep(), 0, "the booking counts in window 1");
+    assert!(limiter.check("a").is_denied());
+    clock.advance(Duration::from_millis(500));
+    assert_eq!(limiter.sweep(), 1);
 }

@@ -97,15 +97,18 @@ pub(crate) trait WordAlgorithm: Send + Sync + 'static {
     /// a client denied for lack of room in a full limiter should wait.
     fn horizon(&self) -> u64;
 
-    /// Whether [`WordAlgorithm::reserve`] is implemented: whether a client
-    /// may book a request that conforms only later.
-    const RESERVES: bool = false;
+    /// Whether [`WordAlgorithm::reserve`] is implemented for this
+    /// configuration: whether a client may book a request that conforms
+    /// only later.
+    fn reserves(&self) -> bool {
+        false
+    }
 
     /// Books `cost` at `now` however long the request must wait: the word
     /// that charges it now, and the first instant `ready_at ≥ now` at which
     /// it conforms (`now + retry_after(word, now, cost)`). [`Reserve::Never`]
     /// if that instant lies past [`NOW_MAX`]; nothing is then charged.
-    /// Called only if [`WordAlgorithm::RESERVES`].
+    /// Called only if [`WordAlgorithm::reserves`].
     fn reserve(&self, word: u64, now: u64, cost: u64) -> Reserve {
         let _ = (word, now, cost);
         Reserve::Never

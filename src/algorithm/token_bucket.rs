@@ -183,7 +183,9 @@ impl WordAlgorithm for TokenBucket {
         self.capacity * self.interval
     }
 
-    const RESERVES: bool = true;
+    fn reserves(&self) -> bool {
+        true
+    }
 
     /// GCRA's booking: `TAT ← max(TAT, now) + cost·interval` whatever the
     /// tolerance, ready once `TAT − ready_at ≤ (capacity − cost)·interval`

@@ -633,11 +633,11 @@ impl<A: WordAlgorithm + FromParams> Algorithm for A {
     }
 
     fn can_reserve(&self) -> bool {
-        A::RESERVES
+        WordAlgorithm::reserves(self)
     }
 
     fn reserve(&self, cell: &StateCell, now: u64, cost: u64, max_wait: u64) -> Option<Booking> {
-        if !A::RESERVES {
+        if !WordAlgorithm::reserves(self) {
             return Some(Booking::Unsupported);
         }
         let now = clamp_now(now);
