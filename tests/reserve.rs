@@ -834,3 +834,13 @@ fn a_fixed_window_client_with_a_booking_pending_is_never_swept() {
     clock.advance(Duration::from_millis(500));
     assert_eq!(limiter.sweep(), 1);
 }
+
+/// A reservation can be handed to another thread (and shared), and the
+/// async wait is a `Send` future, so it can be spawned.
+#[test]
+fn reservations_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<tollgate::Reservation<'static, TokenBucket>>();
+    send_sync::<tollgate::Reservation<'static, FixedWindow, u64, ManualClock>>();
+    send_sync::<ReserveError>();
+}

@@ -131,3 +131,12 @@ async fn errors_charge_nothing_and_never_sleep() {
     assert_eq!(start.elapsed(), Duration::ZERO);
     assert!(limiter.is_empty());
 }
+
+#[test]
+fn the_wait_is_a_send_future() {
+    fn send<T: Send>(_: &T) {}
+    let limiter = limiter(SEC, 1);
+    let wait = limiter.until_ready_n("a", 1);
+    send(&wait);
+    drop(wait);
+}
