@@ -20,6 +20,7 @@
 //! | 3. sliding window log | `log.rs` | 2 and 3 threads race for the last free slot (limit 1 and 2, `limit − 1` slots taken), frozen clock: exactly one admitted, the slots taken equal the units in the window (no slot claimed twice, no admission lost), and a serial drain brings the total to exactly `limit`; a cost-2 check racing one or two cost-1 checks on limit 2 (the give-back path): the same, drain included; a window boundary crossed by a clock thread during the race: at most `limit` units in any window `(t − W, t]` |
 //! | 4. first request from a new client | `insert.rs` | threads racing `get_or_insert` on an unknown key over a loom-aware stand-in for the map: one cell, every check on it, exactly `capacity` admitted |
 //! | 5. eviction racing checks | `eviction.rs` | two unit checks through `check_or_insert` and one evictor (`__loom::evict`) race on a client whose state is idle, over a loom-aware stand-in map, for the token bucket and the sliding window log (capacity 1): exactly one admitted, and the map ends holding one live cell that shows it; broken twin: an evictor with no tombstone |
+//! | 9, 10. reservations | `reserve.rs` | a booking racing a check, and a booking cancelled by the tail rule racing other bookings, on the token bucket's word cell: what is executed (checks at their readings, bookings not given back at their ready times, one more booking after the race) fits the exact bucket, and the last booking waits exactly as long as the exact bucket makes it; broken twins: a booking by load and store, a cancel by `fetch_sub` that ignores the tail |
 //! | proof that they bite | `broken.rs`, `eviction.rs` | every model of 1 to 4 over the deliberately broken cell (`StateCell::new_racy`, or `__loom::racy_log_cell` for the log: load + store instead of compare-and-swap), model 4 over a map that replaces on insert, and model 5 with an evictor that skips the tombstone: each must panic with an over-admission |
 //!
 //! Every model runs the crate's own code: the one compare-and-swap loop
@@ -87,6 +88,7 @@ mod harness;
 mod insert;
 mod log;
 mod relocation;
+mod reserve;
 mod reset;
 mod shim;
 mod stand_in;

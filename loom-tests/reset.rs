@@ -1,4 +1,4 @@
-//! Model 9: resetting or removing one client while a table rebuild moves
+//! Model 11: resetting or removing one client while a table rebuild moves
 //! its cell and a check runs on it.
 //!
 //! The client's state has spent its capacity of 1 at the frozen instant

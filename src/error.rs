@@ -1,5 +1,7 @@
-//! The crate's error types: a rejected configuration and a cost that can never
-//! be admitted.
+//! The crate's error types: a rejected configuration, a cost that can never
+//! be admitted, and a reservation that cannot be made.
+
+use core::time::Duration;
 
 use core::fmt;
 
@@ -158,3 +160,93 @@ impl fmt::Display for CostError {
 }
 
 impl std::error::Error for CostError {}
+
+/// A [`reserve`](crate::Limiter::reserve) that was not made: nothing was
+/// charged.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{ReserveError, TokenBucket};
+///
+/// let limiter = TokenBucket::builder()
+///     .rate(1, Duration::from_secs(1))
+///     .capacity(2)
+///     .build()?;
+/// let first = limiter.reserve_n("alice", 2, Duration::ZERO).unwrap();
+/// first.commit();
+/// // The next token comes in a second: more than we are willing to wait.
+/// let err = limiter.reserve("alice", Duration::from_millis(10)).unwrap_err();
+/// assert!(matches!(err, ReserveError::TooLong { wait } if wait > Duration::from_millis(900)));
+/// assert!(matches!(limiter.reserve_n("alice", 3, Duration::MAX), Err(ReserveError::Cost(_))));
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReserveError {
+    /// The request would conform only after `wait`, longer than the caller
+    /// allowed. `Duration::MAX` means never: the instant lies past the last
+    /// one the limiter's clock can express.
+    TooLong {
+        /// How long the request would have had to wait.
+        wait: Duration,
+    },
+    /// The cost exceeds the capacity (token bucket) or limit (windows), so
+    /// the request could never conform.
+    Cost(CostError),
+    /// The client is new and the limiter, at its
+    /// [`max_clients`](crate::Builder::max_clients) cap under
+    /// [`Overflow::DenyNew`](crate::Overflow::DenyNew), has no room for it.
+    Full {
+        /// When room is likely: once the longest-lived state can have
+        /// become idle.
+        retry_after: Duration,
+    },
+    /// The algorithm cannot book requests ahead: only the
+    /// [`TokenBucket`](crate::TokenBucket) and the
+    /// [`FixedWindow`](crate::FixedWindow) can (the fixed window unless its
+    /// limit lies in the top half of its range). The sliding windows' state
+    /// has no room for a charge that counts in a later window: see
+    /// "Waiting for capacity" in the README.
+    Unsupported,
+}
+
+impl From<CostError> for ReserveError {
+    fn from(err: CostError) -> Self {
+        Self::Cost(err)
+    }
+}
+
+impl fmt::Display for ReserveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TooLong { wait } if *wait == Duration::MAX => {
+                f.write_str("the request would never conform")
+            }
+            Self::TooLong { wait } => {
+                write!(
+                    f,
+                    "the request would conform only after {wait:?}, longer than allowed"
+                )
+            }
+            Self::Cost(err) => err.fmt(f),
+            Self::Full { retry_after } => write!(
+                f,
+                "the limiter is full and denies new clients; room is likely after {retry_after:?}"
+            ),
+            Self::Unsupported => {
+                f.write_str("this limiter cannot book requests ahead; only the token bucket and the fixed window can")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ReserveError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Cost(err) => Some(err),
+            _ => None,
+        }
+    }
+}

@@ -32,7 +32,11 @@
 //! [`ConfigError`] naming the field, and yields a [`Limiter`]. Besides
 //! `allow_request`, a limiter offers [`Limiter::check`] and
 //! [`Limiter::check_n`] (a [`Decision`] with the remaining quota and the
-//! retry-after duration) and [`Limiter::peek`].
+//! retry-after duration) and [`Limiter::peek`]. A token bucket or a fixed
+//! window also books requests ahead: [`Limiter::reserve`] charges now and
+//! says how long to wait (a [`Reservation`], given back if cancelled before
+//! its time), and with the `tokio` feature `Limiter::until_ready` sleeps
+//! until then.
 //!
 //! # Time
 //!
@@ -128,19 +132,23 @@ mod decision;
 mod error;
 mod limiter;
 mod memory;
+mod reservation;
 mod store;
 mod sync;
 #[cfg(feature = "tower")]
 pub mod tower;
+#[cfg(feature = "tokio")]
+mod wait;
 
 pub use algorithm::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 pub use builder::Builder;
 pub use cell::Algorithm;
 pub use clock::{Clock, CoarseClock, InstantClock, ManualClock, MonotonicClock};
 pub use decision::Decision;
-pub use error::{ConfigError, CostError};
+pub use error::{ConfigError, CostError, ReserveError};
 pub use limiter::{Limiter, RateLimiter};
 pub use memory::{Overflow, Stats};
+pub use reservation::Reservation;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

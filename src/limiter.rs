@@ -7,11 +7,15 @@ use core::borrow::Borrow;
 use core::fmt;
 use core::hash::Hash;
 
-use crate::cell::{Algorithm, Life, Mortal};
+use core::time::Duration;
+
+use crate::algorithm::Ticket;
+use crate::cell::{Algorithm, Booking, Life, Mortal};
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
-use crate::error::CostError;
+use crate::error::{CostError, ReserveError};
 use crate::memory::{Counters, Memory, Overflow, Stats};
+use crate::reservation::Reservation;
 use crate::store::{act_on_live, check_or_insert, DefaultHasher, Newcomer, Purge, Store};
 
 /// The one entry point: may this client make a request now?
@@ -363,6 +367,172 @@ where
             |algorithm, cell, now| algorithm.decide(cell, now, cost),
             Self::refused,
         ))
+    }
+
+    /// Books one request for `client_id`, to proceed as soon as it
+    /// conforms: see [`reserve_n`](Limiter::reserve_n).
+    ///
+    /// # Errors
+    ///
+    /// As [`reserve_n`](Limiter::reserve_n)'s.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder().rate(10, Duration::from_secs(1)).build()?;
+    /// let reservation = limiter.reserve("alice", Duration::from_secs(1)).unwrap();
+    /// assert_eq!(reservation.wait(), Duration::ZERO);
+    /// reservation.commit();
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn reserve<Q>(
+        &self,
+        client_id: &Q,
+        max_wait: Duration,
+    ) -> Result<Reservation<'_, A, K, C>, ReserveError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.reserve_n(client_id, 1, max_wait)
+    }
+
+    /// Books a request of `cost` units for `client_id`, to proceed as soon
+    /// as it conforms: the units are charged now, however long the request
+    /// must wait, so clients that wait are served in the order they booked,
+    /// and the [`Reservation`] says how long to wait.
+    ///
+    /// The wait is exact: the request conforms at
+    /// [`ready_at`](Reservation::ready_at) and not a nanosecond earlier,
+    /// the instant a [`check_n`](Limiter::check_n) would first have passed
+    /// had nothing else arrived (its `retry_after`). A check made while a
+    /// booking waits sees the units already taken.
+    ///
+    /// A cost of 0 is ready at once and charges nothing. Dropping the
+    /// reservation before its time cancels it; see [`Reservation`].
+    ///
+    /// The [`TokenBucket`](crate::TokenBucket) and the
+    /// [`FixedWindow`](crate::FixedWindow) book ahead. The fixed window
+    /// books a request that does not fit into the first later window where
+    /// it fits, and closes the windows before it, so that requests are
+    /// served in the order they booked.
+    ///
+    /// # Errors
+    ///
+    /// Nothing is charged on an error.
+    ///
+    /// - [`ReserveError::TooLong`] if the request would have to wait longer
+    ///   than `max_wait` (`Duration::ZERO` books only what conforms now;
+    ///   `Duration::MAX` waits however long it takes);
+    /// - [`ReserveError::Cost`] if `cost` exceeds the capacity, since such
+    ///   a request could never conform;
+    /// - [`ReserveError::Full`] for a new client that a full limiter denies
+    ///   ([`Overflow::DenyNew`]);
+    /// - [`ReserveError::Unsupported`] for the sliding windows, and for a
+    ///   fixed window whose limit lies in the top half of its range.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, ReserveError, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .capacity(10)
+    ///     .clock(clock.clone())
+    ///     .build()?;
+    /// limiter.reserve_n("alice", 10, Duration::ZERO).unwrap().commit();
+    /// // 4 more tokens take 0.4 s to refill: booked, and charged already.
+    /// let batch = limiter.reserve_n("alice", 4, Duration::from_secs(1)).unwrap();
+    /// assert_eq!(batch.wait(), Duration::from_millis(400));
+    /// assert!(matches!(
+    ///     limiter.reserve("alice", Duration::from_millis(100)),
+    ///     Err(ReserveError::TooLong { .. })
+    /// ));
+    /// clock.advance(batch.wait());
+    /// batch.commit();
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn reserve_n<Q>(
+        &self,
+        client_id: &Q,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Reservation<'_, A, K, C>, ReserveError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if !self.algorithm.can_reserve() {
+            return Err(ReserveError::Unsupported);
+        }
+        if cost == 0 {
+            let now = self.clock.now_nanos();
+            return Ok(Reservation::new(self, None, now, || client_id.to_owned()));
+        }
+        self.check_cost(cost)?;
+        let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        let (ticket, wait, now) = self.run(
+            client_id,
+            |algorithm, cell, now| {
+                Some(match algorithm.reserve(cell, now, cost, max_wait)? {
+                    Booking::Granted(ticket, wait) => Ok((ticket, wait, now)),
+                    Booking::TooLong(wait) => Err(ReserveError::TooLong {
+                        wait: Decision::wait(wait),
+                    }),
+                    Booking::Unsupported => Err(ReserveError::Unsupported),
+                })
+            },
+            |algorithm, _| {
+                Err(ReserveError::Full {
+                    retry_after: Decision::wait(algorithm.horizon()),
+                })
+            },
+        )?;
+        Ok(Reservation::new(self, Some((ticket, wait)), now, || {
+            client_id.to_owned()
+        }))
+    }
+
+    /// Cancels `ticket`'s booking for `client` by the tail rule, at a fresh
+    /// reading: true iff its charge was given back. The client is looked
+    /// up past dead cells (`act_on_live`): an evicted one has nothing to
+    /// give back, and one a table rebuild froze while we looked has its
+    /// live copy in the new table.
+    pub(crate) fn give_back(&self, client: &K, ticket: &Ticket) -> bool {
+        let algorithm = &self.algorithm;
+        let now = self.clock.now_nanos();
+        act_on_live(&self.store, client, |cell| {
+            algorithm.unreserve(cell, now, ticket)
+        })
+        .unwrap_or(false)
+    }
+
+    /// A jitter in `0..=max` for a booking of `client_id` ready at
+    /// `ready_at`: the store's seeded hash of the key, mixed with the ready
+    /// time by splitmix64's finaliser. Unpredictable to clients, and
+    /// different for two clients (or two bookings of one) ready together.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn jitter<Q: Hash + ?Sized>(
+        &self,
+        client_id: &Q,
+        ready_at: Duration,
+        max: Duration,
+    ) -> Duration {
+        let max = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+        if max == 0 {
+            return Duration::ZERO;
+        }
+        let mut z = self.store.hash_of(client_id) ^ (ready_at.as_nanos() as u64);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        Duration::from_nanos(z % max.saturating_add(1).max(1))
     }
 
     /// The decision for a new client that a full limiter denies

@@ -15,7 +15,8 @@
 
 use core::time::Duration;
 
-pub use crate::cell::{Algorithm, Life, Mortal, Relocation, StateCell};
+pub use crate::algorithm::Ticket;
+pub use crate::cell::{Algorithm, Booking, Life, Mortal, Relocation, StateCell};
 pub use crate::store::{act_on_live, check_or_insert, get_or_insert, Index, Newcomer, Purge};
 use crate::{ConfigError, FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 

@@ -14,12 +14,25 @@
 //! one-second window. A request of cost `n` is admitted iff
 //! `count + n ≤ limit` in the current window; entering a later window resets
 //! the count. A fresh client is the word 0.
+//!
+//! # Bookings
+//!
+//! A request booked ahead ([`WordAlgorithm::reserve`]) that does not fit
+//! in window `k` goes to the first later window where it fits, and closes
+//! the windows before it, so that requests are served in the order they
+//! booked. A count above the limit says so: `(k, limit + b)` is window `k`
+//! closed, with `b` units booked in window `k + 1`; a booking that fits in
+//! neither writes `(k + 1, limit + cost)`. A reading in window `k + 1` sees
+//! the `b` units as that window's count; a reading before `k` is treated as
+//! `k`'s start, as for any reading before the recorded window, and `k` is
+//! closed. Configurations whose limit does not leave room for `2·limit` in
+//! the count (the top half of the range) do not book ahead.
 
 use core::fmt;
 use core::time::Duration;
 
 use super::window::{check_limit, Windows};
-use super::WordAlgorithm;
+use super::{clamp_now, Reserve, WordAlgorithm, NOW_MAX};
 use crate::error::ConfigError;
 
 /// The fixed window counter: at most `limit` requests in each clock-aligned
@@ -81,12 +94,21 @@ impl FixedWindow {
     fn at(&self, word: u64, now: u64) -> (u64, u64) {
         let recorded = word >> self.count_bits;
         let pos = self.windows.locate(recorded, now);
-        let count = if pos.passed == 0 {
-            word & ((1u64 << self.count_bits) - 1)
-        } else {
-            0
+        let recorded_count = word & ((1u64 << self.count_bits) - 1);
+        let count = match pos.passed {
+            0 => recorded_count,
+            // What a closed window booked for the next one (nothing unless
+            // the count is above the limit).
+            1 => recorded_count.saturating_sub(self.limit),
+            _ => 0,
         };
         (pos.index, count)
+    }
+
+    /// The word for `count` in window `index`.
+    #[inline]
+    fn pack(&self, index: u64, count: u64) -> u64 {
+        (index << self.count_bits) | count
     }
 }
 
@@ -120,11 +142,12 @@ impl WordAlgorithm for FixedWindow {
     fn admit(&self, word: u64, now: u64, cost: u64) -> Option<u64> {
         let (index, count) = self.at(word, now);
         // count ≤ limit and cost ≤ limit, both below 2^63.
-        (count + cost <= self.limit).then(|| (index << self.count_bits) | (count + cost))
+        // A closed window's count is above the limit, so it admits nothing.
+        (count + cost <= self.limit).then(|| self.pack(index, count + cost))
     }
 
     fn remaining(&self, word: u64, now: u64) -> u64 {
-        self.limit - self.at(word, now).1
+        self.limit.saturating_sub(self.at(word, now).1)
     }
 
     fn retry_after(&self, word: u64, now: u64, cost: u64) -> u64 {
@@ -132,10 +155,22 @@ impl WordAlgorithm for FixedWindow {
         if count + cost <= self.limit {
             0
         } else {
-            // The count resets only in the next window; past the last one
-            // (a reading beyond `NOW_MAX`) it never does.
-            let now = super::clamp_now(now).max(self.windows.start(index));
-            super::until(now, self.windows.start(index + 1))
+            // The count resets only in the next window (to what was booked
+            // there, if this one is closed: then it may not fit until the
+            // one after); past the last one (a reading beyond `NOW_MAX`) it
+            // never does.
+            let booked = count.saturating_sub(self.limit);
+            let next = if booked + cost <= self.limit { 1 } else { 2 };
+            // A reading before the recorded window is judged at its start,
+            // unless the window is closed by a booking: a word booked ahead
+            // lies ahead of every reading by design, and its wait counts
+            // from the reading, as the booking's own did.
+            let now = if count > self.limit {
+                clamp_now(now)
+            } else {
+                clamp_now(now).max(self.windows.start(index))
+            };
+            super::until(now, self.windows.start(index + next))
         }
     }
 
@@ -150,6 +185,9 @@ impl WordAlgorithm for FixedWindow {
         );
         if count == 0 {
             0
+        } else if count > self.limit {
+            // Closed, with a booking in the next window.
+            self.windows.start(index + 2)
         } else {
             self.windows.start(index + 1)
         }
@@ -157,6 +195,37 @@ impl WordAlgorithm for FixedWindow {
 
     fn horizon(&self) -> u64 {
         self.windows.width()
+    }
+
+    fn reserves(&self) -> bool {
+        // A closed window counts up to 2·limit.
+        self.limit < 1 << (self.count_bits - 1)
+    }
+
+    fn reserve(&self, word: u64, now: u64, cost: u64) -> Reserve {
+        let (index, count) = self.at(word, now);
+        if count + cost <= self.limit {
+            return Reserve::At {
+                word: self.pack(index, count + cost),
+                ready_at: clamp_now(now),
+            };
+        }
+        // Close this window (if a booking has not already) and book the
+        // next one if the cost fits beside what is booked there, else the
+        // one after, which closes the next.
+        let closed = count.max(self.limit);
+        let (word, ready) = if closed - self.limit + cost <= self.limit {
+            (self.pack(index, closed + cost), index + 1)
+        } else {
+            (self.pack(index + 1, self.limit + cost), index + 2)
+        };
+        let ready_at = self.windows.start(ready);
+        if ready_at > NOW_MAX {
+            return Reserve::Never;
+        }
+        // ready ≤ NOW_MAX / width, the largest index any reading has, so
+        // the word's index fits its bits; its count is at most 2·limit.
+        Reserve::At { word, ready_at }
     }
 }
 
@@ -216,6 +285,57 @@ mod tests {
             "window"
         );
         assert_eq!(f.at(w, u64::MAX), (NOW_MAX / 1_000_000_000, (1 << 30) - 1));
+    }
+
+    #[test]
+    fn bookings_close_the_window_and_go_to_the_first_that_fits() {
+        let f = fw(2, 100);
+        let w = f.admit(FRESH, 50, 1).unwrap();
+        // Cost 2 does not fit beside 1: booked into window 1, window 0 closed.
+        let Reserve::At { word, ready_at } = f.reserve(w, 50, 2) else {
+            panic!()
+        };
+        assert_eq!((word, ready_at), (f.pack(0, 4), 100));
+        assert_eq!(f.admit(word, 60, 1), None, "closed");
+        assert_eq!(f.remaining(word, 60), 0);
+        assert_eq!(
+            f.retry_after(word, 60, 1),
+            140,
+            "window 1 is taken: window 2"
+        );
+        assert_eq!((f.idle_at(word), f.is_idle(word, 199)), (200, false));
+        // Window 1 is full of the booking: the next goes to window 2.
+        let Reserve::At { word, ready_at } = f.reserve(word, 60, 1) else {
+            panic!()
+        };
+        assert_eq!((word, ready_at), (f.pack(1, 3), 200));
+        assert_eq!(f.retry_after(word, 60, 1), 140);
+        assert_eq!(f.retry_after(word, 60, 2), 240);
+        assert_eq!(f.at(word, 250), (2, 1), "the booking is window 2's count");
+        assert!(f.admit(word, 250, 1).is_some());
+        assert!(f.is_idle(word, 300));
+    }
+
+    #[test]
+    fn bookings_at_the_end_of_time_are_never_and_fit_the_word() {
+        assert!(fw(1, 3).reserves() && !fw(2, 3).reserves());
+        assert!(fw((1 << 29) - 1, 1_000_000_000).reserves());
+        assert!(!fw(1 << 29, 1_000_000_000).reserves());
+        for f in [fw(1, 3), fw((1 << 29) - 1, 1_000_000_000)] {
+            let limit = f.capacity();
+            let last = NOW_MAX / f.window_ns();
+            // A full last-but-one window books into the last, then never.
+            let now = f.windows.start(last - 1);
+            let w = f.admit(FRESH, now, limit).unwrap();
+            let Reserve::At { word, ready_at } = f.reserve(w, now, limit) else {
+                panic!()
+            };
+            assert_eq!(ready_at, f.windows.start(last));
+            assert!(word <= crate::algorithm::WORD_MAX, "{word:#x}");
+            assert_eq!(f.reserve(word, now, 1), Reserve::Never);
+            assert_eq!(f.reserve(word, u64::MAX, limit), Reserve::Never);
+            assert_eq!(f.retry_after(word, now, 1), crate::algorithm::NEVER);
+        }
     }
 
     #[test]

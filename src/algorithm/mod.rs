@@ -18,6 +18,7 @@ mod window;
 
 pub use fixed_window::FixedWindow;
 pub(crate) use params::{FromParams, Params};
+
 pub use sliding_log::SlidingWindowLog;
 pub use sliding_window::SlidingWindowCounter;
 pub use token_bucket::TokenBucket;
@@ -95,6 +96,92 @@ pub(crate) trait WordAlgorithm: Send + Sync + 'static {
     /// The longest a word stays non-idle after its last admission: how long
     /// a client denied for lack of room in a full limiter should wait.
     fn horizon(&self) -> u64;
+
+    /// Whether [`WordAlgorithm::reserve`] is implemented for this
+    /// configuration: whether a client may book a request that conforms
+    /// only later.
+    fn reserves(&self) -> bool {
+        false
+    }
+
+    /// Books `cost` at `now` however long the request must wait: the word
+    /// that charges it now, and the first instant `ready_at ≥ now` at which
+    /// it conforms (`now + retry_after(word, now, cost)`). [`Reserve::Never`]
+    /// if that instant lies past [`NOW_MAX`]; nothing is then charged.
+    /// Called only if [`WordAlgorithm::reserves`].
+    fn reserve(&self, word: u64, now: u64, cost: u64) -> Reserve {
+        let _ = (word, now, cost);
+        Reserve::Never
+    }
+}
+
+/// What [`WordAlgorithm::reserve`] makes of a booking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reserve {
+    /// Charged now by writing `word`; the request conforms from `ready_at`.
+    At {
+        /// The word with the booking charged.
+        word: u64,
+        /// The first instant at which the booked request conforms.
+        ready_at: u64,
+    },
+    /// The request would conform only after the last instant any reading
+    /// reaches: nothing can be booked.
+    Never,
+}
+
+/// A booking a word algorithm made: what a cancellation needs to undo it.
+///
+/// Public (but unreachable outside `--features loom`) as the hidden
+/// currency of [`Algorithm`](crate::Algorithm)'s reservation methods.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket {
+    /// The word before the booking: the state as if it never happened.
+    pub(crate) from: u64,
+    /// The word the booking left.
+    pub(crate) to: u64,
+    /// The first instant at which the booked request conforms.
+    pub(crate) ready_at: u64,
+    /// The units booked.
+    pub(crate) cost: u64,
+}
+
+impl Ticket {
+    /// The first instant (ns on the limiter's clock) at which the booked
+    /// request conforms.
+    pub fn ready_at(&self) -> u64 {
+        self.ready_at
+    }
+
+    /// The units booked.
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
+
+    /// The word the booking left.
+    pub fn word(&self) -> u64 {
+        self.to
+    }
+}
+
+/// The cancellation rule, the same for every word algorithm: the word
+/// before `ticket`'s booking, to be written in place of `word`, iff the
+/// booking is still the **tail** of the state (`word` is exactly the word
+/// it left: nothing was charged since, or whatever was has been cancelled
+/// in turn) and its time has not come (`now < ready_at`). Otherwise `None`:
+/// give back nothing.
+///
+/// Writing the old word is then exact: it is the state as if the booking
+/// had never been made, since a denial writes nothing and every admission
+/// since would have changed the word. A booking that others have charged
+/// after is left alone, because their waits were computed on top of it:
+/// giving its share back would let a new booking take the very slot of
+/// virtual time a standing one holds (`tests/reserve.rs`,
+/// `a_refund_under_later_bookings_over_admits`).
+#[inline]
+pub(crate) fn unreserve(word: u64, now: u64, ticket: &Ticket) -> Option<u64> {
+    (word == ticket.to && clamp_now(now) < ticket.ready_at).then_some(ticket.from)
 }
 
 /// A `retry_after` that will never come: the request would pass only at an

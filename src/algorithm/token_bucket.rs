@@ -38,7 +38,7 @@
 use core::fmt;
 use core::time::Duration;
 
-use super::{clamp_now, until, WordAlgorithm, NOW_MAX, WORD_MAX};
+use super::{clamp_now, until, Reserve, WordAlgorithm, NOW_MAX, WORD_MAX};
 
 /// The longest refill of a full bucket, `capacity · interval`: so that TAT,
 /// at most `NOW_MAX` plus this, stays a live word (at most [`WORD_MAX`]).
@@ -182,6 +182,29 @@ impl WordAlgorithm for TokenBucket {
         // capacity · interval ≤ REFILL_MAX, checked by `new`.
         self.capacity * self.interval
     }
+
+    fn reserves(&self) -> bool {
+        true
+    }
+
+    /// GCRA's booking: `TAT ← max(TAT, now) + cost·interval` whatever the
+    /// tolerance, ready once `TAT − ready_at ≤ (capacity − cost)·interval`
+    /// held of the old TAT, i.e. at `max(now, TAT − tolerance)`: exactly
+    /// `now + retry_after`, and exactly where `admit` would first pass (and
+    /// write the same word).
+    fn reserve(&self, tat: u64, now: u64, cost: u64) -> Reserve {
+        let now = clamp_now(now);
+        let ready_at = tat.saturating_sub(self.tolerance(cost)).max(now);
+        if ready_at > NOW_MAX {
+            return Reserve::Never;
+        }
+        // max(tat, now) ≤ ready_at + tolerance, so the new TAT is at most
+        // ready_at + capacity·interval ≤ NOW_MAX + REFILL_MAX = WORD_MAX.
+        Reserve::At {
+            word: tat.max(now) + cost * self.interval,
+            ready_at,
+        }
+    }
 }
 
 #[cfg(all(test, not(feature = "loom")))]
@@ -300,6 +323,65 @@ mod tests {
         let w = fast.admit(FRESH, u64::MAX, REFILL_MAX).unwrap();
         assert_eq!(w, WORD_MAX);
         assert!(TokenBucket::new(1, Duration::from_nanos(1), REFILL_MAX + 1).is_err());
+    }
+
+    #[test]
+    fn a_booking_is_ready_exactly_where_admit_first_passes() {
+        let b = bucket(1, 10, 3);
+        let mut tat = FRESH;
+        for (now, cost) in [(0, 3), (0, 1), (0, 2), (5, 3), (100, 1), (100, 3), (101, 2)] {
+            let Reserve::At { word, ready_at } = b.reserve(tat, now, cost) else {
+                panic!("never")
+            };
+            assert_eq!(ready_at, now + b.retry_after(tat, now, cost));
+            assert_eq!(b.admit(tat, ready_at, cost), Some(word), "same word");
+            if ready_at > now {
+                assert_eq!(b.admit(tat, ready_at - 1, cost), None, "not earlier");
+                // A booking that waits leaves the bucket empty at ready_at.
+                assert_eq!(word, ready_at + 3 * 10);
+            }
+            tat = word;
+        }
+    }
+
+    #[test]
+    fn a_booking_past_the_end_of_time_is_never_and_nothing_overflows() {
+        let b = bucket(1, REFILL_MAX, 1);
+        let Reserve::At { word, ready_at } = b.reserve(FRESH, NOW_MAX, 1) else {
+            panic!("a full bucket books at once")
+        };
+        assert_eq!((word, ready_at), (WORD_MAX, NOW_MAX));
+        assert_eq!(b.reserve(word, NOW_MAX, 1), Reserve::Never);
+        assert_eq!(b.reserve(word, 0, 1), Reserve::Never);
+        assert_eq!(b.reserve(WORD_MAX, u64::MAX, 1), Reserve::Never);
+        // The last bookable instant: ready exactly at NOW_MAX.
+        let fast = bucket(1, 1, 2);
+        let Reserve::At { word, ready_at } = fast.reserve(NOW_MAX, 0, 2) else {
+            panic!("ready at NOW_MAX")
+        };
+        assert_eq!((word, ready_at), (NOW_MAX + 2, NOW_MAX));
+        assert_eq!(fast.reserve(word, 0, 1), Reserve::Never);
+    }
+
+    #[test]
+    fn cancelling_the_tail_restores_the_word_before_it() {
+        use crate::algorithm::{unreserve, Ticket};
+        let b = bucket(1, 10, 1);
+        let full = b.admit(FRESH, 0, 1).unwrap();
+        let Reserve::At { word, ready_at } = b.reserve(full, 0, 1) else {
+            panic!()
+        };
+        let t = Ticket {
+            from: full,
+            to: word,
+            ready_at,
+            cost: 1,
+        };
+        assert_eq!(unreserve(word, 0, &t), Some(full));
+        assert_eq!(unreserve(word, ready_at - 1, &t), Some(full));
+        assert_eq!(unreserve(word, ready_at, &t), None, "its time came");
+        assert_eq!(unreserve(word + 10, 0, &t), None, "not the tail");
+        assert_eq!(unreserve(crate::algorithm::TOMBSTONE, 0, &t), None);
     }
 
     #[test]

@@ -48,7 +48,10 @@
 //! one 64-bit word. A log keeps it in a separate birth word beside its
 //! `life` word (`log.rs`).
 
-use crate::algorithm::{FromParams, WordAlgorithm, CLAIMED, FRESH, REFUSED, TOMBSTONE, UNBORN};
+use crate::algorithm::{
+    clamp_now, unreserve, until, FromParams, Reserve, Ticket, WordAlgorithm, CLAIMED, FRESH, NEVER,
+    REFUSED, TOMBSTONE, UNBORN,
+};
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Backoff, Ordering};
 
@@ -184,6 +187,19 @@ impl StateCell {
             racy: true,
             ..Self::new(word)
         }
+    }
+
+    /// The bug the cancellation models must catch: give a booking's charge
+    /// back by subtracting it, whether or not the booking is still the tail
+    /// (whatever was charged after it keeps its wait, and the slot of
+    /// virtual time it held is handed out twice).
+    #[cfg(feature = "loom")]
+    pub fn give_back_blindly(&self, ticket: &Ticket) {
+        // AcqRel: as in `apply`; the read-modify-write itself is atomic, the
+        // rule it applies is what is wrong.
+        let _ = self
+            .word
+            .fetch_sub(ticket.to - ticket.from, Ordering::AcqRel);
     }
 
     /// Brings a cell this thread claimed to life with `word`: only the
@@ -514,6 +530,45 @@ pub trait Algorithm: sealed::Sealed + FromParams + Send + Sync + 'static {
     #[doc(hidden)]
     /// The longest any state stays non-idle after its last admission, ns.
     fn horizon(&self) -> u64;
+
+    #[doc(hidden)]
+    /// Whether this algorithm can book a request that conforms only later
+    /// ([`Algorithm::reserve`]).
+    fn can_reserve(&self) -> bool {
+        false
+    }
+
+    #[doc(hidden)]
+    /// Books `cost` at `now`, charged at once however long the request must
+    /// wait, unless the wait exceeds `max_wait` ns (then nothing is
+    /// charged): `None` if the cell is dead, having recorded nothing.
+    fn reserve(&self, cell: &Self::Cell, now: u64, cost: u64, max_wait: u64) -> Option<Booking> {
+        let _ = (cell, now, cost, max_wait);
+        Some(Booking::Unsupported)
+    }
+
+    #[doc(hidden)]
+    /// Cancels the booking `ticket` made on this client's cell, by the tail
+    /// rule (`unreserve` in the algorithm layer): true iff its charge was
+    /// given back. `None` if the cell is dead: nothing was given back.
+    fn unreserve(&self, cell: &Self::Cell, now: u64, ticket: &Ticket) -> Option<bool> {
+        let _ = (cell, now, ticket);
+        Some(false)
+    }
+}
+
+/// What [`Algorithm::reserve`] made of a booking.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Booking {
+    /// Charged; the request conforms from the ticket's `ready_at`, this
+    /// many ns after the reading it was booked at.
+    Granted(Ticket, u64),
+    /// The request would wait this many ns (`NEVER`: past the end of time),
+    /// more than allowed: nothing was charged.
+    TooLong(u64),
+    /// The algorithm cannot book ahead.
+    Unsupported,
 }
 
 pub(crate) mod sealed {
@@ -589,6 +644,64 @@ impl<A: WordAlgorithm + FromParams> Algorithm for A {
 
     fn horizon(&self) -> u64 {
         WordAlgorithm::horizon(self)
+    }
+
+    fn can_reserve(&self) -> bool {
+        WordAlgorithm::reserves(self)
+    }
+
+    fn reserve(&self, cell: &StateCell, now: u64, cost: u64, max_wait: u64) -> Option<Booking> {
+        if !WordAlgorithm::reserves(self) {
+            return Some(Booking::Unsupported);
+        }
+        let now = clamp_now(now);
+        // What the transition that ran last saw: the word it charged and its
+        // ready time if it charged, its wait if it refused. `apply` returns
+        // right after that run, so these describe the outcome it reports.
+        let granted = core::cell::Cell::new((0, 0));
+        let refused = core::cell::Cell::new(NEVER);
+        let applied = cell.apply(|word| match WordAlgorithm::reserve(self, word, now, cost) {
+            Reserve::At {
+                word: next,
+                ready_at,
+            } if until(now, ready_at) <= max_wait => {
+                granted.set((word, ready_at));
+                Some(next)
+            }
+            Reserve::At { ready_at, .. } => {
+                refused.set(until(now, ready_at));
+                None
+            }
+            Reserve::Never => {
+                refused.set(NEVER);
+                None
+            }
+        });
+        match applied {
+            Applied::Admitted(to) => {
+                let (from, ready_at) = granted.get();
+                let ticket = Ticket {
+                    from,
+                    to,
+                    ready_at,
+                    cost,
+                };
+                Some(Booking::Granted(ticket, ready_at - now))
+            }
+            Applied::Denied(_) => Some(Booking::TooLong(refused.get())),
+            Applied::Dead => None,
+        }
+    }
+
+    fn unreserve(&self, cell: &StateCell, now: u64, ticket: &Ticket) -> Option<bool> {
+        // Through the one CAS loop: the exchange succeeds only from the very
+        // word the booking left, so a charge that lands first makes it fail,
+        // and the retry finds the booking no longer the tail.
+        match cell.apply(|word| unreserve(word, now, ticket)) {
+            Applied::Admitted(_) => Some(true),
+            Applied::Denied(_) => Some(false),
+            Applied::Dead => None,
+        }
     }
 }
 

@@ -360,7 +360,7 @@ where
     }
 
     #[inline]
-    fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
+    pub(crate) fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
         self.hasher.hash_one(key)
     }
 

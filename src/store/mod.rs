@@ -594,6 +594,13 @@ where
         }
     }
 
+    /// `key`'s hash under the store's randomly seeded hasher: unpredictable
+    /// to clients, different for every store.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn hash_of<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
+        self.map.hash(key)
+    }
+
     /// Runs `f` on the cell for `key`, if the key has one. Allocates nothing
     /// and takes no lock.
     #[inline]

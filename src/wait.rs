@@ -1,0 +1,147 @@
+//! Layer 5, with the `tokio` feature: waiting for capacity in async code,
+//! on tokio's timer. The core stays runtime-agnostic: this is a
+//! [`Reservation`](crate::Reservation) and a sleep.
+
+use core::borrow::Borrow;
+use core::hash::Hash;
+use core::time::Duration;
+
+use crate::cell::Algorithm;
+use crate::clock::Clock;
+use crate::error::ReserveError;
+use crate::limiter::Limiter;
+
+impl<A, K, C> Limiter<A, K, C>
+where
+    A: Algorithm,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+{
+    /// Waits until one request of `client_id` may proceed, and takes it:
+    /// [`until_ready_n`](Limiter::until_ready_n) with a cost of 1.
+    ///
+    /// # Errors
+    ///
+    /// As [`until_ready_n`](Limiter::until_ready_n)'s.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = TokenBucket::builder().rate(1_000, Duration::from_secs(1)).build()?;
+    /// for _ in 0..1_010 {
+    ///     limiter.until_ready("alice").await?; // the last 10 wait about 1 ms each
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn until_ready<Q>(&self, client_id: &Q) -> Result<(), ReserveError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.until_ready_jittered(client_id, 1, Duration::ZERO)
+            .await
+    }
+
+    /// Waits until a request of `cost` units of `client_id` may proceed,
+    /// and takes it: books it ([`reserve_n`](Limiter::reserve_n), with no
+    /// limit on the wait), so that waiting clients are served in order, and
+    /// sleeps on tokio's timer until the limiter's clock reaches its ready
+    /// time.
+    ///
+    /// Cancellation safe: if the future is dropped while it sleeps, the
+    /// booking is cancelled (given back if nothing was charged to the client
+    /// since; see [`Reservation::cancel`](crate::Reservation::cancel)).
+    ///
+    /// The limiter's clock must advance with tokio's: a frozen
+    /// [`ManualClock`](crate::ManualClock) never becomes ready.
+    ///
+    /// # Errors
+    ///
+    /// Nothing is charged on an error. [`ReserveError::Cost`] if `cost`
+    /// exceeds the capacity; [`ReserveError::TooLong`] with a wait of
+    /// `Duration::MAX` if the request would conform only after the end of
+    /// the clock's range; [`ReserveError::Full`] for a new client that a
+    /// full limiter denies; [`ReserveError::Unsupported`] for the sliding
+    /// windows.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = TokenBucket::builder().rate(100, Duration::from_millis(10)).build()?;
+    /// limiter.until_ready_n("alice", 100).await?;
+    /// limiter.until_ready_n("alice", 5).await?; // about half a millisecond
+    /// assert!(limiter.until_ready_n("alice", 101).await.is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn until_ready_n<Q>(&self, client_id: &Q, cost: u64) -> Result<(), ReserveError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.until_ready_jittered(client_id, cost, Duration::ZERO)
+            .await
+    }
+
+    /// As [`until_ready_n`](Limiter::until_ready_n), but a request that has
+    /// to wait sleeps up to `max_jitter` longer, so that clients woken by
+    /// one refill do not all retry at the same instant. The jitter is drawn
+    /// from the limiter's randomly seeded hasher (different for each client
+    /// and booking); a request that needs no wait gets none.
+    ///
+    /// # Errors
+    ///
+    /// As [`until_ready_n`](Limiter::until_ready_n)'s.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = TokenBucket::builder().rate(1, Duration::from_millis(1)).build()?;
+    /// limiter.until_ready_jittered("alice", 1, Duration::from_millis(2)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn until_ready_jittered<Q>(
+        &self,
+        client_id: &Q,
+        cost: u64,
+        max_jitter: Duration,
+    ) -> Result<(), ReserveError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let reservation = self.reserve_n(client_id, cost, Duration::MAX)?;
+        if reservation.wait() > Duration::ZERO {
+            let jitter = self.jitter(client_id, reservation.ready_at(), max_jitter);
+            tokio::time::sleep(reservation.wait().saturating_add(jitter)).await;
+            // tokio's timer and the limiter's clock may disagree (a coarse
+            // clock lags): proceed only once the limiter's clock says so.
+            loop {
+                let left = reservation.remaining_wait();
+                if left.is_zero() {
+                    break;
+                }
+                tokio::time::sleep(left).await;
+            }
+        }
+        reservation.commit();
+        Ok(())
+    }
+}

@@ -1,0 +1,142 @@
+//! `Limiter::until_ready` and friends (the `tokio` feature), on tokio's
+//! paused clock: the limiter reads the same clock as tokio's timer, so
+//! sleeps are exact and instant.
+
+#![cfg(not(feature = "loom"))]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tollgate::{Clock, ReserveError, SlidingWindowLog, TokenBucket};
+
+/// tokio's (paused) clock as the limiter's.
+#[derive(Debug, Clone, Copy)]
+struct TokioClock(Instant);
+
+impl Clock for TokioClock {
+    fn now_nanos(&self) -> u64 {
+        self.0.elapsed().as_nanos() as u64
+    }
+}
+
+fn limiter(per: Duration, capacity: u64) -> tollgate::Limiter<TokenBucket, String, TokioClock> {
+    TokenBucket::builder()
+        .rate(1, per)
+        .capacity(capacity)
+        .clock(TokioClock(Instant::now()))
+        .build()
+        .unwrap()
+}
+
+const SEC: Duration = Duration::from_secs(1);
+
+#[tokio::test(start_paused = true)]
+async fn waits_exactly_until_the_request_conforms() {
+    let limiter = limiter(SEC, 2);
+    let start = Instant::now();
+    limiter.until_ready_n("a", 2).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::ZERO, "a full bucket: no wait");
+    limiter.until_ready("a").await.unwrap();
+    assert_eq!(start.elapsed(), SEC);
+    assert!(limiter.peek("a").is_denied(), "the token was taken");
+    limiter.until_ready_n("a", 2).await.unwrap();
+    assert_eq!(start.elapsed(), 3 * SEC);
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiters_are_served_in_the_order_they_booked() {
+    let limiter = Arc::new(limiter(SEC, 1));
+    let start = Instant::now();
+    assert!(limiter.allow_request("a"));
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let limiter = Arc::clone(&limiter);
+            // The current-thread runtime runs the tasks, so they book, in
+            // the order they were spawned.
+            tokio::spawn(async move {
+                limiter.until_ready("a").await.unwrap();
+                start.elapsed()
+            })
+        })
+        .collect();
+    let mut done = Vec::new();
+    for task in tasks {
+        done.push(task.await.unwrap());
+    }
+    assert_eq!(done, [SEC, 2 * SEC, 3 * SEC, 4 * SEC]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_wait_gives_its_booking_back() {
+    let limiter = limiter(SEC, 1);
+    let start = Instant::now();
+    assert!(limiter.allow_request("a"));
+    let gave_up = tokio::time::timeout(SEC / 2, limiter.until_ready("a")).await;
+    assert!(gave_up.is_err(), "timed out while sleeping");
+    assert_eq!(start.elapsed(), SEC / 2);
+    // The booking was cancelled: the token due at 1 s is free again.
+    assert_eq!(limiter.peek("a").retry_after(), SEC / 2);
+    limiter.until_ready("a").await.unwrap();
+    assert_eq!(start.elapsed(), SEC);
+}
+
+#[tokio::test(start_paused = true)]
+async fn jitter_delays_by_at_most_its_bound_and_spreads_clients() {
+    let limiter = limiter(SEC, 1);
+    let jitter = Duration::from_millis(100);
+    let start = Instant::now();
+    let mut woke = Vec::new();
+    for client in 0..20 {
+        let id = format!("client-{client}");
+        assert!(limiter.allow_request(id.as_str()));
+        let begun = start.elapsed();
+        limiter
+            .until_ready_jittered(id.as_str(), 1, jitter)
+            .await
+            .unwrap();
+        let waited = start.elapsed() - begun;
+        assert!(
+            waited >= SEC && waited <= SEC + jitter + Duration::from_millis(1),
+            "{waited:?}"
+        );
+        woke.push(waited);
+    }
+    woke.sort();
+    woke.dedup();
+    assert!(woke.len() > 10, "jitter spreads the wake-ups: {woke:?}");
+    // No wait, no jitter.
+    let begun = Instant::now();
+    limiter
+        .until_ready_jittered("fresh", 1, jitter)
+        .await
+        .unwrap();
+    assert_eq!(begun.elapsed(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn errors_charge_nothing_and_never_sleep() {
+    let limiter = limiter(SEC, 2);
+    let start = Instant::now();
+    assert!(matches!(
+        limiter.until_ready_n("a", 3).await,
+        Err(ReserveError::Cost(_))
+    ));
+    let log = SlidingWindowLog::builder()
+        .limit(1)
+        .window(SEC)
+        .build()
+        .unwrap();
+    assert_eq!(log.until_ready("a").await, Err(ReserveError::Unsupported));
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert!(limiter.is_empty());
+}
+
+#[test]
+fn the_wait_is_a_send_future() {
+    fn send<T: Send>(_: &T) {}
+    let limiter = limiter(SEC, 1);
+    let wait = limiter.until_ready_n("a", 1);
+    send(&wait);
+    drop(wait);
+}
