@@ -123,11 +123,14 @@ pub mod __loom;
 mod algorithm;
 mod builder;
 mod cell;
+mod check;
 mod clock;
 mod decision;
 mod error;
 mod limiter;
 mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod store;
 mod sync;
 #[cfg(feature = "tower")]
@@ -136,6 +139,7 @@ pub mod tower;
 pub use algorithm::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 pub use builder::Builder;
 pub use cell::Algorithm;
+pub use check::{AsyncCheck, CheckError, CheckErrorKind, Quota};
 pub use clock::{Clock, CoarseClock, InstantClock, ManualClock, MonotonicClock};
 pub use decision::Decision;
 pub use error::{ConfigError, CostError};
