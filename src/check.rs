@@ -201,7 +201,7 @@ impl Quota {
 /// use tollgate::{AsyncCheck, CheckErrorKind, TokenBucket};
 ///
 /// let limiter = TokenBucket::builder().rate(5, Duration::from_secs(1)).build()?;
-/// let err = limiter.check(&"alice".to_string(), 6).into_inner().unwrap_err();
+/// let err = AsyncCheck::check(&limiter, &"alice".to_string(), 6).into_inner().unwrap_err();
 /// assert_eq!(err.kind(), CheckErrorKind::Cost);
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```

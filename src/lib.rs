@@ -101,6 +101,13 @@
 //! peer address, trusted proxies' `X-Forwarded-For`, an API key header or a
 //! closure; `429` with `Retry-After` and the IETF `RateLimit` headers.
 //!
+//! # Beyond one machine
+//!
+//! With the `redis` feature, `Builder::redis` moves a limiter's state to
+//! Redis (`tollgate::redis`), so that every replica shares each client's
+//! budget; such a limiter is asked through [`AsyncCheck`], which every
+//! in-process [`Limiter`] implements too.
+//!
 //! # Layers
 //!
 //! clock → algorithm (pure transitions of the word) → atomic cell (the one
