@@ -41,8 +41,8 @@ use crate::memory::{AutoSweep, Memory, Overflow};
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```
 pub struct Builder<A, K = String, C = MonotonicClock> {
-    params: Params,
-    memory: Memory,
+    pub(crate) params: Params,
+    pub(crate) memory: Memory,
     /// The clock given, or how to make the default one: it is built only by
     /// [`Builder::build`], and only if no clock was given, since creating a
     /// [`MonotonicClock`] calibrates the CPU's counter.

@@ -105,6 +105,13 @@
 //! peer address, trusted proxies' `X-Forwarded-For`, an API key header or a
 //! closure; `429` with `Retry-After` and the IETF `RateLimit` headers.
 //!
+//! # Beyond one machine
+//!
+//! With the `redis` feature, `Builder::redis` moves a limiter's state to
+//! Redis (`tollgate::redis`), so that every replica shares each client's
+//! budget; such a limiter is asked through [`AsyncCheck`], which every
+//! in-process [`Limiter`] implements too.
+//!
 //! # Layers
 //!
 //! clock → algorithm (pure transitions of the word) → atomic cell (the one
@@ -127,11 +134,14 @@ pub mod __loom;
 mod algorithm;
 mod builder;
 mod cell;
+mod check;
 mod clock;
 mod decision;
 mod error;
 mod limiter;
 mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod reservation;
 mod store;
 mod sync;
@@ -143,6 +153,7 @@ mod wait;
 pub use algorithm::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 pub use builder::Builder;
 pub use cell::Algorithm;
+pub use check::{AsyncCheck, CheckError, CheckErrorKind, Quota};
 pub use clock::{Clock, CoarseClock, InstantClock, ManualClock, MonotonicClock};
 pub use decision::Decision;
 pub use error::{ConfigError, CostError, ReserveError};

@@ -33,7 +33,6 @@ mod sealed {
         /// The quota the settings grant, back out of the algorithm:
         /// `(limit, window in ns)`. For the token bucket, its capacity and
         /// the time to refill it from empty.
-        #[cfg_attr(not(feature = "tower"), allow(dead_code))]
         fn granted(&self) -> (u64, u64);
     }
 }

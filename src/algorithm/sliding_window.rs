@@ -157,8 +157,17 @@ impl SlidingWindowCounter {
 }
 
 impl SlidingWindowCounter {
+    /// The word holding these counts in window `index`, if they fit (a
+    /// state read from outside the process, such as from Redis).
+    #[cfg(feature = "redis")]
+    pub(crate) fn word(&self, index: u64, curr: u64, prev: u64) -> Option<u64> {
+        let fits = curr <= self.limit
+            && prev <= self.limit
+            && index <= super::NOW_MAX / self.windows.width();
+        fits.then(|| self.pack(Counts { index, curr, prev }))
+    }
+
     /// The window's length, ns.
-    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     pub(crate) fn window_ns(&self) -> u64 {
         self.windows.width()
     }

@@ -109,8 +109,8 @@ impl TokenBucket {
     }
 
     /// Nanoseconds per token, rounded up.
-    #[cfg(all(test, not(feature = "loom")))]
-    fn interval(&self) -> u64 {
+    #[cfg(any(feature = "redis", all(test, not(feature = "loom"))))]
+    pub(crate) fn interval(&self) -> u64 {
         self.interval
     }
 

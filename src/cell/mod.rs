@@ -707,7 +707,7 @@ impl<A: WordAlgorithm + FromParams> Algorithm for A {
 
 /// The figures for a decision: what is left after it, when a denied
 /// request would pass, and when the quota next grows.
-fn describe<A: WordAlgorithm>(
+pub(crate) fn describe<A: WordAlgorithm>(
     algorithm: &A,
     applied: Applied,
     now: u64,

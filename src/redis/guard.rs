@@ -1,0 +1,252 @@
+//! What keeps a Redis outage from becoming a retry storm: a breaker that
+//! lets one probe through at a time while Redis is down, with capped
+//! exponential backoff between probes; and the limiter's counters.
+
+use core::time::Duration;
+use std::time::Instant;
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// Whether a check may go to Redis now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gate {
+    /// Redis is up: go.
+    Pass,
+    /// Redis was down and its backoff is over: this check is the one probe.
+    Probe,
+    /// Redis is down: answer by the fail policy. The wait is until the next
+    /// probe may go (zero while a probe is in flight).
+    Down(Duration),
+}
+
+/// The breaker: `down_until` (ns since `origin`, 0 while up), a probe flag,
+/// and the count of consecutive failed probes that sets the backoff.
+#[derive(Debug)]
+pub(crate) struct Breaker {
+    origin: Instant,
+    down_until: AtomicU64,
+    probing: AtomicU64,
+    failures: AtomicU64,
+    base: u64,
+    max: u64,
+}
+
+impl Breaker {
+    pub(crate) fn new(base: Duration, max: Duration) -> Self {
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX / 4);
+        Self {
+            origin: Instant::now(),
+            down_until: AtomicU64::new(0),
+            probing: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            base: ns(base).max(1),
+            max: ns(max).max(1),
+        }
+    }
+
+    /// Nanoseconds since the breaker was made: the local clock of the
+    /// breaker and of the deny shortcut.
+    pub(crate) fn now(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX / 4)
+    }
+
+    pub(crate) fn gate(&self, now: u64) -> Gate {
+        // Acquire: pairs with the Release stores in `failed` and
+        // `succeeded`; the flag and the deadline are independent hints, so
+        // nothing stronger is needed for correctness of a decision.
+        let until = self.down_until.load(Ordering::Acquire);
+        if until == 0 {
+            return Gate::Pass;
+        }
+        if now < until {
+            return Gate::Down(Duration::from_nanos(until - now));
+        }
+        // AcqRel: one winner among the checks that find the backoff over.
+        match self
+            .probing
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => Gate::Probe,
+            Err(_) => Gate::Down(Duration::ZERO),
+        }
+    }
+
+    /// Redis answered: it is up.
+    pub(crate) fn succeeded(&self, probe: bool) {
+        if self.down_until.load(Ordering::Relaxed) != 0 {
+            self.failures.store(0, Ordering::Relaxed);
+            self.down_until.store(0, Ordering::Release);
+        }
+        if probe {
+            self.probing.store(0, Ordering::Release);
+        }
+    }
+
+    /// Redis failed a check: down for the next backoff. A failed probe
+    /// doubles the backoff (up to the cap); of the checks in flight when
+    /// Redis goes down, only the first to fail sets it.
+    pub(crate) fn failed(&self, probe: bool, now: u64) {
+        if probe {
+            let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+            self.down_until.store(
+                now.saturating_add(self.backoff(failures)).max(1),
+                Ordering::Release,
+            );
+            self.probing.store(0, Ordering::Release);
+        } else if self
+            .down_until
+            .compare_exchange(
+                0,
+                now.saturating_add(self.base).max(1),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+        {
+            self.failures.store(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A probe that never finished (its future was dropped): let another go.
+    pub(crate) fn abandoned(&self) {
+        self.probing.store(0, Ordering::Release);
+    }
+
+    /// The backoff after `failures` consecutive failures: `base · 2^(n−1)`,
+    /// at most `max`.
+    fn backoff(&self, failures: u64) -> u64 {
+        let shift = u32::try_from(failures.saturating_sub(1))
+            .unwrap_or(63)
+            .min(62);
+        self.base.saturating_mul(1 << shift).min(self.max)
+    }
+}
+
+/// A snapshot of a Redis limiter's counters, from
+/// [`RedisLimiter::stats`](super::RedisLimiter::stats). The counters only
+/// grow; read two snapshots and subtract for a rate.
+///
+/// Every check is counted once in `checks`, and answered in exactly one of
+/// these ways: by Redis (`round_trips` minus the failed ones), by the deny
+/// shortcut (`denied_locally`), refused for its cost, or by the fail policy
+/// (`fail_open + fail_closed + fail_local`).
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::redis::RedisStats;
+///
+/// let stats = RedisStats::default();
+/// assert_eq!(stats.round_trips, 0);
+/// println!("{stats:?}");
+/// ```
+#[must_use = "a snapshot of counters does nothing unless read"]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct RedisStats {
+    /// Checks asked of the limiter.
+    pub checks: u64,
+    /// Scripts sent to Redis (each one round trip, plus a reload of the
+    /// script after Redis lost it).
+    pub round_trips: u64,
+    /// Checks denied by the local deny shortcut, without a round trip:
+    /// the Redis calls saved.
+    pub denied_locally: u64,
+    /// Round trips that ran past the timeout.
+    pub timeouts: u64,
+    /// Round trips that failed otherwise: Redis unreachable, an error
+    /// reply, or a state under a key that the limiter did not write.
+    pub errors: u64,
+    /// Probes sent while Redis was down, to learn whether it is back.
+    pub probes: u64,
+    /// Checks admitted by [`FailPolicy::FailOpen`](super::FailPolicy::FailOpen).
+    pub fail_open: u64,
+    /// Checks answered with an error by
+    /// [`FailPolicy::FailClosed`](super::FailPolicy::FailClosed).
+    pub fail_closed: u64,
+    /// Checks decided by the in-process limiter of
+    /// [`FailPolicy::Local`](super::FailPolicy::Local).
+    pub fail_local: u64,
+}
+
+/// The live counters behind [`RedisStats`].
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) checks: AtomicU64,
+    pub(crate) round_trips: AtomicU64,
+    pub(crate) denied_locally: AtomicU64,
+    pub(crate) timeouts: AtomicU64,
+    pub(crate) errors: AtomicU64,
+    pub(crate) probes: AtomicU64,
+    pub(crate) fail_open: AtomicU64,
+    pub(crate) fail_closed: AtomicU64,
+    pub(crate) fail_local: AtomicU64,
+}
+
+/// Counts one event. Relaxed: the counters publish nothing but themselves.
+pub(crate) fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+impl Counters {
+    pub(crate) fn snapshot(&self) -> RedisStats {
+        let read = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        RedisStats {
+            checks: read(&self.checks),
+            round_trips: read(&self.round_trips),
+            denied_locally: read(&self.denied_locally),
+            timeouts: read(&self.timeouts),
+            errors: read(&self.errors),
+            probes: read(&self.probes),
+            fail_open: read(&self.fail_open),
+            fail_closed: read(&self.fail_closed),
+            fail_local: read(&self.fail_local),
+        }
+    }
+}
+
+#[cfg(all(test, not(feature = "loom")))]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn one_probe_at_a_time_with_capped_exponential_backoff() {
+        let b = Breaker::new(Duration::from_millis(10), Duration::from_millis(35));
+        assert_eq!(b.gate(0), Gate::Pass);
+        b.failed(false, 0);
+        b.failed(false, 0); // a second in-flight failure changes nothing
+        assert_eq!(b.gate(5 * MS), Gate::Down(Duration::from_millis(5)));
+        assert_eq!(b.gate(10 * MS), Gate::Probe);
+        assert_eq!(
+            b.gate(10 * MS),
+            Gate::Down(Duration::ZERO),
+            "one probe at a time"
+        );
+        b.failed(true, 10 * MS);
+        assert_eq!(b.gate(10 * MS), Gate::Down(Duration::from_millis(20)));
+        assert_eq!(b.gate(30 * MS), Gate::Probe);
+        b.failed(true, 30 * MS);
+        assert_eq!(
+            b.gate(30 * MS),
+            Gate::Down(Duration::from_millis(35)),
+            "capped"
+        );
+        assert_eq!(b.gate(65 * MS), Gate::Probe);
+        b.abandoned();
+        assert_eq!(
+            b.gate(65 * MS),
+            Gate::Probe,
+            "a dropped probe lets another go"
+        );
+        b.succeeded(true);
+        assert_eq!(b.gate(65 * MS), Gate::Pass);
+        b.failed(false, 70 * MS);
+        assert_eq!(
+            b.gate(70 * MS),
+            Gate::Down(Duration::from_millis(10)),
+            "backoff restarts"
+        );
+    }
+}

@@ -1,0 +1,671 @@
+//! The Redis limiters against a real `redis-server`, started by each test
+//! on a free loopback port in a temporary directory, with persistence off,
+//! and killed when the test ends.
+//!
+//! Without a `redis-server` binary these tests print why and pass, unless
+//! `CI=true`, where a missing server fails them.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tollgate::redis::{FailPolicy, RedisAlgorithm, RedisBuilder, RedisLimiter};
+use tollgate::{
+    AsyncCheck, CheckErrorKind, Decision, FixedWindow, SlidingWindowCounter, SlidingWindowLog,
+    TokenBucket,
+};
+
+const HOUR: Duration = Duration::from_secs(3_600);
+
+/// A `redis-server` of this test's own.
+struct Server {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Server {
+    /// Starts one, or `None` (after saying why) if there is no binary and
+    /// this is not CI.
+    fn start() -> Option<Self> {
+        if Command::new("redis-server")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "redis-server is not installed, and CI=true requires the Redis tests to run"
+            );
+            eprintln!("SKIPPED: no redis-server on PATH (install it to run the Redis tests)");
+            return None;
+        }
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let dir =
+            std::env::temp_dir().join(format!("tollgate-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut server = Self {
+            child: None,
+            port,
+            dir,
+        };
+        server.run();
+        Some(server)
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Starts the process and waits until it answers.
+    fn run(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let client = redis::Client::open(self.url()).unwrap();
+            if let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(200)) {
+                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// A plain connection, for arranging state and reading it back.
+    fn sync(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    }
+
+    async fn manager(&self) -> ConnectionManager {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_millis(200)))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(100));
+        ConnectionManager::new_with_config(redis::Client::open(self.url()).unwrap(), config)
+            .await
+            .unwrap()
+    }
+
+    /// Sleeps past the next hour boundary of Redis's clock if it is less
+    /// than `margin` away, so that an hour-long window cannot roll over
+    /// during a test.
+    fn away_from_hour_boundary(&self, margin: Duration) {
+        let (secs, _): (u64, u64) = redis::cmd("TIME").query(&mut self.sync()).unwrap();
+        let left = 3_600 - secs % 3_600;
+        if left < margin.as_secs() {
+            std::thread::sleep(Duration::from_secs(left + 1));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A prefix no other test (or run) shares.
+fn prefix(name: &str) -> String {
+    format!("t{}-{name}", std::process::id())
+}
+
+/// The four algorithms, limited to `n` per `window` (the bucket: capacity
+/// `n`, refilled at `n` per `window`), as builders waiting for Redis.
+fn builders(
+    conn: &ConnectionManager,
+    p: &str,
+    n: u64,
+    window: Duration,
+) -> (
+    RedisBuilder<TokenBucket>,
+    RedisBuilder<SlidingWindowCounter>,
+    RedisBuilder<FixedWindow>,
+    RedisBuilder<SlidingWindowLog>,
+) {
+    (
+        TokenBucket::builder()
+            .rate(n, window)
+            .redis(conn.clone(), p),
+        SlidingWindowCounter::builder()
+            .limit(n)
+            .window(window)
+            .redis(conn.clone(), p),
+        FixedWindow::builder()
+            .limit(n)
+            .window(window)
+            .redis(conn.clone(), p),
+        SlidingWindowLog::builder()
+            .limit(n)
+            .window(window)
+            .redis(conn.clone(), p),
+    )
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+// ---------------------------------------------------------------------------
+// Exactness across processes.
+
+const CHILD_ENV: &str = "TOLLGATE_REDIS_CHILD";
+const TASKS: usize = 8;
+const CHECKS_PER_TASK: usize = 40;
+
+/// Run by the child processes of `exactly_the_quota_across_processes`
+/// (and a no-op otherwise): `TASKS` tasks each check `CHECKS_PER_TASK`
+/// times, and the process prints how many were admitted.
+#[test]
+fn child_worker() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let mut parts = spec.split('|');
+    let (url, algo, name) = (
+        parts.next().unwrap().to_string(),
+        parts.next().unwrap().to_string(),
+        parts.next().unwrap().to_string(),
+    );
+    let admitted = runtime().block_on(async move {
+        let config = ConnectionManagerConfig::new();
+        let conn = ConnectionManager::new_with_config(redis::Client::open(url).unwrap(), config)
+            .await
+            .unwrap();
+        let (tb, swc, fw, swl) = builders(&conn, &name, 100, HOUR);
+        let policy = FailPolicy::FailClosed;
+        match algo.as_str() {
+            "tb" => hammer(tb.fail_policy(policy).build().unwrap()).await,
+            "swc" => hammer(swc.fail_policy(policy).build().unwrap()).await,
+            "fw" => hammer(fw.fail_policy(policy).build().unwrap()).await,
+            "swl" => hammer(swl.fail_policy(policy).build().unwrap()).await,
+            other => panic!("unknown algorithm {other}"),
+        }
+    });
+    println!("ADMITTED={admitted}");
+}
+
+async fn hammer<A: RedisAlgorithm>(limiter: RedisLimiter<A>) -> u64 {
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move {
+                let mut admitted = 0;
+                for _ in 0..CHECKS_PER_TASK {
+                    let d = limiter.check("shared-client").await.expect("Redis answers");
+                    admitted += u64::from(d.is_allowed());
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for task in tasks {
+        total += task.await.unwrap();
+    }
+    total
+}
+
+#[test]
+fn exactly_the_quota_across_processes() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(60));
+    let exe = std::env::current_exe().unwrap();
+    for algo in ["tb", "swc", "fw", "swl"] {
+        let name = prefix(&format!("procs-{algo}"));
+        let children: Vec<_> = (0..3)
+            .map(|_| {
+                Command::new(&exe)
+                    .args(["child_worker", "--exact", "--nocapture", "--test-threads=1"])
+                    .env(CHILD_ENV, format!("{}|{algo}|{name}", server.url()))
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let mut total = 0;
+        for child in children {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "{algo}: a child failed");
+            let line = BufReader::new(&out.stdout[..])
+                .lines()
+                .map(Result::unwrap)
+                .find_map(|l| l.split_once("ADMITTED=").map(|(_, n)| n.trim().to_string()))
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{algo}: the child did not report: {}",
+                        String::from_utf8_lossy(&out.stdout)
+                    )
+                });
+            total += line.parse::<u64>().unwrap();
+        }
+        // 3 processes × 8 tasks × 40 checks = 960 attempts on one client.
+        assert_eq!(total, 100, "{algo}: exactly the quota, across processes");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Decisions.
+
+async fn count_down<A: RedisAlgorithm>(limiter: RedisLimiter<A>, window: Duration) {
+    let name = std::any::type_name::<A>();
+    for left in (0..5).rev() {
+        let d = limiter.check("alice").await.unwrap();
+        assert!(d.is_allowed(), "{name}");
+        assert_eq!((d.limit(), d.remaining()), (5, left), "{name}");
+        assert_eq!(d.retry_after(), Duration::ZERO);
+        assert!(
+            d.replenish_after() > Duration::ZERO && d.replenish_after() <= window,
+            "{name}"
+        );
+    }
+    let denied: Decision = limiter.check("alice").await.unwrap();
+    assert!(denied.is_denied(), "{name}");
+    assert_eq!(denied.remaining(), 0);
+    assert!(
+        denied.retry_after() > Duration::ZERO && denied.retry_after() <= window,
+        "{name}"
+    );
+    assert!(denied.replenish_after() <= denied.retry_after(), "{name}");
+    // A cost of 0 records nothing and reports the same quota.
+    let zero = limiter.check_n("alice", 0).await.unwrap();
+    assert!(zero.is_allowed() && zero.remaining() == 0, "{name}");
+    // More than the limit can never pass, and costs no round trip.
+    let trips = limiter.stats().round_trips;
+    let err = limiter.check_n("alice", 6).await.unwrap_err();
+    assert_eq!(err.kind(), CheckErrorKind::Cost);
+    assert_eq!(limiter.stats().round_trips, trips);
+    // Another client has its own budget.
+    assert_eq!(limiter.check("bob").await.unwrap().remaining(), 4, "{name}");
+}
+
+#[test]
+fn remaining_counts_down_exactly_and_waits_are_bounded() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(30));
+    runtime().block_on(async {
+        let conn = server.manager().await;
+        let (tb, swc, fw, swl) = builders(&conn, &prefix("count"), 5, HOUR);
+        // The bucket refills one token per 12 minutes: that bounds its wait.
+        count_down(tb.no_deny_shortcut().build().unwrap(), HOUR / 5).await;
+        count_down(swc.no_deny_shortcut().build().unwrap(), HOUR).await;
+        count_down(fw.no_deny_shortcut().build().unwrap(), HOUR).await;
+        count_down(swl.no_deny_shortcut().build().unwrap(), HOUR).await;
+    });
+}
+
+#[test]
+fn the_bucket_refills_on_redis_time() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    runtime().block_on(async {
+        let conn = server.manager().await;
+        let limiter = TokenBucket::builder()
+            .rate(1, Duration::from_millis(200))
+            .capacity(2)
+            .redis(conn, prefix("refill"))
+            .no_deny_shortcut()
+            .build()
+            .unwrap();
+        assert!(limiter.check("a").await.unwrap().is_allowed());
+        assert!(limiter.check("a").await.unwrap().is_allowed());
+        let denied = limiter.check("a").await.unwrap();
+        assert!(denied.is_denied());
+        assert!(denied.retry_after() <= Duration::from_millis(200));
+        tokio::time::sleep(denied.retry_after()).await;
+        assert!(
+            limiter.check("a").await.unwrap().is_allowed(),
+            "refilled after retry_after"
+        );
+        let log = SlidingWindowLog::builder()
+            .limit(1)
+            .window(Duration::from_millis(300))
+            .redis(server.manager().await, prefix("refill"))
+            .no_deny_shortcut()
+            .build()
+            .unwrap();
+        assert!(log.check("a").await.unwrap().is_allowed());
+        let denied = log.check("a").await.unwrap();
+        assert!(denied.is_denied() && denied.retry_after() <= Duration::from_millis(300));
+        tokio::time::sleep(denied.retry_after()).await;
+        assert!(
+            log.check("a").await.unwrap().is_allowed(),
+            "expired after retry_after"
+        );
+    });
+}
+
+#[test]
+fn every_key_expires_when_its_state_is_idle() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    runtime().block_on(async {
+        let conn = server.manager().await;
+        let (tb, swc, fw, swl) = builders(&conn, &prefix("ttl"), 10, Duration::from_secs(100));
+        let _ = tb.build().unwrap().check("c").await.unwrap();
+        let _ = swc.build().unwrap().check("c").await.unwrap();
+        let _ = fw.build().unwrap().check("c").await.unwrap();
+        let _ = swl.build().unwrap().check("c").await.unwrap();
+    });
+    let mut c = server.sync();
+    let p = prefix("ttl");
+    // One token of a bucket of 10 per 100 s refills in 10 s; a fixed window
+    // ends within 100 s, the counter's weighs on the next one, the log's
+    // entry leaves after 100 s.
+    for (tag, most) in [
+        ("tb", 10_000),
+        ("fw", 100_000),
+        ("swc", 200_000),
+        ("swl", 100_000),
+    ] {
+        let key = format!("{p}:{tag}:{{c}}");
+        let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut c).unwrap();
+        assert!(ttl > 0 && ttl <= most, "{key}: {ttl} ms");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Faults.
+
+async fn policies(server: &Server, name: &str) -> [RedisLimiter<FixedWindow>; 3] {
+    let conn = server.manager().await;
+    let build = |policy| {
+        FixedWindow::builder()
+            .limit(2)
+            .window(HOUR)
+            .redis(conn.clone(), prefix(&format!("{name}-{policy:?}")))
+            .timeout(Duration::from_millis(200))
+            .backoff(Duration::from_millis(50), Duration::from_millis(400))
+            .fail_policy(policy)
+            .no_deny_shortcut()
+            .build()
+            .unwrap()
+    };
+    [
+        build(FailPolicy::FailOpen),
+        build(FailPolicy::FailClosed),
+        build(FailPolicy::Local),
+    ]
+}
+
+#[test]
+fn redis_down_each_policy_answers_in_time_then_recovers_by_itself() {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let [open, closed, local] = rt.block_on(policies(&server, "down"));
+    rt.block_on(async {
+        for l in [&open, &closed, &local] {
+            assert!(l.check("warm").await.unwrap().is_allowed());
+        }
+    });
+    server.stop();
+    rt.block_on(async {
+        let timed = |started: Instant| {
+            let took = started.elapsed();
+            assert!(took < Duration::from_secs(1), "a check took {took:?}");
+        };
+        for i in 0..20 {
+            let started = Instant::now();
+            let d = open.check(&format!("o{i}")).await.unwrap();
+            assert!(d.is_allowed() && d.remaining() == d.limit());
+            timed(started);
+            let started = Instant::now();
+            let err = closed.check("c").await.unwrap_err();
+            assert!(
+                matches!(
+                    err.kind(),
+                    CheckErrorKind::Unavailable | CheckErrorKind::Timeout
+                ),
+                "{err}"
+            );
+            timed(started);
+            let started = Instant::now();
+            let d = local.check("l").await.unwrap();
+            assert_eq!(
+                d.is_allowed(),
+                i < 2,
+                "the local limiter enforces the quota"
+            );
+            timed(started);
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        for l in [&open, &closed, &local] {
+            let s = l.stats();
+            assert!(s.errors + s.timeouts >= 1, "{s:?}");
+            assert!(s.probes >= 1, "backoff over, one probe went: {s:?}");
+            // No retry storm: most checks skipped Redis while it was down.
+            assert!(s.round_trips <= 1 + 1 + s.probes, "{s:?}");
+        }
+        assert_eq!(open.stats().fail_open, 20);
+        assert_eq!(closed.stats().fail_closed, 20);
+        assert_eq!(local.stats().fail_local, 20);
+    });
+    server.run();
+    rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match closed.check("back").await {
+                Ok(d) => {
+                    assert!(d.is_allowed());
+                    break;
+                }
+                Err(_) => assert!(Instant::now() < deadline, "no recovery within 10 s"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Recovered: Redis answers again, and keeps the state it now holds.
+        assert_eq!(closed.check("back").await.unwrap().remaining(), 0);
+    });
+}
+
+#[test]
+fn a_paused_server_trips_the_timeout() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let [open, closed, _] = rt.block_on(policies(&server, "slow"));
+    rt.block_on(async {
+        assert!(closed.check("x").await.is_ok(), "the script is loaded");
+    });
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "800", "ALL"][..])
+        .query(&mut server.sync())
+        .unwrap();
+    rt.block_on(async {
+        let started = Instant::now();
+        let err = closed.check("x").await.unwrap_err();
+        assert_eq!(err.kind(), CheckErrorKind::Timeout, "{err}");
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(190) && took < Duration::from_millis(600),
+            "{took:?}"
+        );
+        assert_eq!(closed.stats().timeouts, 1);
+        let started = Instant::now();
+        assert!(open.check("x").await.unwrap().is_allowed());
+        assert!(started.elapsed() < Duration::from_millis(600));
+    });
+}
+
+#[test]
+fn junk_under_a_key_is_a_clear_error_for_that_client_only() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let p = prefix("junk");
+    let mut c = server.sync();
+    let junk: [(&str, &[&str]); 5] = [
+        ("tb", &["SET", "{victim}", "hello"]),
+        ("tb", &["SET", "{negative}", "-5"]),
+        ("fw", &["SET", "{victim}", "7"]),
+        ("fw", &["HSET", "{half}", "k", "12"]),
+        (
+            "swc",
+            &["HSET", "{victim}", "k", "1", "c", "99999", "p", "0"],
+        ),
+    ];
+    for (tag, cmd) in junk {
+        let key = format!("{p}:{tag}:{}", cmd[1]);
+        let _: () = redis::cmd(cmd[0])
+            .arg(&key)
+            .arg(&cmd[2..])
+            .query(&mut c)
+            .unwrap();
+    }
+    let _: () = redis::cmd("ZADD")
+        .arg(format!("{p}:swl:{{victim}}"))
+        .arg(&["99999999999999999999", "x"][..])
+        .query(&mut c)
+        .unwrap();
+    rt.block_on(async {
+        let conn = server.manager().await;
+        let (tb, swc, fw, swl) = builders(&conn, &prefix("junk"), 5, HOUR);
+        let tb = tb.fail_policy(FailPolicy::FailClosed).build().unwrap();
+        let swc = swc.fail_policy(FailPolicy::FailClosed).build().unwrap();
+        let fw = fw.fail_policy(FailPolicy::FailClosed).build().unwrap();
+        let swl = swl.fail_policy(FailPolicy::FailOpen).build().unwrap();
+        for (client, err) in [
+            ("victim", tb.check("victim").await.unwrap_err()),
+            ("negative", tb.check("negative").await.unwrap_err()),
+            ("victim", fw.check("victim").await.unwrap_err()),
+            ("half", fw.check("half").await.unwrap_err()),
+            ("victim", swc.check("victim").await.unwrap_err()),
+        ] {
+            assert_eq!(err.kind(), CheckErrorKind::Corrupt, "{client}: {err}");
+            assert!(err.to_string().contains(client), "names the key: {err}");
+        }
+        let d = swl.check("victim").await.unwrap();
+        assert!(d.is_allowed(), "fail open on junk");
+        assert_eq!(swl.stats().fail_open, 1);
+        // Other clients are unaffected: no backoff, Redis answers them.
+        for l in [&tb as &dyn Probe, &fw, &swc, &swl] {
+            l.fresh_client_is_admitted_by_redis().await;
+        }
+    });
+}
+
+/// A limiter of any algorithm, for the junk test's last loop.
+trait Probe {
+    fn fresh_client_is_admitted_by_redis(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + '_>>;
+}
+
+impl<A: RedisAlgorithm> Probe for RedisLimiter<A> {
+    fn fresh_client_is_admitted_by_redis(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + '_>> {
+        Box::pin(async move {
+            let before = self.stats();
+            let d = self.check("innocent").await.unwrap();
+            assert!(d.is_allowed() && d.remaining() == 4);
+            let after = self.stats();
+            assert_eq!(after.round_trips, before.round_trips + 1);
+            assert_eq!(after.errors, before.errors);
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The deny shortcut and the async trait.
+
+#[test]
+fn denied_clients_are_denied_locally_until_their_quota_grows() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    runtime().block_on(async {
+        let conn = server.manager().await;
+        let limiter = TokenBucket::builder()
+            .rate(2, Duration::from_millis(600))
+            .redis(conn, prefix("shortcut"))
+            .build()
+            .unwrap();
+        assert!(limiter.check("flood").await.unwrap().is_allowed());
+        assert!(limiter.check("flood").await.unwrap().is_allowed());
+        let denied = limiter.check("flood").await.unwrap();
+        assert!(denied.is_denied());
+        for _ in 0..100 {
+            let d = limiter.check("flood").await.unwrap();
+            assert!(d.is_denied() && d.retry_after() <= denied.retry_after());
+        }
+        let s = limiter.stats();
+        // The second admission left nothing, so even the first denial was
+        // made locally.
+        assert_eq!((s.round_trips, s.denied_locally), (2, 101), "{s:?}");
+        // Other clients still go to Redis.
+        assert!(limiter.check("other").await.unwrap().is_allowed());
+        // The shortcut ends no later than the token comes back.
+        tokio::time::sleep(denied.replenish_after()).await;
+        assert!(limiter.check("flood").await.unwrap().is_allowed());
+    });
+}
+
+#[test]
+fn in_process_and_redis_limiters_share_the_async_trait() {
+    async fn spend<L: AsyncCheck<str>>(limiter: &L) -> Vec<u64> {
+        let mut left = Vec::new();
+        for _ in 0..3 {
+            left.push(limiter.check("k", 1).await.unwrap().remaining());
+        }
+        left
+    }
+    let Some(server) = Server::start() else {
+        return;
+    };
+    runtime().block_on(async {
+        let conn = server.manager().await;
+        let remote = FixedWindow::builder()
+            .limit(3)
+            .window(HOUR)
+            .redis(conn, prefix("trait"))
+            .build()
+            .unwrap();
+        assert_eq!(spend(&remote).await, [2, 1, 0]);
+        assert_eq!(
+            AsyncCheck::<str>::quota(&remote),
+            tollgate::Quota::new(3, HOUR)
+        );
+    });
+}
