@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use tollgate::redis::{FailPolicy, RedisAlgorithm, RedisBuilder, RedisLimiter};
+use tollgate::redis::{FailPolicy, RedisAlgorithm, RedisBuilder, RedisConnection, RedisLimiter};
 use tollgate::{
     AsyncCheck, CheckErrorKind, Decision, FixedWindow, SlidingWindowCounter, SlidingWindowLog,
     TokenBucket,
@@ -25,12 +25,19 @@ struct Server {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
+    /// Arguments beyond the defaults (cluster mode).
+    extra: Vec<String>,
 }
 
 impl Server {
     /// Starts one, or `None` (after saying why) if there is no binary and
     /// this is not CI.
     fn start() -> Option<Self> {
+        Self::start_with(&[])
+    }
+
+    /// As [`Server::start`], with `extra` arguments for `redis-server`.
+    fn start_with(extra: &[&str]) -> Option<Self> {
         if Command::new("redis-server")
             .arg("--version")
             .output()
@@ -43,20 +50,27 @@ impl Server {
             eprintln!("SKIPPED: no redis-server on PATH (install it to run the Redis tests)");
             return None;
         }
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let dir =
-            std::env::temp_dir().join(format!("tollgate-redis-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut server = Self {
-            child: None,
-            port,
-            dir,
-        };
-        server.run();
-        Some(server)
+        // A port found free may be taken by another test's server before
+        // ours binds it: then ours exits at once, and we try another.
+        for _ in 0..10 {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            let dir =
+                std::env::temp_dir().join(format!("tollgate-redis-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let mut server = Self {
+                child: None,
+                port,
+                dir,
+                extra: extra.iter().map(|a| (*a).to_owned()).collect(),
+            };
+            if server.try_run() {
+                return Some(server);
+            }
+        }
+        panic!("no redis-server would start on a free loopback port");
     }
 
     fn url(&self) -> String {
@@ -65,11 +79,18 @@ impl Server {
 
     /// Starts the process and waits until it answers.
     fn run(&mut self) {
+        assert!(self.try_run(), "redis-server did not start");
+    }
+
+    /// Starts the process and waits until it answers: false if it exited
+    /// first (its port was taken).
+    fn try_run(&mut self) -> bool {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")
             .arg(&self.dir)
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -77,10 +98,20 @@ impl Server {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
+            if let Some(child) = self.child.as_mut() {
+                if child.try_wait().ok().flatten().is_some() {
+                    self.child = None;
+                    return false;
+                }
+            }
             let client = redis::Client::open(self.url()).unwrap();
             if let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(200)) {
-                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                    return;
+                // Ours, not another test's that holds the port.
+                let pid = self.child.as_ref().map(Child::id);
+                if let Ok(info) = redis::cmd("INFO").arg("server").query::<String>(&mut c) {
+                    return info
+                        .lines()
+                        .any(|l| pid.is_some_and(|pid| l == format!("process_id:{pid}")));
                 }
             }
             assert!(Instant::now() < deadline, "redis-server did not start");
@@ -140,7 +171,7 @@ fn prefix(name: &str) -> String {
 /// The four algorithms, limited to `n` per `window` (the bucket: capacity
 /// `n`, refilled at `n` per `window`), as builders waiting for Redis.
 fn builders(
-    conn: &ConnectionManager,
+    conn: &(impl Clone + Into<RedisConnection>),
     p: &str,
     n: u64,
     window: Duration,
@@ -199,10 +230,21 @@ fn child_worker() {
         parts.next().unwrap().to_string(),
     );
     let admitted = runtime().block_on(async move {
-        let config = ConnectionManagerConfig::new();
-        let conn = ConnectionManager::new_with_config(redis::Client::open(url).unwrap(), config)
-            .await
-            .unwrap();
+        let conn: RedisConnection = match url.strip_prefix("cluster:") {
+            Some(nodes) => redis::cluster::ClusterClient::new(nodes.split(',').collect::<Vec<_>>())
+                .unwrap()
+                .get_async_connection()
+                .await
+                .unwrap()
+                .into(),
+            None => {
+                let config = ConnectionManagerConfig::new();
+                ConnectionManager::new_with_config(redis::Client::open(url).unwrap(), config)
+                    .await
+                    .unwrap()
+                    .into()
+            }
+        };
         let (tb, swc, fw, swl) = builders(&conn, &name, 100, HOUR);
         let policy = FailPolicy::FailClosed;
         match algo.as_str() {
@@ -243,14 +285,21 @@ fn exactly_the_quota_across_processes() {
         return;
     };
     server.away_from_hour_boundary(Duration::from_secs(60));
+    across_processes(&server.url(), "procs");
+}
+
+/// For each algorithm, 3 child processes × `TASKS` tasks × `CHECKS_PER_TASK`
+/// checks of one client against `target` (a server's URL, or `cluster:`
+/// and the nodes' URLs), at 100 per hour: exactly 100 admitted in all.
+fn across_processes(target: &str, label: &str) {
     let exe = std::env::current_exe().unwrap();
     for algo in ["tb", "swc", "fw", "swl"] {
-        let name = prefix(&format!("procs-{algo}"));
+        let name = prefix(&format!("{label}-{algo}"));
         let children: Vec<_> = (0..3)
             .map(|_| {
                 Command::new(&exe)
                     .args(["child_worker", "--exact", "--nocapture", "--test-threads=1"])
-                    .env(CHILD_ENV, format!("{}|{algo}|{name}", server.url()))
+                    .env(CHILD_ENV, format!("{target}|{algo}|{name}"))
                     .stdout(Stdio::piped())
                     .spawn()
                     .unwrap()
@@ -275,6 +324,97 @@ fn exactly_the_quota_across_processes() {
         // 3 processes × 8 tasks × 40 checks = 960 attempts on one client.
         assert_eq!(total, 100, "{algo}: exactly the quota, across processes");
     }
+}
+
+/// Redis Cluster: three primaries on loopback, the 16 384 slots split
+/// among them by `redis-cli --cluster create`. Every key of one client
+/// carries it as the hash tag, so each check runs on the node holding that
+/// client's slot, and the quota is exact across processes as on one server;
+/// clients whose slots live on different nodes each get their own budget.
+#[test]
+fn exactly_the_quota_across_processes_on_a_cluster() {
+    let cluster_args = ["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"];
+    let Some(first) = Server::start_with(&cluster_args) else {
+        return;
+    };
+    let nodes = [
+        first,
+        Server::start_with(&cluster_args).unwrap(),
+        Server::start_with(&cluster_args).unwrap(),
+    ];
+    let addresses: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let created = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addresses)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("redis-cli runs");
+    assert!(created.success(), "redis-cli --cluster create failed");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for node in &nodes {
+        loop {
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query(&mut node.sync())
+                .unwrap();
+            if info.contains("cluster_state:ok") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster did not come up: {info}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    nodes[0].away_from_hour_boundary(Duration::from_secs(60));
+    let urls: Vec<String> = nodes.iter().map(Server::url).collect();
+    across_processes(&format!("cluster:{}", urls.join(",")), "cluster");
+
+    // Clients spread over the nodes: each its own budget, wherever its slot.
+    let target = urls.clone();
+    runtime().block_on(async move {
+        let conn = redis::cluster::ClusterClient::new(target)
+            .unwrap()
+            .get_async_connection()
+            .await
+            .unwrap();
+        let limiter = FixedWindow::builder()
+            .limit(3)
+            .window(HOUR)
+            .redis(conn, prefix("spread"))
+            .fail_policy(FailPolicy::FailClosed)
+            .build()
+            .unwrap();
+        for client in 0..30 {
+            let client = format!("client-{client}");
+            let admitted = {
+                let mut n = 0;
+                for _ in 0..5 {
+                    n += u64::from(limiter.check(client.as_str()).await.unwrap().is_allowed());
+                }
+                n
+            };
+            assert_eq!(admitted, 3, "{client}: its own budget");
+        }
+    });
+    let mut slots_used = 0;
+    for node in &nodes {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("*spread*")
+            .query(&mut node.sync())
+            .unwrap();
+        slots_used += usize::from(!keys.is_empty());
+    }
+    assert!(
+        slots_used >= 2,
+        "30 clients' keys landed on {slots_used} node(s) only"
+    );
 }
 
 // ---------------------------------------------------------------------------

@@ -76,8 +76,9 @@ use core::time::Duration;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
-use ::redis::aio::ConnectionManager;
-use ::redis::{ErrorKind, RedisError, Script};
+use ::redis::aio::{ConnectionLike, ConnectionManager};
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Script, Value};
 
 pub use guard::RedisStats;
 use guard::{bump, Breaker, Counters, Gate};
@@ -251,8 +252,11 @@ impl<A, K, C> Builder<A, K, C> {
     /// ([`max_clients`](Builder::max_clients) and the rest) apply to the
     /// in-process limiter of [`FailPolicy::Local`].
     ///
-    /// A [`ConnectionManager`] multiplexes every check over one connection
-    /// and reconnects by itself after Redis comes back.
+    /// `conn` is a [`ConnectionManager`], which multiplexes every check
+    /// over one connection and reconnects by itself after Redis comes
+    /// back, or a [`ClusterConnection`] for Redis Cluster, which sends each
+    /// check to the node holding its client's slot (every key of one
+    /// client carries the client as its hash tag); see [`RedisConnection`].
     ///
     /// # Examples
     ///
@@ -275,17 +279,107 @@ impl<A, K, C> Builder<A, K, C> {
     /// # }
     /// ```
     #[must_use]
-    pub fn redis(self, conn: ConnectionManager, prefix: impl Into<String>) -> RedisBuilder<A> {
+    pub fn redis(
+        self,
+        conn: impl Into<RedisConnection>,
+        prefix: impl Into<String>,
+    ) -> RedisBuilder<A> {
         RedisBuilder {
             params: self.params,
             memory: self.memory,
-            conn,
+            conn: conn.into(),
             prefix: prefix.into(),
             timeout: Duration::from_millis(100),
             policy: FailPolicy::default(),
             backoff: (Duration::from_millis(100), Duration::from_secs(5)),
             shortcut: Some(4_096),
             _algorithm: PhantomData,
+        }
+    }
+}
+
+/// How a Redis limiter reaches Redis: one server (or a primary behind
+/// Sentinel's address) through a [`ConnectionManager`], or Redis Cluster
+/// through a [`ClusterConnection`]. [`Builder::redis`] takes either.
+///
+/// Every key a check touches belongs to one client and carries that client
+/// as its hash tag (`{prefix}:{tag}:{<client>}`), so each check's script
+/// runs on the one node that holds the client's slot, and a cluster shares
+/// each client's budget exactly as one server does.
+///
+/// # Examples
+///
+/// `no_run`: it needs a Redis Cluster on localhost.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use tollgate::TokenBucket;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let nodes = vec!["redis://127.0.0.1:7000/", "redis://127.0.0.1:7001/"];
+/// let cluster = redis::cluster::ClusterClient::new(nodes)?;
+/// let conn = cluster.get_async_connection().await?;
+/// let limiter = TokenBucket::builder()
+///     .rate(100, Duration::from_secs(60))
+///     .redis(conn, "api")
+///     .build()?;
+/// assert!(limiter.check("alice").await?.is_allowed());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub enum RedisConnection {
+    /// One server: every check over one multiplexed connection.
+    Single(ConnectionManager),
+    /// Redis Cluster: each check to the node holding its client's slot.
+    Cluster(ClusterConnection),
+}
+
+impl fmt::Debug for RedisConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Single(_) => "RedisConnection::Single",
+            Self::Cluster(_) => "RedisConnection::Cluster",
+        })
+    }
+}
+
+impl From<ConnectionManager> for RedisConnection {
+    fn from(conn: ConnectionManager) -> Self {
+        Self::Single(conn)
+    }
+}
+
+impl From<ClusterConnection> for RedisConnection {
+    fn from(conn: ClusterConnection) -> Self {
+        Self::Cluster(conn)
+    }
+}
+
+impl ConnectionLike for RedisConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Single(conn) => conn.req_packed_command(cmd),
+            Self::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(conn) => conn.get_db(),
+            Self::Cluster(conn) => conn.get_db(),
         }
     }
 }
@@ -320,7 +414,7 @@ impl<A, K, C> Builder<A, K, C> {
 pub struct RedisBuilder<A> {
     params: Params,
     memory: Memory,
-    conn: ConnectionManager,
+    conn: RedisConnection,
     prefix: String,
     timeout: Duration,
     policy: FailPolicy,
@@ -580,7 +674,7 @@ impl<A: Algorithm> fmt::Debug for RedisLimiter<A> {
 
 struct Inner<A: Algorithm> {
     script: Script,
-    conn: ConnectionManager,
+    conn: RedisConnection,
     /// `{prefix}:{tag}:{`: a key is this, the client's bytes, and `}`.
     prefix: Vec<u8>,
     spec: Spec,
