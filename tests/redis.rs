@@ -809,3 +809,82 @@ fn in_process_and_redis_limiters_share_the_async_trait() {
         );
     });
 }
+
+// ---------------------------------------------------------------------------
+// The HTTP layer in front of a Redis limiter.
+
+/// `RateLimitLayer` takes a Redis limiter as it takes an in-process one:
+/// the check is a real round trip, which the layer's response future
+/// awaits, and the answers are the same: the decision in the request's
+/// extensions, `RateLimit` headers, then a `429` with `Retry-After`; each
+/// client address its own budget; and with Redis gone, `FailClosed` makes
+/// the layer answer `503`.
+#[cfg(feature = "tower")]
+#[test]
+fn the_tower_layer_takes_a_redis_limiter() {
+    use http::{Request, Response, StatusCode};
+    use std::convert::Infallible;
+    use std::net::SocketAddr;
+    use tollgate::tower::{PeerIp, RateLimitLayer};
+    use tower::{service_fn, Layer, ServiceExt};
+
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(60));
+    // One runtime for all: the connection's driver runs on it.
+    let rt = runtime();
+    let conn = rt.block_on(server.manager());
+    let limiter = FixedWindow::builder()
+        .limit(2)
+        .window(HOUR)
+        .redis(conn, prefix("layer"))
+        .timeout(Duration::from_millis(200))
+        .fail_policy(FailPolicy::FailClosed)
+        .build()
+        .unwrap();
+    let service = RateLimitLayer::new(limiter, PeerIp::new()).layer(service_fn(
+        |request: Request<String>| async move {
+            let remaining = request
+                .extensions()
+                .get::<Decision>()
+                .map(Decision::remaining);
+            Ok::<_, Infallible>(Response::new(format!("{remaining:?}")))
+        },
+    ));
+    let request = |peer: &str| {
+        let mut request = Request::get("/").body(String::new()).unwrap();
+        request
+            .extensions_mut()
+            .insert(peer.parse::<SocketAddr>().unwrap());
+        request
+    };
+    let send = |peer: &str| rt.block_on(service.clone().oneshot(request(peer))).unwrap();
+    for left in [1, 0] {
+        let response = send("192.0.2.1:1000");
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.body(), &format!("Some({left})"));
+        let header = response.headers()["ratelimit"].to_str().unwrap().to_owned();
+        assert!(header.contains(&format!(";r={left};")), "{header}");
+    }
+    let refused = send("192.0.2.1:1001");
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=3_600).contains(&retry), "Retry-After {retry}");
+    assert_eq!(
+        send("192.0.2.2:1000").status(),
+        StatusCode::OK,
+        "another client"
+    );
+
+    server.stop();
+    assert_eq!(
+        send("192.0.2.3:1000").status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "FailClosed with Redis gone"
+    );
+}
