@@ -528,7 +528,9 @@ fn every_key_expires_when_its_state_is_idle() {
     let p = prefix("ttl");
     // One token of a bucket of 10 per 100 s refills in 10 s; a fixed window
     // ends within 100 s, the counter's weighs on the next one, the log's
-    // entry leaves after 100 s.
+    // entry leaves after 100 s. The expiry is the idle instant rounded up
+    // to the millisecond, and `PTTL` counts from the current millisecond,
+    // so a key set and read within one may show 1 ms more.
     for (tag, most) in [
         ("tb", 10_000),
         ("fw", 100_000),
@@ -537,7 +539,7 @@ fn every_key_expires_when_its_state_is_idle() {
     ] {
         let key = format!("{p}:{tag}:{{c}}");
         let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut c).unwrap();
-        assert!(ttl > 0 && ttl <= most, "{key}: {ttl} ms");
+        assert!(ttl > 0 && ttl <= most + 1, "{key}: {ttl} ms");
     }
 }
 
