@@ -91,6 +91,40 @@ impl ConfigError {
     }
 }
 
+impl ConfigError {
+    /// The same error about the second of two limits (`Builder::and`):
+    /// its field is named `and.<field>`.
+    pub(crate) fn in_second(self) -> Self {
+        let second = |field: &'static str| match field {
+            "rate" => "and.rate",
+            "capacity" => "and.capacity",
+            "limit" => "and.limit",
+            "window" => "and.window",
+            other => other,
+        };
+        match self {
+            Self::Missing { field } => Self::Missing {
+                field: second(field),
+            },
+            Self::OutOfRange {
+                field,
+                value,
+                min,
+                max,
+                unit,
+                reason,
+            } => Self::OutOfRange {
+                field: second(field),
+                value,
+                min,
+                max,
+                unit,
+                reason,
+            },
+        }
+    }
+}
+
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
