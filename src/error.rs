@@ -94,34 +94,16 @@ impl ConfigError {
 impl ConfigError {
     /// The same error about the second of two limits (`Builder::and`):
     /// its field is named `and.<field>`.
-    pub(crate) fn in_second(self) -> Self {
-        let second = |field: &'static str| match field {
+    pub(crate) fn in_second(mut self) -> Self {
+        let (Self::Missing { field } | Self::OutOfRange { field, .. }) = &mut self;
+        *field = match *field {
             "rate" => "and.rate",
             "capacity" => "and.capacity",
             "limit" => "and.limit",
             "window" => "and.window",
             other => other,
         };
-        match self {
-            Self::Missing { field } => Self::Missing {
-                field: second(field),
-            },
-            Self::OutOfRange {
-                field,
-                value,
-                min,
-                max,
-                unit,
-                reason,
-            } => Self::OutOfRange {
-                field: second(field),
-                value,
-                min,
-                max,
-                unit,
-                reason,
-            },
-        }
+        self
     }
 }
 

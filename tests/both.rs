@@ -317,3 +317,21 @@ fn the_pair_is_sixteen_bytes_and_lock_free_here() {
         assert!(Both::<TokenBucket, FixedWindow>::is_lock_free());
     }
 }
+
+#[test]
+fn a_pair_cannot_book_ahead_and_charges_nothing_trying() {
+    let limiter = TokenBucket::builder()
+        .rate(1, Duration::from_secs(1))
+        .and_rate(5, HOUR)
+        .clock(ManualClock::new())
+        .build()
+        .unwrap();
+    assert!(matches!(
+        limiter.reserve("a", HOUR),
+        Err(tollgate::ReserveError::Unsupported)
+    ));
+    assert!(
+        limiter.allow_request("a"),
+        "the failed booking charged nothing"
+    );
+}
