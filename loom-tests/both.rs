@@ -151,3 +151,25 @@ fn check_then_charge_on_two_words_is_caught() {
 fn charging_one_by_one_on_two_words_is_caught() {
     let _ = race("both/broken/one-by-one", Way::OneByOne, 2, (2, 1));
 }
+
+/// Model 8 (a table rebuild moving the cell while two checks run) over a
+/// pair client: the freeze exchanges the whole pair for the tombstone and
+/// carries both words, so exactly one check is admitted (binding capacity
+/// 1), known client and new client alike.
+#[test]
+fn relocation_vs_checks_pair_of_buckets() {
+    use tollgate::__loom::Mortal;
+    for known in [true, false] {
+        let (_, min, max) = crate::relocation::race(
+            if known {
+                "relocation/known/both"
+            } else {
+                "relocation/new/both"
+            },
+            both(bucket(1), bucket(2)),
+            known,
+            Mortal::relocate,
+        );
+        assert_eq!((min, max), (1, 1));
+    }
+}

@@ -232,26 +232,31 @@ mod loom_shim {
             }
         }
 
+        /// Runs `model` on the stand-in's value under its lock, or `real`
+        /// on the real atomic.
         #[track_caller]
-        pub(crate) fn load(&self, order: Ordering) -> u128 {
+        fn either<R>(
+            &self,
+            model: impl FnOnce(&mut u128) -> R,
+            real: impl FnOnce(&portable_atomic::AtomicU128) -> R,
+        ) -> R {
             match self {
-                Self::Loom(value) => *value.lock().unwrap(),
+                Self::Loom(value) => model(&mut value.lock().unwrap()),
                 Self::Std(atomic) => {
                     std_outside_model();
-                    atomic.load(order)
+                    real(atomic)
                 }
             }
         }
 
         #[track_caller]
+        pub(crate) fn load(&self, order: Ordering) -> u128 {
+            self.either(|value| *value, |atomic| atomic.load(order))
+        }
+
+        #[track_caller]
         pub(crate) fn store(&self, new: u128, order: Ordering) {
-            match self {
-                Self::Loom(value) => *value.lock().unwrap() = new,
-                Self::Std(atomic) => {
-                    std_outside_model();
-                    atomic.store(new, order);
-                }
-            }
+            self.either(|value| *value = new, |atomic| atomic.store(new, order));
         }
 
         #[track_caller]
@@ -262,21 +267,10 @@ mod loom_shim {
             success: Ordering,
             failure: Ordering,
         ) -> Result<u128, u128> {
-            match self {
-                Self::Loom(value) => {
-                    let mut value = value.lock().unwrap();
-                    if *value == current {
-                        *value = new;
-                        Ok(current)
-                    } else {
-                        Err(*value)
-                    }
-                }
-                Self::Std(atomic) => {
-                    std_outside_model();
-                    atomic.compare_exchange(current, new, success, failure)
-                }
-            }
+            self.either(
+                |value| exchange(value, current, new),
+                |atomic| atomic.compare_exchange(current, new, success, failure),
+            )
         }
 
         /// Inside a model, the strong exchange: the stand-in never fails
@@ -289,13 +283,20 @@ mod loom_shim {
             success: Ordering,
             failure: Ordering,
         ) -> Result<u128, u128> {
-            match self {
-                Self::Loom(_) => self.compare_exchange(current, new, success, failure),
-                Self::Std(atomic) => {
-                    std_outside_model();
-                    atomic.compare_exchange_weak(current, new, success, failure)
-                }
-            }
+            self.either(
+                |value| exchange(value, current, new),
+                |atomic| atomic.compare_exchange_weak(current, new, success, failure),
+            )
+        }
+    }
+
+    /// The stand-in's exchange, under its lock.
+    fn exchange(value: &mut u128, current: u128, new: u128) -> Result<u128, u128> {
+        if *value == current {
+            *value = new;
+            Ok(current)
+        } else {
+            Err(*value)
         }
     }
 

@@ -112,6 +112,7 @@ impl<A, B> Both<A, B> {
     /// let _bucket: &TokenBucket = limiter.algorithm().first();
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
+    #[must_use]
     pub fn first(&self) -> &A {
         &self.first
     }
@@ -131,6 +132,7 @@ impl<A, B> Both<A, B> {
     /// let _window: &FixedWindow = limiter.algorithm().second();
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
+    #[must_use]
     pub fn second(&self) -> &B {
         &self.second
     }
