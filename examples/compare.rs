@@ -41,9 +41,9 @@ mod baselines;
 mod workload;
 
 use workload::{
-    fresh_keys, fresh_keys_from, impls, in_parallel, make, make_capped, make_stale, prepare, Algo,
-    Data, Impl, Key, Load, Policy, Pool, Sample, Scenario, Subject, EVICTION_SCENARIOS, POLICIES,
-    SCENARIOS,
+    all_impls, fresh_keys, fresh_keys_from, impls, in_parallel, make, make_capped, make_stale,
+    prepare, Algo, Data, Impl, Key, Load, Policy, Pool, Sample, Scenario, Subject,
+    EVICTION_SCENARIOS, POLICIES, SCENARIOS,
 };
 
 const HELP: &str = "\
@@ -75,7 +75,11 @@ OPTIONS:
                      the maps is the cost; 2000000 is governor's reference
                      figure, ~15 s more per round]
     --impls LIST     only these implementations, by name or name/algorithm,
-                     e.g. tollgate/token-bucket,governor
+                     e.g. tollgate/token-bucket,governor. Two limits on one
+                     client run only when named: tollgate/two-token-buckets
+                     (`Builder::and`: the scenario's bucket and as many
+                     tokens per hour, one exchange) and two-limiters (two
+                     limiters checked one after the other)
     --keys LIST      only these key types: String, u64, IpAddr (IPv6
                      addresses in 2001:db8::/32). Without --keys all three
                      run, but IpAddr only in hot_allowed, hot_denied,
@@ -279,7 +283,7 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
             }
             "--impls" => {
                 let list = value("--impls")?;
-                o.impls = select("--impls", &list, &impls(), |i, w| {
+                o.impls = select("--impls", &list, &all_impls(), |i, w| {
                     i.name() == w || i.label() == w
                 })?;
             }
@@ -797,6 +801,44 @@ fn print_table(rows: &[Row]) {
     );
 }
 
+/// Two limits on one client, if they ran: `Both` against the two-limiter
+/// way and against one plain check.
+fn print_two_limits(rows: &[Row]) {
+    let both = Impl::Tollgate(Algo::TwoBuckets);
+    let pairs: Vec<&Row> = rows
+        .iter()
+        .filter(|r| SCENARIOS.contains(&r.scenario) && r.imp == both)
+        .collect();
+    if pairs.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "| scenario | key | threads | two limits, one exchange ns/op | two limiters ns/op | × two limiters | one limit ns/op | × one limit |"
+    );
+    println!("|---|---|--:|--:|--:|--:|--:|--:|");
+    for r in pairs {
+        let ours = r.sample.ns_per_op();
+        let two = find(rows, r, Impl::TwoLimiters);
+        let one = find(rows, r, Impl::Tollgate(Algo::TokenBucket));
+        println!(
+            "| {} | {} | {} | {:.1} | {} | {} | {} | {} |",
+            r.scenario.name(),
+            r.key,
+            r.threads,
+            ours,
+            cell(two),
+            ratio(two, ours),
+            cell(one),
+            ratio(one, ours),
+        );
+    }
+    println!();
+    println!(
+        "Two limits: the scenario's token bucket and as many tokens per hour, held by `Builder::and` (one lookup, one 128-bit exchange) or by two limiters checked one after the other (two lookups, two exchanges). × X: X's ns/op over the pair's."
+    );
+}
+
 /// The `insert_capped` and `sweep` tables, if either ran.
 fn print_eviction(rows: &[Row], sizes: &Sizes, cap: usize) {
     let at = |scenario: Scenario, imp: Impl, policy: Option<Policy>, key: &str, threads: usize| {
@@ -978,7 +1020,7 @@ fn run_child(args: &[String]) -> ExitCode {
         eprintln!("{MEMORY_CHILD} takes IMPLEMENTATION/ALGORITHM KEY CLIENTS");
         return ExitCode::FAILURE;
     };
-    let Some(imp) = impls().into_iter().find(|i| i.label() == *label) else {
+    let Some(imp) = all_impls().into_iter().find(|i| i.label() == *label) else {
         eprintln!("{MEMORY_CHILD}: no implementation `{label}`");
         return ExitCode::FAILURE;
     };
@@ -1260,6 +1302,7 @@ fn main() -> ExitCode {
     } else {
         if rows.iter().any(|r| SCENARIOS.contains(&r.scenario)) {
             print_table(&rows);
+            print_two_limits(&rows);
         }
         print_eviction(&rows, &sizes, sizes.clients);
         if !mem.is_empty() {

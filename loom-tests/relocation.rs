@@ -54,7 +54,7 @@ fn copy_without_freezing(cell: &StateCell) -> Relocation<StateCell> {
 /// Two checks race a relocation of `start`'s entry (a fresh live cell, or
 /// none: a new client); exactly one must be admitted, and the map must end
 /// with one live cell that shows it.
-fn race<A>(
+pub(crate) fn race<A>(
     name: &str,
     algorithm: A,
     known: bool,

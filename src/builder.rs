@@ -7,7 +7,7 @@ use core::marker::PhantomData;
 use core::time::Duration;
 
 use crate::algorithm::{
-    FixedWindow, FromParams, Params, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
+    Both, FixedWindow, FromParams, Params, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
 };
 use crate::cell::Algorithm;
 use crate::clock::{Clock, MonotonicClock};
@@ -200,6 +200,42 @@ impl<K, C> Builder<TokenBucket, K, C> {
         self.params.capacity = Some(tokens);
         self
     }
+
+    /// Holds every client to a second token bucket as well, of `tokens`
+    /// per `per` (holding `tokens`): a request is admitted only if both
+    /// buckets admit it, and is then charged to both. Shorthand for
+    /// [`and`](Builder::and) with `TokenBucket::builder().rate(tokens, per)`;
+    /// use that to give the second bucket its own capacity.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, TokenBucket};
+    ///
+    /// // 10 per second, and 1000 per hour.
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .and_rate(1000, Duration::from_secs(3600))
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// let admitted = (0..20).filter(|_| limiter.allow_request("alice")).count();
+    /// assert_eq!(admitted, 10);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Builder::build) rejects a second rate that a bucket could
+    /// not hold, naming the field `and.rate` (or `and.capacity`).
+    #[must_use]
+    pub fn and_rate(
+        self,
+        tokens: u64,
+        per: Duration,
+    ) -> Builder<Both<TokenBucket, TokenBucket>, K, C> {
+        self.and(TokenBucket::builder().rate(tokens, per))
+    }
 }
 
 /// Builder settings shared by the windowed algorithms.
@@ -255,6 +291,73 @@ impl<A: Windowed, K, C> Builder<A, K, C> {
 }
 
 impl<A, K, C> Builder<A, K, C> {
+    /// Holds every client to a second limit as well: a request is admitted
+    /// only if both limits admit it, and is then charged to both; a denial
+    /// charges neither. The two states change together, by one 128-bit
+    /// compare-and-swap, so no thread can slip a request between them.
+    ///
+    /// Either limit may be a token bucket, a sliding window counter or a
+    /// fixed window; `second`'s own algorithm settings are taken, and its
+    /// key type, clock and memory settings ignored (this builder's apply).
+    /// A [`Decision`](crate::Decision) reports the limit that binds: the
+    /// one with the fewer remaining (the smaller on a tie), the smaller
+    /// remaining, and the longer wait.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{FixedWindow, ManualClock, TokenBucket};
+    ///
+    /// let clock = ManualClock::new();
+    /// // Bursts of 5 at 1 per second, and at most 8 in any clock hour.
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(1, Duration::from_secs(1))
+    ///     .capacity(5)
+    ///     .and(FixedWindow::builder().limit(8).window(Duration::from_secs(3600)))
+    ///     .clock(clock.clone())
+    ///     .build()?;
+    /// assert_eq!((0..10).filter(|_| limiter.allow_request("bob")).count(), 5);
+    /// clock.advance(Duration::from_secs(60));
+    /// assert_eq!((0..10).filter(|_| limiter.allow_request("bob")).count(), 3);
+    /// let denied = limiter.check("bob");
+    /// assert_eq!(denied.limit(), 8);
+    /// assert_eq!(denied.retry_after(), Duration::from_secs(3540));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Builder::build) validates both limits; an error in the
+    /// second names its field with `and.` in front (`and.limit`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{FixedWindow, TokenBucket};
+    ///
+    /// let err = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .and(FixedWindow::builder().limit(0).window(Duration::from_secs(1)))
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(err.field(), "and.limit");
+    /// ```
+    #[must_use]
+    pub fn and<B, K2, C2>(self, second: Builder<B, K2, C2>) -> Builder<Both<A, B>, K, C>
+    where
+        Both<A, B>: Algorithm,
+    {
+        Builder {
+            params: Params {
+                second: Some(Box::new(second.params)),
+                ..self.params
+            },
+            memory: self.memory,
+            clock: self.clock,
+            _algorithm: PhantomData,
+        }
+    }
+
     /// Reads time from `clock` instead of a [`MonotonicClock`]: a
     /// [`ManualClock`](crate::ManualClock) in tests, or your own [`Clock`].
     /// The default clock is then never created (creating one calibrates the

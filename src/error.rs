@@ -91,6 +91,22 @@ impl ConfigError {
     }
 }
 
+impl ConfigError {
+    /// The same error about the second of two limits (`Builder::and`):
+    /// its field is named `and.<field>`.
+    pub(crate) fn in_second(mut self) -> Self {
+        let (Self::Missing { field } | Self::OutOfRange { field, .. }) = &mut self;
+        *field = match *field {
+            "rate" => "and.rate",
+            "capacity" => "and.capacity",
+            "limit" => "and.limit",
+            "window" => "and.window",
+            other => other,
+        };
+        self
+    }
+}
+
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -150,7 +150,7 @@ pub mod tower;
 #[cfg(feature = "tokio")]
 mod wait;
 
-pub use algorithm::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
+pub use algorithm::{Both, FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 pub use builder::Builder;
 pub use cell::Algorithm;
 pub use check::{AsyncCheck, CheckError, CheckErrorKind, Quota};

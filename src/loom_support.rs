@@ -16,9 +16,9 @@
 use core::time::Duration;
 
 pub use crate::algorithm::Ticket;
-pub use crate::cell::{Algorithm, Booking, Life, Mortal, Relocation, StateCell};
+pub use crate::cell::{Algorithm, Booking, Life, Mortal, PairCell, Relocation, StateCell};
 pub use crate::store::{act_on_live, check_or_insert, get_or_insert, Index, Newcomer, Purge};
-use crate::{ConfigError, FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
+use crate::{Both, ConfigError, FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 
 /// A validated token bucket of `capacity`, refilled `tokens` per `per`.
 ///
@@ -39,6 +39,26 @@ pub fn sliding_window_counter(
     window: Duration,
 ) -> Result<SlidingWindowCounter, ConfigError> {
     SlidingWindowCounter::new(limit, window)
+}
+
+/// Two limits held together, as `Builder::and` builds them, for the
+/// models of a client held to both.
+pub fn both<A, B>(first: A, second: B) -> Both<A, B> {
+    Both::new(first, second)
+}
+
+/// The two words of a pair cell: the first limit's and the second's.
+pub fn pair_words(cell: &PairCell) -> (u64, u64) {
+    let pair = cell.load();
+    (
+        crate::algorithm::first(pair),
+        crate::algorithm::second(pair),
+    )
+}
+
+/// A live pair cell holding `first` and `second`.
+pub fn pair_cell(first: u64, second: u64) -> PairCell {
+    PairCell::holding(crate::algorithm::join(first, second))
 }
 
 /// A validated fixed window.

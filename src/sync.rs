@@ -25,7 +25,22 @@ pub(crate) use std::sync::{
 pub(crate) use loom::sync::atomic::Ordering;
 
 #[cfg(feature = "loom")]
-pub(crate) use self::loom_shim::{in_model, Arc, AtomicU64};
+pub(crate) use self::loom_shim::{in_model, Arc, AtomicU128, AtomicU64};
+
+/// A 128-bit atomic for the two words of a client held to two limits
+/// (`cell::PairCell`): `portable-atomic`'s, which on x86-64 is a
+/// `cmpxchg16b` (lock-free; detected at run time unless the build enables
+/// the `cmpxchg16b` target feature) and on AArch64 an `ldxp`/`stxp` or
+/// `casp` pair. Where the target has no 128-bit compare-and-swap it falls
+/// back to a lock; [`pair_is_lock_free`] says which.
+#[cfg(not(feature = "loom"))]
+pub(crate) use portable_atomic::AtomicU128;
+
+/// Whether the 128-bit atomic behind a two-limit client is lock-free on
+/// this machine (it is wherever `cmpxchg16b` or its equivalent exists).
+pub(crate) fn pair_is_lock_free() -> bool {
+    portable_atomic::AtomicU128::is_lock_free()
+}
 
 /// The store's locks (its table's writers' locks and the sweep cursor's)
 /// are std's in both builds: they guard no state a model checks (the models
@@ -111,7 +126,7 @@ mod loom_shim {
 
     /// `AtomicU64`: loom's inside a model, std's outside one.
     #[derive(Debug)]
-    pub(crate) enum AtomicU64 {
+    pub enum AtomicU64 {
         Loom(loom::sync::atomic::AtomicU64),
         Std(std::sync::atomic::AtomicU64),
     }
@@ -190,6 +205,98 @@ mod loom_shim {
                     atomic.fetch_update(set_order, fetch_order, f)
                 }
             }
+        }
+    }
+
+    /// `AtomicU128`: inside a model a stand-in, a `loom::sync::Mutex`
+    /// around the value, outside one `portable-atomic`'s. loom has no
+    /// 128-bit atomic, so the stand-in models the operation's atomicity and
+    /// every interleaving of it with the other threads' operations, but
+    /// not its memory orderings: a lock orders more than an `AcqRel`
+    /// exchange does. The cell that uses it publishes nothing through it
+    /// (see "Orderings" in `crate::cell`), so atomicity is what its
+    /// exactness rests on, and that is what the models check.
+    #[derive(Debug)]
+    pub enum AtomicU128 {
+        Loom(loom::sync::Mutex<u128>),
+        Std(portable_atomic::AtomicU128),
+    }
+
+    impl AtomicU128 {
+        #[track_caller]
+        pub(crate) fn new(value: u128) -> Self {
+            if in_model() {
+                Self::Loom(loom::sync::Mutex::new(value))
+            } else {
+                Self::Std(portable_atomic::AtomicU128::new(value))
+            }
+        }
+
+        /// Runs `model` on the stand-in's value under its lock, or `real`
+        /// on the real atomic.
+        #[track_caller]
+        fn either<R>(
+            &self,
+            model: impl FnOnce(&mut u128) -> R,
+            real: impl FnOnce(&portable_atomic::AtomicU128) -> R,
+        ) -> R {
+            match self {
+                Self::Loom(value) => model(&mut value.lock().unwrap()),
+                Self::Std(atomic) => {
+                    std_outside_model();
+                    real(atomic)
+                }
+            }
+        }
+
+        #[track_caller]
+        pub(crate) fn load(&self, order: Ordering) -> u128 {
+            self.either(|value| *value, |atomic| atomic.load(order))
+        }
+
+        #[track_caller]
+        pub(crate) fn store(&self, new: u128, order: Ordering) {
+            self.either(|value| *value = new, |atomic| atomic.store(new, order));
+        }
+
+        #[track_caller]
+        pub(crate) fn compare_exchange(
+            &self,
+            current: u128,
+            new: u128,
+            success: Ordering,
+            failure: Ordering,
+        ) -> Result<u128, u128> {
+            self.either(
+                |value| exchange(value, current, new),
+                |atomic| atomic.compare_exchange(current, new, success, failure),
+            )
+        }
+
+        /// Inside a model, the strong exchange: the stand-in never fails
+        /// spuriously, which the retry loops that use it do not rely on.
+        #[track_caller]
+        pub(crate) fn compare_exchange_weak(
+            &self,
+            current: u128,
+            new: u128,
+            success: Ordering,
+            failure: Ordering,
+        ) -> Result<u128, u128> {
+            self.either(
+                |value| exchange(value, current, new),
+                |atomic| atomic.compare_exchange_weak(current, new, success, failure),
+            )
+        }
+    }
+
+    /// The stand-in's exchange, under its lock.
+    fn exchange(value: &mut u128, current: u128, new: u128) -> Result<u128, u128> {
+        if *value == current {
+            *value = new;
+            Ok(current)
+        } else {
+            Err(*value)
         }
     }
 

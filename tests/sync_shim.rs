@@ -35,7 +35,8 @@ fn strip_comments(source: &str) -> String {
     out
 }
 
-/// Where `source` names a `sync::atomic` path, as 1-based line numbers.
+/// Where `source` names a `sync::atomic` path (or `portable_atomic`), as
+/// 1-based line numbers.
 fn atomic_paths(source: &str) -> Vec<usize> {
     let code = strip_comments(source);
     // Whitespace may sit anywhere in a path: `std :: sync :: { atomic }`.
@@ -50,6 +51,10 @@ fn atomic_paths(source: &str) -> Vec<usize> {
     }
     let mut found = Vec::new();
     for (at, _) in squashed.match_indices("sync::atomic") {
+        found.push(lines[at]);
+    }
+    // The 128-bit atomic of a two-limit client comes from this crate.
+    for (at, _) in squashed.match_indices("portable_atomic") {
         found.push(lines[at]);
     }
     for (at, _) in squashed.match_indices("sync::{") {
@@ -136,6 +141,8 @@ fn the_detector_sees_every_spelling_and_skips_comments() {
         [1]
     );
     assert_eq!(atomic_paths("use loom::sync::atomic::AtomicU64;"), [1]);
+    assert_eq!(atomic_paths("use portable_atomic::AtomicU128;"), [1]);
+    assert_eq!(atomic_paths("x: portable_atomic :: AtomicU128,"), [1]);
     assert!(atomic_paths("use std::sync::Arc;").is_empty());
     assert!(atomic_paths("use crate::sync::{Arc, AtomicU64, Ordering};").is_empty());
     assert!(atomic_paths("use std::sync::{Arc, Mutex};").is_empty());

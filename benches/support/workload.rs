@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use governor::clock::FakeRelativeClock;
 use tollgate::{
-    Algorithm, Builder, FixedWindow, Limiter, ManualClock, Overflow, RateLimiter,
+    Algorithm, Both, Builder, FixedWindow, Limiter, ManualClock, Overflow, RateLimiter,
     SlidingWindowCounter, SlidingWindowLog, Stats, TokenBucket,
 };
 
@@ -81,6 +81,9 @@ pub enum Algo {
     SlidingWindowCounter,
     SlidingWindowLog,
     FixedWindow,
+    /// Two token buckets held together (`Builder::and`): the bucket's
+    /// quota, and the same number of tokens per hour.
+    TwoBuckets,
 }
 
 /// Every algorithm tollgate has, in the order results are printed.
@@ -98,6 +101,7 @@ impl Algo {
             Algo::SlidingWindowCounter => "sliding-window-counter",
             Algo::SlidingWindowLog => "sliding-window-log",
             Algo::FixedWindow => "fixed-window",
+            Algo::TwoBuckets => "two-token-buckets",
         }
     }
 
@@ -106,14 +110,14 @@ impl Algo {
     pub fn has_seed_port(self) -> bool {
         match self {
             Algo::TokenBucket | Algo::SlidingWindowCounter | Algo::FixedWindow => true,
-            Algo::SlidingWindowLog => false,
+            Algo::SlidingWindowLog | Algo::TwoBuckets => false,
         }
     }
 
     /// The quota this algorithm runs with in `scenario`.
     pub fn spec(self, scenario: Scenario) -> Spec {
         match self {
-            Algo::TokenBucket => scenario.bucket(),
+            Algo::TokenBucket | Algo::TwoBuckets => scenario.bucket(),
             Algo::SlidingWindowCounter => scenario.sliding(),
             Algo::SlidingWindowLog => scenario.log(),
             Algo::FixedWindow => scenario.fixed(),
@@ -132,6 +136,11 @@ pub enum Impl {
     /// governor's keyed limiter (GCRA, a token bucket) with its default
     /// DashMap store, hasher and clock.
     Governor,
+    /// Two tollgate limiters checked one after the other (`a && b`), the
+    /// way to hold a client to two limits without `Builder::and`: two
+    /// lookups and two exchanges, and a denial by the second still charges
+    /// the first.
+    TwoLimiters,
 }
 
 impl Impl {
@@ -141,6 +150,7 @@ impl Impl {
             Impl::SeedMutex(_) => "seed-mutex",
             Impl::GlobalMutex(_) => "global-mutex",
             Impl::Governor => "governor",
+            Impl::TwoLimiters => "two-limiters",
         }
     }
 
@@ -148,6 +158,7 @@ impl Impl {
         match self {
             Impl::Tollgate(a) | Impl::SeedMutex(a) | Impl::GlobalMutex(a) => a,
             Impl::Governor => Algo::TokenBucket,
+            Impl::TwoLimiters => Algo::TwoBuckets,
         }
     }
 
@@ -171,6 +182,38 @@ pub fn impls() -> Vec<Impl> {
     all.push(Impl::GlobalMutex(Algo::TokenBucket));
     all.push(Impl::Governor);
     all
+}
+
+/// Measured only when named (`--impls`): two limits on one client, as
+/// tollgate's `Both` and as two limiters.
+pub fn two_limit_impls() -> Vec<Impl> {
+    vec![Impl::Tollgate(Algo::TwoBuckets), Impl::TwoLimiters]
+}
+
+/// Every implementation `--impls` may name.
+pub fn all_impls() -> Vec<Impl> {
+    let mut all = impls();
+    all.extend(two_limit_impls());
+    all
+}
+
+/// The second limit of [`Algo::TwoBuckets`] for a bucket `spec`: as many
+/// tokens, per hour.
+fn hourly<K, C>(
+    spec: Spec,
+    first: Builder<TokenBucket, K, C>,
+) -> Builder<Both<TokenBucket, TokenBucket>, K, C> {
+    let (tokens, _, capacity) = rate(spec);
+    first.and(TokenBucket::builder().rate(tokens, HOUR).capacity(capacity))
+}
+
+/// Two limiters, checked one after the other.
+struct TwoLimiters<K: Key>(Limiter<TokenBucket, K>, Limiter<TokenBucket, K>);
+
+impl<K: Key> RateLimiter<K> for TwoLimiters<K> {
+    fn allow_request(&self, key: &K) -> bool {
+        self.0.allow_request(key) && self.1.allow_request(key)
+    }
 }
 
 /// A quota, in the form each algorithm's builder takes.
@@ -688,6 +731,11 @@ pub fn make_capped<K: Key>(algo: Algo, policy: Policy, cap: u64) -> Arc<dyn Subj
             let (limit, w) = window(spec);
             build(FixedWindow::builder().limit(limit).window(w), policy, cap)
         }
+        Algo::TwoBuckets => {
+            let (tokens, per, capacity) = rate(spec);
+            let first = TokenBucket::builder().rate(tokens, per).capacity(capacity);
+            build(hourly(spec, first), policy, cap)
+        }
     }
 }
 
@@ -798,6 +846,13 @@ pub fn make_stale<K: Key>(imp: Impl) -> Box<dyn Stale<K>> {
             let (limit, w) = window(spec);
             build(FixedWindow::builder().limit(limit).window(w))
         }
+        Impl::Tollgate(Algo::TwoBuckets) => {
+            let (tokens, per, capacity) = rate(spec);
+            build(hourly(
+                spec,
+                TokenBucket::builder().rate(tokens, per).capacity(capacity),
+            ))
+        }
         Impl::Governor => {
             let clock = FakeRelativeClock::default();
             let limiter = governor::RateLimiter::dashmap_with_clock(
@@ -806,7 +861,7 @@ pub fn make_stale<K: Key>(imp: Impl) -> Box<dyn Stale<K>> {
             );
             Box::new(StaleGovernor { limiter, clock })
         }
-        Impl::SeedMutex(_) | Impl::GlobalMutex(_) => {
+        Impl::SeedMutex(_) | Impl::GlobalMutex(_) | Impl::TwoLimiters => {
             panic!("{} has no sweep", imp.label())
         }
     }
@@ -854,6 +909,23 @@ pub fn make<K: Key>(imp: Impl, scenario: Scenario) -> Arc<dyn Subject<K>> {
             let builder = FixedWindow::builder().limit(limit).window(w);
             wrap(builder.key_type::<K>().build().unwrap())
         }
+        Impl::Tollgate(Algo::TwoBuckets) => {
+            let (tokens, per, capacity) = rate(spec);
+            let first = TokenBucket::builder().rate(tokens, per).capacity(capacity);
+            wrap(hourly(spec, first).key_type::<K>().build().unwrap())
+        }
+        Impl::TwoLimiters => {
+            let (tokens, per, capacity) = rate(spec);
+            let one = |per| {
+                TokenBucket::builder()
+                    .rate(tokens, per)
+                    .capacity(capacity)
+                    .key_type::<K>()
+                    .build()
+                    .unwrap()
+            };
+            wrap(TwoLimiters(one(per), one(HOUR)))
+        }
         Impl::SeedMutex(Algo::TokenBucket) => {
             let (tokens, per, capacity) = rate(spec);
             let config = BucketConfig::new(tokens, per, capacity);
@@ -886,8 +958,9 @@ pub fn make<K: Key>(imp: Impl, scenario: Scenario) -> Arc<dyn Subject<K>> {
                 limit, w,
             )))
         }
-        Impl::SeedMutex(Algo::SlidingWindowLog) | Impl::GlobalMutex(Algo::SlidingWindowLog) => {
-            unreachable!("no mutex port of the log: has_seed_port is false")
+        Impl::SeedMutex(Algo::SlidingWindowLog | Algo::TwoBuckets)
+        | Impl::GlobalMutex(Algo::SlidingWindowLog | Algo::TwoBuckets) => {
+            unreachable!("no mutex port of the log or of two limits: has_seed_port is false")
         }
         Impl::Governor => wrap(Governor::<K>::new(rate(spec))),
     }

@@ -9,6 +9,7 @@
 //! All times are `u64` nanoseconds since the clock's origin, clamped to
 //! [`NOW_MAX`] so that no transition can overflow.
 
+mod both;
 mod fixed_window;
 mod params;
 mod sliding_log;
@@ -16,6 +17,10 @@ mod sliding_window;
 mod token_bucket;
 mod window;
 
+pub(crate) use both::join;
+pub use both::Both;
+#[cfg(feature = "loom")]
+pub(crate) use both::{first, second};
 pub use fixed_window::FixedWindow;
 pub(crate) use params::{FromParams, Params};
 
@@ -112,6 +117,84 @@ pub(crate) trait WordAlgorithm: Send + Sync + 'static {
     fn reserve(&self, word: u64, now: u64, cost: u64) -> Reserve {
         let _ = (word, now, cost);
         Reserve::Never
+    }
+}
+
+/// The transitions the one compare-and-swap loop runs, over whatever state
+/// the cell packs: a [`WordAlgorithm`]'s one word (every word algorithm is
+/// one, with the same methods), or [`Both`]'s pair of words. The cell layer
+/// writes its check, peek, eviction and reset once over this trait.
+pub(crate) trait Transitions: Send + Sync + 'static {
+    /// The packed state: `u64` or `u128`.
+    type Word: Copy;
+
+    /// As [`WordAlgorithm::capacity`].
+    fn capacity(&self) -> u64;
+
+    /// The limit a decision on `word` at `now` reports: the capacity, or
+    /// for [`Both`] the capacity of the limit that binds.
+    fn limit(&self, word: Self::Word, now: u64) -> u64 {
+        let _ = (word, now);
+        self.capacity()
+    }
+
+    /// As [`WordAlgorithm::fresh_at`].
+    fn fresh_at(&self, floor: u64) -> Self::Word;
+
+    /// As [`WordAlgorithm::admit`].
+    fn admit(&self, word: Self::Word, now: u64, cost: u64) -> Option<Self::Word>;
+
+    /// As [`WordAlgorithm::remaining`].
+    fn remaining(&self, word: Self::Word, now: u64) -> u64;
+
+    /// As [`WordAlgorithm::retry_after`].
+    fn retry_after(&self, word: Self::Word, now: u64, cost: u64) -> u64;
+
+    /// As [`WordAlgorithm::is_idle`].
+    fn is_idle(&self, word: Self::Word, now: u64) -> bool;
+
+    /// As [`WordAlgorithm::idle_at`].
+    fn idle_at(&self, word: Self::Word) -> u64;
+
+    /// As [`WordAlgorithm::horizon`].
+    fn horizon(&self) -> u64;
+}
+
+impl<A: WordAlgorithm> Transitions for A {
+    type Word = u64;
+
+    #[inline]
+    fn capacity(&self) -> u64 {
+        WordAlgorithm::capacity(self)
+    }
+
+    fn fresh_at(&self, floor: u64) -> u64 {
+        WordAlgorithm::fresh_at(self, floor)
+    }
+
+    #[inline]
+    fn admit(&self, word: u64, now: u64, cost: u64) -> Option<u64> {
+        WordAlgorithm::admit(self, word, now, cost)
+    }
+
+    fn remaining(&self, word: u64, now: u64) -> u64 {
+        WordAlgorithm::remaining(self, word, now)
+    }
+
+    fn retry_after(&self, word: u64, now: u64, cost: u64) -> u64 {
+        WordAlgorithm::retry_after(self, word, now, cost)
+    }
+
+    fn is_idle(&self, word: u64, now: u64) -> bool {
+        WordAlgorithm::is_idle(self, word, now)
+    }
+
+    fn idle_at(&self, word: u64) -> u64 {
+        WordAlgorithm::idle_at(self, word)
+    }
+
+    fn horizon(&self) -> u64 {
+        WordAlgorithm::horizon(self)
     }
 }
 

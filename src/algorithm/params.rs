@@ -5,16 +5,18 @@
 use core::time::Duration;
 
 use super::WordAlgorithm;
-use super::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
+use super::{Both, FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 use crate::error::ConfigError;
 
 /// Every setting any algorithm takes; each algorithm reads its own.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Params {
     pub(crate) rate: Option<(u64, Duration)>,
     pub(crate) capacity: Option<u64>,
     pub(crate) limit: Option<u64>,
     pub(crate) window: Option<Duration>,
+    /// The second limit's settings, for [`Both`].
+    pub(crate) second: Option<Box<Params>>,
 }
 
 impl Params {
@@ -81,5 +83,28 @@ impl FromParams for SlidingWindowLog {
 
     fn granted(&self) -> (u64, u64) {
         (self.limit(), self.window())
+    }
+}
+
+impl<A, B> FromParams for Both<A, B>
+where
+    A: WordAlgorithm + FromParams,
+    B: WordAlgorithm + FromParams,
+{
+    fn from_params(p: &Params) -> Result<Self, ConfigError> {
+        let first = A::from_params(p)?;
+        let second = Params::required(p.second.as_deref(), "and")?;
+        let second = B::from_params(second).map_err(ConfigError::in_second)?;
+        Ok(Both::new(first, second))
+    }
+
+    fn granted(&self) -> (u64, u64) {
+        // The limit that binds a fresh client: the smaller capacity.
+        let (a, b) = (self.first().granted(), self.second().granted());
+        if b.0 < a.0 {
+            b
+        } else {
+            a
+        }
     }
 }

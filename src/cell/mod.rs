@@ -49,11 +49,11 @@
 //! `life` word (`log.rs`).
 
 use crate::algorithm::{
-    clamp_now, unreserve, until, FromParams, Reserve, Ticket, WordAlgorithm, CLAIMED, FRESH, NEVER,
-    REFUSED, TOMBSTONE, UNBORN,
+    clamp_now, join, unreserve, until, Both, FromParams, Reserve, Ticket, Transitions,
+    WordAlgorithm, CLAIMED, FRESH, NEVER, REFUSED, TOMBSTONE, UNBORN,
 };
 use crate::decision::Decision;
-use crate::sync::{AtomicU64, Backoff, Ordering};
+use crate::sync::{AtomicU128, AtomicU64, Backoff, Ordering};
 
 mod log;
 
@@ -134,40 +134,144 @@ pub enum Relocation<C> {
     Moved(C),
 }
 
-/// One client's state word. Public only as the sealed
-/// [`Algorithm::Cell`] of the word algorithms; nothing outside the crate can
-/// reach it.
+/// What a [`StateCell`] holds: one state word (`u64`), or the two words of
+/// a client held to two limits at once (`u128`, the first limit's word in
+/// the low half). Either way the word that says whether the cell is alive
+/// is the first one ([`Packed::life_word`]), so the life protocol below is
+/// written once for both.
+#[doc(hidden)]
+pub trait Packed: Copy + Eq + core::fmt::Debug + Send + Sync + 'static {
+    /// The atomic that holds it, from `crate::sync`.
+    type Atomic: core::fmt::Debug + Send + Sync;
+
+    /// A fresh state: every word 0.
+    const FRESH: Self;
+
+    /// The word whose four top values say the cell is not alive.
+    fn life_word(self) -> u64;
+
+    /// The state that says `life` (one of [`UNBORN`], [`CLAIMED`],
+    /// [`REFUSED`], [`TOMBSTONE`]): that value in the life word, 0 in the
+    /// rest.
+    fn not_alive(life: u64) -> Self;
+
+    #[doc(hidden)]
+    fn atomic(value: Self) -> Self::Atomic;
+    #[doc(hidden)]
+    fn load(atomic: &Self::Atomic, order: Ordering) -> Self;
+    #[doc(hidden)]
+    fn store(atomic: &Self::Atomic, value: Self, order: Ordering);
+    #[doc(hidden)]
+    fn compare_exchange(
+        atomic: &Self::Atomic,
+        current: Self,
+        new: Self,
+        weak: bool,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<Self, Self>;
+}
+
+/// Implements [`Packed`] for a width, over its atomic from `crate::sync`.
+macro_rules! packed {
+    ($word:ty, $atomic:ty, $fresh:expr, |$w:ident| $life:expr, |$l:ident| $state:expr) => {
+        impl Packed for $word {
+            type Atomic = $atomic;
+            const FRESH: Self = $fresh;
+
+            #[inline]
+            fn life_word(self) -> u64 {
+                let $w = self;
+                $life
+            }
+
+            #[inline]
+            fn not_alive($l: u64) -> Self {
+                $state
+            }
+
+            #[inline]
+            fn atomic(value: Self) -> $atomic {
+                <$atomic>::new(value)
+            }
+
+            #[inline]
+            fn load(atomic: &$atomic, order: Ordering) -> Self {
+                atomic.load(order)
+            }
+
+            #[inline]
+            fn store(atomic: &$atomic, value: Self, order: Ordering) {
+                atomic.store(value, order);
+            }
+
+            #[inline]
+            fn compare_exchange(
+                atomic: &$atomic,
+                current: Self,
+                new: Self,
+                weak: bool,
+                success: Ordering,
+                failure: Ordering,
+            ) -> Result<Self, Self> {
+                if weak {
+                    atomic.compare_exchange_weak(current, new, success, failure)
+                } else {
+                    atomic.compare_exchange(current, new, success, failure)
+                }
+            }
+        }
+    };
+}
+
+packed!(u64, AtomicU64, FRESH, |w| w, |life| life);
+// The first word in the low half (`algorithm::join`): `as u64` keeps
+// exactly it, and a state that is not alive is that word beside a 0.
+packed!(u128, AtomicU128, join(FRESH, FRESH), |w| w as u64, |life| {
+    join(life, 0)
+});
+
+/// One client's state: a packed word, or two side by side. Public only as
+/// the sealed [`Algorithm::Cell`] of the word algorithms and of [`Both`];
+/// nothing outside the crate can reach it.
 #[doc(hidden)]
 #[derive(Debug)]
-pub struct StateCell {
-    /// A live word (below [`UNBORN`]), or one of the four states of a cell
-    /// that is not alive: [`UNBORN`], [`CLAIMED`], [`REFUSED`],
-    /// [`TOMBSTONE`] (evicted).
-    word: AtomicU64,
+pub struct StateCell<W: Packed = u64> {
+    /// A live state (life word below [`UNBORN`]), or one of the four states
+    /// of a cell that is not alive: [`UNBORN`], [`CLAIMED`], [`REFUSED`],
+    /// [`TOMBSTONE`] (evicted), in the life word.
+    word: W::Atomic,
     /// Loom builds only: replace the compare-and-swap with a load and a
     /// store, the bug the models must catch (see `tollgate::__loom`).
     #[cfg(feature = "loom")]
     racy: bool,
 }
 
+/// The cell of a client held to two limits at once: both words in one
+/// 128-bit atomic, updated by one compare-and-swap.
+/// (Named outside the crate only by the loom models, through `__loom`.)
+#[doc(hidden)]
+#[cfg_attr(not(feature = "loom"), allow(unreachable_pub))]
+pub type PairCell = StateCell<u128>;
+
 /// What [`StateCell::apply`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Applied {
+pub(crate) enum Applied<W = u64> {
     /// The transition accepted the word and this is the word it wrote.
-    Admitted(u64),
+    Admitted(W),
     /// The transition refused this word, the latest one observed; nothing
     /// was written.
-    Denied(u64),
+    Denied(W),
     /// The cell holds the tombstone: it was evicted, nothing was written,
     /// and the check belongs on the map's current entry for the client.
     Dead,
 }
 
-impl StateCell {
-    /// A live cell holding `word`.
-    pub fn new(word: u64) -> Self {
+impl<W: Packed> StateCell<W> {
+    /// A live cell holding `word`, of either width.
+    pub fn holding(word: W) -> Self {
         Self {
-            word: AtomicU64::new(word),
+            word: W::atomic(word),
             #[cfg(feature = "loom")]
             racy: false,
         }
@@ -176,7 +280,14 @@ impl StateCell {
     /// An unborn cell: no check admits on it until a claimer writes its
     /// fresh word ([`StateCell::bear`]).
     fn unborn() -> Self {
-        Self::new(UNBORN)
+        Self::holding(W::not_alive(UNBORN))
+    }
+}
+
+impl StateCell {
+    /// A live one-word cell holding `word`.
+    pub fn new(word: u64) -> Self {
+        Self::holding(word)
     }
 
     /// A deliberately broken cell whose update is a load followed by a
@@ -188,7 +299,10 @@ impl StateCell {
             ..Self::new(word)
         }
     }
+}
 
+#[cfg(feature = "loom")]
+impl StateCell {
     /// The bug the cancellation models must catch: give a booking's charge
     /// back by subtracting it, whether or not the booking is still the tail
     /// (whatever was charged after it keeps its wait, and the slot of
@@ -201,14 +315,16 @@ impl StateCell {
             .word
             .fetch_sub(ticket.to - ticket.from, Ordering::AcqRel);
     }
+}
 
+impl<W: Packed> StateCell<W> {
     /// Brings a cell this thread claimed to life with `word`: only the
     /// claimer writes a claimed word, so a store suffices.
-    fn bear(&self, word: u64) {
-        debug_assert!(word < UNBORN);
+    fn bear(&self, word: W) {
+        debug_assert!(word.life_word() < UNBORN);
         // Release: pairs with the Acquire loads of the word (`load`, and the
         // failure side of every exchange), as an admission's exchange does.
-        self.word.store(word, Ordering::Release);
+        W::store(&self.word, word, Ordering::Release);
     }
 
     /// `UNBORN` → `to` by exchange: `Ok` iff this call moved it, else the
@@ -218,18 +334,24 @@ impl StateCell {
         // eviction are all writes of this one word; of two exchanges from
         // `UNBORN`, the first in its modification order makes the other
         // fail. Acquire on failure: as in `load`.
-        self.word
-            .compare_exchange(UNBORN, to, Ordering::AcqRel, Ordering::Acquire)
-            .map(drop)
-            .map_err(life_of)
+        W::compare_exchange(
+            &self.word,
+            W::not_alive(UNBORN),
+            W::not_alive(to),
+            false,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .map(drop)
+        .map_err(|seen| life_of(seen.life_word()))
     }
 
     /// The current word.
     #[inline]
-    pub fn load(&self) -> u64 {
+    pub fn load(&self) -> W {
         // Acquire: pairs with the Release half of the AcqRel exchange in
         // `apply` that wrote this word (see "Orderings" above).
-        self.word.load(Ordering::Acquire)
+        W::load(&self.word, Ordering::Acquire)
     }
 
     /// Runs `transition` on the current word until it either refuses the
@@ -242,11 +364,11 @@ impl StateCell {
     /// between cores. The transition may run more than once, and must be
     /// pure.
     #[inline]
-    pub(crate) fn apply(&self, transition: impl Fn(u64) -> Option<u64>) -> Applied {
+    pub(crate) fn apply(&self, transition: impl Fn(W) -> Option<W>) -> Applied<W> {
         let current = self.load();
         // The one comparison eviction and birth add: a cell that is not
         // alive (unborn, claimed, refused, evicted) is never admitted on.
-        if current >= UNBORN {
+        if current.life_word() >= UNBORN {
             return Applied::Dead;
         }
         #[cfg(feature = "loom")]
@@ -256,7 +378,7 @@ impl StateCell {
             };
             // The bug under test: a plain store can overwrite an admission
             // made since the load.
-            self.word.store(next, Ordering::Release);
+            W::store(&self.word, next, Ordering::Release);
             return Applied::Admitted(next);
         }
         let Some(next) = transition(current) else {
@@ -265,10 +387,14 @@ impl StateCell {
         // AcqRel on success: Release publishes this admission to the next
         // Acquire load or exchange of the word; Acquire orders it after the
         // admission we are replacing. Acquire on failure: as in `load`.
-        match self
-            .word
-            .compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire)
-        {
+        match W::compare_exchange(
+            &self.word,
+            current,
+            next,
+            false,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
             Ok(_) => Applied::Admitted(next),
             Err(seen) => self.apply_contended(seen, transition),
         }
@@ -278,14 +404,10 @@ impl StateCell {
     /// changed the word between our load and our exchange.
     #[cold]
     #[inline(never)]
-    fn apply_contended(
-        &self,
-        mut current: u64,
-        transition: impl Fn(u64) -> Option<u64>,
-    ) -> Applied {
+    fn apply_contended(&self, mut current: W, transition: impl Fn(W) -> Option<W>) -> Applied<W> {
         let backoff = Backoff::new();
         loop {
-            if current >= UNBORN {
+            if current.life_word() >= UNBORN {
                 return Applied::Dead;
             }
             let Some(next) = transition(current) else {
@@ -293,9 +415,11 @@ impl StateCell {
             };
             // Orderings as in `apply`. A weak exchange may fail spuriously,
             // which this loop absorbs like any other failure.
-            match self.word.compare_exchange_weak(
+            match W::compare_exchange(
+                &self.word,
                 current,
                 next,
+                true,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
@@ -309,16 +433,21 @@ impl StateCell {
     /// Retires the cell if its word is idle at `now` by `is_idle`: one
     /// compare-and-swap from the very word judged idle to the tombstone.
     /// True iff this call retired it.
-    pub(crate) fn try_retire(&self, is_idle: impl FnOnce(u64) -> bool) -> bool {
+    pub(crate) fn try_retire(&self, is_idle: impl FnOnce(W) -> bool) -> bool {
         let word = self.load();
         // AcqRel/Acquire: as in `apply`. The exchange fails if any check
         // admitted since the load, so an admission is never retired.
-        word < UNBORN
+        word.life_word() < UNBORN
             && is_idle(word)
-            && self
-                .word
-                .compare_exchange(word, TOMBSTONE, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
+            && W::compare_exchange(
+                &self.word,
+                word,
+                W::not_alive(TOMBSTONE),
+                false,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
     }
 
     /// Retires the cell whatever its live word: sampled eviction under a
@@ -326,11 +455,13 @@ impl StateCell {
     /// retired it.
     pub(crate) fn retire(&self) -> bool {
         let mut word = self.load();
-        while word < UNBORN {
+        while word.life_word() < UNBORN {
             // AcqRel/Acquire: as in `apply`.
-            match self.word.compare_exchange_weak(
+            match W::compare_exchange(
+                &self.word,
                 word,
-                TOMBSTONE,
+                W::not_alive(TOMBSTONE),
+                true,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
@@ -343,9 +474,9 @@ impl StateCell {
 
     /// The word as the algorithms should read it: a retired cell reads as
     /// a fresh one, which is what its idle word was equivalent to.
-    fn live_word(&self) -> u64 {
+    fn live_word(&self) -> W {
         match self.load() {
-            word if word >= UNBORN => FRESH,
+            word if word.life_word() >= UNBORN => W::FRESH,
             word => word,
         }
     }
@@ -362,9 +493,9 @@ fn life_of(word: u64) -> Life {
     }
 }
 
-impl Mortal for StateCell {
+impl<W: Packed> Mortal for StateCell<W> {
     fn life(&self) -> Life {
-        life_of(self.load())
+        life_of(self.load().life_word())
     }
 
     fn claim(&self) -> Result<(), Life> {
@@ -374,7 +505,7 @@ impl Mortal for StateCell {
     fn unclaim(&self) {
         // Release: pairs with the Acquire of the next claim or refusal,
         // which then sees the store's count as this claimer left it.
-        self.word.store(UNBORN, Ordering::Release);
+        W::store(&self.word, W::not_alive(UNBORN), Ordering::Release);
     }
 
     fn refuse(&self) -> Result<(), Life> {
@@ -390,7 +521,7 @@ impl Mortal for StateCell {
         let backoff = Backoff::new();
         let mut word = self.load();
         loop {
-            match word {
+            match word.life_word() {
                 TOMBSTONE | REFUSED => return Relocation::Dead,
                 CLAIMED => {
                     backoff.snooze();
@@ -399,15 +530,17 @@ impl Mortal for StateCell {
                 // AcqRel/Acquire: as in `apply`; an admission racing the
                 // freeze either lands first (and the exchange fails and
                 // retries with its word) or fails against the tombstone.
-                _ => match self.word.compare_exchange_weak(
+                _ => match W::compare_exchange(
+                    &self.word,
                     word,
-                    TOMBSTONE,
+                    W::not_alive(TOMBSTONE),
+                    true,
                     Ordering::AcqRel,
                     Ordering::Acquire,
                 ) {
                     Ok(_) => {
                         return Relocation::Moved(Self {
-                            word: AtomicU64::new(word),
+                            word: W::atomic(word),
                             #[cfg(feature = "loom")]
                             racy: self.racy,
                         })
@@ -575,76 +708,88 @@ pub(crate) mod sealed {
     /// Keeps [`Algorithm`](super::Algorithm) closed to the crate's own types.
     pub trait Sealed {}
     impl<A: crate::algorithm::WordAlgorithm> Sealed for A {}
+    impl<A, B> Sealed for crate::algorithm::Both<A, B> {}
+}
+
+/// The methods of [`Algorithm`] that are the same for every state a
+/// [`StateCell`] packs, written once over [`Transitions`]: the check runs
+/// the transition through the one CAS loop, a peek and the quota read the
+/// live word, eviction retires the very word judged idle, and a reset is a
+/// constant transition.
+macro_rules! one_cas_loop {
+    () => {
+        fn fresh_cell(&self, floor: u64) -> Self::Cell {
+            StateCell::holding(Transitions::fresh_at(self, floor))
+        }
+
+        fn unborn_cell(&self, _floor: u64) -> Self::Cell {
+            // The floor is the claimer's to apply: it writes the fresh word.
+            StateCell::unborn()
+        }
+
+        fn activate(&self, cell: &Self::Cell, floor: u64) {
+            cell.bear(Transitions::fresh_at(self, floor));
+        }
+
+        #[inline]
+        fn capacity(&self) -> u64 {
+            Transitions::capacity(self)
+        }
+
+        #[inline]
+        fn try_admit(&self, cell: &Self::Cell, now: u64, cost: u64) -> Option<bool> {
+            match cell.apply(|word| Transitions::admit(self, word, now, cost)) {
+                Applied::Admitted(_) => Some(true),
+                Applied::Denied(_) => Some(false),
+                Applied::Dead => None,
+            }
+        }
+
+        fn decide(&self, cell: &Self::Cell, now: u64, cost: u64) -> Option<Decision> {
+            let applied = cell.apply(|word| Transitions::admit(self, word, now, cost));
+            describe(self, applied, now, cost)
+        }
+
+        fn peek(&self, cell: &Self::Cell, now: u64, cost: u64) -> Decision {
+            let word = cell.live_word();
+            let applied = match Transitions::admit(self, word, now, cost) {
+                Some(next) => Applied::Admitted(next),
+                None => Applied::Denied(word),
+            };
+            describe(self, applied, now, cost).expect("a live word is never dead")
+        }
+
+        fn quota(&self, cell: &Self::Cell, now: u64) -> Decision {
+            describe(self, Applied::Admitted(cell.live_word()), now, 0).expect("a live word")
+        }
+
+        fn try_evict(&self, cell: &Self::Cell, now: u64) -> bool {
+            cell.try_retire(|word| Transitions::is_idle(self, word, now))
+        }
+
+        fn force_evict(&self, cell: &Self::Cell) -> bool {
+            cell.retire()
+        }
+
+        fn reset(&self, cell: &Self::Cell, floor: u64) -> Option<bool> {
+            let fresh = Transitions::fresh_at(self, floor);
+            Some(matches!(cell.apply(|_| Some(fresh)), Applied::Admitted(_)))
+        }
+
+        fn idle_at(&self, cell: &Self::Cell) -> u64 {
+            Transitions::idle_at(self, cell.live_word())
+        }
+
+        fn horizon(&self) -> u64 {
+            Transitions::horizon(self)
+        }
+    };
 }
 
 impl<A: WordAlgorithm + FromParams> Algorithm for A {
     type Cell = StateCell;
 
-    fn fresh_cell(&self, floor: u64) -> StateCell {
-        StateCell::new(self.fresh_at(floor))
-    }
-
-    fn unborn_cell(&self, _floor: u64) -> StateCell {
-        // The floor is the claimer's to apply: it writes the fresh word.
-        StateCell::unborn()
-    }
-
-    fn activate(&self, cell: &StateCell, floor: u64) {
-        cell.bear(self.fresh_at(floor));
-    }
-
-    #[inline]
-    fn capacity(&self) -> u64 {
-        WordAlgorithm::capacity(self)
-    }
-
-    #[inline]
-    fn try_admit(&self, cell: &StateCell, now: u64, cost: u64) -> Option<bool> {
-        match cell.apply(|word| WordAlgorithm::admit(self, word, now, cost)) {
-            Applied::Admitted(_) => Some(true),
-            Applied::Denied(_) => Some(false),
-            Applied::Dead => None,
-        }
-    }
-
-    fn decide(&self, cell: &StateCell, now: u64, cost: u64) -> Option<Decision> {
-        let applied = cell.apply(|word| WordAlgorithm::admit(self, word, now, cost));
-        describe(self, applied, now, cost)
-    }
-
-    fn peek(&self, cell: &StateCell, now: u64, cost: u64) -> Decision {
-        let word = cell.live_word();
-        let applied = match WordAlgorithm::admit(self, word, now, cost) {
-            Some(next) => Applied::Admitted(next),
-            None => Applied::Denied(word),
-        };
-        describe(self, applied, now, cost).expect("a live word is never dead")
-    }
-
-    fn quota(&self, cell: &StateCell, now: u64) -> Decision {
-        describe(self, Applied::Admitted(cell.live_word()), now, 0).expect("a live word")
-    }
-
-    fn try_evict(&self, cell: &StateCell, now: u64) -> bool {
-        cell.try_retire(|word| self.is_idle(word, now))
-    }
-
-    fn force_evict(&self, cell: &StateCell) -> bool {
-        cell.retire()
-    }
-
-    fn reset(&self, cell: &StateCell, floor: u64) -> Option<bool> {
-        let fresh = self.fresh_at(floor);
-        Some(matches!(cell.apply(|_| Some(fresh)), Applied::Admitted(_)))
-    }
-
-    fn idle_at(&self, cell: &StateCell) -> u64 {
-        WordAlgorithm::idle_at(self, cell.live_word())
-    }
-
-    fn horizon(&self) -> u64 {
-        WordAlgorithm::horizon(self)
-    }
+    one_cas_loop!();
 
     fn can_reserve(&self) -> bool {
         WordAlgorithm::reserves(self)
@@ -705,11 +850,26 @@ impl<A: WordAlgorithm + FromParams> Algorithm for A {
     }
 }
 
+/// Two limits at once: both words in one [`PairCell`], so one exchange
+/// charges both or neither. Reservations are not offered
+/// ([`Booking::Unsupported`]): a booking would have to wait for both
+/// limits and be cancelled from both by one tail rule.
+impl<A, B> Algorithm for Both<A, B>
+where
+    A: WordAlgorithm,
+    B: WordAlgorithm,
+    Self: FromParams,
+{
+    type Cell = PairCell;
+
+    one_cas_loop!();
+}
+
 /// The figures for a decision: what is left after it, when a denied
 /// request would pass, and when the quota next grows.
-pub(crate) fn describe<A: WordAlgorithm>(
-    algorithm: &A,
-    applied: Applied,
+pub(crate) fn describe<T: Transitions>(
+    algorithm: &T,
+    applied: Applied<T::Word>,
     now: u64,
     cost: u64,
 ) -> Option<Decision> {
@@ -718,17 +878,17 @@ pub(crate) fn describe<A: WordAlgorithm>(
         Applied::Denied(word) => (false, word, algorithm.retry_after(word, now, cost)),
         Applied::Dead => return None,
     };
-    let (limit, remaining) = (algorithm.capacity(), algorithm.remaining(word, now));
+    let (capacity, remaining) = (algorithm.capacity(), algorithm.remaining(word, now));
     // The quota grows when one more unit-cost request than now would pass
     // at once: the wait for a request of cost `remaining + 1`.
-    let replenish_after = if remaining >= limit {
+    let replenish_after = if remaining >= capacity {
         0
     } else {
         algorithm.retry_after(word, now, remaining + 1)
     };
     Some(Decision {
         allowed,
-        limit,
+        limit: algorithm.limit(word, now),
         remaining,
         retry_after: Decision::wait(retry_after),
         replenish_after: Decision::wait(replenish_after),
@@ -779,7 +939,7 @@ mod tests {
 
     #[test]
     fn a_new_cell_is_claimed_then_born_or_refused_never_both() {
-        let cell = StateCell::unborn();
+        let cell = StateCell::<u64>::unborn();
         assert_eq!(cell.life(), Life::Unborn);
         assert_eq!(
             cell.apply(|w| Some(w + 1)),
@@ -811,7 +971,7 @@ mod tests {
         assert_eq!(cell.life(), Life::Evicted);
         assert!(cell.is_dead() && cell.holds_room());
 
-        let refused = StateCell::unborn();
+        let refused = StateCell::<u64>::unborn();
         assert_eq!(refused.refuse(), Ok(()));
         assert_eq!(
             refused.claim(),
@@ -840,5 +1000,31 @@ mod tests {
             Some(w + 1)
         });
         assert_eq!(out, Applied::Dead);
+    }
+
+    #[test]
+    fn a_pair_cell_keeps_its_life_in_the_first_word_and_moves_both() {
+        let cell = PairCell::unborn();
+        assert_eq!(cell.life(), Life::Unborn);
+        assert_eq!(cell.apply(|w| Some(w + 1)), Applied::Dead);
+        assert_eq!(cell.claim(), Ok(()));
+        assert_eq!(cell.refuse(), Err(Life::Claimed));
+        cell.bear(join(3, 4));
+        assert_eq!(cell.life(), Life::Live);
+        let next = join(5, u64::MAX);
+        assert_eq!(cell.apply(|_| Some(next)), Applied::Admitted(next));
+        assert_eq!(
+            cell.apply(|_| None),
+            Applied::Denied(next),
+            "a second word at u64::MAX is not a tombstone"
+        );
+        let Relocation::Moved(moved) = cell.relocate() else {
+            panic!("a live pair moves");
+        };
+        assert_eq!(moved.load(), next, "both words carried");
+        assert_eq!(cell.life(), Life::Evicted);
+        assert_eq!(cell.live_word(), join(FRESH, FRESH));
+        assert!(moved.try_retire(|w| w == next));
+        assert!(moved.is_dead());
     }
 }

@@ -1,0 +1,277 @@
+//! Two limits on one client at once: a composite of two word algorithms
+//! whose state is the pair of their words.
+//!
+//! # The state
+//!
+//! ```text
+//!  127                           64 63                            0
+//! +------------------------------+--------------------------------+
+//! |  second limit's word         |  first limit's word            |
+//! +------------------------------+--------------------------------+
+//! ```
+//!
+//! Each half is exactly the word its algorithm keeps alone, so every
+//! transition here is the pair of the two algorithms' own: a request is
+//! admitted iff **both** admit it, and then both words take their new
+//! values together; a denial changes neither. The cell layer installs the
+//! pair with one 128-bit compare-and-swap, so no thread ever sees one limit
+//! charged without the other.
+//!
+//! # Figures
+//!
+//! * `remaining` is the smaller of the two: unit requests pass one after
+//!   another while both limits pass them.
+//! * `retry_after` is the larger of the two waits. Each algorithm's
+//!   admissibility is monotone in time (once a request would pass it passes
+//!   at every later instant, if nothing else is admitted), so both pass
+//!   from the later of the two instants on, and neither before: the larger
+//!   wait is exact.
+//! * the limit a decision reports is the one that binds: the one with the
+//!   fewer remaining, the smaller capacity on a tie.
+
+use super::{WordAlgorithm, NOW_MAX};
+
+/// The first word of a pair: its low half.
+#[inline]
+pub(crate) const fn first(pair: u128) -> u64 {
+    pair as u64
+}
+
+/// The second word of a pair: its high half.
+#[inline]
+pub(crate) const fn second(pair: u128) -> u64 {
+    (pair >> 64) as u64
+}
+
+/// The pair of `first` and `second`.
+#[inline]
+pub(crate) const fn join(first: u64, second: u64) -> u128 {
+    (first as u128) | ((second as u128) << 64)
+}
+
+/// Two limits held together: a request is admitted only if both admit it,
+/// and is then charged to both; a denial charges neither.
+///
+/// Build a limiter with [`Builder::and`](crate::Builder::and) (any two of
+/// [`TokenBucket`](crate::TokenBucket),
+/// [`SlidingWindowCounter`](crate::SlidingWindowCounter) and
+/// [`FixedWindow`](crate::FixedWindow)) or, for two token buckets,
+/// [`Builder::and_rate`](crate::Builder::and_rate). A client's two states
+/// are updated by one 128-bit compare-and-swap: 16 bytes per client, and
+/// lock-free wherever [`Both::is_lock_free`] says so (x86-64 and AArch64).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{ManualClock, TokenBucket};
+///
+/// let clock = ManualClock::new();
+/// // 2 per second and 3 per hour.
+/// let limiter = TokenBucket::builder()
+///     .rate(2, Duration::from_secs(1))
+///     .and_rate(3, Duration::from_secs(3600))
+///     .clock(clock.clone())
+///     .build()?;
+/// assert!(limiter.allow_request("alice"));
+/// assert!(limiter.allow_request("alice"));
+/// let denied = limiter.check("alice");
+/// assert!(denied.is_denied());
+/// assert_eq!(denied.limit(), 2, "the per-second limit binds");
+/// clock.advance(Duration::from_secs(1));
+/// assert!(limiter.allow_request("alice"));
+/// clock.advance(Duration::from_secs(1));
+/// let denied = limiter.check("alice");
+/// assert_eq!(denied.limit(), 3, "now the hourly limit binds");
+/// assert_eq!(denied.retry_after(), Duration::from_secs(1198));
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Both<A, B> {
+    first: A,
+    second: B,
+}
+
+impl<A, B> Both<A, B> {
+    pub(crate) fn new(first: A, second: B) -> Self {
+        Self { first, second }
+    }
+
+    /// The first limit.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .and_rate(1000, Duration::from_secs(3600))
+    ///     .build()?;
+    /// let _bucket: &TokenBucket = limiter.algorithm().first();
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn first(&self) -> &A {
+        &self.first
+    }
+
+    /// The second limit.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{FixedWindow, TokenBucket};
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .and(FixedWindow::builder().limit(1000).window(Duration::from_secs(3600)))
+    ///     .build()?;
+    /// let _window: &FixedWindow = limiter.algorithm().second();
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn second(&self) -> &B {
+        &self.second
+    }
+
+    /// Whether this machine updates a client's two states without a lock:
+    /// true wherever the processor has a 128-bit compare-and-swap
+    /// (`cmpxchg16b` on x86-64, found at run time; AArch64). Elsewhere the
+    /// update takes a short lock, and everything else stays as documented.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::{Both, TokenBucket};
+    ///
+    /// if !Both::<TokenBucket, TokenBucket>::is_lock_free() {
+    ///     eprintln!("two-limit clients take a lock on this machine");
+    /// }
+    /// ```
+    #[must_use]
+    pub fn is_lock_free() -> bool {
+        crate::sync::pair_is_lock_free()
+    }
+}
+
+/// Each limit's remaining unit requests in `pair` at `now`.
+fn remainders<A: WordAlgorithm, B: WordAlgorithm>(
+    both: &Both<A, B>,
+    pair: u128,
+    now: u64,
+) -> (u64, u64) {
+    (
+        both.first.remaining(first(pair), now),
+        both.second.remaining(second(pair), now),
+    )
+}
+
+impl<A: WordAlgorithm, B: WordAlgorithm> super::Transitions for Both<A, B> {
+    type Word = u128;
+
+    #[inline]
+    fn capacity(&self) -> u64 {
+        self.first.capacity().min(self.second.capacity())
+    }
+
+    fn limit(&self, pair: u128, now: u64) -> u64 {
+        let (a, b) = remainders(self, pair, now);
+        let (cap_a, cap_b) = (self.first.capacity(), self.second.capacity());
+        if a < b || (a == b && cap_a <= cap_b) {
+            cap_a
+        } else {
+            cap_b
+        }
+    }
+
+    fn fresh_at(&self, floor: u64) -> u128 {
+        join(self.first.fresh_at(floor), self.second.fresh_at(floor))
+    }
+
+    #[inline]
+    fn admit(&self, pair: u128, now: u64, cost: u64) -> Option<u128> {
+        let a = self.first.admit(first(pair), now, cost)?;
+        let b = self.second.admit(second(pair), now, cost)?;
+        Some(join(a, b))
+    }
+
+    fn remaining(&self, pair: u128, now: u64) -> u64 {
+        let (a, b) = remainders(self, pair, now);
+        a.min(b)
+    }
+
+    fn retry_after(&self, pair: u128, now: u64, cost: u64) -> u64 {
+        // Both pass from the later of their first instants on (each is
+        // monotone in time), and not before: `NEVER` is the largest wait.
+        self.first
+            .retry_after(first(pair), now, cost)
+            .max(self.second.retry_after(second(pair), now, cost))
+    }
+
+    fn is_idle(&self, pair: u128, now: u64) -> bool {
+        self.first.is_idle(first(pair), now) && self.second.is_idle(second(pair), now)
+    }
+
+    fn idle_at(&self, pair: u128) -> u64 {
+        self.first
+            .idle_at(first(pair))
+            .max(self.second.idle_at(second(pair)))
+    }
+
+    fn horizon(&self) -> u64 {
+        self.first.horizon().max(self.second.horizon()).min(NOW_MAX)
+    }
+}
+
+#[cfg(all(test, not(feature = "loom")))]
+mod tests {
+    use core::time::Duration;
+
+    use super::{first, join, second, Both, NOW_MAX};
+    use crate::algorithm::{FixedWindow, TokenBucket, Transitions, NEVER, UNBORN};
+
+    fn pair() -> Both<TokenBucket, FixedWindow> {
+        Both::new(
+            TokenBucket::new(2, Duration::from_nanos(20), 2).unwrap(),
+            FixedWindow::new(3, Duration::from_nanos(100)).unwrap(),
+        )
+    }
+
+    #[test]
+    fn the_halves_round_trip_and_the_life_word_is_the_first() {
+        for (a, b) in [(0, 0), (1, u64::MAX), (UNBORN, 0), (u64::MAX, 7)] {
+            let p = join(a, b);
+            assert_eq!((first(p), second(p)), (a, b));
+            assert_eq!(p as u64, a);
+        }
+    }
+
+    #[test]
+    fn admits_iff_both_admit_and_a_denial_changes_nothing() {
+        let both = pair();
+        let mut p = both.fresh_at(0);
+        assert_eq!(both.capacity(), 2);
+        p = both.admit(p, 0, 2).unwrap();
+        assert_eq!(both.admit(p, 0, 1), None, "the bucket is empty");
+        assert_eq!(both.retry_after(p, 0, 1), 10);
+        assert_eq!(both.limit(p, 0), 2);
+        p = both.admit(p, 10, 1).unwrap();
+        assert_eq!(both.admit(p, 20, 1), None, "the window's 3 are spent");
+        assert_eq!(both.limit(p, 20), 3, "the window binds");
+        assert_eq!(both.retry_after(p, 20, 1), 80);
+        assert!(!both.is_idle(p, 99));
+        assert_eq!(both.idle_at(p), 100);
+        assert!(both.is_idle(p, 100));
+        assert_eq!(both.horizon(), 100);
+    }
+
+    #[test]
+    fn never_is_the_largest_wait() {
+        let both = pair();
+        let p = both.admit(both.fresh_at(NOW_MAX), NOW_MAX, 2).unwrap();
+        assert_eq!(both.retry_after(p, NOW_MAX, 1), NEVER);
+    }
+}
