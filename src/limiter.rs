@@ -109,7 +109,7 @@ where
         Self {
             algorithm,
             clock,
-            store: Store::with_hasher(DefaultHasher::default()),
+            store: Store::with_hasher(DefaultHasher::default(), memory.max_clients.is_some()),
             memory,
             counters: Counters::default(),
         }
@@ -652,7 +652,9 @@ where
     }
 
     /// The number of clients the limiter holds state for (counting any
-    /// being added at this instant). Constant time: one load.
+    /// being added at this instant). Constant time, without a lock: one
+    /// load of the count of room under a cap, else a load per shard of the
+    /// table (64).
     ///
     /// Clients whose state has become idle count until a sweep forgets
     /// them.

@@ -315,10 +315,43 @@ struct Counts {
     used: usize,
 }
 
+/// A shard's lock held, with its counts; on release the live count is
+/// published for [`Map::len`].
+struct Locked<'a> {
+    counts: MutexGuard<'a, Counts>,
+    entries: &'a PlainAtomicU64,
+}
+
+impl core::ops::Deref for Locked<'_> {
+    type Target = Counts;
+
+    fn deref(&self) -> &Counts {
+        &self.counts
+    }
+}
+
+impl core::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Counts {
+        &mut self.counts
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        // Relaxed: read only by `Map::len`, which promises no ordering.
+        self.entries
+            .store(self.counts.live as u64, Ordering::Relaxed);
+    }
+}
+
 struct Shard<K, V> {
     /// Writers only: inserts, removals, sweeps and rebuilds. Readers never
     /// take it.
     lock: Mutex<Counts>,
+    /// The live entries, as the lock's counts last had them: published by
+    /// every writer as it lets go of the lock, so that [`Map::len`] can sum
+    /// the shards without taking any lock.
+    entries: PlainAtomicU64,
     /// The current table; null until the shard's first insert.
     table: Atomic<Table<K, V>>,
 }
@@ -351,6 +384,7 @@ where
                 .map(|_| {
                     CachePadded::new(Shard {
                         lock: Mutex::new(Counts::default()),
+                        entries: PlainAtomicU64::new(0),
                         table: Atomic::null(),
                     })
                 })
@@ -372,8 +406,8 @@ where
     /// Takes a shard's lock. A panic under it (in a caller's closure, or
     /// the key's `Hash`) may have left the counts stale: they are counted
     /// again from the table.
-    fn lock<'a>(shard: &'a Shard<K, V>, guard: &Guard) -> MutexGuard<'a, Counts> {
-        shard
+    fn lock<'a>(shard: &'a Shard<K, V>, guard: &Guard) -> Locked<'a> {
+        let counts = shard
             .lock
             .lock()
             .unwrap_or_else(|poisoned: PoisonError<_>| {
@@ -385,7 +419,22 @@ where
                 *counts = unsafe { table.as_ref() }.map_or_else(Counts::default, Table::count);
                 shard.lock.clear_poison();
                 counts
-            })
+            });
+        Locked {
+            counts,
+            entries: &shard.entries,
+        }
+    }
+
+    /// The live entries of every shard, as their writers last published
+    /// them: exact once no writer is at work, and never locked.
+    pub(crate) fn len(&self) -> u64 {
+        self.shards
+            .iter()
+            // Relaxed: a count that publishes nothing; each shard's lock
+            // orders its own writers' stores.
+            .map(|shard| shard.entries.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// The shard's current table, for a writer holding its lock or a reader.

@@ -513,8 +513,12 @@ pub(crate) struct Store<K, V, S: BuildHasher = DefaultHasher> {
     /// gives its unit back just before it leaves the map, under the map's
     /// lock for its shard), plus units taken for a cell about to come
     /// alive. Unborn and refused entries hold none. A cap on this count is a
-    /// hard cap on the clients tracked.
+    /// hard cap on the clients tracked. Kept only under a cap: without one,
+    /// a shared count written by every new client would be pure cost, and
+    /// `len()` sums the table's shards instead.
     held: AtomicU64,
+    /// Whether the limiter has a cap, so that `held` is kept.
+    capped: bool,
     /// Where the next sweep slice starts. Taken only with `try_lock`, by
     /// sweeps, never by a check.
     cursor: Mutex<Cursor>,
@@ -586,10 +590,13 @@ where
     V: Mortal + Send + Sync + 'static,
     S: BuildHasher,
 {
-    pub(crate) fn with_hasher(hasher: S) -> Self {
+    /// An empty store; `capped` if the limiter caps its clients (see
+    /// `held`).
+    pub(crate) fn with_hasher(hasher: S, capped: bool) -> Self {
         Self {
             map: Map::with_hasher(hasher),
             held: AtomicU64::new(0),
+            capped,
             cursor: Mutex::new(Cursor::default()),
         }
     }
@@ -633,13 +640,12 @@ where
     /// [`Store::release`].
     #[inline]
     pub(crate) fn reserve(&self, max: Option<u64>) -> bool {
-        // Relaxed: a lone count that publishes nothing; the map's own
-        // synchronisation orders the entries themselves.
+        // No cap, no count (see `held`).
         let Some(max) = max else {
-            self.held.fetch_add(1, Ordering::Relaxed);
             return true;
         };
         // Look before writing, so that a flood against a full map only reads.
+        // Relaxed: a hint; the exchange below decides.
         if self.held.load(Ordering::Relaxed) >= max {
             return false;
         }
@@ -685,8 +691,13 @@ where
     /// The number of clients tracked (plus any coming alive at this
     /// instant).
     pub(crate) fn len(&self) -> usize {
-        // Relaxed: as in `reserve`.
-        usize::try_from(self.held.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
+        let held = if self.capped {
+            // Relaxed: a count that publishes nothing.
+            self.held.load(Ordering::Relaxed)
+        } else {
+            self.map.len()
+        };
+        usize::try_from(held).unwrap_or(usize::MAX)
     }
 
     /// Visits every entry once and removes those for which `evict` is true
@@ -758,8 +769,9 @@ where
 impl<K, V, S: BuildHasher> Store<K, V, S> {
     /// Gives back `n` units of room.
     pub(crate) fn release(&self, n: u64) {
-        if n > 0 {
-            // Relaxed: as in `reserve`.
+        if self.capped && n > 0 {
+            // Relaxed: a count that publishes nothing (the Release half of
+            // `reserve` is for units taken, not given back).
             self.held.fetch_sub(n, Ordering::Relaxed);
         }
     }
