@@ -21,6 +21,19 @@ use tollgate::{
 const US: u64 = 1_000;
 const SEC: u64 = 1_000_000_000;
 
+/// A sequential exact model of one client's bookings and checks, and of
+/// the rule that cancels them: what [`drive`] holds a limiter to.
+trait BookingModel {
+    /// A booking at `now`: its ready time, or `Err(wait)` over `max_wait`.
+    fn reserve(&mut self, id: usize, now: u64, cost: u64, max_wait: u64) -> Result<u64, u64>;
+    /// A check at `now`: admitted or not.
+    fn check(&mut self, now: u64, cost: u64) -> bool;
+    /// The cancellation of booking `id` at `now`: given back or not.
+    fn cancel(&mut self, id: usize, now: u64) -> bool;
+    /// How long a unit request would wait at `now`.
+    fn wait(&self, now: u64) -> u64;
+}
+
 /// The sequential exact model of the reservation rule: the standing
 /// admissions of one client, in the order they were charged, each at the
 /// instant it executes (a check at its own reading, a booking at its ready
@@ -52,7 +65,9 @@ impl Bookings {
     fn last(&self) -> u64 {
         self.standing.last().map_or(0, |s| s.0)
     }
+}
 
+impl BookingModel for Bookings {
     /// A booking at `now`: served after everything standing, at the first
     /// instant the exact bucket admits it. `Err(wait)` if over `max_wait`.
     fn reserve(&mut self, id: usize, now: u64, cost: u64, max_wait: u64) -> Result<u64, u64> {
@@ -85,6 +100,11 @@ impl Bookings {
             }
             _ => false,
         }
+    }
+
+    fn wait(&self, now: u64) -> u64 {
+        let from = now.max(self.last());
+        from - now + self.model().retry_after(from, 1)
     }
 }
 
@@ -153,77 +173,107 @@ proptest! {
     fn reservations_match_the_exact_model((config, ops) in scenario()) {
         let clock = ManualClock::new();
         let limiter = config.limiter(clock.clone());
-        let mut model = Bookings::new(config);
-        let mut held = Vec::new(); // (id, reservation) still held
-        let mut executed = Vec::new(); // (at, cost, id) as the limiter reported
-        let mut given_back = Vec::new();
-        let mut now = 0;
-        for (id, (gap, op)) in ops.into_iter().enumerate() {
-            now += gap;
-            clock.set(Duration::from_nanos(now));
-            match op {
-                Op::Reserve { cost, max_wait } => {
-                    let max = max_wait.map_or(Duration::MAX, Duration::from_nanos);
-                    let got = limiter.reserve_n(&0, cost, max);
-                    let want = model.reserve(id, now, cost, max_wait.unwrap_or(u64::MAX));
-                    match (got, want) {
-                        (Ok(r), Ok(ready)) => {
-                            prop_assert_eq!(r.ready_at(), Duration::from_nanos(ready));
-                            prop_assert_eq!(r.wait(), Duration::from_nanos(ready - now));
-                            prop_assert_eq!(r.cost(), cost);
-                            executed.push((ready, cost, Some(id)));
-                            held.push((id, r));
-                        }
-                        (Err(ReserveError::TooLong { wait }), Err(w)) => {
-                            prop_assert_eq!(wait, Duration::from_nanos(w));
-                        }
-                        (got, want) => prop_assert!(false, "{:?} vs model {:?}", got, want),
-                    }
-                }
-                Op::Check { cost } => {
-                    let allowed = limiter.check_n(&0, cost).unwrap().is_allowed();
-                    prop_assert_eq!(allowed, model.check(now, cost), "check of {} at {}", cost, now);
-                    if allowed {
-                        executed.push((now, cost, None));
-                    }
-                }
-                Op::Cancel { pick } | Op::Drop { pick } | Op::Commit { pick } if !held.is_empty() => {
-                    let (rid, r) = held.remove(pick % held.len());
-                    let gave = match op {
-                        Op::Cancel { .. } => r.cancel(),
-                        Op::Drop { .. } => {
-                            let before = limiter.peek(&0).retry_after();
-                            drop(r);
-                            limiter.peek(&0).retry_after() != before
-                        }
-                        _ => {
-                            r.commit();
-                            false
-                        }
-                    };
-                    let want = !matches!(op, Op::Commit { .. }) && model.cancel(rid, now);
-                    prop_assert_eq!(gave, want, "cancel of booking {} at {}", rid, now);
-                    if gave {
-                        given_back.push(rid);
-                    }
-                }
-                _ => {}
-            }
-            // The state agrees too: the next unit's wait.
-            let from = now.max(model.last());
-            let wait = from - now + model.model().retry_after(from, 1);
-            prop_assert_eq!(limiter.peek(&0).retry_after(), Duration::from_nanos(wait));
-        }
-        for (_, r) in held {
-            r.commit();
-        }
-        let standing = executed
-            .into_iter()
-            .filter(|e| e.2.is_none_or(|id| !given_back.contains(&id)))
-            .map(|e| (e.0, e.1))
-            .collect();
+        let standing = drive(&limiter, &clock, &mut Bookings::new(config), ops)?;
         assert_no_over_admission(&config, standing);
     }
+}
+
+/// Runs `ops` on client 0 of `limiter` (whose clock is `clock`) and on
+/// `model` side by side: every booking's ready time and wait, every
+/// refusal's wait, every check, every cancellation (and every drop, whose
+/// effect the next step's wait checks) agree, and after every step so does
+/// the wait of a unit request. Returns the standing admissions, `(at,
+/// cost)`: the admitted checks and the bookings not given back.
+fn drive<A: tollgate::Algorithm>(
+    limiter: &tollgate::Limiter<A, u64, ManualClock>,
+    clock: &ManualClock,
+    model: &mut impl BookingModel,
+    ops: Vec<(u64, Op)>,
+) -> Result<Vec<(u64, u64)>, TestCaseError> {
+    let mut held = Vec::new(); // (id, reservation) still held
+    let mut executed = Vec::new(); // (at, cost, id) as the limiter reported
+    let mut given_back = Vec::new();
+    let mut now = 0;
+    for (id, (gap, op)) in ops.into_iter().enumerate() {
+        now += gap;
+        clock.set(Duration::from_nanos(now));
+        match op {
+            Op::Reserve { cost, max_wait } => {
+                let max = max_wait.map_or(Duration::MAX, Duration::from_nanos);
+                let got = limiter.reserve_n(&0, cost, max);
+                let want = model.reserve(id, now, cost, max_wait.unwrap_or(u64::MAX));
+                match (got, want) {
+                    (Ok(r), Ok(ready)) => {
+                        prop_assert_eq!(r.ready_at(), Duration::from_nanos(ready));
+                        prop_assert_eq!(r.wait(), Duration::from_nanos(ready - now));
+                        prop_assert_eq!(r.cost(), cost);
+                        executed.push((ready, cost, Some(id)));
+                        held.push((id, r));
+                    }
+                    (Err(ReserveError::TooLong { wait }), Err(w)) => {
+                        prop_assert_eq!(wait, Duration::from_nanos(w));
+                    }
+                    (got, want) => prop_assert!(false, "{:?} vs model {:?}", got, want),
+                }
+            }
+            Op::Check { cost } => {
+                let allowed = limiter.check_n(&0, cost).unwrap().is_allowed();
+                prop_assert_eq!(
+                    allowed,
+                    model.check(now, cost),
+                    "check of {} at {}",
+                    cost,
+                    now
+                );
+                if allowed {
+                    executed.push((now, cost, None));
+                }
+            }
+            Op::Cancel { pick } | Op::Drop { pick } | Op::Commit { pick } if !held.is_empty() => {
+                let (rid, r) = held.remove(pick % held.len());
+                let gave = match op {
+                    Op::Commit { .. } => {
+                        r.commit();
+                        false
+                    }
+                    Op::Cancel { .. } => {
+                        let gave = r.cancel();
+                        prop_assert_eq!(
+                            gave,
+                            model.cancel(rid, now),
+                            "cancel of {} at {}",
+                            rid,
+                            now
+                        );
+                        gave
+                    }
+                    // What a drop gave back shows in the wait checked below.
+                    _ => {
+                        drop(r);
+                        model.cancel(rid, now)
+                    }
+                };
+                if gave {
+                    given_back.push(rid);
+                }
+            }
+            _ => {}
+        }
+        prop_assert_eq!(
+            limiter.peek(&0).retry_after(),
+            Duration::from_nanos(model.wait(now)),
+            "the next unit's wait at {}",
+            now
+        );
+    }
+    for (_, r) in held {
+        r.commit();
+    }
+    Ok(executed
+        .into_iter()
+        .filter(|e| e.2.is_none_or(|id| !given_back.contains(&id)))
+        .map(|e| (e.0, e.1))
+        .collect())
 }
 
 /// Why a cancellation gives back nothing once something was charged after
@@ -642,7 +692,9 @@ impl FixedBookings {
             w * self.window
         }
     }
+}
 
+impl BookingModel for FixedBookings {
     fn reserve(&mut self, id: usize, now: u64, cost: u64, max_wait: u64) -> Result<u64, u64> {
         let w = self.first_fit(now, cost);
         let ready = self.ready(now, w);
@@ -714,64 +766,8 @@ proptest! {
             .build()
             .unwrap();
         let mut model = FixedBookings { limit, window, state: FixedState::default(), standing: Vec::new() };
-        let mut held = Vec::new();
-        let mut executed = Vec::new();
-        let mut given_back = Vec::new();
-        let mut now = 0;
-        for (id, (gap, op)) in ops.into_iter().enumerate() {
-            now += gap;
-            clock.set(Duration::from_nanos(now));
-            match op {
-                Op::Reserve { cost, max_wait } => {
-                    let max = max_wait.map_or(Duration::MAX, Duration::from_nanos);
-                    let got = limiter.reserve_n(&0, cost, max);
-                    let want = model.reserve(id, now, cost, max_wait.unwrap_or(u64::MAX));
-                    match (got, want) {
-                        (Ok(r), Ok(ready)) => {
-                            prop_assert_eq!(r.ready_at(), Duration::from_nanos(ready));
-                            executed.push((ready, cost, Some(id)));
-                            held.push((id, r));
-                        }
-                        (Err(ReserveError::TooLong { wait }), Err(w)) => {
-                            prop_assert_eq!(wait, Duration::from_nanos(w));
-                        }
-                        (got, want) => prop_assert!(false, "{:?} vs model {:?}", got, want),
-                    }
-                }
-                Op::Check { cost } => {
-                    let allowed = limiter.check_n(&0, cost).unwrap().is_allowed();
-                    prop_assert_eq!(allowed, model.check(now, cost), "check of {} at {}", cost, now);
-                    if allowed {
-                        executed.push((now, cost, None));
-                    }
-                }
-                Op::Cancel { pick } | Op::Drop { pick } | Op::Commit { pick } if !held.is_empty() => {
-                    let (rid, r) = held.remove(pick % held.len());
-                    let gave = match op {
-                        Op::Commit { .. } => {
-                            r.commit();
-                            false
-                        }
-                        _ => r.cancel(),
-                    };
-                    let want = !matches!(op, Op::Commit { .. }) && model.cancel(rid, now);
-                    prop_assert_eq!(gave, want, "cancel of booking {} at {}", rid, now);
-                    if gave {
-                        given_back.push(rid);
-                    }
-                }
-                _ => {}
-            }
-            prop_assert_eq!(limiter.peek(&0).retry_after(), Duration::from_nanos(model.wait(now)));
-        }
-        for (_, r) in held {
-            r.commit();
-        }
-        let mut standing: Vec<(u64, u64)> = executed
-            .into_iter()
-            .filter(|e| e.2.is_none_or(|id| !given_back.contains(&id)))
-            .map(|e| (e.0, e.1))
-            .collect();
+        let mut standing = drive(&limiter, &clock, &mut model, ops)?;
+        // Stable: admissions at one instant keep the order they were charged.
         standing.sort_by_key(|e| e.0);
         let mut exact = common::FixedModel::new(limit, window);
         for (at, cost) in standing {
