@@ -4,10 +4,10 @@
 //! The client's state has spent its capacity of 1 at the frozen instant
 //! `NOW`. One thread relocates the entry as a rebuild does (freezing the
 //! old copy, carrying its word to a new one) and then checks; the other
-//! resets (or removes) the client, through the crate's own
-//! `act_on_live` and the algorithm's `reset` (or `force_evict`), exactly
-//! as `Limiter::reset` and `Limiter::remove` run them. Afterwards one more
-//! check drains.
+//! resets (or removes) the client through the crate's own `reset_client`
+//! (or `forget_client`) over the algorithm's `reset` (or `force_evict`),
+//! the functions `Limiter::reset` and `Limiter::remove` run. Afterwards one
+//! more check drains.
 //!
 //! The client is tracked throughout, so the reset (removal) must take
 //! effect: it reports a live client, and of the two checks exactly one is
@@ -25,7 +25,7 @@ use loom::thread;
 use crate::arrival::Room;
 use crate::eviction::{bucket, check, check_at, log};
 use crate::stand_in::StandIn;
-use tollgate::__loom::{act_on_live, Algorithm, Index, Life, Mortal, Purge};
+use tollgate::__loom::{forget_client, reset_client, Algorithm, Index, Mortal};
 
 const KEY: &str = "alice";
 
@@ -35,30 +35,21 @@ const NOW: u64 = 100;
 /// What the other thread does to the client: the crate's way, or the bug.
 type Act<A> = fn(&A, &StandIn<<A as Algorithm>::Cell>, &Room) -> bool;
 
-/// `Limiter::reset`'s steps: a one-word state in place, a log forgotten.
+/// `Limiter::reset`: the crate's `reset_client`, a log forgotten.
 fn reset<A: Algorithm>(algorithm: &A, index: &StandIn<A::Cell>, room: &Room) -> bool {
-    match act_on_live(index, KEY, |cell| match algorithm.reset(cell, NOW) {
-        Some(true) => Some(true),
-        Some(false) => None,
-        None => Some(false),
-    }) {
-        Some(true) => true,
-        Some(false) => remove(algorithm, index, room),
-        None => false,
-    }
+    reset_client(
+        index,
+        KEY,
+        |cell| algorithm.reset(cell, NOW),
+        || remove(algorithm, index, room),
+    )
 }
 
-/// `Limiter::remove`'s steps: retire the live cell, then remove it if dead.
+/// `Limiter::remove`: record the reading as an eviction's, then the crate's
+/// `forget_client`.
 fn remove<A: Algorithm>(algorithm: &A, index: &StandIn<A::Cell>, room: &Room) -> bool {
     room.evicting(NOW);
-    let retired = act_on_live(index, KEY, |cell| {
-        (cell.life() == Life::Live && algorithm.force_evict(cell)).then_some(())
-    })
-    .is_some();
-    if retired {
-        let _ = Purge::remove_if(index, KEY, Mortal::is_dead);
-    }
-    retired
+    forget_client(index, KEY, |cell| algorithm.force_evict(cell))
 }
 
 /// The bug: one look at whatever cell the map showed, no second look past

@@ -16,7 +16,9 @@ use crate::decision::Decision;
 use crate::error::{CostError, ReserveError};
 use crate::memory::{Counters, Memory, Overflow, Stats};
 use crate::reservation::Reservation;
-use crate::store::{act_on_live, check_or_insert, DefaultHasher, Newcomer, Purge, Store};
+use crate::store::{
+    act_on_live, check_or_insert, forget_client, reset_client, DefaultHasher, Newcomer, Store,
+};
 
 /// The one entry point: may this client make a request now?
 ///
@@ -776,18 +778,12 @@ where
     {
         let now = self.counters.not_before(self.clock.now_nanos());
         let algorithm = &self.algorithm;
-        match act_on_live(&self.store, client_id, |cell| {
-            match algorithm.reset(cell, now) {
-                Some(true) => Some(true),
-                Some(false) => None,
-                // Many words: forget it instead.
-                None => Some(false),
-            }
-        }) {
-            Some(true) => true,
-            Some(false) => self.remove(client_id),
-            None => false,
-        }
+        reset_client(
+            &self.store,
+            client_id,
+            |cell| algorithm.reset(cell, now),
+            || self.remove(client_id),
+        )
     }
 
     /// Forgets `client_id` now, giving back its unit of room; returns
@@ -832,16 +828,7 @@ where
         let now = self.counters.not_before(self.clock.now_nanos());
         self.counters.evicting(now);
         let algorithm = &self.algorithm;
-        let retired = act_on_live(&self.store, client_id, |cell| {
-            (cell.life() == Life::Live && algorithm.force_evict(cell)).then_some(())
-        })
-        .is_some();
-        // The entry this call retired goes, and gives its room back as it
-        // leaves (unless a rebuild or a check has removed it first).
-        if retired {
-            let _ = Purge::remove_if(&self.store, client_id, Mortal::is_dead);
-        }
-        retired
+        forget_client(&self.store, client_id, |cell| algorithm.force_evict(cell))
     }
 
     /// The memory counters: clients held, evicted (idle, and by sampled

@@ -17,7 +17,10 @@ use core::time::Duration;
 
 pub use crate::algorithm::Ticket;
 pub use crate::cell::{Algorithm, Booking, Life, Mortal, PairCell, Relocation, StateCell};
-pub use crate::store::{act_on_live, check_or_insert, get_or_insert, Index, Newcomer, Purge};
+pub use crate::store::{
+    act_on_live, check_or_insert, forget_client, get_or_insert, reset_client, Index, Newcomer,
+    Purge,
+};
 use crate::{Both, ConfigError, FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 
 /// A validated token bucket of `capacity`, refilled `tokens` per `per`.

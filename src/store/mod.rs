@@ -248,6 +248,64 @@ where
     }
 }
 
+/// Forgets `key`'s client: retires its live cell by `retire` (an
+/// unconditional exchange to the tombstone; false if the cell was no longer
+/// alive), then removes the entry if it is dead, which gives its room back
+/// as it leaves. A cell not yet alive is left to come in: the forgetting is
+/// ordered before its birth. True iff this call retired a live cell. The
+/// caller records the reading first, as an eviction's, so that the client's
+/// next state is never judged earlier.
+#[allow(unreachable_pub)] // re-exported by `tollgate::__loom`
+pub fn forget_client<K, V, Q, I>(index: &I, key: &Q, retire: impl Fn(&V) -> bool) -> bool
+where
+    I: Purge<K, V>,
+    V: Mortal,
+    K: Borrow<Q>,
+    Q: Hash + Eq + ?Sized,
+{
+    let retired = act_on_live(index, key, |cell| {
+        (cell.life() == Life::Live && retire(cell)).then_some(())
+    })
+    .is_some();
+    // The entry this call retired goes (unless a rebuild or a check has
+    // removed it first).
+    if retired {
+        let _ = index.remove_if(key, V::is_dead);
+    }
+    retired
+}
+
+/// Puts `key`'s client back to a fresh state: `reset` exchanges a live
+/// cell's state for a fresh one in place (`Some(was_live)`), or answers
+/// `None` for a state no single exchange can reset, which `forget` then
+/// forgets instead. True iff the client had a live state.
+#[allow(unreachable_pub)] // re-exported by `tollgate::__loom`
+pub fn reset_client<K, V, Q, I>(
+    index: &I,
+    key: &Q,
+    reset: impl Fn(&V) -> Option<bool>,
+    forget: impl FnOnce() -> bool,
+) -> bool
+where
+    I: Purge<K, V>,
+    V: Mortal,
+    K: Borrow<Q>,
+    Q: Hash + Eq + ?Sized,
+{
+    let reset = act_on_live(index, key, |cell| match reset(cell) {
+        Some(true) => Some(true),
+        // Not alive: look past it.
+        Some(false) => None,
+        // Many words: forget it instead.
+        None => Some(false),
+    });
+    match reset {
+        Some(true) => true,
+        Some(false) => forget(),
+        None => false,
+    }
+}
+
 /// What [`settle`] made of a cell.
 enum Settled<R> {
     /// `op` answered on the live cell.
