@@ -20,6 +20,7 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::Duration;
 
+use common::strategies::{bucket, window, SEC};
 use common::{BucketConfig, Fixed, Log, Model, Sliding, Subject, WindowConfig};
 use proptest::prelude::*;
 use tollgate::{ManualClock, Overflow};
@@ -39,7 +40,7 @@ fn ops() -> impl Strategy<Value = Vec<(u64, Op)>> {
         2 => (0..3u64).prop_map(|client| Op::Reset { client }),
         2 => (0..3u64).prop_map(|client| Op::Remove { client }),
     ];
-    let gap = prop_oneof![Just(0u64), 0..3_000u64, 0..50_000u64];
+    let gap = prop_oneof![Just(0u64), 0..3_000u64, 0..50_000u64, 0..20 * SEC];
     prop::collection::vec((gap, op), 1..150)
 }
 
@@ -114,20 +115,6 @@ impl Forgets for Fixed {
 }
 impl Forgets for Log {
     const RESET_FORGETS: bool = true;
-}
-
-/// Token intervals that are whole nanoseconds, where the limiter equals the
-/// exact model (a fractional one rounds toward denying).
-fn bucket() -> impl Strategy<Value = BucketConfig> {
-    (1..=3u64, 500..10_000u64, 1..=5u64).prop_map(|(tokens, interval, capacity)| BucketConfig {
-        tokens,
-        per: tokens * interval,
-        capacity,
-    })
-}
-
-fn window() -> impl Strategy<Value = WindowConfig> {
-    (1..=5u64, 2_000..40_000u64).prop_map(|(limit, window)| WindowConfig { limit, window })
 }
 
 proptest! {
