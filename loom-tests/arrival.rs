@@ -87,16 +87,16 @@ impl<A: Algorithm> Arrival<'_, A> {
     }
 }
 
-impl<A: Algorithm> Newcomer<A::Cell, bool> for Arrival<'_, A> {
+impl<A: Algorithm> Newcomer<String, A::Cell, bool> for Arrival<'_, A> {
     fn now(&self) -> u64 {
         self.reading.max(self.room.evicting_at.load(Relaxed))
     }
 
-    fn unborn(&self, floor: u64) -> A::Cell {
+    fn unborn(&self, _: &String, floor: u64) -> A::Cell {
         self.algorithm.unborn_cell(self.floor(floor))
     }
 
-    fn fresh(&self, floor: u64) -> A::Cell {
+    fn fresh(&self, _: &String, floor: u64) -> A::Cell {
         self.algorithm.fresh_cell(floor)
     }
 

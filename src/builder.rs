@@ -9,10 +9,10 @@ use core::time::Duration;
 use crate::algorithm::{
     Both, FixedWindow, FromParams, Params, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
 };
-use crate::cell::Algorithm;
+use crate::cell::{Algorithm, Tier, Tiered};
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::ConfigError;
-use crate::limiter::Limiter;
+use crate::limiter::{Limiter, TierBy};
 use crate::memory::{AutoSweep, Memory, Overflow};
 
 /// Builds a [`Limiter`] for the algorithm `A`, keyed by `K`, reading time
@@ -47,6 +47,8 @@ pub struct Builder<A, K = String, C = MonotonicClock> {
     /// [`Builder::build`], and only if no clock was given, since creating a
     /// [`MonotonicClock`] calibrates the CPU's counter.
     clock: Result<C, fn() -> C>,
+    /// A tiered limiter's resolver of a new client's tier.
+    tier_by: Option<TierBy<K>>,
     _algorithm: PhantomData<fn() -> (A, K)>,
 }
 
@@ -56,6 +58,7 @@ impl<A> Builder<A> {
             params: Params::default(),
             memory: Memory::default(),
             clock: Err(MonotonicClock::new),
+            tier_by: None,
             _algorithm: PhantomData,
         }
     }
@@ -354,6 +357,7 @@ impl<A, K, C> Builder<A, K, C> {
             },
             memory: self.memory,
             clock: self.clock,
+            tier_by: self.tier_by,
             _algorithm: PhantomData,
         }
     }
@@ -387,6 +391,7 @@ impl<A, K, C> Builder<A, K, C> {
             params: self.params,
             memory: self.memory,
             clock: Ok(clock),
+            tier_by: self.tier_by,
             _algorithm: PhantomData,
         }
     }
@@ -408,12 +413,16 @@ impl<A, K, C> Builder<A, K, C> {
     /// assert!(limiter.allow_request(&42));
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
+    ///
+    /// A resolver of tiers given before ([`tier_by`](Builder::tier_by))
+    /// takes the old key type, so it is dropped: give it after this.
     #[must_use]
     pub fn key_type<K2>(self) -> Builder<A, K2, C> {
         Builder {
             params: self.params,
             memory: self.memory,
             clock: self.clock,
+            tier_by: None,
             _algorithm: PhantomData,
         }
     }
@@ -535,6 +544,157 @@ impl<A, K, C> Builder<A, K, C> {
     }
 }
 
+/// An algorithm whose clients can be given quotas of their own
+/// ([`Builder::tier`]): the [`TokenBucket`], the [`FixedWindow`] and the
+/// [`SlidingWindowCounter`], and a [`Tiered`] limiter of one of them.
+pub trait Tierable: sealed::Tierable {}
+
+mod sealed {
+    /// The algorithm of each tier.
+    pub trait Tierable {
+        type Base: crate::algorithm::WordAlgorithm + crate::algorithm::FromParams + Clone;
+    }
+}
+
+macro_rules! tierable {
+    ($($algorithm:ty),*) => {$(
+        impl sealed::Tierable for $algorithm {
+            type Base = $algorithm;
+        }
+        impl Tierable for $algorithm {}
+    )*};
+}
+tierable!(TokenBucket, FixedWindow, SlidingWindowCounter);
+
+impl<A> sealed::Tierable for Tiered<A>
+where
+    A: crate::algorithm::WordAlgorithm + FromParams + Clone,
+{
+    type Base = A;
+}
+impl<A> Tierable for Tiered<A> where A: crate::algorithm::WordAlgorithm + FromParams + Clone {}
+
+impl<A: Tierable, K, C> Builder<A, K, C> {
+    /// Gives the clients of `tier` a quota of their own: `quota`'s
+    /// algorithm settings (its key type, clock and memory settings are
+    /// ignored). The settings given so far are tier 0's, the quota of every
+    /// client whose tier has none; give them before the first tier. Which
+    /// tier a new client belongs to is [`tier_by`](Builder::tier_by)'s
+    /// answer. Every tier's quota can change while the limiter runs
+    /// ([`Limiter::set_quota`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, SlidingWindowCounter};
+    ///
+    /// let minute = Duration::from_secs(60);
+    /// let limiter = SlidingWindowCounter::builder()
+    ///     .limit(60)
+    ///     .window(minute)
+    ///     .key_type::<u64>()
+    ///     .tier(1, SlidingWindowCounter::builder().limit(600).window(minute))
+    ///     .tier_by(|account: &u64| if *account < 1000 { 1 } else { 0 })
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// assert_eq!(limiter.check(&7).limit(), 600);
+    /// assert_eq!(limiter.check(&4242).limit(), 60);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Builder::build) validates every tier's quota; an error in
+    /// one names its field with `tier.` in front (`tier.limit`).
+    #[must_use]
+    pub fn tier<K2, C2>(
+        self,
+        tier: Tier,
+        quota: Builder<A::Base, K2, C2>,
+    ) -> Builder<Tiered<A::Base>, K, C> {
+        let mut params = self.params;
+        params.tiers.retain(|(t, _)| *t != tier);
+        params.tiers.push((tier, quota.params));
+        Builder {
+            params,
+            memory: self.memory,
+            clock: self.clock,
+            tier_by: self.tier_by,
+            _algorithm: PhantomData,
+        }
+    }
+
+    /// Decides each new client's tier from its key, once, when its state
+    /// is created; the tier is remembered with the state and never asked
+    /// for again while the client is known (a client forgotten and seen
+    /// again is asked again). A tier with no quota of its own
+    /// ([`tier`](Builder::tier)) is held to tier 0's.
+    ///
+    /// The resolver runs on the check that brings a client in, before
+    /// anything is recorded and outside every lock: if it panics, the
+    /// panic reaches that check's caller, nothing of the client is kept,
+    /// and the limiter goes on serving every other client (and this one,
+    /// on its next check) as before.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(1, Duration::from_secs(1))
+    ///     .tier(1, TokenBucket::builder().rate(100, Duration::from_secs(1)))
+    ///     .tier_by(|key: &String| u16::from(key.starts_with("internal-")))
+    ///     .build()?;
+    /// assert_eq!(limiter.check("internal-batch").limit(), 100);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn tier_by(
+        self,
+        resolver: impl Fn(&K) -> Tier + Send + Sync + 'static,
+    ) -> Builder<Tiered<A::Base>, K, C> {
+        Builder {
+            params: self.params,
+            memory: self.memory,
+            clock: self.clock,
+            tier_by: Some(Box::new(resolver)),
+            _algorithm: PhantomData,
+        }
+    }
+
+    /// A limiter whose quota can change while it runs
+    /// ([`Limiter::set_quota`]), with every client in tier 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::FixedWindow;
+    ///
+    /// let limiter = FixedWindow::builder()
+    ///     .limit(100)
+    ///     .window(Duration::from_secs(1))
+    ///     .reconfigurable()
+    ///     .build()?;
+    /// limiter.set_quota(0, FixedWindow::builder().limit(10).window(Duration::from_secs(1)))?;
+    /// assert_eq!(limiter.check("ann").limit(), 10);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn reconfigurable(self) -> Builder<Tiered<A::Base>, K, C> {
+        Builder {
+            params: self.params,
+            memory: self.memory,
+            clock: self.clock,
+            tier_by: self.tier_by,
+            _algorithm: PhantomData,
+        }
+    }
+}
+
 impl<A, K, C> Builder<A, K, C>
 where
     A: Algorithm,
@@ -573,7 +733,7 @@ where
         let algorithm = A::from_params(&self.params)?;
         let memory = self.memory.validate()?;
         let clock = self.clock.unwrap_or_else(|make| make());
-        Ok(Limiter::new(algorithm, clock, memory))
+        Ok(Limiter::new(algorithm, clock, memory).with_tier_by(self.tier_by))
     }
 }
 

@@ -107,6 +107,22 @@ impl ConfigError {
     }
 }
 
+impl ConfigError {
+    /// The same error about a tier's quota (`Builder::tier`,
+    /// `Limiter::set_quota`): its field is named `tier.<field>`.
+    pub(crate) fn in_tier(mut self) -> Self {
+        let (Self::Missing { field } | Self::OutOfRange { field, .. }) = &mut self;
+        *field = match *field {
+            "rate" => "tier.rate",
+            "capacity" => "tier.capacity",
+            "limit" => "tier.limit",
+            "window" => "tier.window",
+            other => other,
+        };
+        self
+    }
+}
+
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

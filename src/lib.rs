@@ -151,8 +151,8 @@ pub mod tower;
 mod wait;
 
 pub use algorithm::{Both, FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
-pub use builder::Builder;
-pub use cell::Algorithm;
+pub use builder::{Builder, Tierable};
+pub use cell::{Algorithm, Tier, Tiered};
 pub use check::{AsyncCheck, CheckError, CheckErrorKind, Quota};
 pub use clock::{Clock, CoarseClock, InstantClock, ManualClock, MonotonicClock};
 pub use decision::Decision;

@@ -9,11 +9,12 @@ use core::hash::Hash;
 
 use core::time::Duration;
 
-use crate::algorithm::Ticket;
-use crate::cell::{Algorithm, Booking, Life, Mortal};
+use crate::algorithm::{FromParams, Ticket, WordAlgorithm};
+use crate::builder::Builder;
+use crate::cell::{Algorithm, Booking, Life, Mortal, Tier, Tiered};
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
-use crate::error::{CostError, ReserveError};
+use crate::error::{ConfigError, CostError, ReserveError};
 use crate::memory::{Counters, Memory, Overflow, Stats};
 use crate::reservation::Reservation;
 use crate::store::{
@@ -99,7 +100,15 @@ pub struct Limiter<A: Algorithm, K = String, C = MonotonicClock> {
     store: Store<K, A::Cell, DefaultHasher>,
     memory: Memory,
     counters: Counters,
+    /// Which tier a new client belongs to (a [`Tiered`] limiter's), run
+    /// once per client as its state is created.
+    tier_by: Option<TierBy<K>>,
+    /// Orders quota changes one after another (never taken by a check).
+    control: std::sync::Mutex<()>,
 }
+
+/// A tiered limiter's resolver: a new client's tier from its key.
+pub(crate) type TierBy<K> = Box<dyn Fn(&K) -> Tier + Send + Sync>;
 
 impl<A, K, C> Limiter<A, K, C>
 where
@@ -114,7 +123,20 @@ where
             store: Store::with_hasher(DefaultHasher::default(), memory.max_clients.is_some()),
             memory,
             counters: Counters::default(),
+            tier_by: None,
+            control: std::sync::Mutex::new(()),
         }
+    }
+
+    /// Sets the resolver of a new client's tier.
+    pub(crate) fn with_tier_by(mut self, tier_by: Option<TierBy<K>>) -> Self {
+        self.tier_by = tier_by;
+        self
+    }
+
+    /// The tier of a new client: the resolver's answer, or 0.
+    fn tier_of(&self, key: &K) -> Tier {
+        self.tier_by.as_ref().map_or(0, |tier_by| tier_by(key))
     }
 
     /// Runs `op` on the client's live cell (creating it if need be) at the
@@ -896,6 +918,118 @@ where
     }
 }
 
+impl<A, K, C> Limiter<Tiered<A>, K, C>
+where
+    A: WordAlgorithm + FromParams + Clone,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+{
+    /// Changes `tier`'s quota, for every client of the tier (and, for tier
+    /// 0, every client of a tier with no quota of its own), known or new,
+    /// without a restart. A tier with no quota yet gets one.
+    ///
+    /// Checks never wait for a change and take no lock. Each client's
+    /// change is one step in its history: a check lands wholly before it,
+    /// under the old quota, or wholly after, under the new one. The call
+    /// itself visits every client once (shard by shard, under each shard's
+    /// insert lock), carrying its state over to the new quota by the
+    /// algorithm's rule:
+    ///
+    /// - [`TokenBucket`](crate::TokenBucket): the tokens the client is
+    ///   missing stay missing, at most a whole new bucket: a full bucket
+    ///   stays full, and one that spent more than the new capacity starts
+    ///   empty, refilling at the new rate.
+    /// - [`FixedWindow`](crate::FixedWindow): the requests counted in the
+    ///   window that is running stay counted (at most the new limit) in the
+    ///   new quota's window that is running.
+    /// - [`SlidingWindowCounter`](crate::SlidingWindowCounter): with the
+    ///   same window, both windows' counts are kept (each at most the new
+    ///   limit); with another window, the client's estimate for the last
+    ///   window (rounded up, at most the new limit) is counted in the new
+    ///   window that is running.
+    ///
+    /// Changes are made one at a time; a reservation booked before a change
+    /// keeps its ready time, and cancelling it after the change gives
+    /// nothing back.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the field with `tier.` in front
+    /// (`tier.capacity`) if `quota` does not validate; nothing changes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, TokenBucket};
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .reconfigurable()
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// assert_eq!((0..8).filter(|_| limiter.allow_request("ann")).count(), 8);
+    /// // Ann has spent 8 of 10 tokens: under a bucket of 20 she has 12 left.
+    /// limiter.set_quota(0, TokenBucket::builder().rate(20, Duration::from_secs(1)))?;
+    /// assert_eq!((0..20).filter(|_| limiter.allow_request("ann")).count(), 12);
+    /// assert_eq!(limiter.check("bob").limit(), 20);
+    ///
+    /// let err = limiter
+    ///     .set_quota(0, TokenBucket::builder().rate(1, Duration::from_secs(1)).capacity(0))
+    ///     .unwrap_err();
+    /// assert_eq!(err.field(), "tier.capacity");
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn set_quota<K2, C2>(
+        &self,
+        tier: Tier,
+        quota: Builder<A, K2, C2>,
+    ) -> Result<(), ConfigError> {
+        let quota = A::from_params(&quota.params).map_err(ConfigError::in_tier)?;
+        let algorithm = &self.algorithm;
+        let carry = || {
+            self.store
+                .rebuild_all(|cell| algorithm.carry(cell, || self.clock.now_nanos()));
+        };
+        let _one_at_a_time = self.control.lock().unwrap_or_else(|poisoned| {
+            // A change panicked midway (a key's `Hash`, say): some clients
+            // may still be a generation behind. Carry them first, so that
+            // every state is of the current generation before the next.
+            let guard = poisoned.into_inner();
+            carry();
+            self.control.clear_poison();
+            guard
+        });
+        algorithm.publish(tier, quota);
+        carry();
+        Ok(())
+    }
+
+    /// The quota `tier`'s clients are held to now: its own, or tier 0's if
+    /// it has none.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{FixedWindow, Quota};
+    ///
+    /// let limiter = FixedWindow::builder()
+    ///     .limit(10)
+    ///     .window(Duration::from_secs(1))
+    ///     .tier(2, FixedWindow::builder().limit(50).window(Duration::from_secs(1)))
+    ///     .build()?;
+    /// assert_eq!(limiter.tier_quota(2), Quota::new(50, Duration::from_secs(1)));
+    /// assert_eq!(limiter.tier_quota(1), Quota::new(10, Duration::from_secs(1)));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn tier_quota(&self, tier: Tier) -> crate::Quota {
+        let (limit, window) = self.algorithm.quota_of(tier).granted();
+        crate::Quota::new(limit, Duration::from_nanos(window))
+    }
+}
+
 /// A new client on its way in: how the store's protocol reads the clock,
 /// makes cells, takes room and applies the overflow policy, for one check.
 struct Arrival<'a, A: Algorithm, K, C, F> {
@@ -904,7 +1038,7 @@ struct Arrival<'a, A: Algorithm, K, C, F> {
     refuse: F,
 }
 
-impl<A, K, C, R, F> Newcomer<A::Cell, R> for Arrival<'_, A, K, C, F>
+impl<A, K, C, R, F> Newcomer<K, A::Cell, R> for Arrival<'_, A, K, C, F>
 where
     A: Algorithm,
     K: Hash + Eq + Clone + Send + Sync + 'static,
@@ -918,8 +1052,10 @@ where
         limiter.counters.not_before(limiter.clock.now_nanos())
     }
 
-    fn unborn(&self, floor: u64) -> A::Cell {
+    fn unborn(&self, key: &K, floor: u64) -> A::Cell {
         let limiter = self.limiter;
+        // First, so that a resolver that panics leaves nothing behind.
+        let tier = limiter.tier_of(key);
         // Every new client pays its share of the incremental sweep.
         if let Some(pace) = limiter.memory.auto_sweep {
             if limiter.counters.next_insert() % pace.every == pace.every - 1 {
@@ -931,11 +1067,12 @@ where
                 let _ = limiter.sweep_slice(floor, lapsed, pace.slice);
             }
         }
-        limiter.algorithm.unborn_cell(floor)
+        limiter.algorithm.unborn_in(tier, floor)
     }
 
-    fn fresh(&self, floor: u64) -> A::Cell {
-        self.limiter.algorithm.fresh_cell(floor)
+    fn fresh(&self, key: &K, floor: u64) -> A::Cell {
+        let limiter = self.limiter;
+        limiter.algorithm.fresh_in(limiter.tier_of(key), floor)
     }
 
     #[inline]
@@ -1015,6 +1152,7 @@ impl<A: Algorithm + fmt::Debug, K, C: fmt::Debug> fmt::Debug for Limiter<A, K, C
         f.debug_struct("Limiter")
             .field("algorithm", &self.algorithm)
             .field("clock", &self.clock)
+            .field("tier_by", &self.tier_by.as_ref().map(|_| "Fn(&K) -> Tier"))
             .finish_non_exhaustive()
     }
 }

@@ -357,3 +357,155 @@ mod loom_shim {
         }
     }
 }
+
+/// A value that readers load without a lock while a writer may replace it:
+/// the quota table of a limiter whose quotas change at run time. Readers
+/// [`pin`](Published::pin) once, then [`load`](Pinned::load) as often as
+/// they like; a replaced value is freed only once every reader pinned
+/// before the replacement has unpinned (crossbeam-epoch's collector, which
+/// the store's table uses too).
+#[cfg(not(feature = "loom"))]
+pub(crate) struct Published<T> {
+    value: crossbeam_epoch::Atomic<T>,
+}
+
+/// A reader of a [`Published`] value, pinned.
+#[cfg(not(feature = "loom"))]
+pub(crate) struct Pinned<'a, T> {
+    published: &'a Published<T>,
+    guard: crossbeam_epoch::Guard,
+}
+
+#[cfg(not(feature = "loom"))]
+#[allow(unsafe_code)]
+impl<T: Send + Sync> Published<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Self {
+            value: crossbeam_epoch::Atomic::new(value),
+        }
+    }
+
+    /// Publishes `value` in place of the current one, which is freed once
+    /// no reader can hold it. Callers replace one at a time (the limiter's
+    /// control lock orders them).
+    pub(crate) fn replace(&self, value: T) {
+        let guard = crossbeam_epoch::pin();
+        // AcqRel: the Release half publishes `value`'s contents to the
+        // Acquire loads in `Pinned::load`; the Acquire half orders the
+        // destruction below after the old value's own publication.
+        let old = self
+            .value
+            .swap(crossbeam_epoch::Owned::new(value), Ordering::AcqRel, &guard);
+        // SAFETY: `old` is unreachable from `self` now; the collector runs
+        // the destructor only after every guard pinned before this point
+        // (every reader that may have loaded it) is dropped.
+        unsafe { guard.defer_destroy(old) };
+    }
+}
+
+#[cfg(not(feature = "loom"))]
+impl<T> Published<T> {
+    /// Pins this thread (cheaply, if it is pinned already, as a check is
+    /// inside the store's lookup) so that loaded values stay alive.
+    #[inline]
+    pub(crate) fn pin(&self) -> Pinned<'_, T> {
+        Pinned {
+            published: self,
+            guard: crossbeam_epoch::pin(),
+        }
+    }
+}
+
+#[cfg(not(feature = "loom"))]
+#[allow(unsafe_code)]
+impl<T> Pinned<'_, T> {
+    /// The value published last.
+    #[inline]
+    pub(crate) fn load(&self) -> &T {
+        // Acquire: pairs with the Release half of the swap in
+        // `Published::replace` (or the initial store), so the value's
+        // contents are visible.
+        let shared = self.published.value.load(Ordering::Acquire, &self.guard);
+        // SAFETY: never null (`new` stores a value, `replace` swaps in
+        // another); freed only through `defer_destroy` after it has been
+        // replaced, which waits for this guard, or by `Drop`, which no
+        // reader can overlap.
+        unsafe { shared.deref() }
+    }
+}
+
+#[cfg(not(feature = "loom"))]
+#[allow(unsafe_code)]
+impl<T> Drop for Published<T> {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no reader holds a guard into this value.
+        let guard = unsafe { crossbeam_epoch::unprotected() };
+        // Relaxed: exclusive access, nothing to synchronise with.
+        let value = self.value.load(Ordering::Relaxed, guard);
+        // SAFETY: the value was made by `Owned::new` and is reachable from
+        // nowhere else; it is dropped once, here.
+        drop(unsafe { value.into_owned() });
+    }
+}
+
+/// Under loom, the published value sits behind a std lock: the models
+/// check the protocol around it (which generation of quotas a client's
+/// state is read under), not the pointer swap, which is crossbeam-epoch's
+/// and is checked by its own tests. The lock is std's, as for the store's
+/// table, so that limiters made outside a model (the doctests) work.
+#[cfg(feature = "loom")]
+pub(crate) struct Published<T> {
+    value: std::sync::Mutex<std::sync::Arc<T>>,
+}
+
+/// A reader of a [`Published`] value.
+#[cfg(feature = "loom")]
+pub(crate) struct Pinned<'a, T> {
+    published: &'a Published<T>,
+    held: core::cell::RefCell<Vec<std::sync::Arc<T>>>,
+}
+
+#[cfg(feature = "loom")]
+impl<T: Send + Sync> Published<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Self {
+            value: std::sync::Mutex::new(std::sync::Arc::new(value)),
+        }
+    }
+
+    pub(crate) fn replace(&self, value: T) {
+        *self.value.lock().unwrap_or_else(|e| e.into_inner()) = std::sync::Arc::new(value);
+    }
+}
+
+#[cfg(feature = "loom")]
+impl<T> Published<T> {
+    pub(crate) fn pin(&self) -> Pinned<'_, T> {
+        Pinned {
+            published: self,
+            held: core::cell::RefCell::new(Vec::new()),
+        }
+    }
+}
+
+#[cfg(feature = "loom")]
+impl<T> Pinned<'_, T> {
+    pub(crate) fn load(&self) -> &T {
+        let value = std::sync::Arc::clone(
+            &self
+                .published
+                .value
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        let ptr: *const T = &*value;
+        self.held.borrow_mut().push(value);
+        // Kept alive by `held` for as long as `self`.
+        #[allow(unsafe_code)]
+        // SAFETY: `held` owns a strong reference to the value until `self`
+        // is dropped, and the returned borrow cannot outlive `self`.
+        unsafe {
+            &*ptr
+        }
+    }
+}

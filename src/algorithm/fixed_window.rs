@@ -185,6 +185,16 @@ impl WordAlgorithm for FixedWindow {
         self.at(word, now).1 == 0
     }
 
+    /// The count of the window `now` falls in is kept, at most the new
+    /// limit, and counts in the new quota's window that `now` falls in:
+    /// requests already made there stay made. A count of a window that has
+    /// ended (or a booking in a later one) starts the new quota afresh
+    /// (bookings are kept only up to the new limit).
+    fn convert(&self, word: u64, now: u64, to: &Self) -> u64 {
+        let count = self.at(word, now).1.min(to.limit);
+        to.pack(to.windows.locate(0, now).index, count)
+    }
+
     fn idle_at(&self, word: u64) -> u64 {
         let (index, count) = (
             word >> self.count_bits,

@@ -62,7 +62,11 @@ pub(crate) const FRESH: u64 = 0;
 ///
 /// Every method is a pure function of its arguments. `cost` is always in
 /// `1..=self.capacity()`; the limiter layer rejects the rest before calling.
-pub(crate) trait WordAlgorithm: Send + Sync + 'static {
+///
+/// `pub` in this private module (unnameable outside the crate) so that the
+/// bounds of public items such as [`Tiered`](crate::Tiered) may name it.
+#[allow(unreachable_pub)]
+pub trait WordAlgorithm: Send + Sync + 'static {
     /// The largest cost that can ever be admitted at once: the bucket's
     /// capacity or the window's limit.
     fn capacity(&self) -> u64;
@@ -101,6 +105,14 @@ pub(crate) trait WordAlgorithm: Send + Sync + 'static {
     /// The longest a word stays non-idle after its last admission: how long
     /// a client denied for lack of room in a full limiter should wait.
     fn horizon(&self) -> u64;
+
+    /// The word that carries `word`'s state, read at `now`, over to the
+    /// quota `to`: what a client keeps when its quota changes under it.
+    /// Each algorithm's rule keeps what the client has used, up to what the
+    /// new quota allows at most (see the algorithm's own docs), and the
+    /// result is never more permissive under `to` than a state that used
+    /// that much. A state idle at `now` becomes one idle under `to`.
+    fn convert(&self, word: u64, now: u64, to: &Self) -> u64;
 
     /// Whether [`WordAlgorithm::reserve`] is implemented for this
     /// configuration: whether a client may book a request that conforms
@@ -200,7 +212,8 @@ impl<A: WordAlgorithm> Transitions for A {
 
 /// What [`WordAlgorithm::reserve`] makes of a booking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Reserve {
+#[allow(unreachable_pub)]
+pub enum Reserve {
     /// Charged now by writing `word`; the request conforms from `ready_at`.
     At {
         /// The word with the booking charged.

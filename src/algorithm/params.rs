@@ -17,6 +17,9 @@ pub struct Params {
     pub(crate) window: Option<Duration>,
     /// The second limit's settings, for [`Both`].
     pub(crate) second: Option<Box<Params>>,
+    /// Further tiers' settings, for [`Tiered`](crate::Tiered): tier 0 is
+    /// these settings themselves.
+    pub(crate) tiers: Vec<(u16, Params)>,
 }
 
 impl Params {

@@ -240,6 +240,31 @@ impl WordAlgorithm for SlidingWindowCounter {
         c.curr == 0 && c.prev == 0
     }
 
+    /// With the same window, both counts are kept, each at most the new
+    /// limit. With another window, the estimate at `now`
+    /// (`curr + prev · (W − e) / W`, rounded up) is counted in the new
+    /// window `now` falls in, at most the new limit, with nothing before
+    /// it: what the client sent in the last window weighs on it until the
+    /// new windows slide past it.
+    fn convert(&self, word: u64, now: u64, to: &Self) -> u64 {
+        let (c, pos) = self.at(word, now);
+        if to.windows.width() == self.windows.width() {
+            return to.pack(Counts {
+                index: c.index,
+                curr: c.curr.min(to.limit),
+                prev: c.prev.min(to.limit),
+            });
+        }
+        let w = u128::from(self.windows.width());
+        // prev ≤ 2^32 and W − e ≤ W: the weighted part is at most prev.
+        let weighted = (u128::from(c.prev) * (w - u128::from(pos.offset))).div_ceil(w) as u64;
+        to.pack(Counts {
+            index: to.windows.locate(0, now).index,
+            curr: (c.curr + weighted).min(to.limit),
+            prev: 0,
+        })
+    }
+
     fn idle_at(&self, word: u64) -> u64 {
         let c = self.unpack(word);
         if c.curr > 0 {

@@ -56,6 +56,9 @@ use crate::decision::Decision;
 use crate::sync::{AtomicU128, AtomicU64, Backoff, Ordering};
 
 mod log;
+mod tier;
+
+pub use tier::{Tier, Tiered};
 
 /// Where a cell is in its life, as [`Mortal::life`] reads it.
 #[doc(hidden)]
@@ -600,6 +603,21 @@ pub trait Algorithm: sealed::Sealed + FromParams + Send + Sync + 'static {
     fn unborn_cell(&self, floor: u64) -> Self::Cell;
 
     #[doc(hidden)]
+    /// As [`Algorithm::unborn_cell`], for a client of `tier` (see
+    /// [`Tiered`]); other algorithms have one quota and ignore it.
+    fn unborn_in(&self, tier: Tier, floor: u64) -> Self::Cell {
+        let _ = tier;
+        self.unborn_cell(floor)
+    }
+
+    #[doc(hidden)]
+    /// As [`Algorithm::fresh_cell`], for a client of `tier`.
+    fn fresh_in(&self, tier: Tier, floor: u64) -> Self::Cell {
+        let _ = tier;
+        self.fresh_cell(floor)
+    }
+
+    #[doc(hidden)]
     /// Brings a cell this thread has claimed ([`Mortal::claim`]) to life,
     /// with a fresh state never judged earlier than `floor`. The caller
     /// hands it the unit of room it took.
@@ -709,6 +727,7 @@ pub(crate) mod sealed {
     pub trait Sealed {}
     impl<A: crate::algorithm::WordAlgorithm> Sealed for A {}
     impl<A, B> Sealed for crate::algorithm::Both<A, B> {}
+    impl<A> Sealed for super::Tiered<A> {}
 }
 
 /// The methods of [`Algorithm`] that are the same for every state a

@@ -509,7 +509,7 @@ where
         }
         if table.is_none_or(|table| counts.used >= max_used(table.capacity())) {
             let room_for = counts.live + 1;
-            table = Some(self.rebuild(shard, &mut counts, room_for, on_dead, &guard));
+            table = Some(self.rebuild(shard, &mut counts, room_for, on_dead, V::relocate, &guard));
         }
         let table = table.expect("a shard has a table after a rebuild");
         let index = table.put(hash, (key, value));
@@ -535,6 +535,7 @@ where
         counts: &mut Counts,
         room_for: usize,
         mut on_dead: impl FnMut(&V),
+        mut relocate: impl FnMut(&V) -> Relocation<V>,
         guard: &'g Guard,
     ) -> &'g Table<K, V> {
         // Until it is published, the new table shares the moved entries
@@ -555,7 +556,7 @@ where
                 // SAFETY: the slot is FULL, and this thread, holding the
                 // lock, is its only writer.
                 let entry = unsafe { old.entry(index) };
-                match entry.1.relocate() {
+                match relocate(&entry.1) {
                     Relocation::Dead => {
                         on_dead(&entry.1);
                         old.mark(index, DELETED);
@@ -670,11 +671,45 @@ where
             }
             if counts.live * 4 < table.capacity() && counts.used > counts.live {
                 let room_for = counts.live;
-                self.rebuild(shard, &mut counts, room_for, &mut on_dead, &guard);
+                self.rebuild(
+                    shard,
+                    &mut counts,
+                    room_for,
+                    &mut on_dead,
+                    V::relocate,
+                    &guard,
+                );
             }
             shard_done();
         }
         removed
+    }
+
+    /// Rebuilds every shard's table, one shard at a time under its lock,
+    /// putting `relocate`'s answer in each entry's place: how a change of
+    /// quota carries every client's state over (see `cell::tier`). `on_dead`
+    /// is as in [`Map::insert`].
+    pub(crate) fn rebuild_all(
+        &self,
+        mut relocate: impl FnMut(&V) -> Relocation<V>,
+        mut on_dead: impl FnMut(&V),
+    ) {
+        let guard = epoch::pin();
+        for shard in &*self.shards {
+            let mut counts = Self::lock(shard, &guard);
+            if Self::current(shard, &guard).is_none() {
+                continue;
+            }
+            let room_for = counts.live;
+            self.rebuild(
+                shard,
+                &mut counts,
+                room_for,
+                &mut on_dead,
+                &mut relocate,
+                &guard,
+            );
+        }
     }
 
     /// Visits live entries from `cursor`, shard by shard, until `visit`

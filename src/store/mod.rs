@@ -42,7 +42,7 @@ use std::sync::TryLockError;
 
 use self::map::{Cursor, Map};
 
-use crate::cell::{Life, Mortal};
+use crate::cell::{Life, Mortal, Relocation};
 // Mutex: only the sweep cursor, only ever try_lock-ed on the insert and
 // sweep paths; a check never touches it (see `Store::cursor`).
 use crate::sync::{AtomicU64, Backoff, Mutex, Ordering};
@@ -106,17 +106,19 @@ pub trait Purge<K, V>: Index<K, V> {
 /// `tollgate::__loom` re-exports it) so that the loom models can drive the
 /// protocol with their own.
 #[allow(unreachable_pub)]
-pub trait Newcomer<V, R> {
+pub trait Newcomer<K, V, R> {
     /// A clock reading no earlier than any eviction's (see
     /// `Counters::not_before`).
     fn now(&self) -> u64;
 
-    /// An unborn cell whose state is never judged earlier than `floor`.
-    fn unborn(&self, floor: u64) -> V;
+    /// An unborn cell for `key`'s client whose state is never judged
+    /// earlier than `floor`. Runs before the cell is inserted, holding no
+    /// lock: if it panics, nothing has been recorded.
+    fn unborn(&self, key: &K, floor: u64) -> V;
 
-    /// A live fresh cell, never stored: for a client the overflow policy
-    /// admits untracked.
-    fn fresh(&self, floor: u64) -> V;
+    /// A live fresh cell for `key`'s client, never stored: for a client the
+    /// overflow policy admits untracked.
+    fn fresh(&self, key: &K, floor: u64) -> V;
 
     /// Takes one unit of room if the cap allows, without the overflow
     /// policy.
@@ -190,7 +192,7 @@ pub fn check_or_insert<K, V, Q, R, I, N>(
 where
     I: Purge<K, V>,
     V: Mortal,
-    N: Newcomer<V, R>,
+    N: Newcomer<K, V, R>,
     K: Borrow<Q>,
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
 {
@@ -330,7 +332,7 @@ fn check_slow<K, V, Q, R, I, N>(
 where
     I: Purge<K, V>,
     V: Mortal,
-    N: Newcomer<V, R>,
+    N: Newcomer<K, V, R>,
     K: Borrow<Q>,
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
 {
@@ -348,10 +350,9 @@ where
                 Err(_) => Settled::TurnedAway(newcomer.refused(now)),
             }
         } else if absent {
-            let ours = newcomer.unborn(now);
-            match index.insert(key.to_owned(), ours, |cell| {
-                settle(cell, Some(now), &mut op, newcomer)
-            }) {
+            let key = key.to_owned();
+            let ours = newcomer.unborn(&key, now);
+            match index.insert(key, ours, |cell| settle(cell, Some(now), &mut op, newcomer)) {
                 Ok(settled) => settled,
                 // Another thread inserted first: settle its cell.
                 Err(_) => {
@@ -387,7 +388,7 @@ where
                 }
                 // Untracked: decide on a fresh cell that is never stored. A
                 // fresh cell is alive, so `op` answers.
-                if let Some(answer) = op(&newcomer.fresh(now), now) {
+                if let Some(answer) = op(&newcomer.fresh(&key.to_owned(), now), now) {
                     return answer;
                 }
             }
@@ -402,7 +403,7 @@ where
 /// a floor for its fresh state and the reading to judge by. A cell found in
 /// the map gets a reading taken after it was found, since whoever inserted
 /// it may have seen an eviction later than the caller's last reading.
-fn settle<V, R, N>(
+fn settle<K, V, R, N>(
     cell: &V,
     ours: Option<u64>,
     op: &mut impl FnMut(&V, u64) -> Option<R>,
@@ -410,7 +411,7 @@ fn settle<V, R, N>(
 ) -> Settled<R>
 where
     V: Mortal,
-    N: Newcomer<V, R>,
+    N: Newcomer<K, V, R>,
 {
     // Each step acts on the life the previous one observed; a failed
     // exchange reports the life it found, which is never older than what
@@ -507,14 +508,14 @@ where
 #[cfg_attr(not(feature = "loom"), allow(dead_code))]
 struct Born<F>(F);
 
-impl<V, R, F: Fn() -> V> Newcomer<V, R> for Born<F> {
+impl<K, V, R, F: Fn() -> V> Newcomer<K, V, R> for Born<F> {
     fn now(&self) -> u64 {
         0
     }
-    fn unborn(&self, _: u64) -> V {
+    fn unborn(&self, _: &K, _: u64) -> V {
         (self.0)()
     }
-    fn fresh(&self, _: u64) -> V {
+    fn fresh(&self, _: &K, _: u64) -> V {
         (self.0)()
     }
     fn reserve(&self) -> bool {
@@ -657,6 +658,15 @@ where
             capped,
             cursor: Mutex::new(Cursor::default()),
         }
+    }
+
+    /// Puts `relocate`'s answer in place of every entry, shard by shard
+    /// (see [`Map::rebuild_all`]); an entry found dead on the way leaves
+    /// and gives back its room.
+    pub(crate) fn rebuild_all(&self, relocate: impl FnMut(&V) -> Relocation<V>) {
+        self.map.rebuild_all(relocate, |cell| {
+            self.leaving(cell, false);
+        });
     }
 
     /// `key`'s hash under the store's randomly seeded hasher: unpredictable

@@ -125,6 +125,83 @@ impl Model for BucketModel {
     }
 }
 
+impl BucketModel {
+    /// This client's state carried over to the quota of `to` (a fresh
+    /// model) at `now`: the tokens missing stay missing, at most a whole new
+    /// bucket (`Limiter::set_quota`'s rule), with the missing time rounded
+    /// up to whole nanoseconds of the new rate. Token intervals must be
+    /// whole nanoseconds.
+    pub fn convert(&self, now: u64, to: &Self) -> Self {
+        let mut m = self.clone();
+        assert!(m.admit(now, 0));
+        let (interval, to_interval) = (
+            self.per / self.tokens_per_period,
+            to.per / to.tokens_per_period,
+        );
+        let missing = u128::from(self.capacity) * self.per - m.scaled;
+        assert_eq!(missing % self.tokens_per_period, 0, "whole ns of debt");
+        let debt = missing / self.tokens_per_period;
+        let debt = (debt * to_interval)
+            .div_ceil(interval)
+            .min(u128::from(to.capacity) * to_interval);
+        let mut out = to.clone();
+        out.scaled = u128::from(to.capacity) * to.per - debt * to.tokens_per_period;
+        out.last_refill = now;
+        out
+    }
+}
+
+impl FixedModel {
+    /// Carried over to `to`'s quota at `now`: the count of the window
+    /// running at `now` stays counted (at most the new limit) in the new
+    /// quota's window running at `now`.
+    pub fn convert(&self, now: u64, to: &Self) -> Self {
+        let count = if now / self.window == self.index {
+            self.count
+        } else {
+            0
+        };
+        Self {
+            index: now / to.window,
+            count: count.min(to.limit),
+            ..to.clone()
+        }
+    }
+}
+
+impl SlidingModel {
+    /// Carried over to `to`'s quota at `now`: with the same window both
+    /// counts are kept (each at most the new limit); with another, the
+    /// estimate `curr + prev·(W−e)/W`, rounded up and at most the new
+    /// limit, is counted in the new window running at `now`.
+    pub fn convert(&self, now: u64, to: &Self) -> Self {
+        let mut m = self.clone();
+        let elapsed = now - m.start;
+        if elapsed >= m.window {
+            let passed = elapsed / m.window;
+            m.prev = if passed == 1 { m.curr } else { 0 };
+            m.curr = 0;
+            m.start += passed * m.window;
+        }
+        if to.window == m.window {
+            return Self {
+                prev: m.prev.min(to.limit),
+                curr: m.curr.min(to.limit),
+                start: m.start,
+                ..to.clone()
+            };
+        }
+        let w = u128::from(m.window);
+        let weighted = (u128::from(m.prev) * (w - u128::from(now - m.start))).div_ceil(w) as u64;
+        Self {
+            prev: 0,
+            curr: (m.curr + weighted).min(to.limit),
+            start: now / to.window * to.window,
+            ..to.clone()
+        }
+    }
+}
+
 /// The seed's sliding window counter with windows aligned to zero, and the
 /// weighted estimate compared exactly: `curr + (n-1) + prev·(W−e)/W < limit`.
 #[derive(Clone, Debug)]

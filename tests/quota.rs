@@ -1,0 +1,504 @@
+//! Quotas per client (tiers) and quotas changed at run time, against the
+//! exact models: every decision before, across and after a change agrees
+//! with a model that carries each client's state over by the documented
+//! rule; tiers are resolved once per client; 8 threads on a frozen clock
+//! count exactly across a change; bad quotas and panicking resolvers have
+//! clear outcomes.
+
+mod common;
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::Duration;
+
+use common::strategies::{self, US};
+use common::{
+    BucketConfig, BucketModel, FixedModel, Gap, Model, SlidingModel, Subject, WindowConfig,
+};
+use proptest::prelude::*;
+use tollgate::{
+    ConfigError, Decision, FixedWindow, ManualClock, SlidingWindowCounter, TokenBucket,
+};
+
+/// A step of a scenario: a check (or peek) by one client, or a change of
+/// the quota to the `i`-th of the scenario's quotas.
+#[derive(Clone, Copy, Debug)]
+enum Act {
+    Check { client: u64, cost: u64, peek: bool },
+    Change(usize),
+}
+
+fn acts(clients: u64, quotas: usize) -> impl Strategy<Value = Vec<(Gap, Act)>> {
+    let act = prop_oneof![
+        8 => (0..clients, 1..=6u64, prop::bool::weighted(0.15))
+            .prop_map(|(client, cost, peek)| Act::Check { client, cost, peek }),
+        1 => (0..quotas).prop_map(Act::Change),
+    ];
+    prop::collection::vec((strategies::gap(), act), 1..120)
+}
+
+/// A limiter whose one quota changes among `quotas` (each a fresh model of
+/// that quota), driven through `check` and `set`, against one model per
+/// client carried over by `convert` at each change.
+fn agree_across_changes<M: Model, L>(
+    quotas: &[M],
+    acts: &[(Gap, Act)],
+    build: impl Fn(ManualClock) -> L,
+    check: impl Fn(&L, u64, u64, bool) -> Decision,
+    set: impl Fn(&L, usize),
+    convert: impl Fn(&M, u64, &M) -> M,
+) {
+    let clock = ManualClock::new();
+    let limiter = build(clock.clone());
+    let mut quota = 0;
+    let mut models: HashMap<u64, M> = HashMap::new();
+    let mut now = 0u64;
+    for (i, (gap, act)) in acts.iter().enumerate() {
+        match *act {
+            Act::Change(to) => {
+                now += match gap {
+                    Gap::Nanos(gap) => *gap,
+                    Gap::Boundary(_) => 0,
+                };
+                clock.set(Duration::from_nanos(now));
+                set(&limiter, to);
+                for model in models.values_mut() {
+                    *model = convert(model, now, &quotas[to]);
+                }
+                quota = to;
+            }
+            Act::Check { client, cost, peek } => {
+                let model = models
+                    .entry(client)
+                    .or_insert_with(|| quotas[quota].clone());
+                let cost = cost.clamp(1, model.capacity());
+                now = match *gap {
+                    Gap::Nanos(gap) => now + gap,
+                    Gap::Boundary(offset) => (now + model.retry_after(now, cost))
+                        .saturating_add_signed(offset.into())
+                        .max(now),
+                };
+                clock.set(Duration::from_nanos(now));
+                let retry = model.retry_after(now, cost);
+                let got = check(&limiter, client, cost, peek);
+                let mut copy = model.clone();
+                let model = if peek { &mut copy } else { model };
+                let allowed = model.admit(now, cost);
+                let ctx = format!("act {i} {act:?} at {now} ns under quota {quota}");
+                assert_eq!(got.is_allowed(), allowed, "decision, {ctx}");
+                assert_eq!(got.remaining(), model.remaining(now), "remaining, {ctx}");
+                assert_eq!(got.limit(), model.capacity(), "limit, {ctx}");
+                let retry = if allowed { 0 } else { retry };
+                assert_eq!(
+                    got.retry_after(),
+                    Duration::from_nanos(retry),
+                    "retry, {ctx}"
+                );
+            }
+        }
+    }
+}
+
+/// The limiter side of a scenario: check or peek `client` at `cost`.
+macro_rules! decide {
+    () => {
+        |l: &_, client: u64, cost, peek| {
+            if peek {
+                l.peek_n(&client, cost).unwrap()
+            } else {
+                l.check_n(&client, cost).unwrap()
+            }
+        }
+    };
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn token_bucket_changes_agree_with_the_exact_model(
+        quotas in prop::collection::vec(strategies::bucket(), 2..4),
+        acts in acts(3, 3),
+    ) {
+        let acts: Vec<_> = acts
+            .into_iter()
+            .map(|(g, a)| (g, match a { Act::Change(i) => Act::Change(i % quotas.len()), a => a }))
+            .collect();
+        let models: Vec<BucketModel> = quotas.iter().map(BucketConfig::model).collect();
+        agree_across_changes(
+            &models,
+            &acts,
+            |clock| quotas[0].builder(clock).reconfigurable().build().unwrap(),
+            decide!(),
+            |l, i| l.set_quota(0, quotas[i].builder(ManualClock::new())).unwrap(),
+            BucketModel::convert,
+        );
+    }
+
+    #[test]
+    fn fixed_window_changes_agree_with_the_exact_model(
+        quotas in prop::collection::vec(strategies::window(), 2..4),
+        acts in acts(3, 3),
+    ) {
+        let acts: Vec<_> = acts
+            .into_iter()
+            .map(|(g, a)| (g, match a { Act::Change(i) => Act::Change(i % quotas.len()), a => a }))
+            .collect();
+        let models: Vec<FixedModel> = quotas.iter().map(|q| common::Fixed(*q).model()).collect();
+        agree_across_changes(
+            &models,
+            &acts,
+            |clock| common::Fixed(quotas[0]).builder(clock).reconfigurable().build().unwrap(),
+            decide!(),
+            |l, i| l.set_quota(0, common::Fixed(quotas[i]).builder(ManualClock::new())).unwrap(),
+            FixedModel::convert,
+        );
+    }
+
+    #[test]
+    fn sliding_window_changes_agree_with_the_exact_model(
+        quotas in prop::collection::vec(strategies::window(), 2..4),
+        same_window in any::<bool>(),
+        acts in acts(3, 3),
+    ) {
+        let mut quotas = quotas;
+        if same_window {
+            let window = quotas[0].window;
+            for q in &mut quotas {
+                q.window = window;
+            }
+        }
+        let acts: Vec<_> = acts
+            .into_iter()
+            .map(|(g, a)| (g, match a { Act::Change(i) => Act::Change(i % quotas.len()), a => a }))
+            .collect();
+        let models: Vec<SlidingModel> =
+            quotas.iter().map(|q| common::Sliding(*q).model()).collect();
+        agree_across_changes(
+            &models,
+            &acts,
+            |clock| common::Sliding(quotas[0]).builder(clock).reconfigurable().build().unwrap(),
+            decide!(),
+            |l, i| l.set_quota(0, common::Sliding(quotas[i]).builder(ManualClock::new())).unwrap(),
+            SlidingModel::convert,
+        );
+    }
+
+    /// Clients of different tiers, each against its own tier's model, with
+    /// one tier's quota changing: only that tier's clients move.
+    #[test]
+    fn tiers_agree_with_their_own_models(
+        quotas in prop::collection::vec(strategies::bucket(), 3..4),
+        acts in acts(6, 3),
+    ) {
+        // Clients 0, 2, 4 are tier 0; 1, 3, 5 tier 1. Changes go to tier 1,
+        // to the quotas[2] and back to quotas[1].
+        let clock = ManualClock::new();
+        let limiter = quotas[0]
+            .builder(clock.clone())
+            .tier(1, quotas[1].builder(ManualClock::new()))
+            .tier_by(|client: &u64| (*client % 2) as u16)
+            .build()
+            .unwrap();
+        let models: Vec<BucketModel> = quotas.iter().map(BucketConfig::model).collect();
+        let mut tier1 = 1;
+        let mut state: HashMap<u64, BucketModel> = HashMap::new();
+        let mut now = 0;
+        for (gap, act) in acts {
+            now += match gap { Gap::Nanos(n) => n, Gap::Boundary(_) => 0 };
+            clock.set(Duration::from_nanos(now));
+            match act {
+                Act::Change(_) => {
+                    tier1 = if tier1 == 1 { 2 } else { 1 };
+                    limiter.set_quota(1, quotas[tier1].builder(ManualClock::new())).unwrap();
+                    for (client, model) in &mut state {
+                        if client % 2 == 1 {
+                            *model = model.convert(now, &models[tier1]);
+                        }
+                    }
+                }
+                Act::Check { client, cost, .. } => {
+                    let fresh = if client % 2 == 1 { &models[tier1] } else { &models[0] };
+                    let model = state.entry(client).or_insert_with(|| fresh.clone());
+                    let cost = cost.clamp(1, model.capacity());
+                    let got = limiter.check_n(&client, cost).unwrap();
+                    prop_assert_eq!(got.is_allowed(), model.admit(now, cost));
+                    prop_assert_eq!(got.remaining(), model.remaining(now));
+                    prop_assert_eq!(got.limit(), model.capacity());
+                }
+            }
+        }
+    }
+}
+
+fn bucket(tokens: u64, capacity: u64) -> tollgate::Builder<TokenBucket, u64, ManualClock> {
+    TokenBucket::builder()
+        .rate(tokens, Duration::from_secs(1))
+        .capacity(capacity)
+        .key_type::<u64>()
+        .clock(ManualClock::new())
+}
+
+#[test]
+fn the_resolver_runs_once_per_client_and_never_for_a_known_one() {
+    let calls = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&calls);
+    let limiter = bucket(5, 5)
+        .tier(1, bucket(50, 50))
+        .tier_by(move |client: &u64| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            u16::from(*client >= 100)
+        })
+        .build()
+        .unwrap();
+    for round in 0..20 {
+        for client in [1, 2, 100, 101] {
+            let _ = limiter.check(&client);
+        }
+        assert_eq!(calls.load(Ordering::Relaxed), 4, "round {round}");
+    }
+    assert_eq!(limiter.check(&1).limit(), 5);
+    assert_eq!(limiter.check(&100).limit(), 50);
+    // A client forgotten and seen again is asked again.
+    assert!(limiter.remove(&1));
+    let _ = limiter.check(&1);
+    assert_eq!(calls.load(Ordering::Relaxed), 5);
+}
+
+#[test]
+fn a_tier_without_a_quota_of_its_own_follows_tier_0() {
+    let limiter = bucket(3, 3)
+        .tier(2, bucket(9, 9))
+        .tier_by(|c: &u64| *c as u16)
+        .build()
+        .unwrap();
+    assert_eq!(limiter.check(&1).limit(), 3, "tier 1 has no quota");
+    assert_eq!(limiter.check(&2).limit(), 9);
+    assert_eq!(limiter.check(&7).limit(), 3, "tier 7 is beyond the table");
+    limiter.set_quota(0, bucket(4, 4)).unwrap();
+    assert_eq!(limiter.check(&1).limit(), 4);
+    assert_eq!(limiter.check(&7).limit(), 4);
+    assert_eq!(limiter.check(&2).limit(), 9);
+    // Giving tier 7 a quota moves its known clients too.
+    limiter.set_quota(7, bucket(20, 20)).unwrap();
+    assert_eq!(limiter.check(&7).limit(), 20);
+    assert_eq!(limiter.tier_quota(7).limit(), 20);
+}
+
+#[test]
+fn a_cost_above_the_clients_own_tier_is_denied_and_above_every_tier_an_error() {
+    let limiter = bucket(2, 2)
+        .tier(1, bucket(10, 10))
+        .tier_by(|c: &u64| (*c % 2) as u16)
+        .build()
+        .unwrap();
+    let denied = limiter.check_n(&0, 5).unwrap();
+    assert!(!denied.is_allowed());
+    assert_eq!(denied.retry_after(), Duration::MAX);
+    assert!(limiter.check_n(&1, 5).unwrap().is_allowed());
+    assert!(limiter.check_n(&1, 11).is_err());
+    // The denial charged nothing.
+    assert_eq!(limiter.check_n(&0, 2).unwrap().remaining(), 0);
+}
+
+#[test]
+fn bad_quotas_are_config_errors_from_the_builder_and_from_set_quota() {
+    let err = bucket(1, 1).tier(1, bucket(1, 0)).build().unwrap_err();
+    assert_eq!(err.field(), "tier.capacity");
+    let err = FixedWindow::builder()
+        .limit(1)
+        .window(Duration::from_secs(1))
+        .tier(3, FixedWindow::builder().limit(1))
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ConfigError::Missing {
+            field: "tier.window"
+        }
+    );
+    let limiter = bucket(1, 1).reconfigurable().build().unwrap();
+    let too_big = TokenBucket::builder()
+        .rate(1, Duration::from_secs(3600))
+        .capacity(1 << 30);
+    assert_eq!(
+        limiter.set_quota(0, too_big).unwrap_err().field(),
+        "tier.capacity"
+    );
+    assert_eq!(limiter.tier_quota(0).limit(), 1, "nothing changed");
+}
+
+#[test]
+fn a_panicking_resolver_leaves_the_limiter_serving() {
+    let armed = Arc::new(AtomicBool::new(true));
+    let trigger = Arc::clone(&armed);
+    let limiter = bucket(2, 2)
+        .tier(1, bucket(4, 4))
+        .tier_by(move |c: &u64| {
+            if *c == 13 && trigger.swap(false, Ordering::Relaxed) {
+                panic!("resolver failed");
+            }
+            (*c % 2) as u16
+        })
+        .max_clients(10)
+        .build()
+        .unwrap();
+    assert!(limiter.allow_request(&1));
+    let caught = catch_unwind(AssertUnwindSafe(|| limiter.allow_request(&13)));
+    assert!(caught.is_err());
+    assert_eq!(limiter.len(), 1, "nothing of client 13 was kept");
+    assert_eq!(limiter.stats().clients, 1, "and no room is held for it");
+    // Everyone is served, client 13 included, and quotas still change.
+    assert_eq!((0..9).filter(|_| limiter.allow_request(&13)).count(), 4);
+    assert_eq!((0..9).filter(|_| limiter.allow_request(&2)).count(), 2);
+    limiter.set_quota(1, bucket(6, 6)).unwrap();
+    assert_eq!((0..9).filter(|_| limiter.allow_request(&13)).count(), 2);
+    assert_eq!(limiter.len(), 3);
+}
+
+/// Every key drained on a frozen clock, then 8 threads check them all
+/// while the quota grows from 10 to 50 tokens: each key's 10 spent tokens
+/// stay spent, so exactly 40 more per key pass, however the change
+/// interleaves with the checks (before it they are all denied).
+#[test]
+fn eight_threads_across_a_change_count_exactly() {
+    const KEYS: u64 = 300;
+    let limiter = Arc::new(bucket(10, 10).reconfigurable().build().unwrap());
+    for key in 0..KEYS {
+        assert_eq!((0..20).filter(|_| limiter.allow_request(&key)).count(), 10);
+    }
+    let start = Arc::new(Barrier::new(9));
+    let workers: Vec<_> = (0..8)
+        .map(|t| {
+            let (limiter, start) = (Arc::clone(&limiter), Arc::clone(&start));
+            thread::spawn(move || {
+                start.wait();
+                let mut admitted = 0u64;
+                for round in 0..60 {
+                    for k in 0..KEYS {
+                        let key = (k + t * 37 + round) % KEYS;
+                        admitted += u64::from(limiter.allow_request(&key));
+                    }
+                }
+                admitted
+            })
+        })
+        .collect();
+    start.wait();
+    limiter.set_quota(0, bucket(50, 50)).unwrap();
+    let admitted: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    for key in 0..KEYS {
+        assert!(!limiter.allow_request(&key), "key {key} has more left");
+    }
+    // 8 threads × 60 rounds = 480 checks per key: enough to drain 40.
+    assert_eq!(admitted, KEYS * 40);
+    assert_eq!(limiter.len(), KEYS as usize);
+}
+
+/// A shrinking quota racing checks: what passed before the change is
+/// bounded by the old quota, and once it returns nothing more passes (the
+/// spent tokens exceed the new capacity).
+#[test]
+fn a_shrink_racing_checks_never_admits_past_the_old_quota() {
+    const KEYS: u64 = 200;
+    let limiter = Arc::new(bucket(50, 50).reconfigurable().build().unwrap());
+    for key in 0..KEYS {
+        assert_eq!((0..20).filter(|_| limiter.allow_request(&key)).count(), 20);
+    }
+    let start = Arc::new(Barrier::new(5));
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let (limiter, start) = (Arc::clone(&limiter), Arc::clone(&start));
+            thread::spawn(move || {
+                start.wait();
+                (0..KEYS)
+                    .map(|k| u64::from(limiter.allow_request(&k)))
+                    .sum::<u64>()
+            })
+        })
+        .collect();
+    start.wait();
+    limiter.set_quota(0, bucket(10, 10)).unwrap();
+    let admitted: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    assert!(admitted <= KEYS * 4);
+    for key in 0..KEYS {
+        assert_eq!(limiter.check(&key).remaining(), 0, "key {key}");
+        assert!(!limiter.allow_request(&key));
+    }
+}
+
+/// Tiers under 8 threads on a frozen clock: each client gets exactly its
+/// own tier's capacity.
+#[test]
+fn eight_threads_get_exactly_their_tiers_capacity() {
+    let limiter = Arc::new(
+        bucket(3, 3)
+            .tier(1, bucket(7, 7))
+            .tier(2, bucket(11, 11))
+            .tier_by(|c: &u64| (*c % 3) as u16)
+            .build()
+            .unwrap(),
+    );
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let limiter = Arc::clone(&limiter);
+            thread::spawn(move || {
+                let mut admitted = [0u64; 3];
+                for _ in 0..20 {
+                    for c in 0..90u64 {
+                        admitted[(c % 3) as usize] += u64::from(limiter.allow_request(&c));
+                    }
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut total = [0u64; 3];
+    for w in workers {
+        for (t, n) in w.join().unwrap().into_iter().enumerate() {
+            total[t] += n;
+        }
+    }
+    assert_eq!(total, [30 * 3, 30 * 7, 30 * 11]);
+}
+
+#[test]
+fn every_window_algorithm_keeps_its_state_across_a_change() {
+    // Fixed window: 3 of 5 used, limit to 4: 1 left in this window.
+    let clock = ManualClock::new();
+    let second = Duration::from_secs(1);
+    let fixed = FixedWindow::builder()
+        .limit(5)
+        .window(second)
+        .clock(clock.clone());
+    let fixed = fixed.reconfigurable().build().unwrap();
+    assert_eq!((0..3).filter(|_| fixed.allow_request("a")).count(), 3);
+    fixed
+        .set_quota(0, FixedWindow::builder().limit(4).window(second))
+        .unwrap();
+    assert_eq!((0..9).filter(|_| fixed.allow_request("a")).count(), 1);
+    clock.advance(second);
+    assert_eq!((0..9).filter(|_| fixed.allow_request("a")).count(), 4);
+    // Sliding window counter with a new window: the estimate is carried.
+    let sliding = SlidingWindowCounter::builder()
+        .limit(10)
+        .window(second)
+        .clock(clock.clone());
+    let sliding = sliding.reconfigurable().build().unwrap();
+    assert_eq!((0..6).filter(|_| sliding.allow_request("b")).count(), 6);
+    sliding
+        .set_quota(
+            0,
+            SlidingWindowCounter::builder().limit(8).window(2 * second),
+        )
+        .unwrap();
+    assert_eq!((0..9).filter(|_| sliding.allow_request("b")).count(), 2);
+    let _ = US;
+    let _ = WindowConfig {
+        limit: 1,
+        window: 1,
+    };
+}
