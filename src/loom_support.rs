@@ -17,6 +17,7 @@ use core::time::Duration;
 
 pub use crate::algorithm::Ticket;
 pub use crate::cell::{Algorithm, Booking, Life, Mortal, PairCell, Relocation, StateCell};
+pub use crate::cell::{TierCell, Tiered};
 pub use crate::store::{
     act_on_live, check_or_insert, forget_client, get_or_insert, reset_client, Index, Newcomer,
     Purge,
@@ -127,6 +128,31 @@ where
         .with(key, |cell| algorithm.idle_at(cell) <= now)
         .unwrap_or(false);
     idle && index.remove_if(key, |_| true)
+}
+
+/// A tiered token bucket with every client in tier 0, whose quota the
+/// models change with [`change_quota`].
+pub fn tiered(quota: TokenBucket) -> Tiered<TokenBucket> {
+    Tiered::single(quota)
+}
+
+/// The first half of a quota change (`Limiter::set_quota`): publishes tier
+/// 0's new quota. The second half carries each cell over, as a rebuild
+/// relocates it, with [`carry`].
+pub fn change_quota(tiered: &Tiered<TokenBucket>, quota: TokenBucket) {
+    tiered.publish(0, quota);
+}
+
+/// A quota change's relocation of one cell, converting its word at `now`.
+pub fn carry(tiered: &Tiered<TokenBucket>, cell: &TierCell, now: u64) -> Relocation<TierCell> {
+    tiered.carry(cell, || now)
+}
+
+/// The broken twin of a tiered check: see `Tiered::reading_quotas_first`.
+pub fn check_reading_quotas_first(
+    tiered: &Tiered<TokenBucket>,
+) -> impl Fn(&TierCell, u64) -> Option<bool> {
+    tiered.reading_quotas_first()
 }
 
 /// Whether the caller runs inside a loom model: what decides, when each of

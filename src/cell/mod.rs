@@ -58,6 +58,8 @@ use crate::sync::{AtomicU128, AtomicU64, Backoff, Ordering};
 mod log;
 mod tier;
 
+#[cfg(feature = "loom")]
+pub use tier::TierCell;
 pub use tier::{Tier, Tiered};
 
 /// Where a cell is in its life, as [`Mortal::life`] reads it.

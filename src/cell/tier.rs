@@ -466,3 +466,30 @@ fn describe_within<A: WordAlgorithm>(
     decision.retry_after = Decision::wait(NEVER);
     Some(decision)
 }
+
+#[cfg(feature = "loom")]
+impl<A: WordAlgorithm + FromParams + Clone> Tiered<A> {
+    /// A tiered algorithm whose every client is held to `quota`, for the
+    /// loom models.
+    pub(crate) fn single(quota: A) -> Self {
+        Self::new(quota, Vec::new())
+    }
+
+    /// The broken twin of [`Algorithm::try_admit`] the loom models must
+    /// catch: the quota table is read once, before the client is looked up
+    /// (as a plain limiter reads its one quota), instead of inside the
+    /// transition after the word's `Acquire` load. A check that read the
+    /// table before a change and finds the cell the change carried decides
+    /// the new state under the old quota.
+    pub(crate) fn reading_quotas_first(&self) -> impl Fn(&TierCell, u64) -> Option<bool> {
+        let table = self.table.pin().load().clone();
+        move |cell, now| {
+            let quota = table.quota(cell.tag.load(Ordering::Relaxed));
+            match cell.state.apply(|word| quota.admit(word, now, 1)) {
+                Applied::Admitted(_) => Some(true),
+                Applied::Denied(_) => Some(false),
+                Applied::Dead => None,
+            }
+        }
+    }
+}
