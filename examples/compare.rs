@@ -79,7 +79,9 @@ OPTIONS:
                      client run only when named: tollgate/two-token-buckets
                      (`Builder::and`: the scenario's bucket and as many
                      tokens per hour, one exchange) and two-limiters (two
-                     limiters checked one after the other)
+                     limiters checked one after the other); so does
+                     tollgate/tiered-token-bucket (`Builder::reconfigurable`:
+                     the scenario's bucket, its quota changeable at run time)
     --keys LIST      only these key types: String, u64, IpAddr (IPv6
                      addresses in 2001:db8::/32). Without --keys all three
                      run, but IpAddr only in hot_allowed, hot_denied,
@@ -839,6 +841,38 @@ fn print_two_limits(rows: &[Row]) {
     );
 }
 
+/// The reconfigurable token bucket, if it ran, against the plain one.
+fn print_tiered(rows: &[Row]) {
+    let tiered = Impl::Tollgate(Algo::TieredBucket);
+    let ran: Vec<&Row> = rows
+        .iter()
+        .filter(|r| SCENARIOS.contains(&r.scenario) && r.imp == tiered)
+        .collect();
+    if ran.is_empty() {
+        return;
+    }
+    println!();
+    println!("| scenario | key | threads | reconfigurable ns/op | plain ns/op | × plain |");
+    println!("|---|---|--:|--:|--:|--:|");
+    for r in ran {
+        let ours = r.sample.ns_per_op();
+        let plain = find(rows, r, Impl::Tollgate(Algo::TokenBucket));
+        println!(
+            "| {} | {} | {} | {:.1} | {} | {} |",
+            r.scenario.name(),
+            r.key,
+            r.threads,
+            ours,
+            cell(plain),
+            ratio(plain, ours),
+        );
+    }
+    println!();
+    println!(
+        "Reconfigurable: the token bucket built with `Builder::reconfigurable` (its quota can change at run time; each check reads its client's quota from the shared quota table). × plain: the plain bucket's ns/op over the reconfigurable one's."
+    );
+}
+
 /// The `insert_capped` and `sweep` tables, if either ran.
 fn print_eviction(rows: &[Row], sizes: &Sizes, cap: usize) {
     let at = |scenario: Scenario, imp: Impl, policy: Option<Policy>, key: &str, threads: usize| {
@@ -1303,6 +1337,7 @@ fn main() -> ExitCode {
         if rows.iter().any(|r| SCENARIOS.contains(&r.scenario)) {
             print_table(&rows);
             print_two_limits(&rows);
+            print_tiered(&rows);
         }
         print_eviction(&rows, &sizes, sizes.clients);
         if !mem.is_empty() {

@@ -84,8 +84,9 @@ fn race(name: &str, known: bool, twin: bool) -> (usize, u64, u64) {
         let changer = {
             let (tiered, index) = (Arc::clone(&tiered), Arc::clone(&index));
             thread::spawn(move || {
-                change_quota(&tiered, every(20));
-                index.relocate(KEY, |cell| carry(&tiered, cell, NOW));
+                change_quota(&tiered, every(20), || {
+                    index.relocate(KEY, |cell| carry(&tiered, cell, NOW));
+                });
             })
         };
         let coming = Coming(&tiered);

@@ -986,22 +986,18 @@ where
         quota: Builder<A, K2, C2>,
     ) -> Result<(), ConfigError> {
         let quota = A::from_params(&quota.params).map_err(ConfigError::in_tier)?;
+        // A change that panicked midway (a key's `Hash`, say) left some
+        // clients under the table before it, which then stays allocated
+        // for them; this change carries them over like every other client.
+        let _one_at_a_time = self.control.lock().unwrap_or_else(|poisoned| {
+            self.control.clear_poison();
+            poisoned.into_inner()
+        });
         let algorithm = &self.algorithm;
-        let carry = || {
+        algorithm.change(tier, quota, || {
             self.store
                 .rebuild_all(|cell| algorithm.carry(cell, || self.clock.now_nanos()));
-        };
-        let _one_at_a_time = self.control.lock().unwrap_or_else(|poisoned| {
-            // A change panicked midway (a key's `Hash`, say): some clients
-            // may still be a generation behind. Carry them first, so that
-            // every state is of the current generation before the next.
-            let guard = poisoned.into_inner();
-            carry();
-            self.control.clear_poison();
-            guard
         });
-        algorithm.publish(tier, quota);
-        carry();
         Ok(())
     }
 

@@ -136,11 +136,11 @@ pub fn tiered(quota: TokenBucket) -> Tiered<TokenBucket> {
     Tiered::single(quota)
 }
 
-/// The first half of a quota change (`Limiter::set_quota`): publishes tier
-/// 0's new quota. The second half carries each cell over, as a rebuild
+/// A quota change (`Limiter::set_quota`): publishes tier 0's new quota,
+/// then runs `carry_all`, which carries each cell over as a rebuild
 /// relocates it, with [`carry`].
-pub fn change_quota(tiered: &Tiered<TokenBucket>, quota: TokenBucket) {
-    tiered.publish(0, quota);
+pub fn change_quota(tiered: &Tiered<TokenBucket>, quota: TokenBucket, carry_all: impl FnOnce()) {
+    tiered.change(0, quota, carry_all);
 }
 
 /// A quota change's relocation of one cell, converting its word at `now`.

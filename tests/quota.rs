@@ -371,17 +371,30 @@ fn eight_threads_across_a_change_count_exactly() {
         assert_eq!((0..20).filter(|_| limiter.allow_request(&key)).count(), 10);
     }
     let start = Arc::new(Barrier::new(9));
+    let changed = Arc::new(AtomicBool::new(false));
     let workers: Vec<_> = (0..8)
         .map(|t| {
-            let (limiter, start) = (Arc::clone(&limiter), Arc::clone(&start));
+            let (limiter, start, changed) = (
+                Arc::clone(&limiter),
+                Arc::clone(&start),
+                Arc::clone(&changed),
+            );
             thread::spawn(move || {
                 start.wait();
                 let mut admitted = 0u64;
-                for round in 0..60 {
+                let mut round = 0;
+                let mut after = 0;
+                // Checks until the change is done, then 60 rounds more:
+                // 8 × 60 = 480 checks per key after it, enough to drain 40.
+                while after < 60 {
+                    if changed.load(Ordering::Acquire) {
+                        after += 1;
+                    }
                     for k in 0..KEYS {
                         let key = (k + t * 37 + round) % KEYS;
                         admitted += u64::from(limiter.allow_request(&key));
                     }
+                    round += 1;
                 }
                 admitted
             })
@@ -389,18 +402,18 @@ fn eight_threads_across_a_change_count_exactly() {
         .collect();
     start.wait();
     limiter.set_quota(0, bucket(50, 50)).unwrap();
+    changed.store(true, Ordering::Release);
     let admitted: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
     for key in 0..KEYS {
         assert!(!limiter.allow_request(&key), "key {key} has more left");
     }
-    // 8 threads × 60 rounds = 480 checks per key: enough to drain 40.
     assert_eq!(admitted, KEYS * 40);
     assert_eq!(limiter.len(), KEYS as usize);
 }
 
-/// A shrinking quota racing checks: what passed before the change is
-/// bounded by the old quota, and once it returns nothing more passes (the
-/// spent tokens exceed the new capacity).
+/// A shrinking quota racing checks: once the change returns, nothing more
+/// passes (whatever the racing checks took, the 20 tokens spent already
+/// exceed the new capacity of 10, so every client starts it empty).
 #[test]
 fn a_shrink_racing_checks_never_admits_past_the_old_quota() {
     const KEYS: u64 = 200;

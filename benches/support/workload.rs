@@ -84,6 +84,10 @@ pub enum Algo {
     /// Two token buckets held together (`Builder::and`): the bucket's
     /// quota, and the same number of tokens per hour.
     TwoBuckets,
+    /// The token bucket as a limiter whose quota can change while it runs
+    /// (`Builder::reconfigurable`): each check reads its client's quota
+    /// from the shared quota table.
+    TieredBucket,
 }
 
 /// Every algorithm tollgate has, in the order results are printed.
@@ -102,6 +106,7 @@ impl Algo {
             Algo::SlidingWindowLog => "sliding-window-log",
             Algo::FixedWindow => "fixed-window",
             Algo::TwoBuckets => "two-token-buckets",
+            Algo::TieredBucket => "tiered-token-bucket",
         }
     }
 
@@ -110,14 +115,14 @@ impl Algo {
     pub fn has_seed_port(self) -> bool {
         match self {
             Algo::TokenBucket | Algo::SlidingWindowCounter | Algo::FixedWindow => true,
-            Algo::SlidingWindowLog | Algo::TwoBuckets => false,
+            Algo::SlidingWindowLog | Algo::TwoBuckets | Algo::TieredBucket => false,
         }
     }
 
     /// The quota this algorithm runs with in `scenario`.
     pub fn spec(self, scenario: Scenario) -> Spec {
         match self {
-            Algo::TokenBucket | Algo::TwoBuckets => scenario.bucket(),
+            Algo::TokenBucket | Algo::TwoBuckets | Algo::TieredBucket => scenario.bucket(),
             Algo::SlidingWindowCounter => scenario.sliding(),
             Algo::SlidingWindowLog => scenario.log(),
             Algo::FixedWindow => scenario.fixed(),
@@ -190,10 +195,17 @@ pub fn two_limit_impls() -> Vec<Impl> {
     vec![Impl::Tollgate(Algo::TwoBuckets), Impl::TwoLimiters]
 }
 
+/// Measured only when named (`--impls`): the token bucket with quotas that
+/// can change at run time.
+pub fn tiered_impls() -> Vec<Impl> {
+    vec![Impl::Tollgate(Algo::TieredBucket)]
+}
+
 /// Every implementation `--impls` may name.
 pub fn all_impls() -> Vec<Impl> {
     let mut all = impls();
     all.extend(two_limit_impls());
+    all.extend(tiered_impls());
     all
 }
 
@@ -736,6 +748,11 @@ pub fn make_capped<K: Key>(algo: Algo, policy: Policy, cap: u64) -> Arc<dyn Subj
             let first = TokenBucket::builder().rate(tokens, per).capacity(capacity);
             build(hourly(spec, first), policy, cap)
         }
+        Algo::TieredBucket => {
+            let (tokens, per, capacity) = rate(spec);
+            let builder = TokenBucket::builder().rate(tokens, per).capacity(capacity);
+            build(builder.reconfigurable(), policy, cap)
+        }
     }
 }
 
@@ -853,6 +870,15 @@ pub fn make_stale<K: Key>(imp: Impl) -> Box<dyn Stale<K>> {
                 TokenBucket::builder().rate(tokens, per).capacity(capacity),
             ))
         }
+        Impl::Tollgate(Algo::TieredBucket) => {
+            let (tokens, per, capacity) = rate(spec);
+            build(
+                TokenBucket::builder()
+                    .rate(tokens, per)
+                    .capacity(capacity)
+                    .reconfigurable(),
+            )
+        }
         Impl::Governor => {
             let clock = FakeRelativeClock::default();
             let limiter = governor::RateLimiter::dashmap_with_clock(
@@ -914,6 +940,11 @@ pub fn make<K: Key>(imp: Impl, scenario: Scenario) -> Arc<dyn Subject<K>> {
             let first = TokenBucket::builder().rate(tokens, per).capacity(capacity);
             wrap(hourly(spec, first).key_type::<K>().build().unwrap())
         }
+        Impl::Tollgate(Algo::TieredBucket) => {
+            let (tokens, per, capacity) = rate(spec);
+            let builder = TokenBucket::builder().rate(tokens, per).capacity(capacity);
+            wrap(builder.key_type::<K>().reconfigurable().build().unwrap())
+        }
         Impl::TwoLimiters => {
             let (tokens, per, capacity) = rate(spec);
             let one = |per| {
@@ -958,8 +989,8 @@ pub fn make<K: Key>(imp: Impl, scenario: Scenario) -> Arc<dyn Subject<K>> {
                 limit, w,
             )))
         }
-        Impl::SeedMutex(Algo::SlidingWindowLog | Algo::TwoBuckets)
-        | Impl::GlobalMutex(Algo::SlidingWindowLog | Algo::TwoBuckets) => {
+        Impl::SeedMutex(Algo::SlidingWindowLog | Algo::TwoBuckets | Algo::TieredBucket)
+        | Impl::GlobalMutex(Algo::SlidingWindowLog | Algo::TwoBuckets | Algo::TieredBucket) => {
             unreachable!("no mutex port of the log or of two limits: has_seed_port is false")
         }
         Impl::Governor => wrap(Governor::<K>::new(rate(spec))),

@@ -3,37 +3,39 @@
 //! # The cell
 //!
 //! A tiered client's cell is its state word (a [`StateCell`], run by the
-//! same compare-and-swap loop as any word algorithm's) and a *tag* word:
-//! the client's tier (16 bits, chosen once when the client's state is
-//! created) and the *generation* of the quota table its word was last
-//! written under (48 bits, wrapping). The tag is written while the cell is
-//! not alive (its creator writes the tier; its claimer the generation,
-//! before the fresh word is born with a `Release` store) and never again:
-//! a cell's state moves to a new quota only by being frozen and carried to
-//! a new cell, as a table rebuild moves it.
+//! same compare-and-swap loop as any word algorithm's) and a *quota* word:
+//! the address of the quota its state word was written under, an entry of
+//! one of the quota tables the limiter has published, with the client's
+//! tier (chosen once, when its state is created) in the top 16 bits. The
+//! quota word is written while the cell is not alive (its creator writes
+//! the tier; its claimer the address, before the fresh word is born with a
+//! `Release` store) and never again: a client's state moves to a new quota
+//! only by being frozen and carried to a new cell, as a table rebuild
+//! moves it.
+//!
+//! A check reads the quota word *inside* its transition, after the
+//! `Acquire` load of the state word it transforms: a live word was written
+//! under the quota its cell names.
 //!
 //! # Changing a quota
 //!
-//! The quotas live in one table behind a [`Published`] pointer: for each
-//! tier the current quota and the one before. Changing one (the limiter's
-//! `set_quota`, one change at a time) publishes a table one generation on,
-//! then rebuilds every shard of the store, and each live cell of the old
-//! generation is frozen (its word exchanged for the tombstone, exactly as a
-//! rebuild freezes it) and carried to a new cell of the new generation with
-//! its word converted by the algorithm's rule (`WordAlgorithm::convert`).
+//! The quotas live in a table (one quota per tier) behind a [`Published`]
+//! pointer. Changing one (the limiter's `set_quota`, one change at a time)
+//! publishes a new table, then rebuilds every shard of the store, and each
+//! live cell is frozen (its word exchanged for the tombstone, exactly as a
+//! rebuild freezes it) and carried to a new cell that names its tier's
+//! entry in the new table, its word converted by the algorithm's rule
+//! (`WordAlgorithm::convert`) from the quota its old cell named. Only then
+//! is the old table retired, to the epoch collector:
 //!
-//! A check reads the tag, then the table, *inside* its transition, after
-//! the `Acquire` load of the word it transforms. So:
-//!
-//! - a word of the new generation was carried after the table was
-//!   published, and the check's table load sees that table or a later one,
-//!   in which the generation is current or the one before: the check
-//!   decides under the new quota;
-//! - a word of the old generation is decided under the old quota (it is
-//!   the previous one in any table the check can load, since the next
-//!   change publishes only once every old cell has been carried); if it is
+//! - a check on the old cell decides under the old quota; if the cell is
 //!   frozen meanwhile, the check's exchange fails against the tombstone and
-//!   it looks the client up again, finding the converted cell.
+//!   it looks the client up again, finding the carried cell, which it
+//!   decides under the new quota;
+//! - every access to a cell runs under the store's epoch guard (lookups,
+//!   inserts and rebuilds pin, and so does the check of a client admitted
+//!   untracked), so a thread that still holds an old cell was pinned before
+//!   the old table's retirement, which keeps the table alive for it.
 //!
 //! Each client's change is therefore one step in its history: every check
 //! lands wholly before it, under the old quota, or wholly after, under the
@@ -47,62 +49,38 @@ use super::{describe, Algorithm, Applied, Booking, Life, Mortal, Relocation, Sta
 use crate::algorithm::{FromParams, Params, WordAlgorithm, NEVER, UNBORN};
 use crate::decision::Decision;
 use crate::error::ConfigError;
-use crate::sync::{AtomicU64, Ordering, Pinned, Published};
+use crate::sync::{AtomicU64, Ordering, Published};
 
 /// A client's tier: which quota of a [`Tiered`] limiter it is held to.
 /// Tier 0 is the builder's own quota; a tier with no quota of its own is
 /// held to tier 0's.
 pub type Tier = u16;
 
-/// Bits of the tag that hold the generation.
-const GEN_BITS: u32 = 48;
-const GEN_MASK: u64 = (1 << GEN_BITS) - 1;
+/// The bits of a quota word below the tier: the quota's address (user
+/// space addresses fit in 48 bits on every 64-bit target Rust supports
+/// with atomics of this width; `Tiered::quota_word` checks it).
+const ADDRESS_BITS: u32 = 48;
+const ADDRESS_MASK: u64 = (1 << ADDRESS_BITS) - 1;
 
-fn tag(tier: Tier, generation: u64) -> u64 {
-    (u64::from(tier) << GEN_BITS) | (generation & GEN_MASK)
-}
-
-fn tier_of(tag: u64) -> Tier {
+fn tier_of(word: u64) -> Tier {
     // The top 16 bits: fits.
-    (tag >> GEN_BITS) as Tier
+    (word >> ADDRESS_BITS) as Tier
 }
 
-/// The quotas of every tier, at one generation.
+/// The quota of every tier, at one point in the limiter's life.
 #[derive(Clone)]
 struct Table<A> {
-    generation: u64,
     /// Indexed by tier; `None` is held to tier 0's quota.
-    current: Vec<Option<A>>,
-    /// The quotas of the generation before: the words of cells not yet
-    /// carried over to this one are read under these.
-    previous: Vec<Option<A>>,
+    quotas: Vec<Option<A>>,
 }
 
 impl<A> Table<A> {
-    fn pick(list: &[Option<A>], tier: Tier) -> &A {
-        match list.get(usize::from(tier)) {
+    /// The quota `tier` is held to: its own, or tier 0's.
+    fn quota(&self, tier: Tier) -> &A {
+        match self.quotas.get(usize::from(tier)) {
             Some(Some(quota)) => quota,
-            _ => list[0].as_ref().expect("tier 0 always has a quota"),
+            _ => self.quotas[0].as_ref().expect("tier 0 always has a quota"),
         }
-    }
-
-    /// The quota a word written under `tag` is read under.
-    fn quota(&self, tag: u64) -> &A {
-        let generation = tag & GEN_MASK;
-        let list = if generation == self.generation.wrapping_sub(1) & GEN_MASK {
-            &self.previous
-        } else {
-            // The current generation; or a cell that has just been frozen
-            // by a change since, whose exchange will fail (see the module
-            // docs): any quota serves for a transition whose result is
-            // discarded.
-            &self.current
-        };
-        Self::pick(list, tier_of(tag))
-    }
-
-    fn current(&self, tier: Tier) -> &A {
-        Self::pick(&self.current, tier)
     }
 }
 
@@ -115,10 +93,9 @@ impl<A> Table<A> {
 /// [`FixedWindow`](crate::FixedWindow) or a
 /// [`SlidingWindowCounter`](crate::SlidingWindowCounter).
 ///
-/// Memory per client is one more `u64` than `A`'s (the tier and the
-/// generation of quotas its state was written under); a check on a known
-/// client reads its tier's quota from a shared table and calls nothing of
-/// the caller's.
+/// Memory per client is one more `u64` than `A`'s (the tier, and which
+/// quota its state was written under); a check on a known client reads its
+/// quota through that word and calls nothing of the caller's.
 ///
 /// # Examples
 ///
@@ -139,6 +116,10 @@ impl<A> Table<A> {
 /// ```
 pub struct Tiered<A> {
     table: Published<Table<A>>,
+    /// The largest capacity and horizon of any tier, kept up to date by
+    /// each change (read without the table, on every `check_n`).
+    max_capacity: AtomicU64,
+    max_horizon: AtomicU64,
 }
 
 impl<A: WordAlgorithm + Clone> Tiered<A> {
@@ -148,127 +129,163 @@ impl<A: WordAlgorithm + Clone> Tiered<A> {
             .map(|&(tier, _)| usize::from(tier) + 1)
             .max()
             .unwrap_or(1);
-        let mut current = vec![None; len];
-        current[0] = Some(default);
+        let mut quotas = vec![None; len];
+        quotas[0] = Some(default);
         for (tier, quota) in tiers {
-            current[usize::from(tier)] = Some(quota);
+            quotas[usize::from(tier)] = Some(quota);
         }
-        Self {
-            table: Published::new(Table {
-                generation: 0,
-                previous: current.clone(),
-                current,
-            }),
-        }
+        let table = Table { quotas };
+        let tiered = Self {
+            max_capacity: AtomicU64::new(0),
+            max_horizon: AtomicU64::new(0),
+            table: Published::new(table),
+        };
+        tiered.note_maxima();
+        tiered
     }
 
-    /// Publishes a table one generation on, with `quota` for `tier`. The
-    /// caller then carries every live cell over ([`Tiered::carry`]) before
-    /// any further change.
-    pub(crate) fn publish(&self, tier: Tier, quota: A) {
+    /// Records the largest capacity and horizon of the current table.
+    fn note_maxima(&self) {
         let pinned = self.table.pin();
-        let old = pinned.load();
-        let mut current = old.current.clone();
-        if current.len() <= usize::from(tier) {
-            current.resize(usize::from(tier) + 1, None);
-        }
-        current[usize::from(tier)] = Some(quota);
-        self.table.replace(Table {
-            generation: (old.generation + 1) & GEN_MASK,
-            previous: old.current.clone(),
-            current,
+        let quotas = pinned.load().quotas.iter().flatten();
+        let (capacity, horizon) = quotas.fold((0, 0), |(c, h), q| {
+            (c.max(q.capacity()), h.max(q.horizon()))
         });
+        // Relaxed: figures that publish nothing; a check that reads a stale
+        // one only lets a cost through to its own tier's test, or sweeps by
+        // a slightly other horizon.
+        self.max_capacity.store(capacity, Ordering::Relaxed);
+        self.max_horizon.store(horizon, Ordering::Relaxed);
+    }
+
+    /// Gives `tier` the quota `quota`: publishes a table with it, runs
+    /// `carry_all` (which must carry every live cell over with
+    /// [`Tiered::carry`]) while the old table is still alive, then retires
+    /// the old table.
+    pub(crate) fn change(&self, tier: Tier, quota: A, carry_all: impl FnOnce()) {
+        let mut quotas = self.table.pin().load().quotas.clone();
+        if quotas.len() <= usize::from(tier) {
+            quotas.resize(usize::from(tier) + 1, None);
+        }
+        quotas[usize::from(tier)] = Some(quota);
+        self.table.replace(Table { quotas }, carry_all);
+        self.note_maxima();
     }
 
     /// The quota `tier` is held to now.
     pub(crate) fn quota_of(&self, tier: Tier) -> A {
-        self.table.pin().load().current(tier).clone()
+        self.table.pin().load().quota(tier).clone()
     }
 
-    /// What a rebuild carrying cells to the current generation puts in
-    /// `cell`'s place: its state frozen, and carried over with its word
-    /// converted at `now()` (read after the freeze) if it was written
-    /// under an earlier quota.
+    /// The quota word naming `quota` (an entry of a published table) for a
+    /// client of `tier`.
+    fn quota_word(tier: Tier, quota: &A) -> u64 {
+        let address = (quota as *const A).expose_provenance() as u64;
+        assert_eq!(
+            address & !ADDRESS_MASK,
+            0,
+            "a quota's address fits in 48 bits"
+        );
+        (u64::from(tier) << ADDRESS_BITS) | address
+    }
+
+    /// What a rebuild carrying cells to the current table puts in `cell`'s
+    /// place: its state frozen, and carried over with its word converted at
+    /// `now()` (read after the freeze) if it was written under another
+    /// quota. To be called while the table the cell names is alive (inside
+    /// [`Tiered::change`]'s `carry_all`, which runs under the store's lock
+    /// for the cell's shard).
     pub(crate) fn carry(&self, cell: &TierCell, now: impl FnOnce() -> u64) -> Relocation<TierCell> {
         let Relocation::Moved(state) = cell.state.relocate() else {
             return Relocation::Dead;
         };
-        // Relaxed: the freeze's exchange (AcqRel) read the word the tag was
-        // published with, so the tag is the one that word was written under.
-        let old = cell.tag.load(Ordering::Relaxed);
+        // Relaxed: the freeze's exchange (AcqRel) read the word the quota
+        // word was published with, so it names the quota that word was
+        // written under.
+        let old = cell.quota.load(Ordering::Relaxed);
+        let tier = tier_of(old);
         let pinned = self.table.pin();
-        let table = pinned.load();
-        let new = tag(tier_of(old), table.generation);
+        let to = pinned.load().quota(tier);
+        let new = Self::quota_word(tier, to);
         let word = state.load();
         if word >= UNBORN || old == new {
-            // Not alive yet (its claimer tags it when it is born), or
-            // written under the current quotas already.
+            // Not alive yet (its claimer names the quota when it is born),
+            // or written under the current quota already.
             return Relocation::Moved(TierCell::with(state, new));
         }
-        let to = table.current(tier_of(old));
-        let word = table.quota(old).convert(word, now(), to);
+        let from = cell.written_under::<A>(old);
+        let word = from.convert(word, now(), to);
         Relocation::Moved(TierCell::with(StateCell::holding(word), new))
-    }
-
-    /// The largest capacity of any tier.
-    fn max_of(&self, f: impl Fn(&A) -> u64) -> u64 {
-        let pinned = self.table.pin();
-        let table = pinned.load();
-        table.current.iter().flatten().map(f).max().unwrap_or(0)
-    }
-
-    /// Runs one attempt of `transition` under the quota `cell`'s word was
-    /// written under: to be called inside the CAS loop, after the word's
-    /// `Acquire` load.
-    #[inline]
-    fn under<'p, R>(
-        pinned: &'p Pinned<'_, Table<A>>,
-        cell: &TierCell,
-        f: impl FnOnce(&'p A) -> R,
-    ) -> R {
-        // Relaxed: read after the Acquire load of a live word, which the
-        // claimer's (or the carrying rebuild's) Release published with it.
-        f(pinned.load().quota(cell.tag.load(Ordering::Relaxed)))
     }
 }
 
 impl<A: fmt::Debug> fmt::Debug for Tiered<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let pinned = self.table.pin();
-        let table = pinned.load();
-        let tiers: Vec<_> = table
-            .current
+        let tiers: Vec<_> = pinned
+            .load()
+            .quotas
             .iter()
             .enumerate()
             .filter_map(|(tier, quota)| Some((tier, quota.as_ref()?)))
             .collect();
-        f.debug_struct("Tiered")
-            .field("generation", &table.generation)
-            .field("tiers", &tiers)
-            .finish()
+        f.debug_struct("Tiered").field("tiers", &tiers).finish()
     }
 }
 
-/// A tiered client's cell: its state word, and its tier and quota
-/// generation (see the module docs).
+/// A tiered client's cell: its state word, and its quota word (see the
+/// module docs).
 #[doc(hidden)]
 pub struct TierCell {
     state: StateCell,
-    tag: AtomicU64,
+    quota: AtomicU64,
 }
 
 impl TierCell {
-    fn with(state: StateCell, tag: u64) -> Self {
+    fn with(state: StateCell, quota: u64) -> Self {
         Self {
             state,
-            tag: AtomicU64::new(tag),
+            quota: AtomicU64::new(quota),
         }
     }
 
     /// The client's tier.
     pub(crate) fn tier(&self) -> Tier {
         // Relaxed: the tier is written before the cell is shared.
-        tier_of(self.tag.load(Ordering::Relaxed))
+        tier_of(self.quota.load(Ordering::Relaxed))
+    }
+
+    /// The quota the quota word `word`, read from this cell after an
+    /// `Acquire` load of a live state word (or by the rebuild that froze
+    /// one), names.
+    #[inline]
+    #[allow(unsafe_code)]
+    fn written_under<A>(&self, word: u64) -> &A {
+        let quota: *const A = core::ptr::with_exposed_provenance((word & ADDRESS_MASK) as usize);
+        // SAFETY: a live state word is published (`Release`: its birth in
+        // `activate`, or the slot that a rebuild's `carry` filled) after
+        // the quota word naming an entry of a table that was published
+        // then; the same holds of a word a freeze carried. That table is
+        // retired only after a change has carried every cell naming it over
+        // to a newer one (`Tiered::change`), and freed by the epoch
+        // collector only once every thread pinned before the retirement
+        // has unpinned. Every access to a cell runs pinned (the store's
+        // lookups, inserts and rebuilds pin, and so does the check of a
+        // client admitted untracked), and a thread reaches a cell naming a
+        // retired table only if it found it before the change carried it,
+        // so it was pinned before the retirement. The reference lives no
+        // longer than `self`'s borrow, inside that pinned access.
+        unsafe { &*quota }
+    }
+
+    /// The quota this cell's live word was written under; `None` if the
+    /// cell has never been alive (its quota word names no quota yet).
+    #[inline]
+    fn quota<A>(&self) -> Option<&A> {
+        // Relaxed: read after the Acquire load of a live word, which the
+        // claimer's (or the carrying rebuild's) Release published with it.
+        let word = self.quota.load(Ordering::Relaxed);
+        (word & ADDRESS_MASK != 0).then(|| self.written_under(word))
     }
 }
 
@@ -299,12 +316,12 @@ impl Mortal for TierCell {
     }
 
     /// A rebuild that changes no quota: the state is frozen and carried
-    /// with its tag as it is.
+    /// with its quota word as it is.
     fn relocate(&self) -> Relocation<Self> {
         match self.state.relocate() {
             // Relaxed: as in `Tiered::carry`.
             Relocation::Moved(state) => {
-                Relocation::Moved(Self::with(state, self.tag.load(Ordering::Relaxed)))
+                Relocation::Moved(Self::with(state, self.quota.load(Ordering::Relaxed)))
             }
             _ => Relocation::Dead,
         }
@@ -327,6 +344,33 @@ impl<A: WordAlgorithm + FromParams + Clone> FromParams for Tiered<A> {
     }
 }
 
+/// The decision on a request of `cost` under `quota`, which may be below
+/// the cost: such a request is denied, and changes nothing.
+#[inline]
+fn admit_within<A: WordAlgorithm>(quota: &A, word: u64, now: u64, cost: u64) -> Option<u64> {
+    (cost <= quota.capacity()).then(|| quota.admit(word, now, cost))?
+}
+
+impl<A: WordAlgorithm + FromParams + Clone> Tiered<A> {
+    /// The quota a cell that is not (or no longer) alive reads as: its
+    /// tier's current one.
+    fn current_for(&self, cell: &TierCell) -> A {
+        self.quota_of(cell.tier())
+    }
+
+    /// Runs `f` on `cell`'s live word and the quota it was written under,
+    /// or, for a cell not alive, on the fresh word and its tier's quota now.
+    fn read<R>(&self, cell: &TierCell, f: impl FnOnce(u64, &A) -> R) -> R {
+        let word = cell.state.load();
+        if word < UNBORN {
+            if let Some(quota) = cell.quota::<A>() {
+                return f(word, quota);
+            }
+        }
+        f(crate::algorithm::FRESH, &self.current_for(cell))
+    }
+}
+
 impl<A: WordAlgorithm + FromParams + Clone> Algorithm for Tiered<A> {
     type Cell = TierCell;
 
@@ -339,41 +383,43 @@ impl<A: WordAlgorithm + FromParams + Clone> Algorithm for Tiered<A> {
     }
 
     fn unborn_in(&self, tier: Tier, _floor: u64) -> TierCell {
-        // The generation is the claimer's to write, with the fresh word.
-        TierCell::with(StateCell::unborn(), tag(tier, 0))
+        // The quota is the claimer's to name, with the fresh word.
+        TierCell::with(StateCell::unborn(), u64::from(tier) << ADDRESS_BITS)
     }
 
     fn fresh_in(&self, tier: Tier, floor: u64) -> TierCell {
         let pinned = self.table.pin();
-        let table = pinned.load();
-        let word = table.current(tier).fresh_at(floor);
-        TierCell::with(StateCell::holding(word), tag(tier, table.generation))
+        let quota = pinned.load().quota(tier);
+        TierCell::with(
+            StateCell::holding(quota.fresh_at(floor)),
+            Self::quota_word(tier, quota),
+        )
     }
 
     fn activate(&self, cell: &TierCell, floor: u64) {
         let pinned = self.table.pin();
-        let table = pinned.load();
         let tier = cell.tier();
+        let quota = pinned.load().quota(tier);
         // Relaxed: published by `bear`'s Release store of the fresh word,
-        // which every reader of the tag loads (Acquire) first.
-        cell.tag
-            .store(tag(tier, table.generation), Ordering::Relaxed);
-        cell.state.bear(table.current(tier).fresh_at(floor));
+        // which every reader of the quota word loads (Acquire) first.
+        cell.quota
+            .store(Self::quota_word(tier, quota), Ordering::Relaxed);
+        cell.state.bear(quota.fresh_at(floor));
     }
 
     /// The largest capacity of any tier: a cost above it is an error for
     /// every client; one above the client's own tier's is denied.
     fn capacity(&self) -> u64 {
-        self.max_of(|quota| quota.capacity())
+        // Relaxed: see `note_maxima`.
+        self.max_capacity.load(Ordering::Relaxed)
     }
 
     #[inline]
     fn try_admit(&self, cell: &TierCell, now: u64, cost: u64) -> Option<bool> {
-        let pinned = self.table.pin();
         let applied = cell.state.apply(|word| {
-            Self::under(&pinned, cell, |quota| {
-                (cost <= quota.capacity()).then(|| quota.admit(word, now, cost))?
-            })
+            // Read after the Acquire load of the live `word`.
+            let quota = cell.quota::<A>()?;
+            admit_within(quota, word, now, cost)
         });
         match applied {
             Applied::Admitted(_) => Some(true),
@@ -383,43 +429,36 @@ impl<A: WordAlgorithm + FromParams + Clone> Algorithm for Tiered<A> {
     }
 
     fn decide(&self, cell: &TierCell, now: u64, cost: u64) -> Option<Decision> {
-        let pinned = self.table.pin();
-        // The quota the last attempt ran under: the one that decided.
-        let used = core::cell::Cell::new(None);
         let applied = cell.state.apply(|word| {
-            Self::under(&pinned, cell, |quota| {
-                used.set(Some(quota));
-                (cost <= quota.capacity()).then(|| quota.admit(word, now, cost))?
-            })
+            let quota = cell.quota::<A>()?;
+            admit_within(quota, word, now, cost)
         });
-        let quota = used.get()?;
-        describe_within(quota, applied, now, cost)
+        if matches!(applied, Applied::Dead) {
+            return None;
+        }
+        // The quota the transition ran under: the cell's, fixed for life.
+        describe_within(cell.quota::<A>()?, applied, now, cost)
     }
 
     fn peek(&self, cell: &TierCell, now: u64, cost: u64) -> Decision {
-        let pinned = self.table.pin();
-        let word = cell.state.live_word();
-        Self::under(&pinned, cell, |quota| {
-            let applied = match (cost <= quota.capacity()).then(|| quota.admit(word, now, cost)) {
-                Some(Some(next)) => Applied::Admitted(next),
-                _ => Applied::Denied(word),
+        self.read(cell, |word, quota| {
+            let applied = match admit_within(quota, word, now, cost) {
+                Some(next) => Applied::Admitted(next),
+                None => Applied::Denied(word),
             };
             describe_within(quota, applied, now, cost).expect("a live word is never dead")
         })
     }
 
     fn quota(&self, cell: &TierCell, now: u64) -> Decision {
-        let pinned = self.table.pin();
-        let word = cell.state.live_word();
-        Self::under(&pinned, cell, |quota| {
+        self.read(cell, |word, quota| {
             describe(quota, Applied::Admitted(word), now, 0).expect("a live word")
         })
     }
 
     fn try_evict(&self, cell: &TierCell, now: u64) -> bool {
-        let pinned = self.table.pin();
         cell.state
-            .try_retire(|word| Self::under(&pinned, cell, |quota| quota.is_idle(word, now)))
+            .try_retire(|word| cell.quota::<A>().is_some_and(|q| q.is_idle(word, now)))
     }
 
     fn force_evict(&self, cell: &TierCell) -> bool {
@@ -427,22 +466,20 @@ impl<A: WordAlgorithm + FromParams + Clone> Algorithm for Tiered<A> {
     }
 
     fn reset(&self, cell: &TierCell, floor: u64) -> Option<bool> {
-        let pinned = self.table.pin();
         let applied = cell
             .state
-            .apply(|_| Self::under(&pinned, cell, |quota| Some(quota.fresh_at(floor))));
+            .apply(|_| Some(cell.quota::<A>()?.fresh_at(floor)));
         Some(matches!(applied, Applied::Admitted(_)))
     }
 
     fn idle_at(&self, cell: &TierCell) -> u64 {
-        let pinned = self.table.pin();
-        let word = cell.state.live_word();
-        Self::under(&pinned, cell, |quota| quota.idle_at(word))
+        self.read(cell, |word, quota| quota.idle_at(word))
     }
 
     /// The longest horizon of any tier.
     fn horizon(&self) -> u64 {
-        self.max_of(|quota| quota.horizon())
+        // Relaxed: see `note_maxima`.
+        self.max_horizon.load(Ordering::Relaxed)
     }
 
     fn reserve(&self, _: &TierCell, _: u64, _: u64, _: u64) -> Option<Booking> {
@@ -476,20 +513,82 @@ impl<A: WordAlgorithm + FromParams + Clone> Tiered<A> {
     }
 
     /// The broken twin of [`Algorithm::try_admit`] the loom models must
-    /// catch: the quota table is read once, before the client is looked up
-    /// (as a plain limiter reads its one quota), instead of inside the
-    /// transition after the word's `Acquire` load. A check that read the
-    /// table before a change and finds the cell the change carried decides
-    /// the new state under the old quota.
+    /// catch: the quota is read once, before the client is looked up, from
+    /// the table as it stands (as a plain limiter reads its one quota),
+    /// instead of the quota the cell names, read after the word's
+    /// `Acquire` load. A check that read the table before a change and
+    /// finds the cell the change carried decides the new state under the
+    /// old quota.
     pub(crate) fn reading_quotas_first(&self) -> impl Fn(&TierCell, u64) -> Option<bool> {
-        let table = self.table.pin().load().clone();
-        move |cell, now| {
-            let quota = table.quota(cell.tag.load(Ordering::Relaxed));
-            match cell.state.apply(|word| quota.admit(word, now, 1)) {
-                Applied::Admitted(_) => Some(true),
-                Applied::Denied(_) => Some(false),
-                Applied::Dead => None,
-            }
+        let quota = self.quota_of(0);
+        move |cell, now| match cell.state.apply(|word| quota.admit(word, now, 1)) {
+            Applied::Admitted(_) => Some(true),
+            Applied::Denied(_) => Some(false),
+            Applied::Dead => None,
         }
+    }
+}
+
+#[cfg(all(test, not(feature = "loom")))]
+mod tests {
+    use core::time::Duration;
+
+    use super::*;
+    use crate::{ManualClock, TokenBucket};
+
+    /// Checks on threads racing quota changes: every check reads the quota
+    /// its cell names, each change retires the table before it, and no
+    /// access outlives its table (run under Miri: see docs/VERIFICATION.md).
+    #[test]
+    fn checks_racing_changes_read_live_quotas_only() {
+        let (keys, changes) = if cfg!(miri) { (8u64, 4u64) } else { (200, 50) };
+        let bucket = |tokens| {
+            TokenBucket::builder()
+                .rate(tokens, Duration::from_secs(1))
+                .key_type::<u64>()
+        };
+        let limiter = bucket(5)
+            .tier(1, bucket(7))
+            .tier_by(|key: &u64| (*key % 3) as Tier)
+            .clock(ManualClock::new())
+            .build()
+            .unwrap();
+        std::thread::scope(|s| {
+            for t in 0..2u64 {
+                let limiter = &limiter;
+                s.spawn(move || {
+                    for round in 0..changes * 4 {
+                        let key = (round * 7 + t) % keys;
+                        let decision = limiter.check(&key);
+                        // Tier 2 has no quota of its own until the last
+                        // changes give it one.
+                        assert!(decision.limit() >= 5, "{decision:?}");
+                    }
+                });
+            }
+            for change in 0..changes {
+                let tier = (change % 3) as Tier;
+                limiter.set_quota(tier, bucket(5 + change)).unwrap();
+            }
+        });
+        assert!(limiter.len() as u64 <= keys);
+        // After the last change, every tier holds its last quota.
+        for key in 0..3u64 {
+            let last = (0..changes).filter(|c| c % 3 == key).max().unwrap();
+            assert_eq!(limiter.check(&(key + 3 * keys)).limit(), 5 + last);
+        }
+        for _ in 0..64 {
+            crossbeam_epoch::pin().flush();
+        }
+    }
+
+    #[test]
+    fn quota_words_keep_the_tier_beside_the_address() {
+        let word = Tiered::<TokenBucket>::quota_word(
+            0xBEEF,
+            &TokenBucket::new(1, Duration::from_secs(1), 1).unwrap(),
+        );
+        assert_eq!(tier_of(word), 0xBEEF);
+        assert_ne!(word & ADDRESS_MASK, 0);
     }
 }

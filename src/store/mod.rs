@@ -387,7 +387,11 @@ where
                     return answer;
                 }
                 // Untracked: decide on a fresh cell that is never stored. A
-                // fresh cell is alive, so `op` answers.
+                // fresh cell is alive, so `op` answers. Pinned, as every
+                // access to a cell in the map is: a cell may name state the
+                // epoch collector keeps alive for pinned threads (a tiered
+                // client's quota).
+                let _pinned = crossbeam_epoch::pin();
                 if let Some(answer) = op(&newcomer.fresh(&key.to_owned(), now), now) {
                     return answer;
                 }
