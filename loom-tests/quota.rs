@@ -1,12 +1,12 @@
 //! Model 13: a quota change racing a check.
 //!
-//! A tiered limiter's quota changes in two steps (`Limiter::set_quota`):
-//! the new quota table is published, then every client's cell is carried
-//! over as a table rebuild relocates it (frozen, its word converted to the
-//! new quota, into a new cell tagged with the new generation). A check
-//! reads a cell's tag and the table *inside* its transition, after the
-//! word's `Acquire` load, so it decides an old word under the old quota
-//! and a carried word under the new one.
+//! A tiered limiter's quota changes in steps (`Limiter::set_quota`): the
+//! new quota table is published, then every client's cell is carried over
+//! as a table rebuild relocates it (frozen, its word converted to the new
+//! quota, into a new cell that names the new quota), then the old table is
+//! retired. A check reads the quota its cell names *inside* its
+//! transition, after the word's `Acquire` load, so it decides an old word
+//! under the old quota and a carried word under the new one.
 //!
 //! The model: one check (from a known client with a fresh state, or from a
 //! new client being born meanwhile) races a change from a bucket refilled
@@ -16,8 +16,8 @@
 //! carried; changed first, the check charges 20 ns. So the check is
 //! admitted and the kept cell makes a request of 2 wait exactly 20 ns.
 //!
-//! The broken twin reads the quota table once, before looking the client
-//! up, as a plain limiter reads its one quota: a check that read the table
+//! The broken twin reads the quota once, from the table, before looking
+//! the client up, as a plain limiter reads its one quota: a check that read the table
 //! before the change and finds the carried cell decides it under the old
 //! quota, leaving 10 ns of debt. Loom finds that interleaving.
 
