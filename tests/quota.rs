@@ -41,8 +41,9 @@ fn acts(clients: u64, quotas: usize) -> impl Strategy<Value = Vec<(Gap, Act)>> {
 }
 
 /// A limiter whose one quota changes among `quotas` (each a fresh model of
-/// that quota), driven through `check` and `set`, against one model per
-/// client carried over by `convert` at each change.
+/// that quota; a change to `i` goes to `quotas[i % len]`), driven through
+/// `check` and `set`, against one model per client carried over by
+/// `convert` at each change.
 fn agree_across_changes<M: Model, L>(
     quotas: &[M],
     acts: &[(Gap, Act)],
@@ -59,6 +60,7 @@ fn agree_across_changes<M: Model, L>(
     for (i, (gap, act)) in acts.iter().enumerate() {
         match *act {
             Act::Change(to) => {
+                let to = to % quotas.len();
                 now += match gap {
                     Gap::Nanos(gap) => *gap,
                     Gap::Boundary(_) => 0,
@@ -123,10 +125,6 @@ proptest! {
         quotas in prop::collection::vec(strategies::bucket(), 2..4),
         acts in acts(3, 3),
     ) {
-        let acts: Vec<_> = acts
-            .into_iter()
-            .map(|(g, a)| (g, match a { Act::Change(i) => Act::Change(i % quotas.len()), a => a }))
-            .collect();
         let models: Vec<BucketModel> = quotas.iter().map(BucketConfig::model).collect();
         agree_across_changes(
             &models,
@@ -143,10 +141,6 @@ proptest! {
         quotas in prop::collection::vec(strategies::window(), 2..4),
         acts in acts(3, 3),
     ) {
-        let acts: Vec<_> = acts
-            .into_iter()
-            .map(|(g, a)| (g, match a { Act::Change(i) => Act::Change(i % quotas.len()), a => a }))
-            .collect();
         let models: Vec<FixedModel> = quotas.iter().map(|q| common::Fixed(*q).model()).collect();
         agree_across_changes(
             &models,
@@ -171,10 +165,6 @@ proptest! {
                 q.window = window;
             }
         }
-        let acts: Vec<_> = acts
-            .into_iter()
-            .map(|(g, a)| (g, match a { Act::Change(i) => Act::Change(i % quotas.len()), a => a }))
-            .collect();
         let models: Vec<SlidingModel> =
             quotas.iter().map(|q| common::Sliding(*q).model()).collect();
         agree_across_changes(

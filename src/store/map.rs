@@ -670,15 +670,7 @@ where
                 }
             }
             if counts.live * 4 < table.capacity() && counts.used > counts.live {
-                let room_for = counts.live;
-                self.rebuild(
-                    shard,
-                    &mut counts,
-                    room_for,
-                    &mut on_dead,
-                    V::relocate,
-                    &guard,
-                );
+                self.rebuild_to_fit(shard, &mut counts, &mut on_dead, V::relocate, &guard);
             }
             shard_done();
         }
@@ -700,16 +692,21 @@ where
             if Self::current(shard, &guard).is_none() {
                 continue;
             }
-            let room_for = counts.live;
-            self.rebuild(
-                shard,
-                &mut counts,
-                room_for,
-                &mut on_dead,
-                &mut relocate,
-                &guard,
-            );
+            self.rebuild_to_fit(shard, &mut counts, &mut on_dead, &mut relocate, &guard);
         }
+    }
+
+    /// [`Map::rebuild`] into a table sized for the shard's live entries.
+    fn rebuild_to_fit(
+        &self,
+        shard: &Shard<K, V>,
+        counts: &mut Counts,
+        on_dead: impl FnMut(&V),
+        relocate: impl FnMut(&V) -> Relocation<V>,
+        guard: &Guard,
+    ) {
+        let room_for = counts.live;
+        self.rebuild(shard, counts, room_for, on_dead, relocate, guard);
     }
 
     /// Visits live entries from `cursor`, shard by shard, until `visit`
