@@ -35,6 +35,7 @@ pub struct Decision {
     pub(crate) remaining: u64,
     pub(crate) retry_after: Duration,
     pub(crate) replenish_after: Duration,
+    pub(crate) window: Duration,
 }
 
 impl Decision {
@@ -126,5 +127,30 @@ impl Decision {
     #[must_use]
     pub fn replenish_after(&self) -> Duration {
         self.replenish_after
+    }
+
+    /// The window of the quota that decided, over which it grants
+    /// [`limit`](Decision::limit) (the `w` of a `RateLimit-Policy`
+    /// header): the window of a sliding or fixed window, and for the token
+    /// bucket the time to refill it from empty. For a client held to its
+    /// own tier's quota, that quota's; for two limits, the binding one's.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .capacity(20)
+    ///     .build()?;
+    /// let d = limiter.check("alice");
+    /// assert_eq!((d.limit(), d.window()), (20, Duration::from_secs(2)));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn window(&self) -> Duration {
+        self.window
     }
 }

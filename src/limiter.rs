@@ -569,6 +569,7 @@ where
             remaining: 0,
             retry_after: Decision::wait(algorithm.horizon()),
             replenish_after: Decision::wait(algorithm.horizon()),
+            window: Duration::from_nanos(FromParams::granted(algorithm).1),
         }
     }
 

@@ -505,3 +505,42 @@ fn every_window_algorithm_keeps_its_state_across_a_change() {
         window: 1,
     };
 }
+
+#[test]
+fn a_decision_reports_the_window_of_the_quota_that_decided() {
+    let second = Duration::from_secs(1);
+    let clock = ManualClock::new();
+    let fixed = FixedWindow::builder()
+        .limit(3)
+        .window(60 * second)
+        .clock(clock.clone());
+    let fixed = fixed.build().unwrap();
+    assert_eq!(fixed.check("a").window(), 60 * second);
+    let sliding = SlidingWindowCounter::builder()
+        .limit(3)
+        .window(5 * second)
+        .build()
+        .unwrap();
+    assert_eq!(sliding.check("a").window(), 5 * second);
+    // A bucket of 20 refilled at 10 a second grants 20 per 2 s.
+    let tiers = bucket(10, 20)
+        .tier(1, bucket(1, 1))
+        .tier_by(|c: &u64| (*c % 2) as u16);
+    let tiers = tiers.build().unwrap();
+    assert_eq!(tiers.check(&0).window(), 2 * second);
+    assert_eq!(tiers.check(&1).window(), second);
+    // Two limits: the binding one's. 2 per second and 3 per minute: the
+    // bucket binds until the window has fewer left.
+    let pair = TokenBucket::builder()
+        .rate(2, second)
+        .and(FixedWindow::builder().limit(3).window(60 * second))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let first = pair.check("p");
+    assert_eq!((first.limit(), first.window()), (2, second));
+    let _ = pair.check("p");
+    clock.advance(second);
+    let third = pair.check("p");
+    assert_eq!((third.limit(), third.window()), (3, 60 * second));
+}

@@ -729,3 +729,41 @@ where
     }
     admitted
 }
+
+/// A tiered limiter's policy header names each client's own quota, and
+/// follows a quota changed after the layer was made.
+#[test]
+fn the_policy_header_names_the_clients_own_quota() {
+    run(async {
+        let clock = ManualClock::new();
+        let tiered = TokenBucket::builder()
+            .rate(3, Duration::from_secs(60))
+            .key_type::<IpAddr>()
+            .tier(1, TokenBucket::builder().rate(10, Duration::from_secs(10)))
+            .tier_by(|ip: &IpAddr| u16::from(ip.is_loopback()))
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let layer = RateLimitLayer::new(tiered, PeerIp::new()).legacy_headers(true);
+        let service = layer.clone().layer(service_fn(echo));
+        let policy = |response: &Response<Body>| {
+            let (_, p) = structured(header(response, "ratelimit-policy").unwrap());
+            (
+                p["q"],
+                p["w"],
+                header(response, "x-ratelimit-limit").unwrap().to_owned(),
+            )
+        };
+        let default = send(&service, from("192.0.2.1:1000", &[])).await;
+        assert_eq!(policy(&default), (3, 60, "3".to_owned()));
+        let pro = send(&service, from("127.0.0.1:1000", &[])).await;
+        assert_eq!(policy(&pro), (10, 10, "10".to_owned()));
+        assert_eq!(limit_of(&pro).0, 9);
+        layer
+            .limiter()
+            .set_quota(0, TokenBucket::builder().rate(6, Duration::from_secs(60)))
+            .unwrap();
+        let changed = send(&service, from("192.0.2.1:1001", &[])).await;
+        assert_eq!(policy(&changed), (6, 60, "6".to_owned()));
+    });
+}

@@ -157,6 +157,15 @@ impl<A, B> Both<A, B> {
     }
 }
 
+impl<A: WordAlgorithm, B: WordAlgorithm> Both<A, B> {
+    /// Whether the first limit is the one that binds in `pair` at `now`:
+    /// the one with the fewer remaining, the smaller on a tie.
+    fn first_binds(&self, pair: u128, now: u64) -> bool {
+        let (a, b) = remainders(self, pair, now);
+        a < b || (a == b && self.first.capacity() <= self.second.capacity())
+    }
+}
+
 /// Each limit's remaining unit requests in `pair` at `now`.
 fn remainders<A: WordAlgorithm, B: WordAlgorithm>(
     both: &Both<A, B>,
@@ -178,12 +187,18 @@ impl<A: WordAlgorithm, B: WordAlgorithm> super::Transitions for Both<A, B> {
     }
 
     fn limit(&self, pair: u128, now: u64) -> u64 {
-        let (a, b) = remainders(self, pair, now);
-        let (cap_a, cap_b) = (self.first.capacity(), self.second.capacity());
-        if a < b || (a == b && cap_a <= cap_b) {
-            cap_a
+        if self.first_binds(pair, now) {
+            self.first.capacity()
         } else {
-            cap_b
+            self.second.capacity()
+        }
+    }
+
+    fn window(&self, pair: u128, now: u64) -> u64 {
+        if self.first_binds(pair, now) {
+            WordAlgorithm::window(&self.first)
+        } else {
+            WordAlgorithm::window(&self.second)
         }
     }
 

@@ -185,6 +185,10 @@ impl WordAlgorithm for FixedWindow {
         self.at(word, now).1 == 0
     }
 
+    fn window(&self) -> u64 {
+        self.windows.width()
+    }
+
     /// The count of the window `now` falls in is kept, at most the new
     /// limit, and counts in the new quota's window that `now` falls in:
     /// requests already made there stay made. A count of a window that has

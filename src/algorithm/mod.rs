@@ -106,6 +106,10 @@ pub trait WordAlgorithm: Send + Sync + 'static {
     /// a client denied for lack of room in a full limiter should wait.
     fn horizon(&self) -> u64;
 
+    /// The window over which the quota grants its capacity, ns: a window's
+    /// length, or the time to refill a bucket from empty.
+    fn window(&self) -> u64;
+
     /// The word that carries `word`'s state, read at `now`, over to the
     /// quota `to`: what a client keeps when its quota changes under it.
     /// Each algorithm's rule keeps what the client has used, up to what the
@@ -170,6 +174,10 @@ pub(crate) trait Transitions: Send + Sync + 'static {
 
     /// As [`WordAlgorithm::horizon`].
     fn horizon(&self) -> u64;
+
+    /// The window a decision on `word` at `now` reports: the quota's, or
+    /// for [`Both`] the window of the limit that binds.
+    fn window(&self, word: Self::Word, now: u64) -> u64;
 }
 
 impl<A: WordAlgorithm> Transitions for A {
@@ -207,6 +215,10 @@ impl<A: WordAlgorithm> Transitions for A {
 
     fn horizon(&self) -> u64 {
         WordAlgorithm::horizon(self)
+    }
+
+    fn window(&self, _: u64, _: u64) -> u64 {
+        WordAlgorithm::window(self)
     }
 }
 

@@ -240,6 +240,10 @@ impl WordAlgorithm for SlidingWindowCounter {
         c.curr == 0 && c.prev == 0
     }
 
+    fn window(&self) -> u64 {
+        self.windows.width()
+    }
+
     /// With the same window, both counts are kept, each at most the new
     /// limit. With another window, the estimate at `now`
     /// (`curr + prev · (W − e) / W`, rounded up) is counted in the new

@@ -203,6 +203,11 @@ impl WordAlgorithm for TokenBucket {
         now + debt
     }
 
+    fn window(&self) -> u64 {
+        // The refill of an empty bucket: capacity · interval.
+        self.horizon()
+    }
+
     fn reserves(&self) -> bool {
         true
     }

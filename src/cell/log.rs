@@ -476,6 +476,7 @@ impl LogState {
             remaining: free,
             retry_after: Decision::wait(retry_after),
             replenish_after: Decision::wait(replenish_after),
+            window: core::time::Duration::from_nanos(log.window()),
         }
     }
 }

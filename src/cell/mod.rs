@@ -913,6 +913,7 @@ pub(crate) fn describe<T: Transitions>(
         remaining,
         retry_after: Decision::wait(retry_after),
         replenish_after: Decision::wait(replenish_after),
+        window: core::time::Duration::from_nanos(algorithm.window(word, now)),
     })
 }
 

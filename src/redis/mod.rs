@@ -756,6 +756,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                     remaining: 0,
                     retry_after: wait,
                     replenish_after: wait,
+                    window: inner.spec.window(),
                 }));
             }
         }
@@ -878,6 +879,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                     remaining: limit,
                     retry_after: Duration::ZERO,
                     replenish_after: Duration::ZERO,
+                    window: self.spec.window(),
                 })
             }
             FailPolicy::FailClosed => {

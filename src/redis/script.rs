@@ -346,6 +346,16 @@ impl Spec {
         self.args()[1]
     }
 
+    /// The window over which the quota grants its capacity: the window, or
+    /// the time to refill the bucket from empty.
+    pub(crate) fn window(&self) -> Duration {
+        let [first, capacity] = self.args();
+        match self {
+            Self::Bucket { .. } => Duration::from_micros(first.saturating_mul(capacity)),
+            _ => Duration::from_micros(first),
+        }
+    }
+
     /// The decision a script's reply stands for, with every figure computed
     /// as the in-process limiter computes it.
     pub(crate) fn decode(&self, reply: &[i64], cost: u64) -> Result<Decision, DecodeError> {
@@ -444,6 +454,7 @@ fn log_decision(
         remaining: free,
         retry_after: Duration::from_micros(retry_after),
         replenish_after: Duration::from_micros(replenish_after),
+        window: Duration::from_micros(window),
     })
 }
 

@@ -146,6 +146,14 @@ fn value(parts: &[&[u8]]) -> HeaderValue {
     HeaderValue::try_from(bytes).expect("rate-limit headers are printable ASCII")
 }
 
+/// `RateLimit-Policy` without a partition key: `name;q=..;w=..`.
+fn policy(name: &str, quota: Quota) -> Vec<u8> {
+    let q = Decimal::new(quota.limit());
+    let w = Decimal::new(window_seconds(quota.window()));
+    let parts: [&[u8]; 5] = [name.as_bytes(), b";q=", q.as_bytes(), b";w=", w.as_bytes()];
+    parts.concat()
+}
+
 /// Everything the layer needs to write its responses; one per layer,
 /// shared by its services and their futures.
 #[derive(Debug, Clone)]
@@ -203,17 +211,23 @@ impl Respond {
 
     /// Sets the name, an RFC 9651 String (from [`sf_string`]).
     pub(super) fn set_name(&mut self, name: String) {
-        let q = Decimal::new(self.quota.limit());
-        let w = Decimal::new(window_seconds(self.quota.window()));
-        let parts: [&[u8]; 5] = [name.as_bytes(), b";q=", q.as_bytes(), b";w=", w.as_bytes()];
-        self.policy = parts.concat().into_boxed_slice();
+        self.policy = policy(&name, self.quota).into_boxed_slice();
         self.name = name;
     }
 
     /// The headers for decision `d`, with the partition key `pk` (an RFC
     /// 9651 Byte Sequence) if any.
     pub(super) fn stamp(&self, d: &Decision, pk: Option<&str>) -> Stamp {
-        let q = self.quota.limit();
+        // The quota that decided: the limiter's, or the client's own (a
+        // tier's, or one changed since the layer was made).
+        let q = d.limit();
+        let own;
+        let policy_bytes: &[u8] = if q == self.quota.limit() && d.window() == self.quota.window() {
+            &self.policy
+        } else {
+            own = policy(&self.name, Quota::new(q, d.window()));
+            &own
+        };
         let t = seconds_up(d.replenish_after());
         let (pk_prefix, pk): (&[u8], &[u8]) = match pk {
             Some(pk) => (b";pk=", pk.as_bytes()),
@@ -222,7 +236,7 @@ impl Respond {
         let r = Decimal::new(d.remaining());
         let t_digits = Decimal::new(t);
         Stamp {
-            policy: value(&[&self.policy, pk_prefix, pk]),
+            policy: value(&[policy_bytes, pk_prefix, pk]),
             limit: value(&[
                 self.name.as_bytes(),
                 b";r=",
