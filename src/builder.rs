@@ -628,8 +628,11 @@ impl<A: Tierable, K, C> Builder<A, K, C> {
     /// Decides each new client's tier from its key, once, when its state
     /// is created; the tier is remembered with the state and never asked
     /// for again while the client is known (a client forgotten and seen
-    /// again is asked again). A tier with no quota of its own
-    /// ([`tier`](Builder::tier)) is held to tier 0's.
+    /// again is asked again, and so is one a full limiter decides on
+    /// untracked, on each such check, since nothing of it is kept; racing
+    /// first requests of one client may each ask once, and one state
+    /// wins). A tier with no quota of its own ([`tier`](Builder::tier)) is
+    /// held to tier 0's.
     ///
     /// The resolver runs on the check that brings a client in, before
     /// anything is recorded and outside every lock: if it panics, the
