@@ -292,6 +292,12 @@ fn a_cost_above_the_clients_own_tier_is_denied_and_above_every_tier_an_error() {
     assert!(limiter.check_n(&1, 11).is_err());
     // The denial charged nothing.
     assert_eq!(limiter.check_n(&0, 2).unwrap().remaining(), 0);
+    // The largest cost follows the quotas as they change.
+    limiter.set_quota(1, bucket(20, 20)).unwrap();
+    assert!(limiter.check_n(&3, 15).unwrap().is_allowed());
+    assert!(limiter.check_n(&3, 21).is_err());
+    limiter.set_quota(1, bucket(4, 4)).unwrap();
+    assert!(limiter.check_n(&3, 5).is_err());
 }
 
 #[test]

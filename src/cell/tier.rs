@@ -74,6 +74,16 @@ struct Table<A> {
     quotas: Vec<Option<A>>,
 }
 
+impl<A: WordAlgorithm> Table<A> {
+    /// The largest capacity and horizon of any tier.
+    fn maxima(&self) -> (u64, u64) {
+        let quotas = self.quotas.iter().flatten();
+        quotas.fold((0, 0), |(c, h), q| {
+            (c.max(q.capacity()), h.max(q.horizon()))
+        })
+    }
+}
+
 impl<A> Table<A> {
     /// The quota `tier` is held to: its own, or tier 0's.
     fn quota(&self, tier: Tier) -> &A {
@@ -135,27 +145,28 @@ impl<A: WordAlgorithm + Clone> Tiered<A> {
             quotas[usize::from(tier)] = Some(quota);
         }
         let table = Table { quotas };
-        let tiered = Self {
-            max_capacity: AtomicU64::new(0),
-            max_horizon: AtomicU64::new(0),
+        let (capacity, horizon) = table.maxima();
+        Self {
+            max_capacity: AtomicU64::new(capacity),
+            max_horizon: AtomicU64::new(horizon),
             table: Published::new(table),
-        };
-        tiered.note_maxima();
-        tiered
+        }
     }
 
-    /// Records the largest capacity and horizon of the current table.
-    fn note_maxima(&self) {
-        let pinned = self.table.pin();
-        let quotas = pinned.load().quotas.iter().flatten();
-        let (capacity, horizon) = quotas.fold((0, 0), |(c, h), q| {
-            (c.max(q.capacity()), h.max(q.horizon()))
-        });
+    /// Records `(capacity, horizon)`, the largest of any tier, or with
+    /// `keep` the larger of them and the figures as they stand (while a
+    /// change carries clients over, both tables are in use).
+    fn note_maxima(&self, (capacity, horizon): (u64, u64), keep: bool) {
         // Relaxed: figures that publish nothing; a check that reads a stale
         // one only lets a cost through to its own tier's test, or sweeps by
         // a slightly other horizon.
-        self.max_capacity.store(capacity, Ordering::Relaxed);
-        self.max_horizon.store(horizon, Ordering::Relaxed);
+        if keep {
+            self.max_capacity.fetch_max(capacity, Ordering::Relaxed);
+            self.max_horizon.fetch_max(horizon, Ordering::Relaxed);
+        } else {
+            self.max_capacity.store(capacity, Ordering::Relaxed);
+            self.max_horizon.store(horizon, Ordering::Relaxed);
+        }
     }
 
     /// Gives `tier` the quota `quota`: publishes a table with it, runs
@@ -168,8 +179,11 @@ impl<A: WordAlgorithm + Clone> Tiered<A> {
             quotas.resize(usize::from(tier) + 1, None);
         }
         quotas[usize::from(tier)] = Some(quota);
-        self.table.replace(Table { quotas }, carry_all);
-        self.note_maxima();
+        let table = Table { quotas };
+        let maxima = table.maxima();
+        self.note_maxima(maxima, true);
+        self.table.replace(table, carry_all);
+        self.note_maxima(maxima, false);
     }
 
     /// The quota `tier` is held to now.
