@@ -545,14 +545,15 @@ impl<A, K, C> Builder<A, K, C> {
 }
 
 /// An algorithm whose clients can be given quotas of their own
-/// ([`Builder::tier`]): the [`TokenBucket`], the [`FixedWindow`] and the
-/// [`SlidingWindowCounter`], and a [`Tiered`] limiter of one of them.
+/// ([`Builder::tier`]): the [`TokenBucket`], the [`FixedWindow`], the
+/// [`SlidingWindowCounter`], two of them held together ([`Both`]), and a
+/// [`Tiered`] limiter of any of these.
 pub trait Tierable: sealed::Tierable {}
 
 mod sealed {
     /// The algorithm of each tier.
     pub trait Tierable {
-        type Base: crate::algorithm::WordAlgorithm + crate::algorithm::FromParams + Clone;
+        type Base;
     }
 }
 
@@ -566,13 +567,15 @@ macro_rules! tierable {
 }
 tierable!(TokenBucket, FixedWindow, SlidingWindowCounter);
 
-impl<A> sealed::Tierable for Tiered<A>
-where
-    A: crate::algorithm::WordAlgorithm + FromParams + Clone,
-{
+impl<A, B> sealed::Tierable for Both<A, B> {
+    type Base = Self;
+}
+impl<A, B> Tierable for Both<A, B> {}
+
+impl<A> sealed::Tierable for Tiered<A> {
     type Base = A;
 }
-impl<A> Tierable for Tiered<A> where A: crate::algorithm::WordAlgorithm + FromParams + Clone {}
+impl<A> Tierable for Tiered<A> {}
 
 impl<A: Tierable, K, C> Builder<A, K, C> {
     /// Gives the clients of `tier` a quota of their own: `quota`'s

@@ -117,6 +117,10 @@ impl ConfigError {
             "capacity" => "tier.capacity",
             "limit" => "tier.limit",
             "window" => "tier.window",
+            "and.rate" => "tier.and.rate",
+            "and.capacity" => "tier.and.capacity",
+            "and.limit" => "tier.and.limit",
+            "and.window" => "tier.and.window",
             other => other,
         };
         self

@@ -9,9 +9,9 @@ use core::hash::Hash;
 
 use core::time::Duration;
 
-use crate::algorithm::{FromParams, Ticket, WordAlgorithm};
+use crate::algorithm::{FromParams, Ticket, Transitions};
 use crate::builder::Builder;
-use crate::cell::{Algorithm, Booking, Life, Mortal, Tier, Tiered};
+use crate::cell::{Algorithm, Booking, Life, Mortal, Packed, Tier, Tiered};
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::{ConfigError, CostError, ReserveError};
@@ -921,7 +921,8 @@ where
 
 impl<A, K, C> Limiter<Tiered<A>, K, C>
 where
-    A: WordAlgorithm + FromParams + Clone,
+    A: Transitions + FromParams + Clone,
+    A::Word: Packed,
     K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock,
 {
@@ -948,6 +949,8 @@ where
     ///   limit); with another window, the client's estimate for the last
     ///   window (rounded up, at most the new limit) is counted in the new
     ///   window that is running.
+    /// - Two limits held together ([`Both`](crate::Both)): each limit's
+    ///   state by its own rule above.
     ///
     /// Changes are made one at a time; a reservation booked before a change
     /// keeps its ready time, and cancelling it after the change gives

@@ -550,3 +550,74 @@ fn a_decision_reports_the_window_of_the_quota_that_decided() {
     let third = pair.check("p");
     assert_eq!((third.limit(), third.window()), (3, 60 * second));
 }
+
+/// Two limits per client, per tier: each tier's pair of limits against a
+/// pair of exact models, with one tier's pair changing (each limit's state
+/// carried over by its own rule).
+#[test]
+fn tiers_of_two_limits_agree_with_pairs_of_models() {
+    use common::PairModel;
+    let second = Duration::from_secs(1);
+    let pair = |tokens: u64, per_minute: u64| {
+        TokenBucket::builder()
+            .rate(tokens, second)
+            .and(FixedWindow::builder().limit(per_minute).window(60 * second))
+            .key_type::<u64>()
+    };
+    let model = |tokens: u64, per_minute: u64| PairModel {
+        first: BucketModel::new(tokens, 1_000_000_000, tokens),
+        second: FixedModel::new(per_minute, 60_000_000_000),
+    };
+    let clock = ManualClock::new();
+    let limiter = pair(2, 5)
+        .tier(1, pair(4, 9))
+        .tier_by(|c: &u64| (*c % 2) as u16)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let mut models: Vec<PairModel<BucketModel, FixedModel>> =
+        vec![model(2, 5), model(4, 9), model(2, 5), model(4, 9)];
+    let mut now = 0;
+    let step = |models: &mut Vec<PairModel<BucketModel, FixedModel>>, now: u64| {
+        clock.set(Duration::from_nanos(now));
+        for (client, m) in models.iter_mut().enumerate() {
+            for _ in 0..3 {
+                let got = limiter.check(&(client as u64));
+                assert_eq!(
+                    got.is_allowed(),
+                    m.admit(now, 1),
+                    "client {client} at {now}"
+                );
+                assert_eq!(
+                    got.remaining(),
+                    m.remaining(now),
+                    "client {client} at {now}"
+                );
+                assert_eq!(got.limit(), m.limit(now), "client {client} at {now}");
+            }
+        }
+    };
+    for round in 0..3 {
+        if round > 0 {
+            now += 700_000_000;
+        }
+        step(&mut models, now);
+    }
+    // Right after the last admissions (the buckets owe tokens), tier 1
+    // becomes 8 a second and 20 a minute.
+    clock.set(Duration::from_nanos(now));
+    limiter.set_quota(1, pair(8, 20)).unwrap();
+    let to = model(8, 20);
+    for m in models.iter_mut().skip(1).step_by(2) {
+        *m = PairModel {
+            first: m.first.convert(now, &to.first),
+            second: m.second.convert(now, &to.second),
+        };
+    }
+    for _ in 0..4 {
+        step(&mut models, now);
+        now += 700_000_000;
+    }
+    let err = limiter.set_quota(1, pair(8, 0)).unwrap_err();
+    assert_eq!(err.field(), "tier.and.limit");
+}

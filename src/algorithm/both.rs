@@ -194,6 +194,13 @@ impl<A: WordAlgorithm, B: WordAlgorithm> super::Transitions for Both<A, B> {
         }
     }
 
+    fn convert(&self, pair: u128, now: u64, to: &Self) -> u128 {
+        join(
+            self.first.convert(first(pair), now, &to.first),
+            self.second.convert(second(pair), now, &to.second),
+        )
+    }
+
     fn window(&self, pair: u128, now: u64) -> u64 {
         if self.first_binds(pair, now) {
             WordAlgorithm::window(&self.first)

@@ -140,7 +140,11 @@ pub trait WordAlgorithm: Send + Sync + 'static {
 /// the cell packs: a [`WordAlgorithm`]'s one word (every word algorithm is
 /// one, with the same methods), or [`Both`]'s pair of words. The cell layer
 /// writes its check, peek, eviction and reset once over this trait.
-pub(crate) trait Transitions: Send + Sync + 'static {
+///
+/// `pub` in this private module, as [`WordAlgorithm`] is, so that public
+/// bounds may name it.
+#[allow(unreachable_pub)]
+pub trait Transitions: Send + Sync + 'static {
     /// The packed state: `u64` or `u128`.
     type Word: Copy;
 
@@ -178,6 +182,10 @@ pub(crate) trait Transitions: Send + Sync + 'static {
     /// The window a decision on `word` at `now` reports: the quota's, or
     /// for [`Both`] the window of the limit that binds.
     fn window(&self, word: Self::Word, now: u64) -> u64;
+
+    /// As [`WordAlgorithm::convert`] (for [`Both`], each limit's word by
+    /// its own rule).
+    fn convert(&self, word: Self::Word, now: u64, to: &Self) -> Self::Word;
 }
 
 impl<A: WordAlgorithm> Transitions for A {
@@ -219,6 +227,10 @@ impl<A: WordAlgorithm> Transitions for A {
 
     fn window(&self, _: u64, _: u64) -> u64 {
         WordAlgorithm::window(self)
+    }
+
+    fn convert(&self, word: u64, now: u64, to: &Self) -> u64 {
+        WordAlgorithm::convert(self, word, now, to)
     }
 }
 

@@ -25,7 +25,7 @@
 //! live cell is frozen (its word exchanged for the tombstone, exactly as a
 //! rebuild freezes it) and carried to a new cell that names its tier's
 //! entry in the new table, its word converted by the algorithm's rule
-//! (`WordAlgorithm::convert`) from the quota its old cell named. Only then
+//! (`Transitions::convert`) from the quota its old cell named. Only then
 //! is the old table retired, to the epoch collector:
 //!
 //! - a check on the old cell decides under the old quota; if the cell is
@@ -45,8 +45,8 @@
 
 use core::fmt;
 
-use super::{describe, Algorithm, Applied, Booking, Life, Mortal, Relocation, StateCell};
-use crate::algorithm::{FromParams, Params, WordAlgorithm, NEVER, UNBORN};
+use super::{describe, Algorithm, Applied, Booking, Life, Mortal, Packed, Relocation, StateCell};
+use crate::algorithm::{FromParams, Params, Transitions, NEVER, UNBORN};
 use crate::decision::Decision;
 use crate::error::ConfigError;
 use crate::sync::{AtomicU64, Ordering, Published};
@@ -74,7 +74,7 @@ struct Table<A> {
     quotas: Vec<Option<A>>,
 }
 
-impl<A: WordAlgorithm> Table<A> {
+impl<A: Transitions> Table<A> {
     /// The largest capacity and horizon of any tier.
     fn maxima(&self) -> (u64, u64) {
         let quotas = self.quotas.iter().flatten();
@@ -100,8 +100,9 @@ impl<A> Table<A> {
 /// [`tier_by`](crate::Builder::tier_by) or
 /// [`reconfigurable`](crate::Builder::reconfigurable) runs. `A` is the
 /// algorithm of every tier: a [`TokenBucket`](crate::TokenBucket), a
-/// [`FixedWindow`](crate::FixedWindow) or a
-/// [`SlidingWindowCounter`](crate::SlidingWindowCounter).
+/// [`FixedWindow`](crate::FixedWindow), a
+/// [`SlidingWindowCounter`](crate::SlidingWindowCounter), or two of them
+/// held together ([`Both`](crate::Both)).
 ///
 /// Memory per client is one more `u64` than `A`'s (the tier, and which
 /// quota its state was written under); a check on a known client reads its
@@ -132,7 +133,10 @@ pub struct Tiered<A> {
     max_horizon: AtomicU64,
 }
 
-impl<A: WordAlgorithm + Clone> Tiered<A> {
+impl<A: Transitions + Clone> Tiered<A>
+where
+    A::Word: Packed,
+{
     pub(crate) fn new(default: A, tiers: Vec<(Tier, A)>) -> Self {
         let len = tiers
             .iter()
@@ -209,7 +213,11 @@ impl<A: WordAlgorithm + Clone> Tiered<A> {
     /// quota. To be called while the table the cell names is alive (inside
     /// [`Tiered::change`]'s `carry_all`, which runs under the store's lock
     /// for the cell's shard).
-    pub(crate) fn carry(&self, cell: &TierCell, now: impl FnOnce() -> u64) -> Relocation<TierCell> {
+    pub(crate) fn carry(
+        &self,
+        cell: &TierCell<A::Word>,
+        now: impl FnOnce() -> u64,
+    ) -> Relocation<TierCell<A::Word>> {
         let Relocation::Moved(state) = cell.state.relocate() else {
             return Relocation::Dead;
         };
@@ -222,7 +230,7 @@ impl<A: WordAlgorithm + Clone> Tiered<A> {
         let to = pinned.load().quota(tier);
         let new = Self::quota_word(tier, to);
         let word = state.load();
-        if word >= UNBORN || old == new {
+        if word.life_word() >= UNBORN || old == new {
             // Not alive yet (its claimer names the quota when it is born),
             // or written under the current quota already.
             return Relocation::Moved(TierCell::with(state, new));
@@ -250,13 +258,13 @@ impl<A: fmt::Debug> fmt::Debug for Tiered<A> {
 /// A tiered client's cell: its state word, and its quota word (see the
 /// module docs).
 #[doc(hidden)]
-pub struct TierCell {
-    state: StateCell,
+pub struct TierCell<W: Packed = u64> {
+    state: StateCell<W>,
     quota: AtomicU64,
 }
 
-impl TierCell {
-    fn with(state: StateCell, quota: u64) -> Self {
+impl<W: Packed> TierCell<W> {
+    fn with(state: StateCell<W>, quota: u64) -> Self {
         Self {
             state,
             quota: AtomicU64::new(quota),
@@ -303,7 +311,7 @@ impl TierCell {
     }
 }
 
-impl fmt::Debug for TierCell {
+impl<W: Packed> fmt::Debug for TierCell<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TierCell")
             .field("state", &self.state.load())
@@ -312,7 +320,7 @@ impl fmt::Debug for TierCell {
     }
 }
 
-impl Mortal for TierCell {
+impl<W: Packed> Mortal for TierCell<W> {
     fn life(&self) -> Life {
         self.state.life()
     }
@@ -342,7 +350,10 @@ impl Mortal for TierCell {
     }
 }
 
-impl<A: WordAlgorithm + FromParams + Clone> FromParams for Tiered<A> {
+impl<A: Transitions + FromParams + Clone> FromParams for Tiered<A>
+where
+    A::Word: Packed,
+{
     fn from_params(params: &Params) -> Result<Self, ConfigError> {
         let default = A::from_params(params)?;
         let tiers = params
@@ -361,47 +372,53 @@ impl<A: WordAlgorithm + FromParams + Clone> FromParams for Tiered<A> {
 /// The decision on a request of `cost` under `quota`, which may be below
 /// the cost: such a request is denied, and changes nothing.
 #[inline]
-fn admit_within<A: WordAlgorithm>(quota: &A, word: u64, now: u64, cost: u64) -> Option<u64> {
+fn admit_within<A: Transitions>(quota: &A, word: A::Word, now: u64, cost: u64) -> Option<A::Word> {
     (cost <= quota.capacity()).then(|| quota.admit(word, now, cost))?
 }
 
-impl<A: WordAlgorithm + FromParams + Clone> Tiered<A> {
+impl<A: Transitions + FromParams + Clone> Tiered<A>
+where
+    A::Word: Packed,
+{
     /// The quota a cell that is not (or no longer) alive reads as: its
     /// tier's current one.
-    fn current_for(&self, cell: &TierCell) -> A {
+    fn current_for(&self, cell: &TierCell<A::Word>) -> A {
         self.quota_of(cell.tier())
     }
 
     /// Runs `f` on `cell`'s live word and the quota it was written under,
     /// or, for a cell not alive, on the fresh word and its tier's quota now.
-    fn read<R>(&self, cell: &TierCell, f: impl FnOnce(u64, &A) -> R) -> R {
+    fn read<R>(&self, cell: &TierCell<A::Word>, f: impl FnOnce(A::Word, &A) -> R) -> R {
         let word = cell.state.load();
-        if word < UNBORN {
+        if word.life_word() < UNBORN {
             if let Some(quota) = cell.quota::<A>() {
                 return f(word, quota);
             }
         }
-        f(crate::algorithm::FRESH, &self.current_for(cell))
+        f(A::Word::FRESH, &self.current_for(cell))
     }
 }
 
-impl<A: WordAlgorithm + FromParams + Clone> Algorithm for Tiered<A> {
-    type Cell = TierCell;
+impl<A: Transitions + FromParams + Clone> Algorithm for Tiered<A>
+where
+    A::Word: Packed,
+{
+    type Cell = TierCell<A::Word>;
 
-    fn fresh_cell(&self, floor: u64) -> TierCell {
+    fn fresh_cell(&self, floor: u64) -> Self::Cell {
         self.fresh_in(0, floor)
     }
 
-    fn unborn_cell(&self, floor: u64) -> TierCell {
+    fn unborn_cell(&self, floor: u64) -> Self::Cell {
         self.unborn_in(0, floor)
     }
 
-    fn unborn_in(&self, tier: Tier, _floor: u64) -> TierCell {
+    fn unborn_in(&self, tier: Tier, _floor: u64) -> Self::Cell {
         // The quota is the claimer's to name, with the fresh word.
         TierCell::with(StateCell::unborn(), u64::from(tier) << ADDRESS_BITS)
     }
 
-    fn fresh_in(&self, tier: Tier, floor: u64) -> TierCell {
+    fn fresh_in(&self, tier: Tier, floor: u64) -> Self::Cell {
         let pinned = self.table.pin();
         let quota = pinned.load().quota(tier);
         TierCell::with(
@@ -410,7 +427,7 @@ impl<A: WordAlgorithm + FromParams + Clone> Algorithm for Tiered<A> {
         )
     }
 
-    fn activate(&self, cell: &TierCell, floor: u64) {
+    fn activate(&self, cell: &Self::Cell, floor: u64) {
         let pinned = self.table.pin();
         let tier = cell.tier();
         let quota = pinned.load().quota(tier);
@@ -429,7 +446,7 @@ impl<A: WordAlgorithm + FromParams + Clone> Algorithm for Tiered<A> {
     }
 
     #[inline]
-    fn try_admit(&self, cell: &TierCell, now: u64, cost: u64) -> Option<bool> {
+    fn try_admit(&self, cell: &Self::Cell, now: u64, cost: u64) -> Option<bool> {
         let applied = cell.state.apply(|word| {
             // Read after the Acquire load of the live `word`.
             let quota = cell.quota::<A>()?;
@@ -442,7 +459,7 @@ impl<A: WordAlgorithm + FromParams + Clone> Algorithm for Tiered<A> {
         }
     }
 
-    fn decide(&self, cell: &TierCell, now: u64, cost: u64) -> Option<Decision> {
+    fn decide(&self, cell: &Self::Cell, now: u64, cost: u64) -> Option<Decision> {
         let applied = cell.state.apply(|word| {
             let quota = cell.quota::<A>()?;
             admit_within(quota, word, now, cost)
@@ -454,7 +471,7 @@ impl<A: WordAlgorithm + FromParams + Clone> Algorithm for Tiered<A> {
         describe_within(cell.quota::<A>()?, applied, now, cost)
     }
 
-    fn peek(&self, cell: &TierCell, now: u64, cost: u64) -> Decision {
+    fn peek(&self, cell: &Self::Cell, now: u64, cost: u64) -> Decision {
         self.read(cell, |word, quota| {
             let applied = match admit_within(quota, word, now, cost) {
                 Some(next) => Applied::Admitted(next),
@@ -464,29 +481,29 @@ impl<A: WordAlgorithm + FromParams + Clone> Algorithm for Tiered<A> {
         })
     }
 
-    fn quota(&self, cell: &TierCell, now: u64) -> Decision {
+    fn quota(&self, cell: &Self::Cell, now: u64) -> Decision {
         self.read(cell, |word, quota| {
             describe(quota, Applied::Admitted(word), now, 0).expect("a live word")
         })
     }
 
-    fn try_evict(&self, cell: &TierCell, now: u64) -> bool {
+    fn try_evict(&self, cell: &Self::Cell, now: u64) -> bool {
         cell.state
             .try_retire(|word| cell.quota::<A>().is_some_and(|q| q.is_idle(word, now)))
     }
 
-    fn force_evict(&self, cell: &TierCell) -> bool {
+    fn force_evict(&self, cell: &Self::Cell) -> bool {
         cell.state.retire()
     }
 
-    fn reset(&self, cell: &TierCell, floor: u64) -> Option<bool> {
+    fn reset(&self, cell: &Self::Cell, floor: u64) -> Option<bool> {
         let applied = cell
             .state
             .apply(|_| Some(cell.quota::<A>()?.fresh_at(floor)));
         Some(matches!(applied, Applied::Admitted(_)))
     }
 
-    fn idle_at(&self, cell: &TierCell) -> u64 {
+    fn idle_at(&self, cell: &Self::Cell) -> u64 {
         self.read(cell, |word, quota| quota.idle_at(word))
     }
 
@@ -496,16 +513,16 @@ impl<A: WordAlgorithm + FromParams + Clone> Algorithm for Tiered<A> {
         self.max_horizon.load(Ordering::Relaxed)
     }
 
-    fn reserve(&self, _: &TierCell, _: u64, _: u64, _: u64) -> Option<Booking> {
+    fn reserve(&self, _: &Self::Cell, _: u64, _: u64, _: u64) -> Option<Booking> {
         Some(Booking::Unsupported)
     }
 }
 
 /// [`describe`] for a cost that may exceed the tier's capacity: such a
 /// request is denied and would never pass.
-fn describe_within<A: WordAlgorithm>(
+fn describe_within<A: Transitions>(
     quota: &A,
-    applied: Applied,
+    applied: Applied<A::Word>,
     now: u64,
     cost: u64,
 ) -> Option<Decision> {
@@ -519,7 +536,10 @@ fn describe_within<A: WordAlgorithm>(
 }
 
 #[cfg(feature = "loom")]
-impl<A: WordAlgorithm + FromParams + Clone> Tiered<A> {
+impl<A: Transitions + FromParams + Clone> Tiered<A>
+where
+    A::Word: Packed,
+{
     /// A tiered algorithm whose every client is held to `quota`, for the
     /// loom models.
     pub(crate) fn single(quota: A) -> Self {
@@ -533,7 +553,7 @@ impl<A: WordAlgorithm + FromParams + Clone> Tiered<A> {
     /// `Acquire` load. A check that read the table before a change and
     /// finds the cell the change carried decides the new state under the
     /// old quota.
-    pub(crate) fn reading_quotas_first(&self) -> impl Fn(&TierCell, u64) -> Option<bool> {
+    pub(crate) fn reading_quotas_first(&self) -> impl Fn(&TierCell<A::Word>, u64) -> Option<bool> {
         let quota = self.quota_of(0);
         move |cell, now| match cell.state.apply(|word| quota.admit(word, now, 1)) {
             Applied::Admitted(_) => Some(true),
