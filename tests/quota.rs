@@ -5,6 +5,9 @@
 //! count exactly across a change; bad quotas and panicking resolvers have
 //! clear outcomes.
 
+// Plain `cargo test` runs this suite; the loom models skip it.
+#![cfg(not(feature = "loom"))]
+
 mod common;
 
 use std::collections::HashMap;
