@@ -624,3 +624,30 @@ fn tiers_of_two_limits_agree_with_pairs_of_models() {
     let err = limiter.set_quota(1, pair(8, 0)).unwrap_err();
     assert_eq!(err.field(), "tier.and.limit");
 }
+
+/// Reset, remove and sweeps act on a tiered client by its own quota.
+#[test]
+fn reset_remove_and_sweep_use_the_clients_own_quota() {
+    let clock = ManualClock::new();
+    let limiter = TokenBucket::builder()
+        .rate(2, Duration::from_secs(1))
+        .key_type::<u64>()
+        .tier(1, bucket(1, 5).clock(clock.clone()))
+        .tier_by(|c: &u64| (*c % 2) as u16)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    // Tier 1: 5 tokens, 1 a second.
+    assert_eq!((0..9).filter(|_| limiter.allow_request(&1)).count(), 5);
+    assert!(limiter.reset(&1));
+    assert_eq!(limiter.check(&1).limit(), 5);
+    assert_eq!((0..9).filter(|_| limiter.allow_request(&1)).count(), 4);
+    assert_eq!((0..9).filter(|_| limiter.allow_request(&0)).count(), 2);
+    // Tier 0 refills in 1 s, tier 1 in 5 s: after 2 s a sweep forgets
+    // client 0 only.
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(limiter.sweep(), 1);
+    assert_eq!(limiter.len(), 1);
+    assert!(limiter.remove(&1));
+    assert!(limiter.is_empty());
+}
