@@ -100,7 +100,7 @@
 //!
 //! # HTTP servers
 //!
-//! With the `tower` feature, [`tower::RateLimitLayer`] puts any limiter in
+//! With the `tower` feature, `tower::RateLimitLayer` puts any limiter in
 //! front of a tower service (axum, tonic, hyper with tower): keys from the
 //! peer address, trusted proxies' `X-Forwarded-For`, an API key header or a
 //! closure; `429` with `Retry-After` and the IETF `RateLimit` headers.
