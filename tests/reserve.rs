@@ -11,7 +11,7 @@ mod common;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use common::{BucketConfig, BucketModel, Fixed, Model, Pair, Subject, WindowConfig};
+use common::{BucketConfig, BucketModel, Fixed, Model, Pair, PairModel, Subject, WindowConfig};
 use proptest::prelude::*;
 use tollgate::{
     FixedWindow, ManualClock, Overflow, ReserveError, SlidingWindowCounter, SlidingWindowLog,
@@ -598,6 +598,70 @@ fn eight_threads_booking_at_a_frozen_instant_count_exactly() {
     assert_eq!(before, booked);
     let next = limiter.peek("hot").retry_after().as_nanos() as u64;
     assert_eq!(next, (booked + 1 - capacity) * interval);
+}
+
+/// Eight threads book unit requests on one client held to a bucket and a
+/// fixed window, at a frozen instant: the ready times, sorted, are exactly
+/// the schedule the pair of exact models gives that many unit bookings one
+/// after another (each at the first instant, from the one before, at which
+/// both admit), whatever the order the threads won; so every unit was
+/// charged to both limits once, and the wait after them all is exact too.
+#[test]
+fn eight_threads_booking_on_a_pair_at_a_frozen_instant_count_exactly() {
+    const THREADS: u64 = 8;
+    const PER_THREAD: u64 = 100;
+    let (interval, capacity, limit, window) = (1_000, 5, 7, 10_000);
+    let clock = ManualClock::new();
+    clock.set(Duration::from_nanos(SEC));
+    let limiter = Arc::new(
+        TokenBucket::builder()
+            .rate(1, Duration::from_nanos(interval))
+            .capacity(capacity)
+            .and(
+                FixedWindow::builder()
+                    .limit(limit)
+                    .window(Duration::from_nanos(window)),
+            )
+            .clock(clock.clone())
+            .build()
+            .unwrap(),
+    );
+    let barrier = Arc::new(Barrier::new(THREADS as usize));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (limiter, barrier) = (Arc::clone(&limiter), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                let mut got = Vec::new();
+                for _ in 0..PER_THREAD {
+                    let r = limiter.reserve("hot", Duration::MAX).unwrap();
+                    got.push(r.ready_at().as_nanos() as u64);
+                    r.commit();
+                }
+                // Each thread's own bookings are served in its order.
+                assert!(got.windows(2).all(|w| w[0] <= w[1]));
+                got
+            })
+        })
+        .collect();
+    let mut all: Vec<u64> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    all.sort_unstable();
+    let mut exact = PairModel {
+        first: BucketModel::new(1, interval, capacity),
+        second: common::FixedModel::new(limit, window),
+    };
+    let mut from = SEC;
+    for (i, &ready) in all.iter().enumerate() {
+        let want = from + exact.retry_after(from, 1);
+        assert_eq!(ready, want, "booking {i} of the schedule");
+        assert!(exact.admit(want, 1));
+        from = want;
+    }
+    let next = limiter.peek("hot").retry_after().as_nanos() as u64;
+    assert_eq!(SEC + next, from + exact.retry_after(from, 1));
 }
 
 /// Threads booking and cancelling at once: whatever the races, executing
