@@ -23,6 +23,7 @@
 //! | 9, 10. reservations | `reserve.rs` | a booking racing a check, and a booking cancelled by the tail rule racing other bookings, on the token bucket's word cell: what is executed (checks at their readings, bookings not given back at their ready times, one more booking after the race) fits the exact bucket, and the last booking waits exactly as long as the exact bucket makes it; broken twins: a booking by load and store, a cancel by `fetch_sub` that ignores the tail |
 //! | 9, 10 for the fixed window | `reserve_window.rs` | the same races on a fixed-window cell (limits 1 and 2): no window holds more than its limit of what is executed, and a booking after the race is served at the first window with room from the latest one used on; the same broken twins |
 //! | 12. two limits at once | `both.rs` | 2 and 3 threads make one unit check each on a client held to two token buckets (capacities 2 and 1, 1 and 2, 3 and 2), frozen clock, through the pair cell's one 128-bit compare-and-swap: exactly the smaller capacity admitted, and each limit's word charged exactly the admissions (a denial charges neither); broken twins on two words: check then charge (over-admits), charge one by one (a denial charges the first); model 8's rebuild race over a pair client |
+//! | 13. a pair's booking | `reserve_pair.rs` | one or two bookings on a client held to a token bucket and a fixed window race a check, through the pair cell's one 128-bit exchange: what is executed fits both exact models, and a booking after the race is ready at the first instant both admit it; broken twin: a booking timed on one look and charged limit by limit, each by its own compare-and-swap |
 //! | proof that they bite | `broken.rs`, `eviction.rs` | every model of 1 to 4 over the deliberately broken cell (`StateCell::new_racy`, or `__loom::racy_log_cell` for the log: load + store instead of compare-and-swap), model 4 over a map that replaces on insert, and model 5 with an evictor that skips the tombstone: each must panic with an over-admission |
 //!
 //! Every model runs the crate's own code: the one compare-and-swap loop
@@ -92,6 +93,7 @@ mod insert;
 mod log;
 mod relocation;
 mod reserve;
+mod reserve_pair;
 mod reserve_window;
 mod reset;
 mod shim;

@@ -33,8 +33,10 @@
 //!
 //! A pair books ahead iff both its limits do (the token bucket and the
 //! fixed window; not the sliding windows). A booking of `cost` at `now` is
-//! ready at `T = now + retry_after(pair, now, cost)`: by the argument above,
-//! the first instant at which both limits conform, and both do at `T`.
+//! ready at `T`, the later of the two limits' own first instants (each
+//! limit's own booking's ready time: `now + retry_after` for a reading at or
+//! after the word's last charge): by the argument above, the first instant
+//! at which both limits conform, and both do at `T`.
 //! Each limit is then charged as executing the request at `T`
 //! ([`WordAlgorithm::book_at`]): the token bucket as `admit` at `T` would
 //! charge it, the fixed window in `T`'s window, closing the windows before
@@ -66,7 +68,7 @@
 //! ([`unreserve`](super::unreserve)): both words go back together, iff
 //! neither changed since the booking.
 
-use super::{clamp_now, Reserve, WordAlgorithm, NEVER, NOW_MAX};
+use super::{clamp_now, Reserve, WordAlgorithm, NOW_MAX};
 
 /// The first word of a pair: its low half.
 #[inline]
@@ -283,13 +285,25 @@ impl<A: WordAlgorithm, B: WordAlgorithm> super::Transitions for Both<A, B> {
     /// at `T`: see "Bookings" above.
     fn reserve(&self, pair: u128, now: u64, cost: u64) -> Reserve<u128> {
         let now = clamp_now(now);
-        let wait = super::Transitions::retry_after(self, pair, now, cost);
-        // `until` answers `NEVER` past the end of time, and otherwise an
-        // instant no later than `NOW_MAX`.
-        if wait == NEVER {
+        // Each limit's own first instant, as an instant: its own booking's
+        // ready time (the one its bookings alone would get), which is
+        // `now + retry_after` for a reading at or after the word's last
+        // charge, and stays exact for a reading behind it (a fixed window
+        // judges such a reading at its recorded window's start, and counts
+        // its wait from there).
+        let ready = |booked: Reserve| match booked {
+            Reserve::At { ready_at, .. } => Some(ready_at),
+            Reserve::Never => None,
+        };
+        let (Some(a), Some(b)) = (
+            ready(self.first.reserve(first(pair), now, cost)),
+            ready(self.second.reserve(second(pair), now, cost)),
+        ) else {
             return Reserve::Never;
-        }
-        let ready_at = now + wait;
+        };
+        // Both conform from the later on (each is monotone in time), and
+        // not before; both are at most `NOW_MAX`.
+        let ready_at = a.max(b);
         Reserve::At {
             word: join(
                 self.first.book_at(first(pair), now, ready_at, cost),
@@ -373,6 +387,21 @@ mod tests {
             "the bucket holds 2: the booking and this"
         );
         assert_eq!(first(w2), first(both.admit(word, 100, 1).unwrap()));
+        // A reading behind the window's recorded window (another thread
+        // read the clock later and charged first): the window's own first
+        // instant is its next window's start, an instant, not the reading
+        // plus a wait counted from the recorded window's start.
+        let lagging = both.admit(both.fresh_at(0), 150, 2).unwrap();
+        let lagging = both.admit(lagging, 170, 1).unwrap();
+        let Reserve::At { word, ready_at } = both.reserve(lagging, 50, 1) else {
+            panic!()
+        };
+        assert_eq!(ready_at, 200);
+        assert_eq!(both.admit(word, 199, 1), None);
+        assert!(
+            both.admit(word, 200, 1).is_some(),
+            "the next window holds 1 of 3"
+        );
         // A pair with a limit that cannot book cannot either.
         let with_sliding = Both::new(
             TokenBucket::new(1, Duration::from_nanos(10), 1).unwrap(),
