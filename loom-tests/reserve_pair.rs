@@ -1,4 +1,5 @@
-//! Model 13: a booking on a pair of limits (`Both`) racing a check.
+//! Model 13: a booking on a pair of limits (`Both`) racing a check, and a
+//! cancellation racing a booking on the pair.
 //!
 //! The client is held to a token bucket of 2 (1 token per 10 ns) and a
 //! fixed window of 1 per 10 ns, both in one pair cell. Bookings are
@@ -13,18 +14,28 @@
 //! first instant, from the latest execution on, at which both admit it
 //! (nothing lost, served in booking order).
 //!
-//! Broken twin: a booking that settles its ready time on one look at the
+//! The cancellation model starts from a unit admitted at 0 (the window
+//! full): thread A books a unit and cancels it at once by the tail rule on
+//! the pair's whole state (`Algorithm::unreserve`), while the main thread
+//! books a unit; the bookings not given back are executed as above.
+//!
+//! Broken twins: a booking that settles its ready time on one look at the
 //! pair and then charges each limit by its own compare-and-swap loop
 //! (`__loom::book_pair_apart`). A check between the look and the charges
 //! takes the window's unit, and the booking, timed without it, is ready in
-//! the same window: the window admits 2 against its limit of 1.
+//! the same window: the window admits 2 against its limit of 1. And a
+//! cancellation that subtracts the booking's charge from the pair's state
+//! whether or not it is still the tail (`__loom::give_back_pair_blindly`):
+//! after A's booking and the main thread's, it reopens the window the
+//! main thread's booking closed, and one more booking lands beside it.
 
 use loom::sync::Arc;
 use loom::thread;
 
 use crate::eviction::check;
 use tollgate::__loom::{
-    book_pair_apart, both, fixed_window, pair_cell, token_bucket, Algorithm, Booking, PairCell,
+    book_pair_apart, both, fixed_window, give_back_pair_blindly, pair_cell, token_bucket,
+    Algorithm, Booking, PairCell, Ticket,
 };
 use tollgate::{Both, FixedWindow, TokenBucket};
 
@@ -47,12 +58,17 @@ fn pair() -> Both<TokenBucket, FixedWindow> {
     )
 }
 
-/// Books one unit at `NOW`, however long it waits: its ready time.
-fn book(cell: &PairCell) -> u64 {
+/// Books one unit at `NOW`, however long it waits.
+fn book_ticket(cell: &PairCell) -> Ticket {
     match pair().reserve(cell, NOW, 1, u64::MAX) {
-        Some(Booking::Granted(ticket, _)) => ticket.ready_at(),
+        Some(Booking::Granted(ticket, _)) => ticket,
         other => panic!("a booking with no limit on its wait: {other:?}"),
     }
+}
+
+/// Books one unit at `NOW`, however long it waits: its ready time.
+fn book(cell: &PairCell) -> u64 {
+    book_ticket(cell).ready_at()
 }
 
 /// The pair of exact models: whether they admit every unit at the
@@ -131,6 +147,53 @@ fn reserve_racing_check(name: &str, apart: bool, bookers: usize) -> (usize, u64,
         finish(&label, &cell, executed);
         u64::from(admitted)
     })
+}
+
+/// On a pair with a unit admitted at 0 (the bucket at 1 of 2, the window
+/// full), thread A books a unit and cancels it at once (`blind`: by the
+/// broken twin) while the main thread books a unit. Returns the
+/// interleavings, and the fewest and most of A's cancellations that gave
+/// back.
+fn cancel_racing_reserve(name: &str, blind: bool) -> (usize, u64, u64) {
+    let label = name.to_owned();
+    check(name, move || {
+        // The bucket's TAT at 10 (one token spent at 0); window 0 at 1.
+        let cell = Arc::new(pair_cell(STEP, 1));
+        let canceller = {
+            let cell = Arc::clone(&cell);
+            thread::spawn(move || {
+                let ticket = book_ticket(&cell);
+                let gave = if blind {
+                    give_back_pair_blindly(&cell, &ticket);
+                    true
+                } else {
+                    pair().unreserve(&cell, NOW, &ticket) == Some(true)
+                };
+                (ticket.ready_at(), gave)
+            })
+        };
+        let mine = book(&cell);
+        let mut executed = vec![0, mine];
+        let (ready, gave) = canceller.join().unwrap();
+        if !gave {
+            executed.push(ready);
+        }
+        finish(&label, &cell, executed);
+        u64::from(gave)
+    })
+}
+
+#[test]
+fn pair_cancel_racing_reserve() {
+    // Given back when A's booking is still the tail, nothing otherwise.
+    let (_, min, max) = cancel_racing_reserve("reserve_pair/cancel_vs_reserve", false);
+    assert_eq!((min, max), (0, 1), "both outcomes reached");
+}
+
+#[test]
+#[should_panic(expected = "over-admitted")]
+fn a_pair_cancel_that_ignores_the_tail_is_caught() {
+    let _ = cancel_racing_reserve("reserve_pair/cancel_vs_reserve/blind", true);
 }
 
 #[test]

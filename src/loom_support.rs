@@ -101,6 +101,15 @@ pub fn book_pair_apart(
     ready_at
 }
 
+/// The bug the pair-cancellation model must catch: give a pair booking's
+/// charge back by subtracting it from the pair's state, whether or not the
+/// booking is still the tail. The exchange itself is atomic (the one CAS
+/// loop); the rule it applies is what is wrong.
+pub fn give_back_pair_blindly(cell: &PairCell, ticket: &Ticket) {
+    let charge = ticket.to - ticket.from;
+    let _ = cell.apply(|p| Some(p.wrapping_sub(charge)));
+}
+
 /// A validated fixed window.
 ///
 /// # Errors
