@@ -21,8 +21,10 @@
 //! | 4. first request from a new client | `insert.rs` | threads racing `get_or_insert` on an unknown key over a loom-aware stand-in for the map: one cell, every check on it, exactly `capacity` admitted |
 //! | 5. eviction racing checks | `eviction.rs` | two unit checks through `check_or_insert` and one evictor (`__loom::evict`) race on a client whose state is idle, over a loom-aware stand-in map, for the token bucket and the sliding window log (capacity 1): exactly one admitted, and the map ends holding one live cell that shows it; broken twin: an evictor with no tombstone |
 //! | 9, 10. reservations | `reserve.rs` | a booking racing a check, and a booking cancelled by the tail rule racing other bookings, on the token bucket's word cell: what is executed (checks at their readings, bookings not given back at their ready times, one more booking after the race) fits the exact bucket, and the last booking waits exactly as long as the exact bucket makes it; broken twins: a booking by load and store, a cancel by `fetch_sub` that ignores the tail |
+//! | 9, 10 for the fixed window | `reserve_window.rs` | the same races on a fixed-window cell (limits 1 and 2): no window holds more than its limit of what is executed, and a booking after the race is served at the first window with room from the latest one used on; the same broken twins |
 //! | 12. two limits at once | `both.rs` | 2 and 3 threads make one unit check each on a client held to two token buckets (capacities 2 and 1, 1 and 2, 3 and 2), frozen clock, through the pair cell's one 128-bit compare-and-swap: exactly the smaller capacity admitted, and each limit's word charged exactly the admissions (a denial charges neither); broken twins on two words: check then charge (over-admits), charge one by one (a denial charges the first); model 8's rebuild race over a pair client |
 //! | 13. a quota change racing a check | `quota.rs` | a tiered client's check (known, or new and being born) races a quota change (publish the new table, then carry the cell over as a rebuild relocates it, converting its word), frozen clock: the check is admitted and the kept cell holds exactly the debt the new quota gives its one admission, whichever came first; broken twin: a check that reads the quota table before looking the client up |
+//! | 14. a pair's booking | `reserve_pair.rs` | one or two bookings on a client held to a token bucket and a fixed window race a check, and a booking cancelled by the tail rule on the pair's state races another booking, through the pair cell's one 128-bit exchange: what is executed fits both exact models, and a booking after the race is ready at the first instant both admit it; broken twins: a booking timed on one look and charged limit by limit, each by its own compare-and-swap; a cancel that subtracts the charge from the pair, tail or not |
 //! | proof that they bite | `broken.rs`, `eviction.rs` | every model of 1 to 4 over the deliberately broken cell (`StateCell::new_racy`, or `__loom::racy_log_cell` for the log: load + store instead of compare-and-swap), model 4 over a map that replaces on insert, and model 5 with an evictor that skips the tombstone: each must panic with an over-admission |
 //!
 //! Every model runs the crate's own code: the one compare-and-swap loop
@@ -93,6 +95,8 @@ mod log;
 mod quota;
 mod relocation;
 mod reserve;
+mod reserve_pair;
+mod reserve_window;
 mod reset;
 mod shim;
 mod stand_in;

@@ -33,7 +33,7 @@
 //! `allow_request`, a limiter offers [`Limiter::check`] and
 //! [`Limiter::check_n`] (a [`Decision`] with the remaining quota and the
 //! retry-after duration) and [`Limiter::peek`]. A token bucket or a fixed
-//! window also books requests ahead: [`Limiter::reserve`] charges now and
+//! window (or a pair of them) also books requests ahead: [`Limiter::reserve`] charges now and
 //! says how long to wait (a [`Reservation`], given back if cancelled before
 //! its time), and with the `tokio` feature `Limiter::until_ready` sleeps
 //! until then.

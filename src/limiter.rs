@@ -442,7 +442,10 @@ where
     /// [`FixedWindow`](crate::FixedWindow) book ahead. The fixed window
     /// books a request that does not fit into the first later window where
     /// it fits, and closes the windows before it, so that requests are
-    /// served in the order they booked.
+    /// served in the order they booked. A pair of them
+    /// ([`Both`](crate::Both)) books a request for the first instant at
+    /// which both limits conform, charged to both as a check at that
+    /// instant would be, in one exchange; cancelling gives it back to both.
     ///
     /// # Errors
     ///
@@ -455,8 +458,9 @@ where
     ///   a request could never conform;
     /// - [`ReserveError::Full`] for a new client that a full limiter denies
     ///   ([`Overflow::DenyNew`]);
-    /// - [`ReserveError::Unsupported`] for the sliding windows, and for a
-    ///   fixed window whose limit lies in the top half of its range.
+    /// - [`ReserveError::Unsupported`] for the sliding windows (and a pair
+    ///   holding one), and for a fixed window (or a pair holding one) whose
+    ///   limit lies in the top half of its range.
     ///
     /// # Examples
     ///

@@ -65,6 +65,52 @@ pub fn pair_cell(first: u64, second: u64) -> PairCell {
     PairCell::holding(crate::algorithm::join(first, second))
 }
 
+/// The bug the pair-booking model must catch: a booking of `cost` at
+/// `now` that settles its ready time on one look at the pair, then charges
+/// each limit by its own compare-and-swap loop, booking that limit for the
+/// ready time it settled on (the other half left as each loop finds it).
+/// A check that lands between the look and the charges is missed by the
+/// ready time: both can take one limit's last unit. Answers the ready time
+/// it reports.
+pub fn book_pair_apart(
+    pair: &Both<TokenBucket, FixedWindow>,
+    cell: &PairCell,
+    now: u64,
+    cost: u64,
+) -> u64 {
+    use crate::algorithm::{first, join, second, Reserve, Transitions, WordAlgorithm};
+    let seen = cell.load();
+    let ready_at = now + Transitions::retry_after(pair, seen, now, cost);
+    let booked = |limit: &dyn Fn(u64) -> Reserve, word: u64| match limit(word) {
+        Reserve::At { word, .. } => Some(word),
+        Reserve::Never => None,
+    };
+    let _ = cell.apply(|p| {
+        booked(
+            &|w| WordAlgorithm::reserve(pair.first(), w, ready_at, cost),
+            first(p),
+        )
+        .map(|a| join(a, second(p)))
+    });
+    let _ = cell.apply(|p| {
+        booked(
+            &|w| WordAlgorithm::reserve(pair.second(), w, ready_at, cost),
+            second(p),
+        )
+        .map(|b| join(first(p), b))
+    });
+    ready_at
+}
+
+/// The bug the pair-cancellation model must catch: give a pair booking's
+/// charge back by subtracting it from the pair's state, whether or not the
+/// booking is still the tail. The exchange itself is atomic (the one CAS
+/// loop); the rule it applies is what is wrong.
+pub fn give_back_pair_blindly(cell: &PairCell, ticket: &Ticket) {
+    let charge = ticket.to - ticket.from;
+    let _ = cell.apply(|p| Some(p.wrapping_sub(charge)));
+}
+
 /// A validated fixed window.
 ///
 /// # Errors

@@ -319,10 +319,50 @@ fn the_pair_is_sixteen_bytes_and_lock_free_here() {
 }
 
 #[test]
-fn a_pair_cannot_book_ahead_and_charges_nothing_trying() {
+fn a_pair_books_when_both_limits_conform_and_cancels_from_both() {
+    let clock = ManualClock::new();
+    // 1 per second, and 2 per 10 s in fixed windows.
     let limiter = TokenBucket::builder()
         .rate(1, Duration::from_secs(1))
-        .and_rate(5, HOUR)
+        .capacity(1)
+        .and(
+            FixedWindow::builder()
+                .limit(2)
+                .window(Duration::from_secs(10)),
+        )
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    assert!(limiter.allow_request("a"));
+    // The bucket binds: ready at 1 s, when the window still has room.
+    let first = limiter.reserve("a", Duration::MAX).unwrap();
+    assert_eq!(first.wait(), Duration::from_secs(1));
+    assert!(limiter.check("a").is_denied(), "served in booking order");
+    // Now the window binds: its 2 are spent, the next window opens at 10 s.
+    let second = limiter.reserve("a", Duration::MAX).unwrap();
+    assert_eq!(second.wait(), Duration::from_secs(10));
+    assert!(
+        !first.cancel(),
+        "the second booking was timed on top of the first"
+    );
+    assert!(
+        second.cancel(),
+        "the tail goes back from both limits at once"
+    );
+    let again = limiter.reserve("a", Duration::MAX).unwrap();
+    assert_eq!(again.wait(), Duration::from_secs(10));
+    again.commit();
+    clock.advance(Duration::from_secs(10));
+    assert!(limiter.check("a").is_denied(), "the booking took the unit");
+    clock.advance(Duration::from_secs(1));
+    assert!(limiter.allow_request("a"));
+}
+
+#[test]
+fn a_pair_with_a_sliding_window_cannot_book_ahead_and_charges_nothing_trying() {
+    let limiter = TokenBucket::builder()
+        .rate(1, Duration::from_secs(1))
+        .and(SlidingWindowCounter::builder().limit(5).window(HOUR))
         .clock(ManualClock::new())
         .build()
         .unwrap();

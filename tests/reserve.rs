@@ -11,7 +11,7 @@ mod common;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use common::{BucketConfig, BucketModel, Model, Subject};
+use common::{BucketConfig, BucketModel, Fixed, Model, Pair, PairModel, Subject, WindowConfig};
 use proptest::prelude::*;
 use tollgate::{
     FixedWindow, ManualClock, Overflow, ReserveError, SlidingWindowCounter, SlidingWindowLog,
@@ -600,6 +600,70 @@ fn eight_threads_booking_at_a_frozen_instant_count_exactly() {
     assert_eq!(next, (booked + 1 - capacity) * interval);
 }
 
+/// Eight threads book unit requests on one client held to a bucket and a
+/// fixed window, at a frozen instant: the ready times, sorted, are exactly
+/// the schedule the pair of exact models gives that many unit bookings one
+/// after another (each at the first instant, from the one before, at which
+/// both admit), whatever the order the threads won; so every unit was
+/// charged to both limits once, and the wait after them all is exact too.
+#[test]
+fn eight_threads_booking_on_a_pair_at_a_frozen_instant_count_exactly() {
+    const THREADS: u64 = 8;
+    const PER_THREAD: u64 = 100;
+    let (interval, capacity, limit, window) = (1_000, 5, 7, 10_000);
+    let clock = ManualClock::new();
+    clock.set(Duration::from_nanos(SEC));
+    let limiter = Arc::new(
+        TokenBucket::builder()
+            .rate(1, Duration::from_nanos(interval))
+            .capacity(capacity)
+            .and(
+                FixedWindow::builder()
+                    .limit(limit)
+                    .window(Duration::from_nanos(window)),
+            )
+            .clock(clock.clone())
+            .build()
+            .unwrap(),
+    );
+    let barrier = Arc::new(Barrier::new(THREADS as usize));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (limiter, barrier) = (Arc::clone(&limiter), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                let mut got = Vec::new();
+                for _ in 0..PER_THREAD {
+                    let r = limiter.reserve("hot", Duration::MAX).unwrap();
+                    got.push(r.ready_at().as_nanos() as u64);
+                    r.commit();
+                }
+                // Each thread's own bookings are served in its order.
+                assert!(got.windows(2).all(|w| w[0] <= w[1]));
+                got
+            })
+        })
+        .collect();
+    let mut all: Vec<u64> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    all.sort_unstable();
+    let mut exact = PairModel {
+        first: BucketModel::new(1, interval, capacity),
+        second: common::FixedModel::new(limit, window),
+    };
+    let mut from = SEC;
+    for (i, &ready) in all.iter().enumerate() {
+        let want = from + exact.retry_after(from, 1);
+        assert_eq!(ready, want, "booking {i} of the schedule");
+        assert!(exact.admit(want, 1));
+        from = want;
+    }
+    let next = limiter.peek("hot").retry_after().as_nanos() as u64;
+    assert_eq!(SEC + next, from + exact.retry_after(from, 1));
+}
+
 /// Threads booking and cancelling at once: whatever the races, executing
 /// the bookings not given back never exceeds the exact bucket, and once
 /// every booking has been cancelled newest-first by one thread the
@@ -773,6 +837,153 @@ proptest! {
         for (at, cost) in standing {
             prop_assert!(exact.admit(at, cost), "{} at {} beyond the exact fixed window", cost, at);
         }
+    }
+}
+
+/// A pair of limits' bookings, as a sequential exact model over the pair
+/// of exact models (`common::PairModel`): the standing admissions of one
+/// client in the order they were charged, each executed at its instant. A
+/// booking is served from the latest of them on, at the first instant at
+/// which both limits admit it; a check passes iff nothing booked is still
+/// waiting and both limits admit it now; the tail rule cancels.
+#[derive(Debug)]
+struct PairBookings<M> {
+    fresh: M,
+    /// (executes at, cost, booking id or `None` for a check).
+    standing: Vec<(u64, u64, Option<usize>)>,
+}
+
+impl<M: Model> PairBookings<M> {
+    fn model(&self) -> M {
+        let mut model = self.fresh.clone();
+        for &(at, cost, _) in &self.standing {
+            assert!(model.admit(at, cost), "the model's own history conforms");
+        }
+        model
+    }
+
+    fn last(&self) -> u64 {
+        self.standing.last().map_or(0, |s| s.0)
+    }
+}
+
+impl<M: Model> BookingModel for PairBookings<M> {
+    fn reserve(&mut self, id: usize, now: u64, cost: u64, max_wait: u64) -> Result<u64, u64> {
+        let from = now.max(self.last());
+        let ready = from + self.model().retry_after(from, cost);
+        if ready - now > max_wait {
+            return Err(ready - now);
+        }
+        self.standing.push((ready, cost, Some(id)));
+        Ok(ready)
+    }
+
+    fn check(&mut self, now: u64, cost: u64) -> bool {
+        let ok = now >= self.last() && self.model().admit(now, cost);
+        if ok {
+            self.standing.push((now, cost, None));
+        }
+        ok
+    }
+
+    fn cancel(&mut self, id: usize, now: u64) -> bool {
+        match self.standing.last() {
+            Some(&(ready, _, Some(tail))) if tail == id && now < ready => {
+                self.standing.pop();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn wait(&self, now: u64) -> u64 {
+        let from = now.max(self.last());
+        from - now + self.model().retry_after(from, 1)
+    }
+}
+
+/// A fixed window on the scale of the buckets of [`config`], so that
+/// either limit of a pair may bind.
+fn fixed_config() -> impl Strategy<Value = Fixed> {
+    (
+        1..=4u64,
+        prop_oneof![1_000..200_000u64, 1_000_000..5_000_000u64],
+    )
+        .prop_map(|(limit, window)| Fixed(WindowConfig { limit, window }))
+}
+
+/// Ops on a pair whose capacity is `capacity` and whose slower limit
+/// refills over about `unit` ns.
+fn pair_ops(capacity: u64, unit: u64) -> impl Strategy<Value = Vec<(u64, Op)>> {
+    let gap = prop_oneof![3 => Just(0u64), 3 => 0..2 * unit, 1 => 0..8 * unit];
+    prop::collection::vec((gap, op(capacity, unit)), 1..60)
+}
+
+/// Runs `ops` on a limiter held to `pair` and on the pair's booking model;
+/// then what the limiter let through never exceeds the plain pair of exact
+/// models.
+fn pair_case<S: Subject>(pair: &S, ops: Vec<(u64, Op)>) -> Result<(), TestCaseError> {
+    let clock = ManualClock::new();
+    let limiter = pair.limiter(clock.clone());
+    let mut model = PairBookings {
+        fresh: pair.model(),
+        standing: Vec::new(),
+    };
+    let mut standing = drive(&limiter, &clock, &mut model, ops)?;
+    // Stable: admissions at one instant keep the order they were charged.
+    standing.sort_by_key(|e| e.0);
+    let mut exact = pair.model();
+    for (at, cost) in standing {
+        prop_assert!(
+            exact.admit(at, cost),
+            "{:?}: {} at {} beyond the exact pair",
+            pair,
+            cost,
+            at
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Two buckets held together, against the pair of exact buckets.
+    #[test]
+    fn pair_of_buckets_reservations_match_the_exact_model(
+        (pair, ops) in (config(), config()).prop_flat_map(|(a, b)| {
+            let unit = (a.per / a.tokens).max(b.per / b.tokens);
+            (Just(Pair(a, b)), pair_ops(a.capacity.min(b.capacity), unit))
+        })
+    ) {
+        pair_case(&pair, ops)?;
+    }
+
+    /// A bucket and a fixed window, in both orders, against the pair of
+    /// exact models.
+    #[test]
+    fn bucket_and_window_reservations_match_the_exact_model(
+        (a, b, flip, ops) in (config(), fixed_config(), any::<bool>()).prop_flat_map(|(a, b, flip)| {
+            let unit = (a.per / a.tokens).max(b.0.window);
+            (Just(a), Just(b), Just(flip), pair_ops(a.capacity.min(b.0.limit), unit))
+        })
+    ) {
+        if flip {
+            pair_case(&Pair(b, a), ops)?;
+        } else {
+            pair_case(&Pair(a, b), ops)?;
+        }
+    }
+
+    /// Two fixed windows held together, against the pair of exact windows.
+    #[test]
+    fn pair_of_windows_reservations_match_the_exact_model(
+        (pair, ops) in (fixed_config(), fixed_config()).prop_flat_map(|(a, b)| {
+            let unit = a.0.window.max(b.0.window);
+            (Just(Pair(a, b)), pair_ops(a.0.limit.min(b.0.limit), unit))
+        })
+    ) {
+        pair_case(&pair, ops)?;
     }
 }
 

@@ -28,8 +28,47 @@
 //!   wait is exact.
 //! * the limit a decision reports is the one that binds: the one with the
 //!   fewer remaining, the smaller capacity on a tie.
+//!
+//! # Bookings
+//!
+//! A pair books ahead iff both its limits do (the token bucket and the
+//! fixed window; not the sliding windows). A booking of `cost` at `now` is
+//! ready at `T`, the later of the two limits' own first instants (each
+//! limit's own booking's ready time: `now + retry_after` for a reading at or
+//! after the word's last charge): by the argument above, the first instant
+//! at which both limits conform, and both do at `T`.
+//! Each limit is then charged as executing the request at `T`
+//! ([`WordAlgorithm::book_at`]): the token bucket as `admit` at `T` would
+//! charge it, the fixed window in `T`'s window, closing the windows before
+//! it. Both words are written by one 128-bit exchange.
+//!
+//! Why this is exact, as the sequential model in `tests/reserve.rs` states
+//! it (the standing admissions executed in order at their instants; a
+//! booking served from the latest of them on; a check passes only from the
+//! latest of them on, if the pair admits it there):
+//!
+//! * from `T` on, each word decides exactly as its limit would with the
+//!   request executed at `T`: `book_at`'s contract.
+//! * before `T`, every request is denied: `T` is the first instant of the
+//!   limit that binds (the one whose own wait is the larger), and that
+//!   limit's word denies every reading before its own first instant
+//!   (`book_at`'s contract again: the token bucket is charged a full
+//!   bucket's worth of virtual time past `T`; the fixed window is closed
+//!   until `T`'s window, whose start `T` then is). So a check made while
+//!   the booking waits is denied, and a booking made then waits for `T`
+//!   or later: requests are served in the order they booked, on both
+//!   limits at once.
+//! * a booking made at the first instant at which only one limit conforms
+//!   would charge that limit earlier than the request can run, and deny
+//!   later requests that conform: charging both at `T` is what makes the
+//!   pair's waits exact, and no limit is ever charged for a time the
+//!   request does not run at.
+//!
+//! A cancellation is the tail rule on the pair's whole state
+//! ([`unreserve`](super::unreserve)): both words go back together, iff
+//! neither changed since the booking.
 
-use super::{WordAlgorithm, NOW_MAX};
+use super::{clamp_now, Reserve, WordAlgorithm, NOW_MAX};
 
 /// The first word of a pair: its low half.
 #[inline]
@@ -60,6 +99,14 @@ pub(crate) const fn join(first: u64, second: u64) -> u128 {
 /// are updated by one 128-bit compare-and-swap: 16 bytes per client, and
 /// lock-free wherever [`Both::is_lock_free`] says so (x86-64 and AArch64).
 ///
+/// A pair of token buckets and fixed windows also books requests ahead
+/// ([`Limiter::reserve_n`](crate::Limiter::reserve_n)): ready at the first
+/// instant at which both limits conform, charged to both as a check at
+/// that instant would be, in the same one exchange, and given back to both
+/// if cancelled while it is still the last thing charged. A pair holding a
+/// sliding window cannot book
+/// ([`ReserveError::Unsupported`](crate::ReserveError::Unsupported)).
+///
 /// # Examples
 ///
 /// ```
@@ -84,6 +131,10 @@ pub(crate) const fn join(first: u64, second: u64) -> u128 {
 /// let denied = limiter.check("alice");
 /// assert_eq!(denied.limit(), 3, "now the hourly limit binds");
 /// assert_eq!(denied.retry_after(), Duration::from_secs(1198));
+/// // A booking waits for both: the hourly limit binds.
+/// let booked = limiter.reserve("alice", Duration::MAX).unwrap();
+/// assert_eq!(booked.wait(), Duration::from_secs(1198));
+/// assert!(booked.cancel(), "nothing was charged since: given back to both");
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -246,6 +297,43 @@ impl<A: WordAlgorithm, B: WordAlgorithm> super::Transitions for Both<A, B> {
     fn horizon(&self) -> u64 {
         self.first.horizon().max(self.second.horizon()).min(NOW_MAX)
     }
+
+    fn reserves(&self) -> bool {
+        self.first.reserves() && self.second.reserves()
+    }
+
+    /// The first instant `T` at which both limits conform (the later of
+    /// their own first instants), each charged as executing the request
+    /// at `T`: see "Bookings" above.
+    fn reserve(&self, pair: u128, now: u64, cost: u64) -> Reserve<u128> {
+        let now = clamp_now(now);
+        // Each limit's own first instant, as an instant: its own booking's
+        // ready time (the one its bookings alone would get), which is
+        // `now + retry_after` for a reading at or after the word's last
+        // charge, and stays exact for a reading behind it (a fixed window
+        // judges such a reading at its recorded window's start, and counts
+        // its wait from there).
+        let ready = |booked: Reserve| match booked {
+            Reserve::At { ready_at, .. } => Some(ready_at),
+            Reserve::Never => None,
+        };
+        let (Some(a), Some(b)) = (
+            ready(self.first.reserve(first(pair), now, cost)),
+            ready(self.second.reserve(second(pair), now, cost)),
+        ) else {
+            return Reserve::Never;
+        };
+        // Both conform from the later on (each is monotone in time), and
+        // not before; both are at most `NOW_MAX`.
+        let ready_at = a.max(b);
+        Reserve::At {
+            word: join(
+                self.first.book_at(first(pair), now, ready_at, cost),
+                self.second.book_at(second(pair), now, ready_at, cost),
+            ),
+            ready_at,
+        }
+    }
 }
 
 #[cfg(all(test, not(feature = "loom")))]
@@ -253,7 +341,7 @@ mod tests {
     use core::time::Duration;
 
     use super::{first, join, second, Both, NOW_MAX};
-    use crate::algorithm::{FixedWindow, TokenBucket, Transitions, NEVER, UNBORN};
+    use crate::algorithm::{FixedWindow, Reserve, TokenBucket, Transitions, NEVER, UNBORN};
 
     fn pair() -> Both<TokenBucket, FixedWindow> {
         Both::new(
@@ -291,9 +379,64 @@ mod tests {
     }
 
     #[test]
+    fn a_booking_waits_for_both_and_charges_both_at_that_instant() {
+        let both = pair(); // 2 per 20 ns (1 per 10 ns), and 3 per 100 ns window
+        assert!(both.reserves());
+        let p = both.admit(both.fresh_at(0), 0, 2).unwrap();
+        // The bucket binds: ready at 10, charged there in both.
+        let Reserve::At { word, ready_at } = both.reserve(p, 0, 1) else {
+            panic!()
+        };
+        assert_eq!(ready_at, 10);
+        assert_eq!(word, both.admit(p, 10, 1).unwrap(), "admit at 10");
+        assert_eq!(both.admit(word, 9, 1), None, "closed until its time");
+        // The window (3 spent) binds next: ready at 100, the window closed
+        // until then, and the bucket charged at 100, full again by then.
+        let Reserve::At { word: w2, ready_at } = both.reserve(word, 0, 1) else {
+            panic!()
+        };
+        assert_eq!(ready_at, 100);
+        assert_eq!(both.admit(w2, 99, 1), None);
+        assert_eq!(
+            both.retry_after(w2, 0, 1),
+            100,
+            "the window's next has room for 2"
+        );
+        let after = both.admit(w2, 100, 1).unwrap();
+        assert_eq!(
+            both.admit(after, 100, 1),
+            None,
+            "the bucket holds 2: the booking and this"
+        );
+        assert_eq!(first(w2), first(both.admit(word, 100, 1).unwrap()));
+        // A reading behind the window's recorded window (another thread
+        // read the clock later and charged first): the window's own first
+        // instant is its next window's start, an instant, not the reading
+        // plus a wait counted from the recorded window's start.
+        let lagging = both.admit(both.fresh_at(0), 150, 2).unwrap();
+        let lagging = both.admit(lagging, 170, 1).unwrap();
+        let Reserve::At { word, ready_at } = both.reserve(lagging, 50, 1) else {
+            panic!()
+        };
+        assert_eq!(ready_at, 200);
+        assert_eq!(both.admit(word, 199, 1), None);
+        assert!(
+            both.admit(word, 200, 1).is_some(),
+            "the next window holds 1 of 3"
+        );
+        // A pair with a limit that cannot book cannot either.
+        let with_sliding = Both::new(
+            TokenBucket::new(1, Duration::from_nanos(10), 1).unwrap(),
+            crate::algorithm::SlidingWindowCounter::new(1, Duration::from_nanos(100)).unwrap(),
+        );
+        assert!(!with_sliding.reserves());
+    }
+
+    #[test]
     fn never_is_the_largest_wait() {
         let both = pair();
         let p = both.admit(both.fresh_at(NOW_MAX), NOW_MAX, 2).unwrap();
         assert_eq!(both.retry_after(p, NOW_MAX, 1), NEVER);
+        assert_eq!(both.reserve(p, NOW_MAX, 1), Reserve::Never);
     }
 }

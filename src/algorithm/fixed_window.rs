@@ -248,6 +248,30 @@ impl WordAlgorithm for FixedWindow {
         // the word's index fits its bits; its count is at most 2·limit.
         Reserve::At { word, ready_at }
     }
+
+    /// A booking for the instant `at` that a pair chose: in `at`'s window
+    /// `j`, closing the windows before it as this window's own bookings
+    /// do. If `j` is the window the word stands in at `now`, the count
+    /// there grows by `cost`, which is `admit` at `at`. Otherwise the word
+    /// becomes window `j − 1` closed, with `j`'s count (what was booked
+    /// there, if `j` is the next window of a closed word, and the cost)
+    /// above the limit: every reading before `j` is then denied (a reading
+    /// before `j − 1` is judged at `j − 1`'s start, closed), and a reading
+    /// in `j` or later decides as the word `admit(word, at, cost)` would.
+    fn book_at(&self, word: u64, now: u64, at: u64, cost: u64) -> u64 {
+        let (index, _) = self.at(word, now);
+        let (target, count) = self.at(word, at);
+        // count + cost ≤ limit: the caller books where it conforms.
+        debug_assert!(count + cost <= self.limit);
+        if target == index {
+            self.pack(index, count + cost)
+        } else {
+            // target > index ≥ 0, target ≤ NOW_MAX / width: the index fits
+            // its bits; the count is at most 2·limit, which `reserves`
+            // leaves room for.
+            self.pack(target - 1, self.limit + count + cost)
+        }
+    }
 }
 
 #[cfg(all(test, not(feature = "loom")))]

@@ -134,6 +134,28 @@ pub trait WordAlgorithm: Send + Sync + 'static {
         let _ = (word, now, cost);
         Reserve::Never
     }
+
+    /// Books `cost` at the reading `now` to be executed at the instant
+    /// `at ≥ now`, which a pair of limits has chosen as the first at which
+    /// both conform: the word that charges it now. Called only if
+    /// [`WordAlgorithm::reserves`], and only with an `at ≤ NOW_MAX` at which
+    /// `admit(word, at, cost)` passes.
+    ///
+    /// The word must decide every reading from `at` on exactly as the word
+    /// after `admit(word, at, cost)` does, and must deny every request at a
+    /// reading before `at` **if** `at` is this limit's own first instant
+    /// (`now + retry_after(word, now, cost)`): the limit that binds keeps
+    /// the pair closed until the booking's time, as its own bookings do.
+    ///
+    /// The default is the admission at `at` itself, which is exact for the
+    /// token bucket: at its own first instant `admit` leaves a full
+    /// bucket's worth of virtual time ahead of `at`, which denies every
+    /// earlier reading.
+    fn book_at(&self, word: u64, now: u64, at: u64, cost: u64) -> u64 {
+        let _ = now;
+        self.admit(word, at, cost)
+            .expect("a booking is made at an instant where it conforms")
+    }
 }
 
 /// The transitions the one compare-and-swap loop runs, over whatever state
@@ -146,7 +168,7 @@ pub trait WordAlgorithm: Send + Sync + 'static {
 #[allow(unreachable_pub)]
 pub trait Transitions: Send + Sync + 'static {
     /// The packed state: `u64` or `u128`.
-    type Word: Copy;
+    type Word: Wide;
 
     /// As [`WordAlgorithm::capacity`].
     fn capacity(&self) -> u64;
@@ -186,6 +208,12 @@ pub trait Transitions: Send + Sync + 'static {
     /// As [`WordAlgorithm::convert`] (for [`Both`], each limit's word by
     /// its own rule).
     fn convert(&self, word: Self::Word, now: u64, to: &Self) -> Self::Word;
+
+    /// As [`WordAlgorithm::reserves`].
+    fn reserves(&self) -> bool;
+
+    /// As [`WordAlgorithm::reserve`], over the packed state.
+    fn reserve(&self, word: Self::Word, now: u64, cost: u64) -> Reserve<Self::Word>;
 }
 
 impl<A: WordAlgorithm> Transitions for A {
@@ -232,16 +260,59 @@ impl<A: WordAlgorithm> Transitions for A {
     fn convert(&self, word: u64, now: u64, to: &Self) -> u64 {
         WordAlgorithm::convert(self, word, now, to)
     }
+
+    fn reserves(&self) -> bool {
+        WordAlgorithm::reserves(self)
+    }
+
+    fn reserve(&self, word: u64, now: u64, cost: u64) -> Reserve {
+        WordAlgorithm::reserve(self, word, now, cost)
+    }
 }
 
-/// What [`WordAlgorithm::reserve`] makes of a booking.
+/// A packed state as a [`Ticket`] holds it: every width fits a `u128`.
+#[allow(unreachable_pub)] // pub for `Transitions`'s bound; unnameable outside
+pub trait Wide: Copy + Eq {
+    /// The state, widened.
+    fn widen(self) -> u128;
+    /// The state back from its widening (the inverse of `widen`).
+    fn narrow(wide: u128) -> Self;
+}
+
+impl Wide for u64 {
+    #[inline]
+    fn widen(self) -> u128 {
+        u128::from(self)
+    }
+
+    #[inline]
+    fn narrow(wide: u128) -> Self {
+        // Only ever the widening of a u64: nothing is cut off.
+        wide as u64
+    }
+}
+
+impl Wide for u128 {
+    #[inline]
+    fn widen(self) -> u128 {
+        self
+    }
+
+    #[inline]
+    fn narrow(wide: u128) -> Self {
+        wide
+    }
+}
+
+/// What [`WordAlgorithm::reserve`] (or a pair's [`Transitions::reserve`])
+/// makes of a booking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(unreachable_pub)]
-pub enum Reserve {
+pub enum Reserve<W = u64> {
     /// Charged now by writing `word`; the request conforms from `ready_at`.
     At {
         /// The word with the booking charged.
-        word: u64,
+        word: W,
         /// The first instant at which the booked request conforms.
         ready_at: u64,
     },
@@ -250,17 +321,22 @@ pub enum Reserve {
     Never,
 }
 
-/// A booking a word algorithm made: what a cancellation needs to undo it.
+/// A booking an algorithm made: what a cancellation needs to undo it.
+///
+/// The states are held widened to 128 bits, so that one ticket type serves
+/// a one-word state and a pair's two words alike (a one-word state is its
+/// word, zero-extended). Only the cancellation compares them, once, beside
+/// a compare-and-swap; the check path never sees a ticket.
 ///
 /// Public (but unreachable outside `--features loom`) as the hidden
 /// currency of [`Algorithm`](crate::Algorithm)'s reservation methods.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ticket {
-    /// The word before the booking: the state as if it never happened.
-    pub(crate) from: u64,
-    /// The word the booking left.
-    pub(crate) to: u64,
+    /// The state before the booking: as if it never happened.
+    pub(crate) from: u128,
+    /// The state the booking left.
+    pub(crate) to: u128,
     /// The first instant at which the booked request conforms.
     pub(crate) ready_at: u64,
     /// The units booked.
@@ -279,8 +355,9 @@ impl Ticket {
         self.cost
     }
 
-    /// The word the booking left.
-    pub fn word(&self) -> u64 {
+    /// The state the booking left, widened (a pair's first word in the low
+    /// half).
+    pub fn word(&self) -> u128 {
         self.to
     }
 }
@@ -299,9 +376,13 @@ impl Ticket {
 /// giving its share back would let a new booking take the very slot of
 /// virtual time a standing one holds (`tests/reserve.rs`,
 /// `a_refund_under_later_bookings_over_admits`).
+///
+/// The same rule for a pair of limits, on the pair's whole state: a
+/// booking charged both words in one exchange, and is given back from both
+/// in one, iff neither has changed since.
 #[inline]
-pub(crate) fn unreserve(word: u64, now: u64, ticket: &Ticket) -> Option<u64> {
-    (word == ticket.to && clamp_now(now) < ticket.ready_at).then_some(ticket.from)
+pub(crate) fn unreserve<W: Wide>(word: W, now: u64, ticket: &Ticket) -> Option<W> {
+    (word.widen() == ticket.to && clamp_now(now) < ticket.ready_at).then(|| W::narrow(ticket.from))
 }
 
 /// A `retry_after` that will never come: the request would pass only at an

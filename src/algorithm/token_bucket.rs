@@ -397,8 +397,8 @@ mod tests {
             panic!()
         };
         let t = Ticket {
-            from: full,
-            to: word,
+            from: full.into(),
+            to: word.into(),
             ready_at,
             cost: 1,
         };

@@ -49,7 +49,7 @@
 //! `life` word (`log.rs`).
 
 use crate::algorithm::{
-    clamp_now, join, unreserve, until, Both, FromParams, Reserve, Ticket, Transitions,
+    clamp_now, join, unreserve, until, Both, FromParams, Reserve, Ticket, Transitions, Wide,
     WordAlgorithm, CLAIMED, FRESH, NEVER, REFUSED, TOMBSTONE, UNBORN,
 };
 use crate::decision::Decision;
@@ -316,9 +316,10 @@ impl StateCell {
     pub fn give_back_blindly(&self, ticket: &Ticket) {
         // AcqRel: as in `apply`; the read-modify-write itself is atomic, the
         // rule it applies is what is wrong.
+        // A one-word ticket's states are zero-extended words.
         let _ = self
             .word
-            .fetch_sub(ticket.to - ticket.from, Ordering::AcqRel);
+            .fetch_sub((ticket.to - ticket.from) as u64, Ordering::AcqRel);
     }
 }
 
@@ -817,64 +818,87 @@ impl<A: WordAlgorithm + FromParams> Algorithm for A {
     }
 
     fn reserve(&self, cell: &StateCell, now: u64, cost: u64, max_wait: u64) -> Option<Booking> {
-        if !WordAlgorithm::reserves(self) {
-            return Some(Booking::Unsupported);
-        }
-        let now = clamp_now(now);
-        // What the transition that ran last saw: the word it charged and its
-        // ready time if it charged, its wait if it refused. `apply` returns
-        // right after that run, so these describe the outcome it reports.
-        let granted = core::cell::Cell::new((0, 0));
-        let refused = core::cell::Cell::new(NEVER);
-        let applied = cell.apply(|word| match WordAlgorithm::reserve(self, word, now, cost) {
-            Reserve::At {
-                word: next,
-                ready_at,
-            } if until(now, ready_at) <= max_wait => {
-                granted.set((word, ready_at));
-                Some(next)
-            }
-            Reserve::At { ready_at, .. } => {
-                refused.set(until(now, ready_at));
-                None
-            }
-            Reserve::Never => {
-                refused.set(NEVER);
-                None
-            }
-        });
-        match applied {
-            Applied::Admitted(to) => {
-                let (from, ready_at) = granted.get();
-                let ticket = Ticket {
-                    from,
-                    to,
-                    ready_at,
-                    cost,
-                };
-                Some(Booking::Granted(ticket, ready_at - now))
-            }
-            Applied::Denied(_) => Some(Booking::TooLong(refused.get())),
-            Applied::Dead => None,
-        }
+        book(self, cell, now, cost, max_wait)
     }
 
     fn unreserve(&self, cell: &StateCell, now: u64, ticket: &Ticket) -> Option<bool> {
-        // Through the one CAS loop: the exchange succeeds only from the very
-        // word the booking left, so a charge that lands first makes it fail,
-        // and the retry finds the booking no longer the tail.
-        match cell.apply(|word| unreserve(word, now, ticket)) {
-            Applied::Admitted(_) => Some(true),
-            Applied::Denied(_) => Some(false),
-            Applied::Dead => None,
+        cancel(cell, now, ticket)
+    }
+}
+
+/// A booking through the one CAS loop, for any state a cell packs: the
+/// algorithm's pure booking transition, installed by a compare-and-swap
+/// against the very word it was computed from, unless its wait exceeds
+/// `max_wait` (then nothing is written). `None` if the cell is dead.
+fn book<T: Transitions>(
+    algorithm: &T,
+    cell: &StateCell<T::Word>,
+    now: u64,
+    cost: u64,
+    max_wait: u64,
+) -> Option<Booking>
+where
+    T::Word: Packed,
+{
+    if !algorithm.reserves() {
+        return Some(Booking::Unsupported);
+    }
+    let now = clamp_now(now);
+    // What the transition that ran last saw: the word it charged and its
+    // ready time if it charged, its wait if it refused. `apply` returns
+    // right after that run, so these describe the outcome it reports.
+    let granted = core::cell::Cell::new(None);
+    let refused = core::cell::Cell::new(NEVER);
+    let applied = cell.apply(|word| match algorithm.reserve(word, now, cost) {
+        Reserve::At {
+            word: next,
+            ready_at,
+        } if until(now, ready_at) <= max_wait => {
+            granted.set(Some((word, ready_at)));
+            Some(next)
         }
+        Reserve::At { ready_at, .. } => {
+            refused.set(until(now, ready_at));
+            None
+        }
+        Reserve::Never => {
+            refused.set(NEVER);
+            None
+        }
+    });
+    match applied {
+        Applied::Admitted(to) => {
+            let (from, ready_at) = granted.get().expect("the run that charged recorded it");
+            let ticket = Ticket {
+                from: from.widen(),
+                to: to.widen(),
+                ready_at,
+                cost,
+            };
+            Some(Booking::Granted(ticket, ready_at - now))
+        }
+        Applied::Denied(_) => Some(Booking::TooLong(refused.get())),
+        Applied::Dead => None,
+    }
+}
+
+/// A cancellation by the tail rule through the one CAS loop, for any state
+/// a cell packs: the exchange succeeds only from the very state the
+/// booking left, so a charge that lands first makes it fail, and the retry
+/// finds the booking no longer the tail. `None` if the cell is dead.
+fn cancel<W: Packed + Wide>(cell: &StateCell<W>, now: u64, ticket: &Ticket) -> Option<bool> {
+    match cell.apply(|word| unreserve(word, now, ticket)) {
+        Applied::Admitted(_) => Some(true),
+        Applied::Denied(_) => Some(false),
+        Applied::Dead => None,
     }
 }
 
 /// Two limits at once: both words in one [`PairCell`], so one exchange
-/// charges both or neither. Reservations are not offered
-/// ([`Booking::Unsupported`]): a booking would have to wait for both
-/// limits and be cancelled from both by one tail rule.
+/// charges both or neither. A pair books ahead iff both its limits do: one
+/// exchange charges the booking to both, and a cancellation gives it back
+/// to both by the tail rule on the pair's whole state (see "Bookings" in
+/// `crate::algorithm::Both`'s module).
 impl<A, B> Algorithm for Both<A, B>
 where
     A: WordAlgorithm,
@@ -884,6 +908,18 @@ where
     type Cell = PairCell;
 
     one_cas_loop!();
+
+    fn can_reserve(&self) -> bool {
+        Transitions::reserves(self)
+    }
+
+    fn reserve(&self, cell: &PairCell, now: u64, cost: u64, max_wait: u64) -> Option<Booking> {
+        book(self, cell, now, cost, max_wait)
+    }
+
+    fn unreserve(&self, cell: &PairCell, now: u64, ticket: &Ticket) -> Option<bool> {
+        cancel(cell, now, ticket)
+    }
 }
 
 /// The figures for a decision: what is left after it, when a denied
