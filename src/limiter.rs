@@ -446,6 +446,7 @@ where
     /// ([`Both`](crate::Both)) books a request for the first instant at
     /// which both limits conform, charged to both as a check at that
     /// instant would be, in one exchange; cancelling gives it back to both.
+    /// A tiered limiter of any of these books by each client's own quota.
     ///
     /// # Errors
     ///
@@ -925,7 +926,7 @@ where
 
 impl<A, K, C> Limiter<Tiered<A>, K, C>
 where
-    A: Transitions + FromParams + Clone,
+    A: Transitions + FromParams + Clone + PartialEq,
     A::Word: Packed,
     K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock,
@@ -956,9 +957,12 @@ where
     /// - Two limits held together ([`Both`](crate::Both)): each limit's
     ///   state by its own rule above.
     ///
-    /// Changes are made one at a time; a reservation booked before a change
-    /// keeps its ready time, and cancelling it after the change gives
-    /// nothing back.
+    /// A client whose own quota did not change (one of another tier) keeps
+    /// its state exactly as it was, bookings included. Changes are made one
+    /// at a time. A reservation booked before its tier's quota changes
+    /// keeps its ready time; its charge is carried with the rest of the
+    /// state (so, like all of it, at most one new bucket or window of it
+    /// is), and cancelling it after the change gives nothing back.
     ///
     /// # Errors
     ///

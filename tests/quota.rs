@@ -651,3 +651,57 @@ fn reset_remove_and_sweep_use_the_clients_own_quota() {
     assert!(limiter.remove(&1));
     assert!(limiter.is_empty());
 }
+
+/// Bookings on a tiered limiter wait by the client's own quota, cancel by
+/// the tail rule, and a booking made before a change keeps its time while
+/// its charge is carried over with the rest of the state.
+#[test]
+fn bookings_wait_by_the_clients_own_quota() {
+    use tollgate::ReserveError;
+    let clock = ManualClock::new();
+    let second = Duration::from_secs(1);
+    let limiter = bucket(1, 1)
+        .tier(1, bucket(10, 10))
+        .tier_by(|c: &u64| (*c % 2) as u16)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    assert!(limiter.allow_request(&0));
+    assert_eq!((0..10).filter(|_| limiter.allow_request(&1)).count(), 10);
+    let slow = limiter.reserve(&0, Duration::MAX).unwrap();
+    assert_eq!(slow.wait(), second);
+    let fast = limiter.reserve(&1, Duration::MAX).unwrap();
+    assert_eq!(fast.wait(), second / 10);
+    // The booking is charged: the next waits behind it.
+    assert_eq!(
+        limiter.reserve(&1, Duration::MAX).unwrap().wait(),
+        second / 5
+    );
+    // Dropping that second booking gave it back (it was the tail).
+    assert_eq!(
+        limiter.reserve(&1, Duration::MAX).unwrap().wait(),
+        second / 5
+    );
+    // A cost above the client's own tier never conforms.
+    assert!(matches!(
+        limiter.reserve_n(&0, 5, Duration::MAX),
+        Err(ReserveError::TooLong { wait }) if wait == Duration::MAX
+    ));
+    assert!(matches!(
+        limiter.reserve_n(&0, 11, Duration::MAX),
+        Err(ReserveError::Cost(_))
+    ));
+    // Tier 1 becomes 20 a second: the booked token stays spent (carried,
+    // at the new rate), the booking keeps its time, and cancelling it now
+    // gives nothing back (the state is no longer the one it left).
+    limiter.set_quota(1, bucket(20, 20)).unwrap();
+    assert_eq!(fast.wait(), second / 10);
+    assert!(!fast.cancel());
+    // 11 tokens missing of 20 at 20 a second: 9 pass now.
+    assert_eq!((0..20).filter(|_| limiter.allow_request(&1)).count(), 9);
+    assert!(slow.cancel());
+    assert_eq!(
+        limiter.reserve(&0, Duration::ZERO).unwrap_err(),
+        ReserveError::TooLong { wait: second }
+    );
+}

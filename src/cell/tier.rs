@@ -133,7 +133,7 @@ pub struct Tiered<A> {
     max_horizon: AtomicU64,
 }
 
-impl<A: Transitions + Clone> Tiered<A>
+impl<A: Transitions + Clone + PartialEq> Tiered<A>
 where
     A::Word: Packed,
 {
@@ -236,6 +236,11 @@ where
             return Relocation::Moved(TierCell::with(state, new));
         }
         let from = cell.written_under::<A>(old);
+        if from == to {
+            // This client's own quota did not change (another tier's did):
+            // its state stays exactly as it is, bookings included.
+            return Relocation::Moved(TierCell::with(state, new));
+        }
         let word = from.convert(word, now(), to);
         Relocation::Moved(TierCell::with(StateCell::holding(word), new))
     }
@@ -350,7 +355,7 @@ impl<W: Packed> Mortal for TierCell<W> {
     }
 }
 
-impl<A: Transitions + FromParams + Clone> FromParams for Tiered<A>
+impl<A: Transitions + FromParams + Clone + PartialEq> FromParams for Tiered<A>
 where
     A::Word: Packed,
 {
@@ -376,7 +381,7 @@ fn admit_within<A: Transitions>(quota: &A, word: A::Word, now: u64, cost: u64) -
     (cost <= quota.capacity()).then(|| quota.admit(word, now, cost))?
 }
 
-impl<A: Transitions + FromParams + Clone> Tiered<A>
+impl<A: Transitions + FromParams + Clone + PartialEq> Tiered<A>
 where
     A::Word: Packed,
 {
@@ -399,7 +404,7 @@ where
     }
 }
 
-impl<A: Transitions + FromParams + Clone> Algorithm for Tiered<A>
+impl<A: Transitions + FromParams + Clone + PartialEq> Algorithm for Tiered<A>
 where
     A::Word: Packed,
 {
@@ -513,8 +518,34 @@ where
         self.max_horizon.load(Ordering::Relaxed)
     }
 
-    fn reserve(&self, _: &Self::Cell, _: u64, _: u64, _: u64) -> Option<Booking> {
-        Some(Booking::Unsupported)
+    fn can_reserve(&self) -> bool {
+        self.quota_of(0).reserves()
+    }
+
+    /// A booking under the quota the client's state was written under,
+    /// which is fixed for the cell's life once it is alive: read once,
+    /// after a load that shows the cell alive (which the quota word's
+    /// publication precedes). A change carrying the cell over freezes it,
+    /// and the booking's exchange then fails: the limiter looks again.
+    fn reserve(&self, cell: &Self::Cell, now: u64, cost: u64, max_wait: u64) -> Option<Booking> {
+        if cell.state.load().life_word() >= UNBORN {
+            return None;
+        }
+        let quota = cell.quota::<A>()?;
+        if cost > quota.capacity() {
+            // Above the client's own tier's capacity: it never conforms.
+            return Some(Booking::TooLong(NEVER));
+        }
+        super::book(quota, &cell.state, now, cost, max_wait)
+    }
+
+    fn unreserve(
+        &self,
+        cell: &Self::Cell,
+        now: u64,
+        ticket: &crate::algorithm::Ticket,
+    ) -> Option<bool> {
+        super::cancel(&cell.state, now, ticket)
     }
 }
 
@@ -536,7 +567,7 @@ fn describe_within<A: Transitions>(
 }
 
 #[cfg(feature = "loom")]
-impl<A: Transitions + FromParams + Clone> Tiered<A>
+impl<A: Transitions + FromParams + Clone + PartialEq> Tiered<A>
 where
     A::Word: Packed,
 {
