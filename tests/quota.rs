@@ -705,3 +705,62 @@ fn bookings_wait_by_the_clients_own_quota() {
         ReserveError::TooLong { wait: second }
     );
 }
+
+/// Quota changes racing a flood of new clients under a hard cap with
+/// sampled eviction: the cap holds, every entry left is live and counted,
+/// and the last quota is the one every client is held to.
+#[test]
+fn changes_racing_a_capped_flood_keep_the_cap() {
+    use tollgate::Overflow;
+    const CAP: u64 = 500;
+    let limiter = Arc::new(
+        bucket(3, 3)
+            .max_clients(CAP)
+            .overflow(Overflow::EvictSampled { sample: 4 })
+            .reconfigurable()
+            .build()
+            .unwrap(),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let checked = Arc::new(AtomicU64::new(0));
+    let flood: Vec<_> = (0..3u64)
+        .map(|t| {
+            let (limiter, stop, checked) = (
+                Arc::clone(&limiter),
+                Arc::clone(&stop),
+                Arc::clone(&checked),
+            );
+            thread::spawn(move || {
+                let mut key = t << 40;
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = limiter.check(&key);
+                    checked.fetch_add(1, Ordering::Relaxed);
+                    key += 1;
+                }
+            })
+        })
+        .collect();
+    for change in 0..30u64 {
+        // Each change lands among a few thousand new clients.
+        while checked.load(Ordering::Relaxed) < (change + 1) * 3_000 {
+            thread::yield_now();
+        }
+        limiter
+            .set_quota(0, bucket(3 + change % 5, 3 + change % 5))
+            .unwrap();
+        assert!(
+            limiter.len() as u64 <= CAP,
+            "over the cap: {}",
+            limiter.len()
+        );
+    }
+    limiter.set_quota(0, bucket(7, 7)).unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for f in flood {
+        f.join().unwrap();
+    }
+    assert!(limiter.len() as u64 <= CAP);
+    assert_eq!(limiter.stats().clients as u64, limiter.len() as u64);
+    assert_eq!(limiter.check(&u64::MAX).limit(), 7);
+    assert_eq!(limiter.check(&(1 << 40)).limit(), 7);
+}
