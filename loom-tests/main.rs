@@ -95,6 +95,7 @@ mod log;
 mod quota;
 mod relocation;
 mod reserve;
+mod reserve_log;
 mod reserve_pair;
 mod reserve_window;
 mod reset;

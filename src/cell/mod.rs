@@ -713,7 +713,7 @@ pub trait Algorithm: sealed::Sealed + FromParams + Send + Sync + 'static {
 
 /// What [`Algorithm::reserve`] made of a booking.
 #[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Booking {
     /// Charged; the request conforms from the ticket's `ready_at`, this
     /// many ns after the reading it was booked at.
@@ -874,6 +874,7 @@ where
                 to: to.widen(),
                 ready_at,
                 cost,
+                claims: None,
             };
             Some(Booking::Granted(ticket, ready_at - now))
         }
