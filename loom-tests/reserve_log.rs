@@ -63,8 +63,9 @@ fn assert_within(name: &str, limit: u64, executed: &[(u64, u64)]) {
     }
 }
 
-/// The race's end: one more unit booking at `now`, which must fit and be
-/// ready exactly when the `limit`-th latest executed unit leaves the window.
+/// The race's end: one more unit booking at `now` (no earlier than any
+/// reading before it), which must fit and be ready exactly when the
+/// `limit`-th latest executed unit leaves the window, or at `now`.
 fn finish(
     name: &str,
     log: &SlidingWindowLog,
@@ -124,24 +125,31 @@ fn reserve_racing_check(
     })
 }
 
-/// Model 15, cancellation racing a booking: on a log of 1 whose slot holds
-/// an admission at 5 (free at 15), thread A books one unit at 10 (ready at
-/// 15) and cancels it at once, still at 10, while the main thread books one
-/// unit at 10. Then a check at 25 (when a booking ready at 15 leaves the
-/// window) and the final booking. Returns the interleavings, and the fewest
-/// and most of A's cancellations that gave back.
-fn cancel_racing_reserve(name: &str, blind: bool) -> (usize, u64, u64) {
+/// Model 15, cancellation racing bookings: on a log of `limit` whose
+/// slots all hold an admission at 5 (free at 15), thread A books
+/// `a_cost` units at 10 (ready at 15) and cancels at once, still at 10,
+/// while `others` spawned threads and the main thread each book one unit
+/// at 10. Then a unit check at 25 (when a booking ready at 15 leaves the
+/// window) and the final booking, also at 25. Returns the interleavings, and the
+/// fewest and most of A's cancellations that gave back.
+fn cancel_racing_reserve(
+    name: &str,
+    blind: bool,
+    limit: u64,
+    a_cost: u64,
+    others: usize,
+) -> (usize, u64, u64) {
     const NOW: u64 = 10;
     let label = name.to_owned();
     check(name, move || {
-        let algorithm = log(1);
+        let algorithm = log(limit);
         let cell = Arc::new(algorithm.new_cell());
-        assert!(algorithm.admit(&cell, 5, 1));
+        assert!(algorithm.admit(&cell, 5, limit));
         let canceller = {
             let cell = Arc::clone(&cell);
             thread::spawn(move || {
-                let algorithm = log(1);
-                let ticket = book(&algorithm, &cell, NOW, 1);
+                let algorithm = log(limit);
+                let ticket = book(&algorithm, &cell, NOW, a_cost);
                 let gave = if blind {
                     unbook_log_blindly(&cell, &ticket);
                     true
@@ -151,16 +159,25 @@ fn cancel_racing_reserve(name: &str, blind: bool) -> (usize, u64, u64) {
                 (ticket.ready_at(), gave)
             })
         };
+        let threads: Vec<_> = (0..others)
+            .map(|_| {
+                let cell = Arc::clone(&cell);
+                thread::spawn(move || book(&log(limit), &cell, NOW, 1).ready_at())
+            })
+            .collect();
         let mine = book(&algorithm, &cell, NOW, 1);
+        let mut executed = vec![(5, limit), (mine.ready_at(), 1)];
+        executed.extend(threads.into_iter().map(|t| (t.join().unwrap(), 1)));
         let (theirs, gave) = canceller.join().unwrap();
-        let mut executed = vec![(5, 1), (mine.ready_at(), 1)];
         if !gave {
-            executed.push((theirs, 1));
+            executed.push((theirs, a_cost));
         }
+        // Later readings from here on: at 25, a check, then the final
+        // booking.
         if algorithm.admit(&cell, 15 + W, 1) {
             executed.push((15 + W, 1));
         }
-        finish(&label, &algorithm, &cell, NOW, executed);
+        finish(&label, &algorithm, &cell, 15 + W, executed);
         u64::from(gave)
     })
 }
@@ -212,12 +229,30 @@ fn a_log_booking_by_load_and_store_is_caught() {
 fn log_cancel_racing_a_reserve() {
     // Given back when A's slot still holds its booking, nothing once the
     // other booking claimed it from A's.
-    let (_, min, max) = cancel_racing_reserve("reserve_log/cancel_vs_reserve", false);
+    let (_, min, max) = cancel_racing_reserve("reserve_log/cancel_vs_reserve/lim1", false, 1, 1, 0);
     assert_eq!((min, max), (0, 1), "both outcomes reached");
+}
+
+#[test]
+fn log_cancel_racing_two_reserves() {
+    let (_, min, max) =
+        cancel_racing_reserve("reserve_log/cancel_vs_reserve/2/lim1", false, 1, 1, 1);
+    assert_eq!((min, max), (0, 1), "both outcomes reached");
+}
+
+#[test]
+fn log_cost_2_cancel_racing_a_reserve_limit_2() {
+    // A's two slots: both given back (A's booking came after the other
+    // one, or was cancelled before it), or one, when the other booking
+    // claimed one of them from A's (the partial give-back): one unit
+    // booking can never take both, so A always gives back something.
+    let (_, min, max) =
+        cancel_racing_reserve("reserve_log/cancel_vs_reserve/cost2/lim2", false, 2, 2, 0);
+    assert_eq!((min, max), (1, 1), "something given back");
 }
 
 #[test]
 #[should_panic(expected = "over-admitted")]
 fn a_log_cancel_that_restores_blindly_is_caught() {
-    let _ = cancel_racing_reserve("reserve_log/cancel_vs_reserve/blind", true);
+    let _ = cancel_racing_reserve("reserve_log/cancel_vs_reserve/blind", true, 1, 1, 0);
 }

@@ -838,6 +838,41 @@ mod tests {
     }
 
     #[test]
+    fn a_booking_claims_the_first_slots_to_free_up_and_a_cancel_restores_them() {
+        let l = log(3, 100);
+        let cell = l.new_cell();
+        assert!(Algorithm::admit(&l, &cell, 0, 1));
+        assert!(Algorithm::admit(&l, &cell, 20, 2));
+        // Expiries 100, 120, 120: two units are ready at 120, claimed at 220.
+        let Some(Booking::Granted(ticket, wait)) = l.reserve(&cell, 50, 2, u64::MAX) else {
+            panic!("booked");
+        };
+        assert_eq!((ticket.ready_at(), wait), (120, 70));
+        let mut after = cell.expiries();
+        after.sort_unstable();
+        assert_eq!(after, [120, 220, 220]);
+        assert_eq!(
+            l.reserve(&cell, 50, 1, 69),
+            Some(Booking::TooLong(70)),
+            "nothing charged over the limit on the wait"
+        );
+        assert_eq!(
+            l.unreserve(&cell, 120, &ticket),
+            Some(false),
+            "its time came"
+        );
+        assert_eq!(l.unreserve(&cell, 60, &ticket), Some(true));
+        let mut back = cell.expiries();
+        back.sort_unstable();
+        assert_eq!(back, [100, 120, 120], "as if it had never been made");
+        assert_eq!(l.unreserve(&cell, 60, &ticket), Some(false), "once only");
+        // A retired log books and cancels nothing.
+        assert!(l.force_evict(&cell));
+        assert_eq!(l.reserve(&cell, 50, 1, u64::MAX), None);
+        assert_eq!(l.unreserve(&cell, 60, &ticket), None);
+    }
+
+    #[test]
     fn a_check_aborts_a_pending_eviction() {
         let l = log(1, 100);
         let cell = l.new_cell();
