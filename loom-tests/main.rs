@@ -25,6 +25,7 @@
 //! | 12. two limits at once | `both.rs` | 2 and 3 threads make one unit check each on a client held to two token buckets (capacities 2 and 1, 1 and 2, 3 and 2), frozen clock, through the pair cell's one 128-bit compare-and-swap: exactly the smaller capacity admitted, and each limit's word charged exactly the admissions (a denial charges neither); broken twins on two words: check then charge (over-admits), charge one by one (a denial charges the first); model 8's rebuild race over a pair client |
 //! | 13. a quota change racing a check | `quota.rs` | a tiered client's check (known, or new and being born) races a quota change (publish the new table, then carry the cell over as a rebuild relocates it, converting its word), frozen clock: the check is admitted and the kept cell holds exactly the debt the new quota gives its one admission, whichever came first; broken twin: a check that reads the quota table before looking the client up |
 //! | 14. a pair's booking | `reserve_pair.rs` | one or two bookings on a client held to a token bucket and a fixed window race a check, and a booking cancelled by the tail rule on the pair's state races another booking, through the pair cell's one 128-bit exchange: what is executed fits both exact models, and a booking after the race is ready at the first instant both admit it; broken twins: a booking timed on one look and charged limit by limit, each by its own compare-and-swap; a cancel that subtracts the charge from the pair, tail or not |
+//! | 15. bookings on the sliding window log | `reserve_log.rs` | unit bookings (and a booking of 2, which gives back and is timed again when a check takes one of its slots first) race a check on an empty log of 1 or 2, and a booking cancelled at once (1 slot of 1, or 2 of 2) races one or two unit bookings on a full log, then a check at a later reading, all through the log cell's own slot claims and restores: what is executed has at most `limit` units in any window, and a booking after the race is ready exactly when the `limit`-th latest executed unit leaves the window; broken twins: a booking whose claims are a load and a store (`__loom::racy_log_cell`), a cancel that restores its slots whatever they hold (`__loom::unbook_log_blindly`) |
 //! | proof that they bite | `broken.rs`, `eviction.rs` | every model of 1 to 4 over the deliberately broken cell (`StateCell::new_racy`, or `__loom::racy_log_cell` for the log: load + store instead of compare-and-swap), model 4 over a map that replaces on insert, and model 5 with an evictor that skips the tombstone: each must panic with an over-admission |
 //!
 //! Every model runs the crate's own code: the one compare-and-swap loop
@@ -95,6 +96,7 @@ mod log;
 mod quota;
 mod relocation;
 mod reserve;
+mod reserve_log;
 mod reserve_pair;
 mod reserve_window;
 mod reset;

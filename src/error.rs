@@ -240,12 +240,14 @@ pub enum ReserveError {
         retry_after: Duration,
     },
     /// The algorithm cannot book requests ahead: only the
-    /// [`TokenBucket`](crate::TokenBucket) and the
-    /// [`FixedWindow`](crate::FixedWindow) can (the fixed window unless its
-    /// limit lies in the top half of its range), and a pair of limits
-    /// ([`Both`](crate::Both)) iff both of its limits can. The sliding
-    /// windows' state has no room for a charge that counts in a later
-    /// window: see "Waiting for capacity" in the README.
+    /// [`TokenBucket`](crate::TokenBucket), the
+    /// [`FixedWindow`](crate::FixedWindow) (unless its limit lies in the
+    /// top half of its range) and the
+    /// [`SlidingWindowLog`](crate::SlidingWindowLog) can, and a pair of
+    /// limits ([`Both`](crate::Both)) iff both of its limits can. The
+    /// [`SlidingWindowCounter`](crate::SlidingWindowCounter)'s state has no
+    /// room for a charge that counts in a later window: see "Waiting for
+    /// capacity" in the README.
     Unsupported,
 }
 
@@ -273,7 +275,7 @@ impl fmt::Display for ReserveError {
                 "the limiter is full and denies new clients; room is likely after {retry_after:?}"
             ),
             Self::Unsupported => {
-                f.write_str("this limiter cannot book requests ahead; only the token bucket, the fixed window and pairs of them can")
+                f.write_str("this limiter cannot book requests ahead; only the token bucket, the fixed window, the sliding window log and pairs of buckets and fixed windows can")
             }
         }
     }

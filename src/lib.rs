@@ -32,8 +32,9 @@
 //! [`ConfigError`] naming the field, and yields a [`Limiter`]. Besides
 //! `allow_request`, a limiter offers [`Limiter::check`] and
 //! [`Limiter::check_n`] (a [`Decision`] with the remaining quota and the
-//! retry-after duration) and [`Limiter::peek`]. A token bucket or a fixed
-//! window (or a pair of them) also books requests ahead: [`Limiter::reserve`] charges now and
+//! retry-after duration) and [`Limiter::peek`]. A token bucket, a fixed
+//! window (or a pair of them) or a sliding window log also books requests
+//! ahead: [`Limiter::reserve`] charges now and
 //! says how long to wait (a [`Reservation`], given back if cancelled before
 //! its time), and with the `tokio` feature `Limiter::until_ready` sleeps
 //! until then.

@@ -447,6 +447,12 @@ where
     /// which both limits conform, charged to both as a check at that
     /// instant would be, in one exchange; cancelling gives it back to both.
     /// A tiered limiter of any of these books by each client's own quota.
+    /// The [`SlidingWindowLog`](crate::SlidingWindowLog) books a request of
+    /// cost `n` for the instant at which `n` of its slots are free (the
+    /// `n`-th earliest expiry), and claims those slots at once with the
+    /// expiry of an admission at that instant, so requests are served in
+    /// the order they booked; cancelling gives back each of those slots
+    /// that no later booking has claimed from it.
     ///
     /// # Errors
     ///
@@ -459,9 +465,9 @@ where
     ///   a request could never conform;
     /// - [`ReserveError::Full`] for a new client that a full limiter denies
     ///   ([`Overflow::DenyNew`]);
-    /// - [`ReserveError::Unsupported`] for the sliding windows (and a pair
-    ///   holding one), and for a fixed window (or a pair holding one) whose
-    ///   limit lies in the top half of its range.
+    /// - [`ReserveError::Unsupported`] for the sliding window counter (and
+    ///   a pair holding one), and for a fixed window (or a pair holding
+    ///   one) whose limit lies in the top half of its range.
     ///
     /// # Examples
     ///

@@ -142,6 +142,13 @@ pub fn racy_log_cell(log: &SlidingWindowLog) -> LogCell {
     log.new_racy_cell()
 }
 
+/// The broken cancellation the log's booking model must catch: put back
+/// every slot `ticket`'s booking claimed, whatever each holds now, instead
+/// of only those that still hold the booking's own expiry.
+pub fn unbook_log_blindly(cell: &LogCell, ticket: &Ticket) {
+    cell.unbook_blindly(ticket);
+}
+
 /// One step of a sweep, as the limiter runs it for each entry it visits:
 /// retire `key`'s cell if it is idle at `now`, then remove the entry only
 /// if the cell it holds is dead. True iff this call retired the cell.

@@ -27,8 +27,10 @@ use crate::limiter::Limiter;
 ///   [`commit`](Reservation::commit);
 /// - **give up**: call [`cancel`](Reservation::cancel), or drop it. Before
 ///   its time, that gives the charge back if nothing was charged to the
-///   client since (see [`cancel`](Reservation::cancel)); once its time has
-///   come, the charge stands.
+///   client since (on a [`SlidingWindowLog`](crate::SlidingWindowLog): the
+///   slots no later booking has claimed from it; see
+///   [`cancel`](Reservation::cancel)); once its time has come, the charge
+///   stands.
 ///
 /// Call `commit` whenever you act on a reservation: dropping one cancels it
 /// if the limiter's clock has not yet reached `ready_at`, and a
@@ -165,6 +167,13 @@ where
     /// since been forgotten (only possible under
     /// [`Overflow::EvictSampled`](crate::Overflow::EvictSampled) at a full
     /// cap: a client with a booking pending is never idle).
+    ///
+    /// A [`SlidingWindowLog`](crate::SlidingWindowLog) gives back by its
+    /// slots instead: each slot the booking claimed that no later booking
+    /// has claimed from it gets back the expiry it held before, and `cancel`
+    /// returns true iff any did. Every request holds slots of its own, so
+    /// this takes nothing from the requests made after it; they keep their
+    /// times.
     ///
     /// # Examples
     ///

@@ -68,7 +68,7 @@ where
     /// `Duration::MAX` if the request would conform only after the end of
     /// the clock's range; [`ReserveError::Full`] for a new client that a
     /// full limiter denies; [`ReserveError::Unsupported`] for the sliding
-    /// windows, and a pair of limits holding one.
+    /// window counter, and a pair of limits holding one.
     ///
     /// # Examples
     ///

@@ -500,14 +500,9 @@ fn waits_near_the_end_of_time_are_never_and_never_overflow() {
 }
 
 #[test]
-fn the_sliding_windows_cannot_book_ahead_and_a_full_limiter_refuses_new_clients() {
+fn the_sliding_window_counter_cannot_book_ahead_and_a_full_limiter_refuses_new_clients() {
     let w = Duration::from_secs(1);
     let sliding = SlidingWindowCounter::builder()
-        .limit(2)
-        .window(w)
-        .build()
-        .unwrap();
-    let log = SlidingWindowLog::builder()
         .limit(2)
         .window(w)
         .build()
@@ -516,8 +511,7 @@ fn the_sliding_windows_cannot_book_ahead_and_a_full_limiter_refuses_new_clients(
         sliding.reserve("a", w).unwrap_err(),
         ReserveError::Unsupported
     );
-    assert_eq!(log.reserve("a", w).unwrap_err(), ReserveError::Unsupported);
-    assert!(sliding.is_empty() && log.is_empty());
+    assert!(sliding.is_empty());
 
     let full = TokenBucket::builder()
         .rate(1, w)
@@ -1050,4 +1044,292 @@ fn reservations_are_send_and_sync() {
     send_sync::<tollgate::Reservation<'static, TokenBucket>>();
     send_sync::<tollgate::Reservation<'static, FixedWindow, u64, ManualClock>>();
     send_sync::<ReserveError>();
+}
+
+/// The sliding window log's bookings, as a sequential model over the log's
+/// slots: each slot holds the expiry of the admission it records (0 never
+/// used). A booking of cost `n` at `now` is ready at the `n`-th smallest
+/// expiry (or `now`, if `n` slots are free), and claims the `n` slots with
+/// the smallest expiries (ties by index) with the expiry of an admission at
+/// its ready time. A check claims free slots from just past the last slot
+/// a check claimed, as the log does. Cancelling a booking before its time
+/// puts back, in each slot it claimed that still holds its expiry, the
+/// expiry the slot held before; it gave back iff any slot did. Other
+/// bookings and checks made since keep their slots and their times.
+#[derive(Debug)]
+struct LogBookings {
+    window: u64,
+    slots: Vec<u64>,
+    /// Where a check's search starts.
+    next: usize,
+    /// Booking id → (ready at, the slots it claimed with their old expiries).
+    booked: std::collections::HashMap<usize, (u64, Vec<(usize, u64)>)>,
+}
+
+impl LogBookings {
+    fn new(limit: u64, window: u64) -> Self {
+        Self {
+            window,
+            slots: vec![0; limit as usize],
+            next: 0,
+            booked: Default::default(),
+        }
+    }
+
+    /// The `cost` slots that free up first, and when the last of them does.
+    fn first_free(&self, now: u64, cost: u64) -> (Vec<usize>, u64) {
+        let mut order: Vec<usize> = (0..self.slots.len()).collect();
+        order.sort_by_key(|&i| (self.slots[i], i));
+        order.truncate(cost as usize);
+        let ready = self.slots[*order.last().unwrap()].max(now);
+        (order, ready)
+    }
+}
+
+impl BookingModel for LogBookings {
+    fn reserve(&mut self, id: usize, now: u64, cost: u64, max_wait: u64) -> Result<u64, u64> {
+        let (order, ready) = self.first_free(now, cost);
+        if ready - now > max_wait {
+            return Err(ready - now);
+        }
+        let claims = order.iter().map(|&i| (i, self.slots[i])).collect();
+        for &i in &order {
+            self.slots[i] = ready + self.window;
+        }
+        self.booked.insert(id, (ready, claims));
+        Ok(ready)
+    }
+
+    fn check(&mut self, now: u64, cost: u64) -> bool {
+        let n = self.slots.len();
+        if self.slots.iter().filter(|&&e| e <= now).count() < cost as usize {
+            return false;
+        }
+        let start = self.next % n;
+        let free: Vec<usize> = (start..n)
+            .chain(0..start)
+            .filter(|&i| self.slots[i] <= now)
+            .take(cost as usize)
+            .collect();
+        for i in free {
+            self.slots[i] = now + self.window;
+            self.next = i + 1;
+        }
+        true
+    }
+
+    fn cancel(&mut self, id: usize, now: u64) -> bool {
+        let (ready, claims) = self.booked.remove(&id).expect("a booking made");
+        if now >= ready {
+            return false;
+        }
+        let mut gave = false;
+        for (i, old) in claims {
+            if self.slots[i] == ready + self.window {
+                self.slots[i] = old;
+                gave = true;
+            }
+        }
+        gave
+    }
+
+    fn wait(&self, now: u64) -> u64 {
+        self.first_free(now, 1).1 - now
+    }
+}
+
+fn log_scenario() -> impl Strategy<Value = (u64, u64, Vec<(u64, Op)>)> {
+    (1..=5u64, prop_oneof![Just(100u64), Just(1_000), 10..500u64]).prop_flat_map(
+        |(limit, window)| {
+            let gap = prop_oneof![3 => Just(0u64), 3 => 0..window / 2 + 1, 1 => 0..3 * window];
+            let interval = (window / limit).max(1);
+            (
+                Just(limit),
+                Just(window),
+                prop::collection::vec((gap, op(limit, interval)), 1..60),
+            )
+        },
+    )
+}
+
+/// What was executed fits the log's definition: at most `limit` units in
+/// any window `(t − W, t]`.
+fn assert_within_the_log(limit: u64, window: u64, mut executed: Vec<(u64, u64)>) {
+    executed.sort_by_key(|e| e.0);
+    let mut exact = common::LogModel::new(limit, window);
+    for &(at, cost) in &executed {
+        assert!(
+            common::Model::admit(&mut exact, at, cost),
+            "{cost} at {at} ns: more than {limit} in a window of {window} ns: {executed:?}"
+        );
+    }
+}
+
+fn log_limiter(
+    limit: u64,
+    window: u64,
+    clock: &ManualClock,
+) -> tollgate::Limiter<SlidingWindowLog, u64, ManualClock> {
+    SlidingWindowLog::builder()
+        .limit(limit)
+        .window(Duration::from_nanos(window))
+        .key_type::<u64>()
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    /// The sliding window log against its sequential model of the slots;
+    /// then what it let through (checks at their readings, bookings not
+    /// given back at their ready times) never exceeds the log's definition.
+    #[test]
+    fn log_reservations_match_the_exact_model((limit, window, ops) in log_scenario()) {
+        let clock = ManualClock::new();
+        let limiter = log_limiter(limit, window, &clock);
+        let standing = drive(&limiter, &clock, &mut LogBookings::new(limit, window), ops)?;
+        assert_within_the_log(limit, window, standing);
+    }
+}
+
+/// A log's booking waits for the slots that free up first, and is served
+/// before anything asked after it; cancelling it gives back only the slots
+/// that still hold it.
+#[test]
+fn a_log_books_the_first_slots_to_free_up() {
+    let clock = ManualClock::new();
+    let limiter = log_limiter(2, 100, &clock);
+    assert!(limiter.allow_request(&0));
+    clock.set(Duration::from_nanos(30));
+    assert!(limiter.allow_request(&0));
+    // Slots expire at 100 and 130: one unit at 100, two at 130.
+    let one = limiter.reserve(&0, Duration::MAX).unwrap();
+    assert_eq!(one.ready_at(), Duration::from_nanos(100));
+    assert_eq!(one.wait(), Duration::from_nanos(70));
+    let two = limiter.reserve_n(&0, 2, Duration::MAX).unwrap();
+    // The first booking holds its slot until 200, the other frees at 130.
+    assert_eq!(two.ready_at(), Duration::from_nanos(200));
+    assert!(matches!(
+        limiter.reserve(&0, Duration::from_nanos(100)),
+        Err(ReserveError::TooLong { wait }) if wait == Duration::from_nanos(270)
+    ));
+    // The first booking's slot was claimed by the second: nothing of it
+    // can go back. The second's two slots can.
+    assert!(!one.cancel());
+    assert!(two.cancel());
+    // Back: the first booking's slot (to 200) and the check's (to 130).
+    assert_eq!(limiter.peek(&0).retry_after(), Duration::from_nanos(100));
+    clock.set(Duration::from_nanos(130));
+    assert!(limiter.allow_request(&0));
+    assert!(!limiter.allow_request(&0));
+}
+
+/// A log whose booking is still pending is never idle, so never swept.
+#[test]
+fn a_log_client_with_a_booking_pending_is_never_swept() {
+    let clock = ManualClock::new();
+    let limiter = log_limiter(1, 100, &clock);
+    assert!(limiter.allow_request(&0));
+    let r = limiter.reserve(&0, Duration::MAX).unwrap();
+    assert_eq!(r.ready_at(), Duration::from_nanos(100));
+    clock.set(Duration::from_nanos(150));
+    assert_eq!(limiter.sweep(), 0, "the booking holds its slot until 200");
+    r.commit();
+    clock.set(Duration::from_nanos(200));
+    assert_eq!(limiter.sweep(), 1);
+}
+
+/// Eight threads book on one log client at a frozen instant: unit
+/// bookings, each timed on the latest slots and claimed by an exchange
+/// from the very expiry it was timed on, so the ready times, sorted, are
+/// exactly the schedule of that many unit bookings one after another
+/// (`limit` per window), whatever the order the threads won.
+#[test]
+fn eight_threads_booking_on_a_log_at_a_frozen_instant_count_exactly() {
+    const THREADS: u64 = 8;
+    const PER_THREAD: u64 = 50;
+    let (limit, window) = (5, 1_000);
+    let clock = ManualClock::new();
+    clock.set(Duration::from_nanos(SEC));
+    let limiter = Arc::new(log_limiter(limit, window, &clock));
+    let barrier = Arc::new(Barrier::new(THREADS as usize));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (limiter, barrier) = (Arc::clone(&limiter), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                let mut got = Vec::new();
+                for _ in 0..PER_THREAD {
+                    let r = limiter.reserve(&0, Duration::MAX).unwrap();
+                    got.push(r.ready_at().as_nanos() as u64 - SEC);
+                    r.commit();
+                }
+                got
+            })
+        })
+        .collect();
+    let mut all: Vec<u64> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    all.sort_unstable();
+    let want: Vec<u64> = (0..THREADS * PER_THREAD)
+        .map(|k| k / limit * window)
+        .collect();
+    assert_eq!(all, want);
+    let booked = THREADS * PER_THREAD;
+    assert_eq!(
+        limiter.peek(&0).retry_after(),
+        Duration::from_nanos(booked / limit * window)
+    );
+}
+
+/// Eight threads book several units at once on one log client while
+/// others check and cancel: what is executed never exceeds the log's
+/// definition, whatever the interleaving.
+#[test]
+fn eight_threads_booking_checking_and_cancelling_on_a_log_never_over_admit() {
+    const THREADS: u64 = 8;
+    const PER_THREAD: u64 = 100;
+    let (limit, window) = (4, 1_000);
+    let clock = ManualClock::new();
+    let limiter = Arc::new(log_limiter(limit, window, &clock));
+    let barrier = Arc::new(Barrier::new(THREADS as usize));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (limiter, barrier) = (Arc::clone(&limiter), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                let mut executed = Vec::new();
+                for i in 0..PER_THREAD {
+                    let cost = 1 + (t + i) % 3;
+                    if t % 4 == 0 {
+                        if limiter.check_n(&0, cost).unwrap().is_allowed() {
+                            executed.push((0, cost));
+                        }
+                        continue;
+                    }
+                    let r = limiter.reserve_n(&0, cost, Duration::MAX).unwrap();
+                    let at = r.ready_at().as_nanos() as u64;
+                    if (t + i) % 3 == 0 && r.wait() > Duration::ZERO {
+                        if !r.cancel() {
+                            // Not given back: it still executes.
+                            executed.push((at, cost));
+                        }
+                    } else {
+                        r.commit();
+                        executed.push((at, cost));
+                    }
+                }
+                executed
+            })
+        })
+        .collect();
+    let executed: Vec<(u64, u64)> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    assert_within_the_log(limit, window, executed);
 }

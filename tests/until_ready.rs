@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tollgate::{Clock, ReserveError, SlidingWindowLog, TokenBucket};
+use tollgate::{Clock, ReserveError, SlidingWindowCounter, TokenBucket};
 
 /// tokio's (paused) clock as the limiter's.
 #[derive(Debug, Clone, Copy)]
@@ -122,12 +122,15 @@ async fn errors_charge_nothing_and_never_sleep() {
         limiter.until_ready_n("a", 3).await,
         Err(ReserveError::Cost(_))
     ));
-    let log = SlidingWindowLog::builder()
+    let counter = SlidingWindowCounter::builder()
         .limit(1)
         .window(SEC)
         .build()
         .unwrap();
-    assert_eq!(log.until_ready("a").await, Err(ReserveError::Unsupported));
+    assert_eq!(
+        counter.until_ready("a").await,
+        Err(ReserveError::Unsupported)
+    );
     assert_eq!(start.elapsed(), Duration::ZERO);
     assert!(limiter.is_empty());
 }

@@ -103,8 +103,8 @@ pub(crate) const fn join(first: u64, second: u64) -> u128 {
 /// ([`Limiter::reserve_n`](crate::Limiter::reserve_n)): ready at the first
 /// instant at which both limits conform, charged to both as a check at
 /// that instant would be, in the same one exchange, and given back to both
-/// if cancelled while it is still the last thing charged. A pair holding a
-/// sliding window cannot book
+/// if cancelled while it is still the last thing charged. A pair holding
+/// the sliding window counter cannot book
 /// ([`ReserveError::Unsupported`](crate::ReserveError::Unsupported)).
 ///
 /// # Examples

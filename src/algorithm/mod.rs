@@ -328,10 +328,15 @@ pub enum Reserve<W = u64> {
 /// word, zero-extended). Only the cancellation compares them, once, beside
 /// a compare-and-swap; the check path never sees a ticket.
 ///
+/// A booking on the sliding window log charges slots, not a word: it keeps
+/// the slots it claimed and what each held before in `claims` (the word
+/// fields are then 0). Every other algorithm leaves `claims` empty, so its
+/// ticket allocates nothing.
+///
 /// Public (but unreachable outside `--features loom`) as the hidden
 /// currency of [`Algorithm`](crate::Algorithm)'s reservation methods.
 #[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ticket {
     /// The state before the booking: as if it never happened.
     pub(crate) from: u128,
@@ -341,6 +346,9 @@ pub struct Ticket {
     pub(crate) ready_at: u64,
     /// The units booked.
     pub(crate) cost: u64,
+    /// The log's booking only: each slot it claimed, with the expiry that
+    /// slot held before (see `crate::cell`'s log module).
+    pub(crate) claims: Option<Box<[(usize, u64)]>>,
 }
 
 impl Ticket {

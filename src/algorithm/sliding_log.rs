@@ -58,6 +58,30 @@ use crate::error::ConfigError;
 /// assert!(limiter.allow_request("alice"));
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```
+///
+/// A request that may wait books the first slot to free up
+/// ([`Limiter::reserve`](crate::Limiter::reserve)), and is served before
+/// anything asked after it:
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{ManualClock, SlidingWindowLog};
+///
+/// let clock = ManualClock::new();
+/// let limiter = SlidingWindowLog::builder()
+///     .limit(1)
+///     .window(Duration::from_secs(10))
+///     .clock(clock.clone())
+///     .build()?;
+/// assert!(limiter.allow_request("alice"));
+/// let booked = limiter.reserve("alice", Duration::MAX).unwrap();
+/// assert_eq!(booked.wait(), Duration::from_secs(10));
+/// clock.advance(booked.wait());
+/// booked.commit();
+/// // The booking holds the slot for its own window.
+/// assert!(!limiter.allow_request("alice"));
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct SlidingWindowLog {
     window: u64,

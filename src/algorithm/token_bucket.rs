@@ -401,6 +401,7 @@ mod tests {
             to: word.into(),
             ready_at,
             cost: 1,
+            claims: None,
         };
         assert_eq!(unreserve(word, 0, &t), Some(full));
         assert_eq!(unreserve(word, ready_at - 1, &t), Some(full));

@@ -24,6 +24,48 @@
 //! where the search starts. Eviction's handshake (below) needs nothing
 //! stronger.
 //!
+//! # Bookings
+//!
+//! A booking of cost `n` at `now` ([`Algorithm::reserve`]) reads every
+//! slot, and is ready at the `n`-th smallest expiry (or at `now`, if `n`
+//! slots are free): the first instant at which a check of `n` would pass,
+//! if nothing else were admitted. It is charged at once: it claims those
+//! `n` slots (the smallest expiries, ties by index), each by an exchange
+//! from the very expiry it was timed on, writing the expiry of an
+//! admission at its ready time, `ready_at + W`. If any exchange fails, a
+//! slot changed since the booking read it: it gives back what it claimed
+//! (an exchange from its own expiry to the old one) and is timed again on
+//! a fresh read. Each claim is a read-modify-write like a check's, so the
+//! eviction handshake is the same, and a booking ends with the same load
+//! of `life` (`confirm`): void if the log was retired meanwhile.
+//!
+//! Why this never over-admits: a slot records a sequence of admissions one
+//! after another, and an admission replaces a slot's expiry `e` only if it
+//! is timed at `e` or later (a check when `e ≤ now`, a booking when
+//! `e ≤ ready_at`), so the windows `[t, t + W)` recorded in one slot never
+//! overlap, and at any instant each slot holds at most one admission in
+//! the window. The booking's unchosen slots all expire at `ready_at` or
+//! later, so no check passes before the booking's time, and every later
+//! booking is timed after it: served in booking order.
+//!
+//! **Cancelling** (before `ready_at`) puts back, in each slot the booking
+//! claimed that still holds its expiry, the expiry the slot held before;
+//! slots another booking has since claimed from it are left as they are.
+//! This needs no tail rule, unlike the word algorithms, because a log's
+//! slots are independent: a later booking or check holds slots of its
+//! own, and its time was computed on slots it claimed by exchange, so
+//! giving back a slot it did not claim changes nothing it relies on (it
+//! may only make it wait longer than it now needs to, an error toward
+//! denying). A slot that holds the booking's expiry holds the booking's
+//! claim and nothing else: every write after the claim either writes a
+//! larger expiry (a claim from it, timed at `ready_at + W` or later, adds
+//! `W` again) or gives back a value it read after the claim, so the slot
+//! never again holds exactly that value unless the claim itself was given
+//! back to it. Putting back the old expiry is then as if the booking had
+//! never claimed that slot. Putting it back blindly would not be safe: a
+//! booking that claimed the slot from this one would lose its claim, and a
+//! check would be let in beside it (model 15's twin).
+//!
 //! # Eviction: a handshake on the `life` word
 //!
 //! A log's state is many words, so no single exchange can both check that
@@ -60,8 +102,8 @@
 //! (ABA). A check never waits for an evictor: at worst it aborts one.
 
 use super::sealed;
-use super::{Algorithm, Life, Mortal, Relocation};
-use crate::algorithm::SlidingWindowLog;
+use super::{Algorithm, Booking, Life, Mortal, Relocation};
+use crate::algorithm::{clamp_now, until, SlidingWindowLog, Ticket, NEVER, NOW_MAX};
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Ordering};
 
@@ -438,6 +480,125 @@ impl LogState {
         false
     }
 
+    /// Books `cost` at `now` (see "Bookings" above): claims the `cost`
+    /// slots that free up first, each by an exchange from the very expiry
+    /// the booking was timed on, with the expiry of an admission at the
+    /// booking's ready time. `None` if the log was retired, in which case
+    /// nothing it did counts.
+    #[cold]
+    fn book(&self, log: &SlidingWindowLog, now: u64, cost: u64, max_wait: u64) -> Option<Booking> {
+        // As in `admit`: a dead log takes no claim.
+        // Acquire: as in `confirm`.
+        if self.life.load(Ordering::Acquire) == DEAD {
+            return None;
+        }
+        let reading = clamp_now(now);
+        let now = self.judged_at(now);
+        let n = cost as usize;
+        loop {
+            let expiries = self.expiries();
+            // The `cost` smallest expiries, ties by index: one total order,
+            // so the slots chosen are a function of the values read.
+            let mut order: Vec<usize> = (0..expiries.len()).collect();
+            order.sort_unstable_by_key(|&i| (expiries[i], i));
+            order.truncate(n);
+            // The cost-th slot to free up frees it for the whole booking.
+            let ready_at = expiries[order[n - 1]].max(now);
+            let wait = until(reading, ready_at);
+            if ready_at > NOW_MAX || wait > max_wait {
+                // A refusal is a decision on the slots read: it stands only
+                // if the log was not retired meanwhile, as a denial's does.
+                let wait = if ready_at > NOW_MAX { NEVER } else { wait };
+                return self.confirm(false).map(|_| Booking::TooLong(wait));
+            }
+            let stamp = log.stamp(ready_at);
+            let mut claims = Vec::with_capacity(n);
+            for &i in &order {
+                if !self.claim_from(i, expiries[i], stamp) {
+                    break;
+                }
+                claims.push((i, expiries[i]));
+            }
+            if claims.len() == n {
+                let ticket = Ticket {
+                    from: 0,
+                    to: 0,
+                    ready_at,
+                    cost,
+                    claims: Some(claims.into_boxed_slice()),
+                };
+                return self.confirm(true).map(|_| Booking::Granted(ticket, wait));
+            }
+            // A slot changed since it was read: the booking was timed on a
+            // state that is gone. Give back what it claimed, and time it
+            // again. (While it held them, a check may have been denied: an
+            // error toward denying, as in `admit_many`.)
+            self.restore(&claims, stamp);
+        }
+    }
+
+    /// Slot `index` from exactly `seen` to `stamp`: whether it was there.
+    fn claim_from(&self, index: usize, seen: u64, stamp: u64) -> bool {
+        let slot = &self.slots[index];
+        #[cfg(feature = "loom")]
+        if self.racy {
+            // The bug under test: a load and a store, so a claim made since
+            // the booking read the slot is overwritten.
+            // Acquire/Release: as in `try_claim`'s racy path.
+            if slot.load(Ordering::Acquire) != seen {
+                return false;
+            }
+            slot.store(stamp, Ordering::Release);
+            return true;
+        }
+        // AcqRel on success, Acquire on failure: as in `try_claim`; the
+        // Acquire half also pairs with an evictor's AcqRel re-read of this
+        // slot (see "Eviction" above).
+        slot.compare_exchange(seen, stamp, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Gives back `claims` made with `stamp`: each slot that still holds
+    /// `stamp` gets its old expiry back. How many did.
+    fn restore(&self, claims: &[(usize, u64)], stamp: u64) -> usize {
+        claims
+            .iter()
+            .filter(|&&(i, old)| {
+                // AcqRel/Acquire: as in `try_claim`; an exchange from our
+                // own stamp fails if anything replaced it.
+                self.slots[i]
+                    .compare_exchange(stamp, old, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            })
+            .count()
+    }
+
+    /// Cancels the booking `ticket` made on this log at `now`: before its
+    /// time, every slot it claimed that still holds its expiry gets back
+    /// the expiry it held before. Whether any did; `None` if the log was
+    /// retired.
+    #[cold]
+    fn unbook(&self, log: &SlidingWindowLog, now: u64, ticket: &Ticket) -> Option<bool> {
+        let claims = ticket.claims.as_deref().unwrap_or_default();
+        let given = self.judged_at(now) < ticket.ready_at
+            && self.restore(claims, log.stamp(ticket.ready_at)) > 0;
+        // The handshake, as for a check: a give-back on a log retired
+        // meanwhile gave nothing back that anyone will read.
+        self.confirm(given)
+    }
+
+    /// The bug the cancellation model must catch: put back every slot the
+    /// booking claimed, whatever it holds now (a booking made since may
+    /// have claimed it from this one, and loses its claim).
+    #[cfg(feature = "loom")]
+    pub(crate) fn unbook_blindly(&self, ticket: &Ticket) {
+        for &(i, old) in ticket.claims.as_deref().unwrap_or_default() {
+            // Release: as the racy store in `try_claim`; the store itself is
+            // atomic, the rule it applies is what is wrong.
+            self.slots[i].store(old, Ordering::Release);
+        }
+    }
+
     /// Every slot's expiry, each read once.
     fn expiries(&self) -> Vec<u64> {
         // Acquire: as in `try_claim`.
@@ -604,6 +765,18 @@ impl Algorithm for SlidingWindowLog {
     fn horizon(&self) -> u64 {
         self.window()
     }
+
+    fn can_reserve(&self) -> bool {
+        true
+    }
+
+    fn reserve(&self, cell: &LogCell, now: u64, cost: u64, max_wait: u64) -> Option<Booking> {
+        cell.book(self, now, cost, max_wait)
+    }
+
+    fn unreserve(&self, cell: &LogCell, now: u64, ticket: &Ticket) -> Option<bool> {
+        cell.unbook(self, now, ticket)
+    }
 }
 
 #[cfg(all(test, not(feature = "loom")))]
@@ -662,6 +835,41 @@ mod tests {
         assert_eq!(l.peek(&cell, 110, 2).remaining(), 0);
         assert!(l.peek(&cell, 110, 2).is_allowed());
         assert_eq!(l.quota(&cell, 110).remaining(), 2);
+    }
+
+    #[test]
+    fn a_booking_claims_the_first_slots_to_free_up_and_a_cancel_restores_them() {
+        let l = log(3, 100);
+        let cell = l.new_cell();
+        assert!(Algorithm::admit(&l, &cell, 0, 1));
+        assert!(Algorithm::admit(&l, &cell, 20, 2));
+        // Expiries 100, 120, 120: two units are ready at 120, claimed at 220.
+        let Some(Booking::Granted(ticket, wait)) = l.reserve(&cell, 50, 2, u64::MAX) else {
+            panic!("booked");
+        };
+        assert_eq!((ticket.ready_at(), wait), (120, 70));
+        let mut after = cell.expiries();
+        after.sort_unstable();
+        assert_eq!(after, [120, 220, 220]);
+        assert_eq!(
+            l.reserve(&cell, 50, 1, 69),
+            Some(Booking::TooLong(70)),
+            "nothing charged over the limit on the wait"
+        );
+        assert_eq!(
+            l.unreserve(&cell, 120, &ticket),
+            Some(false),
+            "its time came"
+        );
+        assert_eq!(l.unreserve(&cell, 60, &ticket), Some(true));
+        let mut back = cell.expiries();
+        back.sort_unstable();
+        assert_eq!(back, [100, 120, 120], "as if it had never been made");
+        assert_eq!(l.unreserve(&cell, 60, &ticket), Some(false), "once only");
+        // A retired log books and cancels nothing.
+        assert!(l.force_evict(&cell));
+        assert_eq!(l.reserve(&cell, 50, 1, u64::MAX), None);
+        assert_eq!(l.unreserve(&cell, 60, &ticket), None);
     }
 
     #[test]

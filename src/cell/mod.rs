@@ -703,8 +703,10 @@ pub trait Algorithm: sealed::Sealed + FromParams + Send + Sync + 'static {
 
     #[doc(hidden)]
     /// Cancels the booking `ticket` made on this client's cell, by the tail
-    /// rule (`unreserve` in the algorithm layer): true iff its charge was
-    /// given back. `None` if the cell is dead: nothing was given back.
+    /// rule (`unreserve` in the algorithm layer; the log restores the slots
+    /// that still hold its claim instead, see `log.rs`): true iff its charge
+    /// (for the log, any of it) was given back. `None` if the cell is dead:
+    /// nothing was given back.
     fn unreserve(&self, cell: &Self::Cell, now: u64, ticket: &Ticket) -> Option<bool> {
         let _ = (cell, now, ticket);
         Some(false)
@@ -713,7 +715,7 @@ pub trait Algorithm: sealed::Sealed + FromParams + Send + Sync + 'static {
 
 /// What [`Algorithm::reserve`] made of a booking.
 #[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Booking {
     /// Charged; the request conforms from the ticket's `ready_at`, this
     /// many ns after the reading it was booked at.
@@ -874,6 +876,7 @@ where
                 to: to.widen(),
                 ready_at,
                 cost,
+                claims: None,
             };
             Some(Booking::Granted(ticket, ready_at - now))
         }
