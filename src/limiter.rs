@@ -103,7 +103,11 @@ pub struct Limiter<A: Algorithm, K = String, C = MonotonicClock> {
     /// Which tier a new client belongs to (a [`Tiered`] limiter's), run
     /// once per client as its state is created.
     tier_by: Option<TierBy<K>>,
-    /// Orders quota changes one after another (never taken by a check).
+    /// Orders quota changes one after another. A lock, not a CAS: a change
+    /// publishes a table and then carries every client over to it, and the
+    /// next change must not publish before that carry has finished; changes
+    /// are rare and each walks every client anyway. Checks, sweeps and
+    /// inserts never take it.
     control: std::sync::Mutex<()>,
 }
 
