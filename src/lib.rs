@@ -139,6 +139,7 @@ mod check;
 mod clock;
 mod decision;
 mod error;
+pub mod guide;
 mod limiter;
 mod memory;
 #[cfg(feature = "redis")]

@@ -1,0 +1,84 @@
+//! Quotas per client, and quotas that change at run time.
+//!
+//! Clients can have quotas of their own: give each tier its quota, and a
+//! resolver that puts each new client in a tier. The resolver runs once,
+//! when the client's state is created; the tier is remembered with the
+//! state, and a check on a known client neither calls it again nor takes a
+//! lock.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::TokenBucket;
+//!
+//! let limiter = TokenBucket::builder()
+//!     .rate(10, Duration::from_secs(1))                             // tier 0: everyone else
+//!     .tier(1, TokenBucket::builder().rate(100, Duration::from_secs(1)))
+//!     .tier(2, TokenBucket::builder().rate(1000, Duration::from_secs(1)).capacity(2000))
+//!     .tier_by(|key: &String| match key.split_once('-') {
+//!         Some(("pro", _)) => 1,
+//!         Some(("partner", _)) => 2,
+//!         _ => 0,
+//!     })
+//!     .build()?;
+//! assert_eq!(limiter.check("pro-ann").limit(), 100);      // the client's own limit
+//! assert_eq!(limiter.check("partner-bob").limit(), 2000);
+//! assert_eq!(limiter.check("carol").limit(), 10);
+//!
+//! // Change a tier's quota while the limiter runs: every client of the
+//! // tier, known or new, is held to it from now on.
+//! limiter.set_quota(1, TokenBucket::builder().rate(200, Duration::from_secs(1)))?;
+//! assert_eq!(limiter.check("pro-ann").limit(), 200);
+//! # Ok::<(), tollgate::ConfigError>(())
+//! ```
+//!
+//! [`Builder::reconfigurable`](crate::Builder::reconfigurable) makes a
+//! limiter with one quota that can change the same way. Tiers and changes
+//! are offered for the token bucket, the fixed window, the sliding window
+//! counter, and two of them held together (a tier of
+//! `TokenBucket::builder().rate(100, second).and_rate(100_000, day)` is a
+//! plan with a burst rate and a daily allowance). The sliding window log
+//! has no tiers.
+//!
+//! # What a client keeps when its quota changes
+//!
+//! - The token bucket keeps the tokens the client is missing, at most a
+//!   whole new bucket (a full bucket stays full; a client that spent more
+//!   than the new capacity starts empty and refills at the new rate).
+//! - The fixed window keeps the count of the window that is running, at
+//!   most the new limit, in the new quota's window that is running.
+//! - The sliding window counter keeps both windows' counts with the same
+//!   window (each at most the new limit); with another window, the
+//!   client's estimate for the last window (rounded up) counts in the new
+//!   window that is running.
+//! - Two limits held together each keep their state by their own rule.
+//! - A client whose own quota did not change keeps its state exactly.
+//!
+//! # Guarantees
+//!
+//! - **Linearizable.** Each client's change is one step in its history: a
+//!   check lands wholly before it, under the old quota, or wholly after,
+//!   under the new one.
+//! - **Checks do not wait.** `set_quota` takes a lock that serialises
+//!   changes; checks never take it.
+//! - **Bookings.** A booking made before its own tier's quota changes
+//!   keeps its ready time; its charge is carried with the rest of the state
+//!   (at most one new bucket or window of it), and cancelling it
+//!   afterwards gives nothing back.
+//! - **Bad input.** A quota that does not validate is a
+//!   [`ConfigError`](crate::ConfigError) naming its field with `tier.` in
+//!   front (`tier.capacity`), from `build()` or from `set_quota`, which then
+//!   changes nothing. A resolver that panics does so on the check that
+//!   brings the client in, before anything is recorded and outside every
+//!   lock: the panic reaches that check's caller, and the limiter serves
+//!   everyone, that client included, as before. A tier with no quota of
+//!   its own is held to tier 0's. A cost above the client's own tier's
+//!   capacity is denied with `retry_after() == Duration::MAX`; above every
+//!   tier's it is a [`CostError`](crate::CostError). Racing first requests
+//!   of one new client may each call the resolver once; one state wins.
+//!
+//! # Costs
+//!
+//! A tiered client holds one more `u64` (its tier, and the address of the
+//! quota its state was written under). A check on a known client reads its
+//! quota through that word, for about one instruction more than a plain
+//! limiter's check. `set_quota` visits every client once, shard by shard.
