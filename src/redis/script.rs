@@ -39,8 +39,6 @@ const SPAN_MAX_US: u64 = 1 << 52;
 /// The helpers every script starts with: the reading, an integer parser
 /// that tells absent from junk, exact floor division, and the error reply.
 const PRELUDE: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local function int(v)
   if not v then return nil end
   local n = tonumber(v)
@@ -60,13 +58,32 @@ local function bad(what)
 end
 ";
 
+/// The reading of Redis's clock that every script judges at, in µs.
+const CLOCK: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+";
+
+/// The clock of the test wrapper: the instant is the script's last
+/// argument, so that a test can drive a script through any sequence of
+/// instants (long idle gaps, window edges) and compare it with the
+/// in-process algorithm at the same instants.
+#[cfg(test)]
+#[allow(dead_code)] // until the differential test lands
+const TEST_CLOCK: &str = r"
+local now = tonumber(ARGV[#ARGV])
+";
+
 /// GCRA on one string key holding the TAT. ARGV: interval (µs), capacity,
-/// cost. Reply: allowed, TAT (stored, or as read), now.
+/// cost. Reply: allowed, TAT (stored, or as read), now. A TAT further
+/// ahead than a full bucket's refill (written under a larger quota) is
+/// read as that refill: the bucket is empty.
 const TOKEN_BUCKET: &str = r"
 local interval, cap, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local tat = int(redis.call('GET', KEYS[1]))
 if tat == false then return bad('not a whole number of microseconds') end
 if tat == nil then tat = 0 end
+if tat > now + cap * interval then tat = now + cap * interval end
 if cost == 0 then return {1, tat, now} end
 local base = math.max(tat, now)
 if base - now <= (cap - cost) * interval then
@@ -78,15 +95,16 @@ return {0, tat, now}
 ";
 
 /// A hash of the window index `k` and its count `c`. ARGV: window (µs),
-/// limit, cost. Reply: allowed, k, c (after rollover), now.
+/// limit, cost. Reply: allowed, k, c (after rollover), now. A count above
+/// the limit (written under a larger quota) is read as the limit.
 const FIXED_WINDOW: &str = r"
 local w, limit, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local v = redis.call('HMGET', KEYS[1], 'k', 'c')
 local k, c = int(v[1]), int(v[2])
 if k == false or c == false or (k == nil) ~= (c == nil) then return bad('fields k and c must be whole numbers') end
-if c ~= nil and c > limit then return bad('a count above the limit') end
 local idx = fdiv(now, w)
 if k == nil or idx > k then k, c = idx, 0 end
+if c > limit then c = limit end
 if cost == 0 then return {1, k, c, now} end
 if c + cost <= limit then
   c = c + cost
@@ -99,7 +117,8 @@ return {0, k, c, now}
 
 /// A hash of the window index `k`, its count `c` and the previous
 /// window's `p`. ARGV: window (µs), limit, cost. Reply: allowed, k, c, p
-/// (after rollover), now.
+/// (after rollover), now. Counts above the limit (written under a larger
+/// quota) are read as the limit.
 const SLIDING_WINDOW: &str = r"
 local w, limit, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local v = redis.call('HMGET', KEYS[1], 'k', 'c', 'p')
@@ -107,7 +126,6 @@ local k, c, p = int(v[1]), int(v[2]), int(v[3])
 if k == false or c == false or p == false or (k == nil) ~= (c == nil) or (k == nil) ~= (p == nil) then
   return bad('fields k, c and p must be whole numbers')
 end
-if c ~= nil and (c > limit or p > limit) then return bad('a count above the limit') end
 local idx = fdiv(now, w)
 local e = 0
 if k == nil then k, c, p = idx, 0, 0 end
@@ -116,6 +134,8 @@ if idx >= k then
   k = idx
   e = now - idx * w
 end
+if c > limit then c = limit end
+if p > limit then p = limit end
 if cost == 0 then return {1, k, c, p, now} end
 local need = c + cost - 1
 if need < limit and need * w < limit * w - p * (w - e) then
@@ -129,13 +149,16 @@ return {0, k, c, p, now}
 
 /// A sorted set of admissions scored by their instant, trimmed to the
 /// window. ARGV: window (µs), limit, cost. Reply: allowed, entries after
-/// the decision, the oldest entry's instant (or -1), the instant of the
-/// entry whose expiry frees room for a denied cost (or -1), now.
+/// the decision, the instant of the entry whose expiry next makes room
+/// (the oldest, or with more entries than the limit, written under a
+/// larger quota, the one whose expiry brings them below it; or -1), the
+/// instant of the entry whose expiry frees room for a denied cost (or
+/// -1), now. Entries are added 500 at a time, so that a cost up to the
+/// largest limit stays within Lua's stack.
 const SLIDING_LOG: &str = r"
 local w, limit, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', s(now - w))
 local used = redis.call('ZCARD', KEYS[1])
-if used > limit then return bad('more entries than the limit') end
 local function score(i)
   local r = redis.call('ZRANGE', KEYS[1], i, i, 'WITHSCORES')
   local n = int(r[2])
@@ -149,12 +172,16 @@ local allowed, kth = 0, -1
 if cost == 0 or used + cost <= limit then
   allowed = 1
   if cost > 0 then
-    local args = {}
-    for i = 1, cost do
-      args[#args + 1] = s(now)
-      args[#args + 1] = s(now) .. ':' .. s(used + i)
+    local at, i = s(now), 1
+    while i <= cost do
+      local args = {}
+      for j = i, math.min(cost, i + 499) do
+        args[#args + 1] = at
+        args[#args + 1] = at .. ':' .. s(used + j)
+      end
+      redis.call('ZADD', KEYS[1], unpack(args))
+      i = i + 500
     end
-    redis.call('ZADD', KEYS[1], unpack(args))
     used = used + cost
     redis.call('PEXPIREAT', KEYS[1], s(fdiv(now + w + 999, 1000)))
   end
@@ -164,7 +191,7 @@ else
 end
 local oldest = -1
 if used > 0 then
-  oldest = score(0)
+  oldest = score(math.max(0, used - limit))
   if oldest == false then return bad('a score that is not a whole number of microseconds') end
 end
 return {allowed, used, oldest, kth, now}
@@ -248,8 +275,9 @@ fn window_us(window: Duration, field: &'static str) -> Result<u64, ConfigError> 
 impl Spec {
     pub(crate) fn bucket(ns_bucket: &TokenBucket) -> Result<Self, ConfigError> {
         use crate::algorithm::WordAlgorithm;
-        let interval_us = ns_bucket.interval().div_ceil(1_000);
         let capacity = ns_bucket.capacity();
+        // A full bucket's refill is capacity · interval, exactly.
+        let interval_us = (ns_bucket.horizon() / capacity).div_ceil(1_000);
         ConfigError::check_range(
             "capacity",
             u128::from(capacity),
@@ -268,10 +296,18 @@ impl Spec {
 
     pub(crate) fn fixed(ns: &FixedWindow) -> Result<Self, ConfigError> {
         use crate::algorithm::WordAlgorithm;
+        let limit = ns.capacity();
+        ConfigError::check_range(
+            "limit",
+            u128::from(limit),
+            (1, u128::from(EXACT_MAX)),
+            "requests",
+            "in Redis the window's count must stay below 2^53, the largest integer Lua counts exactly",
+        )?;
         Ok(Self::Fixed {
             ns: *ns,
             window_us: window_us(Duration::from_nanos(ns.window_ns()), "window")?,
-            limit: ns.capacity(),
+            limit,
         })
     }
 
@@ -302,13 +338,24 @@ impl Spec {
 
     /// The script's source, after the prelude.
     pub(crate) fn source(&self) -> String {
-        let body = match self {
+        format!("{PRELUDE}{CLOCK}{}", self.body())
+    }
+
+    /// The same script judging at an instant (µs) passed as its last
+    /// argument instead of `TIME`: the test wrapper.
+    #[cfg(test)]
+    #[allow(dead_code)] // until the differential test lands
+    pub(crate) fn source_at(&self) -> String {
+        format!("{PRELUDE}{TEST_CLOCK}{}", self.body())
+    }
+
+    fn body(&self) -> &'static str {
+        match self {
             Self::Bucket { .. } => TOKEN_BUCKET,
             Self::Fixed { .. } => FIXED_WINDOW,
             Self::Sliding { .. } => SLIDING_WINDOW,
             Self::Log { .. } => SLIDING_LOG,
-        };
-        format!("{PRELUDE}{body}")
+        }
     }
 
     /// The tag between prefix and client in a key, so that two algorithms
@@ -393,8 +440,7 @@ impl Spec {
                 describe(ns, applied(tat * 1_000), now, cost)
             }
             Self::Fixed { ns, .. } => {
-                let word = ns
-                    .word(num(1, "a bad window index")?, num(2, "a bad count")?)
+                let word = fixed_word(ns, num(1, "a bad window index")?, num(2, "a bad count")?)
                     .ok_or(DecodeError::Range("a count or window index out of range"))?;
                 describe(ns, applied(word), now, cost)
             }
@@ -419,6 +465,22 @@ impl Spec {
     }
 }
 
+/// The fixed window's word for `count` in window `index`, if both fit: the
+/// empty word of the window's start, charged `count` there.
+fn fixed_word(ns: &FixedWindow, index: u64, count: u64) -> Option<u64> {
+    use crate::algorithm::WordAlgorithm;
+    let start = index.checked_mul(ns.window_ns())?;
+    if start > crate::algorithm::NOW_MAX || count > ns.capacity() {
+        return None;
+    }
+    let fresh = ns.fresh_at(start);
+    if count == 0 {
+        Some(fresh)
+    } else {
+        ns.admit(fresh, start, count)
+    }
+}
+
 /// The log's decision: `used` entries after it, the oldest entry's
 /// instant, and for a denial the instant of the entry whose expiry frees
 /// enough room for the denied cost (the script picked it).
@@ -429,10 +491,12 @@ fn log_decision(
     window: u64,
     limit: u64,
 ) -> Result<Decision, DecodeError> {
+    // More entries than the limit were written under a larger quota (at
+    // most the largest limit).
     let used = u64::try_from(reply[1])
         .ok()
-        .filter(|&n| n <= limit)
-        .ok_or(DecodeError::Range("more entries than the limit"))?;
+        .filter(|&n| n <= SlidingWindowLog::MAX_LIMIT)
+        .ok_or(DecodeError::Range("more entries than the largest limit"))?;
     let instant = |i: usize| -> Result<Option<u64>, DecodeError> {
         match reply[i] {
             -1 => Ok(None),
@@ -445,7 +509,7 @@ fn log_decision(
     };
     // An entry admitted at `t` frees its room at `t + window`.
     let wait = |t: Option<u64>| t.map_or(0, |t| (t + window).saturating_sub(now));
-    let free = limit - used;
+    let free = limit.saturating_sub(used);
     let retry_after = if allowed { 0 } else { wait(instant(3)?) };
     let replenish_after = if free >= limit { 0 } else { wait(instant(2)?) };
     Ok(Decision {
@@ -534,7 +598,13 @@ mod tests {
             window_us: 1_000,
             limit: 2,
         };
-        assert!(spec.decode(&[0, 3, 0, 0, 10], 1).is_err());
+        assert!(spec.decode(&[0, 4_097, 0, 0, 10], 1).is_err());
+        // More entries than the limit (a larger quota wrote them): none left.
+        let d = spec.decode(&[0, 3, 100, 400, 1_000], 1).unwrap();
+        assert_eq!(
+            (d.remaining(), d.retry_after()),
+            (0, Duration::from_micros(400))
+        );
         let d = spec.decode(&[0, 2, 100, 400, 1_000], 2).unwrap();
         assert_eq!(d.retry_after(), Duration::from_micros(400));
         assert_eq!(d.replenish_after(), Duration::from_micros(100));
