@@ -257,11 +257,15 @@ impl<A> RedisBuilder<A> {
     }
 
     /// The local deny shortcut's table: `slots` entries of 8 bytes, rounded
-    /// up to a power of two (default 4 096, 32 KiB). A client that Redis
-    /// denies with nothing left (`remaining() == 0`) is denied in this
-    /// process, without a round trip, until its quota next grows
-    /// ([`Decision::replenish_after`], counted from when the check was
-    /// sent, so never past the real instant). [`build`](Self::build)
+    /// up to a power of two (default 4 096, 32 KiB). When Redis leaves a
+    /// client with few units (at most 255, and fewer than its limit), a
+    /// request from it that costs more is denied in this process, without
+    /// a round trip, until its quota next grows
+    /// ([`Decision::replenish_after`](crate::Decision::replenish_after),
+    /// counted from when the check was sent, so never past the real
+    /// instant) and for at most one second, so that a state deleted from
+    /// Redis (a `FLUSHALL`) is believed at most that long. Such a denial
+    /// reports that wait as its `retry_after`. [`build`](Self::build)
     /// requires 1 to 2<sup>24</sup> slots.
     ///
     /// # Examples

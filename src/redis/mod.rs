@@ -58,14 +58,28 @@
 //! [`FailPolicy`], and the limiter backs off: until the backoff is over,
 //! checks skip Redis and go straight to the policy, then one probe at a
 //! time goes through, doubling the backoff (up to a cap) each time it
-//! fails. A state under a client's key that the limiter did not write is
-//! that client's problem only: its checks fail ([`CheckErrorKind::Corrupt`],
-//! answered by the policy) without backing off, until the key is deleted
-//! or expires.
+//! fails. Only a failure to reach Redis backs off. A state under a
+//! client's key that the limiter did not write is that client's problem
+//! only: its checks fail ([`CheckErrorKind::Corrupt`], answered by the
+//! policy) without backing off, until the key is deleted or expires; an
+//! error reply about one request ([`CheckErrorKind::Other`]) is answered
+//! by the policy for that request alone.
+//!
+//! # Replicas with different quotas
+//!
+//! A replica reads a state written under another limit (a rolling deploy)
+//! as the in-process limiters' `set_quota` converts one: counts above its
+//! limit count as its limit, so a lower limit denies a client that spent
+//! more than it, and a higher one admits the difference. The sliding
+//! window log keeps every entry and denies until enough of them expire.
+//! A change of window for the fixed window or the sliding window counter
+//! is not converted: give the new window a new prefix.
 
 mod builder;
 mod guard;
 mod key;
+#[cfg(all(test, not(feature = "loom")))]
+mod lua_equal;
 mod script;
 mod shortcut;
 
@@ -113,7 +127,8 @@ pub enum FailPolicy {
     /// [`Timeout`](CheckErrorKind::Timeout),
     /// [`Unavailable`](CheckErrorKind::Unavailable),
     /// [`Corrupt`](CheckErrorKind::Corrupt) or
-    /// [`Protocol`](CheckErrorKind::Protocol)): the HTTP layer answers
+    /// [`Protocol`](CheckErrorKind::Protocol) or
+    /// [`Other`](CheckErrorKind::Other)): the HTTP layer answers
     /// `503 Service Unavailable`.
     FailClosed,
     /// Decide with an in-process limiter of the same quota, one per

@@ -69,7 +69,6 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 /// instants (long idle gaps, window edges) and compare it with the
 /// in-process algorithm at the same instants.
 #[cfg(test)]
-#[allow(dead_code)] // until the differential test lands
 const TEST_CLOCK: &str = r"
 local now = tonumber(ARGV[#ARGV])
 ";
@@ -344,7 +343,6 @@ impl Spec {
     /// The same script judging at an instant (µs) passed as its last
     /// argument instead of `TIME`: the test wrapper.
     #[cfg(test)]
-    #[allow(dead_code)] // until the differential test lands
     pub(crate) fn source_at(&self) -> String {
         format!("{PRELUDE}{TEST_CLOCK}{}", self.body())
     }
@@ -467,7 +465,7 @@ impl Spec {
 
 /// The fixed window's word for `count` in window `index`, if both fit: the
 /// empty word of the window's start, charged `count` there.
-fn fixed_word(ns: &FixedWindow, index: u64, count: u64) -> Option<u64> {
+pub(super) fn fixed_word(ns: &FixedWindow, index: u64, count: u64) -> Option<u64> {
     use crate::algorithm::WordAlgorithm;
     let start = index.checked_mul(ns.window_ns())?;
     if start > crate::algorithm::NOW_MAX || count > ns.capacity() {
@@ -524,7 +522,7 @@ fn log_decision(
 
 /// A wait rounded up to whole microseconds: the first instant at which a
 /// script, which reads time in µs, sees it over. "Never" stays never.
-fn round_up_to_us(wait: Duration) -> Duration {
+pub(super) fn round_up_to_us(wait: Duration) -> Duration {
     if wait == Duration::MAX {
         return wait;
     }
