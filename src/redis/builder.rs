@@ -384,8 +384,11 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
         prefix.extend_from_slice(format!(":{}:{{", spec.tag()).as_bytes());
         Ok(RedisLimiter {
             inner: Arc::new(Inner {
-                script: Script::new(&spec.source()),
-                source: spec.source(),
+                scripts: [
+                    Script::new(&spec.source()),
+                    Script::new(&spec.peek_source()),
+                ],
+                sources: [spec.source(), spec.peek_source()],
                 conn: self.conn,
                 prefix,
                 spec,

@@ -155,7 +155,7 @@ impl Breaker {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct RedisStats {
-    /// Checks asked of the limiter.
+    /// Checks and peeks asked of the limiter.
     pub checks: u64,
     /// Commands sent to Redis, each one round trip: one per check, and one
     /// more when Redis had lost the script (the script is then sent whole).

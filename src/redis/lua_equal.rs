@@ -330,6 +330,35 @@ fn agree(
         let before = read(conn, spec, key);
         let (want, left) = expect(spec, &before, now, s.cost);
         let [first, second] = spec.args();
+        // A peek first: the same decision, and nothing recorded (but the
+        // log's expired entries, trimmed).
+        let reply: Vec<i64> = ::redis::cmd("EVAL")
+            .arg(spec.peek_source_at())
+            .arg(1)
+            .arg(key)
+            .arg(first)
+            .arg(second)
+            .arg(s.cost)
+            .arg(now)
+            .query(conn)
+            .map_err(|e| TestCaseError::fail(format!("step {i}: {e}")))?;
+        let peeked = spec
+            .decode(&reply, s.cost)
+            .map_err(|e| TestCaseError::fail(format!("step {i}: {e} in {reply:?}")))?;
+        prop_assert_eq!(peeked, want, "peek at step {} ({:?} at {})", i, s, now);
+        let unchanged = match (&before, &left) {
+            (Raw::Log(_), _) => expect(spec, &before, now, 0).1.unwrap(),
+            _ => before.clone(),
+        };
+        let after = read(conn, spec, key);
+        prop_assert!(
+            same_state(spec, &unchanged, &after),
+            "peek at step {} wrote {:?} over {:?}",
+            i,
+            after,
+            before
+        );
+        let before = after;
         let reply: Vec<i64> = ::redis::cmd("EVAL")
             .arg(spec.source_at())
             .arg(1)

@@ -76,6 +76,7 @@
 //! is not converted: give the new window a new prefix.
 
 mod builder;
+mod control;
 mod guard;
 mod key;
 #[cfg(all(test, not(feature = "loom")))]
@@ -240,11 +241,18 @@ impl<A: Algorithm> fmt::Debug for RedisLimiter<A> {
     }
 }
 
+/// What a round trip does: check (decide and record) or peek (decide).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Check = 0,
+    Peek = 1,
+}
+
 struct Inner<A: Algorithm> {
-    /// The script's hash, for `EVALSHA`.
-    script: Script,
-    /// The script's source, sent by `EVAL` when Redis lost it.
-    source: String,
+    /// The scripts' hashes, for `EVALSHA`, by [`Mode`].
+    scripts: [Script; 2],
+    /// The scripts' sources, sent by `EVAL` when Redis lost them.
+    sources: [String; 2],
     conn: RedisConnection,
     /// `{prefix}:{tag}:{`: a key is this, the client's bytes, and `}`.
     prefix: Vec<u8>,
@@ -305,6 +313,11 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// # }
     /// ```
     pub fn check_n<K: RedisKey + ?Sized>(&self, key: &K, cost: u64) -> RedisCheck {
+        self.decide(key, cost, Mode::Check)
+    }
+
+    /// A check or a peek.
+    fn decide<K: RedisKey + ?Sized>(&self, key: &K, cost: u64, mode: Mode) -> RedisCheck {
         let inner = &self.inner;
         bump(&inner.counters.checks);
         let capacity = inner.spec.capacity();
@@ -318,7 +331,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         let client = full.len() - inner.prefix.len();
         full.push(b'}');
         let now = inner.breaker.now();
-        if let Some(cache) = inner.shortcut.as_ref() {
+        if let Some(cache) = inner.shortcut.as_ref().filter(|_| mode == Mode::Check) {
             if let Some((wait, left)) =
                 cache.denied(&full[inner.prefix.len()..][..client], now, cost)
             {
@@ -341,7 +354,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                     CheckErrorKind::Unavailable,
                     format!("Redis failed recently; the next probe goes in {wait:?}"),
                 );
-                return RedisCheck::ready(inner.fallback(&full, client, cost, err));
+                return RedisCheck::ready(inner.fallback(&full, client, cost, mode, err));
             }
         };
         let inner = Arc::clone(inner);
@@ -355,19 +368,21 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                     CheckErrorKind::Unavailable,
                     "Redis failed recently; another check is probing it",
                 );
-                return inner.fallback(&full, client, cost, err);
+                return inner.fallback(&full, client, cost, mode, err);
             }
             if probe {
                 bump(&inner.counters.probes);
             }
             let mut abandon = ProbeGuard(probe.then_some(&inner.breaker));
-            let reply = tokio::time::timeout(inner.timeout, inner.call(&full, cost)).await;
+            let reply = tokio::time::timeout(inner.timeout, inner.call(&full, cost, mode)).await;
             abandon.0 = None;
             let err = match reply {
                 Ok(Ok(reply)) => match inner.spec.decode(&reply, cost) {
                     Ok(decision) => {
                         inner.breaker.succeeded(probe);
-                        inner.remember(&full, client, now, &decision);
+                        if mode == Mode::Check {
+                            inner.remember(&full, client, now, &decision);
+                        }
                         return Ok(decision);
                     }
                     Err(err) => {
@@ -403,7 +418,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                     )
                 }
             };
-            inner.fallback(&full, client, cost, err)
+            inner.fallback(&full, client, cost, mode, err)
         })))
     }
 
@@ -447,6 +462,7 @@ impl<A: RedisAlgorithm> Inner<A> {
         full: &[u8],
         client: usize,
         cost: u64,
+        mode: Mode,
         err: CheckError,
     ) -> Result<Decision, CheckError> {
         match self.policy {
@@ -470,9 +486,11 @@ impl<A: RedisAlgorithm> Inner<A> {
                 bump(&self.counters.fail_local);
                 let local = self.local.as_ref().ok_or(err)?;
                 let client = &full[self.prefix.len()..][..client];
-                local
-                    .check_n(client, cost)
-                    .map_err(|err| CheckError::with_kind(CheckErrorKind::Cost, err))
+                match mode {
+                    Mode::Check => local.check_n(client, cost),
+                    Mode::Peek => local.peek_n(client, cost),
+                }
+                .map_err(|err| CheckError::with_kind(CheckErrorKind::Cost, err))
             }
         }
     }
@@ -480,12 +498,12 @@ impl<A: RedisAlgorithm> Inner<A> {
     /// One check's script: `EVALSHA`, and if Redis lost the script, the
     /// script itself by `EVAL` (which also loads it again). Each command
     /// sent counts as a round trip.
-    async fn call(&self, full: &[u8], cost: u64) -> RedisResult<Vec<i64>> {
+    async fn call(&self, full: &[u8], cost: u64, mode: Mode) -> RedisResult<Vec<i64>> {
         let [first, second] = self.spec.args();
         let mut conn = self.conn.clone();
         let mut cmd = Cmd::new();
         cmd.arg("EVALSHA")
-            .arg(self.script.get_hash())
+            .arg(self.scripts[mode as usize].get_hash())
             .arg(1)
             .arg(full)
             .arg(first)
@@ -496,7 +514,7 @@ impl<A: RedisAlgorithm> Inner<A> {
             Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 let mut cmd = Cmd::new();
                 cmd.arg("EVAL")
-                    .arg(&self.source)
+                    .arg(&self.sources[mode as usize])
                     .arg(1)
                     .arg(full)
                     .arg(first)

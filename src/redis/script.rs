@@ -36,8 +36,8 @@ const EXACT_MAX: u64 = (1 << 53) - 1;
 /// so that `now + window` stays below 2<sup>53</sup> until 2112.
 const SPAN_MAX_US: u64 = 1 << 52;
 
-/// The helpers every script starts with: the reading, an integer parser
-/// that tells absent from junk, exact floor division, and the error reply.
+/// The helpers every script starts with: an integer parser that tells
+/// absent from junk, exact floor division, and the error reply.
 const PRELUDE: &str = r"
 local function int(v)
   if not v then return nil end
@@ -53,8 +53,8 @@ local function fdiv(a, b)
   return q
 end
 local function s(n) return string.format('%.0f', n) end
-local function bad(what)
-  return redis.error_reply('TOLLGATE the value under ' .. KEYS[1] .. ' is not a tollgate state: ' .. what)
+local function bad(key, what)
+  return redis.error_reply('TOLLGATE the value under ' .. key .. ' is not a tollgate state: ' .. what)
 end
 ";
 
@@ -73,127 +73,153 @@ const TEST_CLOCK: &str = r"
 local now = tonumber(ARGV[#ARGV])
 ";
 
-/// GCRA on one string key holding the TAT. ARGV: interval (µs), capacity,
-/// cost. Reply: allowed, TAT (stored, or as read), now. A TAT further
+// Each algorithm is a function `decide(key, a, b, cost, write)`: `a` and
+// `b` the two settings of `Spec::args`, `write` false to decide without
+// recording (a peek). It returns the reply, or an error reply for junk
+// under the key.
+
+/// GCRA on one string key holding the TAT. Settings: interval (µs),
+/// capacity. Reply: allowed, TAT (stored, or as read), now. A TAT further
 /// ahead than a full bucket's refill (written under a larger quota) is
 /// read as that refill: the bucket is empty.
 const TOKEN_BUCKET: &str = r"
-local interval, cap, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local tat = int(redis.call('GET', KEYS[1]))
-if tat == false then return bad('not a whole number of microseconds') end
-if tat == nil then tat = 0 end
-if tat > now + cap * interval then tat = now + cap * interval end
-if cost == 0 then return {1, tat, now} end
-local base = math.max(tat, now)
-if base - now <= (cap - cost) * interval then
-  local new = base + cost * interval
-  redis.call('SET', KEYS[1], s(new), 'PXAT', s(fdiv(new + 999, 1000)))
-  return {1, new, now}
+local function decide(key, interval, cap, cost, write)
+  local tat = int(redis.call('GET', key))
+  if tat == false then return bad(key, 'not a whole number of microseconds') end
+  if tat == nil then tat = 0 end
+  if tat > now + cap * interval then tat = now + cap * interval end
+  if cost == 0 then return {1, tat, now} end
+  local base = math.max(tat, now)
+  if base - now <= (cap - cost) * interval then
+    local new = base + cost * interval
+    if write then redis.call('SET', key, s(new), 'PXAT', s(fdiv(new + 999, 1000))) end
+    return {1, new, now}
+  end
+  return {0, tat, now}
 end
-return {0, tat, now}
 ";
 
-/// A hash of the window index `k` and its count `c`. ARGV: window (µs),
-/// limit, cost. Reply: allowed, k, c (after rollover), now. A count above
+/// A hash of the window index `k` and its count `c`. Settings: window
+/// (µs), limit. Reply: allowed, k, c (after rollover), now. A count above
 /// the limit (written under a larger quota) is read as the limit.
 const FIXED_WINDOW: &str = r"
-local w, limit, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local v = redis.call('HMGET', KEYS[1], 'k', 'c')
-local k, c = int(v[1]), int(v[2])
-if k == false or c == false or (k == nil) ~= (c == nil) then return bad('fields k and c must be whole numbers') end
-local idx = fdiv(now, w)
-if k == nil or idx > k then k, c = idx, 0 end
-if c > limit then c = limit end
-if cost == 0 then return {1, k, c, now} end
-if c + cost <= limit then
-  c = c + cost
-  redis.call('HSET', KEYS[1], 'k', s(k), 'c', s(c))
-  redis.call('PEXPIREAT', KEYS[1], s(fdiv((k + 1) * w + 999, 1000)))
-  return {1, k, c, now}
+local function decide(key, w, limit, cost, write)
+  local v = redis.call('HMGET', key, 'k', 'c')
+  local k, c = int(v[1]), int(v[2])
+  if k == false or c == false or (k == nil) ~= (c == nil) then return bad(key, 'fields k and c must be whole numbers') end
+  local idx = fdiv(now, w)
+  if k == nil or idx > k then k, c = idx, 0 end
+  if c > limit then c = limit end
+  if cost == 0 then return {1, k, c, now} end
+  if c + cost <= limit then
+    c = c + cost
+    if write then
+      redis.call('HSET', key, 'k', s(k), 'c', s(c))
+      redis.call('PEXPIREAT', key, s(fdiv((k + 1) * w + 999, 1000)))
+    end
+    return {1, k, c, now}
+  end
+  return {0, k, c, now}
 end
-return {0, k, c, now}
 ";
 
 /// A hash of the window index `k`, its count `c` and the previous
-/// window's `p`. ARGV: window (µs), limit, cost. Reply: allowed, k, c, p
+/// window's `p`. Settings: window (µs), limit. Reply: allowed, k, c, p
 /// (after rollover), now. Counts above the limit (written under a larger
 /// quota) are read as the limit.
 const SLIDING_WINDOW: &str = r"
-local w, limit, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local v = redis.call('HMGET', KEYS[1], 'k', 'c', 'p')
-local k, c, p = int(v[1]), int(v[2]), int(v[3])
-if k == false or c == false or p == false or (k == nil) ~= (c == nil) or (k == nil) ~= (p == nil) then
-  return bad('fields k, c and p must be whole numbers')
+local function decide(key, w, limit, cost, write)
+  local v = redis.call('HMGET', key, 'k', 'c', 'p')
+  local k, c, p = int(v[1]), int(v[2]), int(v[3])
+  if k == false or c == false or p == false or (k == nil) ~= (c == nil) or (k == nil) ~= (p == nil) then
+    return bad(key, 'fields k, c and p must be whole numbers')
+  end
+  local idx = fdiv(now, w)
+  local e = 0
+  if k == nil then k, c, p = idx, 0, 0 end
+  if idx >= k then
+    if idx == k + 1 then p, c = c, 0 elseif idx > k + 1 then p, c = 0, 0 end
+    k = idx
+    e = now - idx * w
+  end
+  if c > limit then c = limit end
+  if p > limit then p = limit end
+  if cost == 0 then return {1, k, c, p, now} end
+  local need = c + cost - 1
+  if need < limit and need * w < limit * w - p * (w - e) then
+    c = c + cost
+    if write then
+      redis.call('HSET', key, 'k', s(k), 'c', s(c), 'p', s(p))
+      redis.call('PEXPIREAT', key, s(fdiv((k + 2) * w + 999, 1000)))
+    end
+    return {1, k, c, p, now}
+  end
+  return {0, k, c, p, now}
 end
-local idx = fdiv(now, w)
-local e = 0
-if k == nil then k, c, p = idx, 0, 0 end
-if idx >= k then
-  if idx == k + 1 then p, c = c, 0 elseif idx > k + 1 then p, c = 0, 0 end
-  k = idx
-  e = now - idx * w
-end
-if c > limit then c = limit end
-if p > limit then p = limit end
-if cost == 0 then return {1, k, c, p, now} end
-local need = c + cost - 1
-if need < limit and need * w < limit * w - p * (w - e) then
-  c = c + cost
-  redis.call('HSET', KEYS[1], 'k', s(k), 'c', s(c), 'p', s(p))
-  redis.call('PEXPIREAT', KEYS[1], s(fdiv((k + 2) * w + 999, 1000)))
-  return {1, k, c, p, now}
-end
-return {0, k, c, p, now}
 ";
 
 /// A sorted set of admissions scored by their instant, trimmed to the
-/// window. ARGV: window (µs), limit, cost. Reply: allowed, entries after
-/// the decision, the instant of the entry whose expiry next makes room
-/// (the oldest, or with more entries than the limit, written under a
-/// larger quota, the one whose expiry brings them below it; or -1), the
-/// instant of the entry whose expiry frees room for a denied cost (or
-/// -1), now. Entries are added 500 at a time, so that a cost up to the
-/// largest limit stays within Lua's stack.
+/// window (also by a peek: an expired entry says nothing). Settings:
+/// window (µs), limit. Reply: allowed, entries after the decision, the
+/// instant of the entry whose expiry next makes room (the oldest, or with
+/// more entries than the limit, written under a larger quota, the one
+/// whose expiry brings them below it; or -1), the instant of the entry
+/// whose expiry frees room for a denied cost (or -1), now. Entries are
+/// added 500 at a time, so that a cost up to the largest limit stays
+/// within Lua's stack.
 const SLIDING_LOG: &str = r"
-local w, limit, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', s(now - w))
-local used = redis.call('ZCARD', KEYS[1])
-local function score(i)
-  local r = redis.call('ZRANGE', KEYS[1], i, i, 'WITHSCORES')
-  local n = int(r[2])
-  if n == false or n == nil then return false end
-  return n
-end
-if used > 0 and score(-1) == false then
-  return bad('a score that is not a whole number of microseconds')
-end
-local allowed, kth = 0, -1
-if cost == 0 or used + cost <= limit then
-  allowed = 1
-  if cost > 0 then
-    local at, i = s(now), 1
-    while i <= cost do
-      local args = {}
-      for j = i, math.min(cost, i + 499) do
-        args[#args + 1] = at
-        args[#args + 1] = at .. ':' .. s(used + j)
+local function decide(key, w, limit, cost, write)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', s(now - w))
+  local used = redis.call('ZCARD', key)
+  local held = used
+  local function score(i)
+    if i >= held then return now end
+    local r = redis.call('ZRANGE', key, i, i, 'WITHSCORES')
+    local n = int(r[2])
+    if n == false or n == nil then return false end
+    return n
+  end
+  if used > 0 and score(used - 1) == false then
+    return bad(key, 'a score that is not a whole number of microseconds')
+  end
+  local allowed, kth = 0, -1
+  if cost == 0 or used + cost <= limit then
+    allowed = 1
+    if cost > 0 and write then
+      local at, i = s(now), 1
+      while i <= cost do
+        local args = {}
+        for j = i, math.min(cost, i + 499) do
+          args[#args + 1] = at
+          args[#args + 1] = at .. ':' .. s(used + j)
+        end
+        redis.call('ZADD', key, unpack(args))
+        i = i + 500
       end
-      redis.call('ZADD', KEYS[1], unpack(args))
-      i = i + 500
+      redis.call('PEXPIREAT', key, s(fdiv(now + w + 999, 1000)))
     end
     used = used + cost
-    redis.call('PEXPIREAT', KEYS[1], s(fdiv(now + w + 999, 1000)))
+  else
+    kth = score(cost - (limit - used) - 1)
+    if kth == false then return bad(key, 'a score that is not a whole number of microseconds') end
   end
-else
-  kth = score(cost - (limit - used) - 1)
-  if kth == false then return bad('a score that is not a whole number of microseconds') end
+  local oldest = -1
+  if used > 0 then
+    oldest = score(math.max(0, used - limit))
+    if oldest == false then return bad(key, 'a score that is not a whole number of microseconds') end
+  end
+  return {allowed, used, oldest, kth, now}
 end
-local oldest = -1
-if used > 0 then
-  oldest = score(math.max(0, used - limit))
-  if oldest == false then return bad('a score that is not a whole number of microseconds') end
-end
-return {allowed, used, oldest, kth, now}
+";
+
+/// A check: decide and record.
+const CHECK: &str = r"
+return decide(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), true)
+";
+
+/// A peek: decide, recording nothing.
+const PEEK: &str = r"
+return decide(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), false)
 ";
 
 /// One algorithm as a Redis limiter runs it: its script's arguments and
@@ -337,14 +363,25 @@ impl Spec {
 
     /// The script's source, after the prelude.
     pub(crate) fn source(&self) -> String {
-        format!("{PRELUDE}{CLOCK}{}", self.body())
+        format!("{PRELUDE}{CLOCK}{}{CHECK}", self.body())
     }
 
-    /// The same script judging at an instant (µs) passed as its last
+    /// The script that decides without recording.
+    pub(crate) fn peek_source(&self) -> String {
+        format!("{PRELUDE}{CLOCK}{}{PEEK}", self.body())
+    }
+
+    /// The check's script judging at an instant (µs) passed as its last
     /// argument instead of `TIME`: the test wrapper.
     #[cfg(test)]
     pub(crate) fn source_at(&self) -> String {
-        format!("{PRELUDE}{TEST_CLOCK}{}", self.body())
+        format!("{PRELUDE}{TEST_CLOCK}{}{CHECK}", self.body())
+    }
+
+    /// The peek's script under the test clock.
+    #[cfg(test)]
+    pub(crate) fn peek_source_at(&self) -> String {
+        format!("{PRELUDE}{TEST_CLOCK}{}{PEEK}", self.body())
     }
 
     fn body(&self) -> &'static str {

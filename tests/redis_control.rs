@@ -1,0 +1,171 @@
+//! The control surface of the Redis limiters (`peek`, `reset`, `remove`)
+//! across two processes on one real `redis-server` (see `redis_server`):
+//! this test's process and a child process running this same binary,
+//! each with its own limiter and connection.
+
+mod redis_server;
+
+use std::process::Command;
+use std::time::Duration;
+
+use redis_server::{builders, prefix, runtime, Server, HOUR};
+use tollgate::redis::{RedisAlgorithm, RedisConnection, RedisLimiter};
+
+const CHILD_ENV: &str = "TOLLGATE_REDIS_CONTROL_CHILD";
+
+/// The four algorithms at `n` per hour, on `url` under `p`, in a fixed
+/// order: bucket, counter, fixed window, log.
+async fn limiters(url: &str, p: &str, n: u64) -> Vec<Box<dyn Control>> {
+    let client = redis::Client::open(url).unwrap();
+    let conn: RedisConnection = redis::aio::ConnectionManager::new(client)
+        .await
+        .unwrap()
+        .into();
+    let (tb, swc, fw, swl) = builders(&conn, p, n, HOUR);
+    vec![
+        Box::new(tb.build().unwrap()),
+        Box::new(swc.build().unwrap()),
+        Box::new(fw.build().unwrap()),
+        Box::new(swl.build().unwrap()),
+    ]
+}
+
+/// One limiter of any algorithm, as this test drives it.
+trait Control {
+    fn run<'a>(
+        &'a self,
+        action: &'a str,
+        key: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = String> + 'a>>;
+}
+
+impl<A: RedisAlgorithm> Control for RedisLimiter<A> {
+    fn run<'a>(
+        &'a self,
+        action: &'a str,
+        key: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = String> + 'a>> {
+        Box::pin(async move {
+            let show = |d: tollgate::Decision| format!("{} {}", d.is_allowed(), d.remaining());
+            match action.split_once('=').unwrap_or((action, "1")) {
+                ("check", n) => show(self.check_n(key, n.parse().unwrap()).await.unwrap()),
+                ("peek", n) => show(self.peek_n(key, n.parse().unwrap()).await.unwrap()),
+                ("reset", _) => self.reset(key).await.unwrap().to_string(),
+                ("remove", _) => self.remove(key).await.unwrap().to_string(),
+                _ => panic!("unknown action {action}"),
+            }
+        })
+    }
+}
+
+/// Run by `control_across_two_processes` in a child process (a no-op
+/// otherwise): one action on each algorithm's limiter, the answers on one
+/// line.
+#[test]
+fn control_child() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let parts: Vec<&str> = spec.split('|').collect();
+    let (url, p, action, key) = (parts[0], parts[1], parts[2], parts[3]);
+    let answers = runtime().block_on(async {
+        let mut answers = Vec::new();
+        for l in limiters(url, p, 3).await {
+            answers.push(l.run(action, key).await);
+        }
+        answers
+    });
+    println!("ANSWERS {}", answers.join(","));
+}
+
+/// The answers of the child process to `action` on `key`, one per
+/// algorithm.
+fn child(server: &Server, p: &str, action: &str, key: &str) -> Vec<String> {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "control_child",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, format!("{}|{p}|{action}|{key}", server.url()))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "child failed: {stdout}");
+    // The harness prints the test's name on the same line.
+    let line = stdout
+        .lines()
+        .find_map(|l| l.split_once("ANSWERS ").map(|(_, answers)| answers))
+        .unwrap_or_else(|| panic!("no answers from the child: {stdout}"));
+    line.split(',').map(str::to_owned).collect()
+}
+
+fn all(answer: &str) -> Vec<String> {
+    vec![answer.to_owned(); 4]
+}
+
+/// Each algorithm at 3 per hour: what one process spends, peeks, resets
+/// or removes, the other sees at once.
+#[test]
+fn control_across_two_processes() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(60));
+    let p = prefix("control");
+    let rt = runtime();
+    let mine = rt.block_on(limiters(&server.url(), &p, 3));
+    let here = |action: &str, key: &str| -> Vec<String> {
+        rt.block_on(async {
+            let mut answers = Vec::new();
+            for l in &mine {
+                answers.push(l.run(action, key).await);
+            }
+            answers
+        })
+    };
+    // The child spends 2 of 3; here a peek sees 1 left, twice, and a
+    // check takes it.
+    assert_eq!(child(&server, &p, "check=2", "c"), all("true 1"));
+    assert_eq!(here("peek", "c"), all("true 0"));
+    assert_eq!(here("peek", "c"), all("true 0"), "a peek records nothing");
+    assert_eq!(here("peek=2", "c"), all("false 1"));
+    assert_eq!(here("check", "c"), all("true 0"));
+    // The child peeks: denied, nothing left.
+    assert_eq!(child(&server, &p, "peek", "c"), all("false 0"));
+    // A peek of an unknown client is fresh, and leaves it unknown.
+    assert_eq!(child(&server, &p, "peek", "new"), all("true 2"));
+    assert_eq!(here("reset", "new"), all("false"));
+    // The child resets: here the client starts afresh once this
+    // process's deny shortcut lets go, within a second.
+    assert_eq!(child(&server, &p, "reset", "c"), all("true"));
+    std::thread::sleep(Duration::from_millis(1_100));
+    assert_eq!(here("check", "c"), all("true 2"));
+    // Here it is removed: the child finds it fresh, and spends it all.
+    assert_eq!(here("remove", "c"), all("true"));
+    assert_eq!(here("remove", "c"), all("false"));
+    assert_eq!(child(&server, &p, "check=3", "c"), all("true 0"));
+    assert_eq!(here("check", "c"), all("false 0"));
+}
+
+/// A reset clears this process's deny shortcut at once.
+#[test]
+fn a_reset_clears_the_deny_shortcut_here() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    runtime().block_on(async {
+        let limiter = tollgate::FixedWindow::builder()
+            .limit(1)
+            .window(HOUR)
+            .redis(server.manager().await, prefix("resetshortcut"))
+            .build()
+            .unwrap();
+        assert!(limiter.check("c").await.unwrap().is_allowed());
+        assert!(limiter.check("c").await.unwrap().is_denied());
+        assert_eq!(limiter.stats().denied_locally, 1);
+        assert!(limiter.reset("c").await.unwrap());
+        assert!(limiter.check("c").await.unwrap().is_allowed());
+    });
+}
