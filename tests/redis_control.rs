@@ -10,24 +10,34 @@ use std::time::Duration;
 
 use redis_server::{builders, prefix, runtime, Server, HOUR};
 use tollgate::redis::{RedisAlgorithm, RedisConnection, RedisLimiter};
+use tollgate::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 
 const CHILD_ENV: &str = "TOLLGATE_REDIS_CONTROL_CHILD";
 
 /// The four algorithms at `n` per hour, on `url` under `p`, in a fixed
-/// order: bucket, counter, fixed window, log.
-async fn limiters(url: &str, p: &str, n: u64) -> Vec<Box<dyn Control>> {
+/// order: bucket, counter, fixed window, log; clients named `pro-…` are
+/// in tier 1, at `pro` per hour.
+async fn limiters(url: &str, p: &str, n: u64, pro: u64) -> Vec<Box<dyn Control>> {
     let client = redis::Client::open(url).unwrap();
     let conn: RedisConnection = redis::aio::ConnectionManager::new(client)
         .await
         .unwrap()
         .into();
+    let tier = |client: &[u8]| u16::from(client.starts_with(b"pro-"));
     let (tb, swc, fw, swl) = builders(&conn, p, n, HOUR);
-    vec![
-        Box::new(tb.build().unwrap()),
-        Box::new(swc.build().unwrap()),
-        Box::new(fw.build().unwrap()),
-        Box::new(swl.build().unwrap()),
-    ]
+    let tb = tb.tier_by(tier).build().unwrap();
+    tb.set_quota(1, TokenBucket::builder().rate(pro, HOUR))
+        .unwrap();
+    let swc = swc.tier_by(tier).build().unwrap();
+    swc.set_quota(1, SlidingWindowCounter::builder().limit(pro).window(HOUR))
+        .unwrap();
+    let fw = fw.tier_by(tier).build().unwrap();
+    fw.set_quota(1, FixedWindow::builder().limit(pro).window(HOUR))
+        .unwrap();
+    let swl = swl.tier_by(tier).build().unwrap();
+    swl.set_quota(1, SlidingWindowLog::builder().limit(pro).window(HOUR))
+        .unwrap();
+    vec![Box::new(tb), Box::new(swc), Box::new(fw), Box::new(swl)]
 }
 
 /// One limiter of any algorithm, as this test drives it.
@@ -68,9 +78,10 @@ fn control_child() {
     };
     let parts: Vec<&str> = spec.split('|').collect();
     let (url, p, action, key) = (parts[0], parts[1], parts[2], parts[3]);
+    let pro = parts[4].parse().unwrap();
     let answers = runtime().block_on(async {
         let mut answers = Vec::new();
-        for l in limiters(url, p, 3).await {
+        for l in limiters(url, p, 3, pro).await {
             answers.push(l.run(action, key).await);
         }
         answers
@@ -81,6 +92,11 @@ fn control_child() {
 /// The answers of the child process to `action` on `key`, one per
 /// algorithm.
 fn child(server: &Server, p: &str, action: &str, key: &str) -> Vec<String> {
+    child_with(server, p, action, key, 6)
+}
+
+/// As [`child`], with tier 1 at `pro` per hour in the child.
+fn child_with(server: &Server, p: &str, action: &str, key: &str, pro: u64) -> Vec<String> {
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
             "control_child",
@@ -88,7 +104,10 @@ fn child(server: &Server, p: &str, action: &str, key: &str) -> Vec<String> {
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(CHILD_ENV, format!("{}|{p}|{action}|{key}", server.url()))
+        .env(
+            CHILD_ENV,
+            format!("{}|{p}|{action}|{key}|{pro}", server.url()),
+        )
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -115,7 +134,7 @@ fn control_across_two_processes() {
     server.away_from_hour_boundary(Duration::from_secs(60));
     let p = prefix("control");
     let rt = runtime();
-    let mine = rt.block_on(limiters(&server.url(), &p, 3));
+    let mine = rt.block_on(limiters(&server.url(), &p, 3, 6));
     let here = |action: &str, key: &str| -> Vec<String> {
         rt.block_on(async {
             let mut answers = Vec::new();
@@ -149,6 +168,45 @@ fn control_across_two_processes() {
     assert_eq!(here("check", "c"), all("false 0"));
 }
 
+/// Tiers: each process resolves each client's tier and sends its quota
+/// with the request; a client's one key holds what it spent whatever its
+/// tier, and a process that holds a tier lower reads it as spent.
+#[test]
+fn tiers_across_two_processes() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(60));
+    let p = prefix("tiers");
+    let rt = runtime();
+    let mine = rt.block_on(limiters(&server.url(), &p, 3, 6));
+    let here = |action: &str, key: &str| -> Vec<String> {
+        rt.block_on(async {
+            let mut answers = Vec::new();
+            for l in &mine {
+                answers.push(l.run(action, key).await);
+            }
+            answers
+        })
+    };
+    assert_eq!(here("check=4", "pro-a"), all("true 2"), "tier 1: 6");
+    assert_eq!(here("check", "b"), all("true 2"), "tier 0: 3");
+    assert_eq!(child(&server, &p, "check", "pro-a"), all("true 1"));
+    assert_eq!(child(&server, &p, "check=2", "b"), all("true 0"));
+    assert_eq!(here("peek", "pro-a"), all("true 0"));
+    assert_eq!(here("peek", "b"), all("false 0"));
+    // A process whose tier 1 is 3 reads 5 spent: denied, nothing left.
+    assert_eq!(child_with(&server, &p, "peek", "pro-a", 3), all("false 0"));
+    assert_eq!(child_with(&server, &p, "check", "pro-a", 3), all("false 0"));
+    // And one whose tier 1 is 12 admits the rest of its 12: the windows
+    // count 5 spent; the bucket owes the time of 5 tokens at 10 minutes,
+    // which at 12 per hour is 10 tokens, so 2 are left.
+    assert_eq!(
+        child_with(&server, &p, "check=7", "pro-a", 12),
+        ["false 2", "true 0", "true 0", "true 0"]
+    );
+}
+
 /// A reset clears this process's deny shortcut at once.
 #[test]
 fn a_reset_clears_the_deny_shortcut_here() {
@@ -167,5 +225,46 @@ fn a_reset_clears_the_deny_shortcut_here() {
         assert_eq!(limiter.stats().denied_locally, 1);
         assert!(limiter.reset("c").await.unwrap());
         assert!(limiter.check("c").await.unwrap().is_allowed());
+    });
+}
+
+/// A tier's quota is validated as the builder's, and shares tier 0's
+/// window (a bucket may change its rate); tier 0's quota can change too.
+#[test]
+fn set_quota_validates_and_keeps_the_window() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    runtime().block_on(async {
+        let conn = server.manager().await;
+        let minute = Duration::from_secs(60);
+        let fw = FixedWindow::builder()
+            .limit(3)
+            .window(HOUR)
+            .redis(conn.clone(), prefix("setquota"))
+            .build()
+            .unwrap();
+        let err = fw
+            .set_quota(1, FixedWindow::builder().limit(3).window(minute))
+            .unwrap_err();
+        assert_eq!(err.field(), "tier.window");
+        let err = fw
+            .set_quota(1, FixedWindow::builder().limit(1 << 60).window(HOUR))
+            .unwrap_err();
+        assert_eq!(err.field(), "tier.limit");
+        fw.set_quota(0, FixedWindow::builder().limit(1).window(HOUR))
+            .unwrap();
+        assert_eq!(fw.quota(), tollgate::Quota::new(1, HOUR));
+        assert_eq!(fw.quota_of(7), tollgate::Quota::new(1, HOUR));
+        assert!(fw.check("c").await.unwrap().is_allowed());
+        assert!(fw.check("c").await.unwrap().is_denied());
+        let tb = TokenBucket::builder()
+            .rate(3, HOUR)
+            .redis(conn, prefix("setquota"))
+            .build()
+            .unwrap();
+        tb.set_quota(1, TokenBucket::builder().rate(3, minute))
+            .unwrap();
+        assert_eq!(tb.quota_of(1), tollgate::Quota::new(3, minute));
     });
 }

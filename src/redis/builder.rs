@@ -11,13 +11,11 @@ use ::redis::{Cmd, Pipeline, RedisFuture, Script, Value};
 
 use super::guard::{Breaker, Counters};
 use super::shortcut::DenyCache;
+use super::tier::{Resolver, Tiers};
 use super::{FailPolicy, Inner, RedisAlgorithm, RedisLimiter};
-use crate::algorithm::{FromParams, Params};
+use crate::algorithm::Params;
 use crate::builder::Builder;
-use crate::check::Quota;
-use crate::clock::MonotonicClock;
 use crate::error::ConfigError;
-use crate::limiter::Limiter;
 use crate::memory::Memory;
 
 impl<A, K, C> Builder<A, K, C> {
@@ -70,6 +68,7 @@ impl<A, K, C> Builder<A, K, C> {
             policy: FailPolicy::default(),
             backoff: (Duration::from_millis(100), Duration::from_secs(5)),
             shortcut: Some(4_096),
+            tier_by: None,
             _algorithm: PhantomData,
         }
     }
@@ -197,6 +196,7 @@ pub struct RedisBuilder<A> {
     policy: FailPolicy,
     backoff: (Duration, Duration),
     shortcut: Option<usize>,
+    pub(super) tier_by: Option<Resolver>,
     _algorithm: PhantomData<fn() -> A>,
 }
 
@@ -374,12 +374,8 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
                 Some(DenyCache::new(slots.next_power_of_two()))
             }
         };
-        let quota = {
-            let (limit, window) = FromParams::granted(&algorithm);
-            Quota::new(limit, Duration::from_nanos(window))
-        };
-        let local = (self.policy == FailPolicy::Local)
-            .then(|| Limiter::new(algorithm, MonotonicClock::new(), memory));
+        let local = self.policy == FailPolicy::Local;
+        let tiers = Tiers::new(algorithm, self.tier_by, memory, local)?;
         let mut prefix = self.prefix.into_bytes();
         prefix.extend_from_slice(format!(":{}:{{", spec.tag()).as_bytes());
         Ok(RedisLimiter {
@@ -391,14 +387,12 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
                 sources: [spec.source(), spec.peek_source()],
                 conn: self.conn,
                 prefix,
-                spec,
-                quota,
+                tiers,
                 timeout: self.timeout,
                 policy: self.policy,
                 breaker: Breaker::new(first, max),
                 counters: Counters::default(),
                 shortcut,
-                local,
             }),
         })
     }

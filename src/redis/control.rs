@@ -131,8 +131,10 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             if let Some(cache) = &inner.shortcut {
                 cache.forget(&client);
             }
-            if let Some(local) = &inner.local {
-                local.remove(&client);
+            for tier in inner.tiers.all() {
+                if let Some(local) = &tier.local {
+                    local.remove(&client);
+                }
             }
             match reply {
                 Ok(Ok(deleted)) => Ok(deleted > 0),

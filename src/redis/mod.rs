@@ -83,6 +83,7 @@ mod key;
 mod lua_equal;
 mod script;
 mod shortcut;
+mod tier;
 
 use core::fmt;
 use core::future::Future;
@@ -105,7 +106,6 @@ use crate::cell::Algorithm;
 use crate::check::{AsyncCheck, CheckError, CheckErrorKind, Quota};
 use crate::decision::Decision;
 use crate::error::{ConfigError, CostError};
-use crate::limiter::Limiter;
 
 /// What a Redis limiter answers when Redis does not: it timed out, could
 /// not be reached, refused the command, or holds a state under the
@@ -233,7 +233,7 @@ impl<A: Algorithm> Clone for RedisLimiter<A> {
 impl<A: Algorithm> fmt::Debug for RedisLimiter<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisLimiter")
-            .field("spec", &self.inner.spec)
+            .field("spec", &self.inner.tiers.get(0).spec)
             .field("prefix", &String::from_utf8_lossy(&self.inner.prefix))
             .field("timeout", &self.inner.timeout)
             .field("policy", &self.inner.policy)
@@ -256,16 +256,14 @@ struct Inner<A: Algorithm> {
     conn: RedisConnection,
     /// `{prefix}:{tag}:{`: a key is this, the client's bytes, and `}`.
     prefix: Vec<u8>,
-    spec: Spec,
-    quota: Quota,
+    /// Each tier's quota, and the in-process limiter of
+    /// [`FailPolicy::Local`] for it, keyed by the client's bytes.
+    tiers: tier::Tiers<A>,
     timeout: Duration,
     policy: FailPolicy,
     breaker: Breaker,
     counters: Counters,
     shortcut: Option<DenyCache>,
-    /// The in-process limiter of [`FailPolicy::Local`], keyed by the
-    /// client's bytes.
-    local: Option<Limiter<A, Vec<u8>>>,
 }
 
 impl<A: RedisAlgorithm> RedisLimiter<A> {
@@ -320,16 +318,17 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     fn decide<K: RedisKey + ?Sized>(&self, key: &K, cost: u64, mode: Mode) -> RedisCheck {
         let inner = &self.inner;
         bump(&inner.counters.checks);
-        let capacity = inner.spec.capacity();
-        if cost > capacity {
-            let err = CostError { cost, capacity };
-            return RedisCheck::ready(Err(CheckError::with_kind(CheckErrorKind::Cost, err)));
-        }
         let mut full = Vec::with_capacity(inner.prefix.len() + 32);
         full.extend_from_slice(&inner.prefix);
         key.write_key(&mut full);
         let client = full.len() - inner.prefix.len();
         full.push(b'}');
+        let tier = inner.tiers.of(&full[inner.prefix.len()..][..client]);
+        let capacity = tier.spec.capacity();
+        if cost > capacity {
+            let err = CostError { cost, capacity };
+            return RedisCheck::ready(Err(CheckError::with_kind(CheckErrorKind::Cost, err)));
+        }
         let now = inner.breaker.now();
         if let Some(cache) = inner.shortcut.as_ref().filter(|_| mode == Mode::Check) {
             if let Some((wait, left)) =
@@ -342,7 +341,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                     remaining: left,
                     retry_after: wait,
                     replenish_after: wait,
-                    window: inner.spec.window(),
+                    window: tier.spec.window(),
                 }));
             }
         }
@@ -354,7 +353,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                     CheckErrorKind::Unavailable,
                     format!("Redis failed recently; the next probe goes in {wait:?}"),
                 );
-                return RedisCheck::ready(inner.fallback(&full, client, cost, mode, err));
+                return RedisCheck::ready(inner.fallback(&tier, &full, client, cost, mode, err));
             }
         };
         let inner = Arc::clone(inner);
@@ -368,16 +367,18 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                     CheckErrorKind::Unavailable,
                     "Redis failed recently; another check is probing it",
                 );
-                return inner.fallback(&full, client, cost, mode, err);
+                return inner.fallback(&tier, &full, client, cost, mode, err);
             }
             if probe {
                 bump(&inner.counters.probes);
             }
             let mut abandon = ProbeGuard(probe.then_some(&inner.breaker));
-            let reply = tokio::time::timeout(inner.timeout, inner.call(&full, cost, mode)).await;
+            let reply =
+                tokio::time::timeout(inner.timeout, inner.call(&tier.spec, &full, cost, mode))
+                    .await;
             abandon.0 = None;
             let err = match reply {
-                Ok(Ok(reply)) => match inner.spec.decode(&reply, cost) {
+                Ok(Ok(reply)) => match tier.spec.decode(&reply, cost) {
                     Ok(decision) => {
                         inner.breaker.succeeded(probe);
                         if mode == Mode::Check {
@@ -418,7 +419,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                     )
                 }
             };
-            inner.fallback(&full, client, cost, mode, err)
+            inner.fallback(&tier, &full, client, cost, mode, err)
         })))
     }
 
@@ -441,7 +442,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// ```
     #[must_use]
     pub fn quota(&self) -> Quota {
-        self.inner.quota
+        self.inner.tiers.get(0).quota
     }
 
     /// A snapshot of the limiter's counters: round trips, the calls the
@@ -459,6 +460,7 @@ impl<A: RedisAlgorithm> Inner<A> {
     /// The fail policy's answer to a check that Redis could not make.
     fn fallback(
         &self,
+        tier: &tier::TierQuota<A>,
         full: &[u8],
         client: usize,
         cost: u64,
@@ -468,14 +470,14 @@ impl<A: RedisAlgorithm> Inner<A> {
         match self.policy {
             FailPolicy::FailOpen => {
                 bump(&self.counters.fail_open);
-                let limit = self.spec.capacity();
+                let limit = tier.spec.capacity();
                 Ok(Decision {
                     allowed: true,
                     limit,
                     remaining: limit,
                     retry_after: Duration::ZERO,
                     replenish_after: Duration::ZERO,
-                    window: self.spec.window(),
+                    window: tier.spec.window(),
                 })
             }
             FailPolicy::FailClosed => {
@@ -484,7 +486,7 @@ impl<A: RedisAlgorithm> Inner<A> {
             }
             FailPolicy::Local => {
                 bump(&self.counters.fail_local);
-                let local = self.local.as_ref().ok_or(err)?;
+                let local = tier.local.as_ref().ok_or(err)?;
                 let client = &full[self.prefix.len()..][..client];
                 match mode {
                     Mode::Check => local.check_n(client, cost),
@@ -498,8 +500,8 @@ impl<A: RedisAlgorithm> Inner<A> {
     /// One check's script: `EVALSHA`, and if Redis lost the script, the
     /// script itself by `EVAL` (which also loads it again). Each command
     /// sent counts as a round trip.
-    async fn call(&self, full: &[u8], cost: u64, mode: Mode) -> RedisResult<Vec<i64>> {
-        let [first, second] = self.spec.args();
+    async fn call(&self, spec: &Spec, full: &[u8], cost: u64, mode: Mode) -> RedisResult<Vec<i64>> {
+        let [first, second] = spec.args();
         let mut conn = self.conn.clone();
         let mut cmd = Cmd::new();
         cmd.arg("EVALSHA")
@@ -608,7 +610,7 @@ impl<A: RedisAlgorithm, K: RedisKey + ?Sized> AsyncCheck<K> for RedisLimiter<A> 
     }
 
     fn quota(&self) -> Quota {
-        self.inner.quota
+        self.inner.tiers.get(0).quota
     }
 }
 

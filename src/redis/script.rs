@@ -423,6 +423,12 @@ impl Spec {
         }
     }
 
+    /// Whether the first setting is a window that every reader of a key
+    /// must share.
+    pub(crate) fn windowed(&self) -> bool {
+        !matches!(self, Self::Bucket { .. })
+    }
+
     /// The largest cost: capacity or limit.
     pub(crate) fn capacity(&self) -> u64 {
         self.args()[1]
