@@ -15,8 +15,9 @@ use tollgate::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket}
 const CHILD_ENV: &str = "TOLLGATE_REDIS_CONTROL_CHILD";
 
 /// The four algorithms at `n` per hour, on `url` under `p`, in a fixed
-/// order: bucket, counter, fixed window, log; clients named `pro-…` are
-/// in tier 1, at `pro` per hour.
+/// order: bucket, counter, fixed window, log, and a pair (a bucket of `n`
+/// and a fixed window of `2n`); clients named `pro-…` are in tier 1, at
+/// `pro` per hour.
 async fn limiters(url: &str, p: &str, n: u64, pro: u64) -> Vec<Box<dyn Control>> {
     let client = redis::Client::open(url).unwrap();
     let conn: RedisConnection = redis::aio::ConnectionManager::new(client)
@@ -37,7 +38,22 @@ async fn limiters(url: &str, p: &str, n: u64, pro: u64) -> Vec<Box<dyn Control>>
     let swl = swl.tier_by(tier).build().unwrap();
     swl.set_quota(1, SlidingWindowLog::builder().limit(pro).window(HOUR))
         .unwrap();
-    vec![Box::new(tb), Box::new(swc), Box::new(fw), Box::new(swl)]
+    // Two limits held together: the bucket binds, the fixed window (twice
+    // as wide) must not be charged when the bucket denies.
+    let pair = |n: u64| {
+        TokenBucket::builder()
+            .rate(n, HOUR)
+            .and(FixedWindow::builder().limit(2 * n).window(HOUR))
+    };
+    let both = pair(n).redis(conn, p).tier_by(tier).build().unwrap();
+    both.set_quota(1, pair(pro)).unwrap();
+    vec![
+        Box::new(tb),
+        Box::new(swc),
+        Box::new(fw),
+        Box::new(swl),
+        Box::new(both),
+    ]
 }
 
 /// One limiter of any algorithm, as this test drives it.
@@ -121,7 +137,7 @@ fn child_with(server: &Server, p: &str, action: &str, key: &str, pro: u64) -> Ve
 }
 
 fn all(answer: &str) -> Vec<String> {
-    vec![answer.to_owned(); 4]
+    vec![answer.to_owned(); 5]
 }
 
 /// Each algorithm at 3 per hour: what one process spends, peeks, resets
@@ -200,10 +216,11 @@ fn tiers_across_two_processes() {
     assert_eq!(child_with(&server, &p, "check", "pro-a", 3), all("false 0"));
     // And one whose tier 1 is 12 admits the rest of its 12: the windows
     // count 5 spent; the bucket owes the time of 5 tokens at 10 minutes,
-    // which at 12 per hour is 10 tokens, so 2 are left.
+    // which at 12 per hour is 10 tokens, so 2 are left (and the pair,
+    // whose bucket binds, says so too).
     assert_eq!(
         child_with(&server, &p, "check=7", "pro-a", 12),
-        ["false 2", "true 0", "true 0", "true 0"]
+        ["false 2", "true 0", "true 0", "true 0", "false 2"]
     );
 }
 
@@ -266,5 +283,48 @@ fn set_quota_validates_and_keeps_the_window() {
         tb.set_quota(1, TokenBucket::builder().rate(3, minute))
             .unwrap();
         assert_eq!(tb.quota_of(1), tollgate::Quota::new(3, minute));
+    });
+}
+
+/// A pair's denial by one limit charges neither: the other limit's key is
+/// as it was.
+#[test]
+fn a_pair_denied_by_one_limit_charges_neither() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(60));
+    let p = prefix("pairdeny");
+    runtime().block_on(async {
+        let limiter = FixedWindow::builder()
+            .limit(1)
+            .window(HOUR)
+            .and(TokenBucket::builder().rate(5, HOUR))
+            .redis(server.manager().await, &p)
+            .no_deny_shortcut()
+            .build()
+            .unwrap();
+        let d = limiter.check("c").await.unwrap();
+        assert_eq!((d.is_allowed(), d.remaining()), (true, 0));
+        let tat = |c: &mut redis::Connection| -> u64 {
+            redis::cmd("GET")
+                .arg(format!("{p}:fw+tb:{{c}}.2"))
+                .query(c)
+                .unwrap()
+        };
+        let mut c = server.sync();
+        let before = tat(&mut c);
+        for _ in 0..3 {
+            let d = limiter.check("c").await.unwrap();
+            assert!(d.is_denied(), "{d:?}");
+            assert!(d.retry_after() > Duration::from_secs(60), "{d:?}");
+        }
+        assert_eq!(tat(&mut c), before, "the bucket was not charged");
+        assert!(limiter.reset("c").await.unwrap());
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{p}:*"))
+            .query(&mut c)
+            .unwrap();
+        assert!(keys.is_empty(), "{keys:?}");
     });
 }

@@ -121,10 +121,11 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         key.write_key(&mut full);
         let client = full[inner.prefix.len()..].to_vec();
         full.push(b'}');
+        let keys = inner.tiers.get(0).spec.keys(&full);
         async move {
             let mut conn = inner.conn.clone();
             let mut cmd = Cmd::new();
-            cmd.arg("DEL").arg(&full[..]);
+            cmd.arg("DEL").arg(keys);
             bump(&inner.counters.round_trips);
             let reply =
                 tokio::time::timeout(inner.timeout, cmd.query_async::<u64>(&mut conn)).await;

@@ -26,7 +26,8 @@ use proptest::test_runner::{Config, TestRunner};
 
 use super::script::{fixed_word, round_up_to_us, Spec};
 use crate::algorithm::{
-    FixedWindow, Params, SlidingWindowCounter, SlidingWindowLog, TokenBucket, WordAlgorithm,
+    join, FixedWindow, Params, SlidingWindowCounter, SlidingWindowLog, TokenBucket, Transitions,
+    WordAlgorithm,
 };
 use crate::cell::{describe, Applied};
 use crate::decision::Decision;
@@ -147,10 +148,18 @@ enum Raw {
     Tat(Option<u64>),
     Counts(Vec<Option<u64>>),
     Log(Vec<u64>),
+    /// A pair's two keys.
+    Pair(Box<Raw>, Box<Raw>),
+    /// A pair's two states, as the in-process words (expected only).
+    Words(u64, u64),
 }
 
 fn read(conn: &mut ::redis::Connection, spec: &Spec, key: &str) -> Raw {
     match spec {
+        Spec::Pair { .. } => Raw::Pair(
+            Box::new(read(conn, &spec.half(0).unwrap(), &format!("{key}.1"))),
+            Box::new(read(conn, &spec.half(1).unwrap(), &format!("{key}.2"))),
+        ),
         Spec::Bucket { .. } => Raw::Tat(::redis::cmd("GET").arg(key).query(conn).unwrap()),
         Spec::Fixed { .. } => Raw::Counts(
             ::redis::cmd("HMGET")
@@ -288,7 +297,61 @@ fn expect(spec: &Spec, raw: &Raw, now_us: u64, cost: u64) -> (Decision, Option<R
             live.sort_unstable();
             (d, Some(Raw::Log(live)))
         }
+        (Spec::Pair { ns, .. }, Raw::Pair(r1, r2)) => {
+            let (h1, h2) = (spec.half(0).unwrap(), spec.half(1).unwrap());
+            let word = join(converted(&h1, r1, now_us), converted(&h2, r2, now_us));
+            let applied = if cost == 0 {
+                Applied::Admitted(word)
+            } else {
+                Transitions::admit(ns, word, now, cost)
+                    .map_or(Applied::Denied(word), Applied::Admitted)
+            };
+            let d = round(describe(ns, applied, now, cost).unwrap());
+            let left = match applied {
+                // The pair's word: the first limit's low half, the second's high.
+                Applied::Admitted(new) if cost > 0 => {
+                    Some(Raw::Words(new as u64, (new >> 64) as u64))
+                }
+                _ => None,
+            };
+            (d, left)
+        }
         _ => unreachable!("a state of another algorithm"),
+    }
+}
+
+/// A single word algorithm's state as its in-process word, converted to
+/// the reader's quota as the script converts it.
+fn converted(spec: &Spec, raw: &Raw, now_us: u64) -> u64 {
+    match (spec, raw) {
+        (
+            Spec::Bucket {
+                interval_us,
+                capacity,
+                ..
+            },
+            Raw::Tat(tat),
+        ) => tat.unwrap_or(0).min(now_us + capacity * interval_us) * 1_000,
+        (Spec::Fixed { ns, limit, .. }, Raw::Counts(v)) => match (v[0], v[1]) {
+            (Some(k), Some(c)) => fixed_word(ns, k, c.min(*limit)).unwrap(),
+            _ => 0,
+        },
+        (Spec::Sliding { ns, limit, .. }, Raw::Counts(v)) => match (v[0], v[1], v[2]) {
+            (Some(k), Some(c), Some(p)) => ns.word(k, c.min(*limit), p.min(*limit)).unwrap(),
+            _ => 0,
+        },
+        _ => unreachable!("not a word algorithm's state"),
+    }
+}
+
+/// A single word algorithm's stored state as its in-process word, as it
+/// is (`None` if absent or out of range).
+fn stored(spec: &Spec, raw: &Raw) -> Option<u64> {
+    match (spec, raw) {
+        (Spec::Bucket { .. }, Raw::Tat(tat)) => tat.map(|t| t * 1_000),
+        (Spec::Fixed { ns, .. }, Raw::Counts(v)) => fixed_word(ns, v[0]?, v[1]?),
+        (Spec::Sliding { ns, .. }, Raw::Counts(v)) => ns.word(v[0]?, v[1]?, v[2]?),
+        _ => None,
     }
 }
 
@@ -301,6 +364,10 @@ fn same_state(spec: &Spec, expected: &Raw, found: &Raw) -> bool {
                 _ => None,
             };
             word == want[0]
+        }
+        (Spec::Pair { .. }, Raw::Words(w1, w2), Raw::Pair(f1, f2)) => {
+            stored(&spec.half(0).unwrap(), f1) == Some(*w1)
+                && stored(&spec.half(1).unwrap(), f2) == Some(*w2)
         }
         (Spec::Log { .. }, Raw::Log(want), Raw::Log(found)) => {
             let mut found = found.clone();
@@ -329,17 +396,16 @@ fn agree(
         }
         let before = read(conn, spec, key);
         let (want, left) = expect(spec, &before, now, s.cost);
-        let [first, second] = spec.args();
+        let call = |source: String| {
+            let mut cmd = ::redis::cmd("EVAL");
+            cmd.arg(source);
+            spec.push_call(&mut cmd, key.as_bytes(), s.cost);
+            cmd.arg(now);
+            cmd
+        };
         // A peek first: the same decision, and nothing recorded (but the
         // log's expired entries, trimmed).
-        let reply: Vec<i64> = ::redis::cmd("EVAL")
-            .arg(spec.peek_source_at())
-            .arg(1)
-            .arg(key)
-            .arg(first)
-            .arg(second)
-            .arg(s.cost)
-            .arg(now)
+        let reply: Vec<i64> = call(spec.peek_source_at())
             .query(conn)
             .map_err(|e| TestCaseError::fail(format!("step {i}: {e}")))?;
         let peeked = spec
@@ -359,14 +425,7 @@ fn agree(
             before
         );
         let before = after;
-        let reply: Vec<i64> = ::redis::cmd("EVAL")
-            .arg(spec.source_at())
-            .arg(1)
-            .arg(key)
-            .arg(first)
-            .arg(second)
-            .arg(s.cost)
-            .arg(now)
+        let reply: Vec<i64> = call(spec.source_at())
             .query(conn)
             .map_err(|e| TestCaseError::fail(format!("step {i}: {e}")))?;
         let got = spec
@@ -491,6 +550,36 @@ fn the_sliding_log_script_decides_as_the_in_process_log() {
         |w, limit| {
             let swl = SlidingWindowLog::new(limit, Duration::from_micros(w)).unwrap();
             vec![Spec::log(&swl).unwrap()]
+        },
+        (6, 6),
+        &[1, 7, 1_000, 1_000_000],
+    );
+}
+
+#[test]
+fn a_pair_script_decides_as_the_in_process_pair() {
+    // A bucket of `limit` at one token per `w` µs, with a fixed window of
+    // `limit + 1` per `3w`; and a counter of `limit` per `w` with a bucket
+    // of `limit` per `w` µs.
+    run(
+        |w, limit| {
+            let tb = TokenBucket::new(1, Duration::from_micros(w), limit).unwrap();
+            let fw = <FixedWindow as crate::algorithm::FromParams>::from_params(&params(
+                limit + 1,
+                3 * w,
+            ));
+            let swc = <SlidingWindowCounter as crate::algorithm::FromParams>::from_params(&params(
+                limit, w,
+            ));
+            let (tb, fw, swc) = (
+                Spec::bucket(&tb).unwrap(),
+                Spec::fixed(&fw.unwrap()).unwrap(),
+                Spec::sliding(&swc.unwrap()).unwrap(),
+            );
+            vec![
+                Spec::pair(&tb, &fw).unwrap(),
+                Spec::pair(&swc, &tb).unwrap(),
+            ]
         },
         (6, 6),
         &[1, 7, 1_000, 1_000_000],

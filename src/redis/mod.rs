@@ -65,6 +65,15 @@
 //! error reply about one request ([`CheckErrorKind::Other`]) is answered
 //! by the policy for that request alone.
 //!
+//! # Control, tiers and pairs
+//!
+//! As an in-process limiter, a Redis limiter can
+//! [`peek`](RedisLimiter::peek), [`reset`](RedisLimiter::reset) and
+//! [`remove`](RedisLimiter::remove) a client (for every process sharing
+//! the Redis), put clients in tiers ([`RedisBuilder::tier_by`],
+//! [`RedisLimiter::set_quota`]), and hold two limits at once, atomically
+//! in one script (a builder made with `and` or `and_rate`).
+//!
 //! # Replicas with different quotas
 //!
 //! A replica reads a state written under another limit (a rolling deploy)
@@ -79,8 +88,10 @@ mod builder;
 mod control;
 mod guard;
 mod key;
+mod lua;
 #[cfg(all(test, not(feature = "loom")))]
 mod lua_equal;
+mod pair;
 mod script;
 mod shortcut;
 mod tier;
@@ -501,27 +512,17 @@ impl<A: RedisAlgorithm> Inner<A> {
     /// script itself by `EVAL` (which also loads it again). Each command
     /// sent counts as a round trip.
     async fn call(&self, spec: &Spec, full: &[u8], cost: u64, mode: Mode) -> RedisResult<Vec<i64>> {
-        let [first, second] = spec.args();
         let mut conn = self.conn.clone();
         let mut cmd = Cmd::new();
         cmd.arg("EVALSHA")
-            .arg(self.scripts[mode as usize].get_hash())
-            .arg(1)
-            .arg(full)
-            .arg(first)
-            .arg(second)
-            .arg(cost);
+            .arg(self.scripts[mode as usize].get_hash());
+        spec.push_call(&mut cmd, full, cost);
         bump(&self.counters.round_trips);
         match cmd.query_async(&mut conn).await {
             Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 let mut cmd = Cmd::new();
-                cmd.arg("EVAL")
-                    .arg(&self.sources[mode as usize])
-                    .arg(1)
-                    .arg(full)
-                    .arg(first)
-                    .arg(second)
-                    .arg(cost);
+                cmd.arg("EVAL").arg(&self.sources[mode as usize]);
+                spec.push_call(&mut cmd, full, cost);
                 bump(&self.counters.round_trips);
                 cmd.query_async(&mut conn).await
             }

@@ -154,7 +154,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         let new = Tiers::quota_for(algorithm, &tiers.memory, tiers.local)
             .map_err(ConfigError::in_tier)?;
         let base = tiers.get(0).spec;
-        if new.spec.windowed() && new.spec.args()[0] != base.args()[0] {
+        if !base.shares_windows(&new.spec) {
             let us = |spec: &Spec| u128::from(spec.args()[0]);
             return Err(ConfigError::OutOfRange {
                 field: "tier.window",
