@@ -113,14 +113,6 @@ impl FixedWindow {
 }
 
 impl FixedWindow {
-    /// The word holding `count` in window `index`, if both fit (a state
-    /// read from outside the process, such as from Redis).
-    #[cfg(feature = "redis")]
-    pub(crate) fn word(&self, index: u64, count: u64) -> Option<u64> {
-        let fits = count <= self.limit && index <= super::NOW_MAX / self.windows.width();
-        fits.then(|| (index << self.count_bits) | count)
-    }
-
     /// The window's length, ns.
     pub(crate) fn window_ns(&self) -> u64 {
         self.windows.width()

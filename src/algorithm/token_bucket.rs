@@ -109,7 +109,7 @@ impl TokenBucket {
     }
 
     /// Nanoseconds per token, rounded up.
-    #[cfg(any(feature = "redis", all(test, not(feature = "loom"))))]
+    #[cfg(all(test, not(feature = "loom")))]
     pub(crate) fn interval(&self) -> u64 {
         self.interval
     }

@@ -12,7 +12,8 @@ use crate::sync::{AtomicU64, Ordering};
 pub(crate) enum Gate {
     /// Redis is up: go.
     Pass,
-    /// Redis was down and its backoff is over: this check is the one probe.
+    /// Redis was down and its backoff is over: this check may be the one
+    /// probe, if it wins [`Breaker::take_probe`] when it starts.
     Probe,
     /// Redis is down: answer by the fail policy. The wait is until the next
     /// probe may go (zero while a probe is in flight).
@@ -61,14 +62,24 @@ impl Breaker {
         if now < until {
             return Gate::Down(Duration::from_nanos(until - now));
         }
-        // AcqRel: one winner among the checks that find the backoff over.
-        match self
-            .probing
-            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => Gate::Probe,
-            Err(_) => Gate::Down(Duration::ZERO),
+        // Relaxed: a hint only; `take_probe` decides.
+        if self.probing.load(Ordering::Relaxed) == 0 {
+            Gate::Probe
+        } else {
+            Gate::Down(Duration::ZERO)
         }
+    }
+
+    /// Takes the probe flag: true for the one check that may probe. Called
+    /// when the check's future first runs, right before the guard that
+    /// gives the flag back is made, so that a future dropped before its
+    /// first poll never holds the flag.
+    pub(crate) fn take_probe(&self) -> bool {
+        // AcqRel: one winner among the checks that find the backoff over;
+        // pairs with the Release stores that give the flag back.
+        self.probing
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
     /// Redis answered: it is up.
@@ -144,10 +155,10 @@ impl Breaker {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct RedisStats {
-    /// Checks asked of the limiter.
+    /// Checks and peeks asked of the limiter.
     pub checks: u64,
-    /// Scripts sent to Redis (each one round trip, plus a reload of the
-    /// script after Redis lost it).
+    /// Commands sent to Redis, each one round trip: one per check, and one
+    /// more when Redis had lost the script (the script is then sent whole).
     pub round_trips: u64,
     /// Checks denied by the local deny shortcut, without a round trip:
     /// the Redis calls saved.
@@ -219,6 +230,9 @@ mod tests {
         b.failed(false, 0); // a second in-flight failure changes nothing
         assert_eq!(b.gate(5 * MS), Gate::Down(Duration::from_millis(5)));
         assert_eq!(b.gate(10 * MS), Gate::Probe);
+        assert_eq!(b.gate(10 * MS), Gate::Probe, "nothing taken yet");
+        assert!(b.take_probe());
+        assert!(!b.take_probe(), "one probe at a time");
         assert_eq!(
             b.gate(10 * MS),
             Gate::Down(Duration::ZERO),
@@ -227,6 +241,7 @@ mod tests {
         b.failed(true, 10 * MS);
         assert_eq!(b.gate(10 * MS), Gate::Down(Duration::from_millis(20)));
         assert_eq!(b.gate(30 * MS), Gate::Probe);
+        assert!(b.take_probe());
         b.failed(true, 30 * MS);
         assert_eq!(
             b.gate(30 * MS),
@@ -234,12 +249,14 @@ mod tests {
             "capped"
         );
         assert_eq!(b.gate(65 * MS), Gate::Probe);
+        assert!(b.take_probe());
         b.abandoned();
         assert_eq!(
             b.gate(65 * MS),
             Gate::Probe,
             "a dropped probe lets another go"
         );
+        assert!(b.take_probe());
         b.succeeded(true);
         assert_eq!(b.gate(65 * MS), Gate::Pass);
         b.failed(false, 70 * MS);

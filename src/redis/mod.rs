@@ -58,44 +58,65 @@
 //! [`FailPolicy`], and the limiter backs off: until the backoff is over,
 //! checks skip Redis and go straight to the policy, then one probe at a
 //! time goes through, doubling the backoff (up to a cap) each time it
-//! fails. A state under a client's key that the limiter did not write is
-//! that client's problem only: its checks fail ([`CheckErrorKind::Corrupt`],
-//! answered by the policy) without backing off, until the key is deleted
-//! or expires.
+//! fails. Only a failure to reach Redis backs off. A state under a
+//! client's key that the limiter did not write is that client's problem
+//! only: its checks fail ([`CheckErrorKind::Corrupt`], answered by the
+//! policy) without backing off, until the key is deleted or expires; an
+//! error reply about one request ([`CheckErrorKind::Other`]) is answered
+//! by the policy for that request alone.
+//!
+//! # Control, tiers and pairs
+//!
+//! As an in-process limiter, a Redis limiter can
+//! [`peek`](RedisLimiter::peek), [`reset`](RedisLimiter::reset) and
+//! [`remove`](RedisLimiter::remove) a client (for every process sharing
+//! the Redis), put clients in tiers ([`RedisBuilder::tier_by`],
+//! [`RedisLimiter::set_quota`]), and hold two limits at once, atomically
+//! in one script (a builder made with `and` or `and_rate`).
+//!
+//! # Replicas with different quotas
+//!
+//! A replica reads a state written under another limit (a rolling deploy)
+//! as the in-process limiters' `set_quota` converts one: counts above its
+//! limit count as its limit, so a lower limit denies a client that spent
+//! more than it, and a higher one admits the difference. The sliding
+//! window log keeps every entry and denies until enough of them expire.
+//! A change of window for the fixed window or the sliding window counter
+//! is not converted: give the new window a new prefix.
 
+mod builder;
+mod control;
 mod guard;
+mod key;
+mod lua;
+#[cfg(all(test, not(feature = "loom")))]
+mod lua_equal;
+mod pair;
 mod script;
 mod shortcut;
+mod tier;
 
 use core::fmt;
 use core::future::Future;
-use core::marker::PhantomData;
 use core::pin::Pin;
 use core::task::{Context, Poll};
 use core::time::Duration;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
-use ::redis::aio::{ConnectionLike, ConnectionManager};
-use ::redis::cluster_async::ClusterConnection;
-use ::redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Script, Value};
+use ::redis::{Cmd, ErrorKind, RedisError, RedisResult, Script, ServerErrorKind};
 
+pub use builder::{RedisBuilder, RedisConnection};
 pub use guard::RedisStats;
 use guard::{bump, Breaker, Counters, Gate};
+pub use key::RedisKey;
 use script::Spec;
-use shortcut::DenyCache;
+use shortcut::{DenyCache, LEFT_MAX, REACH};
 
-use crate::algorithm::{
-    FixedWindow, FromParams, Params, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
-};
-use crate::builder::Builder;
+use crate::algorithm::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 use crate::cell::Algorithm;
 use crate::check::{AsyncCheck, CheckError, CheckErrorKind, Quota};
-use crate::clock::MonotonicClock;
 use crate::decision::Decision;
 use crate::error::{ConfigError, CostError};
-use crate::limiter::Limiter;
-use crate::memory::Memory;
 
 /// What a Redis limiter answers when Redis does not: it timed out, could
 /// not be reached, refused the command, or holds a state under the
@@ -118,7 +139,8 @@ pub enum FailPolicy {
     /// [`Timeout`](CheckErrorKind::Timeout),
     /// [`Unavailable`](CheckErrorKind::Unavailable),
     /// [`Corrupt`](CheckErrorKind::Corrupt) or
-    /// [`Protocol`](CheckErrorKind::Protocol)): the HTTP layer answers
+    /// [`Protocol`](CheckErrorKind::Protocol) or
+    /// [`Other`](CheckErrorKind::Other)): the HTTP layer answers
     /// `503 Service Unavailable`.
     FailClosed,
     /// Decide with an in-process limiter of the same quota, one per
@@ -129,72 +151,6 @@ pub enum FailPolicy {
     #[default]
     Local,
 }
-
-/// A client key that a Redis limiter can name: the bytes that go between
-/// the key's braces.
-///
-/// Implemented for strings, byte strings, IP addresses (their text form)
-/// and integers (their decimal form), and references to them. Two keys with
-/// the same bytes are the same client, so `"alice"` and
-/// `String::from("alice")` share a budget.
-///
-/// # Examples
-///
-/// ```
-/// use std::net::IpAddr;
-/// use tollgate::redis::RedisKey;
-///
-/// let mut out = Vec::new();
-/// IpAddr::from([10, 0, 0, 1]).write_key(&mut out);
-/// assert_eq!(out, b"10.0.0.1");
-/// ```
-pub trait RedisKey {
-    /// Appends the key's bytes to `out`.
-    fn write_key(&self, out: &mut Vec<u8>);
-}
-
-impl RedisKey for str {
-    fn write_key(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(self.as_bytes());
-    }
-}
-
-impl RedisKey for String {
-    fn write_key(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(self.as_bytes());
-    }
-}
-
-impl RedisKey for [u8] {
-    fn write_key(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(self);
-    }
-}
-
-impl RedisKey for Vec<u8> {
-    fn write_key(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(self);
-    }
-}
-
-impl<T: RedisKey + ?Sized> RedisKey for &T {
-    fn write_key(&self, out: &mut Vec<u8>) {
-        T::write_key(self, out);
-    }
-}
-
-macro_rules! display_key {
-    ($($t:ty),*) => {$(
-        impl RedisKey for $t {
-            fn write_key(&self, out: &mut Vec<u8>) {
-                use std::io::Write;
-                // Writing to a `Vec` never fails.
-                let _ = write!(out, "{self}");
-            }
-        }
-    )*};
-}
-display_key!(IpAddr, Ipv4Addr, Ipv6Addr, u16, u32, u64, u128, i32, i64, i128, usize);
 
 mod sealed {
     /// How an algorithm runs in Redis. Sealed: only tollgate's four
@@ -243,382 +199,6 @@ impl sealed::Sealed for SlidingWindowLog {
 }
 impl RedisAlgorithm for SlidingWindowLog {}
 
-impl<A, K, C> Builder<A, K, C> {
-    /// Keeps the state in Redis instead of this process: the limiter that
-    /// [`RedisBuilder::build`] makes shares each client's budget with every
-    /// process using the same Redis and `prefix`. The algorithm's settings
-    /// carry over; the key type and clock do not (keys are any
-    /// [`RedisKey`], time is Redis's), and the memory settings
-    /// ([`max_clients`](Builder::max_clients) and the rest) apply to the
-    /// in-process limiter of [`FailPolicy::Local`].
-    ///
-    /// `conn` is a [`ConnectionManager`], which multiplexes every check
-    /// over one connection and reconnects by itself after Redis comes
-    /// back, or a [`ClusterConnection`] for Redis Cluster, which sends each
-    /// check to the node holding its client's slot (every key of one
-    /// client carries the client as its hash tag); see [`RedisConnection`].
-    ///
-    /// # Examples
-    ///
-    /// `no_run`: it needs a Redis server on localhost.
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    /// use tollgate::SlidingWindowCounter;
-    ///
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let conn = redis::aio::ConnectionManager::new(client).await?;
-    /// let limiter = SlidingWindowCounter::builder()
-    ///     .limit(100)
-    ///     .window(Duration::from_secs(60))
-    ///     .redis(conn, "api")
-    ///     .build()?;
-    /// assert!(limiter.check("alice").await?.is_allowed());
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[must_use]
-    pub fn redis(
-        self,
-        conn: impl Into<RedisConnection>,
-        prefix: impl Into<String>,
-    ) -> RedisBuilder<A> {
-        RedisBuilder {
-            params: self.params,
-            memory: self.memory,
-            conn: conn.into(),
-            prefix: prefix.into(),
-            timeout: Duration::from_millis(100),
-            policy: FailPolicy::default(),
-            backoff: (Duration::from_millis(100), Duration::from_secs(5)),
-            shortcut: Some(4_096),
-            _algorithm: PhantomData,
-        }
-    }
-}
-
-/// How a Redis limiter reaches Redis: one server (or a primary behind
-/// Sentinel's address) through a [`ConnectionManager`], or Redis Cluster
-/// through a [`ClusterConnection`]. [`Builder::redis`] takes either.
-///
-/// Every key a check touches belongs to one client and carries that client
-/// as its hash tag (`{prefix}:{tag}:{<client>}`), so each check's script
-/// runs on the one node that holds the client's slot, and a cluster shares
-/// each client's budget exactly as one server does.
-///
-/// # Examples
-///
-/// `no_run`: it needs a Redis Cluster on localhost.
-///
-/// ```no_run
-/// use std::time::Duration;
-/// use tollgate::TokenBucket;
-///
-/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// let nodes = vec!["redis://127.0.0.1:7000/", "redis://127.0.0.1:7001/"];
-/// let cluster = redis::cluster::ClusterClient::new(nodes)?;
-/// let conn = cluster.get_async_connection().await?;
-/// let limiter = TokenBucket::builder()
-///     .rate(100, Duration::from_secs(60))
-///     .redis(conn, "api")
-///     .build()?;
-/// assert!(limiter.check("alice").await?.is_allowed());
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Clone)]
-pub enum RedisConnection {
-    /// One server: every check over one multiplexed connection.
-    Single(ConnectionManager),
-    /// Redis Cluster: each check to the node holding its client's slot.
-    Cluster(ClusterConnection),
-}
-
-impl fmt::Debug for RedisConnection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Single(_) => "RedisConnection::Single",
-            Self::Cluster(_) => "RedisConnection::Cluster",
-        })
-    }
-}
-
-impl From<ConnectionManager> for RedisConnection {
-    fn from(conn: ConnectionManager) -> Self {
-        Self::Single(conn)
-    }
-}
-
-impl From<ClusterConnection> for RedisConnection {
-    fn from(conn: ClusterConnection) -> Self {
-        Self::Cluster(conn)
-    }
-}
-
-impl ConnectionLike for RedisConnection {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Self::Single(conn) => conn.req_packed_command(cmd),
-            Self::Cluster(conn) => conn.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Self::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
-            Self::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Self::Single(conn) => conn.get_db(),
-            Self::Cluster(conn) => conn.get_db(),
-        }
-    }
-}
-
-/// Builds a [`RedisLimiter`]: the algorithm's settings from the
-/// [`Builder`], and how to talk to Redis. Made by [`Builder::redis`].
-///
-/// # Examples
-///
-/// `no_run`: it needs a Redis server on localhost.
-///
-/// ```no_run
-/// use std::time::Duration;
-/// use tollgate::redis::FailPolicy;
-/// use tollgate::FixedWindow;
-///
-/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// let conn = redis::aio::ConnectionManager::new(redis::Client::open("redis://127.0.0.1/")?).await?;
-/// let limiter = FixedWindow::builder()
-///     .limit(1_000)
-///     .window(Duration::from_secs(3_600))
-///     .redis(conn, "hourly")
-///     .timeout(Duration::from_millis(20))
-///     .fail_policy(FailPolicy::FailOpen)
-///     .backoff(Duration::from_millis(50), Duration::from_secs(2))
-///     .deny_shortcut(16_384)
-///     .build()?;
-/// # let _ = limiter;
-/// # Ok(())
-/// # }
-/// ```
-pub struct RedisBuilder<A> {
-    params: Params,
-    memory: Memory,
-    conn: RedisConnection,
-    prefix: String,
-    timeout: Duration,
-    policy: FailPolicy,
-    backoff: (Duration, Duration),
-    shortcut: Option<usize>,
-    _algorithm: PhantomData<fn() -> A>,
-}
-
-impl<A> fmt::Debug for RedisBuilder<A> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisBuilder")
-            .field("algorithm", &core::any::type_name::<A>())
-            .field("params", &self.params)
-            .field("prefix", &self.prefix)
-            .field("timeout", &self.timeout)
-            .field("policy", &self.policy)
-            .field("backoff", &self.backoff)
-            .field("shortcut", &self.shortcut)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<A> RedisBuilder<A> {
-    /// The longest a check waits for Redis before the
-    /// [`FailPolicy`] answers it. Default 100 ms; [`build`](Self::build)
-    /// requires 1 ms to 1 hour.
-    ///
-    /// A check that timed out may still have been recorded by Redis, which
-    /// errs toward denying that client's later requests.
-    ///
-    /// # Examples
-    ///
-    /// See [`RedisBuilder`].
-    #[must_use]
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// What to answer when Redis fails. Default [`FailPolicy::Local`].
-    ///
-    /// # Examples
-    ///
-    /// See [`RedisBuilder`].
-    #[must_use]
-    pub fn fail_policy(mut self, policy: FailPolicy) -> Self {
-        self.policy = policy;
-        self
-    }
-
-    /// After a failure, checks skip Redis for `first`, then one probe goes
-    /// through; each failed probe doubles the wait, up to `max`. Default
-    /// 100 ms and 5 s; [`build`](Self::build) requires
-    /// `1 ms ≤ first ≤ max ≤ 1 hour`.
-    ///
-    /// # Examples
-    ///
-    /// See [`RedisBuilder`].
-    #[must_use]
-    pub fn backoff(mut self, first: Duration, max: Duration) -> Self {
-        self.backoff = (first, max);
-        self
-    }
-
-    /// The local deny shortcut's table: `slots` entries of 8 bytes, rounded
-    /// up to a power of two (default 4 096, 32 KiB). A client that Redis
-    /// denies with nothing left (`remaining() == 0`) is denied in this
-    /// process, without a round trip, until its quota next grows
-    /// ([`Decision::replenish_after`], counted from when the check was
-    /// sent, so never past the real instant). [`build`](Self::build)
-    /// requires 1 to 2<sup>24</sup> slots.
-    ///
-    /// # Examples
-    ///
-    /// See [`RedisBuilder`].
-    #[must_use]
-    pub fn deny_shortcut(mut self, slots: usize) -> Self {
-        self.shortcut = Some(slots);
-        self
-    }
-
-    /// Turns the deny shortcut off: every check goes to Redis.
-    ///
-    /// # Examples
-    ///
-    /// `no_run`: it needs a Redis server on localhost.
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    /// use tollgate::TokenBucket;
-    ///
-    /// # async fn run(conn: redis::aio::ConnectionManager) -> Result<(), tollgate::ConfigError> {
-    /// let limiter = TokenBucket::builder()
-    ///     .rate(10, Duration::from_secs(1))
-    ///     .redis(conn, "exact")
-    ///     .no_deny_shortcut()
-    ///     .build()?;
-    /// # let _ = limiter;
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[must_use]
-    pub fn no_deny_shortcut(mut self) -> Self {
-        self.shortcut = None;
-        self
-    }
-}
-
-impl<A: RedisAlgorithm> RedisBuilder<A> {
-    /// Validates the settings and builds the limiter. Sends nothing to
-    /// Redis: the first check loads the script.
-    ///
-    /// # Errors
-    ///
-    /// Every error of [`Builder::build`] for the algorithm's settings, and
-    /// [`ConfigError::OutOfRange`] naming the setting when:
-    ///
-    /// - `window` is not a whole number of microseconds, or is longer than
-    ///   2<sup>52</sup> µs (142 years);
-    /// - a bucket's refill time, `capacity × per / tokens` (the interval
-    ///   rounded up to whole µs), exceeds 2<sup>52</sup> µs (`capacity`);
-    /// - a sliding window counter's `limit × window` in µs reaches
-    ///   2<sup>53</sup> (`limit`), the largest integer Lua counts exactly;
-    /// - `timeout`, `backoff` or `deny_shortcut` is out of its range.
-    ///
-    /// # Examples
-    ///
-    /// `no_run`: it needs a Redis server on localhost.
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    /// use tollgate::FixedWindow;
-    ///
-    /// # async fn run(conn: redis::aio::ConnectionManager) {
-    /// let err = FixedWindow::builder()
-    ///     .limit(10)
-    ///     .window(Duration::from_nanos(1_500))
-    ///     .redis(conn, "api")
-    ///     .build()
-    ///     .unwrap_err();
-    /// assert_eq!(err.field(), "window");
-    /// # }
-    /// ```
-    pub fn build(self) -> Result<RedisLimiter<A>, ConfigError> {
-        let algorithm = A::from_params(&self.params)?;
-        let spec = algorithm.spec()?;
-        let memory = self.memory.validate()?;
-        let ms = |d: Duration| d.as_millis().min(u128::from(u64::MAX));
-        let hour = 3_600_000;
-        ConfigError::check_range(
-            "timeout",
-            ms(self.timeout),
-            (1, hour),
-            "ms",
-            "a call's timeout",
-        )?;
-        let (first, max) = self.backoff;
-        ConfigError::check_range("backoff", ms(first), (1, hour), "ms", "the first backoff")?;
-        ConfigError::check_range(
-            "backoff",
-            ms(max),
-            (ms(first), hour),
-            "ms",
-            "the largest backoff is at least the first",
-        )?;
-        let shortcut = match self.shortcut {
-            None => None,
-            Some(slots) => {
-                ConfigError::check_range(
-                    "deny_shortcut",
-                    slots as u128,
-                    (1, 1 << 24),
-                    "slots",
-                    "the deny shortcut's table holds 8 bytes per slot",
-                )?;
-                Some(DenyCache::new(slots.next_power_of_two()))
-            }
-        };
-        let quota = {
-            let (limit, window) = FromParams::granted(&algorithm);
-            Quota::new(limit, Duration::from_nanos(window))
-        };
-        let local = (self.policy == FailPolicy::Local)
-            .then(|| Limiter::new(algorithm, MonotonicClock::new(), memory));
-        let mut prefix = self.prefix.into_bytes();
-        prefix.extend_from_slice(format!(":{}:{{", spec.tag()).as_bytes());
-        Ok(RedisLimiter {
-            inner: Arc::new(Inner {
-                script: Script::new(&spec.source()),
-                conn: self.conn,
-                prefix,
-                spec,
-                quota,
-                timeout: self.timeout,
-                policy: self.policy,
-                breaker: Breaker::new(first, max),
-                counters: Counters::default(),
-                shortcut,
-                local,
-            }),
-        })
-    }
-}
-
 /// A limiter whose state lives in Redis: every process that checks through
 /// the same Redis and prefix shares each client's budget exactly. Built by
 /// [`Builder::redis`]; cheap to clone (an `Arc`).
@@ -664,7 +244,7 @@ impl<A: Algorithm> Clone for RedisLimiter<A> {
 impl<A: Algorithm> fmt::Debug for RedisLimiter<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisLimiter")
-            .field("spec", &self.inner.spec)
+            .field("spec", &self.inner.tiers.get(0).spec)
             .field("prefix", &String::from_utf8_lossy(&self.inner.prefix))
             .field("timeout", &self.inner.timeout)
             .field("policy", &self.inner.policy)
@@ -672,21 +252,29 @@ impl<A: Algorithm> fmt::Debug for RedisLimiter<A> {
     }
 }
 
+/// What a round trip does: check (decide and record) or peek (decide).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Check = 0,
+    Peek = 1,
+}
+
 struct Inner<A: Algorithm> {
-    script: Script,
+    /// The scripts' hashes, for `EVALSHA`, by [`Mode`].
+    scripts: [Script; 2],
+    /// The scripts' sources, sent by `EVAL` when Redis lost them.
+    sources: [String; 2],
     conn: RedisConnection,
     /// `{prefix}:{tag}:{`: a key is this, the client's bytes, and `}`.
     prefix: Vec<u8>,
-    spec: Spec,
-    quota: Quota,
+    /// Each tier's quota, and the in-process limiter of
+    /// [`FailPolicy::Local`] for it, keyed by the client's bytes.
+    tiers: tier::Tiers<A>,
     timeout: Duration,
     policy: FailPolicy,
     breaker: Breaker,
     counters: Counters,
     shortcut: Option<DenyCache>,
-    /// The in-process limiter of [`FailPolicy::Local`], keyed by the
-    /// client's bytes.
-    local: Option<Limiter<A, Vec<u8>>>,
 }
 
 impl<A: RedisAlgorithm> RedisLimiter<A> {
@@ -734,62 +322,79 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// # }
     /// ```
     pub fn check_n<K: RedisKey + ?Sized>(&self, key: &K, cost: u64) -> RedisCheck {
+        self.decide(key, cost, Mode::Check)
+    }
+
+    /// A check or a peek.
+    fn decide<K: RedisKey + ?Sized>(&self, key: &K, cost: u64, mode: Mode) -> RedisCheck {
         let inner = &self.inner;
         bump(&inner.counters.checks);
-        let capacity = inner.spec.capacity();
-        if cost > capacity {
-            let err = CostError { cost, capacity };
-            return RedisCheck::ready(Err(CheckError::with_kind(CheckErrorKind::Cost, err)));
-        }
         let mut full = Vec::with_capacity(inner.prefix.len() + 32);
         full.extend_from_slice(&inner.prefix);
         key.write_key(&mut full);
         let client = full.len() - inner.prefix.len();
         full.push(b'}');
+        let tier = inner.tiers.of(&full[inner.prefix.len()..][..client]);
+        let capacity = tier.spec.capacity();
+        if cost > capacity {
+            let err = CostError { cost, capacity };
+            return RedisCheck::ready(Err(CheckError::with_kind(CheckErrorKind::Cost, err)));
+        }
         let now = inner.breaker.now();
-        if let Some(cache) = inner.shortcut.as_ref().filter(|_| cost > 0) {
-            if let Some(wait) = cache.denied(&full[inner.prefix.len()..][..client], now) {
+        if let Some(cache) = inner.shortcut.as_ref().filter(|_| mode == Mode::Check) {
+            if let Some((wait, left)) =
+                cache.denied(&full[inner.prefix.len()..][..client], now, cost)
+            {
                 bump(&inner.counters.denied_locally);
                 return RedisCheck::ready(Ok(Decision {
                     allowed: false,
                     limit: capacity,
-                    remaining: 0,
+                    remaining: left,
                     retry_after: wait,
                     replenish_after: wait,
-                    window: inner.spec.window(),
+                    window: tier.spec.window(),
                 }));
             }
         }
-        let probe = match inner.breaker.gate(now) {
+        let probe_due = match inner.breaker.gate(now) {
             Gate::Pass => false,
-            Gate::Probe => {
-                bump(&inner.counters.probes);
-                true
-            }
+            Gate::Probe => true,
             Gate::Down(wait) => {
                 let err = CheckError::with_kind(
                     CheckErrorKind::Unavailable,
                     format!("Redis failed recently; the next probe goes in {wait:?}"),
                 );
-                return RedisCheck::ready(inner.fallback(&full, client, cost, err));
+                return RedisCheck::ready(inner.fallback(&tier, &full, client, cost, mode, err));
             }
         };
         let inner = Arc::clone(inner);
         RedisCheck(State::Waiting(Box::pin(async move {
+            // The probe flag is taken here, at the first poll, and the
+            // guard that gives it back exists from that instant: a future
+            // dropped before its first poll never took it.
+            let probe = probe_due && inner.breaker.take_probe();
+            if probe_due && !probe {
+                let err = CheckError::with_kind(
+                    CheckErrorKind::Unavailable,
+                    "Redis failed recently; another check is probing it",
+                );
+                return inner.fallback(&tier, &full, client, cost, mode, err);
+            }
+            if probe {
+                bump(&inner.counters.probes);
+            }
             let mut abandon = ProbeGuard(probe.then_some(&inner.breaker));
-            let [first, second] = inner.spec.args();
-            let mut conn = inner.conn.clone();
-            let mut call = inner.script.key(&full[..]);
-            call.arg(first).arg(second).arg(cost);
-            bump(&inner.counters.round_trips);
             let reply =
-                tokio::time::timeout(inner.timeout, call.invoke_async::<Vec<i64>>(&mut conn)).await;
+                tokio::time::timeout(inner.timeout, inner.call(&tier.spec, &full, cost, mode))
+                    .await;
             abandon.0 = None;
             let err = match reply {
-                Ok(Ok(reply)) => match inner.spec.decode(&reply, cost) {
+                Ok(Ok(reply)) => match tier.spec.decode(&reply, cost) {
                     Ok(decision) => {
                         inner.breaker.succeeded(probe);
-                        inner.remember(&full, client, now, &decision);
+                        if mode == Mode::Check {
+                            inner.remember(&full, client, now, &decision);
+                        }
                         return Ok(decision);
                     }
                     Err(err) => {
@@ -805,13 +410,15 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                 Ok(Err(err)) => {
                     bump(&inner.counters.errors);
                     let kind = classify(&err);
-                    if kind == CheckErrorKind::Corrupt {
+                    if kind == CheckErrorKind::Unavailable {
+                        inner.breaker.failed(probe, inner.breaker.now());
+                        CheckError::with_kind(kind, err)
+                    } else {
+                        // About this request or this client's key only:
+                        // Redis answered, so it is up.
                         inner.breaker.succeeded(probe);
                         let key = String::from_utf8_lossy(&full);
                         CheckError::with_kind(kind, format!("{err} (under the key {key})"))
-                    } else {
-                        inner.breaker.failed(probe, inner.breaker.now());
-                        CheckError::with_kind(kind, err)
                     }
                 }
                 Err(_elapsed) => {
@@ -823,7 +430,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                     )
                 }
             };
-            inner.fallback(&full, client, cost, err)
+            inner.fallback(&tier, &full, client, cost, mode, err)
         })))
     }
 
@@ -846,7 +453,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// ```
     #[must_use]
     pub fn quota(&self) -> Quota {
-        self.inner.quota
+        self.inner.tiers.get(0).quota
     }
 
     /// A snapshot of the limiter's counters: round trips, the calls the
@@ -864,22 +471,24 @@ impl<A: RedisAlgorithm> Inner<A> {
     /// The fail policy's answer to a check that Redis could not make.
     fn fallback(
         &self,
+        tier: &tier::TierQuota<A>,
         full: &[u8],
         client: usize,
         cost: u64,
+        mode: Mode,
         err: CheckError,
     ) -> Result<Decision, CheckError> {
         match self.policy {
             FailPolicy::FailOpen => {
                 bump(&self.counters.fail_open);
-                let limit = self.spec.capacity();
+                let limit = tier.spec.capacity();
                 Ok(Decision {
                     allowed: true,
                     limit,
                     remaining: limit,
                     retry_after: Duration::ZERO,
                     replenish_after: Duration::ZERO,
-                    window: self.spec.window(),
+                    window: tier.spec.window(),
                 })
             }
             FailPolicy::FailClosed => {
@@ -888,41 +497,98 @@ impl<A: RedisAlgorithm> Inner<A> {
             }
             FailPolicy::Local => {
                 bump(&self.counters.fail_local);
-                let local = self.local.as_ref().ok_or(err)?;
+                let local = tier.local.as_ref().ok_or(err)?;
                 let client = &full[self.prefix.len()..][..client];
-                local
-                    .check_n(client, cost)
-                    .map_err(|err| CheckError::with_kind(CheckErrorKind::Cost, err))
+                match mode {
+                    Mode::Check => local.check_n(client, cost),
+                    Mode::Peek => local.peek_n(client, cost),
+                }
+                .map_err(|err| CheckError::with_kind(CheckErrorKind::Cost, err))
             }
         }
     }
 
-    /// Feeds the deny shortcut: a client left with nothing stays denied
-    /// until its quota next grows, counted from `sent`, when the check
-    /// left (Redis's reading came later, so the shortcut never outlasts
-    /// the real denial).
+    /// One check's script: `EVALSHA`, and if Redis lost the script, the
+    /// script itself by `EVAL` (which also loads it again). Each command
+    /// sent counts as a round trip.
+    async fn call(&self, spec: &Spec, full: &[u8], cost: u64, mode: Mode) -> RedisResult<Vec<i64>> {
+        let mut conn = self.conn.clone();
+        let mut cmd = Cmd::new();
+        cmd.arg("EVALSHA")
+            .arg(self.scripts[mode as usize].get_hash());
+        spec.push_call(&mut cmd, full, cost);
+        bump(&self.counters.round_trips);
+        match cmd.query_async(&mut conn).await {
+            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                let mut cmd = Cmd::new();
+                cmd.arg("EVAL").arg(&self.sources[mode as usize]);
+                spec.push_call(&mut cmd, full, cost);
+                bump(&self.counters.round_trips);
+                cmd.query_async(&mut conn).await
+            }
+            reply => reply,
+        }
+    }
+
+    /// Feeds the deny shortcut: a client left with `remaining` units (at
+    /// most [`LEFT_MAX`], and fewer than the capacity) is sure to be
+    /// denied every larger cost until its quota next grows, counted from
+    /// `sent`, when the check left (Redis's reading came later, so the
+    /// shortcut never outlasts the real denial), and at most [`REACH`],
+    /// so that a state that vanished from Redis is believed at most that
+    /// long.
     fn remember(&self, full: &[u8], client: usize, sent: u64, decision: &Decision) {
         let Some(cache) = &self.shortcut else { return };
         let client = &full[self.prefix.len()..][..client];
-        if decision.remaining == 0 && decision.replenish_after >= Duration::from_millis(1) {
+        let left = decision.remaining;
+        if left <= LEFT_MAX
+            && left < decision.limit
+            && decision.replenish_after >= Duration::from_millis(1)
+        {
             let wait = u64::try_from(decision.replenish_after.as_nanos()).unwrap_or(u64::MAX);
-            cache.deny(client, sent.saturating_add(wait));
-        } else if decision.is_allowed() {
+            cache.deny(client, sent.saturating_add(wait.min(REACH)), left);
+        } else {
             cache.forget(client);
         }
     }
 }
 
-/// The kind of a failed round trip. An error that concerns one client's
-/// key (a value of the wrong type, or one the scripts refuse) is
-/// [`CheckErrorKind::Corrupt`] and does not make the limiter back off.
+/// The kind of a failed round trip. Only a failure to reach Redis
+/// ([`CheckErrorKind::Unavailable`]: the connection, a server loading,
+/// failing over or out of its cluster) makes the limiter back off. An
+/// error about one client's key (a value of the wrong type, or one the
+/// scripts refuse) is [`CheckErrorKind::Corrupt`]; any other error reply
+/// (about this request, such as a script error) is
+/// [`CheckErrorKind::Other`], and a reply not understood
+/// [`CheckErrorKind::Protocol`]: Redis answered, so it is up.
 fn classify(err: &RedisError) -> CheckErrorKind {
     if let Some("TOLLGATE" | "WRONGTYPE") = err.code() {
         return CheckErrorKind::Corrupt;
     }
+    if err.is_io_error()
+        || err.is_connection_refusal()
+        || err.is_connection_dropped()
+        || err.is_timeout()
+    {
+        return CheckErrorKind::Unavailable;
+    }
     match err.kind() {
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType => CheckErrorKind::Protocol,
-        _ => CheckErrorKind::Unavailable,
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ReadOnly
+            | ServerErrorKind::Moved
+            | ServerErrorKind::Ask,
+        )
+        | ErrorKind::Io
+        | ErrorKind::AuthenticationFailed
+        | ErrorKind::ClusterConnectionNotFound
+        | ErrorKind::Client
+        | ErrorKind::InvalidClientConfig => CheckErrorKind::Unavailable,
+        _ => CheckErrorKind::Other,
     }
 }
 
@@ -945,7 +611,7 @@ impl<A: RedisAlgorithm, K: RedisKey + ?Sized> AsyncCheck<K> for RedisLimiter<A> 
     }
 
     fn quota(&self) -> Quota {
-        self.inner.quota
+        self.inner.tiers.get(0).quota
     }
 }
 

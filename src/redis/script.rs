@@ -23,7 +23,15 @@
 
 use core::time::Duration;
 
-use crate::algorithm::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
+#[cfg(test)]
+use super::lua::TEST_CLOCK;
+use super::lua::{
+    CHECK, CLOCK, FIXED_WINDOW, PEEK, PRELUDE, SLIDING_LOG, SLIDING_WINDOW, TOKEN_BUCKET,
+};
+use super::pair::WordSpec;
+use crate::algorithm::{
+    join, Both, FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
+};
 use crate::cell::{describe, Applied};
 use crate::decision::Decision;
 use crate::error::ConfigError;
@@ -35,140 +43,6 @@ const EXACT_MAX: u64 = (1 << 53) - 1;
 /// The longest window or refill time, in µs: 2<sup>52</sup> (142 years),
 /// so that `now + window` stays below 2<sup>53</sup> until 2112.
 const SPAN_MAX_US: u64 = 1 << 52;
-
-/// The helpers every script starts with: the reading, an integer parser
-/// that tells absent from junk, exact floor division, and the error reply.
-const PRELUDE: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local function int(v)
-  if not v then return nil end
-  local n = tonumber(v)
-  if n == nil or n ~= n or n < 0 or n > 9007199254740991 or n ~= math.floor(n) then
-    return false
-  end
-  return n
-end
-local function fdiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-  return q
-end
-local function s(n) return string.format('%.0f', n) end
-local function bad(what)
-  return redis.error_reply('TOLLGATE the value under ' .. KEYS[1] .. ' is not a tollgate state: ' .. what)
-end
-";
-
-/// GCRA on one string key holding the TAT. ARGV: interval (µs), capacity,
-/// cost. Reply: allowed, TAT (stored, or as read), now.
-const TOKEN_BUCKET: &str = r"
-local interval, cap, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local tat = int(redis.call('GET', KEYS[1]))
-if tat == false then return bad('not a whole number of microseconds') end
-if tat == nil then tat = 0 end
-if cost == 0 then return {1, tat, now} end
-local base = math.max(tat, now)
-if base - now <= (cap - cost) * interval then
-  local new = base + cost * interval
-  redis.call('SET', KEYS[1], s(new), 'PXAT', s(fdiv(new + 999, 1000)))
-  return {1, new, now}
-end
-return {0, tat, now}
-";
-
-/// A hash of the window index `k` and its count `c`. ARGV: window (µs),
-/// limit, cost. Reply: allowed, k, c (after rollover), now.
-const FIXED_WINDOW: &str = r"
-local w, limit, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local v = redis.call('HMGET', KEYS[1], 'k', 'c')
-local k, c = int(v[1]), int(v[2])
-if k == false or c == false or (k == nil) ~= (c == nil) then return bad('fields k and c must be whole numbers') end
-if c ~= nil and c > limit then return bad('a count above the limit') end
-local idx = fdiv(now, w)
-if k == nil or idx > k then k, c = idx, 0 end
-if cost == 0 then return {1, k, c, now} end
-if c + cost <= limit then
-  c = c + cost
-  redis.call('HSET', KEYS[1], 'k', s(k), 'c', s(c))
-  redis.call('PEXPIREAT', KEYS[1], s(fdiv((k + 1) * w + 999, 1000)))
-  return {1, k, c, now}
-end
-return {0, k, c, now}
-";
-
-/// A hash of the window index `k`, its count `c` and the previous
-/// window's `p`. ARGV: window (µs), limit, cost. Reply: allowed, k, c, p
-/// (after rollover), now.
-const SLIDING_WINDOW: &str = r"
-local w, limit, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local v = redis.call('HMGET', KEYS[1], 'k', 'c', 'p')
-local k, c, p = int(v[1]), int(v[2]), int(v[3])
-if k == false or c == false or p == false or (k == nil) ~= (c == nil) or (k == nil) ~= (p == nil) then
-  return bad('fields k, c and p must be whole numbers')
-end
-if c ~= nil and (c > limit or p > limit) then return bad('a count above the limit') end
-local idx = fdiv(now, w)
-local e = 0
-if k == nil then k, c, p = idx, 0, 0 end
-if idx >= k then
-  if idx == k + 1 then p, c = c, 0 elseif idx > k + 1 then p, c = 0, 0 end
-  k = idx
-  e = now - idx * w
-end
-if cost == 0 then return {1, k, c, p, now} end
-local need = c + cost - 1
-if need < limit and need * w < limit * w - p * (w - e) then
-  c = c + cost
-  redis.call('HSET', KEYS[1], 'k', s(k), 'c', s(c), 'p', s(p))
-  redis.call('PEXPIREAT', KEYS[1], s(fdiv((k + 2) * w + 999, 1000)))
-  return {1, k, c, p, now}
-end
-return {0, k, c, p, now}
-";
-
-/// A sorted set of admissions scored by their instant, trimmed to the
-/// window. ARGV: window (µs), limit, cost. Reply: allowed, entries after
-/// the decision, the oldest entry's instant (or -1), the instant of the
-/// entry whose expiry frees room for a denied cost (or -1), now.
-const SLIDING_LOG: &str = r"
-local w, limit, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', s(now - w))
-local used = redis.call('ZCARD', KEYS[1])
-if used > limit then return bad('more entries than the limit') end
-local function score(i)
-  local r = redis.call('ZRANGE', KEYS[1], i, i, 'WITHSCORES')
-  local n = int(r[2])
-  if n == false or n == nil then return false end
-  return n
-end
-if used > 0 and score(-1) == false then
-  return bad('a score that is not a whole number of microseconds')
-end
-local allowed, kth = 0, -1
-if cost == 0 or used + cost <= limit then
-  allowed = 1
-  if cost > 0 then
-    local args = {}
-    for i = 1, cost do
-      args[#args + 1] = s(now)
-      args[#args + 1] = s(now) .. ':' .. s(used + i)
-    end
-    redis.call('ZADD', KEYS[1], unpack(args))
-    used = used + cost
-    redis.call('PEXPIREAT', KEYS[1], s(fdiv(now + w + 999, 1000)))
-  end
-else
-  kth = score(cost - (limit - used) - 1)
-  if kth == false then return bad('a score that is not a whole number of microseconds') end
-end
-local oldest = -1
-if used > 0 then
-  oldest = score(0)
-  if oldest == false then return bad('a score that is not a whole number of microseconds') end
-end
-return {allowed, used, oldest, kth, now}
-";
 
 /// One algorithm as a Redis limiter runs it: its script's arguments and
 /// the in-process algorithm, in nanoseconds, that computes the figures.
@@ -195,6 +69,12 @@ pub enum Spec {
     },
     /// The sliding window log.
     Log { window_us: u64, limit: u64 },
+    /// Two limits held together: the in-process pair, and each limit's
+    /// two settings.
+    Pair {
+        ns: Both<WordSpec, WordSpec>,
+        args: [[u64; 2]; 2],
+    },
 }
 
 /// Why a reply could not become a decision.
@@ -248,8 +128,9 @@ fn window_us(window: Duration, field: &'static str) -> Result<u64, ConfigError> 
 impl Spec {
     pub(crate) fn bucket(ns_bucket: &TokenBucket) -> Result<Self, ConfigError> {
         use crate::algorithm::WordAlgorithm;
-        let interval_us = ns_bucket.interval().div_ceil(1_000);
         let capacity = ns_bucket.capacity();
+        // A full bucket's refill is capacity · interval, exactly.
+        let interval_us = (ns_bucket.horizon() / capacity).div_ceil(1_000);
         ConfigError::check_range(
             "capacity",
             u128::from(capacity),
@@ -268,10 +149,18 @@ impl Spec {
 
     pub(crate) fn fixed(ns: &FixedWindow) -> Result<Self, ConfigError> {
         use crate::algorithm::WordAlgorithm;
+        let limit = ns.capacity();
+        ConfigError::check_range(
+            "limit",
+            u128::from(limit),
+            (1, u128::from(EXACT_MAX)),
+            "requests",
+            "in Redis the window's count must stay below 2^53, the largest integer Lua counts exactly",
+        )?;
         Ok(Self::Fixed {
             ns: *ns,
             window_us: window_us(Duration::from_nanos(ns.window_ns()), "window")?,
-            limit: ns.capacity(),
+            limit,
         })
     }
 
@@ -300,32 +189,137 @@ impl Spec {
         })
     }
 
-    /// The script's source, after the prelude.
+    /// Two limits held together.
+    pub(crate) fn pair(first: &Spec, second: &Spec) -> Result<Self, ConfigError> {
+        let half = |spec: &Spec| {
+            WordSpec::of(spec).ok_or(ConfigError::OutOfRange {
+                field: "algorithm",
+                value: 0,
+                min: 0,
+                max: 0,
+                unit: "",
+                reason: "a pair holds two of the token bucket, the fixed window and the sliding window counter",
+            })
+        };
+        let ((a, a_args), (b, b_args)) = (half(first)?, half(second)?);
+        Ok(Self::Pair {
+            ns: Both::new(a, b),
+            args: [a_args, b_args],
+        })
+    }
+
+    /// Limit `i` (0 or 1) of a pair, as a single limit.
+    pub(crate) fn half(&self, i: usize) -> Option<Spec> {
+        match self {
+            Self::Pair { ns, args } => Some(if i == 0 {
+                ns.first().spec(args[0])
+            } else {
+                ns.second().spec(args[1])
+            }),
+            _ => None,
+        }
+    }
+
+    /// The check's script, which reads Redis's clock.
     pub(crate) fn source(&self) -> String {
-        let body = match self {
+        self.script(CLOCK, true)
+    }
+
+    /// The script that decides without recording.
+    pub(crate) fn peek_source(&self) -> String {
+        self.script(CLOCK, false)
+    }
+
+    /// The check's script judging at an instant (µs) passed as its last
+    /// argument instead of `TIME`: the test wrapper.
+    #[cfg(test)]
+    pub(crate) fn source_at(&self) -> String {
+        self.script(TEST_CLOCK, true)
+    }
+
+    /// The peek's script under the test clock.
+    #[cfg(test)]
+    pub(crate) fn peek_source_at(&self) -> String {
+        self.script(TEST_CLOCK, false)
+    }
+
+    fn script(&self, clock: &str, write: bool) -> String {
+        let (Some(a), Some(b)) = (self.half(0), self.half(1)) else {
+            let main = if write { CHECK } else { PEEK };
+            return format!("{PRELUDE}{clock}{}{main}", self.body());
+        };
+        super::pair::source(&format!("{PRELUDE}{clock}"), [a.body(), b.body()], write)
+    }
+
+    fn body(&self) -> &'static str {
+        match self {
             Self::Bucket { .. } => TOKEN_BUCKET,
             Self::Fixed { .. } => FIXED_WINDOW,
             Self::Sliding { .. } => SLIDING_WINDOW,
             Self::Log { .. } => SLIDING_LOG,
-        };
-        format!("{PRELUDE}{body}")
+            Self::Pair { .. } => "",
+        }
     }
 
     /// The tag between prefix and client in a key, so that two algorithms
     /// sharing a prefix never read each other's state.
-    pub(crate) fn tag(&self) -> &'static str {
+    pub(crate) fn tag(&self) -> String {
         match self {
-            Self::Bucket { .. } => "tb",
-            Self::Fixed { .. } => "fw",
-            Self::Sliding { .. } => "swc",
-            Self::Log { .. } => "swl",
+            Self::Bucket { .. } => "tb".into(),
+            Self::Fixed { .. } => "fw".into(),
+            Self::Sliding { .. } => "swc".into(),
+            Self::Log { .. } => "swl".into(),
+            Self::Pair { .. } => match (self.half(0), self.half(1)) {
+                (Some(a), Some(b)) => format!("{}+{}", a.tag(), b.tag()),
+                _ => "pair".into(),
+            },
+        }
+    }
+
+    /// The keys of a client whose key is `full`: one, or a pair's two
+    /// (`full.1`, `full.2`, under the same hash tag).
+    pub(crate) fn keys(&self, full: &[u8]) -> Vec<Vec<u8>> {
+        match self {
+            Self::Pair { .. } => vec![[full, b".1"].concat(), [full, b".2"].concat()],
+            _ => vec![full.to_vec()],
+        }
+    }
+
+    /// Appends a call's keys and settings, then `cost`, to `cmd`.
+    pub(crate) fn push_call(&self, cmd: &mut ::redis::Cmd, full: &[u8], cost: u64) {
+        match self {
+            Self::Pair { args, .. } => {
+                cmd.arg(2)
+                    .arg([full, b".1"].concat())
+                    .arg([full, b".2"].concat())
+                    .arg(args[0][0])
+                    .arg(args[0][1])
+                    .arg(args[1][0])
+                    .arg(args[1][1]);
+            }
+            _ => {
+                let [a, b] = self.args();
+                cmd.arg(1).arg(full).arg(a).arg(b);
+            }
+        }
+        cmd.arg(cost);
+    }
+
+    /// Whether a key written under `self` means the same windows read
+    /// under `other`: every window (not a bucket's rate) equal.
+    pub(crate) fn shares_windows(&self, other: &Spec) -> bool {
+        match (self.half(0), self.half(1), other.half(0), other.half(1)) {
+            (Some(a), Some(b), Some(c), Some(d)) => a.shares_windows(&c) && b.shares_windows(&d),
+            (None, None, None, None) => !self.windowed() || self.args()[0] == other.args()[0],
+            _ => false,
         }
     }
 
     /// The script's two fixed arguments: the interval or window in µs, and
-    /// the capacity or limit.
+    /// the capacity or limit (a pair's first limit's).
     pub(crate) fn args(&self) -> [u64; 2] {
         match *self {
+            Self::Pair { args, .. } => args[0],
             Self::Bucket {
                 interval_us,
                 capacity,
@@ -341,14 +335,31 @@ impl Spec {
         }
     }
 
-    /// The largest cost: capacity or limit.
+    /// Whether the first setting is a window that every reader of a key
+    /// must share.
+    fn windowed(&self) -> bool {
+        !matches!(self, Self::Bucket { .. })
+    }
+
+    /// The largest cost: capacity or limit (a pair's smaller).
     pub(crate) fn capacity(&self) -> u64 {
-        self.args()[1]
+        match self {
+            Self::Pair { ns, .. } => crate::algorithm::Transitions::capacity(ns),
+            _ => self.args()[1],
+        }
     }
 
     /// The window over which the quota grants its capacity: the window, or
-    /// the time to refill the bucket from empty.
+    /// the time to refill the bucket from empty (a pair's: the one of the
+    /// limit that binds a fresh client, the smaller, the first on a tie).
     pub(crate) fn window(&self) -> Duration {
+        if let (Some(a), Some(b)) = (self.half(0), self.half(1)) {
+            return if b.capacity() < a.capacity() {
+                b.window()
+            } else {
+                a.window()
+            };
+        }
         let [first, capacity] = self.args();
         match self {
             Self::Bucket { .. } => Duration::from_micros(first.saturating_mul(capacity)),
@@ -359,11 +370,95 @@ impl Spec {
     /// The decision a script's reply stands for, with every figure computed
     /// as the in-process limiter computes it.
     pub(crate) fn decode(&self, reply: &[i64], cost: u64) -> Result<Decision, DecodeError> {
-        let want = match self {
+        if let Self::Pair { ns, .. } = self {
+            return self.decode_pair(ns, reply, cost);
+        }
+        if let Self::Log { window_us, limit } = *self {
+            let want = self.reply_len();
+            if reply.len() != want {
+                return Err(DecodeError::Shape(reply.len()));
+            }
+            let allowed = match reply[0] {
+                0 => false,
+                1 => true,
+                _ => return Err(DecodeError::Range("an outcome that is neither 0 nor 1")),
+            };
+            let now = u64::try_from(reply[want - 1])
+                .ok()
+                .filter(|&n| n <= EXACT_MAX)
+                .ok_or(DecodeError::Range("a reading of TIME out of range"))?;
+            return log_decision(reply, allowed, now, window_us, limit);
+        }
+        let (allowed, word, now_us) = self.state(reply)?;
+        let now = now_us * 1_000;
+        let applied = if allowed {
+            Applied::Admitted(word)
+        } else {
+            Applied::Denied(word)
+        };
+        let decision = match self {
+            Self::Bucket { ns, .. } => describe(ns, applied, now, cost),
+            Self::Fixed { ns, .. } => describe(ns, applied, now, cost),
+            Self::Sliding { ns, .. } => describe(ns, applied, now, cost),
+            Self::Log { .. } | Self::Pair { .. } => None,
+        };
+        let mut decision = decision.ok_or(DecodeError::Range("a dead word"))?;
+        decision.retry_after = round_up_to_us(decision.retry_after);
+        decision.replenish_after = round_up_to_us(decision.replenish_after);
+        Ok(decision)
+    }
+}
+
+impl Spec {
+    /// The length of a single limit's reply.
+    fn reply_len(&self) -> usize {
+        match self {
             Self::Bucket { .. } => 3,
             Self::Fixed { .. } => 4,
             Self::Sliding { .. } | Self::Log { .. } => 5,
+            Self::Pair { .. } => 0,
+        }
+    }
+
+    /// A pair's reply: the outcome, then each limit's reply without its
+    /// outcome. The figures are the in-process pair's, on the pair's word.
+    fn decode_pair(
+        &self,
+        ns: &Both<WordSpec, WordSpec>,
+        reply: &[i64],
+        cost: u64,
+    ) -> Result<Decision, DecodeError> {
+        let (Some(a), Some(b)) = (self.half(0), self.half(1)) else {
+            return Err(DecodeError::Shape(reply.len()));
         };
+        let (la, lb) = (a.reply_len(), b.reply_len());
+        if reply.len() != la + lb - 1 {
+            return Err(DecodeError::Shape(reply.len()));
+        }
+        let first = &reply[..la];
+        let second: Vec<i64> = core::iter::once(reply[0])
+            .chain(reply[la..].iter().copied())
+            .collect();
+        // Both halves carry the outcome and the same instant.
+        let (allowed, w1, now) = a.state(first)?;
+        let (_, w2, _) = b.state(&second)?;
+        let word = join(w1, w2);
+        let applied = if allowed {
+            Applied::Admitted(word)
+        } else {
+            Applied::Denied(word)
+        };
+        let mut decision =
+            describe(ns, applied, now * 1_000, cost).ok_or(DecodeError::Range("a dead word"))?;
+        decision.retry_after = round_up_to_us(decision.retry_after);
+        decision.replenish_after = round_up_to_us(decision.replenish_after);
+        Ok(decision)
+    }
+
+    /// A word algorithm's reply as (outcome, in-process word, instant in
+    /// µs).
+    fn state(&self, reply: &[i64]) -> Result<(bool, u64, u64), DecodeError> {
+        let want = self.reply_len();
         if reply.len() != want {
             return Err(DecodeError::Shape(reply.len()));
         }
@@ -378,44 +473,41 @@ impl Spec {
             1 => true,
             _ => return Err(DecodeError::Range("an outcome that is neither 0 nor 1")),
         };
-        let now_us = num(want - 1, "a reading of TIME out of range")?;
-        let now = now_us * 1_000;
-        let applied = |word: u64| {
-            if allowed {
-                Applied::Admitted(word)
-            } else {
-                Applied::Denied(word)
-            }
-        };
-        let decision = match self {
-            Self::Bucket { ns, .. } => {
-                let tat = num(1, "a TAT out of range")?;
-                describe(ns, applied(tat * 1_000), now, cost)
-            }
+        let now = num(want - 1, "a reading of TIME out of range")?;
+        let word = match self {
+            Self::Bucket { .. } => num(1, "a TAT out of range")? * 1_000,
             Self::Fixed { ns, .. } => {
-                let word = ns
-                    .word(num(1, "a bad window index")?, num(2, "a bad count")?)
-                    .ok_or(DecodeError::Range("a count or window index out of range"))?;
-                describe(ns, applied(word), now, cost)
+                fixed_word(ns, num(1, "a bad window index")?, num(2, "a bad count")?)
+                    .ok_or(DecodeError::Range("a count or window index out of range"))?
             }
-            Self::Sliding { ns, .. } => {
-                let word = ns
-                    .word(
-                        num(1, "a bad window index")?,
-                        num(2, "a bad count")?,
-                        num(3, "a bad count")?,
-                    )
-                    .ok_or(DecodeError::Range("a count or window index out of range"))?;
-                describe(ns, applied(word), now, cost)
-            }
-            Self::Log { window_us, limit } => {
-                return log_decision(reply, allowed, now_us, *window_us, *limit);
+            Self::Sliding { ns, .. } => ns
+                .word(
+                    num(1, "a bad window index")?,
+                    num(2, "a bad count")?,
+                    num(3, "a bad count")?,
+                )
+                .ok_or(DecodeError::Range("a count or window index out of range"))?,
+            Self::Log { .. } | Self::Pair { .. } => {
+                return Err(DecodeError::Range("a state that is not one word"))
             }
         };
-        let mut decision = decision.ok_or(DecodeError::Range("a dead word"))?;
-        decision.retry_after = round_up_to_us(decision.retry_after);
-        decision.replenish_after = round_up_to_us(decision.replenish_after);
-        Ok(decision)
+        Ok((allowed, word, now))
+    }
+}
+
+/// The fixed window's word for `count` in window `index`, if both fit: the
+/// empty word of the window's start, charged `count` there.
+pub(super) fn fixed_word(ns: &FixedWindow, index: u64, count: u64) -> Option<u64> {
+    use crate::algorithm::WordAlgorithm;
+    let start = index.checked_mul(ns.window_ns())?;
+    if start > crate::algorithm::NOW_MAX || count > ns.capacity() {
+        return None;
+    }
+    let fresh = ns.fresh_at(start);
+    if count == 0 {
+        Some(fresh)
+    } else {
+        ns.admit(fresh, start, count)
     }
 }
 
@@ -429,10 +521,12 @@ fn log_decision(
     window: u64,
     limit: u64,
 ) -> Result<Decision, DecodeError> {
+    // More entries than the limit were written under a larger quota (at
+    // most the largest limit).
     let used = u64::try_from(reply[1])
         .ok()
-        .filter(|&n| n <= limit)
-        .ok_or(DecodeError::Range("more entries than the limit"))?;
+        .filter(|&n| n <= SlidingWindowLog::MAX_LIMIT)
+        .ok_or(DecodeError::Range("more entries than the largest limit"))?;
     let instant = |i: usize| -> Result<Option<u64>, DecodeError> {
         match reply[i] {
             -1 => Ok(None),
@@ -445,7 +539,7 @@ fn log_decision(
     };
     // An entry admitted at `t` frees its room at `t + window`.
     let wait = |t: Option<u64>| t.map_or(0, |t| (t + window).saturating_sub(now));
-    let free = limit - used;
+    let free = limit.saturating_sub(used);
     let retry_after = if allowed { 0 } else { wait(instant(3)?) };
     let replenish_after = if free >= limit { 0 } else { wait(instant(2)?) };
     Ok(Decision {
@@ -460,7 +554,7 @@ fn log_decision(
 
 /// A wait rounded up to whole microseconds: the first instant at which a
 /// script, which reads time in µs, sees it over. "Never" stays never.
-fn round_up_to_us(wait: Duration) -> Duration {
+pub(super) fn round_up_to_us(wait: Duration) -> Duration {
     if wait == Duration::MAX {
         return wait;
     }
@@ -534,7 +628,13 @@ mod tests {
             window_us: 1_000,
             limit: 2,
         };
-        assert!(spec.decode(&[0, 3, 0, 0, 10], 1).is_err());
+        assert!(spec.decode(&[0, 4_097, 0, 0, 10], 1).is_err());
+        // More entries than the limit (a larger quota wrote them): none left.
+        let d = spec.decode(&[0, 3, 100, 400, 1_000], 1).unwrap();
+        assert_eq!(
+            (d.remaining(), d.retry_after()),
+            (0, Duration::from_micros(400))
+        );
         let d = spec.decode(&[0, 2, 100, 400, 1_000], 2).unwrap();
         assert_eq!(d.retry_after(), Duration::from_micros(400));
         assert_eq!(d.replenish_after(), Duration::from_micros(100));

@@ -1,0 +1,399 @@
+//! The Redis limiter's builder, and the connections it takes.
+
+use core::fmt;
+use core::marker::PhantomData;
+use core::time::Duration;
+use std::sync::Arc;
+
+use ::redis::aio::{ConnectionLike, ConnectionManager};
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::{Cmd, Pipeline, RedisFuture, Script, Value};
+
+use super::guard::{Breaker, Counters};
+use super::shortcut::DenyCache;
+use super::tier::{Resolver, Tiers};
+use super::{FailPolicy, Inner, RedisAlgorithm, RedisLimiter};
+use crate::algorithm::Params;
+use crate::builder::Builder;
+use crate::error::ConfigError;
+use crate::memory::Memory;
+
+impl<A, K, C> Builder<A, K, C> {
+    /// Keeps the state in Redis instead of this process: the limiter that
+    /// [`RedisBuilder::build`] makes shares each client's budget with every
+    /// process using the same Redis and `prefix`. The algorithm's settings
+    /// carry over; the key type and clock do not (keys are any
+    /// [`RedisKey`], time is Redis's), and the memory settings
+    /// ([`max_clients`](Builder::max_clients) and the rest) apply to the
+    /// in-process limiter of [`FailPolicy::Local`].
+    ///
+    /// `conn` is a [`ConnectionManager`], which multiplexes every check
+    /// over one connection and reconnects by itself after Redis comes
+    /// back, or a [`ClusterConnection`] for Redis Cluster, which sends each
+    /// check to the node holding its client's slot (every key of one
+    /// client carries the client as its hash tag); see [`RedisConnection`].
+    ///
+    /// # Examples
+    ///
+    /// `no_run`: it needs a Redis server on localhost.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tollgate::SlidingWindowCounter;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = redis::Client::open("redis://127.0.0.1/")?;
+    /// let conn = redis::aio::ConnectionManager::new(client).await?;
+    /// let limiter = SlidingWindowCounter::builder()
+    ///     .limit(100)
+    ///     .window(Duration::from_secs(60))
+    ///     .redis(conn, "api")
+    ///     .build()?;
+    /// assert!(limiter.check("alice").await?.is_allowed());
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn redis(
+        self,
+        conn: impl Into<RedisConnection>,
+        prefix: impl Into<String>,
+    ) -> RedisBuilder<A> {
+        RedisBuilder {
+            params: self.params,
+            memory: self.memory,
+            conn: conn.into(),
+            prefix: prefix.into(),
+            timeout: Duration::from_millis(100),
+            policy: FailPolicy::default(),
+            backoff: (Duration::from_millis(100), Duration::from_secs(5)),
+            shortcut: Some(4_096),
+            tier_by: None,
+            _algorithm: PhantomData,
+        }
+    }
+}
+
+/// How a Redis limiter reaches Redis: one server (or a primary behind
+/// Sentinel's address) through a [`ConnectionManager`], or Redis Cluster
+/// through a [`ClusterConnection`]. [`Builder::redis`] takes either.
+///
+/// Every key a check touches belongs to one client and carries that client
+/// as its hash tag (`{prefix}:{tag}:{<client>}`), so each check's script
+/// runs on the one node that holds the client's slot, and a cluster shares
+/// each client's budget exactly as one server does.
+///
+/// # Examples
+///
+/// `no_run`: it needs a Redis Cluster on localhost.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use tollgate::TokenBucket;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let nodes = vec!["redis://127.0.0.1:7000/", "redis://127.0.0.1:7001/"];
+/// let cluster = redis::cluster::ClusterClient::new(nodes)?;
+/// let conn = cluster.get_async_connection().await?;
+/// let limiter = TokenBucket::builder()
+///     .rate(100, Duration::from_secs(60))
+///     .redis(conn, "api")
+///     .build()?;
+/// assert!(limiter.check("alice").await?.is_allowed());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub enum RedisConnection {
+    /// One server: every check over one multiplexed connection.
+    Single(ConnectionManager),
+    /// Redis Cluster: each check to the node holding its client's slot.
+    Cluster(ClusterConnection),
+}
+
+impl fmt::Debug for RedisConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Single(_) => "RedisConnection::Single",
+            Self::Cluster(_) => "RedisConnection::Cluster",
+        })
+    }
+}
+
+impl From<ConnectionManager> for RedisConnection {
+    fn from(conn: ConnectionManager) -> Self {
+        Self::Single(conn)
+    }
+}
+
+impl From<ClusterConnection> for RedisConnection {
+    fn from(conn: ClusterConnection) -> Self {
+        Self::Cluster(conn)
+    }
+}
+
+impl ConnectionLike for RedisConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Single(conn) => conn.req_packed_command(cmd),
+            Self::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(conn) => conn.get_db(),
+            Self::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// Builds a [`RedisLimiter`]: the algorithm's settings from the
+/// [`Builder`], and how to talk to Redis. Made by [`Builder::redis`].
+///
+/// # Examples
+///
+/// `no_run`: it needs a Redis server on localhost.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use tollgate::redis::FailPolicy;
+/// use tollgate::FixedWindow;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let conn = redis::aio::ConnectionManager::new(redis::Client::open("redis://127.0.0.1/")?).await?;
+/// let limiter = FixedWindow::builder()
+///     .limit(1_000)
+///     .window(Duration::from_secs(3_600))
+///     .redis(conn, "hourly")
+///     .timeout(Duration::from_millis(20))
+///     .fail_policy(FailPolicy::FailOpen)
+///     .backoff(Duration::from_millis(50), Duration::from_secs(2))
+///     .deny_shortcut(16_384)
+///     .build()?;
+/// # let _ = limiter;
+/// # Ok(())
+/// # }
+/// ```
+pub struct RedisBuilder<A> {
+    params: Params,
+    memory: Memory,
+    conn: RedisConnection,
+    prefix: String,
+    timeout: Duration,
+    policy: FailPolicy,
+    backoff: (Duration, Duration),
+    shortcut: Option<usize>,
+    pub(super) tier_by: Option<Resolver>,
+    _algorithm: PhantomData<fn() -> A>,
+}
+
+impl<A> fmt::Debug for RedisBuilder<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisBuilder")
+            .field("algorithm", &core::any::type_name::<A>())
+            .field("params", &self.params)
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .field("policy", &self.policy)
+            .field("backoff", &self.backoff)
+            .field("shortcut", &self.shortcut)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A> RedisBuilder<A> {
+    /// The longest a check waits for Redis before the
+    /// [`FailPolicy`] answers it. Default 100 ms; [`build`](Self::build)
+    /// requires 1 ms to 1 hour.
+    ///
+    /// A check that timed out may still have been recorded by Redis, which
+    /// errs toward denying that client's later requests.
+    ///
+    /// # Examples
+    ///
+    /// See [`RedisBuilder`].
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// What to answer when Redis fails. Default [`FailPolicy::Local`].
+    ///
+    /// # Examples
+    ///
+    /// See [`RedisBuilder`].
+    #[must_use]
+    pub fn fail_policy(mut self, policy: FailPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// After a failure, checks skip Redis for `first`, then one probe goes
+    /// through; each failed probe doubles the wait, up to `max`. Default
+    /// 100 ms and 5 s; [`build`](Self::build) requires
+    /// `1 ms ≤ first ≤ max ≤ 1 hour`.
+    ///
+    /// # Examples
+    ///
+    /// See [`RedisBuilder`].
+    #[must_use]
+    pub fn backoff(mut self, first: Duration, max: Duration) -> Self {
+        self.backoff = (first, max);
+        self
+    }
+
+    /// The local deny shortcut's table: `slots` entries of 8 bytes, rounded
+    /// up to a power of two (default 4 096, 32 KiB). When Redis leaves a
+    /// client with few units (at most 255, and fewer than its limit), a
+    /// request from it that costs more is denied in this process, without
+    /// a round trip, until its quota next grows
+    /// ([`Decision::replenish_after`](crate::Decision::replenish_after),
+    /// counted from when the check was sent, so never past the real
+    /// instant) and for at most one second, so that a state deleted from
+    /// Redis (a `FLUSHALL`) is believed at most that long. Such a denial
+    /// reports that wait as its `retry_after`. [`build`](Self::build)
+    /// requires 1 to 2<sup>24</sup> slots.
+    ///
+    /// # Examples
+    ///
+    /// See [`RedisBuilder`].
+    #[must_use]
+    pub fn deny_shortcut(mut self, slots: usize) -> Self {
+        self.shortcut = Some(slots);
+        self
+    }
+
+    /// Turns the deny shortcut off: every check goes to Redis.
+    ///
+    /// # Examples
+    ///
+    /// `no_run`: it needs a Redis server on localhost.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// # async fn run(conn: redis::aio::ConnectionManager) -> Result<(), tollgate::ConfigError> {
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .redis(conn, "exact")
+    ///     .no_deny_shortcut()
+    ///     .build()?;
+    /// # let _ = limiter;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn no_deny_shortcut(mut self) -> Self {
+        self.shortcut = None;
+        self
+    }
+}
+
+impl<A: RedisAlgorithm> RedisBuilder<A> {
+    /// Validates the settings and builds the limiter. Sends nothing to
+    /// Redis: the first check loads the script.
+    ///
+    /// # Errors
+    ///
+    /// Every error of [`Builder::build`] for the algorithm's settings, and
+    /// [`ConfigError::OutOfRange`] naming the setting when:
+    ///
+    /// - `window` is not a whole number of microseconds, or is longer than
+    ///   2<sup>52</sup> µs (142 years);
+    /// - a bucket's refill time, `capacity × per / tokens` (the interval
+    ///   rounded up to whole µs), exceeds 2<sup>52</sup> µs (`capacity`);
+    /// - a sliding window counter's `limit × window` in µs reaches
+    ///   2<sup>53</sup> (`limit`), the largest integer Lua counts exactly;
+    /// - `timeout`, `backoff` or `deny_shortcut` is out of its range.
+    ///
+    /// # Examples
+    ///
+    /// `no_run`: it needs a Redis server on localhost.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tollgate::FixedWindow;
+    ///
+    /// # async fn run(conn: redis::aio::ConnectionManager) {
+    /// let err = FixedWindow::builder()
+    ///     .limit(10)
+    ///     .window(Duration::from_nanos(1_500))
+    ///     .redis(conn, "api")
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(err.field(), "window");
+    /// # }
+    /// ```
+    pub fn build(self) -> Result<RedisLimiter<A>, ConfigError> {
+        let algorithm = A::from_params(&self.params)?;
+        let spec = algorithm.spec()?;
+        let memory = self.memory.validate()?;
+        let ms = |d: Duration| d.as_millis().min(u128::from(u64::MAX));
+        let hour = 3_600_000;
+        ConfigError::check_range(
+            "timeout",
+            ms(self.timeout),
+            (1, hour),
+            "ms",
+            "a call's timeout",
+        )?;
+        let (first, max) = self.backoff;
+        ConfigError::check_range("backoff", ms(first), (1, hour), "ms", "the first backoff")?;
+        ConfigError::check_range(
+            "backoff",
+            ms(max),
+            (ms(first), hour),
+            "ms",
+            "the largest backoff is at least the first",
+        )?;
+        let shortcut = match self.shortcut {
+            None => None,
+            Some(slots) => {
+                ConfigError::check_range(
+                    "deny_shortcut",
+                    slots as u128,
+                    (1, 1 << 24),
+                    "slots",
+                    "the deny shortcut's table holds 8 bytes per slot",
+                )?;
+                Some(DenyCache::new(slots.next_power_of_two()))
+            }
+        };
+        let local = self.policy == FailPolicy::Local;
+        let tiers = Tiers::new(algorithm, self.tier_by, memory, local)?;
+        let mut prefix = self.prefix.into_bytes();
+        prefix.extend_from_slice(format!(":{}:{{", spec.tag()).as_bytes());
+        Ok(RedisLimiter {
+            inner: Arc::new(Inner {
+                scripts: [
+                    Script::new(&spec.source()),
+                    Script::new(&spec.peek_source()),
+                ],
+                sources: [spec.source(), spec.peek_source()],
+                conn: self.conn,
+                prefix,
+                tiers,
+                timeout: self.timeout,
+                policy: self.policy,
+                breaker: Breaker::new(first, max),
+                counters: Counters::default(),
+                shortcut,
+            }),
+        })
+    }
+}

@@ -1,0 +1,192 @@
+//! The control surface of a Redis limiter: peeking at a client's budget,
+//! and resetting or removing a client's state, for every process that
+//! shares the Redis.
+
+use core::future::Future;
+use std::sync::Arc;
+
+use ::redis::Cmd;
+
+use super::guard::bump;
+use super::{Mode, RedisAlgorithm, RedisCheck, RedisKey, RedisLimiter};
+use crate::check::{CheckError, CheckErrorKind};
+
+impl<A: RedisAlgorithm> RedisLimiter<A> {
+    /// What [`check`](Self::check) would decide now, recording nothing
+    /// (one round trip; the deny shortcut is not consulted). A client
+    /// Redis holds nothing for peeks as fresh, and stays absent.
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](Self::check)'s: under [`FailPolicy::FailClosed`]
+    /// (super::FailPolicy::FailClosed) only, when Redis fails.
+    ///
+    /// # Examples
+    ///
+    /// `no_run`: it needs a Redis server on localhost.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tollgate::FixedWindow;
+    ///
+    /// # async fn run(conn: redis::aio::ConnectionManager) -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = FixedWindow::builder()
+    ///     .limit(1)
+    ///     .window(Duration::from_secs(60))
+    ///     .redis(conn, "peek")
+    ///     .build()?;
+    /// assert!(limiter.peek("alice").await?.is_allowed());
+    /// assert!(limiter.peek("alice").await?.is_allowed());
+    /// assert!(limiter.check("alice").await?.is_allowed());
+    /// assert!(limiter.peek("alice").await?.is_denied());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn peek<K: RedisKey + ?Sized>(&self, key: &K) -> RedisCheck {
+        self.decide(key, 1, Mode::Peek)
+    }
+
+    /// What [`check_n`](Self::check_n) would decide now, recording
+    /// nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`check_n`](Self::check_n)'s.
+    ///
+    /// # Examples
+    ///
+    /// `no_run`: it needs a Redis server on localhost.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// # async fn run(conn: redis::aio::ConnectionManager) -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = TokenBucket::builder().rate(5, Duration::from_secs(1)).redis(conn, "p").build()?;
+    /// assert_eq!(limiter.peek_n("alice", 5).await?.remaining(), 0);
+    /// assert_eq!(limiter.check_n("alice", 2).await?.remaining(), 3);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn peek_n<K: RedisKey + ?Sized>(&self, key: &K, cost: u64) -> RedisCheck {
+        self.decide(key, cost, Mode::Peek)
+    }
+
+    /// Puts `key` back to a fresh state for every process sharing the
+    /// Redis, as if it had never made a request: its key is deleted. The
+    /// answer is whether Redis held a state for it (a state is held while
+    /// it carries information: see the module's docs on expiry). This
+    /// process's deny shortcut forgets the client at once; other
+    /// processes' shortcuts may deny it for at most one second more. The
+    /// in-process limiter of [`FailPolicy::Local`](super::FailPolicy::Local)
+    /// forgets it too.
+    ///
+    /// A check racing with the reset is decided wholly before it (and
+    /// forgotten with the rest) or wholly after, on the fresh state: Redis
+    /// runs each script and each `DEL` alone.
+    ///
+    /// # Errors
+    ///
+    /// A [`CheckError`] ([`Timeout`](CheckErrorKind::Timeout),
+    /// [`Unavailable`](CheckErrorKind::Unavailable) or
+    /// [`Other`](CheckErrorKind::Other)) when Redis did not delete the key,
+    /// whatever the fail policy: a reset that did not happen is never
+    /// reported as done.
+    ///
+    /// # Examples
+    ///
+    /// `no_run`: it needs a Redis server on localhost.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// # async fn run(conn: redis::aio::ConnectionManager) -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = TokenBucket::builder().rate(1, Duration::from_secs(60)).redis(conn, "r").build()?;
+    /// assert!(limiter.check("alice").await?.is_allowed());
+    /// assert!(limiter.check("alice").await?.is_denied());
+    /// assert!(limiter.reset("alice").await?);
+    /// assert!(limiter.check("alice").await?.is_allowed());
+    /// assert!(!limiter.reset("bob").await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn reset<K: RedisKey + ?Sized>(
+        &self,
+        key: &K,
+    ) -> impl Future<Output = Result<bool, CheckError>> + Send + 'static {
+        let inner = Arc::clone(&self.inner);
+        let mut full = Vec::with_capacity(inner.prefix.len() + 32);
+        full.extend_from_slice(&inner.prefix);
+        key.write_key(&mut full);
+        let client = full[inner.prefix.len()..].to_vec();
+        full.push(b'}');
+        let keys = inner.tiers.get(0).spec.keys(&full);
+        async move {
+            let mut conn = inner.conn.clone();
+            let mut cmd = Cmd::new();
+            cmd.arg("DEL").arg(keys);
+            bump(&inner.counters.round_trips);
+            let reply =
+                tokio::time::timeout(inner.timeout, cmd.query_async::<u64>(&mut conn)).await;
+            if let Some(cache) = &inner.shortcut {
+                cache.forget(&client);
+            }
+            for tier in inner.tiers.all() {
+                if let Some(local) = &tier.local {
+                    local.remove(&client);
+                }
+            }
+            match reply {
+                Ok(Ok(deleted)) => Ok(deleted > 0),
+                Ok(Err(err)) => {
+                    bump(&inner.counters.errors);
+                    Err(CheckError::with_kind(super::classify(&err), err))
+                }
+                Err(_elapsed) => {
+                    bump(&inner.counters.timeouts);
+                    Err(CheckError::with_kind(
+                        CheckErrorKind::Timeout,
+                        format!("Redis did not answer within {:?}", inner.timeout),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Forgets `key`'s state for every process sharing the Redis. In Redis
+    /// a state is one key, so removing it is [`reset`](Self::reset): both
+    /// delete the key and free its memory, and the client's next request
+    /// starts afresh.
+    ///
+    /// # Errors
+    ///
+    /// As [`reset`](Self::reset)'s.
+    ///
+    /// # Examples
+    ///
+    /// `no_run`: it needs a Redis server on localhost.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tollgate::FixedWindow;
+    ///
+    /// # async fn run(conn: redis::aio::ConnectionManager) -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = FixedWindow::builder()
+    ///     .limit(1)
+    ///     .window(Duration::from_secs(60))
+    ///     .redis(conn, "gone")
+    ///     .build()?;
+    /// assert!(limiter.check("alice").await?.is_allowed());
+    /// assert!(limiter.remove("alice").await?);
+    /// assert!(!limiter.remove("alice").await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn remove<K: RedisKey + ?Sized>(
+        &self,
+        key: &K,
+    ) -> impl Future<Output = Result<bool, CheckError>> + Send + 'static {
+        self.reset(key)
+    }
+}

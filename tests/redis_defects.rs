@@ -1,0 +1,438 @@
+//! The Redis limiters' edges against a real `redis-server` (see
+//! `redis_server`): a probe dropped before its first poll, quotas that
+//! differ between the replica that wrote a state and the one reading it,
+//! the largest costs, the builder's every documented bound, the deny
+//! shortcut's reach, and the round-trip count.
+
+mod redis_server;
+
+use std::time::{Duration, Instant};
+
+use redis_server::{builders, prefix, runtime, Server, HOUR};
+use tollgate::redis::FailPolicy;
+use tollgate::{CheckErrorKind, FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
+
+// ---------------------------------------------------------------------------
+// The breaker's probe.
+
+/// A check made while the breaker waits for a probe, then dropped before
+/// its first poll (a `select!` branch that lost), gives the probe back:
+/// the next check goes to Redis, and the limiter is back on Redis as soon
+/// as Redis is.
+#[test]
+fn a_probe_dropped_before_its_first_poll_lets_the_next_one_go() {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let limiter = rt.block_on(async {
+        FixedWindow::builder()
+            .limit(1_000)
+            .window(HOUR)
+            .redis(server.manager().await, prefix("probe"))
+            .timeout(Duration::from_millis(300))
+            .backoff(Duration::from_millis(20), Duration::from_millis(40))
+            .fail_policy(FailPolicy::FailClosed)
+            .build()
+            .unwrap()
+    });
+    rt.block_on(async {
+        assert!(limiter.check("a").await.unwrap().is_allowed());
+    });
+    server.stop();
+    rt.block_on(async {
+        let err = limiter.check("a").await.unwrap_err();
+        assert_ne!(err.kind(), CheckErrorKind::Corrupt, "{err}");
+    });
+    server.run();
+    rt.block_on(async {
+        // Past the backoff: the next check made is the probe. Drop it
+        // unpolled.
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        drop(limiter.check("a"));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match limiter.check("a").await {
+                Ok(d) => {
+                    assert!(d.is_allowed());
+                    break;
+                }
+                Err(err) => assert!(
+                    Instant::now() < deadline,
+                    "not back on Redis 5 s after it came back: {err} ({:?})",
+                    limiter.stats()
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Quotas that differ between writer and reader.
+
+/// A replica with a lower limit reads a count above its limit as spent:
+/// a denial (under FailOpen, which would admit on any error), never
+/// `Corrupt`; a replica with a higher limit admits the difference, exactly.
+#[test]
+fn a_lower_limit_denies_a_count_above_it_and_a_higher_one_admits_the_rest() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(30));
+    runtime().block_on(async {
+        let conn = server.manager().await;
+        let p = prefix("requota");
+        let (tb10, swc10, fw10, swl10) = builders(&conn, &p, 10, HOUR);
+        let (_, swc5, fw5, swl5) = builders(&conn, &p, 5, HOUR);
+        let (_, swc20, fw20, swl20) = builders(&conn, &p, 20, HOUR);
+        let open = FailPolicy::FailOpen;
+        macro_rules! case {
+            ($old:expr, $low:expr, $high:expr, $name:literal) => {{
+                let old = $old.fail_policy(open).no_deny_shortcut().build().unwrap();
+                let low = $low.fail_policy(open).no_deny_shortcut().build().unwrap();
+                let high = $high.fail_policy(open).no_deny_shortcut().build().unwrap();
+                assert!(old.check_n("heavy", 8).await.unwrap().is_allowed());
+                for _ in 0..20 {
+                    let d = low.check("heavy").await.unwrap();
+                    assert!(d.is_denied(), "{}: {d:?} {:?}", $name, low.stats());
+                    assert_eq!(d.remaining(), 0, "{}", $name);
+                    assert!(d.retry_after() > Duration::ZERO, "{}", $name);
+                }
+                assert_eq!(low.stats().errors, 0, "{}", $name);
+                assert_eq!(low.stats().fail_open, 0, "{}", $name);
+                // The higher limit sees 8 spent of 20.
+                let d = high.check("heavy").await.unwrap();
+                assert_eq!((d.is_allowed(), d.remaining()), (true, 11), "{}", $name);
+                assert!(high.check_n("heavy", 11).await.unwrap().is_allowed());
+                assert!(high.check("heavy").await.unwrap().is_denied(), "{}", $name);
+                // And the writer, back, sees 20 spent of its 10: denied.
+                assert!(old.check("heavy").await.unwrap().is_denied(), "{}", $name);
+                assert_eq!(old.stats().errors, 0, "{}", $name);
+            }};
+        }
+        case!(fw10, fw5, fw20, "fixed window");
+        case!(swc10, swc5, swc20, "sliding window counter");
+        case!(swl10, swl5, swl20, "sliding window log");
+        // The bucket's state is the time owed: a smaller capacity at the
+        // same rate owes the same time, capped at a full bucket's refill.
+        let tb5 = TokenBucket::builder()
+            .rate(10, HOUR)
+            .capacity(5)
+            .redis(conn.clone(), &p)
+            .fail_policy(open)
+            .build()
+            .unwrap();
+        let tb10 = tb10.fail_policy(open).build().unwrap();
+        assert!(tb10.check_n("heavy", 8).await.unwrap().is_allowed());
+        let d = tb5.check("heavy").await.unwrap();
+        assert!(d.is_denied() && d.remaining() == 0, "{d:?}");
+        // Owed: 8 tokens of 6 min; a 5-token bucket holds at most 5 owed,
+        // so the next token is 6 min away, not 24.
+        assert!(d.retry_after() <= Duration::from_secs(360), "{d:?}");
+        assert!(d.retry_after() > Duration::from_secs(350), "{d:?}");
+        assert_eq!(tb5.stats().errors, 0);
+    });
+}
+
+// ---------------------------------------------------------------------------
+// The largest costs, and errors about one request.
+
+/// A log may admit its whole limit at once; an error reply about one
+/// request never makes the limiter back off for every client.
+#[test]
+fn the_log_admits_its_largest_cost_and_one_bad_request_trips_nothing() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    runtime().block_on(async {
+        let limiter = SlidingWindowLog::builder()
+            .limit(SlidingWindowLog::MAX_LIMIT)
+            .window(HOUR)
+            .redis(server.manager().await, prefix("bigcost"))
+            .fail_policy(FailPolicy::FailClosed)
+            .build()
+            .unwrap();
+        let max = SlidingWindowLog::MAX_LIMIT;
+        let d = limiter.check_n("big", max).await.unwrap();
+        assert_eq!((d.is_allowed(), d.remaining()), (true, 0), "{d:?}");
+        let d = limiter.check("big").await.unwrap();
+        assert!(d.is_denied(), "{d:?}");
+        let d = limiter.check_n("other", max - 1).await.unwrap();
+        assert_eq!((d.is_allowed(), d.remaining()), (true, 1), "{d:?}");
+        assert!(limiter.check("third").await.unwrap().is_allowed());
+        let s = limiter.stats();
+        assert_eq!((s.errors, s.fail_closed), (0, 0), "{s:?}");
+    });
+}
+
+// ---------------------------------------------------------------------------
+// The builder's bounds.
+
+/// Every bound `RedisBuilder::build` documents, at the value on each side.
+#[test]
+fn every_documented_bound_of_the_redis_builder() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    runtime().block_on(async {
+        let conn = server.manager().await;
+        let p = prefix("bounds");
+        let us = Duration::from_micros;
+        let max_us: u64 = 1 << 52;
+        let exact: u64 = (1 << 53) - 1;
+        // field, or None for a setting that builds.
+        let field = |r: Result<(), tollgate::ConfigError>| r.err().map(|e| e.field());
+        macro_rules! fixed {
+            ($limit:expr, $window:expr) => {
+                field(
+                    FixedWindow::builder()
+                        .limit($limit)
+                        .window($window)
+                        .redis(conn.clone(), &p)
+                        .build()
+                        .map(drop),
+                )
+            };
+        }
+        macro_rules! sliding {
+            ($limit:expr, $window:expr) => {
+                field(
+                    SlidingWindowCounter::builder()
+                        .limit($limit)
+                        .window($window)
+                        .redis(conn.clone(), &p)
+                        .build()
+                        .map(drop),
+                )
+            };
+        }
+        macro_rules! log {
+            ($limit:expr, $window:expr) => {
+                field(
+                    SlidingWindowLog::builder()
+                        .limit($limit)
+                        .window($window)
+                        .redis(conn.clone(), &p)
+                        .build()
+                        .map(drop),
+                )
+            };
+        }
+        macro_rules! bucket {
+            ($capacity:expr, $interval:expr) => {
+                field(
+                    TokenBucket::builder()
+                        .rate(1, $interval)
+                        .capacity($capacity)
+                        .redis(conn.clone(), &p)
+                        .build()
+                        .map(drop),
+                )
+            };
+        }
+        // Windows: whole µs, from 1 µs to 2^52 µs.
+        assert_eq!(fixed!(1, us(1)), None);
+        assert_eq!(fixed!(1, Duration::from_nanos(1_500)), Some("window"));
+        assert_eq!(fixed!(1, Duration::from_nanos(999)), Some("window"));
+        assert_eq!(fixed!(1, us(max_us)), None);
+        assert_eq!(fixed!(1, us(max_us + 1)), Some("window"));
+        assert_eq!(sliding!(1, us(1)), None);
+        assert_eq!(sliding!(1, Duration::from_nanos(1_001)), Some("window"));
+        assert_eq!(sliding!(1, us(max_us)), None);
+        assert_eq!(sliding!(1, us(max_us + 1)), Some("window"));
+        assert_eq!(log!(1, us(1)), None);
+        assert_eq!(log!(1, Duration::from_nanos(2_500)), Some("window"));
+        assert_eq!(log!(1, us(max_us)), None);
+        assert_eq!(log!(1, us(max_us + 1)), Some("window"));
+        // The fixed window's count: at most 2^53 − 1 (a year-long window
+        // leaves the in-process word room for more).
+        let year = Duration::from_secs(365 * 86_400);
+        assert_eq!(fixed!(exact, year), None);
+        assert_eq!(fixed!(exact + 1, year), Some("limit"));
+        assert_eq!(fixed!(1 << 54, year), Some("limit"));
+        // The sliding window counter: limit × window (µs) ≤ 2^53 − 1.
+        let year_us = 365 * 86_400 * 1_000_000;
+        assert_eq!(sliding!(exact / year_us, year), None);
+        assert_eq!(sliding!(exact / year_us + 1, year), Some("limit"));
+        // The log: its in-process bound.
+        assert_eq!(log!(SlidingWindowLog::MAX_LIMIT, HOUR), None);
+        assert_eq!(log!(SlidingWindowLog::MAX_LIMIT + 1, HOUR), Some("limit"));
+        // The bucket: capacity × interval (µs, rounded up) ≤ 2^52 µs.
+        assert_eq!(bucket!(1 << 20, us(1 << 32)), None);
+        assert_eq!(bucket!((1 << 20) + 1, us(1 << 32)), Some("capacity"));
+        assert_eq!(bucket!(4, Duration::from_nanos(1_001)), None);
+        // The connection's settings.
+        let with = |b: tollgate::redis::RedisBuilder<FixedWindow>| field(b.build().map(drop));
+        let base = || {
+            FixedWindow::builder()
+                .limit(1)
+                .window(HOUR)
+                .redis(conn.clone(), &p)
+        };
+        let ms = Duration::from_millis;
+        assert_eq!(with(base().timeout(ms(1))), None);
+        assert_eq!(with(base().timeout(HOUR)), None);
+        assert_eq!(with(base().timeout(us(999))), Some("timeout"));
+        assert_eq!(with(base().timeout(HOUR + ms(1))), Some("timeout"));
+        assert_eq!(with(base().backoff(ms(1), ms(1))), None);
+        assert_eq!(with(base().backoff(ms(1), HOUR)), None);
+        assert_eq!(with(base().backoff(us(999), HOUR)), Some("backoff"));
+        assert_eq!(with(base().backoff(ms(10), ms(9))), Some("backoff"));
+        assert_eq!(with(base().backoff(ms(1), HOUR + ms(1))), Some("backoff"));
+        assert_eq!(with(base().deny_shortcut(1)), None);
+        assert_eq!(with(base().deny_shortcut(1 << 24)), None);
+        assert_eq!(with(base().deny_shortcut(0)), Some("deny_shortcut"));
+        assert_eq!(
+            with(base().deny_shortcut((1 << 24) + 1)),
+            Some("deny_shortcut")
+        );
+    });
+}
+
+/// A fixed window of a limit past 2^53 would count in Lua beyond exact
+/// doubles: refused at build, and a limit just below works to its end.
+#[test]
+fn a_fixed_window_counts_exactly_up_to_its_largest_limit() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    runtime().block_on(async {
+        let exact: u64 = (1 << 53) - 1;
+        let limiter = FixedWindow::builder()
+            .limit(exact)
+            .window(Duration::from_secs(365 * 86_400))
+            .redis(server.manager().await, prefix("bigfw"))
+            .fail_policy(FailPolicy::FailClosed)
+            .build()
+            .unwrap();
+        let d = limiter.check_n("c", exact - 1).await.unwrap();
+        assert_eq!((d.is_allowed(), d.remaining()), (true, 1));
+        let d = limiter.check("c").await.unwrap();
+        assert_eq!((d.is_allowed(), d.remaining()), (true, 0));
+        assert!(limiter.check("c").await.unwrap().is_denied());
+    });
+}
+
+// ---------------------------------------------------------------------------
+// The deny shortcut's reach, and the round-trip count.
+
+/// After a state vanishes (FLUSHALL, a key deleted by hand), the shortcut
+/// denies a client for at most a second more.
+#[test]
+fn the_shortcut_outlives_a_vanished_state_by_at_most_a_second() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(30));
+    runtime().block_on(async {
+        let limiter = FixedWindow::builder()
+            .limit(2)
+            .window(HOUR)
+            .redis(server.manager().await, prefix("flush"))
+            .build()
+            .unwrap();
+        // The admission leaves nothing: the next check is denied here.
+        assert!(limiter.check_n("c", 2).await.unwrap().is_allowed());
+        let local = limiter.check("c").await.unwrap();
+        assert!(local.is_denied(), "{local:?}");
+        assert_eq!(limiter.stats().denied_locally, 1);
+        let _: () = redis::cmd("FLUSHALL").query(&mut server.sync()).unwrap();
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        let d = limiter.check("c").await.unwrap();
+        assert!(d.is_allowed(), "{d:?} {:?}", limiter.stats());
+    });
+}
+
+/// A denial that leaves some units denies locally every cost above them
+/// until the quota grows; a cost that fits still goes to Redis.
+#[test]
+fn the_shortcut_denies_every_cost_above_what_is_left() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(30));
+    runtime().block_on(async {
+        let limiter = FixedWindow::builder()
+            .limit(10)
+            .window(HOUR)
+            .redis(server.manager().await, prefix("cost3"))
+            .build()
+            .unwrap();
+        for _ in 0..3 {
+            assert!(limiter.check_n("c", 3).await.unwrap().is_allowed());
+        }
+        let d = limiter.check_n("c", 3).await.unwrap();
+        assert_eq!((d.is_denied(), d.remaining()), (true, 1));
+        let trips = limiter.stats().round_trips;
+        for _ in 0..100 {
+            let d = limiter.check_n("c", 3).await.unwrap();
+            assert_eq!((d.is_denied(), d.remaining()), (true, 1), "{d:?}");
+            assert!(limiter.check_n("c", 2).await.unwrap().is_denied());
+        }
+        let s = limiter.stats();
+        assert_eq!(s.round_trips, trips, "{s:?}");
+        // The first denial too was made here: the last admission left 1.
+        assert_eq!(s.denied_locally, 201, "{s:?}");
+        // The last unit is still there, and a cost of 1 asks Redis.
+        assert!(limiter.check("c").await.unwrap().is_allowed());
+        assert_eq!(limiter.stats().round_trips, trips + 1);
+        assert!(limiter.check("c").await.unwrap().is_denied());
+    });
+}
+
+/// `round_trips` counts every command a check sends, a reload of a lost
+/// script included: the server's own count of commands agrees.
+#[test]
+fn round_trips_count_every_command_sent() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut admin = server.sync();
+    // The commands a check may send, as Redis counts them (the commands a
+    // script runs inside are counted apart).
+    let mut commands = move || -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut admin)
+            .unwrap();
+        info.lines()
+            .filter(|l| {
+                ["evalsha", "eval", "script"]
+                    .iter()
+                    .any(|c| l.starts_with(&format!("cmdstat_{c}:")))
+            })
+            .flat_map(|l| l.split([':', ',']))
+            .filter_map(|field| {
+                // Calls made (failed ones included) or refused.
+                let (name, n) = field.split_once('=')?;
+                ["calls", "rejected_calls"]
+                    .contains(&name)
+                    .then(|| n.parse::<u64>().unwrap())
+            })
+            .sum()
+    };
+    runtime().block_on(async {
+        let limiter = TokenBucket::builder()
+            .rate(100, HOUR)
+            .redis(server.manager().await, prefix("trips"))
+            .build()
+            .unwrap();
+        assert!(limiter.check("c").await.unwrap().is_allowed());
+        let before = commands();
+        let trips = limiter.stats().round_trips;
+        assert!(limiter.check("c").await.unwrap().is_allowed());
+        let sent = commands() - before;
+        assert_eq!(limiter.stats().round_trips - trips, sent);
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query(&mut server.sync())
+            .unwrap();
+        let before = commands();
+        let trips = limiter.stats().round_trips;
+        assert!(limiter.check("c").await.unwrap().is_allowed());
+        let sent = commands() - before;
+        assert!(sent > 1, "the script was reloaded");
+        assert_eq!(limiter.stats().round_trips - trips, sent);
+    });
+}
