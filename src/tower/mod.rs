@@ -73,17 +73,19 @@
 //!
 //! # A limiter in another process
 //!
-//! The layer asks its limiter only through [`Check`], whose decision is a
+//! The layer asks its limiter only through
+//! [`AsyncCheck`](crate::AsyncCheck), whose decision is a
 //! future. Every in-process [`Limiter`](crate::Limiter) answers with a
 //! future that is ready at once, and the layer then calls the inner service
 //! straight away, with no allocation. A limiter whose state lives elsewhere
-//! (a shared store) implements `Check` with a future that completes when
+//! (a shared store) implements `AsyncCheck` with a future that completes when
 //! the store answers: the layer keeps the request, and the inner service it
 //! had readied, until then, and answers a failed check
-//! ([`CheckError`]) with `503 Service Unavailable`. Neither the layer's
+//! ([`CheckError`](crate::CheckError)) with `503 Service Unavailable`. Neither the layer's
 //! types nor its constructors change.
 
-mod check;
+mod cidr;
+mod forwarded;
 mod key;
 mod response;
 
@@ -99,14 +101,15 @@ use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 
-pub use check::{Check, CheckError, Quota};
+pub use cidr::{Cidr, CidrError};
 pub use key::{
-    Cidr, CidrError, Extraction, ForwardedHeader, HeaderKey, KeyExtractor, KeyFn, MissingKey,
-    PeerIp, Rejection, TrustedProxyIp,
+    Extraction, ForwardedHeader, HeaderKey, KeyExtractor, KeyFn, LongKey, MissingKey, PeerIp,
+    Rejection, TrustedProxyIp,
 };
 pub use response::AdmittedHeaders;
 use response::{problem, Respond, Stamp};
 
+use crate::check::{AsyncCheck, CheckError};
 use crate::decision::Decision;
 use crate::error::ConfigError;
 
@@ -198,7 +201,7 @@ pub struct RateLimitLayer<C, E: KeyExtractor> {
 
 impl<C, E> RateLimitLayer<C, E>
 where
-    C: Check<E::Key>,
+    C: AsyncCheck<E::Key>,
     E: KeyExtractor + Clone,
 {
     /// Limits requests by `extractor`'s key against `limiter`, with the
@@ -351,7 +354,7 @@ impl<S: fmt::Debug, C, E: KeyExtractor + fmt::Debug> fmt::Debug for RateLimitSer
 impl<S, C, E, B, R> Service<Request<B>> for RateLimitService<S, C, E>
 where
     S: Service<Request<B>, Response = Response<R>> + Clone,
-    C: Check<E::Key>,
+    C: AsyncCheck<E::Key>,
     E: KeyExtractor,
     R: From<String>,
 {

@@ -8,7 +8,7 @@ use core::time::Duration;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
-use super::check::Quota;
+use crate::check::Quota;
 use crate::decision::Decision;
 use crate::error::ConfigError;
 
