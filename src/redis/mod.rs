@@ -757,6 +757,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                     retry_after: wait,
                     replenish_after: wait,
                     window: inner.spec.window(),
+                    pair: None,
                 }));
             }
         }
@@ -880,6 +881,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                     retry_after: Duration::ZERO,
                     replenish_after: Duration::ZERO,
                     window: self.spec.window(),
+                    pair: None,
                 })
             }
             FailPolicy::FailClosed => {
