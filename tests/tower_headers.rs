@@ -1,7 +1,9 @@
 //! The layer's headers tell the whole truth: stacked layers each keep
 //! their list member, a client held to two limits sees each as its own
 //! policy item, a window is never advertised shorter than it is, and the
-//! 429 body states the quota in force. Time is a `ManualClock`.
+//! 429 body states the quota in force; and CORS preflights under axum's
+//! `route_layer`, limited by default and exempt on request. Time is a
+//! `ManualClock`.
 
 // Plain `cargo test --features tower` runs this suite; the loom models skip it.
 #![cfg(not(feature = "loom"))]
@@ -11,7 +13,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
-use tollgate::tower::{Extraction, KeyFn, RateLimitLayer};
+use tollgate::tower::{is_preflight, Extraction, KeyFn, RateLimitLayer};
 use tollgate::{FixedWindow, ManualClock, TokenBucket};
 use tower::{service_fn, Layer, Service, ServiceExt};
 
@@ -227,5 +229,70 @@ fn the_problem_detail_states_the_quota_in_force() {
             "{}",
             denied.body()
         );
+    });
+}
+
+/// A browser's preflight to a GET-only route under axum's `route_layer`:
+/// axum answers 405. By default the layer limits it like any request; with
+/// `skip_if(is_preflight)` it passes unlimited, without headers, and the
+/// GETs keep their whole budget. A plain OPTIONS is limited either way.
+#[test]
+fn preflights_are_limited_by_default_and_exempt_on_request() {
+    run(async {
+        use axum::routing::get;
+        let app = |exempt: bool| {
+            let limiter = FixedWindow::builder()
+                .limit(2)
+                .window(Duration::from_secs(60))
+                .clock(ManualClock::new())
+                .build()
+                .unwrap();
+            let mut layer = RateLimitLayer::new(limiter, one_client());
+            if exempt {
+                layer = layer.skip_if(is_preflight);
+            }
+            axum::Router::new()
+                .route("/r", get(|| async { "got" }))
+                .route_layer(layer)
+        };
+        let preflight = || {
+            Request::options("/r")
+                .header("origin", "https://app.example")
+                .header("access-control-request-method", "GET")
+                .body(axum::body::Body::empty())
+                .unwrap()
+        };
+        let get = || Request::get("/r").body(axum::body::Body::empty()).unwrap();
+
+        let limited = app(false);
+        let first = limited.clone().oneshot(preflight()).await.unwrap();
+        assert_eq!(first.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert!(first.headers().contains_key("ratelimit"));
+        let _ = limited.clone().oneshot(preflight()).await.unwrap();
+        let spent = limited.clone().oneshot(get()).await.unwrap();
+        assert_eq!(
+            spent.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "two preflights spent the budget"
+        );
+
+        let exempt = app(true);
+        for _ in 0..5 {
+            let r = exempt.clone().oneshot(preflight()).await.unwrap();
+            assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+            assert!(!r.headers().contains_key("ratelimit"));
+        }
+        let plain = Request::options("/r")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let r = exempt.clone().oneshot(plain).await.unwrap();
+        assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert!(
+            r.headers().contains_key("ratelimit"),
+            "a plain OPTIONS is limited"
+        );
+        let r = exempt.clone().oneshot(get()).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()["ratelimit"], "\"default\";r=0;t=60");
     });
 }

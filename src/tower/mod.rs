@@ -191,7 +191,7 @@ impl<C, E: KeyExtractor + fmt::Debug> fmt::Debug for Shared<C, E> {
 /// .admitted_headers(AdmittedHeaders::NearLimit(10))
 /// .legacy_headers(true)
 /// .partition_key(|key: &String| key.as_bytes().to_vec())
-/// .skip_if(|request| request.method == http::Method::OPTIONS);
+/// .skip_if(tollgate::tower::is_preflight);
 /// assert_eq!(layer.limiter().quota().limit(), 100);
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```
@@ -269,7 +269,24 @@ where
     }
 
     /// Lets requests for which `f` is true through unlimited, unchecked
-    /// and without rate-limit headers: health checks, CORS preflights.
+    /// and without rate-limit headers: health checks, or CORS preflights
+    /// with [`is_preflight`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::tower::{is_preflight, HeaderKey, RateLimitLayer};
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder().rate(10, Duration::from_secs(1)).build()?;
+    /// let key = HeaderKey::new(http::HeaderName::from_static("x-api-key"));
+    /// // Preflights and health checks pass unlimited.
+    /// let layer = RateLimitLayer::new(limiter, key)
+    ///     .skip_if(|r| is_preflight(r) || r.uri.path() == "/health");
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
     #[must_use]
     pub fn skip_if(mut self, f: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self {
         self.shared().skip = Some(Arc::new(f));
@@ -281,6 +298,44 @@ where
     pub fn limiter(&self) -> &C {
         &self.shared.limiter
     }
+}
+
+/// Whether a request is a CORS preflight: an `OPTIONS` request with an
+/// `Origin` and an `Access-Control-Request-Method` header, which a browser
+/// sends by itself before a cross-origin request that is not simple.
+///
+/// The layer limits preflights like any other request unless told not to:
+/// a preflight is a request any client can send, not only a browser, and
+/// an exemption is a path through the layer that costs nothing. Where a
+/// CORS layer answers preflights, put it **outside** the rate-limit layer
+/// and they never reach the limiter. Where the rate-limit layer sits in
+/// front of a router that answers them (axum's `route_layer`, whose
+/// method router answers `405` to an `OPTIONS` it has no handler for),
+/// pass this function to [`RateLimitLayer::skip_if`] so that a browser's
+/// preflight neither spends its budget nor is refused with `429`.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::tower::is_preflight;
+///
+/// let (preflight, ()) = http::Request::options("/api")
+///     .header("origin", "https://app.example")
+///     .header("access-control-request-method", "PUT")
+///     .body(())
+///     .unwrap()
+///     .into_parts();
+/// assert!(is_preflight(&preflight));
+/// let (plain, ()) = http::Request::options("/api").body(()).unwrap().into_parts();
+/// assert!(!is_preflight(&plain));
+/// ```
+#[must_use]
+pub fn is_preflight(request: &Parts) -> bool {
+    request.method == http::Method::OPTIONS
+        && request.headers.contains_key(http::header::ORIGIN)
+        && request
+            .headers
+            .contains_key(http::header::ACCESS_CONTROL_REQUEST_METHOD)
 }
 
 impl<C, E: KeyExtractor> Clone for RateLimitLayer<C, E> {
