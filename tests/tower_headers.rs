@@ -296,3 +296,38 @@ fn preflights_are_limited_by_default_and_exempt_on_request() {
         assert_eq!(r.headers()["ratelimit"], "\"default\";r=0;t=60");
     });
 }
+
+/// With jitter, a 429's `Retry-After` is spread over `[t, t + jitter]`:
+/// never earlier than the quota grows, and not one value for everyone.
+#[test]
+fn retry_jitter_spreads_retries_never_before_t() {
+    run(async {
+        let limiter = FixedWindow::builder()
+            .limit(1)
+            .window(Duration::from_secs(60))
+            .clock(ManualClock::new())
+            .build()
+            .unwrap();
+        let service = RateLimitLayer::new(limiter, one_client())
+            .retry_jitter(Duration::from_secs(10))
+            .layer(service_fn(ok));
+        let _ = send(&service).await;
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..200 {
+            let denied = send(&service).await;
+            assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+            assert_eq!(
+                figures(&denied, "ratelimit", ["r", "t"]),
+                vec![("default".to_owned(), [0, 60])]
+            );
+            let retry: u64 = denied.headers()["retry-after"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!((60..=70).contains(&retry), "{retry}");
+            seen.insert(retry);
+        }
+        assert!(seen.len() > 1, "{seen:?}");
+    });
+}

@@ -94,6 +94,7 @@ use core::future::Future;
 use core::mem;
 use core::pin::Pin;
 use core::task::{ready, Context, Poll, Waker};
+use core::time::Duration;
 use std::sync::Arc;
 
 use ::tower::{Layer, Service};
@@ -145,6 +146,7 @@ impl<C, E: KeyExtractor + fmt::Debug> fmt::Debug for Shared<C, E> {
             .field("extractor", &self.extractor)
             .field("admitted_headers", &self.respond.admitted)
             .field("legacy_headers", &self.respond.legacy)
+            .field("retry_jitter_s", &self.respond.jitter)
             .field("skip_if", &self.skip.is_some())
             .field("partition_key", &self.partition_key.is_some())
             .finish_non_exhaustive()
@@ -255,6 +257,35 @@ where
     #[must_use]
     pub fn legacy_headers(mut self, on: bool) -> Self {
         self.respond().legacy = on;
+        self
+    }
+
+    /// Adds up to `max` (in whole seconds, rounded up) at random to the
+    /// `Retry-After` of each `429`, so that clients refused together, such
+    /// as everyone at the end of a fixed window, come back spread out
+    /// rather than all at once (the draft's advice for fixed windows).
+    /// `RateLimit`'s `t` still states when the quota grows; `Retry-After`
+    /// is never earlier than it, with or without jitter. None by default.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::tower::{PeerIp, RateLimitLayer};
+    /// use tollgate::FixedWindow;
+    ///
+    /// let limiter = FixedWindow::builder()
+    ///     .limit(100)
+    ///     .window(Duration::from_secs(60))
+    ///     .key_type::<std::net::IpAddr>()
+    ///     .build()?;
+    /// let layer = RateLimitLayer::new(limiter, PeerIp::new()).retry_jitter(Duration::from_secs(5));
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn retry_jitter(mut self, max: Duration) -> Self {
+        self.respond().jitter = response::seconds_up(max);
         self
     }
 

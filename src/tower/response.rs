@@ -202,6 +202,8 @@ pub(super) struct Respond {
     pub(super) quota: Quota,
     pub(super) admitted: AdmittedHeaders,
     pub(super) legacy: bool,
+    /// The most whole seconds added at random to a 429's `Retry-After`.
+    pub(super) jitter: u64,
     /// `RateLimit-Policy` for `quota` without a partition key, rendered
     /// once: most responses send it, and a clone costs no allocation.
     policy: HeaderValue,
@@ -269,6 +271,7 @@ impl Respond {
             quota,
             admitted: AdmittedHeaders::Always,
             legacy: false,
+            jitter: 0,
             policy: HeaderValue::from_static(""),
         };
         respond.set_name("\"default\"".to_owned());
@@ -369,6 +372,15 @@ impl Respond {
         let retry = seconds_up(d.retry_after())
             .max(seconds_up(d.replenish_after()))
             .max(1);
+        // Spread over the next `jitter` seconds, so that clients refused
+        // together (at the end of a fixed window, say) do not all return
+        // at once; only ever later than the quota grows.
+        let retry = match self.jitter {
+            0 => retry,
+            jitter => retry
+                .saturating_add(random_below(jitter + 1))
+                .min(SF_INTEGER_MAX),
+        };
         let detail = if retry == SF_INTEGER_MAX {
             "The rate limit is exhausted for longer than the server can say.".to_owned()
         } else {
@@ -409,6 +421,26 @@ fn put_limit(line: &mut Line, name: &str, item: Item, pk: Option<&str>) {
     if let Some(pk) = pk {
         line.put(b";pk=").put(pk.as_bytes());
     }
+}
+
+/// A number below `n` (`n` > 0), from a per-thread xorshift generator
+/// seeded by std's random hash keys: spread, not secrecy.
+fn random_below(n: u64) -> u64 {
+    use core::cell::Cell;
+    use core::hash::BuildHasher;
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new(
+            std::collections::hash_map::RandomState::new().hash_one(0u8) | 1,
+        );
+    }
+    STATE.with(|state| {
+        let mut x = state.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        state.set(x);
+        x % n
+    })
 }
 
 /// An RFC 9457 `application/problem+json` response.
