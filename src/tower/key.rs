@@ -326,13 +326,20 @@ pub enum ForwardedHeader {
 /// write anything there. A spoofed leftmost entry therefore never changes
 /// the key.
 ///
+/// `Forwarded` is parsed as RFC 7239 says: a quoted value (such as a
+/// `host=` carrying the client's own Host header, which may hold `,`, `;`
+/// and `=`) is data, never a `for=` of its own, and a node's port may be
+/// numeric or obfuscated (`for="192.0.2.43:_p7"` keys `192.0.2.43`).
+///
 /// The outcome is bounded for any header: the walk reads at most
 /// [`max_hops`](TrustedProxyIp::max_hops) entries (20 by default), right to
 /// left, and stops at the first one that is not an address (garbage,
-/// `unknown`, an obfuscated `Forwarded` node, a value that is not ASCII);
-/// it then keys by the nearest trusted address it has seen, so requests with
-/// a broken chain share the proxy's budget rather than escape it. With no
-/// header, the key is the proxy's own address. Addresses are grouped as
+/// `unknown`, an obfuscated `Forwarded` node, a `Forwarded` element with
+/// no `for=` or two, an `X-Forwarded-For` line that is not ASCII), or at a
+/// `Forwarded` syntax error such as an unbalanced quote; it then keys by
+/// the nearest trusted address it has seen, so requests with a broken
+/// chain share the proxy's budget rather than escape it. With no header,
+/// the key is the proxy's own address. Addresses are grouped as
 /// [`PeerIp`] groups them (IPv6 by /64, IPv4-mapped as IPv4).
 ///
 /// # Examples

@@ -29,6 +29,19 @@
 //!   ([`AdmittedHeaders`]); `pk` and the legacy `X-RateLimit-*` headers are
 //!   optional. The [`Decision`] is put in the request's
 //!   extensions for the handler.
+//! - **Headers that tell the whole truth.** `q` and `w` are those of the
+//!   quota that decided (a tier's, or one changed with `set_quota`), and
+//!   `w` is rounded **up** to whole seconds, so `q` per `w` never states
+//!   more than is enforced: a window of 1.4 s is `w=2`, and any window
+//!   under a second is `w=1`. A client held to two limits
+//!   ([`Both`](crate::Both)) sees two items, `"<name>-1"` and
+//!   `"<name>-2"`, each with its own `q`, `w`, `r` and `t`. Layers stacked
+//!   on one route append their items to one list, the inner layer's
+//!   first, so a refusal keeps the refusing policy's item (with `r=0`)
+//!   beside the others. [`retry_jitter`](RateLimitLayer::retry_jitter)
+//!   spreads the retries of clients refused together.
+//! - **CORS preflights** are limited like any request unless exempted
+//!   with [`skip_if`](RateLimitLayer::skip_if)`(`[`is_preflight`]`)`.
 //!
 //! # Examples
 //!

@@ -134,6 +134,41 @@ impl Decimal {
     }
 }
 
+/// Writes `n` in decimal at the start of `out` (at least 20 bytes long);
+/// returns how many bytes it wrote.
+fn write_decimal(out: &mut [u8], mut n: u64) -> usize {
+    let mut len = 1;
+    let mut rest = n / 10;
+    while rest > 0 {
+        len += 1;
+        rest /= 10;
+    }
+    for slot in out[..len].iter_mut().rev() {
+        *slot = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    len
+}
+
+/// `RateLimit` for one limit without a partition key, the common case:
+/// `prefix` (the name and `;r=`), `r`, `;t=`, `t`, written into one
+/// stack buffer. `None` if the name is too long for it.
+fn short_limit(prefix: &[u8], r: u64, t: u64) -> Option<HeaderValue> {
+    let mut buf = [0u8; 96];
+    // Two numbers of at most 20 digits and `;t=`.
+    if prefix.len() > buf.len() - 43 {
+        return None;
+    }
+    buf[..prefix.len()].copy_from_slice(prefix);
+    let mut len = prefix.len();
+    len += write_decimal(&mut buf[len..], r);
+    buf[len..len + 3].copy_from_slice(b";t=");
+    len += 3;
+    len += write_decimal(&mut buf[len..], t);
+    // Printable ASCII: a name checked by `sf_string`, and digits.
+    Some(HeaderValue::from_bytes(&buf[..len]).expect("rate-limit headers are printable ASCII"))
+}
+
 /// A header value written on the stack and copied once into its
 /// `HeaderValue`: one allocation of exactly its length. Long values (long
 /// names, partition keys, an inner layer's list) spill to the heap.
@@ -198,6 +233,8 @@ pub(super) struct Respond {
     /// items of a client held to two limits (`"name-1"`, `"name-2"`).
     name: String,
     pair_names: [String; 2],
+    /// `name;r=`, the start of every one-limit `RateLimit` value.
+    limit_prefix: Box<[u8]>,
     /// The limiter's quota when the layer was made.
     pub(super) quota: Quota,
     pub(super) admitted: AdmittedHeaders,
@@ -215,7 +252,9 @@ pub(super) struct Respond {
 pub(super) struct Stamp {
     policy: HeaderValue,
     limit: HeaderValue,
-    legacy: Option<[HeaderValue; 3]>,
+    /// Boxed: most layers send none, and the stamp waits in every
+    /// response future.
+    legacy: Option<Box<[HeaderValue; 3]>>,
 }
 
 impl Stamp {
@@ -226,7 +265,8 @@ impl Stamp {
     pub(super) fn apply(self, headers: &mut HeaderMap) {
         join(headers, RATELIMIT_POLICY, self.policy);
         join(headers, RATELIMIT, self.limit);
-        if let Some([limit, remaining, reset]) = self.legacy {
+        if let Some(legacy) = self.legacy {
+            let [limit, remaining, reset] = *legacy;
             let fewer = headers
                 .get(X_REMAINING)
                 .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
@@ -268,6 +308,7 @@ impl Respond {
         let mut respond = Self {
             name: String::new(),
             pair_names: [String::new(), String::new()],
+            limit_prefix: Box::default(),
             quota,
             admitted: AdmittedHeaders::Always,
             legacy: false,
@@ -296,12 +337,36 @@ impl Respond {
             None,
         );
         self.policy = policy.value();
+        self.limit_prefix = [name.as_bytes(), b";r="].concat().into_boxed_slice();
         self.name = name;
     }
 
     /// The headers for decision `d`, with the partition key `pk` (an RFC
     /// 9651 Byte Sequence) if any.
     pub(super) fn stamp(&self, d: &Decision, pk: Option<&str>) -> Stamp {
+        let legacy = self.legacy.then(|| {
+            Box::new([
+                HeaderValue::from(d.limit()),
+                HeaderValue::from(d.remaining()),
+                HeaderValue::from(seconds_up(d.replenish_after())),
+            ])
+        });
+        // The common case: one limit, the layer's own quota, no partition
+        // key. The policy is the one rendered when the layer was made.
+        if pk.is_none()
+            && d.pair_limits().is_none()
+            && d.limit() == self.quota.limit()
+            && d.window() == self.quota.window()
+        {
+            let t = seconds_up(d.replenish_after());
+            if let Some(limit) = short_limit(&self.limit_prefix, d.remaining(), t) {
+                return Stamp {
+                    policy: self.policy.clone(),
+                    limit,
+                    legacy,
+                };
+            }
+        }
         let mut limit = Line::new();
         let policy = match d.pair_limits() {
             // Two limits: each its own item, the first limit's first.
@@ -345,13 +410,7 @@ impl Respond {
         Stamp {
             policy,
             limit: limit.value(),
-            legacy: self.legacy.then(|| {
-                [
-                    HeaderValue::from(d.limit()),
-                    HeaderValue::from(d.remaining()),
-                    HeaderValue::from(seconds_up(d.replenish_after())),
-                ]
-            }),
+            legacy,
         }
     }
 
@@ -505,7 +564,16 @@ mod tests {
     fn decimals_and_values() {
         for n in [0, 7, 10, 99, 100, 1_000_000_000, SF_INTEGER_MAX, u64::MAX] {
             assert_eq!(Decimal::new(n).as_bytes(), n.to_string().as_bytes());
+            let mut out = [0; 20];
+            let len = write_decimal(&mut out, n);
+            assert_eq!(&out[..len], n.to_string().as_bytes());
         }
+        assert_eq!(
+            short_limit(b"\"a\";r=", 9, u64::MAX).unwrap(),
+            "\"a\";r=9;t=18446744073709551615"
+        );
+        assert!(short_limit(&[b'x'; 54], 0, 0).is_none());
+        assert!(short_limit(&[b'x'; 53], u64::MAX, u64::MAX).is_some());
         let mut line = Line::new();
         line.put(b"\"a\"").put(b";r=").put(b"").put(b"9");
         assert_eq!(line.value(), "\"a\";r=9");
