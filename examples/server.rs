@@ -23,14 +23,15 @@ use std::time::Duration;
 use axum::extract::{ConnectInfo, Extension};
 use axum::routing::get;
 use axum::Router;
-use tollgate::tower::{Check, CheckError, Cidr, RateLimitLayer, TrustedProxyIp};
+use tollgate::tower::{Cidr, RateLimitLayer, TrustedProxyIp};
+use tollgate::{AsyncCheck, CheckError};
 use tollgate::{
     Clock, Decision, FixedWindow, MonotonicClock, SlidingWindowCounter, SlidingWindowLog,
     TokenBucket,
 };
 
 /// The limiter behind the layer, whichever algorithm was chosen.
-pub type SharedLimiter = Arc<dyn Check<IpAddr, Future = Ready<Result<Decision, CheckError>>>>;
+pub type SharedLimiter = Arc<dyn AsyncCheck<IpAddr, Future = Ready<Result<Decision, CheckError>>>>;
 
 /// The server's settings, as the command line gives them.
 #[derive(Debug, Clone)]

@@ -24,8 +24,7 @@ use crate::limiter::Limiter;
 /// process (the Redis limiters of the `redis` feature) implements it with a
 /// future that completes when the store answers. Code written against this
 /// trait therefore works with either, and the HTTP layer of the `tower`
-/// feature asks its limiter through it (`tollgate::tower::Check` is this
-/// trait).
+/// feature asks its limiter through it.
 ///
 /// # Examples
 ///

@@ -36,6 +36,8 @@ pub struct Decision {
     pub(crate) retry_after: Duration,
     pub(crate) replenish_after: Duration,
     pub(crate) window: Duration,
+    /// For two limits held together, each limit's own figures.
+    pub(crate) pair: Option<[LimitFigures; 2]>,
 }
 
 impl Decision {
@@ -152,5 +154,104 @@ impl Decision {
     #[must_use]
     pub fn window(&self) -> Duration {
         self.window
+    }
+
+    /// For a client held to two limits at once ([`Both`](crate::Both)),
+    /// each limit's own figures, the first limit's first; `None` for one
+    /// limit. The decision's own [`limit`](Decision::limit),
+    /// [`remaining`](Decision::remaining) and
+    /// [`replenish_after`](Decision::replenish_after) mix the two (the
+    /// binding limit's quota, the smaller remainder, the later growth);
+    /// these keep them apart, so that each limit can be advertised as its
+    /// own policy.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{FixedWindow, ManualClock};
+    ///
+    /// let limiter = FixedWindow::builder()
+    ///     .limit(3)
+    ///     .window(Duration::from_secs(1))
+    ///     .and(FixedWindow::builder().limit(5).window(Duration::from_secs(60)))
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// let [second, minute] = limiter.check("alice").pair_limits().unwrap();
+    /// assert_eq!((second.limit(), second.remaining()), (3, 2));
+    /// assert_eq!(second.replenish_after(), Duration::from_secs(1));
+    /// assert_eq!((minute.limit(), minute.remaining(), minute.window()), (5, 4, Duration::from_secs(60)));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn pair_limits(&self) -> Option<[LimitFigures; 2]> {
+        self.pair
+    }
+}
+
+/// One limit's figures in a decision on two limits held together: see
+/// [`Decision::pair_limits`]. Each means what the [`Decision`] method of
+/// the same name means, for this limit alone.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::TokenBucket;
+///
+/// let limiter = TokenBucket::builder()
+///     .rate(10, Duration::from_secs(1))
+///     .and_rate(100, Duration::from_secs(60))
+///     .build()?;
+/// let [burst, sustained] = limiter.check("alice").pair_limits().unwrap();
+/// assert_eq!((burst.limit(), burst.remaining()), (10, 9));
+/// assert_eq!((sustained.limit(), sustained.remaining()), (100, 99));
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LimitFigures {
+    limit: u64,
+    remaining: u64,
+    /// Nanoseconds, or the algorithms' "never".
+    replenish_after: u64,
+    /// Nanoseconds.
+    window: u64,
+}
+
+impl LimitFigures {
+    /// A limit's figures: its capacity, its remainder, the wait until it
+    /// grows (nanoseconds, or "never") and its window (nanoseconds).
+    pub(crate) fn new(limit: u64, remaining: u64, replenish_after: u64, window: u64) -> Self {
+        Self {
+            limit,
+            remaining,
+            replenish_after,
+            window,
+        }
+    }
+
+    /// The most this limit lets the client spend at once.
+    #[must_use]
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The unit-cost requests this limit would still admit.
+    #[must_use]
+    pub fn remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// How long until this limit's quota next grows
+    /// ([`Duration::MAX`]: never; zero when it is full).
+    #[must_use]
+    pub fn replenish_after(&self) -> Duration {
+        Decision::wait(self.replenish_after)
+    }
+
+    /// The window over which this limit grants [`limit`](LimitFigures::limit).
+    #[must_use]
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.window)
     }
 }

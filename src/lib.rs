@@ -157,7 +157,7 @@ pub use builder::{Builder, Tierable};
 pub use cell::{Algorithm, Tier, Tiered};
 pub use check::{AsyncCheck, CheckError, CheckErrorKind, Quota};
 pub use clock::{Clock, CoarseClock, InstantClock, ManualClock, MonotonicClock};
-pub use decision::Decision;
+pub use decision::{Decision, LimitFigures};
 pub use error::{ConfigError, CostError, ReserveError};
 pub use limiter::{Limiter, RateLimiter};
 pub use memory::{Overflow, Stats};

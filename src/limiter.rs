@@ -585,6 +585,7 @@ where
             retry_after: Decision::wait(algorithm.horizon()),
             replenish_after: Decision::wait(algorithm.horizon()),
             window: Duration::from_nanos(FromParams::granted(algorithm).1),
+            pair: None,
         }
     }
 

@@ -16,10 +16,12 @@ use std::time::Duration;
 
 use http::{HeaderName, Request, Response, StatusCode};
 use tollgate::tower::{
-    AdmittedHeaders, Check, CheckError, Cidr, Extraction, ForwardedHeader, HeaderKey, KeyFn,
-    MissingKey, PeerIp, Quota, RateLimitLayer, TrustedProxyIp,
+    AdmittedHeaders, Cidr, Extraction, ForwardedHeader, HeaderKey, KeyFn, MissingKey, PeerIp,
+    RateLimitLayer, TrustedProxyIp,
 };
-use tollgate::{Decision, FixedWindow, Limiter, ManualClock, TokenBucket};
+use tollgate::{
+    AsyncCheck, CheckError, Decision, FixedWindow, Limiter, ManualClock, Quota, TokenBucket,
+};
 use tower::{service_fn, Layer, Service, ServiceExt};
 
 type Body = String;
@@ -407,11 +409,17 @@ fn malformed_forwarding_headers_have_a_bounded_outcome() {
             ),
             (Forwarded, ";;;==;".into(), "10.0.0.1"),
             (Forwarded, "proto=https".into(), "10.0.0.1"),
-            // An unbalanced quote the client wrote: the entry right of it,
-            // written by the trusted proxy, is the client.
-            (Forwarded, "for=\"1.2.3.4, for=5.6.7.8".into(), "5.6.7.8"),
-            // One huge element: its first `for` counts.
-            (Forwarded, "for=10.0.0.4;".repeat(10_000), "10.0.0.4"),
+            // An unbalanced quote: the field does not parse past it, so
+            // the walk stops there, at the proxy.
+            (Forwarded, "for=\"1.2.3.4, for=5.6.7.8".into(), "10.0.0.1"),
+            // One huge element naming `for` 10 000 times: no one address.
+            (Forwarded, "for=10.0.0.4;".repeat(10_000), "10.0.0.1"),
+            // 20 000 elements: the rightmost 20 are read.
+            (
+                Forwarded,
+                "for=1.2.3.4, ".repeat(20_000) + "for=10.0.0.3",
+                "1.2.3.4",
+            ),
         ];
         for (header, value, expected) in cases {
             let name = match header {
@@ -625,7 +633,7 @@ impl Future for Later {
     }
 }
 
-impl Check<IpAddr> for Remote {
+impl AsyncCheck<IpAddr> for Remote {
     type Future = Pin<Box<dyn Future<Output = Result<Decision, CheckError>> + Send>>;
     fn check(&self, key: &IpAddr, cost: u64) -> Self::Future {
         let decision = if self.fail {
@@ -691,7 +699,7 @@ fn concurrent_requests_from_many_tasks_are_never_over_admitted() {
         .unwrap();
     runtime.block_on(async {
         let clock = ManualClock::new();
-        let limiter: Arc<dyn Check<IpAddr, Future = Ready<Result<Decision, CheckError>>>> =
+        let limiter: Arc<dyn AsyncCheck<IpAddr, Future = Ready<Result<Decision, CheckError>>>> =
             Arc::new(bucket(50, 60, &clock));
         let service = RateLimitLayer::new(limiter, PeerIp::new()).layer(service_fn(echo));
         let mut tasks = Vec::new();

@@ -217,6 +217,18 @@ impl<A: WordAlgorithm, B: WordAlgorithm> Both<A, B> {
     }
 }
 
+/// One limit's figures for a decision, as `describe` in the cell layer
+/// makes them for a single limit.
+fn figures<A: WordAlgorithm>(limit: &A, word: u64, now: u64) -> crate::decision::LimitFigures {
+    let (capacity, remaining) = (limit.capacity(), limit.remaining(word, now));
+    let replenish_after = if remaining >= capacity {
+        0
+    } else {
+        limit.retry_after(word, now, remaining + 1)
+    };
+    crate::decision::LimitFigures::new(capacity, remaining, replenish_after, limit.window())
+}
+
 /// Each limit's remaining unit requests in `pair` at `now`.
 fn remainders<A: WordAlgorithm, B: WordAlgorithm>(
     both: &Both<A, B>,
@@ -300,6 +312,13 @@ impl<A: WordAlgorithm, B: WordAlgorithm> super::Transitions for Both<A, B> {
 
     fn reserves(&self) -> bool {
         self.first.reserves() && self.second.reserves()
+    }
+
+    fn each(&self, pair: u128, now: u64) -> Option<[crate::decision::LimitFigures; 2]> {
+        Some([
+            figures(&self.first, first(pair), now),
+            figures(&self.second, second(pair), now),
+        ])
     }
 
     /// The first instant `T` at which both limits conform (the later of

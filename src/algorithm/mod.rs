@@ -214,6 +214,13 @@ pub trait Transitions: Send + Sync + 'static {
 
     /// As [`WordAlgorithm::reserve`], over the packed state.
     fn reserve(&self, word: Self::Word, now: u64, cost: u64) -> Reserve<Self::Word>;
+
+    /// For [`Both`], each limit's own figures on `word` at `now`; `None`
+    /// for one limit.
+    fn each(&self, word: Self::Word, now: u64) -> Option<[crate::decision::LimitFigures; 2]> {
+        let _ = (word, now);
+        None
+    }
 }
 
 impl<A: WordAlgorithm> Transitions for A {

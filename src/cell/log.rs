@@ -638,6 +638,7 @@ impl LogState {
             retry_after: Decision::wait(retry_after),
             replenish_after: Decision::wait(replenish_after),
             window: core::time::Duration::from_nanos(log.window()),
+            pair: None,
         }
     }
 }

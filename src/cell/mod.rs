@@ -953,6 +953,7 @@ pub(crate) fn describe<T: Transitions>(
         retry_after: Decision::wait(retry_after),
         replenish_after: Decision::wait(replenish_after),
         window: core::time::Duration::from_nanos(algorithm.window(word, now)),
+        pair: algorithm.each(word, now),
     })
 }
 

@@ -292,6 +292,7 @@ fn expect(spec: &Spec, raw: &Raw, now_us: u64, cost: u64) -> (Decision, Option<R
                 retry_after: Duration::from_nanos(retry_after),
                 replenish_after: Duration::from_nanos(replenish_after),
                 window: Duration::from_micros(*window_us),
+                pair: None,
             };
             // The script trims expired entries whatever it decides.
             live.sort_unstable();

@@ -353,6 +353,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                     retry_after: wait,
                     replenish_after: wait,
                     window: tier.spec.window(),
+                    pair: None,
                 }));
             }
         }
@@ -489,6 +490,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                     retry_after: Duration::ZERO,
                     replenish_after: Duration::ZERO,
                     window: tier.spec.window(),
+                    pair: None,
                 })
             }
             FailPolicy::FailClosed => {

@@ -549,6 +549,7 @@ fn log_decision(
         retry_after: Duration::from_micros(retry_after),
         replenish_after: Duration::from_micros(replenish_after),
         window: Duration::from_micros(window),
+        pair: None,
     })
 }
 

@@ -29,6 +29,19 @@
 //!   ([`AdmittedHeaders`]); `pk` and the legacy `X-RateLimit-*` headers are
 //!   optional. The [`Decision`] is put in the request's
 //!   extensions for the handler.
+//! - **Headers that tell the whole truth.** `q` and `w` are those of the
+//!   quota that decided (a tier's, or one changed with `set_quota`), and
+//!   `w` is rounded **up** to whole seconds, so `q` per `w` never states
+//!   more than is enforced: a window of 1.4 s is `w=2`, and any window
+//!   under a second is `w=1`. A client held to two limits
+//!   ([`Both`](crate::Both)) sees two items, `"<name>-1"` and
+//!   `"<name>-2"`, each with its own `q`, `w`, `r` and `t`. Layers stacked
+//!   on one route append their items to one list, the inner layer's
+//!   first, so a refusal keeps the refusing policy's item (with `r=0`)
+//!   beside the others. [`retry_jitter`](RateLimitLayer::retry_jitter)
+//!   spreads the retries of clients refused together.
+//! - **CORS preflights** are limited like any request unless exempted
+//!   with [`skip_if`](RateLimitLayer::skip_if)`(`[`is_preflight`]`)`.
 //!
 //! # Examples
 //!
@@ -73,17 +86,19 @@
 //!
 //! # A limiter in another process
 //!
-//! The layer asks its limiter only through [`Check`], whose decision is a
+//! The layer asks its limiter only through
+//! [`AsyncCheck`](crate::AsyncCheck), whose decision is a
 //! future. Every in-process [`Limiter`](crate::Limiter) answers with a
 //! future that is ready at once, and the layer then calls the inner service
 //! straight away, with no allocation. A limiter whose state lives elsewhere
-//! (a shared store) implements `Check` with a future that completes when
+//! (a shared store) implements `AsyncCheck` with a future that completes when
 //! the store answers: the layer keeps the request, and the inner service it
 //! had readied, until then, and answers a failed check
-//! ([`CheckError`]) with `503 Service Unavailable`. Neither the layer's
+//! ([`CheckError`](crate::CheckError)) with `503 Service Unavailable`. Neither the layer's
 //! types nor its constructors change.
 
-mod check;
+mod cidr;
+mod forwarded;
 mod key;
 mod response;
 
@@ -92,6 +107,7 @@ use core::future::Future;
 use core::mem;
 use core::pin::Pin;
 use core::task::{ready, Context, Poll, Waker};
+use core::time::Duration;
 use std::sync::Arc;
 
 use ::tower::{Layer, Service};
@@ -99,14 +115,15 @@ use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 
-pub use check::{Check, CheckError, Quota};
+pub use cidr::{Cidr, CidrError};
 pub use key::{
-    Cidr, CidrError, Extraction, ForwardedHeader, HeaderKey, KeyExtractor, KeyFn, MissingKey,
-    PeerIp, Rejection, TrustedProxyIp,
+    Extraction, ForwardedHeader, HeaderKey, KeyExtractor, KeyFn, LongKey, MissingKey, PeerIp,
+    Rejection, TrustedProxyIp,
 };
 pub use response::AdmittedHeaders;
 use response::{problem, Respond, Stamp};
 
+use crate::check::{AsyncCheck, CheckError};
 use crate::decision::Decision;
 use crate::error::ConfigError;
 
@@ -142,6 +159,7 @@ impl<C, E: KeyExtractor + fmt::Debug> fmt::Debug for Shared<C, E> {
             .field("extractor", &self.extractor)
             .field("admitted_headers", &self.respond.admitted)
             .field("legacy_headers", &self.respond.legacy)
+            .field("retry_jitter_s", &self.respond.jitter)
             .field("skip_if", &self.skip.is_some())
             .field("partition_key", &self.partition_key.is_some())
             .finish_non_exhaustive()
@@ -188,7 +206,7 @@ impl<C, E: KeyExtractor + fmt::Debug> fmt::Debug for Shared<C, E> {
 /// .admitted_headers(AdmittedHeaders::NearLimit(10))
 /// .legacy_headers(true)
 /// .partition_key(|key: &String| key.as_bytes().to_vec())
-/// .skip_if(|request| request.method == http::Method::OPTIONS);
+/// .skip_if(tollgate::tower::is_preflight);
 /// assert_eq!(layer.limiter().quota().limit(), 100);
 /// # Ok::<(), tollgate::ConfigError>(())
 /// ```
@@ -198,7 +216,7 @@ pub struct RateLimitLayer<C, E: KeyExtractor> {
 
 impl<C, E> RateLimitLayer<C, E>
 where
-    C: Check<E::Key>,
+    C: AsyncCheck<E::Key>,
     E: KeyExtractor + Clone,
 {
     /// Limits requests by `extractor`'s key against `limiter`, with the
@@ -255,6 +273,35 @@ where
         self
     }
 
+    /// Adds up to `max` (in whole seconds, rounded up) at random to the
+    /// `Retry-After` of each `429`, so that clients refused together, such
+    /// as everyone at the end of a fixed window, come back spread out
+    /// rather than all at once (the draft's advice for fixed windows).
+    /// `RateLimit`'s `t` still states when the quota grows; `Retry-After`
+    /// is never earlier than it, with or without jitter. None by default.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::tower::{PeerIp, RateLimitLayer};
+    /// use tollgate::FixedWindow;
+    ///
+    /// let limiter = FixedWindow::builder()
+    ///     .limit(100)
+    ///     .window(Duration::from_secs(60))
+    ///     .key_type::<std::net::IpAddr>()
+    ///     .build()?;
+    /// let layer = RateLimitLayer::new(limiter, PeerIp::new()).retry_jitter(Duration::from_secs(5));
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn retry_jitter(mut self, max: Duration) -> Self {
+        self.respond().jitter = response::seconds_up(max);
+        self
+    }
+
     /// Adds the `pk` parameter to both headers: the bytes `f` makes of the
     /// key, as a structured-field byte sequence. The client sees them, so
     /// return something it may see (a hash, an account id) rather than a
@@ -266,7 +313,24 @@ where
     }
 
     /// Lets requests for which `f` is true through unlimited, unchecked
-    /// and without rate-limit headers: health checks, CORS preflights.
+    /// and without rate-limit headers: health checks, or CORS preflights
+    /// with [`is_preflight`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::tower::{is_preflight, HeaderKey, RateLimitLayer};
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder().rate(10, Duration::from_secs(1)).build()?;
+    /// let key = HeaderKey::new(http::HeaderName::from_static("x-api-key"));
+    /// // Preflights and health checks pass unlimited.
+    /// let layer = RateLimitLayer::new(limiter, key)
+    ///     .skip_if(|r| is_preflight(r) || r.uri.path() == "/health");
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
     #[must_use]
     pub fn skip_if(mut self, f: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self {
         self.shared().skip = Some(Arc::new(f));
@@ -278,6 +342,44 @@ where
     pub fn limiter(&self) -> &C {
         &self.shared.limiter
     }
+}
+
+/// Whether a request is a CORS preflight: an `OPTIONS` request with an
+/// `Origin` and an `Access-Control-Request-Method` header, which a browser
+/// sends by itself before a cross-origin request that is not simple.
+///
+/// The layer limits preflights like any other request unless told not to:
+/// a preflight is a request any client can send, not only a browser, and
+/// an exemption is a path through the layer that costs nothing. Where a
+/// CORS layer answers preflights, put it **outside** the rate-limit layer
+/// and they never reach the limiter. Where the rate-limit layer sits in
+/// front of a router that answers them (axum's `route_layer`, whose
+/// method router answers `405` to an `OPTIONS` it has no handler for),
+/// pass this function to [`RateLimitLayer::skip_if`] so that a browser's
+/// preflight neither spends its budget nor is refused with `429`.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::tower::is_preflight;
+///
+/// let (preflight, ()) = http::Request::options("/api")
+///     .header("origin", "https://app.example")
+///     .header("access-control-request-method", "PUT")
+///     .body(())
+///     .unwrap()
+///     .into_parts();
+/// assert!(is_preflight(&preflight));
+/// let (plain, ()) = http::Request::options("/api").body(()).unwrap().into_parts();
+/// assert!(!is_preflight(&plain));
+/// ```
+#[must_use]
+pub fn is_preflight(request: &Parts) -> bool {
+    request.method == http::Method::OPTIONS
+        && request.headers.contains_key(http::header::ORIGIN)
+        && request
+            .headers
+            .contains_key(http::header::ACCESS_CONTROL_REQUEST_METHOD)
 }
 
 impl<C, E: KeyExtractor> Clone for RateLimitLayer<C, E> {
@@ -351,7 +453,7 @@ impl<S: fmt::Debug, C, E: KeyExtractor + fmt::Debug> fmt::Debug for RateLimitSer
 impl<S, C, E, B, R> Service<Request<B>> for RateLimitService<S, C, E>
 where
     S: Service<Request<B>, Response = Response<R>> + Clone,
-    C: Check<E::Key>,
+    C: AsyncCheck<E::Key>,
     E: KeyExtractor,
     R: From<String>,
 {

@@ -5,10 +5,10 @@
 use core::fmt::Write as _;
 use core::time::Duration;
 
-use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::header::{Entry, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
-use super::check::Quota;
+use crate::check::Quota;
 use crate::decision::Decision;
 use crate::error::ConfigError;
 
@@ -53,11 +53,12 @@ pub(super) fn seconds_up(d: Duration) -> u64 {
     whole.min(SF_INTEGER_MAX)
 }
 
-/// The `RateLimit-Policy` window: the quota's window to the nearest second,
-/// at least 1.
+/// The `RateLimit-Policy` window: the quota's window in whole seconds,
+/// rounded **up** (at least 1), so that `q` per `w` never states a quota
+/// larger than the one enforced: a window of 1.4 s is advertised as
+/// `w=2`, one of 300 ms as `w=1`.
 fn window_seconds(window: Duration) -> u64 {
-    let rounded = window.saturating_add(Duration::from_millis(500)).as_secs();
-    rounded.clamp(1, SF_INTEGER_MAX)
+    seconds_up(window).max(1)
 }
 
 /// `name` as an RFC 9651 String: quoted, `"` and `\` escaped.
@@ -133,39 +134,116 @@ impl Decimal {
     }
 }
 
-/// One header value made of `parts`, in a single allocation of exactly
-/// its length (a `format!`ed `String` grows several times, and one with
-/// spare capacity costs `Bytes` a second allocation).
-fn value(parts: &[&[u8]]) -> HeaderValue {
-    let mut bytes = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
-    for part in parts {
-        bytes.extend_from_slice(part);
+/// Writes `n` in decimal at the start of `out` (at least 20 bytes long);
+/// returns how many bytes it wrote.
+fn write_decimal(out: &mut [u8], mut n: u64) -> usize {
+    let mut len = 1;
+    let mut rest = n / 10;
+    while rest > 0 {
+        len += 1;
+        rest /= 10;
     }
-    // Every header this module writes is printable ASCII: quoted names are
-    // checked by `sf_string`, the rest are digits and base64.
-    HeaderValue::try_from(bytes).expect("rate-limit headers are printable ASCII")
+    for slot in out[..len].iter_mut().rev() {
+        *slot = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    len
 }
 
-/// `RateLimit-Policy` without a partition key: `name;q=..;w=..`.
-fn policy(name: &str, quota: Quota) -> Vec<u8> {
-    let q = Decimal::new(quota.limit());
-    let w = Decimal::new(window_seconds(quota.window()));
-    let parts: [&[u8]; 5] = [name.as_bytes(), b";q=", q.as_bytes(), b";w=", w.as_bytes()];
-    parts.concat()
+/// `RateLimit` for one limit without a partition key, the common case:
+/// `prefix` (the name and `;r=`), `r`, `;t=`, `t`, written into one
+/// stack buffer. `None` if the name is too long for it.
+fn short_limit(prefix: &[u8], r: u64, t: u64) -> Option<HeaderValue> {
+    let mut buf = [0u8; 96];
+    // Two numbers of at most 20 digits and `;t=`.
+    if prefix.len() > buf.len() - 43 {
+        return None;
+    }
+    buf[..prefix.len()].copy_from_slice(prefix);
+    let mut len = prefix.len();
+    len += write_decimal(&mut buf[len..], r);
+    buf[len..len + 3].copy_from_slice(b";t=");
+    len += 3;
+    len += write_decimal(&mut buf[len..], t);
+    // Printable ASCII: a name checked by `sf_string`, and digits.
+    Some(HeaderValue::from_bytes(&buf[..len]).expect("rate-limit headers are printable ASCII"))
+}
+
+/// A header value written on the stack and copied once into its
+/// `HeaderValue`: one allocation of exactly its length. Long values (long
+/// names, partition keys, an inner layer's list) spill to the heap.
+struct Line {
+    stack: [u8; 192],
+    len: usize,
+    heap: Vec<u8>,
+}
+
+impl Line {
+    fn new() -> Self {
+        Self {
+            stack: [0; 192],
+            len: 0,
+            heap: Vec::new(),
+        }
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> &mut Self {
+        if self.heap.is_empty() && self.len + bytes.len() <= self.stack.len() {
+            self.stack[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+            self.len += bytes.len();
+        } else {
+            if self.heap.is_empty() {
+                self.heap.extend_from_slice(&self.stack[..self.len]);
+            }
+            self.heap.extend_from_slice(bytes);
+        }
+        self
+    }
+
+    fn bytes(&self) -> &[u8] {
+        if self.heap.is_empty() {
+            &self.stack[..self.len]
+        } else {
+            &self.heap
+        }
+    }
+
+    fn value(&self) -> HeaderValue {
+        // Every header this module writes is printable ASCII: quoted names
+        // are checked by `sf_string`, the rest are digits and base64, and
+        // an inner layer's value was a valid header value already.
+        HeaderValue::from_bytes(self.bytes()).expect("rate-limit headers are valid header values")
+    }
+}
+
+/// One limit as the headers state it.
+#[derive(Clone, Copy)]
+struct Item {
+    q: u64,
+    w: Duration,
+    r: u64,
+    t: Duration,
 }
 
 /// Everything the layer needs to write its responses; one per layer,
 /// shared by its services and their futures.
 #[derive(Debug, Clone)]
 pub(super) struct Respond {
-    /// The policy's name as an RFC 9651 String.
+    /// The policy's name as an RFC 9651 String, and the names of the two
+    /// items of a client held to two limits (`"name-1"`, `"name-2"`).
     name: String,
+    pair_names: [String; 2],
+    /// `name;r=`, the start of every one-limit `RateLimit` value.
+    limit_prefix: Box<[u8]>,
+    /// The limiter's quota when the layer was made.
     pub(super) quota: Quota,
     pub(super) admitted: AdmittedHeaders,
     pub(super) legacy: bool,
-    /// `RateLimit-Policy` without a partition key: the same on every
-    /// response, so written when the name is set.
-    policy: Box<[u8]>,
+    /// The most whole seconds added at random to a 429's `Retry-After`.
+    pub(super) jitter: u64,
+    /// `RateLimit-Policy` for `quota` without a partition key, rendered
+    /// once: most responses send it, and a clone costs no allocation.
+    policy: HeaderValue,
 }
 
 /// The headers for one decision, made before the inner service runs and
@@ -174,17 +252,51 @@ pub(super) struct Respond {
 pub(super) struct Stamp {
     policy: HeaderValue,
     limit: HeaderValue,
-    legacy: Option<[HeaderValue; 3]>,
+    /// Boxed: most layers send none, and the stamp waits in every
+    /// response future.
+    legacy: Option<Box<[HeaderValue; 3]>>,
 }
 
 impl Stamp {
+    /// Sets the headers on a response. Where an inner layer has set them
+    /// already, this layer's list members join its own (one list, inner
+    /// layer's first), and the legacy headers keep whichever layer has
+    /// fewer requests remaining.
     pub(super) fn apply(self, headers: &mut HeaderMap) {
-        headers.insert(RATELIMIT_POLICY, self.policy);
-        headers.insert(RATELIMIT, self.limit);
-        if let Some([limit, remaining, reset]) = self.legacy {
-            headers.insert(X_LIMIT, limit);
-            headers.insert(X_REMAINING, remaining);
-            headers.insert(X_RESET, reset);
+        join(headers, RATELIMIT_POLICY, self.policy);
+        join(headers, RATELIMIT, self.limit);
+        if let Some(legacy) = self.legacy {
+            let [limit, remaining, reset] = *legacy;
+            let fewer = headers
+                .get(X_REMAINING)
+                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+                .is_none_or(|theirs| {
+                    remaining.to_str().ok().and_then(|r| r.parse::<u64>().ok()) < Some(theirs)
+                });
+            if fewer {
+                headers.insert(X_LIMIT, limit);
+                headers.insert(X_REMAINING, remaining);
+                headers.insert(X_RESET, reset);
+            }
+        }
+    }
+}
+
+/// Adds `value`'s list members to header `name`.
+fn join(headers: &mut HeaderMap, name: HeaderName, value: HeaderValue) {
+    match headers.entry(name) {
+        Entry::Vacant(slot) => {
+            slot.insert(value);
+        }
+        Entry::Occupied(mut slot) => {
+            let mut line = Line::new();
+            for theirs in slot.iter() {
+                if !theirs.as_bytes().trim_ascii().is_empty() {
+                    line.put(theirs.as_bytes()).put(b", ");
+                }
+            }
+            line.put(value.as_bytes());
+            slot.insert(line.value());
         }
     }
 }
@@ -195,10 +307,13 @@ impl Respond {
     pub(super) fn new(quota: Quota) -> Self {
         let mut respond = Self {
             name: String::new(),
+            pair_names: [String::new(), String::new()],
+            limit_prefix: Box::default(),
             quota,
             admitted: AdmittedHeaders::Always,
             legacy: false,
-            policy: Box::default(),
+            jitter: 0,
+            policy: HeaderValue::from_static(""),
         };
         respond.set_name("\"default\"".to_owned());
         respond
@@ -211,48 +326,91 @@ impl Respond {
 
     /// Sets the name, an RFC 9651 String (from [`sf_string`]).
     pub(super) fn set_name(&mut self, name: String) {
-        self.policy = policy(&name, self.quota).into_boxed_slice();
+        let bare = &name[..name.len() - 1];
+        self.pair_names = [format!("{bare}-1\""), format!("{bare}-2\"")];
+        let mut policy = Line::new();
+        put_policy(
+            &mut policy,
+            &name,
+            self.quota.limit(),
+            self.quota.window(),
+            None,
+        );
+        self.policy = policy.value();
+        self.limit_prefix = [name.as_bytes(), b";r="].concat().into_boxed_slice();
         self.name = name;
     }
 
     /// The headers for decision `d`, with the partition key `pk` (an RFC
     /// 9651 Byte Sequence) if any.
     pub(super) fn stamp(&self, d: &Decision, pk: Option<&str>) -> Stamp {
-        // The quota that decided: the limiter's, or the client's own (a
-        // tier's, or one changed since the layer was made).
-        let q = d.limit();
-        let own;
-        let policy_bytes: &[u8] = if q == self.quota.limit() && d.window() == self.quota.window() {
-            &self.policy
-        } else {
-            own = policy(&self.name, Quota::new(q, d.window()));
-            &own
+        let legacy = self.legacy.then(|| {
+            Box::new([
+                HeaderValue::from(d.limit()),
+                HeaderValue::from(d.remaining()),
+                HeaderValue::from(seconds_up(d.replenish_after())),
+            ])
+        });
+        // The common case: one limit, the layer's own quota, no partition
+        // key. The policy is the one rendered when the layer was made.
+        if pk.is_none()
+            && d.pair_limits().is_none()
+            && d.limit() == self.quota.limit()
+            && d.window() == self.quota.window()
+        {
+            let t = seconds_up(d.replenish_after());
+            if let Some(limit) = short_limit(&self.limit_prefix, d.remaining(), t) {
+                return Stamp {
+                    policy: self.policy.clone(),
+                    limit,
+                    legacy,
+                };
+            }
+        }
+        let mut limit = Line::new();
+        let policy = match d.pair_limits() {
+            // Two limits: each its own item, the first limit's first.
+            Some(pair) => {
+                let mut policy = Line::new();
+                for (i, (fig, name)) in pair.iter().zip(&self.pair_names).enumerate() {
+                    if i > 0 {
+                        policy.put(b", ");
+                        limit.put(b", ");
+                    }
+                    let item = Item {
+                        q: fig.limit(),
+                        w: fig.window(),
+                        r: fig.remaining(),
+                        t: fig.replenish_after(),
+                    };
+                    put_policy(&mut policy, name, item.q, item.w, pk);
+                    put_limit(&mut limit, name, item, pk);
+                }
+                policy.value()
+            }
+            None => {
+                // The quota that decided: the limiter's, or the client's
+                // own (a tier's, or one changed since the layer was made).
+                let item = Item {
+                    q: d.limit(),
+                    w: d.window(),
+                    r: d.remaining(),
+                    t: d.replenish_after(),
+                };
+                put_limit(&mut limit, &self.name, item, pk);
+                if pk.is_none() && item.q == self.quota.limit() && item.w == self.quota.window() {
+                    self.policy.clone()
+                } else {
+                    let mut policy = Line::new();
+                    put_policy(&mut policy, &self.name, item.q, item.w, pk);
+                    policy.value()
+                }
+            }
         };
-        let t = seconds_up(d.replenish_after());
-        let (pk_prefix, pk): (&[u8], &[u8]) = match pk {
-            Some(pk) => (b";pk=", pk.as_bytes()),
-            None => (b"", b""),
-        };
-        let r = Decimal::new(d.remaining());
-        let t_digits = Decimal::new(t);
         Stamp {
-            policy: value(&[policy_bytes, pk_prefix, pk]),
-            limit: value(&[
-                self.name.as_bytes(),
-                b";r=",
-                r.as_bytes(),
-                b";t=",
-                t_digits.as_bytes(),
-                pk_prefix,
-                pk,
-            ]),
-            legacy: self.legacy.then(|| {
-                [
-                    HeaderValue::from(q),
-                    HeaderValue::from(d.remaining()),
-                    HeaderValue::from(t),
-                ]
-            }),
+            policy,
+            limit: limit.value(),
+            legacy,
         }
     }
 
@@ -273,13 +431,23 @@ impl Respond {
         let retry = seconds_up(d.retry_after())
             .max(seconds_up(d.replenish_after()))
             .max(1);
+        // Spread over the next `jitter` seconds, so that clients refused
+        // together (at the end of a fixed window, say) do not all return
+        // at once; only ever later than the quota grows.
+        let retry = match self.jitter {
+            0 => retry,
+            jitter => retry
+                .saturating_add(random_below(jitter + 1))
+                .min(SF_INTEGER_MAX),
+        };
         let detail = if retry == SF_INTEGER_MAX {
             "The rate limit is exhausted for longer than the server can say.".to_owned()
         } else {
+            // The quota that refused: the client's own, as the headers say.
             format!(
                 "The rate limit of {} requests per {} s is exhausted; retry in {retry} s.",
-                self.quota.limit(),
-                window_seconds(self.quota.window())
+                d.limit(),
+                window_seconds(d.window())
             )
         };
         let mut response = problem(StatusCode::TOO_MANY_REQUESTS, &detail);
@@ -288,6 +456,50 @@ impl Respond {
         headers.insert(RETRY_AFTER, HeaderValue::from(retry));
         response
     }
+}
+
+/// `name;q=..;w=..[;pk=..]`.
+fn put_policy(line: &mut Line, name: &str, q: u64, w: Duration, pk: Option<&str>) {
+    line.put(name.as_bytes())
+        .put(b";q=")
+        .put(Decimal::new(q).as_bytes())
+        .put(b";w=")
+        .put(Decimal::new(window_seconds(w)).as_bytes());
+    if let Some(pk) = pk {
+        line.put(b";pk=").put(pk.as_bytes());
+    }
+}
+
+/// `name;r=..;t=..[;pk=..]`.
+fn put_limit(line: &mut Line, name: &str, item: Item, pk: Option<&str>) {
+    line.put(name.as_bytes())
+        .put(b";r=")
+        .put(Decimal::new(item.r).as_bytes())
+        .put(b";t=")
+        .put(Decimal::new(seconds_up(item.t)).as_bytes());
+    if let Some(pk) = pk {
+        line.put(b";pk=").put(pk.as_bytes());
+    }
+}
+
+/// A number below `n` (`n` > 0), from a per-thread xorshift generator
+/// seeded by std's random hash keys: spread, not secrecy.
+fn random_below(n: u64) -> u64 {
+    use core::cell::Cell;
+    use core::hash::BuildHasher;
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new(
+            std::collections::hash_map::RandomState::new().hash_one(0u8) | 1,
+        );
+    }
+    STATE.with(|state| {
+        let mut x = state.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        state.set(x);
+        x % n
+    })
 }
 
 /// An RFC 9457 `application/problem+json` response.
@@ -342,8 +554,9 @@ mod tests {
         assert_eq!(seconds_up(Duration::from_millis(1_001)), 2);
         assert_eq!(seconds_up(Duration::MAX), SF_INTEGER_MAX);
         assert_eq!(window_seconds(Duration::from_millis(100)), 1);
-        assert_eq!(window_seconds(Duration::from_nanos(60_000_000_004)), 60);
-        assert_eq!(window_seconds(Duration::from_millis(1_500)), 2);
+        assert_eq!(window_seconds(Duration::ZERO), 1);
+        assert_eq!(window_seconds(Duration::from_nanos(60_000_000_004)), 61);
+        assert_eq!(window_seconds(Duration::from_millis(1_400)), 2);
         assert_eq!(window_seconds(Duration::MAX), SF_INTEGER_MAX);
     }
 
@@ -351,13 +564,28 @@ mod tests {
     fn decimals_and_values() {
         for n in [0, 7, 10, 99, 100, 1_000_000_000, SF_INTEGER_MAX, u64::MAX] {
             assert_eq!(Decimal::new(n).as_bytes(), n.to_string().as_bytes());
+            let mut out = [0; 20];
+            let len = write_decimal(&mut out, n);
+            assert_eq!(&out[..len], n.to_string().as_bytes());
         }
-        assert_eq!(value(&[b"\"a\"", b";r=", b"", b"9"]), "\"a\";r=9");
+        assert_eq!(
+            short_limit(b"\"a\";r=", 9, u64::MAX).unwrap(),
+            "\"a\";r=9;t=18446744073709551615"
+        );
+        assert!(short_limit(&[b'x'; 54], 0, 0).is_none());
+        assert!(short_limit(&[b'x'; 53], u64::MAX, u64::MAX).is_some());
+        let mut line = Line::new();
+        line.put(b"\"a\"").put(b";r=").put(b"").put(b"9");
+        assert_eq!(line.value(), "\"a\";r=9");
+        let long = [b'x'; 500];
+        line.put(&long);
+        assert_eq!(line.value().len(), 507);
         let mut respond = Respond::new(Quota::new(10, Duration::from_secs(60)));
-        assert_eq!(&*respond.policy, b"\"default\";q=10;w=60");
+        assert_eq!(respond.policy, "\"default\";q=10;w=60");
         respond.set_name(sf_string("api").unwrap());
         assert_eq!(respond.name(), "\"api\"");
-        assert_eq!(&*respond.policy, b"\"api\";q=10;w=60");
+        assert_eq!(respond.policy, "\"api\";q=10;w=60");
+        assert_eq!(respond.pair_names, ["\"api-1\"", "\"api-2\""]);
     }
 
     #[test]

@@ -1,0 +1,333 @@
+//! The layer's headers tell the whole truth: stacked layers each keep
+//! their list member, a client held to two limits sees each as its own
+//! policy item, a window is never advertised shorter than it is, and the
+//! 429 body states the quota in force; and CORS preflights under axum's
+//! `route_layer`, limited by default and exempt on request. Time is a
+//! `ManualClock`.
+
+// Plain `cargo test --features tower` runs this suite; the loom models skip it.
+#![cfg(not(feature = "loom"))]
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use tollgate::tower::{is_preflight, Extraction, KeyFn, RateLimitLayer};
+use tollgate::{FixedWindow, ManualClock, TokenBucket};
+use tower::{service_fn, Layer, Service, ServiceExt};
+
+type Body = String;
+
+async fn ok(_: Request<Body>) -> Result<Response<Body>, Infallible> {
+    Ok(Response::new(String::from("ok")))
+}
+
+fn run<F: Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+/// Every request is the one client "c".
+fn one_client() -> KeyFn<impl Fn(&http::request::Parts) -> Extraction<String> + Clone> {
+    KeyFn::new(|_: &http::request::Parts| Extraction::Key(String::from("c")))
+}
+
+async fn send<S>(service: &S) -> Response<Body>
+where
+    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone,
+{
+    let request = Request::get("/").body(String::new()).unwrap();
+    service.clone().oneshot(request).await.unwrap()
+}
+
+/// An RFC 9651 List of Items, each a String with integer parameters,
+/// from every line of header `name` (lines join into one list).
+fn items(response: &Response<Body>, name: &str) -> Vec<(String, Vec<(String, i64)>)> {
+    let lines: Vec<&str> = response
+        .headers()
+        .get_all(name)
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    let joined = lines.join(", ");
+    let list: sfv::List = sfv::Parser::new(&joined)
+        .parse()
+        .unwrap_or_else(|e| panic!("{joined:?} is not a structured list: {e}"));
+    list.iter()
+        .map(|entry| {
+            let sfv::ListEntry::Item(item) = entry else {
+                panic!("{joined:?} holds an inner list")
+            };
+            let name = item.bare_item.as_string().expect("a String").as_str();
+            let params = item
+                .params
+                .iter()
+                .filter_map(|(k, v)| Some((k.as_str().to_owned(), i64::from(v.as_integer()?))))
+                .collect();
+            (name.to_owned(), params)
+        })
+        .collect()
+}
+
+fn param(params: &[(String, i64)], key: &str) -> i64 {
+    params.iter().find(|(k, _)| k == key).unwrap().1
+}
+
+/// Each item of `name` as (policy, [the named parameters]).
+fn figures(response: &Response<Body>, name: &str, keys: [&str; 2]) -> Vec<(String, [i64; 2])> {
+    items(response, name)
+        .into_iter()
+        .map(|(n, p)| (n, [param(&p, keys[0]), param(&p, keys[1])]))
+        .collect()
+}
+
+#[test]
+fn stacked_layers_each_keep_their_list_member() {
+    run(async {
+        let clock = ManualClock::new();
+        let window = |limit, secs| {
+            FixedWindow::builder()
+                .limit(limit)
+                .window(Duration::from_secs(secs))
+                .clock(clock.clone())
+                .build()
+                .unwrap()
+        };
+        let inner = RateLimitLayer::new(window(2, 60), one_client())
+            .policy_name("permin")
+            .unwrap();
+        let outer = RateLimitLayer::new(window(100, 3600), one_client())
+            .policy_name("perhr")
+            .unwrap();
+        let service = outer.layer(inner.layer(service_fn(ok)));
+        let policies = vec![
+            ("permin".to_owned(), [2, 60]),
+            ("perhr".to_owned(), [100, 3600]),
+        ];
+        let first = send(&service).await;
+        assert_eq!(first.status(), StatusCode::OK);
+        assert_eq!(figures(&first, "ratelimit-policy", ["q", "w"]), policies);
+        assert_eq!(
+            figures(&first, "ratelimit", ["r", "t"]),
+            vec![
+                ("permin".to_owned(), [1, 60]),
+                ("perhr".to_owned(), [99, 3600])
+            ]
+        );
+        let _ = send(&service).await;
+        let third = send(&service).await;
+        assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(third.headers()["retry-after"], "60");
+        assert_eq!(figures(&third, "ratelimit-policy", ["q", "w"]), policies);
+        // The refusing policy's member stays, with r=0.
+        assert_eq!(
+            figures(&third, "ratelimit", ["r", "t"]),
+            vec![
+                ("permin".to_owned(), [0, 60]),
+                ("perhr".to_owned(), [97, 3600])
+            ]
+        );
+    });
+}
+
+#[test]
+fn a_client_held_to_two_limits_sees_each_as_its_own_item() {
+    run(async {
+        let clock = ManualClock::new();
+        let pair = FixedWindow::builder()
+            .limit(3)
+            .window(Duration::from_secs(1))
+            .and(
+                FixedWindow::builder()
+                    .limit(5)
+                    .window(Duration::from_secs(60)),
+            )
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let service = RateLimitLayer::new(pair, one_client()).layer(service_fn(ok));
+        // (status, first limit's r and t, second limit's r and t), by the
+        // fixed windows' own arithmetic.
+        let expected: [(u16, [i64; 2], [i64; 2]); 7] = [
+            (200, [2, 1], [4, 60]),
+            (200, [1, 1], [3, 60]),
+            (200, [0, 1], [2, 60]),
+            (429, [0, 1], [2, 60]),
+            (200, [2, 1], [1, 59]),
+            (200, [1, 1], [0, 59]),
+            (429, [1, 1], [0, 59]),
+        ];
+        for (i, (status, first, second)) in expected.into_iter().enumerate() {
+            if i == 4 {
+                clock.advance(Duration::from_secs(1));
+            }
+            let response = send(&service).await;
+            assert_eq!(response.status(), status, "request {i}");
+            let policy = figures(&response, "ratelimit-policy", ["q", "w"]);
+            assert_eq!(policy.len(), 2, "request {i}: {policy:?}");
+            assert_eq!((policy[0].1, policy[1].1), ([3, 1], [5, 60]), "request {i}");
+            assert_ne!(policy[0].0, policy[1].0, "two names");
+            let limits = figures(&response, "ratelimit", ["r", "t"]);
+            let names: Vec<&String> = limits.iter().map(|(n, _)| n).collect();
+            assert_eq!(names, [&policy[0].0, &policy[1].0], "request {i}");
+            assert_eq!((limits[0].1, limits[1].1), (first, second), "request {i}");
+        }
+    });
+}
+
+#[test]
+fn windows_are_advertised_rounded_up_never_shorter() {
+    run(async {
+        for (millis, w) in [(1_400, 2), (300, 1), (1_000, 1), (60_000, 60), (59_001, 60)] {
+            let limiter = FixedWindow::builder()
+                .limit(5)
+                .window(Duration::from_millis(millis))
+                .clock(ManualClock::new())
+                .build()
+                .unwrap();
+            let service = RateLimitLayer::new(limiter, one_client()).layer(service_fn(ok));
+            let response = send(&service).await;
+            assert_eq!(
+                figures(&response, "ratelimit-policy", ["q", "w"]),
+                vec![("default".to_owned(), [5, w])],
+                "a window of {millis} ms"
+            );
+        }
+    });
+}
+
+#[test]
+fn the_problem_detail_states_the_quota_in_force() {
+    run(async {
+        let limiter = TokenBucket::builder()
+            .rate(2, Duration::from_secs(60))
+            .reconfigurable()
+            .clock(ManualClock::new())
+            .build()
+            .unwrap();
+        let layer = RateLimitLayer::new(limiter, one_client());
+        let service = layer.clone().layer(service_fn(ok));
+        layer
+            .limiter()
+            .set_quota(0, TokenBucket::builder().rate(5, Duration::from_secs(30)))
+            .unwrap();
+        for _ in 0..5 {
+            assert_eq!(send(&service).await.status(), StatusCode::OK);
+        }
+        let denied = send(&service).await;
+        assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            figures(&denied, "ratelimit-policy", ["q", "w"]),
+            vec![("default".to_owned(), [5, 30])]
+        );
+        assert!(
+            denied.body().contains("5 requests per 30 s"),
+            "{}",
+            denied.body()
+        );
+    });
+}
+
+/// A browser's preflight to a GET-only route under axum's `route_layer`:
+/// axum answers 405. By default the layer limits it like any request; with
+/// `skip_if(is_preflight)` it passes unlimited, without headers, and the
+/// GETs keep their whole budget. A plain OPTIONS is limited either way.
+#[test]
+fn preflights_are_limited_by_default_and_exempt_on_request() {
+    run(async {
+        use axum::routing::get;
+        let app = |exempt: bool| {
+            let limiter = FixedWindow::builder()
+                .limit(2)
+                .window(Duration::from_secs(60))
+                .clock(ManualClock::new())
+                .build()
+                .unwrap();
+            let mut layer = RateLimitLayer::new(limiter, one_client());
+            if exempt {
+                layer = layer.skip_if(is_preflight);
+            }
+            axum::Router::new()
+                .route("/r", get(|| async { "got" }))
+                .route_layer(layer)
+        };
+        let preflight = || {
+            Request::options("/r")
+                .header("origin", "https://app.example")
+                .header("access-control-request-method", "GET")
+                .body(axum::body::Body::empty())
+                .unwrap()
+        };
+        let get = || Request::get("/r").body(axum::body::Body::empty()).unwrap();
+
+        let limited = app(false);
+        let first = limited.clone().oneshot(preflight()).await.unwrap();
+        assert_eq!(first.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert!(first.headers().contains_key("ratelimit"));
+        let _ = limited.clone().oneshot(preflight()).await.unwrap();
+        let spent = limited.clone().oneshot(get()).await.unwrap();
+        assert_eq!(
+            spent.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "two preflights spent the budget"
+        );
+
+        let exempt = app(true);
+        for _ in 0..5 {
+            let r = exempt.clone().oneshot(preflight()).await.unwrap();
+            assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+            assert!(!r.headers().contains_key("ratelimit"));
+        }
+        let plain = Request::options("/r")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let r = exempt.clone().oneshot(plain).await.unwrap();
+        assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert!(
+            r.headers().contains_key("ratelimit"),
+            "a plain OPTIONS is limited"
+        );
+        let r = exempt.clone().oneshot(get()).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()["ratelimit"], "\"default\";r=0;t=60");
+    });
+}
+
+/// With jitter, a 429's `Retry-After` is spread over `[t, t + jitter]`:
+/// never earlier than the quota grows, and not one value for everyone.
+#[test]
+fn retry_jitter_spreads_retries_never_before_t() {
+    run(async {
+        let limiter = FixedWindow::builder()
+            .limit(1)
+            .window(Duration::from_secs(60))
+            .clock(ManualClock::new())
+            .build()
+            .unwrap();
+        let service = RateLimitLayer::new(limiter, one_client())
+            .retry_jitter(Duration::from_secs(10))
+            .layer(service_fn(ok));
+        let _ = send(&service).await;
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..200 {
+            let denied = send(&service).await;
+            assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+            assert_eq!(
+                figures(&denied, "ratelimit", ["r", "t"]),
+                vec![("default".to_owned(), [0, 60])]
+            );
+            let retry: u64 = denied.headers()["retry-after"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!((60..=70).contains(&retry), "{retry}");
+            seen.insert(retry);
+        }
+        assert!(seen.len() > 1, "{seen:?}");
+    });
+}

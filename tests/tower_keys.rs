@@ -1,0 +1,280 @@
+//! The layer's keys under attack: `Forwarded` parsed as RFC 7239 says
+//! (quoted strings, quoted pairs, obfuscated ports), fuzzed with proptest;
+//! IPv4-mapped CIDR notation; and an API-key header bounded in length.
+
+// Plain `cargo test --features tower` runs this suite; the loom models skip it.
+#![cfg(not(feature = "loom"))]
+
+use std::net::{IpAddr, SocketAddr};
+
+use http::{HeaderName, Request, StatusCode};
+use proptest::prelude::*;
+use tollgate::tower::{Cidr, Extraction, ForwardedHeader, HeaderKey, KeyExtractor, TrustedProxyIp};
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// The key `TrustedProxyIp` (trusting 10.0.0.0/8 and fd00::/8, reading
+/// `Forwarded`) gives a request from `peer` with these `Forwarded` lines.
+fn forwarded_key(peer: &str, lines: &[&[u8]]) -> Extraction<IpAddr> {
+    let extractor =
+        TrustedProxyIp::new(["10.0.0.0/8".parse().unwrap(), "fd00::/8".parse().unwrap()])
+            .header(ForwardedHeader::Forwarded);
+    let mut request = Request::get("/").body(()).unwrap();
+    for line in lines {
+        request.headers_mut().append(
+            http::header::FORWARDED,
+            http::HeaderValue::from_bytes(line).unwrap(),
+        );
+    }
+    let peer: SocketAddr = peer.parse().unwrap();
+    request.extensions_mut().insert(peer);
+    let (parts, ()) = request.into_parts();
+    extractor.extract(&parts)
+}
+
+fn key_of(line: &str) -> IpAddr {
+    match forwarded_key("10.0.0.1:443", &[line.as_bytes()]) {
+        Extraction::Key(key) => key,
+        other => panic!("{line:?}: {other:?}"),
+    }
+}
+
+#[test]
+fn a_quoted_host_cannot_inject_a_for() {
+    // A trusted proxy passes the client's own Host header on, quoted: its
+    // commas, semicolons and equals signs are data, not delimiters.
+    assert_eq!(
+        key_of("for=198.51.100.1;host=\"x,for=6.6.6.6;y=z\""),
+        ip("198.51.100.1")
+    );
+    assert_eq!(
+        key_of("for=198.51.100.1;host=\"a\\\",for=6.6.6.6\""),
+        ip("198.51.100.1")
+    );
+    assert_eq!(
+        key_of("for=203.0.113.5, for=198.51.100.1;host=\"x, for=6.6.6.6\";proto=https"),
+        ip("198.51.100.1")
+    );
+    // Quoted pairs inside the `for` value itself.
+    assert_eq!(key_of("for=\"\\198.51.100.2\""), ip("198.51.100.2"));
+}
+
+#[test]
+fn obfuscated_ports_key_the_client_not_the_proxy() {
+    assert_eq!(key_of("for=\"192.0.2.43:_p7\""), ip("192.0.2.43"));
+    assert_eq!(key_of("for=\"192.0.2.43:8080\""), ip("192.0.2.43"));
+    assert_eq!(
+        key_of("for=\"[2001:db8:cafe::17]:_abc\""),
+        ip("2001:db8:cafe::")
+    );
+    assert_eq!(
+        key_of("for=\"[2001:db8:cafe::17]:_a.b-c_d\";proto=https"),
+        ip("2001:db8:cafe::")
+    );
+    // Not a port: the hop is not an address, and the proxy is the key.
+    assert_eq!(key_of("for=\"192.0.2.43:_\""), ip("10.0.0.1"));
+    assert_eq!(key_of("for=\"192.0.2.43:123456\""), ip("10.0.0.1"));
+    assert_eq!(key_of("for=\"192.0.2.43:_p/7\""), ip("10.0.0.1"));
+}
+
+#[test]
+fn ipv4_mapped_cidr_notation_is_accepted() {
+    let block: Cidr = "::ffff:127.0.0.0/104".parse().unwrap();
+    assert!(block.contains(ip("127.0.0.1")));
+    assert!(block.contains(ip("::ffff:127.9.9.9")));
+    assert!(!block.contains(ip("128.0.0.1")));
+    assert_eq!(block.to_string(), "127.0.0.0/8");
+    let one: Cidr = "::ffff:192.0.2.7/128".parse().unwrap();
+    assert_eq!(one.to_string(), "192.0.2.7/32");
+    let all_mapped: Cidr = "::ffff:0.0.0.0/96".parse().unwrap();
+    assert!(all_mapped.contains(ip("198.51.100.1")));
+    assert!("::ffff:127.0.0.0/129".parse::<Cidr>().is_err());
+    assert!("127.0.0.0/104".parse::<Cidr>().is_err());
+}
+
+#[test]
+fn an_overlong_api_key_is_refused_not_stored() {
+    let api_key = HeaderKey::new(HeaderName::from_static("x-api-key"));
+    let long = "k".repeat(60 * 1024);
+    let (parts, ()) = Request::get("/")
+        .header("x-api-key", long.as_str())
+        .body(())
+        .unwrap()
+        .into_parts();
+    match api_key.extract(&parts) {
+        Extraction::Reject(r) => {
+            assert_eq!(r.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
+        }
+        Extraction::Key(k) => panic!("a {} KiB key was used as a key", k.len() / 1024),
+        other => panic!("a 60 KiB key was {other:?}"),
+    }
+}
+
+/// One `Forwarded` element, as generated: its pairs in order.
+#[derive(Debug, Clone)]
+enum Pair {
+    /// `for=` an address, written in one of the forms RFC 7239 allows.
+    For(IpAddr, u8),
+    /// `for=unknown` or an obfuscated node.
+    Hidden(&'static str),
+    /// A quoted `host=` value holding anything a Host header may.
+    Host(String),
+    Proto,
+}
+
+fn render_for(ip: IpAddr, form: u8) -> String {
+    match (ip, form % 4) {
+        (IpAddr::V4(v4), 0) => format!("for={v4}"),
+        (IpAddr::V4(v4), 1) => format!("for=\"{v4}:8080\""),
+        (IpAddr::V4(v4), 2) => format!("for=\"{v4}:_p7\""),
+        (IpAddr::V4(v4), _) => format!("For=\"{v4}\""),
+        (IpAddr::V6(v6), 0) => format!("for=\"[{v6}]\""),
+        (IpAddr::V6(v6), 1) => format!("for=\"[{v6}]:4711\""),
+        (IpAddr::V6(v6), 2) => format!("for=\"[{v6}]:_abc\""),
+        (IpAddr::V6(v6), _) => format!("FOR=\"[{v6}]\""),
+    }
+}
+
+fn quote(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
+fn address() -> impl Strategy<Value = IpAddr> {
+    prop_oneof![
+        Just(ip("203.0.113.9")),
+        Just(ip("6.6.6.6")),
+        Just(ip("10.0.0.7")),
+        Just(ip("10.9.9.9")),
+        Just(ip("2001:db8:aa::1")),
+        Just(ip("fd00::5")),
+    ]
+}
+
+fn pair() -> impl Strategy<Value = Pair> {
+    prop_oneof![
+        (address(), any::<u8>()).prop_map(|(a, f)| Pair::For(a, f)),
+        prop_oneof![
+            Just("for=unknown"),
+            Just("for=_hidden"),
+            Just("for=\"_x.y:_z\"")
+        ]
+        .prop_map(Pair::Hidden),
+        "[a-z0-9,;=\" \\\\.:\\[\\]]{0,24}|for=6\\.6\\.6\\.6|x,for=6\\.6\\.6\\.6;y=z"
+            .prop_map(Pair::Host),
+        Just(Pair::Proto),
+    ]
+}
+
+fn render(elements: &[Vec<Pair>], ows: &[bool]) -> String {
+    let mut out = String::new();
+    for (i, element) in elements.iter().enumerate() {
+        if i > 0 {
+            out.push_str(if ows[i % ows.len()] { ", " } else { "," });
+        }
+        let pairs: Vec<String> = element
+            .iter()
+            .map(|p| match p {
+                Pair::For(a, f) => render_for(*a, *f),
+                Pair::Hidden(s) => (*s).to_owned(),
+                Pair::Host(h) => format!("host={}", quote(h)),
+                Pair::Proto => "proto=https".to_owned(),
+            })
+            .collect();
+        out.push_str(&pairs.join(";"));
+    }
+    out
+}
+
+/// The reference walk: each element's single `for` address (or none),
+/// read from the right; the rightmost untrusted address, or the nearest
+/// trusted one where the chain ends or stops.
+fn expected(elements: &[Vec<Pair>], peer: IpAddr) -> IpAddr {
+    let trusted = |a: IpAddr| match a {
+        IpAddr::V4(v4) => v4.octets()[0] == 10,
+        IpAddr::V6(v6) => v6.segments()[0] >> 8 == 0xfd,
+    };
+    let mut nearest = peer;
+    for (hops, element) in elements.iter().rev().enumerate() {
+        if hops == 20 {
+            break;
+        }
+        let fors: Vec<&Pair> = element
+            .iter()
+            .filter(|p| matches!(p, Pair::For(..) | Pair::Hidden(_)))
+            .collect();
+        let addr = match fors.as_slice() {
+            [Pair::For(a, _)] => *a,
+            _ => return nearest,
+        };
+        if trusted(addr) {
+            nearest = addr;
+        } else {
+            return addr;
+        }
+    }
+    nearest
+}
+
+fn group(a: IpAddr) -> IpAddr {
+    match a {
+        IpAddr::V4(_) => a,
+        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & (u128::MAX << 64)).into()),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 512,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// A well-formed header: the key is exactly what the reference walk
+    /// over the generated `for` values finds, whatever the quoted `host`
+    /// values hold.
+    #[test]
+    fn forwarded_keys_match_the_reference_walk(
+        elements in prop::collection::vec(prop::collection::vec(pair(), 1..4), 1..6),
+        ows in prop::collection::vec(any::<bool>(), 1..4),
+    ) {
+        let header = render(&elements, &ows);
+        let got = forwarded_key("10.0.0.1:443", &[header.as_bytes()]);
+        prop_assert_eq!(got, Extraction::Key(group(expected(&elements, ip("10.0.0.1")))), "{}", header);
+    }
+
+    /// Any bytes at all: the key is the proxy or an address the header
+    /// names right after `for=`; never one from a `host` value alone.
+    #[test]
+    fn any_forwarded_bytes_yield_the_proxy_or_a_for_value(
+        pieces in prop::collection::vec(prop_oneof![
+            Just("for="), Just("host="), Just("\""), Just("\\"), Just(","), Just(";"),
+            Just("="), Just(" "), Just("6.6.6.6"), Just("[2001:db8::1]"), Just(":80"),
+            Just(":_x"), Just("unknown"), Just("_hid"), Just("x"), Just("10.0.0.9"),
+        ], 0..24),
+        tail in prop::collection::vec(any::<u8>(), 0..8),
+    ) {
+        let mut header: Vec<u8> = pieces.concat().into_bytes();
+        header.extend(tail.iter().filter(|b| **b >= 0x20 && **b != 0x7f));
+        let got = forwarded_key("10.0.0.1:443", &[&header]);
+        let Extraction::Key(key) = got else { panic!("{got:?}") };
+        if key != ip("10.0.0.1") {
+            let text = String::from_utf8_lossy(&header).to_ascii_lowercase();
+            let named = [key.to_string(), format!("[{key}")]
+                .iter()
+                .any(|form| text.contains(&format!("for={form}")) || text.contains(&format!("for=\"{form}"))
+                    || text.contains(&format!("for=\"\\{form}")));
+            let v6 = text.contains("for=[2001:db8::1]") || text.contains("for=\"[2001:db8::1]");
+            prop_assert!(named || (key == ip("2001:db8::") && v6), "{key} from {text:?}");
+        }
+    }
+}
