@@ -26,6 +26,7 @@
 //! | 13. a quota change racing a check | `quota.rs` | a tiered client's check (known, or new and being born) races a quota change (publish the new table, then carry the cell over as a rebuild relocates it, converting its word), frozen clock: the check is admitted and the kept cell holds exactly the debt the new quota gives its one admission, whichever came first; broken twin: a check that reads the quota table before looking the client up |
 //! | 14. a pair's booking | `reserve_pair.rs` | one or two bookings on a client held to a token bucket and a fixed window race a check, and a booking cancelled by the tail rule on the pair's state races another booking, through the pair cell's one 128-bit exchange: what is executed fits both exact models, and a booking after the race is ready at the first instant both admit it; broken twins: a booking timed on one look and charged limit by limit, each by its own compare-and-swap; a cancel that subtracts the charge from the pair, tail or not |
 //! | 15. bookings on the sliding window log | `reserve_log.rs` | unit bookings (and a booking of 2, which gives back and is timed again when a check takes one of its slots first) race a check on an empty log of 1 or 2, and a booking cancelled at once (1 slot of 1, or 2 of 2) races one or two unit bookings on a full log, then a check at a later reading, all through the log cell's own slot claims and restores: what is executed has at most `limit` units in any window, and a booking after the race is ready exactly when the `limit`-th latest executed unit leaves the window; broken twins: a booking whose claims are a load and a store (`__loom::racy_log_cell`), a cancel that restores its slots whatever they hold (`__loom::unbook_log_blindly`) |
+//! | 16. a ticket acts only on its own state | `tickets.rs` | a cancel racing a reset in place, a check and a new booking that brings the fresh state back to the very word the cancelled booking left, through the crate's stamps (`__loom::Renewals`): a booking after the race is ready exactly when the exact bucket admits it after what the fresh state holds; broken twins: the tail rule alone, and a stamp tested apart from the exchange |
 //! | proof that they bite | `broken.rs`, `eviction.rs` | every model of 1 to 4 over the deliberately broken cell (`StateCell::new_racy`, or `__loom::racy_log_cell` for the log: load + store instead of compare-and-swap), model 4 over a map that replaces on insert, and model 5 with an evictor that skips the tombstone: each must panic with an over-admission |
 //!
 //! Every model runs the crate's own code: the one compare-and-swap loop
@@ -102,5 +103,6 @@ mod reserve_window;
 mod reset;
 mod shim;
 mod stand_in;
+mod tickets;
 mod token_bucket;
 mod windows;
