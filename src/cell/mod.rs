@@ -852,10 +852,13 @@ where
     let granted = core::cell::Cell::new(None);
     let refused = core::cell::Cell::new(NEVER);
     let applied = cell.apply(|word| match algorithm.reserve(word, now, cost) {
+        // `NEVER` (past the end of time) exceeds every wait, `u64::MAX`
+        // included: a booking is never granted for an instant no reading
+        // reaches.
         Reserve::At {
             word: next,
             ready_at,
-        } if until(now, ready_at) <= max_wait => {
+        } if until(now, ready_at) <= max_wait.min(NEVER - 1) => {
             granted.set(Some((word, ready_at)));
             Some(next)
         }
