@@ -224,10 +224,6 @@ pub struct LogState {
     /// Unborn, claimed, born or refused (see "Birth" in `crate::cell`).
     /// An unborn log's `life` is [`DEAD`], so no check claims a slot in it.
     birth: Birth,
-    /// Loom builds only: claim a slot with a load and a store instead of a
-    /// compare-and-swap, the bug model 3 must catch (see `tollgate::__loom`).
-    #[cfg(feature = "loom")]
-    racy: bool,
 }
 
 /// The `life` of a retired log. Live and pending values are smaller: the
@@ -246,8 +242,6 @@ impl LogState {
             slots: (0..limit).map(|_| AtomicU64::new(0)).collect(),
             floor,
             birth: Birth::born(),
-            #[cfg(feature = "loom")]
-            racy: false,
         }
     }
 
@@ -281,17 +275,6 @@ impl LogState {
     #[inline]
     fn judged_at(&self, now: u64) -> u64 {
         now.max(self.floor)
-    }
-
-    /// A deliberately broken log whose slot claim is a load followed by a
-    /// store: two threads can both claim the same free slot, and both be
-    /// admitted on it.
-    #[cfg(feature = "loom")]
-    fn new_racy(limit: u64) -> Self {
-        Self {
-            racy: true,
-            ..Self::new(limit, 0)
-        }
     }
 
     /// The check's half of the handshake, after its slot work: whether its
@@ -394,20 +377,9 @@ impl LogState {
     /// Claims slot `index` for `stamp` if it is free at `now`.
     #[inline]
     fn try_claim(&self, log: &SlidingWindowLog, index: usize, now: u64, stamp: u64) -> Option<u64> {
-        let slot = &self.slots[index];
+        let slot = self.slot(index);
         // Acquire: pairs with the exchange that wrote the slot.
         let mut seen = slot.load(Ordering::Acquire);
-        #[cfg(feature = "loom")]
-        if self.racy {
-            if !log.is_free(seen, now) {
-                return None;
-            }
-            // The bug under test: a plain store can overwrite a claim made
-            // since the load, so one slot records two admissions.
-            slot.store(stamp, Ordering::Release);
-            self.next.store(index as u64 + 1, Ordering::Relaxed);
-            return Some(seen);
-        }
         while log.is_free(seen, now) {
             // AcqRel on success, Acquire on failure: as in `StateCell::apply`.
             // The Acquire half also pairs with an evictor's AcqRel re-read
@@ -539,18 +511,7 @@ impl LogState {
 
     /// Slot `index` from exactly `seen` to `stamp`: whether it was there.
     fn claim_from(&self, index: usize, seen: u64, stamp: u64) -> bool {
-        let slot = &self.slots[index];
-        #[cfg(feature = "loom")]
-        if self.racy {
-            // The bug under test: a load and a store, so a claim made since
-            // the booking read the slot is overwritten.
-            // Acquire/Release: as in `try_claim`'s racy path.
-            if slot.load(Ordering::Acquire) != seen {
-                return false;
-            }
-            slot.store(stamp, Ordering::Release);
-            return true;
-        }
+        let slot = self.slot(index);
         // AcqRel on success, Acquire on failure: as in `try_claim`; the
         // Acquire half also pairs with an evictor's AcqRel re-read of this
         // slot (see "Eviction" above).
@@ -587,16 +548,10 @@ impl LogState {
         self.confirm(given)
     }
 
-    /// The bug the cancellation model must catch: put back every slot the
-    /// booking claimed, whatever it holds now (a booking made since may
-    /// have claimed it from this one, and loses its claim).
-    #[cfg(feature = "loom")]
-    pub(crate) fn unbook_blindly(&self, ticket: &Ticket) {
-        for &(i, old) in ticket.claims.as_deref().unwrap_or_default() {
-            // Release: as the racy store in `try_claim`; the store itself is
-            // atomic, the rule it applies is what is wrong.
-            self.slots[i].store(old, Ordering::Release);
-        }
+    /// Slot `index`: the expiry of the admission that claimed it last.
+    #[inline]
+    pub(crate) fn slot(&self, index: usize) -> &AtomicU64 {
+        &self.slots[index]
     }
 
     /// Every slot's expiry, each read once.
@@ -639,16 +594,6 @@ impl LogState {
             replenish_after: Decision::wait(replenish_after),
             window: core::time::Duration::from_nanos(log.window()),
         }
-    }
-}
-
-/// Loom builds only: the broken log cell, for `tollgate::__loom`.
-#[cfg(feature = "loom")]
-impl SlidingWindowLog {
-    /// A log cell for this limit whose slot claim is a load followed by a
-    /// store (see `LogCell::new_racy`).
-    pub(crate) fn new_racy_cell(&self) -> LogCell {
-        LogState::new_racy(self.limit()).into()
     }
 }
 

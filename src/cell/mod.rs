@@ -246,10 +246,6 @@ pub struct StateCell<W: Packed = u64> {
     /// of a cell that is not alive: [`UNBORN`], [`CLAIMED`], [`REFUSED`],
     /// [`TOMBSTONE`] (evicted), in the life word.
     word: W::Atomic,
-    /// Loom builds only: replace the compare-and-swap with a load and a
-    /// store, the bug the models must catch (see `tollgate::__loom`).
-    #[cfg(feature = "loom")]
-    racy: bool,
 }
 
 /// The cell of a client held to two limits at once: both words in one
@@ -277,8 +273,6 @@ impl<W: Packed> StateCell<W> {
     pub fn holding(word: W) -> Self {
         Self {
             word: W::atomic(word),
-            #[cfg(feature = "loom")]
-            racy: false,
         }
     }
 
@@ -293,33 +287,6 @@ impl StateCell {
     /// A live one-word cell holding `word`.
     pub fn new(word: u64) -> Self {
         Self::holding(word)
-    }
-
-    /// A deliberately broken cell whose update is a load followed by a
-    /// store: two threads can both admit against the same word.
-    #[cfg(feature = "loom")]
-    pub fn new_racy(word: u64) -> Self {
-        Self {
-            racy: true,
-            ..Self::new(word)
-        }
-    }
-}
-
-#[cfg(feature = "loom")]
-impl StateCell {
-    /// The bug the cancellation models must catch: give a booking's charge
-    /// back by subtracting it, whether or not the booking is still the tail
-    /// (whatever was charged after it keeps its wait, and the slot of
-    /// virtual time it held is handed out twice).
-    #[cfg(feature = "loom")]
-    pub fn give_back_blindly(&self, ticket: &Ticket) {
-        // AcqRel: as in `apply`; the read-modify-write itself is atomic, the
-        // rule it applies is what is wrong.
-        // A one-word ticket's states are zero-extended words.
-        let _ = self
-            .word
-            .fetch_sub((ticket.to - ticket.from) as u64, Ordering::AcqRel);
     }
 }
 
@@ -376,16 +343,6 @@ impl<W: Packed> StateCell<W> {
         // alive (unborn, claimed, refused, evicted) is never admitted on.
         if current.life_word() >= UNBORN {
             return Applied::Dead;
-        }
-        #[cfg(feature = "loom")]
-        if self.racy {
-            let Some(next) = transition(current) else {
-                return Applied::Denied(current);
-            };
-            // The bug under test: a plain store can overwrite an admission
-            // made since the load.
-            W::store(&self.word, next, Ordering::Release);
-            return Applied::Admitted(next);
         }
         let Some(next) = transition(current) else {
             return Applied::Denied(current);
@@ -547,8 +504,6 @@ impl<W: Packed> Mortal for StateCell<W> {
                     Ok(_) => {
                         return Relocation::Moved(Self {
                             word: W::atomic(word),
-                            #[cfg(feature = "loom")]
-                            racy: self.racy,
                         })
                     }
                     Err(seen) => word = seen,
