@@ -17,12 +17,16 @@
 //!   store (models 3 and 15).
 //! - [`unbook_log_blindly`]: a log cancel that restores its slots whatever
 //!   they hold now (model 15).
+//! - [`evict_without_tombstone`]: an evictor that removes an idle client's
+//!   entry with no tombstone first (model 5).
+//! - [`check_reading_quotas_first`]: a tiered check that reads the quota
+//!   table before looking the client up (model 13).
 
 use loom::sync::atomic::{AtomicU64, Ordering};
 use tollgate::__loom::{
     apply, first_word, join_words, log_claims, log_is_free, log_limit, log_stamp, second_word,
-    store_log_slot, ticket_states, Life, LogCell, Mortal, PairCell, Relocation, Reserve, Ticket,
-    Transitions,
+    store_log_slot, ticket_states, tier_quota_now, tier_state, Algorithm, Life, LogCell, Mortal,
+    PairCell, Purge, Relocation, Reserve, Ticket, TierCell, Tiered, Transitions,
 };
 use tollgate::{Both, FixedWindow, SlidingWindowLog, TokenBucket};
 
@@ -265,5 +269,37 @@ impl RacyLog {
 pub(crate) fn unbook_log_blindly(cell: &LogCell, ticket: &Ticket) {
     for (i, old) in log_claims(ticket) {
         store_log_slot(cell, i, old);
+    }
+}
+
+/// The broken evictor of model 5: checks that the cell is idle, then
+/// removes the entry, with no tombstone in between. A check that admits
+/// between the two is lost with the entry.
+pub(crate) fn evict_without_tombstone<A, I>(algorithm: &A, index: &I, key: &str, now: u64) -> bool
+where
+    A: Algorithm,
+    I: Purge<String, A::Cell>,
+{
+    let idle = index
+        .with(key, |cell| algorithm.idle_at(cell) <= now)
+        .unwrap_or(false);
+    idle && index.remove_if(key, |_| true)
+}
+
+/// The broken tiered check of model 13: the quota is read once, before the
+/// client is looked up, from the table as it stands (as a plain limiter
+/// reads its one quota), instead of the quota the cell names, read after
+/// the word's `Acquire` load. A check that read the table before a change
+/// and finds the cell the change carried decides the new state under the
+/// old quota.
+pub(crate) fn check_reading_quotas_first(
+    tiered: &Tiered<TokenBucket>,
+) -> impl Fn(&TierCell, u64) -> Option<bool> {
+    let quota = tier_quota_now(tiered, 0);
+    move |cell, now| {
+        apply(tier_state(cell), |word: u64| {
+            <TokenBucket as Transitions>::admit(&quota, word, now, 1)
+        })
+        .map(|written| written.is_some())
     }
 }

@@ -82,13 +82,18 @@ pub fn join_words(first: u64, second: u64) -> u128 {
 }
 
 /// Runs `transition` through a cell's own compare-and-swap loop
-/// (`StateCell::apply`), as a check does: the state it wrote, or `None` if
-/// it refused the state or the cell is not alive. For the models' own
-/// transitions (the broken rules in `loom-tests/twins.rs` among them).
-pub fn apply<W: Packed>(cell: &StateCell<W>, transition: impl Fn(W) -> Option<W>) -> Option<W> {
+/// (`StateCell::apply`), as a check does: `Some(Some(state))` with the
+/// state it wrote, `Some(None)` if it refused the state (nothing written),
+/// `None` if the cell is not alive. For the models' own transitions (the
+/// broken rules in `loom-tests/twins.rs` among them).
+pub fn apply<W: Packed>(
+    cell: &StateCell<W>,
+    transition: impl Fn(W) -> Option<W>,
+) -> Option<Option<W>> {
     match cell.apply(transition) {
-        crate::cell::Applied::Admitted(state) => Some(state),
-        _ => None,
+        crate::cell::Applied::Admitted(state) => Some(Some(state)),
+        crate::cell::Applied::Denied(_) => Some(None),
+        crate::cell::Applied::Dead => None,
     }
 }
 
@@ -176,24 +181,20 @@ where
     retired
 }
 
-/// The bug the eviction model must catch: an evictor that checks that the
-/// cell is idle and then removes the entry, with no tombstone in between.
-/// A check that admits between the two is lost with the entry.
-pub fn evict_without_tombstone<A, I>(algorithm: &A, index: &I, key: &str, now: u64) -> bool
-where
-    A: Algorithm,
-    I: Purge<String, A::Cell>,
-{
-    let idle = index
-        .with(key, |cell| algorithm.idle_at(cell) <= now)
-        .unwrap_or(false);
-    idle && index.remove_if(key, |_| true)
-}
-
 /// A tiered token bucket with every client in tier 0, whose quota the
 /// models change with [`change_quota`].
 pub fn tiered(quota: TokenBucket) -> Tiered<TokenBucket> {
-    Tiered::single(quota)
+    Tiered::new(quota, Vec::new())
+}
+
+/// The quota a tier's clients are held to now, as the table stands.
+pub fn tier_quota_now(tiered: &Tiered<TokenBucket>, tier: u16) -> TokenBucket {
+    tiered.quota_of(tier)
+}
+
+/// A tiered client's state cell.
+pub fn tier_state(cell: &TierCell) -> &StateCell {
+    &cell.state
 }
 
 /// A quota change (`Limiter::set_quota`): publishes tier 0's new quota,
@@ -206,13 +207,6 @@ pub fn change_quota(tiered: &Tiered<TokenBucket>, quota: TokenBucket, carry_all:
 /// A quota change's relocation of one cell, converting its word at `now`.
 pub fn carry(tiered: &Tiered<TokenBucket>, cell: &TierCell, now: u64) -> Relocation<TierCell> {
     tiered.carry(cell, || now)
-}
-
-/// The broken twin of a tiered check: see `Tiered::reading_quotas_first`.
-pub fn check_reading_quotas_first(
-    tiered: &Tiered<TokenBucket>,
-) -> impl Fn(&TierCell, u64) -> Option<bool> {
-    tiered.reading_quotas_first()
 }
 
 /// Whether the caller runs inside a loom model: what decides, when each of
