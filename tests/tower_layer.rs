@@ -768,10 +768,8 @@ fn the_policy_header_names_the_clients_own_quota() {
     });
 }
 
-/// A denial that never passes (`Decision::retry_after() == Duration::MAX`:
-/// the limiter's clock stands in a fixed window's last window, its limit
-/// spent) is answered at once with a 429 whose `Retry-After` is the most a
-/// structured integer can say, and the handler is not run; nothing waits.
+/// A denial that never passes (`retry_after() == Duration::MAX`: the last
+/// window, its limit spent) is a 429 at once, with the longest `Retry-After`.
 #[test]
 fn a_denial_that_never_passes_is_a_429_with_the_longest_retry_after() {
     run(async {
