@@ -1,6 +1,6 @@
 //! Proof that the models bite: every model of `token_bucket.rs`,
 //! `windows.rs` and `insert.rs`, run again over the deliberately broken
-//! cell (`StateCell::new_racy`, whose update is a load followed by a store),
+//! cell (`twins::RacyCell`, whose update is a load followed by a store),
 //! must fail, and does: loom finds an interleaving that admits more than
 //! the model's bound. A model that also passed here would be worthless.
 //!

@@ -292,7 +292,7 @@ fn eviction_without_tombstone_is_caught_token_bucket() {
         "eviction/broken/token_bucket",
         bucket(),
         admitted_at_zero,
-        tollgate::__loom::evict_without_tombstone,
+        crate::twins::evict_without_tombstone,
     );
 }
 
@@ -303,6 +303,6 @@ fn eviction_without_tombstone_is_caught_sliding_window_log() {
         "eviction/broken/sliding_window_log",
         log(),
         admitted_at_zero,
-        tollgate::__loom::evict_without_tombstone,
+        crate::twins::evict_without_tombstone,
     );
 }

@@ -13,8 +13,10 @@ use std::time::{Duration, Instant};
 
 use loom::sync::Arc;
 use loom::thread;
-use tollgate::__loom::{racy_log_cell, Algorithm, LogCell, StateCell};
+use tollgate::__loom::{Algorithm, Life, LogCell, Mortal, Relocation, StateCell, Transitions};
 use tollgate::{Clock, ManualClock, SlidingWindowLog};
+
+use crate::twins::{RacyCell, RacyLog};
 
 /// The suite's preemption bound. See "Bounds" in `main.rs` for why 3 is
 /// enough; `LOOM_MAX_PREEMPTIONS` overrides it, and
@@ -48,20 +50,154 @@ pub(crate) const REAL: MakeCell = MakeCell::Real;
 pub(crate) const RACY: MakeCell = MakeCell::Racy;
 
 impl MakeCell {
-    /// A word cell holding `word`: `StateCell::new` or `StateCell::new_racy`.
-    pub(crate) fn word(self, word: u64) -> StateCell {
+    /// A word cell holding `word`: the crate's `StateCell`, or the
+    /// [`RacyCell`] twin.
+    pub(crate) fn word(self, word: u64) -> WordCell {
         match self {
-            Self::Real => StateCell::new(word),
-            Self::Racy => StateCell::new_racy(word),
+            Self::Real => WordCell::Real(StateCell::new(word)),
+            Self::Racy => WordCell::Racy(RacyCell::new(word)),
         }
     }
 
-    /// A fresh log cell for `log`: its own `new_cell`, or
-    /// `__loom::racy_log_cell`.
-    pub(crate) fn log(self, log: &SlidingWindowLog) -> LogCell {
+    /// A fresh log cell for `log`: its own `new_cell`, or the [`RacyLog`]
+    /// twin.
+    pub(crate) fn log(self, log: &SlidingWindowLog) -> AnyLog {
         match self {
-            Self::Real => log.new_cell(),
-            Self::Racy => racy_log_cell(log),
+            Self::Real => AnyLog::Real(log.new_cell()),
+            Self::Racy => AnyLog::Racy(RacyLog::new(log)),
+        }
+    }
+}
+
+/// A word cell a model runs over: the crate's, through the crate's own
+/// `Algorithm` methods, or the broken twin, through the same pure
+/// transitions.
+#[derive(Debug)]
+pub(crate) enum WordCell {
+    Real(StateCell),
+    Racy(RacyCell),
+}
+
+impl WordCell {
+    /// A check of `cost` at `now`.
+    pub(crate) fn admit<A>(&self, algorithm: &A, now: u64, cost: u64) -> bool
+    where
+        A: Algorithm<Cell = StateCell> + Transitions<Word = u64>,
+    {
+        match self {
+            Self::Real(cell) => Algorithm::admit(algorithm, cell, now, cost),
+            Self::Racy(cell) => cell.admit(algorithm, now, cost),
+        }
+    }
+
+    /// How many unit requests the cell would admit at `now`.
+    pub(crate) fn remaining<A>(&self, algorithm: &A, now: u64) -> u64
+    where
+        A: Algorithm<Cell = StateCell> + Transitions<Word = u64>,
+    {
+        match self {
+            Self::Real(cell) => Algorithm::peek(algorithm, cell, now, 1).remaining(),
+            Self::Racy(cell) => <A as Transitions>::remaining(algorithm, cell.load(), now),
+        }
+    }
+
+    /// A booking of `cost` at `now`, however long it waits: its ready time.
+    pub(crate) fn book<A>(&self, algorithm: &A, now: u64, cost: u64) -> u64
+    where
+        A: Algorithm<Cell = StateCell> + Transitions<Word = u64>,
+    {
+        match self {
+            Self::Real(cell) => match Algorithm::reserve(algorithm, cell, now, cost, u64::MAX) {
+                Some(tollgate::__loom::Booking::Granted(ticket, _)) => ticket.ready_at(),
+                other => panic!("a booking with no limit on its wait: {other:?}"),
+            },
+            Self::Racy(cell) => cell.book(algorithm, now, cost),
+        }
+    }
+}
+
+impl Mortal for WordCell {
+    fn life(&self) -> Life {
+        match self {
+            Self::Real(cell) => cell.life(),
+            Self::Racy(cell) => cell.life(),
+        }
+    }
+
+    fn claim(&self) -> Result<(), Life> {
+        match self {
+            Self::Real(cell) => cell.claim(),
+            Self::Racy(cell) => cell.claim(),
+        }
+    }
+
+    fn unclaim(&self) {
+        match self {
+            Self::Real(cell) => cell.unclaim(),
+            Self::Racy(cell) => cell.unclaim(),
+        }
+    }
+
+    fn refuse(&self) -> Result<(), Life> {
+        match self {
+            Self::Real(cell) => cell.refuse(),
+            Self::Racy(cell) => cell.refuse(),
+        }
+    }
+
+    fn relocate(&self) -> Relocation<Self> {
+        match self {
+            Self::Real(cell) => match cell.relocate() {
+                Relocation::Dead => Relocation::Dead,
+                Relocation::Same => Relocation::Same,
+                Relocation::Moved(cell) => Relocation::Moved(Self::Real(cell)),
+            },
+            Self::Racy(_) => Relocation::Same,
+        }
+    }
+}
+
+/// A log cell a model runs over: the crate's, through the crate's own
+/// `Algorithm` methods, or the broken twin.
+#[derive(Debug)]
+pub(crate) enum AnyLog {
+    Real(LogCell),
+    Racy(RacyLog),
+}
+
+impl AnyLog {
+    /// A check of `cost` at `now`.
+    pub(crate) fn admit(&self, log: &SlidingWindowLog, now: u64, cost: u64) -> bool {
+        match self {
+            Self::Real(cell) => log.admit(cell, now, cost),
+            Self::Racy(cell) => cell.admit(log, now, cost),
+        }
+    }
+
+    /// How many slots are free at `now` (the quota's `remaining`).
+    pub(crate) fn remaining(&self, log: &SlidingWindowLog, now: u64) -> u64 {
+        match self {
+            Self::Real(cell) => log.quota(cell, now).remaining(),
+            Self::Racy(cell) => cell.free(log, now),
+        }
+    }
+
+    /// Whether a unit check at `now` would pass (a peek).
+    pub(crate) fn allows(&self, log: &SlidingWindowLog, now: u64) -> bool {
+        match self {
+            Self::Real(cell) => log.peek(cell, now, 1).is_allowed(),
+            Self::Racy(cell) => cell.free(log, now) > 0,
+        }
+    }
+
+    /// A booking of `cost` at `now`, however long it waits: its ready time.
+    pub(crate) fn book(&self, log: &SlidingWindowLog, now: u64, cost: u64) -> u64 {
+        match self {
+            Self::Real(cell) => match log.reserve(cell, now, cost, u64::MAX) {
+                Some(tollgate::__loom::Booking::Granted(ticket, _)) => ticket.ready_at(),
+                other => panic!("a booking with no limit on its wait: {other:?}"),
+            },
+            Self::Racy(cell) => cell.book(log, now, cost),
         }
     }
 }
@@ -187,12 +323,12 @@ pub(crate) struct Outcome {
     /// The clock's reading once every thread has finished, ns.
     pub(crate) end: u64,
     /// The client's cell.
-    pub(crate) cell: Arc<StateCell>,
+    pub(crate) cell: Arc<WordCell>,
 }
 
 impl<A> Race<A>
 where
-    A: Algorithm<Cell = StateCell> + Copy,
+    A: Algorithm<Cell = StateCell> + Transitions<Word = u64> + Copy,
 {
     /// [`WIDE_RACE_BOUND`] for three clients and a clock thread, else the
     /// suite's bound.
@@ -251,23 +387,23 @@ where
     }
 
     /// One client thread's checks; returns how many were admitted.
-    fn client(&self, cell: &StateCell, clock: &ManualClock) -> u64 {
+    fn client(&self, cell: &WordCell, clock: &ManualClock) -> u64 {
         (0..self.per_thread)
-            .map(|_| u64::from(self.algorithm.admit(cell, clock.now_nanos(), 1)))
+            .map(|_| u64::from(cell.admit(&self.algorithm, clock.now_nanos(), 1)))
             .sum()
     }
 }
 
 impl<A> Race<A>
 where
-    A: Algorithm<Cell = StateCell> + Copy,
+    A: Algorithm<Cell = StateCell> + Transitions<Word = u64> + Copy,
 {
     /// A model whose total is exact in every interleaving: the race offers
     /// more requests than `capacity()`, exactly `capacity()` are admitted,
     /// and the cell's word agrees (nothing left, so no admission was lost
     /// from it).
     pub(crate) fn exact(self, name: &str, make: MakeCell) -> Explored {
-        let capacity = self.algorithm.capacity();
+        let capacity = Algorithm::capacity(&self.algorithm);
         assert!(
             self.requests() > capacity,
             "{name}: offer more than capacity"
@@ -287,7 +423,7 @@ where
                 "{name}: under-admitted: {} admitted with capacity {capacity}",
                 out.admitted
             );
-            let left = self.algorithm.peek(&out.cell, out.end, 1).remaining();
+            let left = out.cell.remaining(&self.algorithm, out.end);
             assert_eq!(
                 left, 0,
                 "{name}: over-admitted via a lost update: the word still offers {left} after {} admitted",
@@ -302,7 +438,7 @@ where
     /// clock's move refilled). `bound` comes from the algorithm's
     /// specification, worked out by each model.
     pub(crate) fn bounded(self, name: &str, make: MakeCell, bound: u64) -> Explored {
-        let capacity = self.algorithm.capacity();
+        let capacity = Algorithm::capacity(&self.algorithm);
         assert!(self.requests() > bound, "{name}: offer more than the bound");
         let label = name.to_owned();
         check_bounded(name, self.preemption_bound(), move |tally| {
@@ -319,7 +455,7 @@ where
                 "{name}: under-admitted: {} admitted with capacity {capacity}",
                 out.admitted
             );
-            let left = self.algorithm.peek(&out.cell, out.end, 1).remaining();
+            let left = out.cell.remaining(&self.algorithm, out.end);
             assert!(
                 out.admitted + left <= bound,
                 "{name}: over-admitted via a lost update: {} admitted and {left} still on offer, bound {bound}",

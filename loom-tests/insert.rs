@@ -22,10 +22,10 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
-use tollgate::__loom::{get_or_insert, Algorithm, StateCell};
+use tollgate::__loom::{get_or_insert, Algorithm};
 use tollgate::TokenBucket;
 
-use crate::harness::{assert_reached, check, Explored, MakeCell, REAL};
+use crate::harness::{assert_reached, check, Explored, MakeCell, WordCell, REAL};
 use crate::stand_in::StandIn;
 
 /// The client every thread asks for.
@@ -55,10 +55,10 @@ pub(crate) fn first_request(
     let label = format!("first_request{broken}/{threads}x{per_thread}/cap{capacity}");
     let name = label.clone();
     check(&label, move |tally| {
-        let index = Arc::new(StandIn::<StateCell>::new(replace_on_insert));
+        let index = Arc::new(StandIn::<WordCell>::new(replace_on_insert));
         // One client thread's checks: how many were admitted, and the
         // address of every cell a check ran on.
-        let client = move |index: &StandIn<StateCell>| {
+        let client = move |index: &StandIn<WordCell>| {
             let mut admitted = 0;
             let mut used = Vec::new();
             for _ in 0..per_thread {
@@ -67,9 +67,9 @@ pub(crate) fn first_request(
                     index,
                     KEY,
                     || make.word(fresh),
-                    |cell: &StateCell| {
+                    |cell: &WordCell| {
                         used.push(std::ptr::from_ref(cell) as usize);
-                        bucket.admit(cell, 0, 1)
+                        cell.admit(&bucket, 0, 1)
                     },
                 );
                 admitted += u64::from(ok);
@@ -107,7 +107,7 @@ pub(crate) fn first_request(
             "{name}: lost an admission: a check ran on a cell the map does not hold"
         );
         assert!(
-            bucket.peek(kept, 0, 1).is_denied(),
+            kept.remaining(&bucket, 0) == 0,
             "{name}: over-admitted via a lost update: the kept cell's word does not show every admission"
         );
     })

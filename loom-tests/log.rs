@@ -30,7 +30,7 @@
 //!   through `assert_reached`, that both ends of its range were reached.
 //!
 //! The broken twins in `broken.rs` run these very functions over
-//! `__loom::racy_log_cell`, whose slot claim is a load followed by a store:
+//! the `RacyLog` twin (`twins.rs`), whose slot claim is a load followed by a store:
 //! two threads both claim the last slot, and the bound (or the slot count)
 //! catches the over-admission.
 
@@ -38,10 +38,9 @@ use std::time::Duration;
 
 use loom::sync::Arc;
 use loom::thread;
-use tollgate::__loom::{Algorithm, LogCell};
 use tollgate::{Clock, ManualClock, SlidingWindowLog};
 
-use crate::harness::{assert_reached, check, Explored, MakeCell, REAL};
+use crate::harness::{assert_reached, check, AnyLog, Explored, MakeCell, REAL};
 
 /// Window width, ns. Any width works: the log keeps exact expiries.
 const W: u64 = 10;
@@ -75,7 +74,7 @@ struct Outcome {
     times: Vec<u64>,
     /// The clock's reading once every thread has finished, ns.
     end: u64,
-    cell: Arc<LogCell>,
+    cell: Arc<AnyLog>,
 }
 
 impl LogRace {
@@ -84,7 +83,7 @@ impl LogRace {
         let algorithm = log(self.limit);
         let cell = Arc::new(make.log(&algorithm));
         for _ in 0..self.prefill {
-            assert!(algorithm.admit(&cell, 0, 1), "pre-fill");
+            assert!(cell.admit(&algorithm, 0, 1), "pre-fill");
         }
         let clock = ManualClock::new();
         clock.set(Duration::from_nanos(self.start));
@@ -163,7 +162,7 @@ impl LogRace {
 
             // No slot claimed twice, no admission lost.
             let live = all.iter().filter(|&&u| u + W > out.end).count() as u64;
-            let free = algorithm.quota(&out.cell, out.end).remaining();
+            let free = out.cell.remaining(&algorithm, out.end);
             let taken = limit - free;
             assert!(
                 taken >= live,
@@ -174,14 +173,14 @@ impl LogRace {
                 "{name}: a slot held with no admission: {live} units in the window, {taken} slots taken"
             );
             assert_eq!(
-                algorithm.peek(&out.cell, out.end, 1).is_allowed(),
+                out.cell.allows(&algorithm, out.end),
                 free > 0,
                 "{name}: peek disagrees with the slots"
             );
 
             // The serial drain: the rest of the limit, and no more.
             let mut drained = 0;
-            while drained <= limit && algorithm.admit(&out.cell, out.end, 1) {
+            while drained <= limit && out.cell.admit(&algorithm, out.end, 1) {
                 drained += 1;
             }
             assert!(
@@ -200,14 +199,14 @@ impl LogRace {
 /// returns the reading of every unit admitted.
 fn client(
     algorithm: SlidingWindowLog,
-    cell: &LogCell,
+    cell: &AnyLog,
     clock: &ManualClock,
     costs: &[u64],
 ) -> Vec<u64> {
     let mut times = Vec::new();
     for &cost in costs {
         let now = clock.now_nanos();
-        if algorithm.admit(cell, now, cost) {
+        if cell.admit(&algorithm, now, cost) {
             times.extend((0..cost).map(|_| now));
         }
     }

@@ -28,9 +28,10 @@ use loom::thread;
 
 use crate::eviction::check as run_model;
 use crate::stand_in::StandIn;
+use crate::twins::check_reading_quotas_first;
 use tollgate::__loom::{
-    carry, change_quota, check_or_insert, check_reading_quotas_first, tiered, token_bucket,
-    Algorithm, Mortal, Newcomer, TierCell, Tiered,
+    carry, change_quota, check_or_insert, tiered, token_bucket, Algorithm, Mortal, Newcomer,
+    TierCell, Tiered,
 };
 use tollgate::TokenBucket;
 

@@ -14,17 +14,19 @@
 //! booking is ready exactly when the exact bucket first admits it after the
 //! others (nothing was lost either).
 //!
-//! Broken twins: model 9 over the racy cell (`StateCell::new_racy`, a load
+//! Broken twins (`twins.rs`): model 9 over the racy cell (`RacyCell`, a load
 //! and a store instead of the exchange, so a booking and a check both take
 //! the last token); model 10 with a cancellation that subtracts the
-//! booking's charge by `fetch_sub` without checking that it is still the
-//! tail (`StateCell::give_back_blindly`), so a booking made after it is
+//! booking's charge (through the cell's own exchange) without checking that it is still the
+//! tail (`give_back_blindly`), so a booking made after it is
 //! handed the slot of virtual time a standing booking holds.
 
 use loom::sync::Arc;
 use loom::thread;
 
 use crate::eviction::check;
+use crate::harness::{MakeCell, RACY, REAL};
+use crate::twins::give_back_blindly;
 use tollgate::__loom::{token_bucket, Algorithm, Booking, StateCell, Ticket};
 use tollgate::TokenBucket;
 
@@ -78,16 +80,20 @@ fn exact_next(capacity: u64, executed: &[(u64, u64)]) -> u64 {
 /// The race's end: one more booking after it, which must fit (no
 /// over-admission) and be ready exactly when the exact bucket first has a
 /// token for it (no lost charge and no lost refund).
-fn finish(name: &str, algorithm: &TokenBucket, cell: &StateCell, mut executed: Vec<(u64, u64)>) {
+fn finish(
+    name: &str,
+    algorithm: &TokenBucket,
+    book_one: impl FnOnce() -> u64,
+    mut executed: Vec<(u64, u64)>,
+) {
     let capacity = Algorithm::capacity(algorithm);
     assert_exact(name, capacity, executed.clone());
-    let last = book(algorithm, cell);
+    let last = book_one();
     let want = exact_next(capacity, &executed);
-    executed.push((last.ready_at(), 1));
+    executed.push((last, 1));
     assert_exact(name, capacity, executed);
     assert_eq!(
-        last.ready_at(),
-        want,
+        last, want,
         "{name}: a later booking waits longer than the exact bucket makes it"
     );
 }
@@ -97,29 +103,34 @@ fn finish(name: &str, algorithm: &TokenBucket, cell: &StateCell, mut executed: V
 /// and the fewest and most checks admitted.
 fn reserve_racing_check(
     name: &str,
-    make: fn(u64) -> StateCell,
+    make: MakeCell,
     bookers: usize,
     capacity: u64,
 ) -> (usize, u64, u64) {
     let label = name.to_owned();
     check(name, move || {
         let algorithm = bucket(capacity);
-        let cell = Arc::new(make(0));
+        let cell = Arc::new(make.word(0));
         let threads: Vec<_> = (0..bookers)
             .map(|_| {
                 let cell = Arc::clone(&cell);
-                thread::spawn(move || book(&bucket(capacity), &cell))
+                thread::spawn(move || cell.book(&bucket(capacity), NOW, 1))
             })
             .collect();
-        let admitted = algorithm.admit(&cell, NOW, 1);
+        let admitted = cell.admit(&algorithm, NOW, 1);
         let mut executed: Vec<(u64, u64)> = threads
             .into_iter()
-            .map(|t| (t.join().unwrap().ready_at(), 1))
+            .map(|t| (t.join().unwrap(), 1))
             .collect();
         if admitted {
             executed.push((NOW, 1));
         }
-        finish(&label, &algorithm, &cell, executed);
+        finish(
+            &label,
+            &algorithm,
+            || cell.book(&algorithm, NOW, 1),
+            executed,
+        );
         u64::from(admitted)
     })
 }
@@ -139,7 +150,7 @@ fn cancel_racing_reserve(name: &str, blind: bool, bookers: usize) -> (usize, u64
                 let algorithm = bucket(1);
                 let ticket = book(&algorithm, &cell);
                 let gave = if blind {
-                    cell.give_back_blindly(&ticket);
+                    give_back_blindly(&cell, &ticket);
                     true
                 } else {
                     algorithm.unreserve(&cell, NOW, &ticket) == Some(true)
@@ -164,7 +175,12 @@ fn cancel_racing_reserve(name: &str, blind: bool, bookers: usize) -> (usize, u64
         if !gave {
             executed.push((ticket.ready_at(), 1));
         }
-        finish(&label, &algorithm, &cell, executed);
+        finish(
+            &label,
+            &algorithm,
+            || book(&algorithm, &cell).ready_at(),
+            executed,
+        );
         u64::from(gave)
     })
 }
@@ -173,20 +189,20 @@ fn cancel_racing_reserve(name: &str, blind: bool, bookers: usize) -> (usize, u64
 fn reserve_racing_check_capacity_1() {
     // The check gets the token (and the booking waits) or the booking
     // does (and the check is denied).
-    let (_, min, max) = reserve_racing_check("reserve/vs_check/1+1/cap1", StateCell::new, 1, 1);
+    let (_, min, max) = reserve_racing_check("reserve/vs_check/1+1/cap1", REAL, 1, 1);
     assert_eq!((min, max), (0, 1), "both outcomes reached");
 }
 
 #[test]
 fn two_reserves_racing_a_check_capacity_2() {
-    let (_, min, max) = reserve_racing_check("reserve/vs_check/2+1/cap2", StateCell::new, 2, 2);
+    let (_, min, max) = reserve_racing_check("reserve/vs_check/2+1/cap2", REAL, 2, 2);
     assert_eq!((min, max), (0, 1), "both outcomes reached");
 }
 
 #[test]
 #[should_panic(expected = "over-admitted")]
 fn a_booking_by_load_and_store_is_caught() {
-    let _ = reserve_racing_check("reserve/vs_check/racy", StateCell::new_racy, 1, 1);
+    let _ = reserve_racing_check("reserve/vs_check/racy", RACY, 1, 1);
 }
 
 #[test]

@@ -17,11 +17,11 @@
 //! the race is ready exactly when the `limit`-th latest executed admission
 //! leaves the window (at once if fewer than `limit` were executed).
 //!
-//! Broken twins: the booking race over `__loom::racy_log_cell`, whose
+//! Broken twins (`twins.rs`): the booking race over `RacyLog`, whose
 //! claims (a booking's too) are a load and a store, so a booking and a
 //! check both take the last slot; the cancellation race with a cancel that
 //! puts back every claimed slot whatever it holds
-//! (`__loom::unbook_log_blindly`), so a booking that claimed the slot from
+//! (`unbook_log_blindly`), so a booking that claimed the slot from
 //! the cancelled one loses its claim and a later check is let in beside it.
 
 use std::time::Duration;
@@ -30,7 +30,9 @@ use loom::sync::Arc;
 use loom::thread;
 
 use crate::eviction::check;
-use tollgate::__loom::{racy_log_cell, unbook_log_blindly, Algorithm, Booking, LogCell, Ticket};
+use crate::harness::{MakeCell, RACY, REAL};
+use crate::twins::unbook_log_blindly;
+use tollgate::__loom::{Algorithm, Booking, LogCell, Ticket};
 use tollgate::SlidingWindowLog;
 
 /// Window width, ns.
@@ -69,7 +71,7 @@ fn assert_within(name: &str, limit: u64, executed: &[(u64, u64)]) {
 fn finish(
     name: &str,
     log: &SlidingWindowLog,
-    cell: &LogCell,
+    book_one: impl FnOnce(u64) -> u64,
     now: u64,
     mut executed: Vec<(u64, u64)>,
 ) {
@@ -83,12 +85,11 @@ fn finish(
     let want = units
         .get(limit as usize - 1)
         .map_or(now, |&at| (at + W).max(now));
-    let last = book(log, cell, now, 1);
-    executed.push((last.ready_at(), 1));
+    let last = book_one(now);
+    executed.push((last, 1));
     assert_within(name, limit, &executed);
     assert_eq!(
-        last.ready_at(),
-        want,
+        last, want,
         "{name}: a later booking waits longer than the log makes it: {executed:?}"
     );
 }
@@ -99,28 +100,34 @@ fn finish(
 /// fewest and most checks admitted.
 fn reserve_racing_check(
     name: &str,
-    make: fn(&SlidingWindowLog) -> LogCell,
+    make: MakeCell,
     limit: u64,
     bookings: &'static [u64],
 ) -> (usize, u64, u64) {
     let label = name.to_owned();
     check(name, move || {
         let algorithm = log(limit);
-        let cell = Arc::new(make(&algorithm));
+        let cell = Arc::new(make.log(&algorithm));
         let threads: Vec<_> = bookings
             .iter()
             .map(|&cost| {
                 let cell = Arc::clone(&cell);
-                thread::spawn(move || (book(&log(limit), &cell, 0, cost).ready_at(), cost))
+                thread::spawn(move || (cell.book(&log(limit), 0, cost), cost))
             })
             .collect();
-        let admitted = algorithm.admit(&cell, 0, 1);
+        let admitted = cell.admit(&algorithm, 0, 1);
         let mut executed: Vec<(u64, u64)> =
             threads.into_iter().map(|t| t.join().unwrap()).collect();
         if admitted {
             executed.push((0, 1));
         }
-        finish(&label, &algorithm, &cell, 0, executed);
+        finish(
+            &label,
+            &algorithm,
+            |now| cell.book(&algorithm, now, 1),
+            0,
+            executed,
+        );
         u64::from(admitted)
     })
 }
@@ -177,7 +184,13 @@ fn cancel_racing_reserve(
         if algorithm.admit(&cell, 15 + W, 1) {
             executed.push((15 + W, 1));
         }
-        finish(&label, &algorithm, &cell, 15 + W, executed);
+        finish(
+            &label,
+            &algorithm,
+            |now| book(&algorithm, &cell, now, 1).ready_at(),
+            15 + W,
+            executed,
+        );
         u64::from(gave)
     })
 }
@@ -186,23 +199,13 @@ fn cancel_racing_reserve(
 fn log_reserve_racing_check_limit_1() {
     // The check gets the slot (and the booking waits) or the booking does
     // (and the check is denied).
-    let (_, min, max) = reserve_racing_check(
-        "reserve_log/vs_check/1+1/lim1",
-        Algorithm::new_cell,
-        1,
-        &[1],
-    );
+    let (_, min, max) = reserve_racing_check("reserve_log/vs_check/1+1/lim1", REAL, 1, &[1]);
     assert_eq!((min, max), (0, 1), "both outcomes reached");
 }
 
 #[test]
 fn log_two_reserves_racing_a_check_limit_2() {
-    let (_, min, max) = reserve_racing_check(
-        "reserve_log/vs_check/2+1/lim2",
-        Algorithm::new_cell,
-        2,
-        &[1, 1],
-    );
+    let (_, min, max) = reserve_racing_check("reserve_log/vs_check/2+1/lim2", REAL, 2, &[1, 1]);
     assert_eq!((min, max), (0, 1), "both outcomes reached");
 }
 
@@ -210,19 +213,14 @@ fn log_two_reserves_racing_a_check_limit_2() {
 fn log_cost_2_reserve_racing_a_check_limit_2() {
     // The give-back path: the booking claims one slot, the check takes the
     // other, the booking gives its slot back and is timed again.
-    let (_, min, max) = reserve_racing_check(
-        "reserve_log/vs_check/cost2+1/lim2",
-        Algorithm::new_cell,
-        2,
-        &[2],
-    );
+    let (_, min, max) = reserve_racing_check("reserve_log/vs_check/cost2+1/lim2", REAL, 2, &[2]);
     assert_eq!((min, max), (0, 1), "both outcomes reached");
 }
 
 #[test]
 #[should_panic(expected = "over-admitted")]
 fn a_log_booking_by_load_and_store_is_caught() {
-    let _ = reserve_racing_check("reserve_log/vs_check/racy", racy_log_cell, 1, &[1]);
+    let _ = reserve_racing_check("reserve_log/vs_check/racy", RACY, 1, &[1]);
 }
 
 #[test]

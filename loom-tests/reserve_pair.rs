@@ -21,11 +21,11 @@
 //!
 //! Broken twins: a booking that settles its ready time on one look at the
 //! pair and then charges each limit by its own compare-and-swap loop
-//! (`__loom::book_pair_apart`). A check between the look and the charges
+//! (`twins::book_pair_apart`). A check between the look and the charges
 //! takes the window's unit, and the booking, timed without it, is ready in
 //! the same window: the window admits 2 against its limit of 1. And a
 //! cancellation that subtracts the booking's charge from the pair's state
-//! whether or not it is still the tail (`__loom::give_back_pair_blindly`):
+//! whether or not it is still the tail (`twins::give_back_pair_blindly`):
 //! after A's booking and the main thread's, it reopens the window the
 //! main thread's booking closed, and one more booking lands beside it.
 
@@ -33,9 +33,9 @@ use loom::sync::Arc;
 use loom::thread;
 
 use crate::eviction::check;
+use crate::twins::{book_pair_apart, give_back_pair_blindly};
 use tollgate::__loom::{
-    book_pair_apart, both, fixed_window, give_back_pair_blindly, pair_cell, token_bucket,
-    Algorithm, Booking, PairCell, Ticket,
+    both, fixed_window, pair_cell, token_bucket, Algorithm, Booking, PairCell, Ticket,
 };
 use tollgate::{Both, FixedWindow, TokenBucket};
 

@@ -18,14 +18,16 @@
 //!
 //! Broken twins: the booking racing a check over the racy cell (a load and
 //! a store instead of the exchange: the booking and the check both take
-//! the window's last unit), and the cancellation by `fetch_sub`
-//! (`StateCell::give_back_blindly`), which reopens a window that a later
+//! the window's last unit), and the blind cancellation
+//! (`twins::give_back_blindly`), which reopens a window that a later
 //! booking closed and hands out its slot twice.
 
 use loom::sync::Arc;
 use loom::thread;
 
 use crate::eviction::check;
+use crate::harness::{MakeCell, RACY, REAL};
+use crate::twins::give_back_blindly;
 use tollgate::__loom::{fixed_window, Algorithm, Booking, StateCell, Ticket};
 use tollgate::FixedWindow;
 
@@ -83,16 +85,20 @@ fn exact_next(limit: u64, executed: &[u64]) -> u64 {
 
 /// The race's end: one more booking after it must fit, and be ready exactly
 /// where the exact window in booking order puts it.
-fn finish(name: &str, algorithm: &FixedWindow, cell: &StateCell, mut executed: Vec<u64>) {
+fn finish(
+    name: &str,
+    algorithm: &FixedWindow,
+    book_one: impl FnOnce() -> u64,
+    mut executed: Vec<u64>,
+) {
     let limit = Algorithm::capacity(algorithm);
     assert_exact(name, limit, &executed);
     let want = exact_next(limit, &executed);
-    let last = book(algorithm, cell);
-    executed.push(last.ready_at());
+    let last = book_one();
+    executed.push(last);
     assert_exact(name, limit, &executed);
     assert_eq!(
-        last.ready_at(),
-        want,
+        last, want,
         "{name}: a later booking is not served where the exact window puts it: {executed:?}"
     );
 }
@@ -102,29 +108,31 @@ fn finish(name: &str, algorithm: &FixedWindow, cell: &StateCell, mut executed: V
 /// Returns the interleavings, and the fewest and most checks admitted.
 fn reserve_racing_check(
     name: &str,
-    make: fn(u64) -> StateCell,
+    make: MakeCell,
     bookers: usize,
     limit: u64,
 ) -> (usize, u64, u64) {
     let label = name.to_owned();
     check(name, move || {
         let algorithm = window(limit);
-        let cell = Arc::new(make(0));
+        let cell = Arc::new(make.word(0));
         let threads: Vec<_> = (0..bookers)
             .map(|_| {
                 let cell = Arc::clone(&cell);
-                thread::spawn(move || book(&window(limit), &cell))
+                thread::spawn(move || cell.book(&window(limit), NOW, 1))
             })
             .collect();
-        let admitted = algorithm.admit(&cell, NOW, 1);
-        let mut executed: Vec<u64> = threads
-            .into_iter()
-            .map(|t| t.join().unwrap().ready_at())
-            .collect();
+        let admitted = cell.admit(&algorithm, NOW, 1);
+        let mut executed: Vec<u64> = threads.into_iter().map(|t| t.join().unwrap()).collect();
         if admitted {
             executed.push(NOW);
         }
-        finish(&label, &algorithm, &cell, executed);
+        finish(
+            &label,
+            &algorithm,
+            || cell.book(&algorithm, NOW, 1),
+            executed,
+        );
         u64::from(admitted)
     })
 }
@@ -146,7 +154,7 @@ fn cancel_racing_reserve(name: &str, blind: bool, bookers: usize) -> (usize, u64
                 let algorithm = window(1);
                 let ticket = book(&algorithm, &cell);
                 let gave = if blind {
-                    cell.give_back_blindly(&ticket);
+                    give_back_blindly(&cell, &ticket);
                     true
                 } else {
                     algorithm.unreserve(&cell, NOW, &ticket) == Some(true)
@@ -167,7 +175,12 @@ fn cancel_racing_reserve(name: &str, blind: bool, bookers: usize) -> (usize, u64
         if !gave {
             executed.push(ticket.ready_at());
         }
-        finish(&label, &algorithm, &cell, executed);
+        finish(
+            &label,
+            &algorithm,
+            || book(&algorithm, &cell).ready_at(),
+            executed,
+        );
         u64::from(gave)
     })
 }
@@ -176,22 +189,20 @@ fn cancel_racing_reserve(name: &str, blind: bool, bookers: usize) -> (usize, u64
 fn window_reserve_racing_check_limit_1() {
     // The check takes the window's unit (and the booking goes to the next
     // window) or the booking does (and the check is denied).
-    let (_, min, max) =
-        reserve_racing_check("reserve_window/vs_check/1+1/limit1", StateCell::new, 1, 1);
+    let (_, min, max) = reserve_racing_check("reserve_window/vs_check/1+1/limit1", REAL, 1, 1);
     assert_eq!((min, max), (0, 1), "both outcomes reached");
 }
 
 #[test]
 fn window_two_reserves_racing_a_check_limit_2() {
-    let (_, min, max) =
-        reserve_racing_check("reserve_window/vs_check/2+1/limit2", StateCell::new, 2, 2);
+    let (_, min, max) = reserve_racing_check("reserve_window/vs_check/2+1/limit2", REAL, 2, 2);
     assert_eq!((min, max), (0, 1), "both outcomes reached");
 }
 
 #[test]
 #[should_panic(expected = "over-admitted")]
 fn a_window_booking_by_load_and_store_is_caught() {
-    let _ = reserve_racing_check("reserve_window/vs_check/racy", StateCell::new_racy, 1, 1);
+    let _ = reserve_racing_check("reserve_window/vs_check/racy", RACY, 1, 1);
 }
 
 #[test]

@@ -16,7 +16,7 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::{ConfigError, CostError, ReserveError};
 use crate::memory::{Counters, Memory, Overflow, Stats};
-use crate::reservation::Reservation;
+use crate::reservation::{Renewals, Reservation, Stamp};
 use crate::store::{
     act_on_live, check_or_insert, forget_client, reset_client, DefaultHasher, Newcomer, Store,
 };
@@ -109,6 +109,9 @@ pub struct Limiter<A: Algorithm, K = String, C = MonotonicClock> {
     /// are rare and each walks every client anyway. Checks, sweeps and
     /// inserts never take it.
     control: std::sync::Mutex<()>,
+    /// The stamps that keep a reservation's cancel to the state it booked
+    /// on (see `crate::reservation`).
+    renewals: Renewals,
 }
 
 /// A tiered limiter's resolver: a new client's tier from its key.
@@ -129,6 +132,7 @@ where
             counters: Counters::default(),
             tier_by: None,
             control: std::sync::Mutex::new(()),
+            renewals: Renewals::new(),
         }
     }
 
@@ -287,12 +291,16 @@ where
         // The victim is looked up again: its entry may have moved, or left.
         let now = self.counters.not_before(self.clock.now_nanos());
         self.counters.evicting(now);
-        let _ = self.store.get(&key, |cell| {
-            if algorithm.try_evict(cell, now) {
-                Counters::add(&self.counters.evicted_idle, 1);
-            } else if algorithm.force_evict(cell) {
-                Counters::add(&self.counters.evicted_live, 1);
-            }
+        // Forgetting live state: old bookings' tickets must not touch the
+        // state the client comes back with (see `crate::reservation`).
+        self.renewals.renew(self.store.hash_of(&key), || {
+            let _ = self.store.get(&key, |cell| {
+                if algorithm.try_evict(cell, now) {
+                    Counters::add(&self.counters.evicted_idle, 1);
+                } else if algorithm.force_evict(cell) {
+                    Counters::add(&self.counters.evicted_live, 1);
+                }
+            });
         });
         self.store.take_if(&key, Mortal::is_dead)
     }
@@ -516,11 +524,15 @@ where
         }
         self.check_cost(cost)?;
         let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
-        let (ticket, wait, now) = self.run(
+        let hash = self.store.hash_of(client_id);
+        let (booked, now) = self.run(
             client_id,
             |algorithm, cell, now| {
+                // The stamp of the state found, read before the booking's
+                // exchange on it (see `crate::reservation`).
+                let stamp = self.renewals.stamp(hash);
                 Some(match algorithm.reserve(cell, now, cost, max_wait)? {
-                    Booking::Granted(ticket, wait) => Ok((ticket, wait, now)),
+                    Booking::Granted(ticket, wait) => Ok(((ticket, wait, stamp), now)),
                     Booking::TooLong(wait) => Err(ReserveError::TooLong {
                         wait: Decision::wait(wait),
                     }),
@@ -533,23 +545,32 @@ where
                 })
             },
         )?;
-        Ok(Reservation::new(self, Some((ticket, wait)), now, || {
+        Ok(Reservation::new(self, Some(booked), now, || {
             client_id.to_owned()
         }))
     }
 
-    /// Cancels `ticket`'s booking for `client` by the tail rule, at a fresh
-    /// reading: true iff its charge was given back. The client is looked
-    /// up past dead cells (`act_on_live`): an evicted one has nothing to
-    /// give back, and one a table rebuild froze while we looked has its
-    /// live copy in the new table.
-    pub(crate) fn give_back(&self, client: &K, ticket: &Ticket) -> bool {
+    /// Cancels `ticket`'s booking for `client` by the tail rule, iff the
+    /// state it was booked on (stamped `stamp`) is still the client's: true
+    /// iff its charge was given back. The client is looked up past dead
+    /// cells (`act_on_live`): one a table rebuild froze while we looked has
+    /// its live copy in the new table; an evicted one's replacement fails
+    /// the stamp's test. The clock is read once the state is found, no
+    /// earlier than any eviction judged (so after the booking's time if
+    /// an idle eviction forgot the state it was booked on).
+    pub(crate) fn give_back(&self, client: &K, ticket: &Ticket, stamp: Stamp) -> bool {
         let algorithm = &self.algorithm;
-        let now = self.clock.now_nanos();
-        act_on_live(&self.store, client, |cell| {
-            algorithm.unreserve(cell, now, ticket)
+        let hash = self.store.hash_of(client);
+        self.renewals.cancel(hash, stamp, |current| {
+            act_on_live(&self.store, client, |cell| {
+                if !current() {
+                    return Some(false);
+                }
+                let now = self.counters.not_before(self.clock.now_nanos());
+                algorithm.unreserve(cell, now, ticket)
+            })
+            .unwrap_or(false)
         })
-        .unwrap_or(false)
     }
 
     /// A jitter in `0..=max` for a booking of `client_id` ready at
@@ -794,7 +815,10 @@ where
     /// [`remove`](Self::remove) does: its next request brings in a fresh log
     /// (and takes a unit of room again). An unknown client, or one being
     /// added at this instant, is already fresh: `false`, and nothing
-    /// changes.
+    /// changes. A reservation booked before the reset gives nothing back
+    /// when cancelled; to put its renewal and a cancel in one order, a
+    /// reset waits for a cancel that has begun (of this client, or of one
+    /// sharing its stripe; see [`Reservation::cancel`]) to finish.
     ///
     /// # Examples
     ///
@@ -817,12 +841,17 @@ where
     {
         let now = self.counters.not_before(self.clock.now_nanos());
         let algorithm = &self.algorithm;
-        reset_client(
-            &self.store,
-            client_id,
-            |cell| algorithm.reset(cell, now),
-            || self.remove(client_id),
-        )
+        // A new state in the same cell: old bookings' tickets must not
+        // touch it (see `crate::reservation`).
+        let hash = self.store.hash_of(client_id);
+        self.renewals.renew_in_place(hash, || {
+            reset_client(
+                &self.store,
+                client_id,
+                |cell| algorithm.reset(cell, now),
+                || self.remove(client_id),
+            )
+        })
     }
 
     /// Forgets `client_id` now, giving back its unit of room; returns
@@ -867,7 +896,10 @@ where
         let now = self.counters.not_before(self.clock.now_nanos());
         self.counters.evicting(now);
         let algorithm = &self.algorithm;
-        forget_client(&self.store, client_id, |cell| algorithm.force_evict(cell))
+        let hash = self.store.hash_of(client_id);
+        self.renewals.renew(hash, || {
+            forget_client(&self.store, client_id, |cell| algorithm.force_evict(cell))
+        })
     }
 
     /// The memory counters: clients held, evicted (idle, and by sampled
@@ -973,7 +1005,8 @@ where
     /// at a time. A reservation booked before its tier's quota changes
     /// keeps its ready time; its charge is carried with the rest of the
     /// state (so, like all of it, at most one new bucket or window of it
-    /// is), and cancelling it after the change gives nothing back.
+    /// is). Cancelling a reservation booked before a change, of any tier,
+    /// gives nothing back (see [`Reservation::cancel`]).
     ///
     /// # Errors
     ///
@@ -1017,9 +1050,13 @@ where
             poisoned.into_inner()
         });
         let algorithm = &self.algorithm;
-        algorithm.change(tier, quota, || {
-            self.store
-                .rebuild_all(|cell| algorithm.carry(cell, || self.clock.now_nanos()));
+        // Every client's state is carried into a new one: no booking made
+        // before the change gives anything back after it.
+        self.renewals.renew_all(|| {
+            algorithm.change(tier, quota, || {
+                self.store
+                    .rebuild_all(|cell| algorithm.carry(cell, || self.clock.now_nanos()));
+            });
         });
         Ok(())
     }

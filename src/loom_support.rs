@@ -9,15 +9,16 @@
 //! cell ([`Mortal::relocate`]), because the store's table is not
 //! loom-aware (see `crate::sync::PlainAtomicU64`).
 //!
-//! The deliberately broken cells the models must catch are here too:
-//! [`StateCell::new_racy`] for the word algorithms and [`racy_log_cell`] for
-//! the sliding window log.
+//! The deliberately broken cells and rules the models must catch are not
+//! here: they are written in `loom-tests/twins.rs`, over the crate's pure
+//! transitions ([`Transitions`]) and its compare-and-swap loop ([`apply`]).
 
 use core::time::Duration;
 
-pub use crate::algorithm::Ticket;
-pub use crate::cell::{Algorithm, Booking, Life, Mortal, PairCell, Relocation, StateCell};
+pub use crate::algorithm::{Reserve, Ticket, Transitions};
+pub use crate::cell::{Algorithm, Booking, Life, Mortal, Packed, PairCell, Relocation, StateCell};
 pub use crate::cell::{TierCell, Tiered};
+pub use crate::reservation::Renewals;
 pub use crate::store::{
     act_on_live, check_or_insert, forget_client, get_or_insert, reset_client, Index, Newcomer,
     Purge,
@@ -65,50 +66,40 @@ pub fn pair_cell(first: u64, second: u64) -> PairCell {
     PairCell::holding(crate::algorithm::join(first, second))
 }
 
-/// The bug the pair-booking model must catch: a booking of `cost` at
-/// `now` that settles its ready time on one look at the pair, then charges
-/// each limit by its own compare-and-swap loop, booking that limit for the
-/// ready time it settled on (the other half left as each loop finds it).
-/// A check that lands between the look and the charges is missed by the
-/// ready time: both can take one limit's last unit. Answers the ready time
-/// it reports.
-pub fn book_pair_apart(
-    pair: &Both<TokenBucket, FixedWindow>,
-    cell: &PairCell,
-    now: u64,
-    cost: u64,
-) -> u64 {
-    use crate::algorithm::{first, join, second, Reserve, Transitions, WordAlgorithm};
-    let seen = cell.load();
-    let ready_at = now + Transitions::retry_after(pair, seen, now, cost);
-    let booked = |limit: &dyn Fn(u64) -> Reserve, word: u64| match limit(word) {
-        Reserve::At { word, .. } => Some(word),
-        Reserve::Never => None,
-    };
-    let _ = cell.apply(|p| {
-        booked(
-            &|w| WordAlgorithm::reserve(pair.first(), w, ready_at, cost),
-            first(p),
-        )
-        .map(|a| join(a, second(p)))
-    });
-    let _ = cell.apply(|p| {
-        booked(
-            &|w| WordAlgorithm::reserve(pair.second(), w, ready_at, cost),
-            second(p),
-        )
-        .map(|b| join(first(p), b))
-    });
-    ready_at
+/// The first limit's word of a pair's state (the low half).
+pub fn first_word(pair: u128) -> u64 {
+    crate::algorithm::first(pair)
 }
 
-/// The bug the pair-cancellation model must catch: give a pair booking's
-/// charge back by subtracting it from the pair's state, whether or not the
-/// booking is still the tail. The exchange itself is atomic (the one CAS
-/// loop); the rule it applies is what is wrong.
-pub fn give_back_pair_blindly(cell: &PairCell, ticket: &Ticket) {
-    let charge = ticket.to - ticket.from;
-    let _ = cell.apply(|p| Some(p.wrapping_sub(charge)));
+/// The second limit's word of a pair's state (the high half).
+pub fn second_word(pair: u128) -> u64 {
+    crate::algorithm::second(pair)
+}
+
+/// A pair's state from its two words.
+pub fn join_words(first: u64, second: u64) -> u128 {
+    crate::algorithm::join(first, second)
+}
+
+/// Runs `transition` through a cell's own compare-and-swap loop
+/// (`StateCell::apply`), as a check does: `Some(Some(state))` with the
+/// state it wrote, `Some(None)` if it refused the state (nothing written),
+/// `None` if the cell is not alive. For the models' own transitions (the
+/// broken rules in `loom-tests/twins.rs` among them).
+pub fn apply<W: Packed>(
+    cell: &StateCell<W>,
+    transition: impl Fn(W) -> Option<W>,
+) -> Option<Option<W>> {
+    match cell.apply(transition) {
+        crate::cell::Applied::Admitted(state) => Some(Some(state)),
+        crate::cell::Applied::Denied(_) => Some(None),
+        crate::cell::Applied::Dead => None,
+    }
+}
+
+/// A booking's states, widened: before it and after it.
+pub fn ticket_states(ticket: &Ticket) -> (u128, u128) {
+    (ticket.from, ticket.to)
 }
 
 /// A validated fixed window.
@@ -133,20 +124,41 @@ pub fn sliding_window_log(limit: u64, window: Duration) -> Result<SlidingWindowL
 /// its own compare-and-swap.
 pub type LogCell = <SlidingWindowLog as Algorithm>::Cell;
 
-/// A deliberately broken cell for `log`, as [`Algorithm::new_cell`] would
-/// make but with each slot claimed by a load followed by a store instead of
-/// a compare-and-swap: two threads can both be admitted on one free slot.
-/// Everything else (the count, the give-back, eviction's handshake) is the
-/// real code.
-pub fn racy_log_cell(log: &SlidingWindowLog) -> LogCell {
-    log.new_racy_cell()
+/// The expiry slot `index` of a log cell holds.
+pub fn log_slot(cell: &LogCell, index: usize) -> u64 {
+    // Acquire: as the log's own slot loads (pairs with the exchange that
+    // wrote the slot).
+    cell.slot(index).load(crate::sync::Ordering::Acquire)
 }
 
-/// The broken cancellation the log's booking model must catch: put back
-/// every slot `ticket`'s booking claimed, whatever each holds now, instead
-/// of only those that still hold the booking's own expiry.
-pub fn unbook_log_blindly(cell: &LogCell, ticket: &Ticket) {
-    cell.unbook_blindly(ticket);
+/// Stores `expiry` in slot `index` of a log cell, whatever it holds: for
+/// the models' own (broken) rules, never what the log itself does.
+pub fn store_log_slot(cell: &LogCell, index: usize, expiry: u64) {
+    // Release: as the log's own claims publish a slot.
+    cell.slot(index)
+        .store(expiry, crate::sync::Ordering::Release);
+}
+
+/// The slots a log booking claimed, each with the expiry it held before.
+pub fn log_claims(ticket: &Ticket) -> Vec<(usize, u64)> {
+    ticket.claims.as_deref().unwrap_or_default().to_vec()
+}
+
+/// The log's pure rules, for the models' own log cells: the expiry an
+/// admission at `now` writes, and whether a slot holding `expiry` is free
+/// at `now`.
+pub fn log_stamp(log: &SlidingWindowLog, now: u64) -> u64 {
+    log.stamp(now)
+}
+
+/// See [`log_stamp`].
+pub fn log_is_free(log: &SlidingWindowLog, expiry: u64, now: u64) -> bool {
+    log.is_free(expiry, now)
+}
+
+/// The log's limit: how many slots it holds.
+pub fn log_limit(log: &SlidingWindowLog) -> u64 {
+    log.limit()
 }
 
 /// One step of a sweep, as the limiter runs it for each entry it visits:
@@ -169,24 +181,20 @@ where
     retired
 }
 
-/// The bug the eviction model must catch: an evictor that checks that the
-/// cell is idle and then removes the entry, with no tombstone in between.
-/// A check that admits between the two is lost with the entry.
-pub fn evict_without_tombstone<A, I>(algorithm: &A, index: &I, key: &str, now: u64) -> bool
-where
-    A: Algorithm,
-    I: Purge<String, A::Cell>,
-{
-    let idle = index
-        .with(key, |cell| algorithm.idle_at(cell) <= now)
-        .unwrap_or(false);
-    idle && index.remove_if(key, |_| true)
-}
-
 /// A tiered token bucket with every client in tier 0, whose quota the
 /// models change with [`change_quota`].
 pub fn tiered(quota: TokenBucket) -> Tiered<TokenBucket> {
-    Tiered::single(quota)
+    Tiered::new(quota, Vec::new())
+}
+
+/// The quota a tier's clients are held to now, as the table stands.
+pub fn tier_quota_now(tiered: &Tiered<TokenBucket>, tier: u16) -> TokenBucket {
+    tiered.quota_of(tier)
+}
+
+/// A tiered client's state cell.
+pub fn tier_state(cell: &TierCell) -> &StateCell {
+    &cell.state
 }
 
 /// A quota change (`Limiter::set_quota`): publishes tier 0's new quota,
@@ -199,13 +207,6 @@ pub fn change_quota(tiered: &Tiered<TokenBucket>, quota: TokenBucket, carry_all:
 /// A quota change's relocation of one cell, converting its word at `now`.
 pub fn carry(tiered: &Tiered<TokenBucket>, cell: &TierCell, now: u64) -> Relocation<TierCell> {
     tiered.carry(cell, || now)
-}
-
-/// The broken twin of a tiered check: see `Tiered::reading_quotas_first`.
-pub fn check_reading_quotas_first(
-    tiered: &Tiered<TokenBucket>,
-) -> impl Fn(&TierCell, u64) -> Option<bool> {
-    tiered.reading_quotas_first()
 }
 
 /// Whether the caller runs inside a loom model: what decides, when each of

@@ -194,9 +194,9 @@ impl Memory {
             ConfigError::check_range(
                 "auto_sweep",
                 u128::from(every),
-                (1, u128::from(u32::MAX)),
+                (1, u128::from(u32::MAX / 2)),
                 "new clients",
-                "a sweep runs at most once per new client",
+                "a sweep runs at most once per new client, and at least once per 2^31 - 1 of them (so that its slice, twice as many entries, fits)",
             )?;
             ConfigError::check_range(
                 "auto_sweep",

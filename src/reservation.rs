@@ -2,9 +2,39 @@
 //! cancellation.
 //!
 //! A reservation is charged when it is made, so clients that wait are
-//! served in the order they booked. It remembers its client's key and the
-//! booking's ticket, and looks the client's state up again to cancel: it
-//! never holds a reference into the store across time.
+//! served in the order they booked. It remembers its client's key, the
+//! booking's ticket and the *stamp* of the state it booked on, and looks
+//! the client's state up again to cancel: it never holds a reference into
+//! the store across time.
+//!
+//! # Whose state a ticket may touch
+//!
+//! The tail rule restores the state a booking found iff the client's
+//! state is still exactly the one the booking left. A client's state can be
+//! *replaced* (by `reset`, by `remove` or sampled eviction and the client's
+//! return, by a quota change), and the new state can come round to that
+//! very word. So every replacement *renews* the client's stamp
+//! ([`Renewals`]), and a cancel acts only if the stamp it booked under is
+//! still current, checked so that no replacement can fall between the
+//! check and the cancel's exchange:
+//!
+//! - a replacement that retires the state (remove, eviction, a quota
+//!   change's carry) marks the stamp *before* it retires and again after.
+//!   A retired cell never comes alive, so a cancel's exchange on it fails;
+//!   and a cancel that finds the new state found it after the first mark,
+//!   so it sees the stamp changed.
+//! - a reset in place writes a fresh state into the same cell, so it and
+//!   a cancel exclude each other for that instant: the cancel holds the
+//!   stamp's lock bit from its check to the end of its exchange, and the
+//!   reset marks the stamp only while the bit is clear.
+//!
+//! Stamps are kept per stripe of clients (by the key's hash), not per
+//! client, so a client's state stays one word; a replacement therefore
+//! also ends the cancellability of the bookings of the other clients of
+//! its stripe (they give nothing back, the safe direction). Neither a
+//! check nor an idle eviction touches the stamps: a client with a booking
+//! pending is never idle, and a cancel reads the clock, past the
+//! evictions' readings, only once it has found the state.
 
 use core::fmt;
 use core::hash::Hash;
@@ -14,6 +44,7 @@ use crate::algorithm::Ticket;
 use crate::cell::Algorithm;
 use crate::clock::{Clock, MonotonicClock};
 use crate::limiter::Limiter;
+use crate::sync::{AtomicU64, Backoff, Ordering};
 
 /// A request booked ahead: charged now, allowed from
 /// [`ready_at`](Reservation::ready_at), [`wait`](Reservation::wait) after
@@ -71,10 +102,11 @@ where
     wait: Duration,
     ready_at: u64,
     cost: u64,
-    /// The client and the booking, while a cancellation could still give
-    /// something back; `None` once committed, cancelled, or if the booking
-    /// never waited.
-    pending: Option<(K, Ticket)>,
+    /// The client, the booking and the stamp of the state it was booked on
+    /// (see [`Renewals`]), while a cancellation could still give something
+    /// back; `None` once committed, cancelled, or if the booking never
+    /// waited.
+    pending: Option<(K, Ticket, Stamp)>,
 }
 
 impl<'a, A, K, C> Reservation<'a, A, K, C>
@@ -83,15 +115,16 @@ where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock,
 {
-    /// A booking made at the reading `now` for `client`, or with nothing to
-    /// give back (`client` `None`: cost 0, or no wait).
+    /// A booking made at the reading `now` for `client` on the state
+    /// stamped `stamp`, or with nothing to give back (`ticket` `None`: cost
+    /// 0), or no wait.
     pub(crate) fn new(
         limiter: &'a Limiter<A, K, C>,
-        ticket: Option<(Ticket, u64)>,
+        ticket: Option<(Ticket, u64, Stamp)>,
         now: u64,
         client: impl FnOnce() -> K,
     ) -> Self {
-        let Some((ticket, wait)) = ticket else {
+        let Some((ticket, wait, stamp)) = ticket else {
             return Self {
                 limiter,
                 wait: Duration::ZERO,
@@ -105,7 +138,7 @@ where
             wait: Duration::from_nanos(wait),
             ready_at: ticket.ready_at(),
             cost: ticket.cost(),
-            pending: (wait > 0).then(|| (client(), ticket)),
+            pending: (wait > 0).then(|| (client(), ticket, stamp)),
         }
     }
 
@@ -164,9 +197,16 @@ where
     /// are waiting for. Cancelling bookings newest first gives all of them
     /// back. Nothing is given back either once the limiter's clock has
     /// reached [`ready_at`](Self::ready_at), or if the client's state has
-    /// since been forgotten (only possible under
+    /// been replaced since the booking: by
+    /// [`reset`](Limiter::reset), by [`remove`](Limiter::remove) (or by
     /// [`Overflow::EvictSampled`](crate::Overflow::EvictSampled) at a full
-    /// cap: a client with a booking pending is never idle).
+    /// cap) and the client's return, or by a quota change
+    /// (`set_quota`). A cancel acts only on the state it was booked on,
+    /// even if a new state has come to look exactly like it. Such a
+    /// replacement also ends, to keep the state one word per client, the
+    /// cancellability of bookings of other clients that share its stripe
+    /// (one in 256 by the key's hash; every client for a quota change):
+    /// they give nothing back, the safe direction.
     ///
     /// A [`SlidingWindowLog`](crate::SlidingWindowLog) gives back by its
     /// slots instead: each slot the booking claimed that no later booking
@@ -203,7 +243,7 @@ where
 
     fn give_back(&mut self) -> bool {
         match self.pending.take() {
-            Some((client, ticket)) => self.limiter.give_back(&client, &ticket),
+            Some((client, ticket, stamp)) => self.limiter.give_back(&client, &ticket, stamp),
             None => false,
         }
     }
@@ -235,5 +275,194 @@ where
             .field("cost", &self.cost)
             .field("cancellable", &self.pending.is_some())
             .finish_non_exhaustive()
+    }
+}
+
+/// The stamp of a client's state at a booking: its stripe's word with the
+/// lock bit cleared ([`Renewals`]).
+pub(crate) type Stamp = u64;
+
+/// The stamps of the limiter's clients' states, one word per stripe of
+/// clients (picked by the key's hash). Bit 0 is the lock a cancel holds
+/// (it excludes a reset in place); bits 1 to 15 count the replacements
+/// under way; bits 16 and up count the replacements begun and ended. A
+/// stamp is current iff no replacement has begun since it was read; one
+/// read while a replacement was under way is never current.
+///
+/// Public (but unreachable outside `--features loom`) for the loom model of
+/// a cancel racing a reset.
+#[doc(hidden)]
+#[derive(Debug)]
+#[cfg_attr(not(feature = "loom"), allow(unreachable_pub))]
+pub struct Renewals {
+    stripes: Box<[AtomicU64]>,
+}
+
+#[cfg_attr(not(feature = "loom"), allow(unreachable_pub))]
+impl Renewals {
+    /// Stripes: enough that a replacement ends few other clients' bookings'
+    /// cancellability, few enough to be 2 KiB per limiter.
+    const STRIPES: usize = 256;
+    /// A cancel holds it from its check to the end of its exchange.
+    const LOCK: u64 = 1;
+    /// Bits 1 to 15: replacements under way.
+    const BUSY: u64 = 0xfffe;
+    /// A replacement begins: one more under way, one more begun.
+    const BEGIN: u64 = (1 << 16) + (1 << 1);
+    /// A replacement ends: one fewer under way, one more count (as a wrapping
+    /// add: `+ (1 << 16) - (1 << 1)`).
+    const END: u64 = (1 << 16) - (1 << 1);
+
+    /// Stamps for a limiter's clients, none renewed yet.
+    pub fn new() -> Self {
+        Self::with_stripes(Self::STRIPES)
+    }
+
+    /// As [`Renewals::new`] with `n` stripes (the loom models use one).
+    pub fn with_stripes(n: usize) -> Self {
+        Self {
+            stripes: (0..n.max(1)).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn stripe(&self, hash: u64) -> &AtomicU64 {
+        // The hash's middle bits: its top bits pick the store's shard, its
+        // low bits the slot.
+        &self.stripes[(hash >> 24) as usize % self.stripes.len()]
+    }
+
+    /// The stamp a booking on the client hashed `hash` carries: read after
+    /// the client's state is found and before the booking's exchange.
+    #[inline]
+    pub fn stamp(&self, hash: u64) -> Stamp {
+        // Acquire: pairs with the Release half of every mark (`renew`'s),
+        // so a stamp that counts a replacement's end is read after that
+        // replacement wrote the state this booking's exchange then finds.
+        self.stripe(hash).load(Ordering::Acquire) & !Self::LOCK
+    }
+
+    /// Runs `replace`, which retires the state of the client hashed `hash`
+    /// (remove, eviction, a quota change's carry), between two marks of
+    /// its stamp: no stamp read before it stays current.
+    pub fn renew<R>(&self, hash: u64, replace: impl FnOnce() -> R) -> R {
+        let stripe = self.stripe(hash);
+        // AcqRel: the Release half orders this mark before the retirement
+        // that follows (a cancel that finds the state which replaces the
+        // retired one reads this mark or a later one); the Acquire half
+        // orders the retirement after every cancel's unlock read here.
+        stripe.fetch_add(Self::BEGIN, Ordering::AcqRel);
+        // Ended however `replace` leaves (a key's `Hash` may panic): a
+        // replacement left under way would keep the stripe's stamps from
+        // ever being current again.
+        let _end = Mark(stripe, Self::END);
+        replace()
+    }
+
+    /// As [`Renewals::renew`] for a replacement in place (a reset, which
+    /// writes a fresh state into the same cell): waits until no cancel on
+    /// the stripe holds the lock, and marks the stamp in the same exchange
+    /// that sees it clear, so no cancel's check and exchange can straddle
+    /// the write.
+    pub fn renew_in_place<R>(&self, hash: u64, replace: impl FnOnce() -> R) -> R {
+        let stripe = self.stripe(hash);
+        let backoff = Backoff::new();
+        // Acquire: pairs with the Release of a cancel's unlock, so that
+        // cancel's exchange happens before the reset's write.
+        let mut seen = stripe.load(Ordering::Acquire);
+        loop {
+            if seen & Self::LOCK != 0 {
+                backoff.snooze();
+                seen = stripe.load(Ordering::Acquire);
+                continue;
+            }
+            // AcqRel on success: as in `renew`, and Acquire as the load
+            // above; Acquire on failure: as the load above.
+            match stripe.compare_exchange_weak(
+                seen,
+                seen.wrapping_add(Self::BEGIN),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(now) => seen = now,
+            }
+        }
+        let _end = Mark(stripe, Self::END);
+        replace()
+    }
+
+    /// As [`Renewals::renew`] for every client at once (a quota change).
+    pub fn renew_all<R>(&self, replace: impl FnOnce() -> R) -> R {
+        for stripe in &*self.stripes {
+            // AcqRel, Release: as in `renew`, stripe by stripe.
+            stripe.fetch_add(Self::BEGIN, Ordering::AcqRel);
+        }
+        // Ended however `replace` leaves, as in `renew`.
+        let _end: Vec<_> = self.stripes.iter().map(|s| Mark(s, Self::END)).collect();
+        replace()
+    }
+
+    /// Runs `cancel` iff `stamp` is current for the client hashed `hash`,
+    /// holding the stripe's lock while it runs, so that no reset in place
+    /// lands inside it; `false` without running it otherwise. `cancel` is
+    /// handed a test of the stamp to make once it has found the client's
+    /// state and before its exchange: a retiring replacement may still
+    /// begin meanwhile (and then that exchange fails on the retired state,
+    /// and the test fails on the state that replaced it).
+    pub fn cancel(
+        &self,
+        hash: u64,
+        stamp: Stamp,
+        cancel: impl FnOnce(&dyn Fn() -> bool) -> bool,
+    ) -> bool {
+        if stamp & Self::BUSY != 0 {
+            return false;
+        }
+        let stripe = self.stripe(hash);
+        let backoff = Backoff::new();
+        loop {
+            // AcqRel on success: Acquire orders the cancel after the last
+            // mark (and the last unlock); Release is not needed by a lock
+            // but costs nothing. Acquire on failure: to read the stamp.
+            match stripe.compare_exchange_weak(
+                stamp,
+                stamp | Self::LOCK,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(seen) if seen & !Self::LOCK != stamp => return false,
+                // Another cancel holds the lock (or the exchange failed
+                // spuriously): the stamp is still current, wait.
+                Err(_) => backoff.snooze(),
+            }
+        }
+        // Acquire: pairs with the Release half of a retiring replacement's
+        // first mark, ordered before the retirement; a cancel that found
+        // the state replacing the retired one reads this mark or a later one.
+        let current = || stripe.load(Ordering::Acquire) & !Self::LOCK == stamp;
+        // Unlocked however `cancel` leaves, so a reset never waits forever.
+        let _unlock = Mark(stripe, Self::LOCK.wrapping_neg());
+        cancel(&current)
+    }
+}
+
+/// Adds its value to a stripe when dropped: the end of a replacement, or a
+/// cancel's unlock.
+struct Mark<'a>(&'a AtomicU64, u64);
+
+impl Drop for Mark<'_> {
+    fn drop(&mut self) {
+        // Release: pairs with the Acquire in `Renewals::stamp` (a
+        // replacement's end: a booking that counts it books on the
+        // replacing state) and in `renew_in_place` (an unlock: the cancel's
+        // exchange happens before the reset's write).
+        self.0.fetch_add(self.1, Ordering::Release);
+    }
+}
+
+impl Default for Renewals {
+    fn default() -> Self {
+        Self::new()
     }
 }

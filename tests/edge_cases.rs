@@ -318,3 +318,78 @@ fn eviction_then_a_backward_step_does_not_refill_early() {
         "{admitted} admitted over 1.5 s at 1 per second, capacity 1"
     );
 }
+
+/// A tiered limiter at its cap refuses a new client for the longest
+/// horizon of any tier (the longest any state stays non-idle): the
+/// `retry_after` and `replenish_after` of a full-cap `DenyNew` refusal and
+/// of `ReserveError::Full`, before and after quota changes that move the
+/// longest horizon from one tier to another.
+#[test]
+fn a_full_tiered_limiter_refuses_for_its_longest_tiers_horizon() {
+    use tollgate::{Algorithm, Builder, Limiter, Overflow, ReserveError};
+
+    /// How long a one-quota limiter of `quota`, full, refuses a newcomer.
+    fn horizon_of<A: Algorithm>(quota: Builder<A>) -> Duration {
+        let full: Limiter<A, String, ManualClock> = quota
+            .max_clients(1)
+            .overflow(Overflow::DenyNew)
+            .clock(ManualClock::new())
+            .build()
+            .unwrap();
+        assert!(full.allow_request("ann"));
+        let refused = full.check("bob");
+        assert!(!refused.is_allowed());
+        assert!(refused.retry_after() > Duration::ZERO);
+        refused.retry_after()
+    }
+
+    fn refuses_for<A: Algorithm>(limiter: &Limiter<A, String, ManualClock>, want: Duration) {
+        let refused = limiter.check("newcomer");
+        assert!(!refused.is_allowed(), "the cap is full");
+        assert_eq!(refused.retry_after(), want);
+        assert_eq!(refused.replenish_after(), want);
+        assert_eq!(
+            limiter.reserve("newcomer", Duration::MAX).unwrap_err(),
+            ReserveError::Full { retry_after: want }
+        );
+    }
+
+    let bucket = |capacity| {
+        TokenBucket::builder()
+            .rate(1, Duration::from_secs(1))
+            .capacity(capacity)
+    };
+    let limiter = bucket(3)
+        .tier(1, bucket(5))
+        .tier_by(|c: &String| u16::from(c.starts_with("pro-")))
+        .max_clients(1)
+        .overflow(Overflow::DenyNew)
+        .clock(ManualClock::new())
+        .build()
+        .unwrap();
+    assert_eq!(horizon_of(bucket(5)), Duration::from_secs(5));
+    assert!(limiter.allow_request("ann"));
+    refuses_for(&limiter, horizon_of(bucket(5)));
+    // Tier 1 shrinks below tier 0: tier 0's horizon is now the longest.
+    limiter.set_quota(1, bucket(2)).unwrap();
+    refuses_for(&limiter, horizon_of(bucket(3)));
+    limiter.set_quota(0, bucket(7)).unwrap();
+    refuses_for(&limiter, horizon_of(bucket(7)));
+
+    let fixed = |secs| {
+        FixedWindow::builder()
+            .limit(4)
+            .window(Duration::from_secs(secs))
+    };
+    let limiter = fixed(10)
+        .tier(3, fixed(60))
+        .max_clients(1)
+        .overflow(Overflow::DenyNew)
+        .clock(ManualClock::new())
+        .build()
+        .unwrap();
+    assert!(limiter.allow_request("ann"));
+    refuses_for(&limiter, horizon_of(fixed(60)));
+    limiter.set_quota(3, fixed(5)).unwrap();
+    refuses_for(&limiter, horizon_of(fixed(10)));
+}

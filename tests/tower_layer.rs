@@ -775,3 +775,33 @@ fn the_policy_header_names_the_clients_own_quota() {
         assert_eq!(policy(&changed), (6, 60, "6".to_owned()));
     });
 }
+
+/// A denial that never passes (`retry_after() == Duration::MAX`: the last
+/// window, its limit spent) is a 429 at once, with the longest `Retry-After`.
+#[test]
+fn a_denial_that_never_passes_is_a_429_with_the_longest_retry_after() {
+    run(async {
+        let clock = ManualClock::new();
+        clock.set(Duration::from_nanos((1 << 63) - 1));
+        let limiter = FixedWindow::builder()
+            .limit(1)
+            .window(Duration::from_secs(60))
+            .key_type::<IpAddr>()
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let service = RateLimitLayer::new(limiter, PeerIp::new()).layer(service_fn(echo));
+        let ok = send(&service, from("192.0.2.7:1", &[])).await;
+        assert_eq!(ok.status(), StatusCode::OK);
+        let denied = tokio::time::timeout(
+            Duration::from_secs(60),
+            send(&service, from("192.0.2.7:1", &[])),
+        )
+        .await
+        .expect("answered at once");
+        assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+        let retry: u64 = header(&denied, "retry-after").unwrap().parse().unwrap();
+        assert_eq!(retry, 999_999_999_999_999, "the largest sf-integer");
+        assert!(!denied.body().starts_with("r="), "the handler did not run");
+    });
+}

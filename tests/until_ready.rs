@@ -143,3 +143,56 @@ fn the_wait_is_a_send_future() {
     send(&wait);
     drop(wait);
 }
+
+/// A request that would conform only after the end of the clock's range
+/// (`Duration::MAX`, "never") is refused at once, charging nothing: it does
+/// not sleep for 584 years. Here the clock stands in a fixed window's last
+/// window, with the window's limit spent, and a tiered client asks for
+/// more than its own tier's capacity.
+#[tokio::test(start_paused = true)]
+async fn never_is_refused_at_once_not_slept() {
+    use tollgate::{FixedWindow, ManualClock};
+    const NOW_MAX: u64 = (1 << 63) - 1;
+    let clock = ManualClock::new();
+    clock.set(Duration::from_nanos(NOW_MAX));
+    let limiter = FixedWindow::builder()
+        .limit(1)
+        .window(SEC)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let limit = Duration::from_secs(3_600);
+    tokio::time::timeout(limit, limiter.until_ready("a"))
+        .await
+        .expect("a conforming request")
+        .unwrap();
+    assert_eq!(limiter.check("a").retry_after(), Duration::MAX);
+    let never = tokio::time::timeout(limit, limiter.until_ready("a"))
+        .await
+        .expect("refused at once, not slept on");
+    assert_eq!(
+        never,
+        Err(ReserveError::TooLong {
+            wait: Duration::MAX
+        })
+    );
+    let jittered = tokio::time::timeout(limit, limiter.until_ready_jittered("a", 1, SEC))
+        .await
+        .expect("refused at once, not slept on");
+    assert!(matches!(jittered, Err(ReserveError::TooLong { wait }) if wait == Duration::MAX));
+    assert_eq!(start.elapsed(), Duration::ZERO, "no sleep at all");
+
+    let tiered = TokenBucket::builder()
+        .rate(2, SEC)
+        .tier(1, TokenBucket::builder().rate(10, SEC))
+        .tier_by(|c: &String| u16::from(c.starts_with("pro-")))
+        .clock(clock)
+        .build()
+        .unwrap();
+    let never = tokio::time::timeout(limit, tiered.until_ready_n("ann", 5))
+        .await
+        .expect("refused at once, not slept on");
+    assert!(matches!(never, Err(ReserveError::TooLong { wait }) if wait == Duration::MAX));
+    assert_eq!(start.elapsed(), Duration::ZERO, "no sleep at all");
+}

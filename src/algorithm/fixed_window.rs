@@ -31,7 +31,7 @@
 use core::fmt;
 use core::time::Duration;
 
-use super::window::{check_limit, Windows};
+use super::window::{check_limit, check_window, Windows};
 use super::{clamp_now, Reserve, WordAlgorithm, NOW_MAX};
 use crate::error::ConfigError;
 
@@ -69,18 +69,14 @@ pub struct FixedWindow {
 
 impl FixedWindow {
     pub(crate) fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
-        let windows = Windows::new(window)?;
-        let count_bits = windows.spare_bits();
         // The largest word is 2^64 − 2^count_bits (the index never fills
         // its bits), and the top four words say a cell is not alive, so the
-        // count needs two bits: windows of 1 and 2 ns have fewer.
-        ConfigError::check_range(
-            "window",
-            u128::from(windows.width()),
-            (3, u128::from(super::NOW_MAX)),
-            "ns",
-            "a fixed window lasts at least 3 ns, so that its state word keeps room for the count",
-        )?;
+        // count needs two bits: windows of 1 and 2 ns have fewer. Checked
+        // first, with the window's own upper bound, so that any window the
+        // error allows builds.
+        check_window(window, "a fixed window lasts at least 3 ns, so that its state word keeps room for the count, and at most 2^63 - 1 ns (292 years)")?;
+        let windows = Windows::new(window)?;
+        let count_bits = windows.spare_bits();
         check_limit(limit, count_bits)?;
         Ok(Self {
             windows,

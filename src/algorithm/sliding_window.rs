@@ -34,7 +34,7 @@
 use core::fmt;
 use core::time::Duration;
 
-use super::window::{check_limit, Position, Windows};
+use super::window::{check_limit, check_window, Position, Windows};
 use super::WordAlgorithm;
 use crate::error::ConfigError;
 
@@ -84,6 +84,9 @@ struct Counts {
 
 impl SlidingWindowCounter {
     pub(crate) fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
+        // Two counts share the bits the index leaves: windows of 1 and 2 ns
+        // leave none for them (the limit's range would be empty).
+        check_window(window, "a sliding window lasts at least 3 ns, so that its state word keeps room for two counts, and at most 2^63 - 1 ns (292 years)")?;
         let windows = Windows::new(window)?;
         let count_bits = windows.spare_bits() / 2;
         check_limit(limit, count_bits)?;
@@ -395,13 +398,16 @@ mod tests {
                 .field(),
             "limit"
         );
-        // A 1 ns window has no bits left for counts at all.
-        assert_eq!(
-            SlidingWindowCounter::new(1, Duration::from_nanos(1))
-                .unwrap_err()
-                .field(),
-            "limit"
-        );
+        // Windows of 1 and 2 ns leave no bits for the counts at all: the
+        // window is at fault, whatever the limit.
+        for ns in [1, 2] {
+            assert_eq!(
+                SlidingWindowCounter::new(1, Duration::from_nanos(ns))
+                    .unwrap_err()
+                    .field(),
+                "window"
+            );
+        }
     }
 
     #[test]

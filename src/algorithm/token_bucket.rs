@@ -81,12 +81,18 @@ impl TokenBucket {
     /// Validates a rate of `tokens` per `per` and a capacity.
     pub(crate) fn new(tokens: u64, per: Duration, capacity: u64) -> Result<Self, ConfigError> {
         let per = per.as_nanos();
+        // A token's interval, per / tokens rounded up, must leave room for a
+        // bucket of one (`capacity` ≥ 1): at most `REFILL_MAX` ns. So the
+        // period's bound depends on the tokens (checked next, at least 1).
+        let max_per = u128::from(REFILL_MAX)
+            .saturating_mul(u128::from(tokens.max(1)))
+            .min(u128::from(NOW_MAX));
         ConfigError::check_range(
             "rate",
             per,
-            (1, u128::from(NOW_MAX)),
+            (1, max_per),
             "ns",
-            "the rate's period must be at least 1 ns and at most 2^63 - 1 ns (292 years)",
+            "the rate's period must be at least 1 ns and at most 2^63 - 1 ns (292 years), and one token's share of it at most 2^63 - 4 ns",
         )?;
         ConfigError::check_range(
             "rate",

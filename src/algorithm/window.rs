@@ -94,6 +94,22 @@ pub(super) fn debug_windowed(
         .finish()
 }
 
+/// The shortest window a packed counter supports: 3 ns leaves two bits
+/// beside the index (a fixed window's count needs two, a sliding window's
+/// two counts one each).
+pub(super) const MIN_PACKED_WINDOW: u64 = 3;
+
+/// Checks a packed counter's window against `MIN_PACKED_WINDOW..=NOW_MAX`.
+pub(super) fn check_window(width: Duration, reason: &'static str) -> Result<(), ConfigError> {
+    ConfigError::check_range(
+        "window",
+        width.as_nanos(),
+        (u128::from(MIN_PACKED_WINDOW), u128::from(NOW_MAX)),
+        "ns",
+        reason,
+    )
+}
+
 /// Builds the error for a limit that does not fit the bits left beside the
 /// window index.
 pub(super) fn check_limit(limit: u64, count_bits: u32) -> Result<(), ConfigError> {

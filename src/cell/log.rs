@@ -101,88 +101,15 @@
 //! an evictor from committing a pending value that a later evictor wrote
 //! (ABA). A check never waits for an evictor: at worst it aborts one.
 
+mod birth;
+mod book;
+
+use self::birth::Birth;
 use super::sealed;
 use super::{Algorithm, Booking, Life, Mortal, Relocation};
-use crate::algorithm::{clamp_now, until, SlidingWindowLog, Ticket, NEVER, NOW_MAX};
+use crate::algorithm::{SlidingWindowLog, Ticket};
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Ordering};
-
-/// A log's birth word: unborn, claimed, born or refused (see "Birth" in
-/// `crate::cell`).
-#[derive(Debug)]
-pub(crate) struct Birth(AtomicU64);
-
-impl Birth {
-    const UNBORN: u64 = 0;
-    const CLAIMED: u64 = 1;
-    const BORN: u64 = 2;
-    const REFUSED: u64 = 3;
-
-    /// The birth word of a cell created alive.
-    pub(crate) fn born() -> Self {
-        Self(AtomicU64::new(Self::BORN))
-    }
-
-    /// The birth word of a cell inserted before it has room.
-    pub(crate) fn unborn() -> Self {
-        Self(AtomicU64::new(Self::UNBORN))
-    }
-
-    /// Unborn, claimed, or `born` if born (the caller then reads the state
-    /// itself to tell live from evicted), or refused.
-    #[inline]
-    pub(crate) fn life(&self, born: impl FnOnce() -> Life) -> Life {
-        // Acquire: pairs with the Release store in `bear`, so a reader that
-        // sees the cell born also sees the fresh state written before it.
-        Self::decode(self.0.load(Ordering::Acquire), born)
-    }
-
-    /// What a birth word reads as, `born` deciding for a born cell.
-    fn decode(word: u64, born: impl FnOnce() -> Life) -> Life {
-        match word {
-            Self::UNBORN => Life::Unborn,
-            Self::CLAIMED => Life::Claimed,
-            Self::BORN => born(),
-            _ => Life::Refused,
-        }
-    }
-
-    /// Unborn → `to`: `Ok` iff this call moved it, else the life it found
-    /// (read by the exchange itself, so never older than this thread's last
-    /// look), `born` deciding for a born cell.
-    fn leave_unborn(&self, to: u64, born: impl FnOnce() -> Life) -> Result<(), Life> {
-        // AcqRel/Acquire: claim, unclaim, refusal and birth are exchanges or
-        // stores on this one word; whichever comes first in its modification
-        // order makes the others fail. Acquire on failure: as in `life`.
-        self.0
-            .compare_exchange(Self::UNBORN, to, Ordering::AcqRel, Ordering::Acquire)
-            .map(drop)
-            .map_err(|word| Self::decode(word, born))
-    }
-
-    /// Unborn → claimed; see [`Mortal::claim`].
-    pub(crate) fn claim(&self, born: impl FnOnce() -> Life) -> Result<(), Life> {
-        self.leave_unborn(Self::CLAIMED, born)
-    }
-
-    /// Claimed → unborn, by the claimer that found no room.
-    pub(crate) fn unclaim(&self) {
-        // Release: pairs with the Acquire of the next `claim` or `refuse`,
-        // which then sees the store's count as this claimer left it.
-        self.0.store(Self::UNBORN, Ordering::Release);
-    }
-
-    /// Unborn → refused; see [`Mortal::refuse`].
-    pub(crate) fn refuse(&self, born: impl FnOnce() -> Life) -> Result<(), Life> {
-        self.leave_unborn(Self::REFUSED, born)
-    }
-
-    /// Claimed → born, by the claimer, after it wrote the fresh state.
-    pub(crate) fn bear(&self) {
-        // Release: publishes the fresh state to the Acquire in `life`.
-        self.0.store(Self::BORN, Ordering::Release);
-    }
-}
 
 /// One client's log: a handle to its state, which never moves, so that the
 /// store can move the handle to a new table bit for bit while checks run on
@@ -224,10 +151,6 @@ pub struct LogState {
     /// Unborn, claimed, born or refused (see "Birth" in `crate::cell`).
     /// An unborn log's `life` is [`DEAD`], so no check claims a slot in it.
     birth: Birth,
-    /// Loom builds only: claim a slot with a load and a store instead of a
-    /// compare-and-swap, the bug model 3 must catch (see `tollgate::__loom`).
-    #[cfg(feature = "loom")]
-    racy: bool,
 }
 
 /// The `life` of a retired log. Live and pending values are smaller: the
@@ -246,8 +169,6 @@ impl LogState {
             slots: (0..limit).map(|_| AtomicU64::new(0)).collect(),
             floor,
             birth: Birth::born(),
-            #[cfg(feature = "loom")]
-            racy: false,
         }
     }
 
@@ -281,17 +202,6 @@ impl LogState {
     #[inline]
     fn judged_at(&self, now: u64) -> u64 {
         now.max(self.floor)
-    }
-
-    /// A deliberately broken log whose slot claim is a load followed by a
-    /// store: two threads can both claim the same free slot, and both be
-    /// admitted on it.
-    #[cfg(feature = "loom")]
-    fn new_racy(limit: u64) -> Self {
-        Self {
-            racy: true,
-            ..Self::new(limit, 0)
-        }
     }
 
     /// The check's half of the handshake, after its slot work: whether its
@@ -394,20 +304,9 @@ impl LogState {
     /// Claims slot `index` for `stamp` if it is free at `now`.
     #[inline]
     fn try_claim(&self, log: &SlidingWindowLog, index: usize, now: u64, stamp: u64) -> Option<u64> {
-        let slot = &self.slots[index];
+        let slot = self.slot(index);
         // Acquire: pairs with the exchange that wrote the slot.
         let mut seen = slot.load(Ordering::Acquire);
-        #[cfg(feature = "loom")]
-        if self.racy {
-            if !log.is_free(seen, now) {
-                return None;
-            }
-            // The bug under test: a plain store can overwrite a claim made
-            // since the load, so one slot records two admissions.
-            slot.store(stamp, Ordering::Release);
-            self.next.store(index as u64 + 1, Ordering::Relaxed);
-            return Some(seen);
-        }
         while log.is_free(seen, now) {
             // AcqRel on success, Acquire on failure: as in `StateCell::apply`.
             // The Acquire half also pairs with an evictor's AcqRel re-read
@@ -480,123 +379,10 @@ impl LogState {
         false
     }
 
-    /// Books `cost` at `now` (see "Bookings" above): claims the `cost`
-    /// slots that free up first, each by an exchange from the very expiry
-    /// the booking was timed on, with the expiry of an admission at the
-    /// booking's ready time. `None` if the log was retired, in which case
-    /// nothing it did counts.
-    #[cold]
-    fn book(&self, log: &SlidingWindowLog, now: u64, cost: u64, max_wait: u64) -> Option<Booking> {
-        // As in `admit`: a dead log takes no claim.
-        // Acquire: as in `confirm`.
-        if self.life.load(Ordering::Acquire) == DEAD {
-            return None;
-        }
-        let reading = clamp_now(now);
-        let now = self.judged_at(now);
-        let n = cost as usize;
-        loop {
-            let expiries = self.expiries();
-            // The `cost` smallest expiries, ties by index: one total order,
-            // so the slots chosen are a function of the values read.
-            let mut order: Vec<usize> = (0..expiries.len()).collect();
-            order.sort_unstable_by_key(|&i| (expiries[i], i));
-            order.truncate(n);
-            // The cost-th slot to free up frees it for the whole booking.
-            let ready_at = expiries[order[n - 1]].max(now);
-            let wait = until(reading, ready_at);
-            if ready_at > NOW_MAX || wait > max_wait {
-                // A refusal is a decision on the slots read: it stands only
-                // if the log was not retired meanwhile, as a denial's does.
-                let wait = if ready_at > NOW_MAX { NEVER } else { wait };
-                return self.confirm(false).map(|_| Booking::TooLong(wait));
-            }
-            let stamp = log.stamp(ready_at);
-            let mut claims = Vec::with_capacity(n);
-            for &i in &order {
-                if !self.claim_from(i, expiries[i], stamp) {
-                    break;
-                }
-                claims.push((i, expiries[i]));
-            }
-            if claims.len() == n {
-                let ticket = Ticket {
-                    from: 0,
-                    to: 0,
-                    ready_at,
-                    cost,
-                    claims: Some(claims.into_boxed_slice()),
-                };
-                return self.confirm(true).map(|_| Booking::Granted(ticket, wait));
-            }
-            // A slot changed since it was read: the booking was timed on a
-            // state that is gone. Give back what it claimed, and time it
-            // again. (While it held them, a check may have been denied: an
-            // error toward denying, as in `admit_many`.)
-            self.restore(&claims, stamp);
-        }
-    }
-
-    /// Slot `index` from exactly `seen` to `stamp`: whether it was there.
-    fn claim_from(&self, index: usize, seen: u64, stamp: u64) -> bool {
-        let slot = &self.slots[index];
-        #[cfg(feature = "loom")]
-        if self.racy {
-            // The bug under test: a load and a store, so a claim made since
-            // the booking read the slot is overwritten.
-            // Acquire/Release: as in `try_claim`'s racy path.
-            if slot.load(Ordering::Acquire) != seen {
-                return false;
-            }
-            slot.store(stamp, Ordering::Release);
-            return true;
-        }
-        // AcqRel on success, Acquire on failure: as in `try_claim`; the
-        // Acquire half also pairs with an evictor's AcqRel re-read of this
-        // slot (see "Eviction" above).
-        slot.compare_exchange(seen, stamp, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-
-    /// Gives back `claims` made with `stamp`: each slot that still holds
-    /// `stamp` gets its old expiry back. How many did.
-    fn restore(&self, claims: &[(usize, u64)], stamp: u64) -> usize {
-        claims
-            .iter()
-            .filter(|&&(i, old)| {
-                // AcqRel/Acquire: as in `try_claim`; an exchange from our
-                // own stamp fails if anything replaced it.
-                self.slots[i]
-                    .compare_exchange(stamp, old, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-            })
-            .count()
-    }
-
-    /// Cancels the booking `ticket` made on this log at `now`: before its
-    /// time, every slot it claimed that still holds its expiry gets back
-    /// the expiry it held before. Whether any did; `None` if the log was
-    /// retired.
-    #[cold]
-    fn unbook(&self, log: &SlidingWindowLog, now: u64, ticket: &Ticket) -> Option<bool> {
-        let claims = ticket.claims.as_deref().unwrap_or_default();
-        let given = self.judged_at(now) < ticket.ready_at
-            && self.restore(claims, log.stamp(ticket.ready_at)) > 0;
-        // The handshake, as for a check: a give-back on a log retired
-        // meanwhile gave nothing back that anyone will read.
-        self.confirm(given)
-    }
-
-    /// The bug the cancellation model must catch: put back every slot the
-    /// booking claimed, whatever it holds now (a booking made since may
-    /// have claimed it from this one, and loses its claim).
-    #[cfg(feature = "loom")]
-    pub(crate) fn unbook_blindly(&self, ticket: &Ticket) {
-        for &(i, old) in ticket.claims.as_deref().unwrap_or_default() {
-            // Release: as the racy store in `try_claim`; the store itself is
-            // atomic, the rule it applies is what is wrong.
-            self.slots[i].store(old, Ordering::Release);
-        }
+    /// Slot `index`: the expiry of the admission that claimed it last.
+    #[inline]
+    pub(crate) fn slot(&self, index: usize) -> &AtomicU64 {
+        &self.slots[index]
     }
 
     /// Every slot's expiry, each read once.
@@ -640,16 +426,6 @@ impl LogState {
             window: core::time::Duration::from_nanos(log.window()),
             pair: None,
         }
-    }
-}
-
-/// Loom builds only: the broken log cell, for `tollgate::__loom`.
-#[cfg(feature = "loom")]
-impl SlidingWindowLog {
-    /// A log cell for this limit whose slot claim is a load followed by a
-    /// store (see `LogCell::new_racy`).
-    pub(crate) fn new_racy_cell(&self) -> LogCell {
-        LogState::new_racy(self.limit()).into()
     }
 }
 

@@ -264,7 +264,8 @@ impl<A: fmt::Debug> fmt::Debug for Tiered<A> {
 /// module docs).
 #[doc(hidden)]
 pub struct TierCell<W: Packed = u64> {
-    state: StateCell<W>,
+    /// The client's state, in the crate's one compare-and-swap cell.
+    pub(crate) state: StateCell<W>,
     quota: AtomicU64,
 }
 
@@ -564,34 +565,6 @@ fn describe_within<A: Transitions>(
     decision.allowed = false;
     decision.retry_after = Decision::wait(NEVER);
     Some(decision)
-}
-
-#[cfg(feature = "loom")]
-impl<A: Transitions + FromParams + Clone + PartialEq> Tiered<A>
-where
-    A::Word: Packed,
-{
-    /// A tiered algorithm whose every client is held to `quota`, for the
-    /// loom models.
-    pub(crate) fn single(quota: A) -> Self {
-        Self::new(quota, Vec::new())
-    }
-
-    /// The broken twin of [`Algorithm::try_admit`] the loom models must
-    /// catch: the quota is read once, before the client is looked up, from
-    /// the table as it stands (as a plain limiter reads its one quota),
-    /// instead of the quota the cell names, read after the word's
-    /// `Acquire` load. A check that read the table before a change and
-    /// finds the cell the change carried decides the new state under the
-    /// old quota.
-    pub(crate) fn reading_quotas_first(&self) -> impl Fn(&TierCell<A::Word>, u64) -> Option<bool> {
-        let quota = self.quota_of(0);
-        move |cell, now| match cell.state.apply(|word| quota.admit(word, now, 1)) {
-            Applied::Admitted(_) => Some(true),
-            Applied::Denied(_) => Some(false),
-            Applied::Dead => None,
-        }
-    }
 }
 
 #[cfg(all(test, not(feature = "loom")))]

@@ -675,7 +675,6 @@ where
 
     /// `key`'s hash under the store's randomly seeded hasher: unpredictable
     /// to clients, different for every store.
-    #[cfg(feature = "tokio")]
     pub(crate) fn hash_of<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
         self.map.hash(key)
     }

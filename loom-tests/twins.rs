@@ -1,0 +1,305 @@
+//! The deliberately broken cells and rules the models must catch, written
+//! here rather than in the crate: each is a second implementation of one
+//! piece of the crate (a cell's update, a cancel's rule, a pair's booking),
+//! over the crate's own pure transitions (`__loom::Transitions`) or its own
+//! compare-and-swap loop (`__loom::apply`), with exactly one thing wrong.
+//! The crate's types carry no test-only code.
+//!
+//! - [`RacyCell`]: a word cell whose update is a load followed by a store,
+//!   where the crate's `StateCell::apply` compares and swaps; two threads
+//!   can both admit against the same word. Models 1, 2, 4, and the booking
+//!   races of models 9 (both algorithms) run over it.
+//! - [`give_back_blindly`]: a cancel that subtracts the booking's charge
+//!   whether or not the booking is still the tail (models 10, 14).
+//! - [`book_pair_apart`]: a pair's booking timed on one look and charged
+//!   limit by limit (model 14).
+//! - [`RacyLog`]: a log cell whose slot claims are a load followed by a
+//!   store (models 3 and 15).
+//! - [`unbook_log_blindly`]: a log cancel that restores its slots whatever
+//!   they hold now (model 15).
+//! - [`evict_without_tombstone`]: an evictor that removes an idle client's
+//!   entry with no tombstone first (model 5).
+//! - [`check_reading_quotas_first`]: a tiered check that reads the quota
+//!   table before looking the client up (model 13).
+
+use loom::sync::atomic::{AtomicU64, Ordering};
+use tollgate::__loom::{
+    apply, first_word, join_words, log_claims, log_is_free, log_limit, log_stamp, second_word,
+    store_log_slot, ticket_states, tier_quota_now, tier_state, Algorithm, Life, LogCell, Mortal,
+    PairCell, Purge, Relocation, Reserve, Ticket, TierCell, Tiered, Transitions,
+};
+use tollgate::{Both, FixedWindow, SlidingWindowLog, TokenBucket};
+
+/// A word cell whose update is a load followed by a store: the bug models
+/// 1, 2, 4 and 9 must catch. It runs the crate's pure transitions.
+#[derive(Debug)]
+pub(crate) struct RacyCell {
+    word: AtomicU64,
+}
+
+impl RacyCell {
+    pub(crate) fn new(word: u64) -> Self {
+        Self {
+            word: AtomicU64::new(word),
+        }
+    }
+
+    pub(crate) fn load(&self) -> u64 {
+        // Acquire: pairs with the Release store in `update`.
+        self.word.load(Ordering::Acquire)
+    }
+
+    /// The bug under test: `f` on the word loaded, then a plain store,
+    /// which can overwrite an update made since the load.
+    fn update(&self, f: impl FnOnce(u64) -> Option<u64>) -> bool {
+        let Some(next) = f(self.load()) else {
+            return false;
+        };
+        // Release: publishes the update, as the crate's exchange does.
+        self.word.store(next, Ordering::Release);
+        true
+    }
+
+    /// A check of `cost` at `now` by the algorithm's own transition.
+    pub(crate) fn admit<T: Transitions<Word = u64>>(&self, t: &T, now: u64, cost: u64) -> bool {
+        self.update(|word| <T as Transitions>::admit(t, word, now, cost))
+    }
+
+    /// A booking of `cost` at `now`, however long it waits, by the
+    /// algorithm's own booking transition: its ready time.
+    pub(crate) fn book<T: Transitions<Word = u64>>(&self, t: &T, now: u64, cost: u64) -> u64 {
+        let mut ready = None;
+        let booked = self.update(
+            |word| match <T as Transitions>::reserve(t, word, now, cost) {
+                Reserve::At { word, ready_at } => {
+                    ready = Some(ready_at);
+                    Some(word)
+                }
+                Reserve::Never => None,
+            },
+        );
+        assert!(booked, "a booking with no limit on its wait");
+        ready.expect("the booking recorded its time")
+    }
+}
+
+/// A racy cell is always alive: the models that use it never evict.
+impl Mortal for RacyCell {
+    fn life(&self) -> Life {
+        Life::Live
+    }
+
+    fn claim(&self) -> Result<(), Life> {
+        Err(Life::Live)
+    }
+
+    fn unclaim(&self) {}
+
+    fn refuse(&self) -> Result<(), Life> {
+        Err(Life::Live)
+    }
+
+    fn relocate(&self) -> Relocation<Self> {
+        Relocation::Same
+    }
+}
+
+/// The broken cancel of models 10 (word cells) and 14 (pairs): subtract the
+/// booking's charge (`to − from`) from the cell's state, whether or not the
+/// booking is still the tail. The exchange itself is the crate's atomic
+/// loop; the rule it applies is what is wrong: whatever was charged after
+/// the booking keeps its wait, and the slot of virtual time the booking
+/// held is handed out twice.
+pub(crate) fn give_back_blindly(cell: &tollgate::__loom::StateCell, ticket: &Ticket) {
+    let (from, to) = ticket_states(ticket);
+    // A one-word ticket's states are zero-extended words.
+    let charge = (to - from) as u64;
+    let _ = apply(cell, |word: u64| Some(word.wrapping_sub(charge)));
+}
+
+/// As [`give_back_blindly`], on a pair's whole state.
+pub(crate) fn give_back_pair_blindly(cell: &PairCell, ticket: &Ticket) {
+    let (from, to) = ticket_states(ticket);
+    let charge = to - from;
+    let _ = apply(cell, |pair: u128| Some(pair.wrapping_sub(charge)));
+}
+
+/// The broken booking of model 14: a booking of `cost` at `now` that
+/// settles its ready time on one look at the pair, then charges each limit
+/// by its own compare-and-swap loop, booking that limit for the ready time
+/// it settled on (the other half left as each loop finds it). A check that
+/// lands between the look and the charges is missed by the ready time: both
+/// can take one limit's last unit. Answers the ready time it reports.
+pub(crate) fn book_pair_apart(
+    pair: &Both<TokenBucket, FixedWindow>,
+    cell: &PairCell,
+    now: u64,
+    cost: u64,
+) -> u64 {
+    let seen = cell.load();
+    let ready_at =
+        now + <Both<TokenBucket, FixedWindow> as Transitions>::retry_after(pair, seen, now, cost);
+    let booked = |reserve: Reserve| match reserve {
+        Reserve::At { word, .. } => Some(word),
+        Reserve::Never => None,
+    };
+    let _ = apply(cell, |p: u128| {
+        booked(<TokenBucket as Transitions>::reserve(
+            pair.first(),
+            first_word(p),
+            ready_at,
+            cost,
+        ))
+        .map(|a| join_words(a, second_word(p)))
+    });
+    let _ = apply(cell, |p: u128| {
+        booked(<FixedWindow as Transitions>::reserve(
+            pair.second(),
+            second_word(p),
+            ready_at,
+            cost,
+        ))
+        .map(|b| join_words(first_word(p), b))
+    });
+    ready_at
+}
+
+/// A log cell whose slot claims are a load followed by a store, where the
+/// crate's log cell compares and swaps: two threads can both claim one free
+/// slot, and both be admitted on it (the bug models 3 and 15 must catch).
+/// It runs the log's own rules (`__loom::log_stamp`, `log_is_free`), and
+/// claims as the crate's log does: a unit check takes the first free slot;
+/// a check of `n` takes `n` free slots, or gives back what it took; a
+/// booking of `n` claims the `n` slots that free up first, each from the
+/// very expiry it was timed on, and is ready when the last of them frees.
+/// No log of these is ever evicted, so it keeps no life word.
+#[derive(Debug)]
+pub(crate) struct RacyLog {
+    slots: Vec<AtomicU64>,
+}
+
+impl RacyLog {
+    pub(crate) fn new(log: &SlidingWindowLog) -> Self {
+        Self {
+            slots: (0..log_limit(log)).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn expiry(&self, index: usize) -> u64 {
+        // Acquire: pairs with the Release stores below.
+        self.slots[index].load(Ordering::Acquire)
+    }
+
+    /// The bug under test: slot `index` from `seen` to `stamp` by a load
+    /// and a store, overwriting any claim made since the load.
+    fn claim_from(&self, index: usize, seen: u64, stamp: u64) -> bool {
+        if self.expiry(index) != seen {
+            return false;
+        }
+        // Release: publishes the claim.
+        self.slots[index].store(stamp, Ordering::Release);
+        true
+    }
+
+    /// Gives back claims made with `stamp`, as the crate's log does: each
+    /// slot that still holds `stamp` gets its old expiry back.
+    fn restore(&self, claims: &[(usize, u64)], stamp: u64) {
+        for &(i, old) in claims {
+            // AcqRel/Acquire: an exchange from our own stamp.
+            let _ = self.slots[i].compare_exchange(stamp, old, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+
+    /// How many slots are free at `now`.
+    pub(crate) fn free(&self, log: &SlidingWindowLog, now: u64) -> u64 {
+        (0..self.slots.len())
+            .filter(|&i| log_is_free(log, self.expiry(i), now))
+            .count() as u64
+    }
+
+    /// A check of `cost` at `now`.
+    pub(crate) fn admit(&self, log: &SlidingWindowLog, now: u64, cost: u64) -> bool {
+        if self.free(log, now) < cost {
+            return false;
+        }
+        let stamp = log_stamp(log, now);
+        let mut claimed = Vec::new();
+        for i in 0..self.slots.len() {
+            let seen = self.expiry(i);
+            if log_is_free(log, seen, now) && self.claim_from(i, seen, stamp) {
+                claimed.push((i, seen));
+                if claimed.len() as u64 == cost {
+                    return true;
+                }
+            }
+        }
+        self.restore(&claimed, stamp);
+        false
+    }
+
+    /// A booking of `cost` at `now`, however long it waits: its ready time.
+    pub(crate) fn book(&self, log: &SlidingWindowLog, now: u64, cost: u64) -> u64 {
+        let n = cost as usize;
+        loop {
+            let expiries: Vec<u64> = (0..self.slots.len()).map(|i| self.expiry(i)).collect();
+            let mut order: Vec<usize> = (0..expiries.len()).collect();
+            order.sort_unstable_by_key(|&i| (expiries[i], i));
+            order.truncate(n);
+            let ready_at = expiries[order[n - 1]].max(now);
+            let stamp = log_stamp(log, ready_at);
+            let mut claims = Vec::new();
+            for &i in &order {
+                if !self.claim_from(i, expiries[i], stamp) {
+                    break;
+                }
+                claims.push((i, expiries[i]));
+            }
+            if claims.len() == n {
+                return ready_at;
+            }
+            self.restore(&claims, stamp);
+        }
+    }
+}
+
+/// The broken cancel of model 15: put back every slot the booking claimed,
+/// whatever it holds now (a booking made since may have claimed it from
+/// this one, and loses its claim). The store itself is atomic; the rule is
+/// what is wrong.
+pub(crate) fn unbook_log_blindly(cell: &LogCell, ticket: &Ticket) {
+    for (i, old) in log_claims(ticket) {
+        store_log_slot(cell, i, old);
+    }
+}
+
+/// The broken evictor of model 5: checks that the cell is idle, then
+/// removes the entry, with no tombstone in between. A check that admits
+/// between the two is lost with the entry.
+pub(crate) fn evict_without_tombstone<A, I>(algorithm: &A, index: &I, key: &str, now: u64) -> bool
+where
+    A: Algorithm,
+    I: Purge<String, A::Cell>,
+{
+    let idle = index
+        .with(key, |cell| algorithm.idle_at(cell) <= now)
+        .unwrap_or(false);
+    idle && index.remove_if(key, |_| true)
+}
+
+/// The broken tiered check of model 13: the quota is read once, before the
+/// client is looked up, from the table as it stands (as a plain limiter
+/// reads its one quota), instead of the quota the cell names, read after
+/// the word's `Acquire` load. A check that read the table before a change
+/// and finds the cell the change carried decides the new state under the
+/// old quota.
+pub(crate) fn check_reading_quotas_first(
+    tiered: &Tiered<TokenBucket>,
+) -> impl Fn(&TierCell, u64) -> Option<bool> {
+    let quota = tier_quota_now(tiered, 0);
+    move |cell, now| {
+        apply(tier_state(cell), |word: u64| {
+            <TokenBucket as Transitions>::admit(&quota, word, now, 1)
+        })
+        .map(|written| written.is_some())
+    }
+}
