@@ -23,7 +23,7 @@ impl<A, K, C> Builder<A, K, C> {
     /// [`RedisBuilder::build`] makes shares each client's budget with every
     /// process using the same Redis and `prefix`. The algorithm's settings
     /// carry over; the key type and clock do not (keys are any
-    /// [`RedisKey`], time is Redis's), and the memory settings
+    /// [`RedisKey`](super::RedisKey), time is Redis's), and the memory settings
     /// ([`max_clients`](Builder::max_clients) and the rest) apply to the
     /// in-process limiter of [`FailPolicy::Local`].
     ///

@@ -18,8 +18,9 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     ///
     /// # Errors
     ///
-    /// As [`check`](Self::check)'s: under [`FailPolicy::FailClosed`]
-    /// (super::FailPolicy::FailClosed) only, when Redis fails.
+    /// As [`check`](Self::check)'s: under
+    /// [`FailPolicy::FailClosed`](super::FailPolicy::FailClosed) only, when
+    /// Redis fails.
     ///
     /// # Examples
     ///

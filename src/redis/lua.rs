@@ -3,8 +3,11 @@
 //! check and a peek. See `script` for the units and exactness, and `pair`
 //! for two limits held together.
 
-/// The helpers every script starts with: an integer parser that tells
-/// absent from junk, exact floor division, and the error reply.
+/// The helper every script starts with: an integer parser that tells
+/// absent from junk. Two more are written as
+/// calls in the bodies and expanded in place by [`expand`], since each
+/// `local function` is a closure allocated on every call: `s(n)`, a whole
+/// number's exact digits, and `bad(key, what)`, the error reply.
 pub(super) const PRELUDE: &str = r"
 local function int(v)
   if not v then return nil end
@@ -14,14 +17,15 @@ local function int(v)
   end
   return n
 end
+";
+
+/// Exact floor division, for the window index; a script that needs it
+/// (the windows) gets it after [`PRELUDE`].
+pub(super) const FDIV: &str = r"
 local function fdiv(a, b)
   local q = math.floor(a / b)
   if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
   return q
-end
-local function s(n) return string.format('%.0f', n) end
-local function bad(key, what)
-  return redis.error_reply('TOLLGATE the value under ' .. key .. ' is not a tollgate state: ' .. what)
 end
 ";
 
@@ -40,6 +44,11 @@ pub(super) const TEST_CLOCK: &str = r"
 local now = tonumber(ARGV[#ARGV])
 ";
 
+// Every expiry is an instant in ms, `floor(t / 1000) + 1` for the µs
+// instant `t` at which the state becomes idle: the double division may
+// round up, never down past `t / 1000`, so the key never expires before
+// its state is idle (at most 2 ms after).
+//
 // Each algorithm is a function `decide(key, a, b, cost, write)`: `a` and
 // `b` the two settings of `Spec::args`, `write` false to decide without
 // recording (a peek). It returns the reply, or an error reply for junk
@@ -59,7 +68,7 @@ local function decide(key, interval, cap, cost, write)
   local base = math.max(tat, now)
   if base - now <= (cap - cost) * interval then
     local new = base + cost * interval
-    if write then redis.call('SET', key, s(new), 'PXAT', s(fdiv(new + 999, 1000))) end
+    if write then redis.call('SET', key, s(new), 'PXAT', s(math.floor(new / 1000) + 1)) end
     return {1, new, now}
   end
   return {0, tat, now}
@@ -82,7 +91,7 @@ local function decide(key, w, limit, cost, write)
     c = c + cost
     if write then
       redis.call('HSET', key, 'k', s(k), 'c', s(c))
-      redis.call('PEXPIREAT', key, s(fdiv((k + 1) * w + 999, 1000)))
+      redis.call('PEXPIREAT', key, s(math.floor((k + 1) * w / 1000) + 1))
     end
     return {1, k, c, now}
   end
@@ -117,7 +126,7 @@ local function decide(key, w, limit, cost, write)
     c = c + cost
     if write then
       redis.call('HSET', key, 'k', s(k), 'c', s(c), 'p', s(p))
-      redis.call('PEXPIREAT', key, s(fdiv((k + 2) * w + 999, 1000)))
+      redis.call('PEXPIREAT', key, s(math.floor((k + 2) * w / 1000) + 1))
     end
     return {1, k, c, p, now}
   end
@@ -163,7 +172,7 @@ local function decide(key, w, limit, cost, write)
         redis.call('ZADD', key, unpack(args))
         i = i + 500
       end
-      redis.call('PEXPIREAT', key, s(fdiv(now + w + 999, 1000)))
+      redis.call('PEXPIREAT', key, s(math.floor((now + w) / 1000) + 1))
     end
     used = used + cost
   else
@@ -179,12 +188,50 @@ local function decide(key, w, limit, cost, write)
 end
 ";
 
-/// A check: decide and record.
-pub(super) const CHECK: &str = r"
-return decide(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), true)
-";
+/// Expands the bodies' `s(…)` and `bad(key, …)` in place (see
+/// [`PRELUDE`]).
+pub(super) fn expand(body: &str) -> String {
+    let mut out = String::with_capacity(body.len() * 2);
+    let mut rest = body;
+    while let Some(i) = rest.find("s(") {
+        // `s(` as a whole word: not the end of a longer name.
+        let whole = rest[..i]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'));
+        out.push_str(&rest[..i]);
+        out.push_str(if whole {
+            "string.format('%.0f', "
+        } else {
+            "s("
+        });
+        rest = &rest[i + 2..];
+    }
+    out.push_str(rest);
+    out.replace(
+        "bad(key, ",
+        "redis.error_reply('TOLLGATE the value under ' .. key .. ' is not a tollgate state: ' .. ",
+    )
+}
 
-/// A peek: decide, recording nothing.
-pub(super) const PEEK: &str = r"
-return decide(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), false)
-";
+/// A single limit's script body: its `decide` function's body run as the
+/// script itself (one closure fewer per call), its parameters taken from
+/// `KEYS` and `ARGV`, recording if `write`.
+pub(super) fn inline(body: &str, write: bool) -> String {
+    let body = expand(body);
+    let header_end = body.find(")\n").map_or(0, |i| i + 2);
+    let header = &body[..header_end];
+    let params = header
+        .split_once("local function decide(")
+        .map_or("", |(_, p)| p.trim_end_matches(")\n"));
+    let names: Vec<&str> = params.split(", ").collect();
+    // The function's last line is its `end`.
+    let inner = body[header_end..]
+        .trim_end()
+        .strip_suffix("end")
+        .unwrap_or(&body[header_end..]);
+    format!(
+        "\nlocal {} = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), {write}\n{inner}",
+        names.join(", ")
+    )
+}

@@ -2,7 +2,7 @@
 //! points at the same Redis: the `redis` feature.
 //!
 //! Build one from the same builder as an in-process limiter, adding the
-//! connection and a key prefix with [`Builder::redis`]; the quota's
+//! connection and a key prefix with [`Builder::redis`](crate::Builder::redis); the quota's
 //! semantics are the algorithm's own (see the crate's docs). Each check is
 //! one round trip: a Lua script, sent by `EVALSHA` (and loaded again if
 //! Redis lost it), that reads Redis's own clock (`TIME`), decides, writes
@@ -201,7 +201,7 @@ impl RedisAlgorithm for SlidingWindowLog {}
 
 /// A limiter whose state lives in Redis: every process that checks through
 /// the same Redis and prefix shares each client's budget exactly. Built by
-/// [`Builder::redis`]; cheap to clone (an `Arc`).
+/// [`Builder::redis`](crate::Builder::redis); cheap to clone (an `Arc`).
 ///
 /// Ask it with [`check`](Self::check) or [`check_n`](Self::check_n), or
 /// through [`AsyncCheck`] (which the HTTP layer of the `tower` feature

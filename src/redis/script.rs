@@ -26,7 +26,7 @@ use core::time::Duration;
 #[cfg(test)]
 use super::lua::TEST_CLOCK;
 use super::lua::{
-    CHECK, CLOCK, FIXED_WINDOW, PEEK, PRELUDE, SLIDING_LOG, SLIDING_WINDOW, TOKEN_BUCKET,
+    expand, inline, CLOCK, FDIV, FIXED_WINDOW, PRELUDE, SLIDING_LOG, SLIDING_WINDOW, TOKEN_BUCKET,
 };
 use super::pair::WordSpec;
 use crate::algorithm::{
@@ -244,11 +244,22 @@ impl Spec {
     }
 
     fn script(&self, clock: &str, write: bool) -> String {
-        let (Some(a), Some(b)) = (self.half(0), self.half(1)) else {
-            let main = if write { CHECK } else { PEEK };
-            return format!("{PRELUDE}{clock}{}{main}", self.body());
+        let fdiv = |bodies: &[&str]| {
+            if bodies.iter().any(|b| b.contains("fdiv(")) {
+                FDIV
+            } else {
+                ""
+            }
         };
-        super::pair::source(&format!("{PRELUDE}{clock}"), [a.body(), b.body()], write)
+        let (Some(a), Some(b)) = (self.half(0), self.half(1)) else {
+            let body = self.body();
+            let helpers = fdiv(&[body]);
+            return format!("{PRELUDE}{helpers}{clock}{}", inline(body, write));
+        };
+        let helpers = fdiv(&[a.body(), b.body()]);
+        let bodies = [expand(a.body()), expand(b.body())];
+        let head = format!("{PRELUDE}{helpers}{clock}");
+        super::pair::source(&head, [&bodies[0], &bodies[1]], write)
     }
 
     fn body(&self) -> &'static str {
