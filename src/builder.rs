@@ -1,13 +1,17 @@
 //! Builders: one generic [`Builder`], with each algorithm's own settings in
 //! an impl block of their own, and `build()` validating them all.
+//!
+//! The top of the public layer: it makes a [`Limiter`], and nothing below
+//! it names a builder.
 
+use core::any::Any;
 use core::fmt;
 use core::hash::Hash;
 use core::marker::PhantomData;
 use core::time::Duration;
 
 use crate::algorithm::{
-    Both, FixedWindow, FromParams, Params, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
+    Both, FixedWindow, Params, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
 };
 use crate::cell::{Algorithm, Tier, Tiered};
 use crate::clock::{Clock, MonotonicClock};
@@ -47,8 +51,12 @@ pub struct Builder<A, K = String, C = MonotonicClock> {
     /// [`Builder::build`], and only if no clock was given, since creating a
     /// [`MonotonicClock`] calibrates the CPU's counter.
     clock: Result<C, fn() -> C>,
-    /// A tiered limiter's resolver of a new client's tier.
-    tier_by: Option<TierBy<K>>,
+    /// A tiered limiter's resolver of a new client's tier: a `TierBy<K2>`
+    /// for the key type `K2` it was given for, which [`Builder::build`]
+    /// holds to `K` (so that a later `key_type` cannot drop it unseen).
+    tier_by: Option<Box<dyn Any + Send + Sync>>,
+    /// A setting given where it would not apply, reported by `build`.
+    conflict: Option<ConfigError>,
     _algorithm: PhantomData<fn() -> (A, K)>,
 }
 
@@ -59,8 +67,86 @@ impl<A> Builder<A> {
             memory: Memory::default(),
             clock: Err(MonotonicClock::new),
             tier_by: None,
+            conflict: None,
             _algorithm: PhantomData,
         }
+    }
+}
+
+impl<A, K, C> Builder<A, K, C> {
+    /// The same settings, for another algorithm type or key type.
+    fn cast<A2, K2>(self) -> Builder<A2, K2, C> {
+        Builder {
+            params: self.params,
+            memory: self.memory,
+            clock: self.clock,
+            tier_by: self.tier_by,
+            conflict: self.conflict,
+            _algorithm: PhantomData,
+        }
+    }
+
+    /// The algorithm settings alone, for a second limit or a tier's quota
+    /// (whose clock, memory settings and resolver would not apply): an
+    /// error naming the first such setting given.
+    fn quota_params(self) -> Result<Params, ConfigError> {
+        if let Some(conflict) = self.conflict {
+            return Err(conflict);
+        }
+        let conflict = |field, reason| Err(ConfigError::Conflict { field, reason });
+        if self.clock.is_ok() {
+            return conflict(
+                "clock",
+                "the limiter reads one clock: give it to the limiter's builder",
+            );
+        }
+        if self.memory != Memory::default() {
+            return conflict(
+                "memory",
+                "the memory settings (`max_clients`, `overflow`, `auto_sweep`) are the limiter's: give them to its builder",
+            );
+        }
+        if self.tier_by.is_some() {
+            return conflict(
+                "tier_by",
+                "tiers are the limiter's: give the resolver to its builder",
+            );
+        }
+        Ok(self.params)
+    }
+}
+
+/// A quota for [`Limiter::set_quota`]: the settings of a builder, validated.
+/// Its clock and memory settings, which would not apply, must not be set.
+macro_rules! quota_from_builder {
+    ($($algorithm:ty),*) => {$(
+        impl<K, C> TryFrom<Builder<$algorithm, K, C>> for $algorithm {
+            type Error = ConfigError;
+
+            /// Validates the builder's settings, as [`Builder::build`] would.
+            fn try_from(builder: Builder<$algorithm, K, C>) -> Result<Self, ConfigError> {
+                <$algorithm as Algorithm>::from_settings(&builder.quota_params()?)
+            }
+        }
+    )*};
+}
+quota_from_builder!(
+    TokenBucket,
+    FixedWindow,
+    SlidingWindowCounter,
+    SlidingWindowLog
+);
+
+/// A quota for [`Limiter::set_quota`]: the settings of a builder, validated.
+impl<A, B, K, C> TryFrom<Builder<Both<A, B>, K, C>> for Both<A, B>
+where
+    Both<A, B>: Algorithm,
+{
+    type Error = ConfigError;
+
+    /// Validates the builder's settings, as [`Builder::build`] would.
+    fn try_from(builder: Builder<Both<A, B>, K, C>) -> Result<Self, ConfigError> {
+        Self::from_settings(&builder.quota_params()?)
     }
 }
 
@@ -241,11 +327,34 @@ impl<K, C> Builder<TokenBucket, K, C> {
     }
 }
 
-/// Builder settings shared by the windowed algorithms.
-pub trait Windowed: FromParams {}
+/// An algorithm set by a limit and a window
+/// ([`limit`](Builder::limit), [`window`](Builder::window)): the
+/// [`SlidingWindowCounter`], the [`FixedWindow`], the [`SlidingWindowLog`],
+/// and a [`Tiered`] limiter of the first two (whose tier 0 they set).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Builder, FixedWindow, Windowed};
+///
+/// fn per_minute<A: Windowed>(builder: Builder<A>, requests: u64) -> Builder<A> {
+///     builder.limit(requests).window(Duration::from_secs(60))
+/// }
+/// let limiter = per_minute(FixedWindow::builder(), 100).build()?;
+/// assert_eq!(limiter.check("alice").limit(), 100);
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` has no limit and window",
+    note = "a token bucket is set by `rate` and `capacity`; `limit` and `window` set a SlidingWindowCounter, a FixedWindow or a SlidingWindowLog"
+)]
+pub trait Windowed {}
 impl Windowed for SlidingWindowCounter {}
 impl Windowed for FixedWindow {}
 impl Windowed for SlidingWindowLog {}
+impl Windowed for Tiered<SlidingWindowCounter> {}
+impl Windowed for Tiered<FixedWindow> {}
 
 impl<A: Windowed, K, C> Builder<A, K, C> {
     /// The most requests a client may make per window. Required.
@@ -300,8 +409,12 @@ impl<A, K, C> Builder<A, K, C> {
     /// compare-and-swap, so no thread can slip a request between them.
     ///
     /// Either limit may be a token bucket, a sliding window counter or a
-    /// fixed window; `second`'s own algorithm settings are taken, and its
-    /// key type, clock and memory settings ignored (this builder's apply).
+    /// fixed window. `second` gives the second limit's algorithm settings
+    /// only: the clock and the memory settings are the pair's, given to
+    /// this builder (before or after `and`). A clock or a memory setting
+    /// given to `second` would not apply, so [`build`](Builder::build)
+    /// rejects it ([`ConfigError::Conflict`], naming `and.clock` or
+    /// `and.memory`); `second`'s key type plays no part.
     /// A [`Decision`](crate::Decision) reports the limit that binds: the
     /// one with the fewer remaining (the smaller on a tie), the smaller
     /// remaining, and the longer wait.
@@ -344,22 +457,29 @@ impl<A, K, C> Builder<A, K, C> {
     ///     .build()
     ///     .unwrap_err();
     /// assert_eq!(err.field(), "and.limit");
+    ///
+    /// // The pair reads one clock: give it to the pair.
+    /// let err = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .and(FixedWindow::builder().limit(5).window(Duration::from_secs(1)).clock(ManualClock::new()))
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(err.field(), "and.clock");
+    /// # use tollgate::ManualClock;
     /// ```
     #[must_use]
     pub fn and<B, K2, C2>(self, second: Builder<B, K2, C2>) -> Builder<Both<A, B>, K, C>
     where
         Both<A, B>: Algorithm,
     {
-        Builder {
-            params: Params {
-                second: Some(Box::new(second.params)),
-                ..self.params
-            },
-            memory: self.memory,
-            clock: self.clock,
-            tier_by: self.tier_by,
-            _algorithm: PhantomData,
+        let mut pair = self.cast();
+        match second.quota_params() {
+            Ok(second) => pair.params.second = Some(Box::new(second)),
+            Err(err) => {
+                pair.conflict = pair.conflict.or(Some(err.in_second()));
+            }
         }
+        pair
     }
 
     /// Reads time from `clock` instead of a [`MonotonicClock`]: a
@@ -392,6 +512,7 @@ impl<A, K, C> Builder<A, K, C> {
             memory: self.memory,
             clock: Ok(clock),
             tier_by: self.tier_by,
+            conflict: self.conflict,
             _algorithm: PhantomData,
         }
     }
@@ -414,17 +535,36 @@ impl<A, K, C> Builder<A, K, C> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     ///
-    /// A resolver of tiers given before ([`tier_by`](Builder::tier_by))
-    /// takes the old key type, so it is dropped: give it after this.
+    /// A resolver of tiers ([`tier_by`](Builder::tier_by)) may be given
+    /// before or after this. It sets the key type itself, to the one it
+    /// takes; [`build`](Builder::build) rejects a resolver that takes
+    /// another key type than the limiter's ([`ConfigError::Conflict`],
+    /// naming `tier_by`), rather than drop it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(1, Duration::from_secs(1))
+    ///     .tier(1, TokenBucket::builder().rate(100, Duration::from_secs(1)))
+    ///     .tier_by(|key: &String| u16::from(key.starts_with("pro-")))
+    ///     .key_type::<String>()
+    ///     .build()?;
+    /// assert_eq!(limiter.check("pro-1").limit(), 100);
+    ///
+    /// let err = TokenBucket::builder()
+    ///     .rate(1, Duration::from_secs(1))
+    ///     .tier_by(|key: &String| u16::from(key.starts_with("pro-")))
+    ///     .key_type::<u64>()
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(err.field(), "tier_by");
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
     #[must_use]
     pub fn key_type<K2>(self) -> Builder<A, K2, C> {
-        Builder {
-            params: self.params,
-            memory: self.memory,
-            clock: self.clock,
-            tier_by: None,
-            _algorithm: PhantomData,
-        }
+        self.cast()
     }
 
     /// A hard cap: the limiter holds at most `clients` clients at once.
@@ -545,46 +685,121 @@ impl<A, K, C> Builder<A, K, C> {
 }
 
 /// An algorithm whose clients can be given quotas of their own
-/// ([`Builder::tier`]): the [`TokenBucket`], the [`FixedWindow`], the
-/// [`SlidingWindowCounter`], two of them held together ([`Both`]), and a
-/// [`Tiered`] limiter of any of these.
-pub trait Tierable: sealed::Tierable {}
-
-mod sealed {
-    /// The algorithm of each tier.
-    pub trait Tierable {
-        type Base;
-    }
+/// ([`Builder::tier`], [`Builder::tier_by`], [`Builder::reconfigurable`]):
+/// the [`TokenBucket`], the [`FixedWindow`], the [`SlidingWindowCounter`],
+/// two of them held together ([`Both`]), and a [`Tiered`] limiter of any of
+/// these (to which more tiers may be added). The
+/// [`SlidingWindowLog`] has no tiers.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::{Both, FixedWindow, Tierable, TokenBucket};
+///
+/// fn has_tiers<A: Tierable>() {}
+/// has_tiers::<TokenBucket>();
+/// has_tiers::<Both<TokenBucket, FixedWindow>>();
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot have tiers",
+    note = "tiers are offered by TokenBucket, FixedWindow, SlidingWindowCounter and a pair of them (Both)"
+)]
+pub trait Tierable {
+    /// The algorithm each tier runs: the algorithm itself, or a tiered
+    /// limiter's.
+    type Base;
 }
 
 macro_rules! tierable {
     ($($algorithm:ty),*) => {$(
-        impl sealed::Tierable for $algorithm {
+        impl Tierable for $algorithm {
             type Base = $algorithm;
         }
-        impl Tierable for $algorithm {}
     )*};
 }
 tierable!(TokenBucket, FixedWindow, SlidingWindowCounter);
 
-impl<A, B> sealed::Tierable for Both<A, B> {
+impl<A, B> Tierable for Both<A, B> {
     type Base = Self;
 }
-impl<A, B> Tierable for Both<A, B> {}
 
-impl<A> sealed::Tierable for Tiered<A> {
+impl<A> Tierable for Tiered<A> {
     type Base = A;
 }
-impl<A> Tierable for Tiered<A> {}
+
+impl<K, C> Builder<Tiered<TokenBucket>, K, C> {
+    /// Tier 0's [`rate`](Builder::rate): the quota of every client whose
+    /// tier has none of its own. Given before or after the tiers.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let second = Duration::from_secs(1);
+    /// let limiter = TokenBucket::builder()
+    ///     .tier(1, TokenBucket::builder().rate(100, second))
+    ///     .rate(10, second)
+    ///     .build()?;
+    /// assert_eq!(limiter.check("alice").limit(), 10);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn rate(mut self, tokens: u64, per: Duration) -> Self {
+        self.params.rate = Some((tokens, per));
+        self
+    }
+
+    /// Tier 0's [`capacity`](Builder::capacity). Given before or after the
+    /// tiers.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .reconfigurable()
+    ///     .rate(1, Duration::from_secs(1))
+    ///     .capacity(5)
+    ///     .build()?;
+    /// assert_eq!(limiter.check("alice").limit(), 5);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn capacity(mut self, tokens: u64) -> Self {
+        self.params.capacity = Some(tokens);
+        self
+    }
+}
 
 impl<A: Tierable, K, C> Builder<A, K, C> {
     /// Gives the clients of `tier` a quota of their own: `quota`'s
-    /// algorithm settings (its key type, clock and memory settings are
-    /// ignored). The settings given so far are tier 0's, the quota of every
-    /// client whose tier has none; give them before the first tier. Which
-    /// tier a new client belongs to is [`tier_by`](Builder::tier_by)'s
-    /// answer. Every tier's quota can change while the limiter runs
-    /// ([`Limiter::set_quota`]).
+    /// algorithm settings. This builder's own algorithm settings are tier
+    /// 0's, the quota of every client whose tier has none; they may be
+    /// given before or after the tiers. Which tier a new client belongs to
+    /// is [`tier_by`](Builder::tier_by)'s answer. Every tier's quota can
+    /// change while the limiter runs ([`Limiter::set_quota`]).
+    ///
+    /// The clock and memory settings are the limiter's: given to `quota`
+    /// they would not apply, so [`build`](Builder::build) rejects them
+    /// ([`ConfigError::Conflict`], naming `tier.clock` or `tier.memory`).
+    ///
+    /// Tiers are offered by the algorithms that are [`Tierable`]; the
+    /// [`SlidingWindowLog`] is not:
+    ///
+    /// ```compile_fail,E0277
+    /// use std::time::Duration;
+    /// use tollgate::SlidingWindowLog;
+    ///
+    /// let second = Duration::from_secs(1);
+    /// let _ = SlidingWindowLog::builder()
+    ///     .limit(10)
+    ///     .window(second)
+    ///     .tier(1, SlidingWindowLog::builder().limit(100).window(second));
+    /// ```
     ///
     /// # Examples
     ///
@@ -616,16 +831,15 @@ impl<A: Tierable, K, C> Builder<A, K, C> {
         tier: Tier,
         quota: Builder<A::Base, K2, C2>,
     ) -> Builder<Tiered<A::Base>, K, C> {
-        let mut params = self.params;
-        params.tiers.retain(|(t, _)| *t != tier);
-        params.tiers.push((tier, quota.params));
-        Builder {
-            params,
-            memory: self.memory,
-            clock: self.clock,
-            tier_by: self.tier_by,
-            _algorithm: PhantomData,
+        let mut tiered = self.cast();
+        match quota.quota_params() {
+            Ok(quota) => {
+                tiered.params.tiers.retain(|(t, _)| *t != tier);
+                tiered.params.tiers.push((tier, quota));
+            }
+            Err(err) => tiered.conflict = tiered.conflict.or(Some(err.in_tier())),
         }
+        tiered
     }
 
     /// Decides each new client's tier from its key, once, when its state
@@ -636,6 +850,10 @@ impl<A: Tierable, K, C> Builder<A, K, C> {
     /// first requests of one client may each ask once, and one state
     /// wins). A tier with no quota of its own ([`tier`](Builder::tier)) is
     /// held to tier 0's.
+    ///
+    /// The resolver sets the limiter's key type to the one it takes (so
+    /// [`key_type`](Builder::key_type) is not needed with it, and may come
+    /// before or after it).
     ///
     /// The resolver runs on the check that brings a client in, before
     /// anything is recorded and outside every lock: if it panics, the
@@ -658,16 +876,14 @@ impl<A: Tierable, K, C> Builder<A, K, C> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     #[must_use]
-    pub fn tier_by(
+    pub fn tier_by<K2: 'static>(
         self,
-        resolver: impl Fn(&K) -> Tier + Send + Sync + 'static,
-    ) -> Builder<Tiered<A::Base>, K, C> {
+        resolver: impl Fn(&K2) -> Tier + Send + Sync + 'static,
+    ) -> Builder<Tiered<A::Base>, K2, C> {
+        let resolver: TierBy<K2> = Box::new(resolver);
         Builder {
-            params: self.params,
-            memory: self.memory,
-            clock: self.clock,
             tier_by: Some(Box::new(resolver)),
-            _algorithm: PhantomData,
+            ..self.cast()
         }
     }
 
@@ -691,13 +907,7 @@ impl<A: Tierable, K, C> Builder<A, K, C> {
     /// ```
     #[must_use]
     pub fn reconfigurable(self) -> Builder<Tiered<A::Base>, K, C> {
-        Builder {
-            params: self.params,
-            memory: self.memory,
-            clock: self.clock,
-            tier_by: self.tier_by,
-            _algorithm: PhantomData,
-        }
+        self.cast()
     }
 }
 
@@ -716,7 +926,9 @@ where
     /// algorithm's state word, or if a memory setting
     /// ([`max_clients`](Builder::max_clients), [`overflow`](Builder::overflow),
     /// [`auto_sweep`](Builder::auto_sweep)) is out of its range; both name
-    /// the setting.
+    /// the setting. [`ConfigError::Conflict`] if a setting was given where
+    /// it would not apply (see [`and`](Builder::and),
+    /// [`tier`](Builder::tier) and [`key_type`](Builder::key_type)).
     ///
     /// # Examples
     ///
@@ -736,10 +948,23 @@ where
     /// assert_eq!(err.field(), "capacity");
     /// ```
     pub fn build(self) -> Result<Limiter<A, K, C>, ConfigError> {
-        let algorithm = A::from_params(&self.params)?;
+        if let Some(conflict) = self.conflict {
+            return Err(conflict);
+        }
+        let tier_by = match self.tier_by.map(|any| any.downcast::<TierBy<K>>()) {
+            None => None,
+            Some(Ok(tier_by)) => Some(*tier_by),
+            Some(Err(_)) => {
+                return Err(ConfigError::Conflict {
+                    field: "tier_by",
+                    reason: "the resolver takes another key type than the limiter's (`key_type`)",
+                })
+            }
+        };
+        let algorithm = A::from_settings(&self.params)?;
         let memory = self.memory.validate()?;
         let clock = self.clock.unwrap_or_else(|make| make());
-        Ok(Limiter::new(algorithm, clock, memory).with_tier_by(self.tier_by))
+        Ok(Limiter::new(algorithm, clock, memory).with_tier_by(tier_by))
     }
 }
 

@@ -9,14 +9,15 @@ use core::hash::Hash;
 
 use core::time::Duration;
 
-use crate::algorithm::{FromParams, Ticket, Transitions};
-use crate::builder::Builder;
+use crate::algorithm::{
+    Both, FixedWindow, FromParams, SlidingWindowCounter, Ticket, TokenBucket, Transitions,
+};
 use crate::cell::{Algorithm, Booking, Life, Mortal, Packed, Tier, Tiered};
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::{ConfigError, CostError, ReserveError};
 use crate::memory::{Counters, Memory, Overflow, Stats};
-use crate::reservation::Reservation;
+use crate::reservation::{Booker, Reservable, Reservation};
 use crate::store::{
     act_on_live, check_or_insert, forget_client, reset_client, DefaultHasher, Newcomer, Store,
 };
@@ -139,7 +140,7 @@ where
     }
 
     /// The tier of a new client: the resolver's answer, or 0.
-    fn tier_of(&self, key: &K) -> Tier {
+    fn resolve_tier(&self, key: &K) -> Tier {
         self.tier_by.as_ref().map_or(0, |tier_by| tier_by(key))
     }
 
@@ -422,6 +423,7 @@ where
         max_wait: Duration,
     ) -> Result<Reservation<'_, A, K, C>, ReserveError>
     where
+        A: Reservable,
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
@@ -458,6 +460,23 @@ where
     /// the order they booked; cancelling gives back each of those slots
     /// that no later booking has claimed from it.
     ///
+    /// Only these algorithms offer the method (they are [`Reservable`]).
+    /// The [`SlidingWindowCounter`](crate::SlidingWindowCounter)'s state
+    /// has no room for a charge that counts in a later window, so booking
+    /// on it (or on a pair holding one) does not compile:
+    ///
+    /// ```compile_fail,E0277
+    /// use std::time::Duration;
+    /// use tollgate::SlidingWindowCounter;
+    ///
+    /// let limiter = SlidingWindowCounter::builder()
+    ///     .limit(10)
+    ///     .window(Duration::from_secs(1))
+    ///     .build()?;
+    /// let _ = limiter.reserve_n("alice", 1, Duration::MAX); // not `Reservable`
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// Nothing is charged on an error.
@@ -469,9 +488,9 @@ where
     ///   a request could never conform;
     /// - [`ReserveError::Full`] for a new client that a full limiter denies
     ///   ([`Overflow::DenyNew`]);
-    /// - [`ReserveError::Unsupported`] for the sliding window counter (and
-    ///   a pair holding one), and for a fixed window (or a pair holding
-    ///   one) whose limit lies in the top half of its range.
+    /// - [`ReserveError::Unsupported`] for a fixed window (or a pair or a
+    ///   tier holding one) whose limit lies in the top half of its range,
+    ///   where its state word has no room for the windows a booking closes.
     ///
     /// # Examples
     ///
@@ -504,6 +523,7 @@ where
         max_wait: Duration,
     ) -> Result<Reservation<'_, A, K, C>, ReserveError>
     where
+        A: Reservable,
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
@@ -584,7 +604,7 @@ where
             remaining: 0,
             retry_after: Decision::wait(algorithm.horizon()),
             replenish_after: Decision::wait(algorithm.horizon()),
-            window: Duration::from_nanos(FromParams::granted(algorithm).1),
+            window: Duration::from_nanos(algorithm.quota_granted().1),
         }
     }
 
@@ -936,8 +956,8 @@ where
 
 impl<A, K, C> Limiter<Tiered<A>, K, C>
 where
-    A: Transitions + FromParams + Clone + PartialEq,
-    A::Word: Packed,
+    A: TierAlgorithm,
+    Tiered<A>: Algorithm,
     K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock,
 {
@@ -974,10 +994,15 @@ where
     /// state (so, like all of it, at most one new bucket or window of it
     /// is), and cancelling it after the change gives nothing back.
     ///
+    /// `quota` is the tier's algorithm with its settings: a value
+    /// [`tier_quota`](Limiter::tier_quota) returned, or a builder of the
+    /// algorithm (validated here).
+    ///
     /// # Errors
     ///
     /// A [`ConfigError`] naming the field with `tier.` in front
-    /// (`tier.capacity`) if `quota` does not validate; nothing changes.
+    /// (`tier.capacity`) if `quota` is a builder whose settings do not
+    /// validate; nothing changes.
     ///
     /// # Examples
     ///
@@ -1000,31 +1025,25 @@ where
     ///     .set_quota(0, TokenBucket::builder().rate(1, Duration::from_secs(1)).capacity(0))
     ///     .unwrap_err();
     /// assert_eq!(err.field(), "tier.capacity");
+    ///
+    /// // A quota read back from one tier can be given to another.
+    /// limiter.set_quota(3, limiter.tier_quota(0))?;
+    /// assert_eq!(limiter.tier_quota(3), limiter.tier_quota(0));
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
-    pub fn set_quota<K2, C2>(
-        &self,
-        tier: Tier,
-        quota: Builder<A, K2, C2>,
-    ) -> Result<(), ConfigError> {
-        let quota = A::from_params(&quota.params).map_err(ConfigError::in_tier)?;
-        // A change that panicked midway (a key's `Hash`, say) left some
-        // clients under the table before it, which then stays allocated
-        // for them; this change carries them over like every other client.
-        let _one_at_a_time = self.control.lock().unwrap_or_else(|poisoned| {
-            self.control.clear_poison();
-            poisoned.into_inner()
-        });
-        let algorithm = &self.algorithm;
-        algorithm.change(tier, quota, || {
-            self.store
-                .rebuild_all(|cell| algorithm.carry(cell, || self.clock.now_nanos()));
-        });
+    pub fn set_quota<Q>(&self, tier: Tier, quota: Q) -> Result<(), ConfigError>
+    where
+        A: TryFrom<Q>,
+        ConfigError: From<<A as TryFrom<Q>>::Error>,
+    {
+        let quota = A::try_from(quota).map_err(|err| ConfigError::from(err).in_tier())?;
+        A::change_quota(self, tier, quota);
         Ok(())
     }
 
     /// The quota `tier`'s clients are held to now: its own, or tier 0's if
-    /// it has none.
+    /// it has none. The value [`set_quota`](Limiter::set_quota) takes; its
+    /// figures for a `RateLimit-Policy` header are [`Quota::of`](crate::Quota::of) it.
     ///
     /// # Examples
     ///
@@ -1032,20 +1051,178 @@ where
     /// use std::time::Duration;
     /// use tollgate::{FixedWindow, Quota};
     ///
+    /// let second = Duration::from_secs(1);
     /// let limiter = FixedWindow::builder()
     ///     .limit(10)
-    ///     .window(Duration::from_secs(1))
-    ///     .tier(2, FixedWindow::builder().limit(50).window(Duration::from_secs(1)))
+    ///     .window(second)
+    ///     .tier(2, FixedWindow::builder().limit(50).window(second))
     ///     .build()?;
-    /// assert_eq!(limiter.tier_quota(2), Quota::new(50, Duration::from_secs(1)));
-    /// assert_eq!(limiter.tier_quota(1), Quota::new(10, Duration::from_secs(1)));
+    /// assert_eq!(Quota::of(&limiter.tier_quota(2)), Quota::new(50, second));
+    /// assert_eq!(Quota::of(&limiter.tier_quota(1)), Quota::new(10, second));
+    /// let fifty: FixedWindow = FixedWindow::builder().limit(50).window(second).try_into()?;
+    /// assert_eq!(limiter.tier_quota(2), fifty);
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     #[must_use]
-    pub fn tier_quota(&self, tier: Tier) -> crate::Quota {
-        let (limit, window) = self.algorithm.quota_of(tier).granted();
-        crate::Quota::new(limit, Duration::from_nanos(window))
+    pub fn tier_quota(&self, tier: Tier) -> A {
+        A::quota_of(self, tier)
     }
+
+    /// The tier of `client_id`: for a client the limiter holds, the tier
+    /// it was given when its state was created; for any other, the tier
+    /// the resolver ([`tier_by`](crate::Builder::tier_by)) gives it now, or
+    /// 0 without one. Records nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(1, Duration::from_secs(1))
+    ///     .tier(1, TokenBucket::builder().rate(100, Duration::from_secs(1)))
+    ///     .tier_by(|key: &String| u16::from(key.starts_with("pro-")))
+    ///     .build()?;
+    /// assert_eq!(limiter.tier_of("pro-1"), 1);
+    /// assert_eq!(limiter.tier_of("free-2"), 0);
+    /// assert!(limiter.is_empty(), "asking records nothing");
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn tier_of<Q>(&self, client_id: &Q) -> Tier
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        A::known_tier(self, client_id).unwrap_or_else(|| self.resolve_tier(&client_id.to_owned()))
+    }
+}
+
+/// An algorithm that each tier of a [`Tiered`] limiter can run, whose
+/// quota can be read ([`Limiter::tier_quota`]) and changed
+/// ([`Limiter::set_quota`]) while the limiter runs: the
+/// [`TokenBucket`](crate::TokenBucket), the
+/// [`FixedWindow`](crate::FixedWindow), the
+/// [`SlidingWindowCounter`](crate::SlidingWindowCounter), and two of them
+/// held together ([`Both`](crate::Both)).
+///
+/// Implemented by these types only; its methods are internal.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::{Both, FixedWindow, TierAlgorithm, TokenBucket};
+///
+/// fn tiers_can_run<A: TierAlgorithm>() {}
+/// tiers_can_run::<TokenBucket>();
+/// tiers_can_run::<Both<TokenBucket, FixedWindow>>();
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a tier's algorithm",
+    note = "tiers run a TokenBucket, a FixedWindow, a SlidingWindowCounter, or a pair of them (Both)"
+)]
+pub trait TierAlgorithm: Clone + PartialEq + Send + Sync + 'static {
+    /// Gives `tier` the quota `quota`, carrying every client over.
+    #[doc(hidden)]
+    fn change_quota<K, C>(limiter: &Limiter<Tiered<Self>, K, C>, tier: Tier, quota: Self)
+    where
+        Tiered<Self>: Algorithm,
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        C: Clock;
+
+    /// The quota `tier` is held to now.
+    #[doc(hidden)]
+    fn quota_of<K, C>(limiter: &Limiter<Tiered<Self>, K, C>, tier: Tier) -> Self
+    where
+        Tiered<Self>: Algorithm,
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        C: Clock;
+
+    /// The tier of a client the limiter holds alive, if it does.
+    #[doc(hidden)]
+    fn known_tier<K, C, Q>(limiter: &Limiter<Tiered<Self>, K, C>, client_id: &Q) -> Option<Tier>
+    where
+        Tiered<Self>: Algorithm,
+        K: Borrow<Q> + Hash + Eq + Clone + Send + Sync + 'static,
+        Q: Hash + Eq + ?Sized,
+        C: Clock;
+}
+
+// One impl per algorithm rather than a blanket impl over the crate's
+// internal traits, whose bounds rustdoc would show on every type's page.
+macro_rules! tier_algorithm {
+    ($(#[$attr:meta])* [$($generics:tt)*] $algorithm:ty $(where $($bounds:tt)*)?) => {
+        $(#[$attr])*
+        impl<$($generics)*> TierAlgorithm for $algorithm $(where $($bounds)*)? {
+            fn change_quota<K, C>(limiter: &Limiter<Tiered<Self>, K, C>, tier: Tier, quota: Self)
+            where
+                K: Hash + Eq + Clone + Send + Sync + 'static,
+                C: Clock,
+            {
+                change_quota(limiter, tier, quota);
+            }
+
+            fn quota_of<K, C>(limiter: &Limiter<Tiered<Self>, K, C>, tier: Tier) -> Self
+            where
+                K: Hash + Eq + Clone + Send + Sync + 'static,
+                C: Clock,
+            {
+                limiter.algorithm.quota_of(tier)
+            }
+
+            fn known_tier<K, C, Q>(
+                limiter: &Limiter<Tiered<Self>, K, C>,
+                client_id: &Q,
+            ) -> Option<Tier>
+            where
+                K: Borrow<Q> + Hash + Eq + Clone + Send + Sync + 'static,
+                Q: Hash + Eq + ?Sized,
+                C: Clock,
+            {
+                limiter
+                    .store
+                    .get(client_id, |cell| (cell.life() == Life::Live).then(|| cell.tier()))
+                    .flatten()
+            }
+        }
+    };
+}
+tier_algorithm!([] TokenBucket);
+tier_algorithm!([] FixedWindow);
+tier_algorithm!([] SlidingWindowCounter);
+tier_algorithm!(
+    // Hidden from the docs: its bounds name the crate's internal traits
+    // (the trait's own docs list the pairs).
+    #[doc(hidden)]
+    [A, B] Both<A, B>
+    where
+        Both<A, B>: Transitions + FromParams + Clone + PartialEq,
+        <Both<A, B> as Transitions>::Word: Packed,
+);
+
+/// Gives `tier` the quota `quota`, carrying every client over
+/// ([`Limiter::set_quota`]).
+fn change_quota<A, K, C>(limiter: &Limiter<Tiered<A>, K, C>, tier: Tier, quota: A)
+where
+    A: Transitions + FromParams + Clone + PartialEq,
+    A::Word: Packed,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+{
+    // A change that panicked midway (a key's `Hash`, say) left some
+    // clients under the table before it, which then stays allocated
+    // for them; this change carries them over like every other client.
+    let _one_at_a_time = limiter.control.lock().unwrap_or_else(|poisoned| {
+        limiter.control.clear_poison();
+        poisoned.into_inner()
+    });
+    let algorithm = &limiter.algorithm;
+    algorithm.change(tier, quota, || {
+        limiter
+            .store
+            .rebuild_all(|cell| algorithm.carry(cell, || limiter.clock.now_nanos()));
+    });
 }
 
 /// A new client on its way in: how the store's protocol reads the clock,
@@ -1073,7 +1250,7 @@ where
     fn unborn(&self, key: &K, floor: u64) -> A::Cell {
         let limiter = self.limiter;
         // First, so that a resolver that panics leaves nothing behind.
-        let tier = limiter.tier_of(key);
+        let tier = limiter.resolve_tier(key);
         // Every new client pays its share of the incremental sweep.
         if let Some(pace) = limiter.memory.auto_sweep {
             if limiter.counters.next_insert() % pace.every == pace.every - 1 {
@@ -1090,7 +1267,7 @@ where
 
     fn fresh(&self, key: &K, floor: u64) -> A::Cell {
         let limiter = self.limiter;
-        limiter.algorithm.fresh_in(limiter.tier_of(key), floor)
+        limiter.algorithm.fresh_in(limiter.resolve_tier(key), floor)
     }
 
     #[inline]
@@ -1162,6 +1339,21 @@ where
     #[inline]
     fn allow_request(&self, client_id: &Q) -> bool {
         Limiter::allow_request(self, client_id)
+    }
+}
+
+impl<A, K, C> Booker<K> for Limiter<A, K, C>
+where
+    A: Algorithm,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+{
+    fn now_nanos(&self) -> u64 {
+        self.clock.now_nanos()
+    }
+
+    fn give_back(&self, client: &K, ticket: &Ticket) -> bool {
+        Limiter::give_back(self, client, ticket)
     }
 }
 

@@ -101,10 +101,12 @@
 //! an evictor from committing a pending value that a later evictor wrote
 //! (ABA). A check never waits for an evictor: at worst it aborts one.
 
-use super::sealed;
 use super::{Algorithm, Booking, Life, Mortal, Relocation};
-use crate::algorithm::{clamp_now, until, SlidingWindowLog, Ticket, NEVER, NOW_MAX};
+use crate::algorithm::{
+    clamp_now, until, FromParams, Params, SlidingWindowLog, Ticket, NEVER, NOW_MAX,
+};
 use crate::decision::Decision;
+use crate::error::ConfigError;
 use crate::sync::{AtomicU64, Ordering};
 
 /// A log's birth word: unborn, claimed, born or refused (see "Birth" in
@@ -679,10 +681,16 @@ impl Mortal for LogCell {
     }
 }
 
-impl sealed::Sealed for SlidingWindowLog {}
-
 impl Algorithm for SlidingWindowLog {
     type Cell = LogCell;
+
+    fn from_settings(params: &Params) -> Result<Self, ConfigError> {
+        <Self as FromParams>::from_params(params)
+    }
+
+    fn quota_granted(&self) -> (u64, u64) {
+        FromParams::granted(self)
+    }
 
     fn fresh_cell(&self, floor: u64) -> LogCell {
         LogState::new(self.limit(), floor).into()
