@@ -356,7 +356,9 @@ impl Windowed for SlidingWindowLog {}
 impl Windowed for Tiered<SlidingWindowCounter> {}
 impl Windowed for Tiered<FixedWindow> {}
 
-impl<A: Windowed, K, C> Builder<A, K, C> {
+impl<A, K, C> Builder<A, K, C> {
+    // Each method states `A: Windowed` itself, so that the compiler's error
+    // on a token bucket is the trait's own note.
     /// The most requests a client may make per window. Required.
     ///
     /// The state word holds the window index beside the counts, so the
@@ -377,7 +379,10 @@ impl<A: Windowed, K, C> Builder<A, K, C> {
     /// assert_eq!(err.field(), "limit");
     /// ```
     #[must_use]
-    pub fn limit(mut self, requests: u64) -> Self {
+    pub fn limit(mut self, requests: u64) -> Self
+    where
+        A: Windowed,
+    {
         self.params.limit = Some(requests);
         self
     }
@@ -396,7 +401,10 @@ impl<A: Windowed, K, C> Builder<A, K, C> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     #[must_use]
-    pub fn window(mut self, window: Duration) -> Self {
+    pub fn window(mut self, window: Duration) -> Self
+    where
+        A: Windowed,
+    {
         self.params.window = Some(window);
         self
     }
@@ -775,7 +783,10 @@ impl<K, C> Builder<Tiered<TokenBucket>, K, C> {
     }
 }
 
-impl<A: Tierable, K, C> Builder<A, K, C> {
+impl<A, K, C> Builder<A, K, C> {
+    // On another algorithm the compiler names the unmet bound,
+    // `SlidingWindowLog: Tierable`, whose docs say which algorithms have
+    // tiers.
     /// Gives the clients of `tier` a quota of their own: `quota`'s
     /// algorithm settings. This builder's own algorithm settings are tier
     /// 0's, the quota of every client whose tier has none; they may be
@@ -830,7 +841,10 @@ impl<A: Tierable, K, C> Builder<A, K, C> {
         self,
         tier: Tier,
         quota: Builder<A::Base, K2, C2>,
-    ) -> Builder<Tiered<A::Base>, K, C> {
+    ) -> Builder<Tiered<A::Base>, K, C>
+    where
+        A: Tierable,
+    {
         let mut tiered = self.cast();
         match quota.quota_params() {
             Ok(quota) => {
@@ -879,7 +893,10 @@ impl<A: Tierable, K, C> Builder<A, K, C> {
     pub fn tier_by<K2: 'static>(
         self,
         resolver: impl Fn(&K2) -> Tier + Send + Sync + 'static,
-    ) -> Builder<Tiered<A::Base>, K2, C> {
+    ) -> Builder<Tiered<A::Base>, K2, C>
+    where
+        A: Tierable,
+    {
         let resolver: TierBy<K2> = Box::new(resolver);
         Builder {
             tier_by: Some(Box::new(resolver)),
@@ -906,7 +923,10 @@ impl<A: Tierable, K, C> Builder<A, K, C> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     #[must_use]
-    pub fn reconfigurable(self) -> Builder<Tiered<A::Base>, K, C> {
+    pub fn reconfigurable(self) -> Builder<Tiered<A::Base>, K, C>
+    where
+        A: Tierable,
+    {
         self.cast()
     }
 }
