@@ -801,7 +801,7 @@ impl<A, K, C> Builder<A, K, C> {
     /// Tiers are offered by the algorithms that are [`Tierable`]; the
     /// [`SlidingWindowLog`] is not:
     ///
-    /// ```compile_fail,E0277
+    /// ```compile_fail,E0599
     /// use std::time::Duration;
     /// use tollgate::SlidingWindowLog;
     ///
