@@ -187,7 +187,7 @@ async fn flood(conn: &ConnectionManager, shortcut: bool, span: Duration) -> (u64
                     // never yields, as an in-process check; a real server
                     // yields on its sockets. Without this the 64 tasks would
                     // starve the connection's own task.
-                    if n % 64 == 0 {
+                    if n.is_multiple_of(64) {
                         tokio::task::yield_now().await;
                     }
                 }

@@ -1,19 +1,26 @@
 //! Builders: one generic [`Builder`], with each algorithm's own settings in
 //! an impl block of their own, and `build()` validating them all.
+//!
+//! The top of the public layer: it makes a [`Limiter`], and nothing below
+//! it names a builder.
 
+use core::any::Any;
 use core::fmt;
 use core::hash::Hash;
 use core::marker::PhantomData;
 use core::time::Duration;
 
 use crate::algorithm::{
-    Both, FixedWindow, FromParams, Params, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
+    Both, FixedWindow, Params, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
 };
-use crate::cell::{Algorithm, Tier, Tiered};
+use crate::cell::{Algorithm, Tiered};
 use crate::clock::{Clock, MonotonicClock};
 use crate::error::ConfigError;
 use crate::limiter::{Limiter, TierBy};
 use crate::memory::{AutoSweep, Memory, Overflow};
+
+mod tiers;
+pub use tiers::Tierable;
 
 /// Builds a [`Limiter`] for the algorithm `A`, keyed by `K`, reading time
 /// from `C`.
@@ -47,8 +54,12 @@ pub struct Builder<A, K = String, C = MonotonicClock> {
     /// [`Builder::build`], and only if no clock was given, since creating a
     /// [`MonotonicClock`] calibrates the CPU's counter.
     clock: Result<C, fn() -> C>,
-    /// A tiered limiter's resolver of a new client's tier.
-    tier_by: Option<TierBy<K>>,
+    /// A tiered limiter's resolver of a new client's tier: a `TierBy<K2>`
+    /// for the key type `K2` it was given for, which [`Builder::build`]
+    /// holds to `K` (so that a later `key_type` cannot drop it unseen).
+    tier_by: Option<Box<dyn Any + Send + Sync>>,
+    /// A setting given where it would not apply, reported by `build`.
+    conflict: Option<ConfigError>,
     _algorithm: PhantomData<fn() -> (A, K)>,
 }
 
@@ -59,8 +70,52 @@ impl<A> Builder<A> {
             memory: Memory::default(),
             clock: Err(MonotonicClock::new),
             tier_by: None,
+            conflict: None,
             _algorithm: PhantomData,
         }
+    }
+}
+
+impl<A, K, C> Builder<A, K, C> {
+    /// The same settings, for another algorithm type or key type.
+    fn cast<A2, K2>(self) -> Builder<A2, K2, C> {
+        Builder {
+            params: self.params,
+            memory: self.memory,
+            clock: self.clock,
+            tier_by: self.tier_by,
+            conflict: self.conflict,
+            _algorithm: PhantomData,
+        }
+    }
+
+    /// The algorithm settings alone, for a second limit or a tier's quota
+    /// (whose clock, memory settings and resolver would not apply): an
+    /// error naming the first such setting given.
+    fn quota_params(self) -> Result<Params, ConfigError> {
+        if let Some(conflict) = self.conflict {
+            return Err(conflict);
+        }
+        let conflict = |field, reason| Err(ConfigError::Conflict { field, reason });
+        if self.clock.is_ok() {
+            return conflict(
+                "clock",
+                "the limiter reads one clock: give it to the limiter's builder",
+            );
+        }
+        if self.memory != Memory::default() {
+            return conflict(
+                "memory",
+                "the memory settings (`max_clients`, `overflow`, `auto_sweep`) are the limiter's: give them to its builder",
+            );
+        }
+        if self.tier_by.is_some() {
+            return conflict(
+                "tier_by",
+                "tiers are the limiter's: give the resolver to its builder",
+            );
+        }
+        Ok(self.params)
     }
 }
 
@@ -241,13 +296,38 @@ impl<K, C> Builder<TokenBucket, K, C> {
     }
 }
 
-/// Builder settings shared by the windowed algorithms.
-pub trait Windowed: FromParams {}
+/// An algorithm set by a limit and a window
+/// ([`limit`](Builder::limit), [`window`](Builder::window)): the
+/// [`SlidingWindowCounter`], the [`FixedWindow`], the [`SlidingWindowLog`],
+/// and a [`Tiered`] limiter of the first two (whose tier 0 they set).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Builder, FixedWindow, Windowed};
+///
+/// fn per_minute<A: Windowed>(builder: Builder<A>, requests: u64) -> Builder<A> {
+///     builder.limit(requests).window(Duration::from_secs(60))
+/// }
+/// let limiter = per_minute(FixedWindow::builder(), 100).build()?;
+/// assert_eq!(limiter.check("alice").limit(), 100);
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` has no limit and window",
+    note = "a token bucket is set by `rate` and `capacity`; `limit` and `window` set a SlidingWindowCounter, a FixedWindow or a SlidingWindowLog"
+)]
+pub trait Windowed {}
 impl Windowed for SlidingWindowCounter {}
 impl Windowed for FixedWindow {}
 impl Windowed for SlidingWindowLog {}
+impl Windowed for Tiered<SlidingWindowCounter> {}
+impl Windowed for Tiered<FixedWindow> {}
 
-impl<A: Windowed, K, C> Builder<A, K, C> {
+impl<A, K, C> Builder<A, K, C> {
+    // Each method states `A: Windowed` itself, so that the compiler's error
+    // on a token bucket is the trait's own note.
     /// The most requests a client may make per window. Required.
     ///
     /// The state word holds the window index beside the counts, so the
@@ -268,7 +348,10 @@ impl<A: Windowed, K, C> Builder<A, K, C> {
     /// assert_eq!(err.field(), "limit");
     /// ```
     #[must_use]
-    pub fn limit(mut self, requests: u64) -> Self {
+    pub fn limit(mut self, requests: u64) -> Self
+    where
+        A: Windowed,
+    {
         self.params.limit = Some(requests);
         self
     }
@@ -287,7 +370,10 @@ impl<A: Windowed, K, C> Builder<A, K, C> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     #[must_use]
-    pub fn window(mut self, window: Duration) -> Self {
+    pub fn window(mut self, window: Duration) -> Self
+    where
+        A: Windowed,
+    {
         self.params.window = Some(window);
         self
     }
@@ -300,8 +386,12 @@ impl<A, K, C> Builder<A, K, C> {
     /// compare-and-swap, so no thread can slip a request between them.
     ///
     /// Either limit may be a token bucket, a sliding window counter or a
-    /// fixed window; `second`'s own algorithm settings are taken, and its
-    /// key type, clock and memory settings ignored (this builder's apply).
+    /// fixed window. `second` gives the second limit's algorithm settings
+    /// only: the clock and the memory settings are the pair's, given to
+    /// this builder (before or after `and`). A clock or a memory setting
+    /// given to `second` would not apply, so [`build`](Builder::build)
+    /// rejects it ([`ConfigError::Conflict`], naming `and.clock` or
+    /// `and.memory`); `second`'s key type plays no part.
     /// A [`Decision`](crate::Decision) reports the limit that binds: the
     /// one with the fewer remaining (the smaller on a tie), the smaller
     /// remaining, and the longer wait.
@@ -344,22 +434,29 @@ impl<A, K, C> Builder<A, K, C> {
     ///     .build()
     ///     .unwrap_err();
     /// assert_eq!(err.field(), "and.limit");
+    ///
+    /// // The pair reads one clock: give it to the pair.
+    /// let err = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .and(FixedWindow::builder().limit(5).window(Duration::from_secs(1)).clock(ManualClock::new()))
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(err.field(), "and.clock");
+    /// # use tollgate::ManualClock;
     /// ```
     #[must_use]
     pub fn and<B, K2, C2>(self, second: Builder<B, K2, C2>) -> Builder<Both<A, B>, K, C>
     where
         Both<A, B>: Algorithm,
     {
-        Builder {
-            params: Params {
-                second: Some(Box::new(second.params)),
-                ..self.params
-            },
-            memory: self.memory,
-            clock: self.clock,
-            tier_by: self.tier_by,
-            _algorithm: PhantomData,
+        let mut pair = self.cast();
+        match second.quota_params() {
+            Ok(second) => pair.params.second = Some(Box::new(second)),
+            Err(err) => {
+                pair.conflict = pair.conflict.or(Some(err.in_second()));
+            }
         }
+        pair
     }
 
     /// Reads time from `clock` instead of a [`MonotonicClock`]: a
@@ -392,6 +489,7 @@ impl<A, K, C> Builder<A, K, C> {
             memory: self.memory,
             clock: Ok(clock),
             tier_by: self.tier_by,
+            conflict: self.conflict,
             _algorithm: PhantomData,
         }
     }
@@ -414,17 +512,36 @@ impl<A, K, C> Builder<A, K, C> {
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     ///
-    /// A resolver of tiers given before ([`tier_by`](Builder::tier_by))
-    /// takes the old key type, so it is dropped: give it after this.
+    /// A resolver of tiers ([`tier_by`](Builder::tier_by)) may be given
+    /// before or after this. It sets the key type itself, to the one it
+    /// takes; [`build`](Builder::build) rejects a resolver that takes
+    /// another key type than the limiter's ([`ConfigError::Conflict`],
+    /// naming `tier_by`), rather than drop it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(1, Duration::from_secs(1))
+    ///     .tier(1, TokenBucket::builder().rate(100, Duration::from_secs(1)))
+    ///     .tier_by(|key: &String| u16::from(key.starts_with("pro-")))
+    ///     .key_type::<String>()
+    ///     .build()?;
+    /// assert_eq!(limiter.check("pro-1").limit(), 100);
+    ///
+    /// let err = TokenBucket::builder()
+    ///     .rate(1, Duration::from_secs(1))
+    ///     .tier_by(|key: &String| u16::from(key.starts_with("pro-")))
+    ///     .key_type::<u64>()
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(err.field(), "tier_by");
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
     #[must_use]
     pub fn key_type<K2>(self) -> Builder<A, K2, C> {
-        Builder {
-            params: self.params,
-            memory: self.memory,
-            clock: self.clock,
-            tier_by: None,
-            _algorithm: PhantomData,
-        }
+        self.cast()
     }
 
     /// A hard cap: the limiter holds at most `clients` clients at once.
@@ -544,163 +661,6 @@ impl<A, K, C> Builder<A, K, C> {
     }
 }
 
-/// An algorithm whose clients can be given quotas of their own
-/// ([`Builder::tier`]): the [`TokenBucket`], the [`FixedWindow`], the
-/// [`SlidingWindowCounter`], two of them held together ([`Both`]), and a
-/// [`Tiered`] limiter of any of these.
-pub trait Tierable: sealed::Tierable {}
-
-mod sealed {
-    /// The algorithm of each tier.
-    pub trait Tierable {
-        type Base;
-    }
-}
-
-macro_rules! tierable {
-    ($($algorithm:ty),*) => {$(
-        impl sealed::Tierable for $algorithm {
-            type Base = $algorithm;
-        }
-        impl Tierable for $algorithm {}
-    )*};
-}
-tierable!(TokenBucket, FixedWindow, SlidingWindowCounter);
-
-impl<A, B> sealed::Tierable for Both<A, B> {
-    type Base = Self;
-}
-impl<A, B> Tierable for Both<A, B> {}
-
-impl<A> sealed::Tierable for Tiered<A> {
-    type Base = A;
-}
-impl<A> Tierable for Tiered<A> {}
-
-impl<A: Tierable, K, C> Builder<A, K, C> {
-    /// Gives the clients of `tier` a quota of their own: `quota`'s
-    /// algorithm settings (its key type, clock and memory settings are
-    /// ignored). The settings given so far are tier 0's, the quota of every
-    /// client whose tier has none; give them before the first tier. Which
-    /// tier a new client belongs to is [`tier_by`](Builder::tier_by)'s
-    /// answer. Every tier's quota can change while the limiter runs
-    /// ([`Limiter::set_quota`]).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{ManualClock, SlidingWindowCounter};
-    ///
-    /// let minute = Duration::from_secs(60);
-    /// let limiter = SlidingWindowCounter::builder()
-    ///     .limit(60)
-    ///     .window(minute)
-    ///     .key_type::<u64>()
-    ///     .tier(1, SlidingWindowCounter::builder().limit(600).window(minute))
-    ///     .tier_by(|account: &u64| if *account < 1000 { 1 } else { 0 })
-    ///     .clock(ManualClock::new())
-    ///     .build()?;
-    /// assert_eq!(limiter.check(&7).limit(), 600);
-    /// assert_eq!(limiter.check(&4242).limit(), 60);
-    /// # Ok::<(), tollgate::ConfigError>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`build`](Builder::build) validates every tier's quota; an error in
-    /// one names its field with `tier.` in front (`tier.limit`).
-    #[must_use]
-    pub fn tier<K2, C2>(
-        self,
-        tier: Tier,
-        quota: Builder<A::Base, K2, C2>,
-    ) -> Builder<Tiered<A::Base>, K, C> {
-        let mut params = self.params;
-        params.tiers.retain(|(t, _)| *t != tier);
-        params.tiers.push((tier, quota.params));
-        Builder {
-            params,
-            memory: self.memory,
-            clock: self.clock,
-            tier_by: self.tier_by,
-            _algorithm: PhantomData,
-        }
-    }
-
-    /// Decides each new client's tier from its key, once, when its state
-    /// is created; the tier is remembered with the state and never asked
-    /// for again while the client is known (a client forgotten and seen
-    /// again is asked again, and so is one a full limiter decides on
-    /// untracked, on each such check, since nothing of it is kept; racing
-    /// first requests of one client may each ask once, and one state
-    /// wins). A tier with no quota of its own ([`tier`](Builder::tier)) is
-    /// held to tier 0's.
-    ///
-    /// The resolver runs on the check that brings a client in, before
-    /// anything is recorded and outside every lock: if it panics, the
-    /// panic reaches that check's caller, nothing of the client is kept,
-    /// and the limiter goes on serving every other client (and this one,
-    /// on its next check) as before.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::TokenBucket;
-    ///
-    /// let limiter = TokenBucket::builder()
-    ///     .rate(1, Duration::from_secs(1))
-    ///     .tier(1, TokenBucket::builder().rate(100, Duration::from_secs(1)))
-    ///     .tier_by(|key: &String| u16::from(key.starts_with("internal-")))
-    ///     .build()?;
-    /// assert_eq!(limiter.check("internal-batch").limit(), 100);
-    /// # Ok::<(), tollgate::ConfigError>(())
-    /// ```
-    #[must_use]
-    pub fn tier_by(
-        self,
-        resolver: impl Fn(&K) -> Tier + Send + Sync + 'static,
-    ) -> Builder<Tiered<A::Base>, K, C> {
-        Builder {
-            params: self.params,
-            memory: self.memory,
-            clock: self.clock,
-            tier_by: Some(Box::new(resolver)),
-            _algorithm: PhantomData,
-        }
-    }
-
-    /// A limiter whose quota can change while it runs
-    /// ([`Limiter::set_quota`]), with every client in tier 0.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::FixedWindow;
-    ///
-    /// let limiter = FixedWindow::builder()
-    ///     .limit(100)
-    ///     .window(Duration::from_secs(1))
-    ///     .reconfigurable()
-    ///     .build()?;
-    /// limiter.set_quota(0, FixedWindow::builder().limit(10).window(Duration::from_secs(1)))?;
-    /// assert_eq!(limiter.check("ann").limit(), 10);
-    /// # Ok::<(), tollgate::ConfigError>(())
-    /// ```
-    #[must_use]
-    pub fn reconfigurable(self) -> Builder<Tiered<A::Base>, K, C> {
-        Builder {
-            params: self.params,
-            memory: self.memory,
-            clock: self.clock,
-            tier_by: self.tier_by,
-            _algorithm: PhantomData,
-        }
-    }
-}
-
 impl<A, K, C> Builder<A, K, C>
 where
     A: Algorithm,
@@ -716,7 +676,9 @@ where
     /// algorithm's state word, or if a memory setting
     /// ([`max_clients`](Builder::max_clients), [`overflow`](Builder::overflow),
     /// [`auto_sweep`](Builder::auto_sweep)) is out of its range; both name
-    /// the setting.
+    /// the setting. [`ConfigError::Conflict`] if a setting was given where
+    /// it would not apply (see [`and`](Builder::and),
+    /// [`tier`](Builder::tier) and [`key_type`](Builder::key_type)).
     ///
     /// # Examples
     ///
@@ -736,10 +698,23 @@ where
     /// assert_eq!(err.field(), "capacity");
     /// ```
     pub fn build(self) -> Result<Limiter<A, K, C>, ConfigError> {
-        let algorithm = A::from_params(&self.params)?;
+        if let Some(conflict) = self.conflict {
+            return Err(conflict);
+        }
+        let tier_by = match self.tier_by.map(|any| any.downcast::<TierBy<K>>()) {
+            None => None,
+            Some(Ok(tier_by)) => Some(*tier_by),
+            Some(Err(_)) => {
+                return Err(ConfigError::Conflict {
+                    field: "tier_by",
+                    reason: "the resolver takes another key type than the limiter's (`key_type`)",
+                })
+            }
+        };
+        let algorithm = A::from_settings(&self.params)?;
         let memory = self.memory.validate()?;
         let clock = self.clock.unwrap_or_else(|make| make());
-        Ok(Limiter::new(algorithm, clock, memory).with_tier_by(self.tier_by))
+        Ok(Limiter::new(algorithm, clock, memory).with_tier_by(tier_by))
     }
 }
 

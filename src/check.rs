@@ -9,7 +9,6 @@ use core::time::Duration;
 use std::error::Error as StdError;
 use std::sync::Arc;
 
-use crate::algorithm::FromParams;
 use crate::cell::Algorithm;
 use crate::clock::Clock;
 use crate::decision::Decision;
@@ -149,8 +148,7 @@ where
     /// ```
     #[must_use]
     pub fn quota(&self) -> Quota {
-        let (limit, window) = FromParams::granted(self.algorithm());
-        Quota::new(limit, Duration::from_nanos(window))
+        Quota::of(self.algorithm())
     }
 }
 
@@ -176,6 +174,31 @@ impl Quota {
     #[must_use]
     pub const fn new(limit: u64, window: Duration) -> Self {
         Self { limit, window }
+    }
+
+    /// The quota `algorithm` grants, as [`Limiter::quota`] reports it: for
+    /// the windowed algorithms, their limit and window; for the token
+    /// bucket, its capacity and the time to refill it from empty; for two
+    /// limits held together, the one with the smaller limit; for a tiered
+    /// limiter, tier 0's.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Quota, TokenBucket};
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(1, Duration::from_secs(1))
+    ///     .tier(1, TokenBucket::builder().rate(5, Duration::from_secs(1)))
+    ///     .build()?;
+    /// assert_eq!(Quota::of(&limiter.tier_quota(1)), Quota::new(5, Duration::from_secs(1)));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn of<A: Algorithm>(algorithm: &A) -> Self {
+        let (limit, window) = algorithm.quota_granted();
+        Self::new(limit, Duration::from_nanos(window))
     }
 
     /// The units granted per window (the header's `q`).

@@ -48,6 +48,20 @@ pub enum ConfigError {
         /// Why the bound is what it is.
         reason: &'static str,
     },
+    /// A setting was given where the limiter would not apply it: to the
+    /// builder of a second limit ([`Builder::and`](crate::Builder::and)) or
+    /// of a tier's quota ([`Builder::tier`](crate::Builder::tier),
+    /// [`Limiter::set_quota`](crate::Limiter::set_quota)), whose clock and
+    /// memory settings are the limiter's own; or a resolver of
+    /// tiers ([`Builder::tier_by`](crate::Builder::tier_by)) that takes
+    /// another key type than the limiter's.
+    Conflict {
+        /// The builder method whose setting would not apply, with `and.`
+        /// or `tier.` in front for a second limit's or a tier's.
+        field: &'static str,
+        /// What to do instead.
+        reason: &'static str,
+    },
 }
 
 impl ConfigError {
@@ -64,7 +78,9 @@ impl ConfigError {
     #[must_use]
     pub fn field(&self) -> &'static str {
         match self {
-            Self::Missing { field } | Self::OutOfRange { field, .. } => field,
+            Self::Missing { field }
+            | Self::OutOfRange { field, .. }
+            | Self::Conflict { field, .. } => field,
         }
     }
 
@@ -95,12 +111,16 @@ impl ConfigError {
     /// The same error about the second of two limits (`Builder::and`):
     /// its field is named `and.<field>`.
     pub(crate) fn in_second(mut self) -> Self {
-        let (Self::Missing { field } | Self::OutOfRange { field, .. }) = &mut self;
+        let (Self::Missing { field }
+        | Self::OutOfRange { field, .. }
+        | Self::Conflict { field, .. }) = &mut self;
         *field = match *field {
             "rate" => "and.rate",
             "capacity" => "and.capacity",
             "limit" => "and.limit",
             "window" => "and.window",
+            "clock" => "and.clock",
+            "memory" => "and.memory",
             other => other,
         };
         self
@@ -111,7 +131,9 @@ impl ConfigError {
     /// The same error about a tier's quota (`Builder::tier`,
     /// `Limiter::set_quota`): its field is named `tier.<field>`.
     pub(crate) fn in_tier(mut self) -> Self {
-        let (Self::Missing { field } | Self::OutOfRange { field, .. }) = &mut self;
+        let (Self::Missing { field }
+        | Self::OutOfRange { field, .. }
+        | Self::Conflict { field, .. }) = &mut self;
         *field = match *field {
             "rate" => "tier.rate",
             "capacity" => "tier.capacity",
@@ -121,9 +143,21 @@ impl ConfigError {
             "and.capacity" => "tier.and.capacity",
             "and.limit" => "tier.and.limit",
             "and.window" => "tier.and.window",
+            "clock" => "tier.clock",
+            "memory" => "tier.memory",
+            "and.clock" => "tier.and.clock",
+            "and.memory" => "tier.and.memory",
             other => other,
         };
         self
+    }
+}
+
+/// A conversion that cannot fail: a quota given as the algorithm itself
+/// ([`Limiter::set_quota`](crate::Limiter::set_quota)).
+impl From<core::convert::Infallible> for ConfigError {
+    fn from(never: core::convert::Infallible) -> Self {
+        match never {}
     }
 }
 
@@ -131,6 +165,7 @@ impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Missing { field } => write!(f, "`{field}` must be set"),
+            Self::Conflict { field, reason } => write!(f, "`{field}` would not apply: {reason}"),
             Self::OutOfRange {
                 field,
                 value,
@@ -239,15 +274,13 @@ pub enum ReserveError {
         /// become idle.
         retry_after: Duration,
     },
-    /// The algorithm cannot book requests ahead: only the
-    /// [`TokenBucket`](crate::TokenBucket), the
-    /// [`FixedWindow`](crate::FixedWindow) (unless its limit lies in the
-    /// top half of its range) and the
-    /// [`SlidingWindowLog`](crate::SlidingWindowLog) can, and a pair of
-    /// limits ([`Both`](crate::Both)) iff both of its limits can. The
-    /// [`SlidingWindowCounter`](crate::SlidingWindowCounter)'s state has no
-    /// room for a charge that counts in a later window: see "Waiting for
-    /// capacity" in the README.
+    /// This limiter cannot book ahead with its present settings: a
+    /// [`FixedWindow`](crate::FixedWindow) (or a pair or a tier holding
+    /// one) whose limit lies in the top half of its range, where its state
+    /// word has no room for the windows a booking closes. An algorithm that
+    /// can never book ahead (the
+    /// [`SlidingWindowCounter`](crate::SlidingWindowCounter)) offers no
+    /// `reserve` at all: see [`Reservable`](crate::Reservable).
     Unsupported,
 }
 
@@ -275,7 +308,7 @@ impl fmt::Display for ReserveError {
                 "the limiter is full and denies new clients; room is likely after {retry_after:?}"
             ),
             Self::Unsupported => {
-                f.write_str("this limiter cannot book requests ahead; only the token bucket, the fixed window, the sliding window log and pairs of buckets and fixed windows can")
+                f.write_str("this limiter cannot book requests ahead: a fixed window books ahead only with a limit in the lower half of its range")
             }
         }
     }

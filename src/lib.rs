@@ -153,15 +153,152 @@ pub mod tower;
 mod wait;
 
 pub use algorithm::{Both, FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
-pub use builder::{Builder, Tierable};
+pub use builder::{Builder, Tierable, Windowed};
 pub use cell::{Algorithm, Tier, Tiered};
 pub use check::{AsyncCheck, CheckError, CheckErrorKind, Quota};
 pub use clock::{Clock, CoarseClock, InstantClock, ManualClock, MonotonicClock};
 pub use decision::{Decision, LimitFigures};
 pub use error::{ConfigError, CostError, ReserveError};
-pub use limiter::{Limiter, RateLimiter};
+pub use limiter::{Limiter, RateLimiter, TierAlgorithm};
 pub use memory::{Overflow, Stats};
-pub use reservation::Reservation;
+pub use reservation::{Reservable, Reservation};
+
+/// A token bucket limiter keyed by `K` (`String` by default), reading the
+/// default clock: `Limiter<TokenBucket, K>`, for a struct field.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{FixedWindowLimiter, TokenBucket, TokenBucketLimiter};
+///
+/// struct Api {
+///     per_user: TokenBucketLimiter,
+///     per_ip: FixedWindowLimiter<std::net::IpAddr>,
+/// }
+///
+/// let api = Api {
+///     per_user: TokenBucket::builder().rate(10, Duration::from_secs(1)).build()?,
+///     per_ip: tollgate::FixedWindow::builder()
+///         .limit(100)
+///         .window(Duration::from_secs(60))
+///         .key_type()
+///         .build()?,
+/// };
+/// assert!(api.per_user.allow_request("alice"));
+/// assert!(api.per_ip.allow_request(&std::net::IpAddr::from([127, 0, 0, 1])));
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+pub type TokenBucketLimiter<K = String> = Limiter<TokenBucket, K>;
+
+/// A fixed window limiter keyed by `K` (`String` by default), reading the
+/// default clock: `Limiter<FixedWindow, K>`. See [`TokenBucketLimiter`]
+/// for a struct holding one.
+pub type FixedWindowLimiter<K = String> = Limiter<FixedWindow, K>;
+
+/// A sliding window counter limiter keyed by `K` (`String` by default),
+/// reading the default clock: `Limiter<SlidingWindowCounter, K>`.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use tollgate::{SlidingWindowCounter, SlidingWindowCounterLimiter};
+///
+/// #[derive(Clone)]
+/// struct AppState {
+///     limiter: Arc<SlidingWindowCounterLimiter<u64>>,
+/// }
+///
+/// let state = AppState {
+///     limiter: Arc::new(
+///         SlidingWindowCounter::builder()
+///             .limit(60)
+///             .window(Duration::from_secs(60))
+///             .key_type()
+///             .build()?,
+///     ),
+/// };
+/// assert!(state.clone().limiter.allow_request(&7));
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+pub type SlidingWindowCounterLimiter<K = String> = Limiter<SlidingWindowCounter, K>;
+
+/// A sliding window log limiter keyed by `K` (`String` by default), reading
+/// the default clock: `Limiter<SlidingWindowLog, K>`. See
+/// [`TokenBucketLimiter`] for a struct holding one.
+pub type SlidingWindowLogLimiter<K = String> = Limiter<SlidingWindowLog, K>;
+
+/// A limiter whose clients have tiers, each with a quota of the algorithm
+/// `A` that can change while it runs, keyed by `K` (`String` by default):
+/// `Limiter<Tiered<A>, K>`.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{TieredLimiter, TokenBucket};
+///
+/// struct Plans {
+///     limiter: TieredLimiter<TokenBucket, u64>,
+/// }
+///
+/// let second = Duration::from_secs(1);
+/// let plans = Plans {
+///     limiter: TokenBucket::builder()
+///         .rate(1, second)
+///         .tier(1, TokenBucket::builder().rate(100, second))
+///         .tier_by(|account: &u64| u16::from(*account < 1000))
+///         .build()?,
+/// };
+/// assert_eq!(plans.limiter.tier_of(&7), 1);
+/// plans.limiter.set_quota(1, plans.limiter.tier_quota(0))?;
+/// assert_eq!(plans.limiter.check(&7).limit(), 1);
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+pub type TieredLimiter<A, K = String> = Limiter<Tiered<A>, K>;
+
+// Every public limiter type, and what a limiter hands out, is `Send + Sync`:
+// checked whenever the crate compiles.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Limiter<TokenBucket>>();
+    send_sync::<Limiter<FixedWindow, u64, ManualClock>>();
+    send_sync::<Limiter<SlidingWindowCounter, std::net::IpAddr, CoarseClock>>();
+    send_sync::<Limiter<SlidingWindowLog, String, InstantClock>>();
+    send_sync::<Limiter<Both<TokenBucket, FixedWindow>>>();
+    send_sync::<Limiter<Both<SlidingWindowCounter, TokenBucket>>>();
+    send_sync::<Limiter<Tiered<TokenBucket>>>();
+    send_sync::<Limiter<Tiered<Both<FixedWindow, SlidingWindowCounter>>, u64>>();
+    send_sync::<Builder<Tiered<TokenBucket>, u64, ManualClock>>();
+    send_sync::<Reservation<'static, TokenBucket>>();
+    send_sync::<Reservation<'static, Tiered<Both<TokenBucket, FixedWindow>>, u64>>();
+    send_sync::<Reservation<'static, SlidingWindowLog, String, ManualClock>>();
+    send_sync::<Box<dyn RateLimiter>>();
+    send_sync::<Decision>();
+    send_sync::<Quota>();
+    send_sync::<CheckError>();
+    send_sync::<ConfigError>();
+    send_sync::<ReserveError>();
+    send_sync::<Stats>();
+    #[cfg(feature = "tower")]
+    {
+        send_sync::<tower::RateLimitLayer<Limiter<TokenBucket>, tower::HeaderKey>>();
+        send_sync::<
+            tower::RateLimitLayer<std::sync::Arc<Limiter<Tiered<TokenBucket>>>, tower::PeerIp>,
+        >();
+        send_sync::<
+            tower::RateLimitService<(), Limiter<Both<TokenBucket, FixedWindow>>, tower::PeerIp>,
+        >();
+    }
+    #[cfg(feature = "redis")]
+    {
+        send_sync::<redis::RedisLimiter<TokenBucket>>();
+        send_sync::<redis::RedisLimiter<SlidingWindowLog>>();
+        send_sync::<redis::RedisLimiter<Both<TokenBucket, FixedWindow>>>();
+    }
+};
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -9,17 +9,19 @@ use core::hash::Hash;
 
 use core::time::Duration;
 
-use crate::algorithm::{FromParams, Ticket, Transitions};
-use crate::builder::Builder;
-use crate::cell::{Algorithm, Booking, Life, Mortal, Packed, Tier, Tiered};
+use crate::algorithm::Ticket;
+use crate::cell::{Algorithm, Booking, Life, Mortal, Tier};
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
-use crate::error::{ConfigError, CostError, ReserveError};
+use crate::error::{CostError, ReserveError};
 use crate::memory::{Counters, Memory, Overflow, Stats};
-use crate::reservation::{Renewals, Reservation, Stamp};
+use crate::reservation::{Booker, Renewals, Reservable, Reservation, Stamp};
 use crate::store::{
     act_on_live, check_or_insert, forget_client, reset_client, DefaultHasher, Newcomer, Store,
 };
+
+mod tiers;
+pub use tiers::TierAlgorithm;
 
 /// The one entry point: may this client make a request now?
 ///
@@ -143,7 +145,7 @@ where
     }
 
     /// The tier of a new client: the resolver's answer, or 0.
-    fn tier_of(&self, key: &K) -> Tier {
+    fn resolve_tier(&self, key: &K) -> Tier {
         self.tier_by.as_ref().map_or(0, |tier_by| tier_by(key))
     }
 
@@ -430,6 +432,7 @@ where
         max_wait: Duration,
     ) -> Result<Reservation<'_, A, K, C>, ReserveError>
     where
+        A: Reservable,
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
@@ -466,6 +469,23 @@ where
     /// the order they booked; cancelling gives back each of those slots
     /// that no later booking has claimed from it.
     ///
+    /// Only these algorithms offer the method (they are [`Reservable`]).
+    /// The [`SlidingWindowCounter`](crate::SlidingWindowCounter)'s state
+    /// has no room for a charge that counts in a later window, so booking
+    /// on it (or on a pair holding one) does not compile:
+    ///
+    /// ```compile_fail,E0277
+    /// use std::time::Duration;
+    /// use tollgate::SlidingWindowCounter;
+    ///
+    /// let limiter = SlidingWindowCounter::builder()
+    ///     .limit(10)
+    ///     .window(Duration::from_secs(1))
+    ///     .build()?;
+    /// let _ = limiter.reserve_n("alice", 1, Duration::MAX); // not `Reservable`
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// Nothing is charged on an error.
@@ -477,9 +497,9 @@ where
     ///   a request could never conform;
     /// - [`ReserveError::Full`] for a new client that a full limiter denies
     ///   ([`Overflow::DenyNew`]);
-    /// - [`ReserveError::Unsupported`] for the sliding window counter (and
-    ///   a pair holding one), and for a fixed window (or a pair holding
-    ///   one) whose limit lies in the top half of its range.
+    /// - [`ReserveError::Unsupported`] for a fixed window (or a pair or a
+    ///   tier holding one) whose limit lies in the top half of its range,
+    ///   where its state word has no room for the windows a booking closes.
     ///
     /// # Examples
     ///
@@ -512,6 +532,7 @@ where
         max_wait: Duration,
     ) -> Result<Reservation<'_, A, K, C>, ReserveError>
     where
+        A: Reservable,
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
@@ -605,7 +626,7 @@ where
             remaining: 0,
             retry_after: Decision::wait(algorithm.horizon()),
             replenish_after: Decision::wait(algorithm.horizon()),
-            window: Duration::from_nanos(FromParams::granted(algorithm).1),
+            window: Duration::from_nanos(algorithm.quota_granted().1),
             pair: None,
         }
     }
@@ -967,125 +988,6 @@ where
     }
 }
 
-impl<A, K, C> Limiter<Tiered<A>, K, C>
-where
-    A: Transitions + FromParams + Clone + PartialEq,
-    A::Word: Packed,
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-    C: Clock,
-{
-    /// Changes `tier`'s quota, for every client of the tier (and, for tier
-    /// 0, every client of a tier with no quota of its own), known or new,
-    /// without a restart. A tier with no quota yet gets one.
-    ///
-    /// Checks never wait for a change and take no lock. Each client's
-    /// change is one step in its history: a check lands wholly before it,
-    /// under the old quota, or wholly after, under the new one. The call
-    /// itself visits every client once (shard by shard, under each shard's
-    /// insert lock), carrying its state over to the new quota by the
-    /// algorithm's rule:
-    ///
-    /// - [`TokenBucket`](crate::TokenBucket): the tokens the client is
-    ///   missing stay missing, at most a whole new bucket: a full bucket
-    ///   stays full, and one that spent more than the new capacity starts
-    ///   empty, refilling at the new rate.
-    /// - [`FixedWindow`](crate::FixedWindow): the requests counted in the
-    ///   window that is running stay counted (at most the new limit) in the
-    ///   new quota's window that is running.
-    /// - [`SlidingWindowCounter`](crate::SlidingWindowCounter): with the
-    ///   same window, both windows' counts are kept (each at most the new
-    ///   limit); with another window, the client's estimate for the last
-    ///   window (rounded up, at most the new limit) is counted in the new
-    ///   window that is running.
-    /// - Two limits held together ([`Both`](crate::Both)): each limit's
-    ///   state by its own rule above.
-    ///
-    /// A client whose own quota did not change (one of another tier) keeps
-    /// its state exactly as it was, bookings included. Changes are made one
-    /// at a time. A reservation booked before its tier's quota changes
-    /// keeps its ready time; its charge is carried with the rest of the
-    /// state (so, like all of it, at most one new bucket or window of it
-    /// is). Cancelling a reservation booked before a change, of any tier,
-    /// gives nothing back (see [`Reservation::cancel`]).
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`] naming the field with `tier.` in front
-    /// (`tier.capacity`) if `quota` does not validate; nothing changes.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{ManualClock, TokenBucket};
-    ///
-    /// let limiter = TokenBucket::builder()
-    ///     .rate(10, Duration::from_secs(1))
-    ///     .reconfigurable()
-    ///     .clock(ManualClock::new())
-    ///     .build()?;
-    /// assert_eq!((0..8).filter(|_| limiter.allow_request("ann")).count(), 8);
-    /// // Ann has spent 8 of 10 tokens: under a bucket of 20 she has 12 left.
-    /// limiter.set_quota(0, TokenBucket::builder().rate(20, Duration::from_secs(1)))?;
-    /// assert_eq!((0..20).filter(|_| limiter.allow_request("ann")).count(), 12);
-    /// assert_eq!(limiter.check("bob").limit(), 20);
-    ///
-    /// let err = limiter
-    ///     .set_quota(0, TokenBucket::builder().rate(1, Duration::from_secs(1)).capacity(0))
-    ///     .unwrap_err();
-    /// assert_eq!(err.field(), "tier.capacity");
-    /// # Ok::<(), tollgate::ConfigError>(())
-    /// ```
-    pub fn set_quota<K2, C2>(
-        &self,
-        tier: Tier,
-        quota: Builder<A, K2, C2>,
-    ) -> Result<(), ConfigError> {
-        let quota = A::from_params(&quota.params).map_err(ConfigError::in_tier)?;
-        // A change that panicked midway (a key's `Hash`, say) left some
-        // clients under the table before it, which then stays allocated
-        // for them; this change carries them over like every other client.
-        let _one_at_a_time = self.control.lock().unwrap_or_else(|poisoned| {
-            self.control.clear_poison();
-            poisoned.into_inner()
-        });
-        let algorithm = &self.algorithm;
-        // Every client's state is carried into a new one: no booking made
-        // before the change gives anything back after it.
-        self.renewals.renew_all(|| {
-            algorithm.change(tier, quota, || {
-                self.store
-                    .rebuild_all(|cell| algorithm.carry(cell, || self.clock.now_nanos()));
-            });
-        });
-        Ok(())
-    }
-
-    /// The quota `tier`'s clients are held to now: its own, or tier 0's if
-    /// it has none.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{FixedWindow, Quota};
-    ///
-    /// let limiter = FixedWindow::builder()
-    ///     .limit(10)
-    ///     .window(Duration::from_secs(1))
-    ///     .tier(2, FixedWindow::builder().limit(50).window(Duration::from_secs(1)))
-    ///     .build()?;
-    /// assert_eq!(limiter.tier_quota(2), Quota::new(50, Duration::from_secs(1)));
-    /// assert_eq!(limiter.tier_quota(1), Quota::new(10, Duration::from_secs(1)));
-    /// # Ok::<(), tollgate::ConfigError>(())
-    /// ```
-    #[must_use]
-    pub fn tier_quota(&self, tier: Tier) -> crate::Quota {
-        let (limit, window) = self.algorithm.quota_of(tier).granted();
-        crate::Quota::new(limit, Duration::from_nanos(window))
-    }
-}
-
 /// A new client on its way in: how the store's protocol reads the clock,
 /// makes cells, takes room and applies the overflow policy, for one check.
 struct Arrival<'a, A: Algorithm, K, C, F> {
@@ -1111,7 +1013,7 @@ where
     fn unborn(&self, key: &K, floor: u64) -> A::Cell {
         let limiter = self.limiter;
         // First, so that a resolver that panics leaves nothing behind.
-        let tier = limiter.tier_of(key);
+        let tier = limiter.resolve_tier(key);
         // Every new client pays its share of the incremental sweep.
         if let Some(pace) = limiter.memory.auto_sweep {
             if limiter.counters.next_insert() % pace.every == pace.every - 1 {
@@ -1128,7 +1030,7 @@ where
 
     fn fresh(&self, key: &K, floor: u64) -> A::Cell {
         let limiter = self.limiter;
-        limiter.algorithm.fresh_in(limiter.tier_of(key), floor)
+        limiter.algorithm.fresh_in(limiter.resolve_tier(key), floor)
     }
 
     #[inline]
@@ -1200,6 +1102,21 @@ where
     #[inline]
     fn allow_request(&self, client_id: &Q) -> bool {
         Limiter::allow_request(self, client_id)
+    }
+}
+
+impl<A, K, C> Booker<K> for Limiter<A, K, C>
+where
+    A: Algorithm,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+{
+    fn now_nanos(&self) -> u64 {
+        self.clock.now_nanos()
+    }
+
+    fn give_back(&self, client: &K, ticket: &Ticket, stamp: Stamp) -> bool {
+        Limiter::give_back(self, client, ticket, stamp)
     }
 }
 

@@ -35,22 +35,95 @@
 //! check nor an idle eviction touches the stamps: a client with a booking
 //! pending is never idle, and a cancel reads the clock, past the
 //! evictions' readings, only once it has found the state.
+//!
+//! This module sits below the limiter: a reservation reaches the limiter
+//! it was made on only through [`Booker`], which the limiter implements.
 
 use core::fmt;
 use core::hash::Hash;
+use core::marker::PhantomData;
 use core::time::Duration;
 
-use crate::algorithm::Ticket;
-use crate::cell::Algorithm;
+use crate::algorithm::{Both, FixedWindow, SlidingWindowLog, Ticket, TokenBucket};
+use crate::cell::{Algorithm, Tiered};
 use crate::clock::{Clock, MonotonicClock};
-use crate::limiter::Limiter;
 use crate::sync::{AtomicU64, Backoff, Ordering};
+
+/// An algorithm that books requests ahead
+/// ([`Limiter::reserve`](crate::Limiter::reserve) and, with the `tokio`
+/// feature, `Limiter::until_ready`): the
+/// [`TokenBucket`](crate::TokenBucket), the
+/// [`FixedWindow`](crate::FixedWindow), the
+/// [`SlidingWindowLog`](crate::SlidingWindowLog), a pair of the first two
+/// ([`Both`](crate::Both)), and a [`Tiered`] limiter of any of these.
+///
+/// The [`SlidingWindowCounter`](crate::SlidingWindowCounter) is not: its
+/// state has no room for a charge that counts in a later window. Check it
+/// with [`Limiter::check`](crate::Limiter::check) and retry after the
+/// decision's [`retry_after`](crate::Decision::retry_after) instead.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Limiter, Reservable, TokenBucket};
+///
+/// fn book<A: Reservable>(limiter: &Limiter<A>, client: &str) -> Duration {
+///     let reservation = limiter.reserve(client, Duration::MAX).unwrap();
+///     let wait = reservation.wait();
+///     reservation.commit();
+///     wait
+/// }
+/// let limiter = TokenBucket::builder().rate(1, Duration::from_secs(1)).build()?;
+/// assert_eq!(book(&limiter, "alice"), Duration::ZERO);
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+///
+/// A pair holding a sliding window counter cannot book ahead either, and
+/// the compiler says so:
+///
+/// ```compile_fail,E0277
+/// use std::time::Duration;
+/// use tollgate::{SlidingWindowCounter, TokenBucket};
+///
+/// let limiter = TokenBucket::builder()
+///     .rate(10, Duration::from_secs(1))
+///     .and(SlidingWindowCounter::builder().limit(100).window(Duration::from_secs(60)))
+///     .build()?;
+/// let _ = limiter.reserve("alice", Duration::MAX); // not `Reservable`
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot book requests ahead",
+    label = "`reserve` and `until_ready` need a `Reservable` algorithm",
+    note = "a TokenBucket, a FixedWindow, a SlidingWindowLog, a pair of buckets and fixed windows, or a tiered limiter of them can; a SlidingWindowCounter cannot: check it and retry after `Decision::retry_after`"
+)]
+pub trait Reservable: Algorithm {}
+
+impl Reservable for TokenBucket {}
+impl Reservable for FixedWindow {}
+impl Reservable for SlidingWindowLog {}
+impl<A: Reservable, B: Reservable> Reservable for Both<A, B> where Both<A, B>: Algorithm {}
+impl<A: Reservable> Reservable for Tiered<A> where Tiered<A>: Algorithm {}
+
+/// What a reservation needs of the limiter it was made on: its clock, and
+/// the cancellation of a booking. Implemented by the limiter.
+pub(crate) trait Booker<K>: Sync {
+    /// The limiter's clock, read now.
+    fn now_nanos(&self) -> u64;
+
+    /// Cancels `ticket`'s booking for `client` on the state stamped
+    /// `stamp`: true iff its charge (or,
+    /// on a log, any of it) was given back.
+    fn give_back(&self, client: &K, ticket: &Ticket, stamp: Stamp) -> bool;
+}
 
 /// A request booked ahead: charged now, allowed from
 /// [`ready_at`](Reservation::ready_at), [`wait`](Reservation::wait) after
 /// it was made.
 ///
-/// Made by [`Limiter::reserve`] and [`Limiter::reserve_n`]. What to do with
+/// Made by [`Limiter::reserve`](crate::Limiter::reserve) and
+/// [`Limiter::reserve_n`](crate::Limiter::reserve_n). What to do with
 /// it:
 ///
 /// - **proceed**: wait [`wait`](Reservation::wait) (or until
@@ -98,7 +171,7 @@ where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock,
 {
-    limiter: &'a Limiter<A, K, C>,
+    booker: &'a (dyn Booker<K> + 'a),
     wait: Duration,
     ready_at: u64,
     cost: u64,
@@ -107,6 +180,7 @@ where
     /// back; `None` once committed, cancelled, or if the booking never
     /// waited.
     pending: Option<(K, Ticket, Stamp)>,
+    _limiter: PhantomData<fn() -> (A, C)>,
 }
 
 impl<'a, A, K, C> Reservation<'a, A, K, C>
@@ -119,26 +193,28 @@ where
     /// stamped `stamp`, or with nothing to give back (`ticket` `None`: cost
     /// 0), or no wait.
     pub(crate) fn new(
-        limiter: &'a Limiter<A, K, C>,
+        booker: &'a (dyn Booker<K> + 'a),
         ticket: Option<(Ticket, u64, Stamp)>,
         now: u64,
         client: impl FnOnce() -> K,
     ) -> Self {
         let Some((ticket, wait, stamp)) = ticket else {
             return Self {
-                limiter,
+                booker,
                 wait: Duration::ZERO,
                 ready_at: now,
                 cost: 0,
                 pending: None,
+                _limiter: PhantomData,
             };
         };
         Self {
-            limiter,
+            booker,
             wait: Duration::from_nanos(wait),
             ready_at: ticket.ready_at(),
             cost: ticket.cost(),
             pending: (wait > 0).then(|| (client(), ticket, stamp)),
+            _limiter: PhantomData,
         }
     }
 
@@ -160,16 +236,13 @@ where
     /// proceed: 0 once it may.
     #[must_use]
     pub fn remaining_wait(&self) -> Duration {
-        Duration::from_nanos(
-            self.ready_at
-                .saturating_sub(self.limiter.clock().now_nanos()),
-        )
+        Duration::from_nanos(self.ready_at.saturating_sub(self.booker.now_nanos()))
     }
 
     /// Whether the limiter's clock has reached [`ready_at`](Self::ready_at).
     #[must_use]
     pub fn is_ready(&self) -> bool {
-        self.limiter.clock().now_nanos() >= self.ready_at
+        self.booker.now_nanos() >= self.ready_at
     }
 
     /// The units booked.
@@ -243,7 +316,7 @@ where
 
     fn give_back(&mut self) -> bool {
         match self.pending.take() {
-            Some((client, ticket, stamp)) => self.limiter.give_back(&client, &ticket, stamp),
+            Some((client, ticket, stamp)) => self.booker.give_back(&client, &ticket, stamp),
             None => false,
         }
     }

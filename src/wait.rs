@@ -10,6 +10,7 @@ use crate::cell::Algorithm;
 use crate::clock::Clock;
 use crate::error::ReserveError;
 use crate::limiter::Limiter;
+use crate::reservation::Reservable;
 
 impl<A, K, C> Limiter<A, K, C>
 where
@@ -19,6 +20,19 @@ where
 {
     /// Waits until one request of `client_id` may proceed, and takes it:
     /// [`until_ready_n`](Limiter::until_ready_n) with a cost of 1.
+    ///
+    /// Offered by the [`Reservable`](crate::Reservable) algorithms only:
+    ///
+    /// ```compile_fail,E0277
+    /// use std::time::Duration;
+    /// use tollgate::SlidingWindowCounter;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = SlidingWindowCounter::builder().limit(5).window(Duration::from_secs(1)).build()?;
+    /// limiter.until_ready("alice").await?; // not `Reservable`
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///
@@ -41,6 +55,7 @@ where
     /// ```
     pub async fn until_ready<Q>(&self, client_id: &Q) -> Result<(), ReserveError>
     where
+        A: Reservable,
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
@@ -67,8 +82,10 @@ where
     /// exceeds the capacity; [`ReserveError::TooLong`] with a wait of
     /// `Duration::MAX` if the request would conform only after the end of
     /// the clock's range; [`ReserveError::Full`] for a new client that a
-    /// full limiter denies; [`ReserveError::Unsupported`] for the sliding
-    /// window counter, and a pair of limits holding one.
+    /// full limiter denies; [`ReserveError::Unsupported`] for a fixed
+    /// window whose limit lies in the top half of its range (see
+    /// [`reserve_n`](Limiter::reserve_n)). Only a
+    /// [`Reservable`](crate::Reservable) algorithm offers this method.
     ///
     /// # Examples
     ///
@@ -87,6 +104,7 @@ where
     /// ```
     pub async fn until_ready_n<Q>(&self, client_id: &Q, cost: u64) -> Result<(), ReserveError>
     where
+        A: Reservable,
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
@@ -124,6 +142,7 @@ where
         max_jitter: Duration,
     ) -> Result<(), ReserveError>
     where
+        A: Reservable,
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {

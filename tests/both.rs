@@ -358,20 +358,5 @@ fn a_pair_books_when_both_limits_conform_and_cancels_from_both() {
     assert!(limiter.allow_request("a"));
 }
 
-#[test]
-fn a_pair_with_a_sliding_window_cannot_book_ahead_and_charges_nothing_trying() {
-    let limiter = TokenBucket::builder()
-        .rate(1, Duration::from_secs(1))
-        .and(SlidingWindowCounter::builder().limit(5).window(HOUR))
-        .clock(ManualClock::new())
-        .build()
-        .unwrap();
-    assert!(matches!(
-        limiter.reserve("a", HOUR),
-        Err(tollgate::ReserveError::Unsupported)
-    ));
-    assert!(
-        limiter.allow_request("a"),
-        "the failed booking charged nothing"
-    );
-}
+// A pair holding a sliding window counter cannot book ahead: `reserve` on
+// it does not compile (a `compile_fail` doctest on `tollgate::Reservable`).

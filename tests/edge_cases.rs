@@ -326,7 +326,7 @@ fn eviction_then_a_backward_step_does_not_refill_early() {
 /// longest horizon from one tier to another.
 #[test]
 fn a_full_tiered_limiter_refuses_for_its_longest_tiers_horizon() {
-    use tollgate::{Algorithm, Builder, Limiter, Overflow, ReserveError};
+    use tollgate::{Algorithm, Builder, Limiter, Overflow, Reservable, ReserveError};
 
     /// How long a one-quota limiter of `quota`, full, refuses a newcomer.
     fn horizon_of<A: Algorithm>(quota: Builder<A>) -> Duration {
@@ -343,7 +343,7 @@ fn a_full_tiered_limiter_refuses_for_its_longest_tiers_horizon() {
         refused.retry_after()
     }
 
-    fn refuses_for<A: Algorithm>(limiter: &Limiter<A, String, ManualClock>, want: Duration) {
+    fn refuses_for<A: Reservable>(limiter: &Limiter<A, String, ManualClock>, want: Duration) {
         let refused = limiter.check("newcomer");
         assert!(!refused.is_allowed(), "the cap is full");
         assert_eq!(refused.retry_after(), want);

@@ -134,7 +134,7 @@ proptest! {
             &acts,
             |clock| quotas[0].builder(clock).reconfigurable().build().unwrap(),
             decide!(),
-            |l, i| l.set_quota(0, quotas[i].builder(ManualClock::new())).unwrap(),
+            |l, i| l.set_quota(0, quotas[i].settings()).unwrap(),
             BucketModel::convert,
         );
     }
@@ -150,7 +150,7 @@ proptest! {
             &acts,
             |clock| common::Fixed(quotas[0]).builder(clock).reconfigurable().build().unwrap(),
             decide!(),
-            |l, i| l.set_quota(0, common::Fixed(quotas[i]).builder(ManualClock::new())).unwrap(),
+            |l, i| l.set_quota(0, common::Fixed(quotas[i]).settings()).unwrap(),
             FixedModel::convert,
         );
     }
@@ -175,7 +175,7 @@ proptest! {
             &acts,
             |clock| common::Sliding(quotas[0]).builder(clock).reconfigurable().build().unwrap(),
             decide!(),
-            |l, i| l.set_quota(0, common::Sliding(quotas[i]).builder(ManualClock::new())).unwrap(),
+            |l, i| l.set_quota(0, common::Sliding(quotas[i]).settings()).unwrap(),
             SlidingModel::convert,
         );
     }
@@ -192,7 +192,7 @@ proptest! {
         let clock = ManualClock::new();
         let limiter = quotas[0]
             .builder(clock.clone())
-            .tier(1, quotas[1].builder(ManualClock::new()))
+            .tier(1, quotas[1].settings())
             .tier_by(|client: &u64| (*client % 2) as u16)
             .build()
             .unwrap();
@@ -206,7 +206,7 @@ proptest! {
             match act {
                 Act::Change(_) => {
                     tier1 = if tier1 == 1 { 2 } else { 1 };
-                    limiter.set_quota(1, quotas[tier1].builder(ManualClock::new())).unwrap();
+                    limiter.set_quota(1, quotas[tier1].settings()).unwrap();
                     for (client, model) in &mut state {
                         if client % 2 == 1 {
                             *model = model.convert(now, &models[tier1]);
@@ -227,19 +227,25 @@ proptest! {
     }
 }
 
-fn bucket(tokens: u64, capacity: u64) -> tollgate::Builder<TokenBucket, u64, ManualClock> {
+/// A bucket's settings, keyed by `u64`: a tier's quota, or (given a clock)
+/// a limiter's.
+fn bucket(tokens: u64, capacity: u64) -> tollgate::Builder<TokenBucket, u64> {
     TokenBucket::builder()
         .rate(tokens, Duration::from_secs(1))
         .capacity(capacity)
         .key_type::<u64>()
-        .clock(ManualClock::new())
+}
+
+/// A limiter's builder: [`bucket`], reading a manual clock.
+fn base(tokens: u64, capacity: u64) -> tollgate::Builder<TokenBucket, u64, ManualClock> {
+    bucket(tokens, capacity).clock(ManualClock::new())
 }
 
 #[test]
 fn the_resolver_runs_once_per_client_and_never_for_a_known_one() {
     let calls = Arc::new(AtomicU64::new(0));
     let counted = Arc::clone(&calls);
-    let limiter = bucket(5, 5)
+    let limiter = base(5, 5)
         .tier(1, bucket(50, 50))
         .tier_by(move |client: &u64| {
             counted.fetch_add(1, Ordering::Relaxed);
@@ -263,7 +269,7 @@ fn the_resolver_runs_once_per_client_and_never_for_a_known_one() {
 
 #[test]
 fn a_tier_without_a_quota_of_its_own_follows_tier_0() {
-    let limiter = bucket(3, 3)
+    let limiter = base(3, 3)
         .tier(2, bucket(9, 9))
         .tier_by(|c: &u64| *c as u16)
         .build()
@@ -278,12 +284,12 @@ fn a_tier_without_a_quota_of_its_own_follows_tier_0() {
     // Giving tier 7 a quota moves its known clients too.
     limiter.set_quota(7, bucket(20, 20)).unwrap();
     assert_eq!(limiter.check(&7).limit(), 20);
-    assert_eq!(limiter.tier_quota(7).limit(), 20);
+    assert_eq!(tollgate::Quota::of(&limiter.tier_quota(7)).limit(), 20);
 }
 
 #[test]
 fn a_cost_above_the_clients_own_tier_is_denied_and_above_every_tier_an_error() {
-    let limiter = bucket(2, 2)
+    let limiter = base(2, 2)
         .tier(1, bucket(10, 10))
         .tier_by(|c: &u64| (*c % 2) as u16)
         .build()
@@ -305,7 +311,7 @@ fn a_cost_above_the_clients_own_tier_is_denied_and_above_every_tier_an_error() {
 
 #[test]
 fn bad_quotas_are_config_errors_from_the_builder_and_from_set_quota() {
-    let err = bucket(1, 1).tier(1, bucket(1, 0)).build().unwrap_err();
+    let err = base(1, 1).tier(1, bucket(1, 0)).build().unwrap_err();
     assert_eq!(err.field(), "tier.capacity");
     let err = FixedWindow::builder()
         .limit(1)
@@ -319,7 +325,7 @@ fn bad_quotas_are_config_errors_from_the_builder_and_from_set_quota() {
             field: "tier.window"
         }
     );
-    let limiter = bucket(1, 1).reconfigurable().build().unwrap();
+    let limiter = base(1, 1).reconfigurable().build().unwrap();
     let too_big = TokenBucket::builder()
         .rate(1, Duration::from_secs(3600))
         .capacity(1 << 30);
@@ -327,14 +333,18 @@ fn bad_quotas_are_config_errors_from_the_builder_and_from_set_quota() {
         limiter.set_quota(0, too_big).unwrap_err().field(),
         "tier.capacity"
     );
-    assert_eq!(limiter.tier_quota(0).limit(), 1, "nothing changed");
+    assert_eq!(
+        tollgate::Quota::of(&limiter.tier_quota(0)).limit(),
+        1,
+        "nothing changed"
+    );
 }
 
 #[test]
 fn a_panicking_resolver_leaves_the_limiter_serving() {
     let armed = Arc::new(AtomicBool::new(true));
     let trigger = Arc::clone(&armed);
-    let limiter = bucket(2, 2)
+    let limiter = base(2, 2)
         .tier(1, bucket(4, 4))
         .tier_by(move |c: &u64| {
             if *c == 13 && trigger.swap(false, Ordering::Relaxed) {
@@ -365,7 +375,7 @@ fn a_panicking_resolver_leaves_the_limiter_serving() {
 #[test]
 fn eight_threads_across_a_change_count_exactly() {
     const KEYS: u64 = 300;
-    let limiter = Arc::new(bucket(10, 10).reconfigurable().build().unwrap());
+    let limiter = Arc::new(base(10, 10).reconfigurable().build().unwrap());
     for key in 0..KEYS {
         assert_eq!((0..20).filter(|_| limiter.allow_request(&key)).count(), 10);
     }
@@ -416,7 +426,7 @@ fn eight_threads_across_a_change_count_exactly() {
 #[test]
 fn a_shrink_racing_checks_never_admits_past_the_old_quota() {
     const KEYS: u64 = 200;
-    let limiter = Arc::new(bucket(50, 50).reconfigurable().build().unwrap());
+    let limiter = Arc::new(base(50, 50).reconfigurable().build().unwrap());
     for key in 0..KEYS {
         assert_eq!((0..20).filter(|_| limiter.allow_request(&key)).count(), 20);
     }
@@ -447,7 +457,7 @@ fn a_shrink_racing_checks_never_admits_past_the_old_quota() {
 #[test]
 fn eight_threads_get_exactly_their_tiers_capacity() {
     let limiter = Arc::new(
-        bucket(3, 3)
+        base(3, 3)
             .tier(1, bucket(7, 7))
             .tier(2, bucket(11, 11))
             .tier_by(|c: &u64| (*c % 3) as u16)
@@ -532,7 +542,7 @@ fn a_decision_reports_the_window_of_the_quota_that_decided() {
         .unwrap();
     assert_eq!(sliding.check("a").window(), 5 * second);
     // A bucket of 20 refilled at 10 a second grants 20 per 2 s.
-    let tiers = bucket(10, 20)
+    let tiers = base(10, 20)
         .tier(1, bucket(1, 1))
         .tier_by(|c: &u64| (*c % 2) as u16);
     let tiers = tiers.build().unwrap();
@@ -632,7 +642,7 @@ fn reset_remove_and_sweep_use_the_clients_own_quota() {
     let limiter = TokenBucket::builder()
         .rate(2, Duration::from_secs(1))
         .key_type::<u64>()
-        .tier(1, bucket(1, 5).clock(clock.clone()))
+        .tier(1, bucket(1, 5))
         .tier_by(|c: &u64| (*c % 2) as u16)
         .clock(clock.clone())
         .build()
@@ -660,7 +670,7 @@ fn bookings_wait_by_the_clients_own_quota() {
     use tollgate::ReserveError;
     let clock = ManualClock::new();
     let second = Duration::from_secs(1);
-    let limiter = bucket(1, 1)
+    let limiter = base(1, 1)
         .tier(1, bucket(10, 10))
         .tier_by(|c: &u64| (*c % 2) as u16)
         .clock(clock.clone())

@@ -16,7 +16,8 @@ mod common;
 use std::time::Duration;
 
 use tollgate::{
-    Algorithm, Builder, FixedWindow, Limiter, ManualClock, Overflow, SlidingWindowLog, TokenBucket,
+    Algorithm, Builder, FixedWindow, Limiter, ManualClock, Overflow, Reservable, SlidingWindowLog,
+    TokenBucket,
 };
 
 const T0: u64 = 1_000;
@@ -53,7 +54,7 @@ fn spend<A: Algorithm>(limiter: &Limiter<A, String, ManualClock>, client: &str) 
 /// spend the new state's unit and book `B2`, which leaves exactly the
 /// state `B1` left; cancel `B1`: nothing is given back, and `B3` is ready
 /// after `B2`.
-fn old_ticket_leaves_the_new_state_alone<A: Algorithm>(
+fn old_ticket_leaves_the_new_state_alone<A: Reservable>(
     name: &str,
     limiter: &Limiter<A, String, ManualClock>,
     replace: impl FnOnce(),
@@ -207,7 +208,7 @@ fn a_quota_change_then_a_cancel_gives_back_nothing_of_the_new_quota() {
 /// very state the first one did.
 #[test]
 fn a_ticket_gives_back_once() {
-    fn run<A: Algorithm>(name: &str, limiter: &Limiter<A, String, ManualClock>) {
+    fn run<A: Reservable>(name: &str, limiter: &Limiter<A, String, ManualClock>) {
         spend(limiter, "a");
         let b1 = limiter.reserve("a", Duration::MAX).unwrap();
         let ready = b1.ready_at();

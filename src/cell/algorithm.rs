@@ -6,20 +6,24 @@
 
 use super::{Applied, Mortal, Packed, PairCell, StateCell, Tier};
 use crate::algorithm::{
-    clamp_now, unreserve, until, Both, FromParams, Reserve, Ticket, Transitions, Wide,
-    WordAlgorithm, NEVER,
+    clamp_now, unreserve, until, Both, FixedWindow, FromParams, Params, Reserve,
+    SlidingWindowCounter, Ticket, TokenBucket, Transitions, Wide, WordAlgorithm, NEVER,
 };
 use crate::decision::Decision;
+use crate::error::ConfigError;
 
 /// A rate-limiting algorithm that a [`Limiter`](crate::Limiter) can run:
 /// [`TokenBucket`](crate::TokenBucket),
 /// [`SlidingWindowCounter`](crate::SlidingWindowCounter),
 /// [`SlidingWindowLog`](crate::SlidingWindowLog) or
-/// [`FixedWindow`](crate::FixedWindow).
+/// [`FixedWindow`](crate::FixedWindow); two of the word algorithms held
+/// together ([`Both`](crate::Both)); or a [`Tiered`](crate::Tiered) limiter
+/// of any of these but the log.
 ///
-/// The trait is sealed: its methods are the crate's internal interface
-/// between the limiter and the cell layer, and it cannot be implemented
-/// outside tollgate. Use it to write code generic over the algorithm.
+/// Its methods are the crate's internal interface between the limiter and
+/// the cell layer, hidden from these docs; it cannot be implemented outside
+/// tollgate (a cell type is one of the crate's own). Use it to write code
+/// generic over the algorithm.
 ///
 /// # Examples
 ///
@@ -32,7 +36,9 @@ use crate::decision::Decision;
 /// # let l = tollgate::FixedWindow::builder().limit(1).window(std::time::Duration::from_secs(1)).build().unwrap();
 /// # assert_eq!(admit_all(&l, &["a", "a", "b"]), 2);
 /// ```
-pub trait Algorithm: sealed::Sealed + FromParams + Send + Sync + 'static {
+pub trait Algorithm: Send + Sync + 'static {
+    // Sealed by `Cell`: its bound `Mortal` cannot be named outside the
+    // crate, so no other crate can give an algorithm a cell.
     // The methods below are hidden from the docs: `cost` is always in
     // `1..=capacity()`, because the limiter rejects the rest before calling.
     // "Dead" means the cell is not alive (see `Mortal`); the limiter then
@@ -41,6 +47,16 @@ pub trait Algorithm: sealed::Sealed + FromParams + Send + Sync + 'static {
     /// One client's state.
     #[doc(hidden)]
     type Cell: Mortal + Send + Sync + 'static;
+
+    #[doc(hidden)]
+    /// The algorithm a builder's settings describe (`FromParams`).
+    fn from_settings(params: &Params) -> Result<Self, ConfigError>
+    where
+        Self: Sized;
+
+    #[doc(hidden)]
+    /// The quota the settings grant: `(limit, window in ns)` (`FromParams`).
+    fn quota_granted(&self) -> (u64, u64);
 
     #[doc(hidden)]
     /// The state of a client never seen before, alive, with no history.
@@ -180,14 +196,6 @@ pub enum Booking {
     Unsupported,
 }
 
-pub(crate) mod sealed {
-    /// Keeps [`Algorithm`](super::Algorithm) closed to the crate's own types.
-    pub trait Sealed {}
-    impl<A: crate::algorithm::WordAlgorithm> Sealed for A {}
-    impl<A, B> Sealed for crate::algorithm::Both<A, B> {}
-    impl<A> Sealed for crate::cell::Tiered<A> {}
-}
-
 /// The methods of [`Algorithm`] that are the same for every state a
 /// [`StateCell`] packs, written once over [`Transitions`]: the check runs
 /// the transition through the one CAS loop, a peek and the quota read the
@@ -195,6 +203,14 @@ pub(crate) mod sealed {
 /// constant transition.
 macro_rules! one_cas_loop {
     () => {
+        fn from_settings(params: &Params) -> Result<Self, ConfigError> {
+            <Self as FromParams>::from_params(params)
+        }
+
+        fn quota_granted(&self) -> (u64, u64) {
+            FromParams::granted(self)
+        }
+
         fn fresh_cell(&self, floor: u64) -> Self::Cell {
             StateCell::holding(Transitions::fresh_at(self, floor))
         }
@@ -263,23 +279,36 @@ macro_rules! one_cas_loop {
     };
 }
 
-impl<A: WordAlgorithm + FromParams> Algorithm for A {
-    type Cell = StateCell;
+// One impl per word algorithm rather than a blanket impl over
+// `WordAlgorithm`, whose bounds rustdoc would show on every type's page.
+macro_rules! word_algorithm {
+    ($($algorithm:ty),*) => {$(
+        impl Algorithm for $algorithm {
+            type Cell = StateCell;
 
-    one_cas_loop!();
+            one_cas_loop!();
 
-    fn can_reserve(&self) -> bool {
-        WordAlgorithm::reserves(self)
-    }
+            fn can_reserve(&self) -> bool {
+                WordAlgorithm::reserves(self)
+            }
 
-    fn reserve(&self, cell: &StateCell, now: u64, cost: u64, max_wait: u64) -> Option<Booking> {
-        book(self, cell, now, cost, max_wait)
-    }
+            fn reserve(
+                &self,
+                cell: &StateCell,
+                now: u64,
+                cost: u64,
+                max_wait: u64,
+            ) -> Option<Booking> {
+                book(self, cell, now, cost, max_wait)
+            }
 
-    fn unreserve(&self, cell: &StateCell, now: u64, ticket: &Ticket) -> Option<bool> {
-        cancel(cell, now, ticket)
-    }
+            fn unreserve(&self, cell: &StateCell, now: u64, ticket: &Ticket) -> Option<bool> {
+                cancel(cell, now, ticket)
+            }
+        }
+    )*};
 }
+word_algorithm!(TokenBucket, FixedWindow, SlidingWindowCounter);
 
 /// A booking through the one CAS loop, for any state a cell packs: the
 /// algorithm's pure booking transition, installed by a compare-and-swap
@@ -357,11 +386,12 @@ pub(crate) fn cancel<W: Packed + Wide>(
     }
 }
 
-/// Two limits at once: both words in one [`PairCell`], so one exchange
+/// Two limits at once: both words in one `PairCell`, so one exchange
 /// charges both or neither. A pair books ahead iff both its limits do: one
 /// exchange charges the booking to both, and a cancellation gives it back
 /// to both by the tail rule on the pair's whole state (see "Bookings" in
 /// `crate::algorithm::Both`'s module).
+#[doc(hidden)]
 impl<A, B> Algorithm for Both<A, B>
 where
     A: WordAlgorithm,

@@ -105,10 +105,10 @@ mod birth;
 mod book;
 
 use self::birth::Birth;
-use super::sealed;
 use super::{Algorithm, Booking, Life, Mortal, Relocation};
-use crate::algorithm::{SlidingWindowLog, Ticket};
+use crate::algorithm::{FromParams, Params, SlidingWindowLog, Ticket};
 use crate::decision::Decision;
+use crate::error::ConfigError;
 use crate::sync::{AtomicU64, Ordering};
 
 /// One client's log: a handle to its state, which never moves, so that the
@@ -456,10 +456,16 @@ impl Mortal for LogCell {
     }
 }
 
-impl sealed::Sealed for SlidingWindowLog {}
-
 impl Algorithm for SlidingWindowLog {
     type Cell = LogCell;
+
+    fn from_settings(params: &Params) -> Result<Self, ConfigError> {
+        <Self as FromParams>::from_params(params)
+    }
+
+    fn quota_granted(&self) -> (u64, u64) {
+        FromParams::granted(self)
+    }
 
     fn fresh_cell(&self, floor: u64) -> LogCell {
         LogState::new(self.limit(), floor).into()

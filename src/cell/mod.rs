@@ -58,7 +58,7 @@ mod tier;
 pub use algorithm::Algorithm;
 #[cfg_attr(not(feature = "loom"), allow(unreachable_pub))]
 pub use algorithm::Booking;
-pub(crate) use algorithm::{book, cancel, describe, sealed};
+pub(crate) use algorithm::{book, cancel, describe};
 
 #[cfg(feature = "loom")]
 pub use tier::TierCell;

@@ -405,11 +405,22 @@ where
     }
 }
 
+// Hidden from the docs: its bounds name the crate's internal traits (the
+// trait's own docs list the algorithms).
+#[doc(hidden)]
 impl<A: Transitions + FromParams + Clone + PartialEq> Algorithm for Tiered<A>
 where
     A::Word: Packed,
 {
     type Cell = TierCell<A::Word>;
+
+    fn from_settings(params: &Params) -> Result<Self, ConfigError> {
+        <Self as FromParams>::from_params(params)
+    }
+
+    fn quota_granted(&self) -> (u64, u64) {
+        FromParams::granted(self)
+    }
 
     fn fresh_cell(&self, floor: u64) -> Self::Cell {
         self.fresh_in(0, floor)

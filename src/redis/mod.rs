@@ -156,7 +156,7 @@ mod sealed {
     /// How an algorithm runs in Redis. Sealed: only tollgate's four
     /// algorithms implement it.
     #[allow(unreachable_pub)] // a sealed supertrait, named only here
-    pub trait Sealed {
+    pub trait Sealed: crate::algorithm::FromParams {
         fn spec(&self) -> Result<super::Spec, crate::ConfigError>;
     }
 }

@@ -111,7 +111,7 @@ fn window_us(window: Duration, field: &'static str) -> Result<u64, ConfigError> 
         "µs",
         "a Redis limiter's scripts count whole microseconds in doubles, exact below 2^53",
     )?;
-    if ns % 1_000 != 0 {
+    if !ns.is_multiple_of(1_000) {
         return Err(ConfigError::OutOfRange {
             field,
             value: ns,

@@ -378,10 +378,8 @@ where
 {
     type Algo = Both<A::Algo, B::Algo>;
     type Model = PairModel<A::Model, B::Model>;
-    fn builder(&self, clock: ManualClock) -> Builder<Self::Algo, u64, ManualClock> {
-        self.0
-            .builder(clock)
-            .and(self.1.builder(ManualClock::new()))
+    fn settings(&self) -> Builder<Self::Algo, u64> {
+        self.0.settings().and(self.1.settings())
     }
     fn model(&self) -> Self::Model {
         PairModel {
@@ -400,8 +398,14 @@ where
 pub trait Subject: std::fmt::Debug {
     type Algo: Algorithm;
     type Model: Model;
+    /// The algorithm settings of this configuration, keyed by `u64`: a
+    /// quota for `Builder::and`, `Builder::tier` or `Limiter::set_quota`
+    /// (which take no clock).
+    fn settings(&self) -> Builder<Self::Algo, u64>;
     /// The builder for this configuration, keyed by `u64`, reading `clock`.
-    fn builder(&self, clock: ManualClock) -> Builder<Self::Algo, u64, ManualClock>;
+    fn builder(&self, clock: ManualClock) -> Builder<Self::Algo, u64, ManualClock> {
+        self.settings().clock(clock)
+    }
     fn limiter(&self, clock: ManualClock) -> Limiter<Self::Algo, u64, ManualClock> {
         self.builder(clock).build().unwrap()
     }
@@ -421,12 +425,11 @@ pub struct BucketConfig {
 impl Subject for BucketConfig {
     type Algo = TokenBucket;
     type Model = BucketModel;
-    fn builder(&self, clock: ManualClock) -> Builder<TokenBucket, u64, ManualClock> {
+    fn settings(&self) -> Builder<TokenBucket, u64> {
         TokenBucket::builder()
             .rate(self.tokens, Duration::from_nanos(self.per))
             .capacity(self.capacity)
             .key_type::<u64>()
-            .clock(clock)
     }
     fn model(&self) -> BucketModel {
         BucketModel::new(self.tokens, self.per, self.capacity)
@@ -463,12 +466,11 @@ macro_rules! window_subject {
         impl Subject for $subject {
             type Algo = $algo;
             type Model = $model;
-            fn builder(&self, clock: ManualClock) -> Builder<$algo, u64, ManualClock> {
+            fn settings(&self) -> Builder<$algo, u64> {
                 $algo::builder()
                     .limit(self.0.limit)
                     .window(Duration::from_nanos(self.0.window))
                     .key_type::<u64>()
-                    .clock(clock)
             }
             fn model(&self) -> $model {
                 $model::new(self.0.limit, self.0.window)

@@ -1,0 +1,291 @@
+//! A tiered limiter's quotas while it runs: reading
+//! ([`Limiter::tier_quota`], [`Limiter::tier_of`]) and changing
+//! ([`Limiter::set_quota`]) them, and the algorithms a tier can run
+//! ([`TierAlgorithm`]).
+
+use core::borrow::Borrow;
+use core::hash::Hash;
+
+use super::Limiter;
+use crate::algorithm::{
+    Both, FixedWindow, FromParams, SlidingWindowCounter, TokenBucket, Transitions,
+};
+use crate::cell::{Algorithm, Life, Mortal, Packed, Tier, Tiered};
+use crate::clock::Clock;
+use crate::error::ConfigError;
+
+impl<A, K, C> Limiter<Tiered<A>, K, C>
+where
+    A: TierAlgorithm,
+    Tiered<A>: Algorithm,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+{
+    /// Changes `tier`'s quota, for every client of the tier (and, for tier
+    /// 0, every client of a tier with no quota of its own), known or new,
+    /// without a restart. A tier with no quota yet gets one.
+    ///
+    /// Checks never wait for a change and take no lock. Each client's
+    /// change is one step in its history: a check lands wholly before it,
+    /// under the old quota, or wholly after, under the new one. The call
+    /// itself visits every client once (shard by shard, under each shard's
+    /// insert lock), carrying its state over to the new quota by the
+    /// algorithm's rule:
+    ///
+    /// - [`TokenBucket`](crate::TokenBucket): the tokens the client is
+    ///   missing stay missing, at most a whole new bucket: a full bucket
+    ///   stays full, and one that spent more than the new capacity starts
+    ///   empty, refilling at the new rate.
+    /// - [`FixedWindow`](crate::FixedWindow): the requests counted in the
+    ///   window that is running stay counted (at most the new limit) in the
+    ///   new quota's window that is running.
+    /// - [`SlidingWindowCounter`](crate::SlidingWindowCounter): with the
+    ///   same window, both windows' counts are kept (each at most the new
+    ///   limit); with another window, the client's estimate for the last
+    ///   window (rounded up, at most the new limit) is counted in the new
+    ///   window that is running.
+    /// - Two limits held together ([`Both`](crate::Both)): each limit's
+    ///   state by its own rule above.
+    ///
+    /// A client whose own quota did not change (one of another tier) keeps
+    /// its state exactly as it was, bookings included. Changes are made one
+    /// at a time. A reservation booked before its tier's quota changes
+    /// keeps its ready time; its charge is carried with the rest of the
+    /// state (so, like all of it, at most one new bucket or window of it
+    /// is). Cancelling a reservation booked before a change, of any tier,
+    /// gives nothing back (see [`Reservation::cancel`](crate::Reservation::cancel)).
+    ///
+    /// `quota` is the tier's algorithm with its settings: a value
+    /// [`tier_quota`](Limiter::tier_quota) returned, or a builder of the
+    /// algorithm (validated here).
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the field with `tier.` in front
+    /// (`tier.capacity`) if `quota` is a builder whose settings do not
+    /// validate; nothing changes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, TokenBucket};
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .reconfigurable()
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    /// assert_eq!((0..8).filter(|_| limiter.allow_request("ann")).count(), 8);
+    /// // Ann has spent 8 of 10 tokens: under a bucket of 20 she has 12 left.
+    /// limiter.set_quota(0, TokenBucket::builder().rate(20, Duration::from_secs(1)))?;
+    /// assert_eq!((0..20).filter(|_| limiter.allow_request("ann")).count(), 12);
+    /// assert_eq!(limiter.check("bob").limit(), 20);
+    ///
+    /// let err = limiter
+    ///     .set_quota(0, TokenBucket::builder().rate(1, Duration::from_secs(1)).capacity(0))
+    ///     .unwrap_err();
+    /// assert_eq!(err.field(), "tier.capacity");
+    ///
+    /// // A quota read back from one tier can be given to another.
+    /// limiter.set_quota(3, limiter.tier_quota(0))?;
+    /// assert_eq!(limiter.tier_quota(3), limiter.tier_quota(0));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn set_quota<Q>(&self, tier: Tier, quota: Q) -> Result<(), ConfigError>
+    where
+        A: TryFrom<Q>,
+        ConfigError: From<<A as TryFrom<Q>>::Error>,
+    {
+        let quota = A::try_from(quota).map_err(|err| ConfigError::from(err).in_tier())?;
+        A::change_quota(self, tier, quota);
+        Ok(())
+    }
+
+    /// The quota `tier`'s clients are held to now: its own, or tier 0's if
+    /// it has none. The value [`set_quota`](Limiter::set_quota) takes; its
+    /// figures for a `RateLimit-Policy` header are [`Quota::of`](crate::Quota::of) it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{FixedWindow, Quota};
+    ///
+    /// let second = Duration::from_secs(1);
+    /// let limiter = FixedWindow::builder()
+    ///     .limit(10)
+    ///     .window(second)
+    ///     .tier(2, FixedWindow::builder().limit(50).window(second))
+    ///     .build()?;
+    /// assert_eq!(Quota::of(&limiter.tier_quota(2)), Quota::new(50, second));
+    /// assert_eq!(Quota::of(&limiter.tier_quota(1)), Quota::new(10, second));
+    /// let fifty: FixedWindow = FixedWindow::builder().limit(50).window(second).try_into()?;
+    /// assert_eq!(limiter.tier_quota(2), fifty);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn tier_quota(&self, tier: Tier) -> A {
+        A::quota_of(self, tier)
+    }
+
+    /// The tier of `client_id`: for a client the limiter holds, the tier
+    /// it was given when its state was created; for any other, the tier
+    /// the resolver ([`tier_by`](crate::Builder::tier_by)) gives it now, or
+    /// 0 without one. Records nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(1, Duration::from_secs(1))
+    ///     .tier(1, TokenBucket::builder().rate(100, Duration::from_secs(1)))
+    ///     .tier_by(|key: &String| u16::from(key.starts_with("pro-")))
+    ///     .build()?;
+    /// assert_eq!(limiter.tier_of("pro-1"), 1);
+    /// assert_eq!(limiter.tier_of("free-2"), 0);
+    /// assert!(limiter.is_empty(), "asking records nothing");
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn tier_of<Q>(&self, client_id: &Q) -> Tier
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        A::known_tier(self, client_id).unwrap_or_else(|| self.resolve_tier(&client_id.to_owned()))
+    }
+}
+
+/// An algorithm that each tier of a [`Tiered`] limiter can run, whose
+/// quota can be read ([`Limiter::tier_quota`]) and changed
+/// ([`Limiter::set_quota`]) while the limiter runs: the
+/// [`TokenBucket`](crate::TokenBucket), the
+/// [`FixedWindow`](crate::FixedWindow), the
+/// [`SlidingWindowCounter`](crate::SlidingWindowCounter), and two of them
+/// held together ([`Both`](crate::Both)).
+///
+/// Implemented by these types only; its methods are internal.
+///
+/// # Examples
+///
+/// ```
+/// use tollgate::{Both, FixedWindow, TierAlgorithm, TokenBucket};
+///
+/// fn tiers_can_run<A: TierAlgorithm>() {}
+/// tiers_can_run::<TokenBucket>();
+/// tiers_can_run::<Both<TokenBucket, FixedWindow>>();
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a tier's algorithm",
+    note = "tiers run a TokenBucket, a FixedWindow, a SlidingWindowCounter, or a pair of them (Both)"
+)]
+pub trait TierAlgorithm: Clone + PartialEq + Send + Sync + 'static {
+    /// Gives `tier` the quota `quota`, carrying every client over.
+    #[doc(hidden)]
+    fn change_quota<K, C>(limiter: &Limiter<Tiered<Self>, K, C>, tier: Tier, quota: Self)
+    where
+        Tiered<Self>: Algorithm,
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        C: Clock;
+
+    /// The quota `tier` is held to now.
+    #[doc(hidden)]
+    fn quota_of<K, C>(limiter: &Limiter<Tiered<Self>, K, C>, tier: Tier) -> Self
+    where
+        Tiered<Self>: Algorithm,
+        K: Hash + Eq + Clone + Send + Sync + 'static,
+        C: Clock;
+
+    /// The tier of a client the limiter holds alive, if it does.
+    #[doc(hidden)]
+    fn known_tier<K, C, Q>(limiter: &Limiter<Tiered<Self>, K, C>, client_id: &Q) -> Option<Tier>
+    where
+        Tiered<Self>: Algorithm,
+        K: Borrow<Q> + Hash + Eq + Clone + Send + Sync + 'static,
+        Q: Hash + Eq + ?Sized,
+        C: Clock;
+}
+
+// One impl per algorithm rather than a blanket impl over the crate's
+// internal traits, whose bounds rustdoc would show on every type's page.
+macro_rules! tier_algorithm {
+    ($(#[$attr:meta])* [$($generics:tt)*] $algorithm:ty $(where $($bounds:tt)*)?) => {
+        $(#[$attr])*
+        impl<$($generics)*> TierAlgorithm for $algorithm $(where $($bounds)*)? {
+            fn change_quota<K, C>(limiter: &Limiter<Tiered<Self>, K, C>, tier: Tier, quota: Self)
+            where
+                K: Hash + Eq + Clone + Send + Sync + 'static,
+                C: Clock,
+            {
+                change_quota(limiter, tier, quota);
+            }
+
+            fn quota_of<K, C>(limiter: &Limiter<Tiered<Self>, K, C>, tier: Tier) -> Self
+            where
+                K: Hash + Eq + Clone + Send + Sync + 'static,
+                C: Clock,
+            {
+                limiter.algorithm.quota_of(tier)
+            }
+
+            fn known_tier<K, C, Q>(
+                limiter: &Limiter<Tiered<Self>, K, C>,
+                client_id: &Q,
+            ) -> Option<Tier>
+            where
+                K: Borrow<Q> + Hash + Eq + Clone + Send + Sync + 'static,
+                Q: Hash + Eq + ?Sized,
+                C: Clock,
+            {
+                limiter
+                    .store
+                    .get(client_id, |cell| (cell.life() == Life::Live).then(|| cell.tier()))
+                    .flatten()
+            }
+        }
+    };
+}
+tier_algorithm!([] TokenBucket);
+tier_algorithm!([] FixedWindow);
+tier_algorithm!([] SlidingWindowCounter);
+tier_algorithm!(
+    // Hidden from the docs: its bounds name the crate's internal traits
+    // (the trait's own docs list the pairs).
+    #[doc(hidden)]
+    [A, B] Both<A, B>
+    where
+        Both<A, B>: Transitions + FromParams + Clone + PartialEq,
+        <Both<A, B> as Transitions>::Word: Packed,
+);
+
+/// Gives `tier` the quota `quota`, carrying every client over
+/// ([`Limiter::set_quota`]).
+fn change_quota<A, K, C>(limiter: &Limiter<Tiered<A>, K, C>, tier: Tier, quota: A)
+where
+    A: Transitions + FromParams + Clone + PartialEq,
+    A::Word: Packed,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+{
+    // A change that panicked midway (a key's `Hash`, say) left some
+    // clients under the table before it, which then stays allocated
+    // for them; this change carries them over like every other client.
+    let _one_at_a_time = limiter.control.lock().unwrap_or_else(|poisoned| {
+        limiter.control.clear_poison();
+        poisoned.into_inner()
+    });
+    let algorithm = &limiter.algorithm;
+    // Every client's state is carried into a new one: no booking made
+    // before the change gives anything back after it.
+    limiter.renewals.renew_all(|| {
+        algorithm.change(tier, quota, || {
+            limiter
+                .store
+                .rebuild_all(|cell| algorithm.carry(cell, || limiter.clock.now_nanos()));
+        });
+    });
+}
