@@ -87,14 +87,14 @@
 //! # A limiter in another process
 //!
 //! The layer asks its limiter only through
-//! [`AsyncCheck`](crate::AsyncCheck), whose decision is a
+//! [`AsyncCheck`], whose decision is a
 //! future. Every in-process [`Limiter`](crate::Limiter) answers with a
 //! future that is ready at once, and the layer then calls the inner service
-//! straight away, with no allocation. A limiter whose state lives elsewhere
+//! straight away, boxing nothing. A limiter whose state lives elsewhere
 //! (a shared store) implements `AsyncCheck` with a future that completes when
 //! the store answers: the layer keeps the request, and the inner service it
 //! had readied, until then, and answers a failed check
-//! ([`CheckError`](crate::CheckError)) with `503 Service Unavailable`. Neither the layer's
+//! ([`CheckError`]) with `503 Service Unavailable`. Neither the layer's
 //! types nor its constructors change.
 
 mod cidr;
