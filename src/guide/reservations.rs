@@ -46,8 +46,12 @@
 //! one (handing the units out again would admit two requests in one slot).
 //! Cancelling newest first gives everything back. A booking acts only on
 //! the state it was made on: after the client was reset, removed, evicted
-//! or carried to a new quota, cancelling it gives nothing back. Once its
-//! time has come, a reservation is consumed: dropping it does nothing.
+//! or carried to a new quota, cancelling it gives nothing back. To keep
+//! each client's state one word, this is tracked per stripe of clients (1
+//! in 256, by the key's hash): replacing one client's state also makes the
+//! pending bookings of the other clients of its stripe give nothing back
+//! (the safe direction), and a quota change does so for every client. Once
+//! its time has come, a reservation is consumed: dropping it does nothing.
 //!
 //! Call [`commit`](crate::Reservation::commit) when you act on a
 //! reservation. Dropping an uncommitted one cancels it if the limiter's
@@ -58,8 +62,10 @@
 //!
 //! [`ReserveError`](crate::ReserveError), with nothing charged: `TooLong`
 //! beyond `max_wait` (a wait of `Duration::MAX` means never), `Cost` above
-//! the capacity, `Full` for a new client at a `DenyNew` cap. A cost of 0 is
-//! ready at once and charges nothing.
+//! the capacity, `Full` for a new client at a `DenyNew` cap, and
+//! `Unsupported` for a fixed window whose limit lies in the top half of its
+//! range (its count needs room for twice the limit to book ahead). A cost
+//! of 0 is ready at once and charges nothing.
 //!
 //! # Per algorithm
 //!
@@ -79,12 +85,25 @@
 //!   its slots one by one; if a check or another booking takes one of them
 //!   first, it gives back what it claimed and is timed again, and a check
 //!   that meets it halfway may be denied (never wrongly admitted).
-//! - **The sliding window counter** does not book ahead. A booking ready at
-//!   `r` must be charged now as the check at `r` would charge it, and when
-//!   `r` is the next window's start or later, the word (an index and two
-//!   counts) has no room to mark the current window closed, as the fixed
-//!   window's does: a check read in the current window could be let in
-//!   ahead of the booking.
+//! - **The sliding window counter** does not book ahead, and the compiler
+//!   says so: `reserve` needs a [`Reservable`](crate::Reservable)
+//!   algorithm. A booking ready at `r` must be charged now as the check at
+//!   `r` would charge it, and when `r` is the next window's start or
+//!   later, the word (an index and two counts) has no room to mark the
+//!   current window closed, as the fixed window's does: a check read in
+//!   the current window could be let in ahead of the booking.
+//!
+//! ```compile_fail,E0277
+//! use std::time::Duration;
+//! use tollgate::SlidingWindowCounter;
+//!
+//! let limiter = SlidingWindowCounter::builder()
+//!     .limit(10)
+//!     .window(Duration::from_secs(1))
+//!     .build()?;
+//! let _ = limiter.reserve("alice", Duration::MAX); // not Reservable
+//! # Ok::<(), tollgate::ConfigError>(())
+//! ```
 //!
 //! # Waiting on tokio
 //!

@@ -24,12 +24,25 @@
 //! assert_eq!(limiter.check("partner-bob").limit(), 2000);
 //! assert_eq!(limiter.check("carol").limit(), 10);
 //!
+//! assert_eq!(limiter.tier_of("pro-ann"), 1);
+//!
 //! // Change a tier's quota while the limiter runs: every client of the
 //! // tier, known or new, is held to it from now on.
 //! limiter.set_quota(1, TokenBucket::builder().rate(200, Duration::from_secs(1)))?;
 //! assert_eq!(limiter.check("pro-ann").limit(), 200);
+//!
+//! // A tier's quota is a value: give tier 2's to tier 1.
+//! limiter.set_quota(1, limiter.tier_quota(2))?;
+//! assert_eq!(limiter.check("pro-ann").limit(), 2000);
 //! # Ok::<(), tollgate::ConfigError>(())
 //! ```
+//!
+//! The builder takes its settings in any order: `.tier(..)` before
+//! `.rate(..)`, and `.tier_by(..)` before or after `.key_type::<K>()` (the
+//! resolver's key type sets the limiter's). A setting that would not apply
+//! (a clock or a memory setting given to a tier's builder) is a
+//! [`ConfigError::Conflict`](crate::ConfigError::Conflict) from `build()`,
+//! never silently dropped.
 //!
 //! [`Builder::reconfigurable`](crate::Builder::reconfigurable) makes a
 //! limiter with one quota that can change the same way. Tiers and changes
@@ -75,6 +88,8 @@
 //!   capacity is denied with `retry_after() == Duration::MAX`; above every
 //!   tier's it is a [`CostError`](crate::CostError). Racing first requests
 //!   of one new client may each call the resolver once; one state wins.
+//!   Cancelling a booking made before a quota change, of any tier, gives
+//!   nothing back.
 //!
 //! # Costs
 //!
