@@ -1,5 +1,5 @@
-//! tollgate under contention, side by side with the seed's per-client-mutex
-//! design (`seed-mutex`), one global mutex (`global-mutex`) and governor's
+//! tollgate under contention, side by side with a map of per-client mutexes
+//! (`mutex-map`), one global mutex (`global-mutex`) and governor's
 //! keyed limiter. `cargo run --release --example compare` runs the same
 //! workloads in under a minute and prints ratios; this suite is the slower,
 //! criterion-grade version of it.

@@ -1,4 +1,4 @@
-//! Compare tollgate with the seed's per-client-mutex design, one global
+//! Compare tollgate with a map of per-client mutexes (`mutex-map`), one global
 //! mutex and governor, on this machine, in a minute or two (most of it
 //! filling maps: `uniform_1m`'s million clients per implementation and key
 //! type, and the sweep's):
@@ -17,7 +17,7 @@
 //! address); without `--keys`, `IpAddr` runs only the headline scenarios at
 //! the token bucket.
 //!
-//! Besides the checks, it measures what bounding memory costs (issue 6):
+//! Besides the checks, it measures what bounding memory costs:
 //! `insert_capped`, new clients against a full `max_clients` cap under each
 //! overflow policy, and `sweep`, one full `sweep()` of a map of idle clients
 //! against governor's `retain_recent()`.
@@ -47,7 +47,7 @@ use workload::{
 };
 
 const HELP: &str = "\
-compare: tollgate against the seed's mutex design, a global mutex and governor
+compare: tollgate against a map of per-client mutexes, a global mutex and governor
 
 USAGE:
     cargo run --release --example compare -- [OPTIONS]
@@ -86,7 +86,7 @@ OPTIONS:
                      addresses in 2001:db8::/32). Without --keys all three
                      run, but IpAddr only in hot_allowed, hot_denied,
                      uniform_100k, uniform_1m and insert, and only at the
-                     token bucket (tollgate, seed-mutex, global-mutex,
+                     token bucket (tollgate, mutex-map, global-mutex,
                      governor; --memory likewise); naming IpAddr in --keys
                      runs it everywhere, as --quick does
     --ops N          checks per thread per round instead of calibrating to
@@ -107,7 +107,7 @@ eviction scenarios run at most 3 rounds: filling their maps is slow. Keys:
 String, u64 and IpAddr (see --keys).
 
 ns/op is the cost of one check as each thread sees it (wall time x threads /
-checks); Mops/s is all threads together. A ratio `x seed-mutex` of 3.0 means
+checks); Mops/s is all threads together. A ratio `x mutex-map` of 3.0 means
 tollgate is 3 times as fast (cost and throughput ratios are the same thing at
 a fixed thread count).
 
@@ -769,7 +769,7 @@ fn ratio(baseline: Option<f64>, ours: f64) -> String {
 
 fn print_table(rows: &[Row]) {
     println!(
-        "| scenario | key | threads | algorithm | tollgate ns/op | tollgate Mops/s | seed-mutex ns/op | × seed-mutex | global-mutex ns/op | governor ns/op | × governor | allowed |"
+        "| scenario | key | threads | algorithm | tollgate ns/op | tollgate Mops/s | mutex-map ns/op | × mutex-map | global-mutex ns/op | governor ns/op | × governor | allowed |"
     );
     println!("|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|");
     let checks = rows
@@ -778,7 +778,7 @@ fn print_table(rows: &[Row]) {
     for r in checks {
         let ours = r.sample.ns_per_op();
         let algo = r.imp.algo();
-        let seed = find(rows, r, Impl::SeedMutex(algo));
+        let mutex_map = find(rows, r, Impl::MutexMap(algo));
         let global = find(rows, r, Impl::GlobalMutex(algo));
         let governor = find(rows, r, Impl::Governor);
         println!(
@@ -789,8 +789,8 @@ fn print_table(rows: &[Row]) {
             algo.name(),
             ours,
             r.sample.ops_per_sec() / 1e6,
-            cell(seed),
-            ratio(seed, ours),
+            cell(mutex_map),
+            ratio(mutex_map, ours),
             cell(global),
             cell(governor),
             ratio(governor, ours),

@@ -1,7 +1,7 @@
 //! The two lock-based designs tollgate is measured against. They live here,
 //! in the benchmark support code, and never in the library.
 //!
-//! * [`SeedMutex`]: a faithful port of the seed's Python design
+//! * [`MutexMap`]: a faithful port of the seed's Python design
 //!   (`rate-limiter-lld`): a map guarded for its *structure* only, one
 //!   `Arc<Mutex<State>>` per client, and double-checked creation of a new
 //!   client's state. Python reads the dict without a lock (the GIL makes that
@@ -192,14 +192,14 @@ impl SeedState for FixedState {
 }
 
 /// The seed's design: a structure-only map lock and a `Mutex` per client.
-pub struct SeedMutex<S: SeedState, K> {
+pub struct MutexMap<S: SeedState, K> {
     config: S::Config,
     clock: MonotonicClock,
     /// Guards the map's structure only, never a client's state.
     states: RwLock<HashMap<K, Arc<Mutex<S>>, Hasher>>,
 }
 
-impl<S: SeedState, K: Hash + Eq + Clone> SeedMutex<S, K> {
+impl<S: SeedState, K: Hash + Eq + Clone> MutexMap<S, K> {
     /// An empty limiter.
     pub fn new(config: S::Config) -> Self {
         Self {
@@ -229,9 +229,7 @@ impl<S: SeedState, K: Hash + Eq + Clone> SeedMutex<S, K> {
     }
 }
 
-impl<S: SeedState, K: Hash + Eq + Clone + Send + Sync> tollgate::RateLimiter<K>
-    for SeedMutex<S, K>
-{
+impl<S: SeedState, K: Hash + Eq + Clone + Send + Sync> tollgate::RateLimiter<K> for MutexMap<S, K> {
     #[inline]
     fn allow_request(&self, client_id: &K) -> bool {
         let state = self.state(client_id);

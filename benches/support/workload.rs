@@ -34,7 +34,7 @@ use tollgate::{
 };
 
 use crate::baselines::{
-    BucketConfig, BucketState, FixedState, GlobalMutex, SeedMutex, SlidingState, WindowConfig,
+    BucketConfig, BucketState, FixedState, GlobalMutex, MutexMap, SlidingState, WindowConfig,
 };
 
 /// Clients in the uniform scenario.
@@ -111,7 +111,7 @@ impl Algo {
     }
 
     /// Whether `baselines.rs` ports it to the seed's design (and so whether
-    /// `seed-mutex` runs it).
+    /// `mutex-map` runs it).
     pub fn has_seed_port(self) -> bool {
         match self {
             Algo::TokenBucket | Algo::SlidingWindowCounter | Algo::FixedWindow => true,
@@ -135,7 +135,7 @@ impl Algo {
 pub enum Impl {
     Tollgate(Algo),
     /// The seed's design: structure-only map lock, a `Mutex` per client.
-    SeedMutex(Algo),
+    MutexMap(Algo),
     /// One `Mutex<HashMap>`.
     GlobalMutex(Algo),
     /// governor's keyed limiter (GCRA, a token bucket) with its default
@@ -152,7 +152,7 @@ impl Impl {
     pub fn name(self) -> &'static str {
         match self {
             Impl::Tollgate(_) => "tollgate",
-            Impl::SeedMutex(_) => "seed-mutex",
+            Impl::MutexMap(_) => "mutex-map",
             Impl::GlobalMutex(_) => "global-mutex",
             Impl::Governor => "governor",
             Impl::TwoLimiters => "two-limiters",
@@ -161,7 +161,7 @@ impl Impl {
 
     pub fn algo(self) -> Algo {
         match self {
-            Impl::Tollgate(a) | Impl::SeedMutex(a) | Impl::GlobalMutex(a) => a,
+            Impl::Tollgate(a) | Impl::MutexMap(a) | Impl::GlobalMutex(a) => a,
             Impl::Governor => Algo::TokenBucket,
             Impl::TwoLimiters => Algo::TwoBuckets,
         }
@@ -182,7 +182,7 @@ pub fn impls() -> Vec<Impl> {
         ALGOS
             .iter()
             .filter(|a| a.has_seed_port())
-            .map(|&a| Impl::SeedMutex(a)),
+            .map(|&a| Impl::MutexMap(a)),
     );
     all.push(Impl::GlobalMutex(Algo::TokenBucket));
     all.push(Impl::Governor);
@@ -887,7 +887,7 @@ pub fn make_stale<K: Key>(imp: Impl) -> Box<dyn Stale<K>> {
             );
             Box::new(StaleGovernor { limiter, clock })
         }
-        Impl::SeedMutex(_) | Impl::GlobalMutex(_) | Impl::TwoLimiters => {
+        Impl::MutexMap(_) | Impl::GlobalMutex(_) | Impl::TwoLimiters => {
             panic!("{} has no sweep", imp.label())
         }
     }
@@ -957,20 +957,20 @@ pub fn make<K: Key>(imp: Impl, scenario: Scenario) -> Arc<dyn Subject<K>> {
             };
             wrap(TwoLimiters(one(per), one(HOUR)))
         }
-        Impl::SeedMutex(Algo::TokenBucket) => {
+        Impl::MutexMap(Algo::TokenBucket) => {
             let (tokens, per, capacity) = rate(spec);
             let config = BucketConfig::new(tokens, per, capacity);
-            wrap(SeedMutex::<BucketState, K>::new(config))
+            wrap(MutexMap::<BucketState, K>::new(config))
         }
-        Impl::SeedMutex(Algo::SlidingWindowCounter) => {
+        Impl::MutexMap(Algo::SlidingWindowCounter) => {
             let (limit, w) = window(spec);
-            wrap(SeedMutex::<SlidingState, K>::new(WindowConfig::new(
+            wrap(MutexMap::<SlidingState, K>::new(WindowConfig::new(
                 limit, w,
             )))
         }
-        Impl::SeedMutex(Algo::FixedWindow) => {
+        Impl::MutexMap(Algo::FixedWindow) => {
             let (limit, w) = window(spec);
-            wrap(SeedMutex::<FixedState, K>::new(WindowConfig::new(limit, w)))
+            wrap(MutexMap::<FixedState, K>::new(WindowConfig::new(limit, w)))
         }
         Impl::GlobalMutex(Algo::TokenBucket) => {
             let (tokens, per, capacity) = rate(spec);
@@ -989,7 +989,7 @@ pub fn make<K: Key>(imp: Impl, scenario: Scenario) -> Arc<dyn Subject<K>> {
                 limit, w,
             )))
         }
-        Impl::SeedMutex(Algo::SlidingWindowLog | Algo::TwoBuckets | Algo::TieredBucket)
+        Impl::MutexMap(Algo::SlidingWindowLog | Algo::TwoBuckets | Algo::TieredBucket)
         | Impl::GlobalMutex(Algo::SlidingWindowLog | Algo::TwoBuckets | Algo::TieredBucket) => {
             unreachable!("no mutex port of the log or of two limits: has_seed_port is false")
         }
