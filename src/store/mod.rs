@@ -417,16 +417,20 @@ where
     V: Mortal,
     N: Newcomer<K, V, R>,
 {
+    // One reading, taken before any claim: a thread holding a claim runs
+    // no user code (a clock that panics there would leave the cell claimed
+    // for good, and every later request for the client, and a rebuild of
+    // its shard, waiting on it).
+    let now = ours.unwrap_or_else(|| newcomer.now());
     // Each step acts on the life the previous one observed; a failed
     // exchange reports the life it found, which is never older than what
     // this thread has seen, so no step re-reads a stale birth word.
-    let now = || ours.unwrap_or_else(|| newcomer.now());
     let backoff = Backoff::new();
     let mut life = cell.life();
     loop {
         life = match life {
             Life::Live => {
-                return match op(cell, now()) {
+                return match op(cell, now) {
                     Some(answer) => Settled::Answer(answer),
                     // Evicted since: go round through the map.
                     None => Settled::Dead,
@@ -443,13 +447,16 @@ where
             Life::Unborn => match cell.claim() {
                 Err(found) => found,
                 Ok(()) => {
+                    // Claimed: nothing but the store's count and the cell's
+                    // word until the claim is settled.
                     if newcomer.reserve() {
-                        newcomer.activate(cell, now());
+                        newcomer.activate(cell, now);
                         Life::Live
                     } else {
-                        // No room: let others claim while the policy looks.
+                        // No room: let others claim while the policy looks
+                        // (which may run user code: the clock, a key's
+                        // `Hash`).
                         cell.unclaim();
-                        let now = now();
                         if newcomer.make_room(now) {
                             match cell.claim() {
                                 Ok(()) => {
@@ -716,19 +723,27 @@ where
         let Some(max) = max else {
             return true;
         };
-        // Look before writing, so that a flood against a full map only reads.
-        // Relaxed: a hint; the exchange below decides.
-        if self.held.load(Ordering::Relaxed) >= max {
-            return false;
+        // Look before writing, so that a flood against a full map only
+        // reads; then take a unit only from a count below `max`, so the
+        // count never goes past the cap, not even for a moment (`len`
+        // reads it). Relaxed: the loaded value is only a guess for the
+        // exchange, which decides.
+        let mut held = self.held.load(Ordering::Relaxed);
+        while held < max {
+            // Release (success): publishes the entry this unit is taken for
+            // (inserted before it) to whoever sees the unit taken
+            // (`is_full`'s Acquire). Relaxed (failure): a fresh guess only.
+            match self.held.compare_exchange_weak(
+                held,
+                held + 1,
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(now) => held = now,
+            }
         }
-        // Release: publishes the entry this unit is taken for (inserted
-        // before it) to whoever sees the unit taken (`is_full`).
-        if self.held.fetch_add(1, Ordering::Release) < max {
-            true
-        } else {
-            self.release(1);
-            false
-        }
+        false
     }
 
     /// Whether no unit of room is left under `max`.
@@ -854,5 +869,89 @@ impl<K, V, S: BuildHasher> fmt::Debug for Store<K, V, S> {
         // Reading a concurrent map's contents in Debug would race with
         // checks; print the shape only.
         f.debug_struct("Store").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cell::StateCell;
+
+    fn capped() -> Store<u64, StateCell, foldhash::fast::FixedState> {
+        Store::with_hasher(foldhash::fast::FixedState::with_seed(3), true)
+    }
+
+    /// Inserts a live cell for `key`, holding a unit of room.
+    fn admit(store: &Store<u64, StateCell, foldhash::fast::FixedState>, key: u64) {
+        assert!(store.reserve(Some(10)));
+        assert!(store.insert(key, StateCell::new(0), |_| ()).is_ok());
+    }
+
+    #[test]
+    fn a_slice_removes_an_entry_already_dead_and_gives_back_its_room() {
+        let store = capped();
+        admit(&store, 1);
+        admit(&store, 2);
+        // Client 1 is evicted, but its entry is still in the map (its
+        // evictor has not removed it yet).
+        assert_eq!(store.get(&1, StateCell::retire), Some(true));
+        assert_eq!(store.len(), 2, "an evicted entry holds its room");
+        // The slice's visitor forgets no one: the dead entry goes anyway.
+        let swept = store.sweep_slice(100, |_, _| false, false);
+        assert!(swept.is_some_and(|swept| !swept.kept));
+        assert_eq!(store.len(), 1, "its room came back");
+        assert_eq!(store.get(&1, StateCell::load), None);
+        assert_eq!(store.get(&2, StateCell::load), Some(0));
+    }
+
+    #[test]
+    fn reserve_never_counts_past_the_cap() {
+        let store = capped();
+        for _ in 0..3 {
+            assert!(store.reserve(Some(3)));
+        }
+        assert!(!store.reserve(Some(3)));
+        assert_eq!(store.len(), 3);
+        assert!(store.is_full(Some(3)));
+        store.release(1);
+        assert!(!store.is_full(Some(3)));
+        assert!(store.reserve(Some(3)));
+        assert_eq!(store.len(), 3);
+    }
+
+    /// Threads taking and giving back the last unit race a reader of the
+    /// count: it never reads more than the cap, not even for a moment.
+    #[test]
+    fn the_count_never_reads_past_the_cap_under_racing_reserves() {
+        let store = capped();
+        let stop = core::sync::atomic::AtomicBool::new(false);
+        let rounds = if cfg!(miri) { 50 } else { 200_000 };
+        let over = std::thread::scope(|scope| {
+            let reader = scope.spawn(|| {
+                let mut over = 0;
+                while !stop.load(core::sync::atomic::Ordering::Relaxed) {
+                    over += u32::from(store.len() > 1);
+                }
+                over
+            });
+            let takers: Vec<_> = (0..2)
+                .map(|_| {
+                    scope.spawn(|| {
+                        for _ in 0..rounds {
+                            if store.reserve(Some(1)) {
+                                store.release(1);
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for taker in takers {
+                taker.join().unwrap();
+            }
+            stop.store(true, core::sync::atomic::Ordering::Relaxed);
+            reader.join().unwrap()
+        });
+        assert_eq!(over, 0, "len() read past the cap {over} times");
+        assert_eq!(store.len(), 0);
     }
 }
