@@ -552,26 +552,12 @@ where
         .unwrap_or(false)
     }
 
-    /// A jitter in `0..=max` for a booking of `client_id` ready at
-    /// `ready_at`: the store's seeded hash of the key, mixed with the ready
-    /// time by splitmix64's finaliser. Unpredictable to clients, and
-    /// different for two clients (or two bookings of one) ready together.
+    /// `client_id`'s hash under the store's randomly seeded hasher:
+    /// unpredictable to clients, different for every limiter (the waiting
+    /// skin's jitter is drawn from it).
     #[cfg(feature = "tokio")]
-    pub(crate) fn jitter<Q: Hash + ?Sized>(
-        &self,
-        client_id: &Q,
-        ready_at: Duration,
-        max: Duration,
-    ) -> Duration {
-        let max = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
-        if max == 0 {
-            return Duration::ZERO;
-        }
-        let mut z = self.store.hash_of(client_id) ^ (ready_at.as_nanos() as u64);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        Duration::from_nanos(z % max.saturating_add(1).max(1))
+    pub(crate) fn key_hash<Q: Hash + ?Sized>(&self, client_id: &Q) -> u64 {
+        self.store.hash_of(client_id)
     }
 
     /// The decision for a new client that a full limiter denies
