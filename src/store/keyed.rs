@@ -382,4 +382,23 @@ mod tests {
         assert_eq!(store.get(&4, StateCell::load), None, "removed all the same");
         assert_eq!(store.len(), 1);
     }
+
+    #[test]
+    fn a_full_sweep_removes_the_entries_it_retires_and_those_already_dead() {
+        let store = capped();
+        for key in 1..=4 {
+            assert!(store.reserve(Some(10)));
+            assert!(store.insert(key, StateCell::new(key), |_| ()).is_ok());
+        }
+        // Client 1 is evicted, its entry still in the map; the sweep
+        // retires client 2; clients 3 and 4 stay.
+        assert_eq!(store.get(&1, StateCell::retire), Some(true));
+        let removed = store.sweep(|cell| cell.load() == 2 && cell.retire());
+        assert_eq!(removed, 2);
+        assert_eq!(store.len(), 2, "both removed entries gave their room back");
+        assert_eq!(store.get(&1, StateCell::load), None);
+        assert_eq!(store.get(&2, StateCell::load), None);
+        assert_eq!(store.get(&3, StateCell::load), Some(3));
+        assert_eq!(store.get(&4, StateCell::load), Some(4));
+    }
 }
