@@ -1085,7 +1085,7 @@ where
 
     fn born(&self, key: &K, floor: u64) -> Option<A::Cell> {
         let limiter = self.limiter;
-        if limiter.memory.max_clients.is_some() {
+        if limiter.memory.max_clients.is_some() || !A::BORN_BEFORE_INSERT {
             return None;
         }
         // First, so that a resolver that panics leaves nothing behind.

@@ -592,6 +592,15 @@ pub trait Algorithm: sealed::Sealed + FromParams + Send + Sync + 'static {
     type Cell: Mortal + Send + Sync + 'static;
 
     #[doc(hidden)]
+    /// Whether a new client's live fresh cell, made before its insert, is
+    /// still right however late the insert lands: false where a cell names
+    /// state that a quota change replaces (a tiered cell names an entry of
+    /// the quota table, which a change retires once it has carried every
+    /// cell in the map over), so that such a cell is inserted unborn and
+    /// brought to life after its insert, when it reads the current table.
+    const BORN_BEFORE_INSERT: bool = true;
+
+    #[doc(hidden)]
     /// The state of a client never seen before, alive, with no history.
     fn new_cell(&self) -> Self::Cell {
         self.fresh_cell(0)

@@ -410,6 +410,11 @@ where
 {
     type Cell = TierCell<A::Word>;
 
+    // A fresh tiered cell names its tier's entry in the quota table of the
+    // moment it is made: a quota change that carried the shard over before
+    // the insert landed would leave it naming a retired table.
+    const BORN_BEFORE_INSERT: bool = false;
+
     fn fresh_cell(&self, floor: u64) -> Self::Cell {
         self.fresh_in(0, floor)
     }
