@@ -24,9 +24,9 @@
 //! An entry leaves the map only once its cell is dead ([`Mortal`]): an
 //! evictor first retires the cell (the cell layer's tombstone), then removes
 //! the entry on the condition that the cell it holds is dead. A check that
-//! finds a dead cell removes the entry itself on the same condition, reads
-//! the clock again and inserts a fresh cell, so it never depends on the
-//! evictor finishing. Since a dead cell stays dead, "remove if dead" never
+//! finds a dead cell removes the entry itself on the same condition, raises
+//! its reading to the eviction's and inserts a fresh cell, so it never
+//! depends on the evictor finishing. Since a dead cell stays dead, "remove if dead" never
 //! removes a live entry, whoever runs it and however late. A cell frozen by
 //! a table's rebuild reads as dead through its old copy, and the check that
 //! meets it goes round the same way, to find the live copy in the new table
@@ -175,14 +175,17 @@ pub trait Newcomer<K, V, R> {
 ///
 /// 1. a dead entry (evicted or refused) is removed, if it is still there
 ///    (any thread may; the removal gives back the room it held);
-/// 2. an absent key gets an unborn cell, made at a fresh reading
-///    ([`Newcomer::now`]), so no earlier than the eviction of any cell it
-///    replaces; of two threads inserting at once, one insert wins;
-/// 3. an unborn cell is brought to life by whichever thread claims it and
-///    takes room for it, or refused by one that found none
+/// 2. an absent key gets a cell made at the reading raised past any
+///    eviction the last look saw ([`Newcomer::now`]), so no earlier than
+///    the eviction of any cell it replaces; of two threads inserting at
+///    once, one insert wins. Where no room need be taken
+///    ([`Newcomer::born`]), the cell is alive and `op` has already run on
+///    it when the insert publishes it: the request is answered;
+/// 3. otherwise the cell is unborn, and brought to life by whichever thread
+///    claims it and takes room for it, or refused by one that found none
 ///    ([`Mortal::claim`], [`Mortal::refuse`]: exchanges on one word, so the
 ///    two never both happen, and every racer sees the same outcome);
-/// 4. `op` runs on the live cell at a fresh reading.
+/// 4. `op` runs on the live cell at that raised reading.
 ///
 /// So one client has at most one live cell, every update lands in the cell
 /// the map holds, and a client's first requests racing at a full cap share
