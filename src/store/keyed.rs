@@ -401,4 +401,22 @@ mod tests {
         assert_eq!(store.get(&3, StateCell::load), Some(3));
         assert_eq!(store.get(&4, StateCell::load), Some(4));
     }
+
+    #[test]
+    fn a_slice_that_keeps_one_hands_over_the_first_unit_and_gives_back_the_rest() {
+        let store = capped();
+        for key in 1..=3 {
+            admit(&store, key);
+        }
+        assert_eq!(store.get(&1, StateCell::retire), Some(true));
+        assert_eq!(store.get(&2, StateCell::retire), Some(true));
+        let swept = store.sweep_slice(100, |_, _| false, true);
+        assert!(swept.is_some_and(|swept| swept.kept), "a unit handed over");
+        // Of the two removed entries' units, one is the caller's (still
+        // counted), the other given back.
+        assert_eq!(store.len(), 2);
+        assert_eq!(store.get(&1, StateCell::load), None);
+        assert_eq!(store.get(&2, StateCell::load), None);
+        assert_eq!(store.get(&3, StateCell::load), Some(0));
+    }
 }
