@@ -172,6 +172,7 @@ where
             |cell, now| op(algorithm, cell, now),
             &Arrival {
                 limiter: self,
+                reading: now,
                 refuse,
             },
         )
@@ -594,26 +595,12 @@ where
         })
     }
 
-    /// A jitter in `0..=max` for a booking of `client_id` ready at
-    /// `ready_at`: the store's seeded hash of the key, mixed with the ready
-    /// time by splitmix64's finaliser. Unpredictable to clients, and
-    /// different for two clients (or two bookings of one) ready together.
+    /// `client_id`'s hash under the store's randomly seeded hasher:
+    /// unpredictable to clients, different for every limiter (the waiting
+    /// skin's jitter is drawn from it).
     #[cfg(feature = "tokio")]
-    pub(crate) fn jitter<Q: Hash + ?Sized>(
-        &self,
-        client_id: &Q,
-        ready_at: Duration,
-        max: Duration,
-    ) -> Duration {
-        let max = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
-        if max == 0 {
-            return Duration::ZERO;
-        }
-        let mut z = self.store.hash_of(client_id) ^ (ready_at.as_nanos() as u64);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        Duration::from_nanos(z % max.saturating_add(1).max(1))
+    pub(crate) fn key_hash<Q: Hash + ?Sized>(&self, client_id: &Q) -> u64 {
+        self.store.hash_of(client_id)
     }
 
     /// The decision for a new client that a full limiter denies
@@ -992,8 +979,32 @@ where
 /// makes cells, takes room and applies the overflow policy, for one check.
 struct Arrival<'a, A: Algorithm, K, C, F> {
     limiter: &'a Limiter<A, K, C>,
+    /// The request's one clock reading.
+    reading: u64,
     /// The answer for a new client denied by [`Overflow::DenyNew`].
     refuse: F,
+}
+
+impl<A, K, C, F> Arrival<'_, A, K, C, F>
+where
+    A: Algorithm,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+{
+    /// Every new client pays its share of the incremental sweep.
+    fn pace(&self, floor: u64) {
+        let limiter = self.limiter;
+        if let Some(pace) = limiter.memory.auto_sweep {
+            if limiter.counters.next_insert() % pace.every == pace.every - 1 {
+                Counters::add(&limiter.counters.auto_sweeps, 1);
+                // Only clients idle for a whole horizon already: one idle
+                // for less may well be back, and forgetting it, though it
+                // changes no decision, would cost it a fresh insert.
+                let lapsed = floor.saturating_sub(limiter.algorithm.horizon());
+                let _ = limiter.sweep_slice(floor, lapsed, pace.slice);
+            }
+        }
+    }
 }
 
 impl<A, K, C, R, F> Newcomer<K, A::Cell, R> for Arrival<'_, A, K, C, F>
@@ -1006,25 +1017,28 @@ where
     #[inline]
     fn now(&self) -> u64 {
         // No earlier than any eviction's reading: see `Counters::not_before`.
+        // The eviction a lookup has seen the effect of (a tombstone, a
+        // removal) recorded its reading before that effect, so raising the
+        // request's reading after the lookup is enough: no second reading.
+        self.limiter.counters.not_before(self.reading)
+    }
+
+    fn born(&self, key: &K, floor: u64) -> Option<A::Cell> {
         let limiter = self.limiter;
-        limiter.counters.not_before(limiter.clock.now_nanos())
+        if limiter.memory.max_clients.is_some() || !A::BORN_BEFORE_INSERT {
+            return None;
+        }
+        // First, so that a resolver that panics leaves nothing behind.
+        let tier = limiter.resolve_tier(key);
+        self.pace(floor);
+        Some(limiter.algorithm.fresh_in(tier, floor))
     }
 
     fn unborn(&self, key: &K, floor: u64) -> A::Cell {
         let limiter = self.limiter;
         // First, so that a resolver that panics leaves nothing behind.
         let tier = limiter.resolve_tier(key);
-        // Every new client pays its share of the incremental sweep.
-        if let Some(pace) = limiter.memory.auto_sweep {
-            if limiter.counters.next_insert() % pace.every == pace.every - 1 {
-                Counters::add(&limiter.counters.auto_sweeps, 1);
-                // Only clients idle for a whole horizon already: one idle
-                // for less may well be back, and forgetting it, though it
-                // changes no decision, would cost it a fresh insert.
-                let lapsed = floor.saturating_sub(limiter.algorithm.horizon());
-                let _ = limiter.sweep_slice(floor, lapsed, pace.slice);
-            }
-        }
+        self.pace(floor);
         limiter.algorithm.unborn_in(tier, floor)
     }
 

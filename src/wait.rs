@@ -148,7 +148,7 @@ where
     {
         let reservation = self.reserve_n(client_id, cost, Duration::MAX)?;
         if reservation.wait() > Duration::ZERO {
-            let jitter = self.jitter(client_id, reservation.ready_at(), max_jitter);
+            let jitter = jitter(self.key_hash(client_id), reservation.ready_at(), max_jitter);
             tokio::time::sleep(reservation.wait().saturating_add(jitter)).await;
             // tokio's timer and the limiter's clock may disagree (a coarse
             // clock lags): proceed only once the limiter's clock says so.
@@ -163,4 +163,20 @@ where
         reservation.commit();
         Ok(())
     }
+}
+
+/// A jitter in `0..=max` for a booking ready at `ready_at` of the client
+/// whose seeded hash is `hash`: the two mixed by splitmix64's finaliser.
+/// Unpredictable to clients, and different for two clients (or two
+/// bookings of one) ready together.
+fn jitter(hash: u64, ready_at: Duration, max: Duration) -> Duration {
+    let max = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+    if max == 0 {
+        return Duration::ZERO;
+    }
+    let mut z = hash ^ (ready_at.as_nanos() as u64);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    Duration::from_nanos(z % max.saturating_add(1).max(1))
 }

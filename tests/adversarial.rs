@@ -206,12 +206,38 @@ fn a_clock_stepping_back_past_an_eviction_admits_no_more_than_without_it() {
 // The first-insert race at a full cap gives the client one budget.
 // ---------------------------------------------------------------------------
 
+/// A client id whose `Hash` reads the clock: the test's way to stall a
+/// thread inside the insert path, between the lookup that found the client
+/// absent and the insert (a request reads the clock itself only once,
+/// before its lookup).
+#[derive(Clone)]
+struct Stalling {
+    id: u64,
+    clock: StallClock,
+}
+
+impl PartialEq for Stalling {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+
+impl Eq for Stalling {}
+
+impl std::hash::Hash for Stalling {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let _ = self.clock.now_nanos();
+        self.id.hash(state);
+    }
+}
+
 /// `max_clients(1)`: thread X asks for 5 units of a new client and stalls
-/// in its second clock reading (inside the insert path); meanwhile Y takes
-/// all 10 units, tracking the client in the one room. X must then be denied
-/// on Y's state (with the wait for 5 tokens), whatever the policy: not
-/// admitted untracked, not given room by evicting the client's own state,
-/// not denied "as new".
+/// inside the insert path, after its lookup found the client absent (in
+/// its third clock reading: its request's, then its key's `Hash` in the
+/// lookup, then in the insert); meanwhile Y takes all 10 units, tracking
+/// the client in the one room. X must then be denied on Y's state (with the
+/// wait for 5 tokens), whatever the policy: not admitted untracked, not
+/// given room by evicting the client's own state, not denied "as new".
 #[test]
 fn racing_first_requests_at_the_cap_share_one_budget() {
     for policy in [
@@ -224,18 +250,22 @@ fn racing_first_requests_at_the_cap_share_one_budget() {
             .rate(10, Duration::from_secs(1))
             .max_clients(1)
             .overflow(policy)
-            .key_type::<u64>()
+            .key_type::<Stalling>()
             .clock(clock.clone())
             .build()
             .unwrap();
+        let key = Stalling {
+            id: 7,
+            clock: clock.clone(),
+        };
         thread::scope(|s| {
             let x = s.spawn(|| {
-                clock.stall_my_read(2);
-                limiter.check_n(&7, 5).unwrap()
+                clock.stall_my_read(3);
+                limiter.check_n(&key, 5).unwrap()
             });
             clock.wait_until_stalled();
             assert!(
-                limiter.check_n(&7, 10).unwrap().is_allowed(),
+                limiter.check_n(&key, 10).unwrap().is_allowed(),
                 "{policy:?}: Y"
             );
             clock.release();

@@ -263,3 +263,80 @@ fn window_boundary_crossed_while_racing() {
     boundary_crossed_mid_race(&log, log.0.window);
     boundary_crossed_mid_race(&fixed, fixed.0.window);
 }
+
+/// A client id whose `Hash` stalls on its `n`-th call (counted over every
+/// key sharing the gate): the test's way to hold a thread inside the insert
+/// path, between making a new client's state and inserting it (the insert
+/// hashes the key).
+#[derive(Clone)]
+struct Gated {
+    id: u64,
+    gate: std::sync::Arc<Gate>,
+}
+
+struct Gate {
+    /// Calls left until the stalling one; 0: disarmed.
+    countdown: AtomicU64,
+    stalled: Barrier,
+    released: Barrier,
+}
+
+impl PartialEq for Gated {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+
+impl Eq for Gated {}
+
+impl std::hash::Hash for Gated {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let gate = &self.gate;
+        let left = gate
+            .countdown
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if left == Ok(1) {
+            gate.stalled.wait();
+            gate.released.wait();
+        }
+        self.id.hash(state);
+    }
+}
+
+/// A new client's first request is held between the making of its state
+/// and its insert (its key's second `Hash`: the lookup's, then the
+/// insert's) while the quota changes: the client must end under the new
+/// quota, not under the table the change has retired.
+#[test]
+fn a_client_born_across_a_quota_change_is_held_to_the_new_quota() {
+    use tollgate::TokenBucket;
+    let limiter = TokenBucket::builder()
+        .rate(10, Duration::from_secs(1))
+        .reconfigurable()
+        .key_type::<Gated>()
+        .clock(ManualClock::new())
+        .build()
+        .unwrap();
+    let gate = std::sync::Arc::new(Gate {
+        countdown: AtomicU64::new(2),
+        stalled: Barrier::new(2),
+        released: Barrier::new(2),
+    });
+    let key = Gated {
+        id: 1,
+        gate: std::sync::Arc::clone(&gate),
+    };
+    thread::scope(|s| {
+        let first = s.spawn(|| limiter.check(&key));
+        gate.stalled.wait();
+        limiter
+            .set_quota(0, TokenBucket::builder().rate(20, Duration::from_secs(1)))
+            .unwrap();
+        gate.released.wait();
+        let first = first.join().unwrap();
+        assert!(first.is_allowed());
+        assert_eq!((first.limit(), first.remaining()), (20, 19), "{first:?}");
+    });
+    assert_eq!(limiter.peek(&key).limit(), 20);
+    assert_eq!(limiter.len(), 1);
+}

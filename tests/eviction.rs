@@ -557,3 +557,99 @@ fn the_full_cap_scan_backs_off_in_a_flood_but_finds_idle_clients_again() {
         .count();
     assert_eq!(admitted, 9, "the rest of the idle room, one scan each");
 }
+
+/// A manual clock that panics on the `n`-th reading after it is armed.
+struct FailingClock {
+    time: ManualClock,
+    /// Readings left until the failing one; 0: disarmed.
+    countdown: AtomicU64,
+}
+
+impl FailingClock {
+    fn arm(&self, n: u64) {
+        self.countdown.store(n, Ordering::SeqCst);
+    }
+}
+
+impl tollgate::Clock for FailingClock {
+    fn now_nanos(&self) -> u64 {
+        let left = self
+            .countdown
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if left == Ok(1) {
+            panic!("the clock failed");
+        }
+        self.time.now_nanos()
+    }
+}
+
+/// A clock that panics at any reading of a new client's first requests,
+/// at a full cap, never leaves that client stuck half-born: afterwards it
+/// is served, admitted exactly once by a bucket of one, a quota change
+/// (which moves every client) finishes, and the count of clients stays at
+/// the cap. Each client's requests run in a thread of their own, so that
+/// one stuck for good fails the test instead of hanging it.
+#[test]
+fn a_clock_that_panics_during_a_birth_leaves_no_client_stuck() {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::sync::{mpsc, Arc};
+
+    for first in 1..=5 {
+        for second in 1..=5 {
+            let clock = Arc::new(FailingClock {
+                time: ManualClock::new(),
+                countdown: AtomicU64::new(0),
+            });
+            let limiter = Arc::new(
+                TokenBucket::builder()
+                    .rate(1, Duration::from_secs(60))
+                    .max_clients(2)
+                    .overflow(Overflow::EvictSampled { sample: 4 })
+                    .reconfigurable()
+                    .key_type::<u64>()
+                    .clock(Arc::clone(&clock))
+                    .build()
+                    .unwrap(),
+            );
+            // Two busy clients fill the cap.
+            assert!(limiter.allow_request(&1));
+            assert!(limiter.allow_request(&2));
+            let (done, finished) = mpsc::channel();
+            let (worker, worker_clock) = (Arc::clone(&limiter), Arc::clone(&clock));
+            thread::spawn(move || {
+                // The first request fails at its `first` reading, which may
+                // leave client 3 unborn in the map; room is then made for
+                // it, and its next request fails at its `second` reading.
+                let mut admitted = 0;
+                worker_clock.arm(first);
+                let caught = catch_unwind(AssertUnwindSafe(|| worker.allow_request(&3)));
+                admitted += u32::from(caught.unwrap_or(false));
+                worker_clock.arm(0);
+                let _ = worker.remove(&1);
+                worker_clock.arm(second);
+                let caught = catch_unwind(AssertUnwindSafe(|| worker.allow_request(&3)));
+                admitted += u32::from(caught.unwrap_or(false));
+                worker_clock.arm(0);
+                // A request that failed had admitted nothing (the decision
+                // comes after every reading), and the clock stands still:
+                // client 3's bucket of one admits it once in all.
+                admitted += u32::from(worker.allow_request(&3));
+                admitted += u32::from(worker.allow_request(&3));
+                worker
+                    .set_quota(0, TokenBucket::builder().rate(1, Duration::from_secs(60)))
+                    .unwrap();
+                let _ = done.send(admitted);
+            });
+            let admitted = finished
+                .recv_timeout(Duration::from_secs(20))
+                .unwrap_or_else(|_| {
+                    panic!("reading {first}, then {second}: client 3 never served")
+                });
+            assert_eq!(admitted, 1, "reading {first}, then {second}");
+            let stats = limiter.stats();
+            assert!(limiter.len() <= 2, "{stats:?}");
+            assert_eq!(stats.clients, limiter.len(), "{stats:?}");
+            assert!(!limiter.allow_request(&3), "client 3 is tracked");
+        }
+    }
+}

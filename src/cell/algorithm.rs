@@ -49,6 +49,15 @@ pub trait Algorithm: Send + Sync + 'static {
     type Cell: Mortal + Send + Sync + 'static;
 
     #[doc(hidden)]
+    /// Whether a new client's live fresh cell, made before its insert, is
+    /// still right however late the insert lands: false where a cell names
+    /// state that a quota change replaces (a tiered cell names an entry of
+    /// the quota table, which a change retires once it has carried every
+    /// cell in the map over), so that such a cell is inserted unborn and
+    /// brought to life after its insert, when it reads the current table.
+    const BORN_BEFORE_INSERT: bool = true;
+
+    #[doc(hidden)]
     /// The algorithm a builder's settings describe (`FromParams`).
     fn from_settings(params: &Params) -> Result<Self, ConfigError>
     where

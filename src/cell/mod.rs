@@ -94,7 +94,9 @@ pub trait Mortal {
 
     /// Unborn → claimed: `Ok` iff this call claimed it, else the life the
     /// exchange found. The claimer must then either bring it to life
-    /// ([`Algorithm::activate`]) or [`unclaim`](Mortal::unclaim) it.
+    /// ([`Algorithm::activate`]) or [`unclaim`](Mortal::unclaim) it, running
+    /// no user code (a clock, a key's `Hash`) in between: a panic there
+    /// would leave the cell claimed for good.
     fn claim(&self) -> Result<(), Life>;
 
     /// Claimed → unborn: the claimer found no room.

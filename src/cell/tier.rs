@@ -414,6 +414,11 @@ where
 {
     type Cell = TierCell<A::Word>;
 
+    // A fresh tiered cell names its tier's entry in the quota table of the
+    // moment it is made: a quota change that carried the shard over before
+    // the insert landed would leave it naming a retired table.
+    const BORN_BEFORE_INSERT: bool = false;
+
     fn from_settings(params: &Params) -> Result<Self, ConfigError> {
         <Self as FromParams>::from_params(params)
     }

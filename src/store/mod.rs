@@ -24,28 +24,23 @@
 //! An entry leaves the map only once its cell is dead ([`Mortal`]): an
 //! evictor first retires the cell (the cell layer's tombstone), then removes
 //! the entry on the condition that the cell it holds is dead. A check that
-//! finds a dead cell removes the entry itself on the same condition, reads
-//! the clock again and inserts a fresh cell, so it never depends on the
-//! evictor finishing. Since a dead cell stays dead, "remove if dead" never
+//! finds a dead cell removes the entry itself on the same condition, raises
+//! its reading to the eviction's and inserts a fresh cell, so it never
+//! depends on the evictor finishing. Since a dead cell stays dead, "remove if dead" never
 //! removes a live entry, whoever runs it and however late. A cell frozen by
 //! a table's rebuild reads as dead through its old copy, and the check that
 //! meets it goes round the same way, to find the live copy in the new table
 //! (where "remove if dead" leaves it alone).
 
+mod keyed;
 mod map;
 
 use core::borrow::Borrow;
-use core::cell::Cell;
-use core::fmt;
-use core::hash::{BuildHasher, Hash};
-use std::sync::TryLockError;
+use core::hash::Hash;
 
-use self::map::{Cursor, Map};
-
-use crate::cell::{Life, Mortal, Relocation};
-// Mutex: only the sweep cursor, only ever try_lock-ed on the insert and
-// sweep paths; a check never touches it (see `Store::cursor`).
-use crate::sync::{AtomicU64, Backoff, Mutex, Ordering};
+pub(crate) use self::keyed::Store;
+use crate::cell::{Life, Mortal};
+use crate::sync::Backoff;
 
 /// The hasher every store uses: foldhash's quality variant, seeded afresh
 /// for each store from a per-process random seed.
@@ -107,9 +102,22 @@ pub trait Purge<K, V>: Index<K, V> {
 /// protocol with their own.
 #[allow(unreachable_pub)]
 pub trait Newcomer<K, V, R> {
-    /// A clock reading no earlier than any eviction's (see
-    /// `Counters::not_before`).
+    /// A reading no earlier than any eviction's (see
+    /// `Counters::not_before`) that this thread has seen the effect of:
+    /// the request's own clock reading, raised to the latest eviction's if
+    /// that is later, so a request reads its clock once.
     fn now(&self) -> u64;
+
+    /// Without a cap, a live fresh cell for `key`'s client, whose state is
+    /// never judged earlier than `floor`: the client is born with its
+    /// first decision already in its word, before any other thread can see
+    /// it, and needs no claim. `None` (the default) where room must be
+    /// taken first: the cell is then inserted unborn and settled. Runs
+    /// before the cell is inserted, holding no lock.
+    fn born(&self, key: &K, floor: u64) -> Option<V> {
+        let _ = (key, floor);
+        None
+    }
 
     /// An unborn cell for `key`'s client whose state is never judged
     /// earlier than `floor`. Runs before the cell is inserted, holding no
@@ -167,14 +175,17 @@ pub trait Newcomer<K, V, R> {
 ///
 /// 1. a dead entry (evicted or refused) is removed, if it is still there
 ///    (any thread may; the removal gives back the room it held);
-/// 2. an absent key gets an unborn cell, made at a fresh reading
-///    ([`Newcomer::now`]), so no earlier than the eviction of any cell it
-///    replaces; of two threads inserting at once, one insert wins;
-/// 3. an unborn cell is brought to life by whichever thread claims it and
-///    takes room for it, or refused by one that found none
+/// 2. an absent key gets a cell made at the reading raised past any
+///    eviction the last look saw ([`Newcomer::now`]), so no earlier than
+///    the eviction of any cell it replaces; of two threads inserting at
+///    once, one insert wins. Where no room need be taken
+///    ([`Newcomer::born`]), the cell is alive and `op` has already run on
+///    it when the insert publishes it: the request is answered;
+/// 3. otherwise the cell is unborn, and brought to life by whichever thread
+///    claims it and takes room for it, or refused by one that found none
 ///    ([`Mortal::claim`], [`Mortal::refuse`]: exchanges on one word, so the
 ///    two never both happen, and every racer sees the same outcome);
-/// 4. `op` runs on the live cell at a fresh reading.
+/// 4. `op` runs on the live cell at that raised reading.
 ///
 /// So one client has at most one live cell, every update lands in the cell
 /// the map holds, and a client's first requests racing at a full cap share
@@ -336,10 +347,13 @@ where
     K: Borrow<Q>,
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
 {
+    // One pin for the whole slow path: the map's own pins inside it are
+    // then nested, which costs no locked instruction.
+    let _pinned = crossbeam_epoch::pin();
     loop {
-        // One reading per round, taken after the look at the map that sent
-        // us here (the fast path's, or the last round's), so no earlier than
-        // any eviction that look saw.
+        // Raised each round, after the look at the map that sent us here
+        // (the fast path's, or the last round's), to no earlier than any
+        // eviction that look saw.
         let now = newcomer.now();
         let settled = if absent && newcomer.turn_away(now) {
             // The room was all taken when we looked, perhaps by a first
@@ -351,6 +365,22 @@ where
             }
         } else if absent {
             let key = key.to_owned();
+            if let Some(born) = newcomer.born(&key, now) {
+                // Decided before it is published: no other thread can see
+                // this cell until the insert does (a `Release` store that
+                // every lookup's `Acquire` pairs with). A fresh cell is
+                // alive, so `op` answers.
+                if let Some(answer) = op(&born, now) {
+                    if index.insert(key, born, |_| ()).is_ok() {
+                        return answer;
+                    }
+                    // Another thread inserted first: the decision taken on
+                    // this cell, seen by no one, is dropped with it, and the
+                    // request is decided on the other thread's cell.
+                    absent = false;
+                    continue;
+                }
+            }
             let ours = newcomer.unborn(&key, now);
             match index.insert(key, ours, |cell| settle(cell, Some(now), &mut op, newcomer)) {
                 Ok(settled) => settled,
@@ -417,16 +447,20 @@ where
     V: Mortal,
     N: Newcomer<K, V, R>,
 {
+    // One reading, taken before any claim: a thread holding a claim runs
+    // no user code (a clock that panics there would leave the cell claimed
+    // for good, and every later request for the client, and a rebuild of
+    // its shard, waiting on it).
+    let now = ours.unwrap_or_else(|| newcomer.now());
     // Each step acts on the life the previous one observed; a failed
     // exchange reports the life it found, which is never older than what
     // this thread has seen, so no step re-reads a stale birth word.
-    let now = || ours.unwrap_or_else(|| newcomer.now());
     let backoff = Backoff::new();
     let mut life = cell.life();
     loop {
         life = match life {
             Life::Live => {
-                return match op(cell, now()) {
+                return match op(cell, now) {
                     Some(answer) => Settled::Answer(answer),
                     // Evicted since: go round through the map.
                     None => Settled::Dead,
@@ -443,13 +477,16 @@ where
             Life::Unborn => match cell.claim() {
                 Err(found) => found,
                 Ok(()) => {
+                    // Claimed: nothing but the store's count and the cell's
+                    // word until the claim is settled.
                     if newcomer.reserve() {
-                        newcomer.activate(cell, now());
+                        newcomer.activate(cell, now);
                         Life::Live
                     } else {
-                        // No room: let others claim while the policy looks.
+                        // No room: let others claim while the policy looks
+                        // (which may run user code: the clock, a key's
+                        // `Hash`).
                         cell.unclaim();
-                        let now = now();
                         if newcomer.make_room(now) {
                             match cell.claim() {
                                 Ok(()) => {
@@ -566,292 +603,5 @@ impl<K, V, I: Index<K, V>> Purge<K, V> for Permanent<'_, I> {
     {
         // Reached only if a cell reported itself dead, which none does here.
         false
-    }
-}
-
-/// The keyed store: the map, and the count of room its entries hold.
-pub(crate) struct Store<K, V, S: BuildHasher = DefaultHasher> {
-    map: Map<K, V, S>,
-    /// Units of room taken: one per live or evicted entry (an evicted one
-    /// gives its unit back just before it leaves the map, under the map's
-    /// lock for its shard), plus units taken for a cell about to come
-    /// alive. Unborn and refused entries hold none. A cap on this count is a
-    /// hard cap on the clients tracked. Kept only under a cap: without one,
-    /// a shared count written by every new client would be pure cost, and
-    /// `len()` sums the table's shards instead.
-    held: AtomicU64,
-    /// Whether the limiter has a cap, so that `held` is kept.
-    capped: bool,
-    /// Where the next sweep slice starts. Taken only with `try_lock`, by
-    /// sweeps, never by a check.
-    cursor: Mutex<Cursor>,
-}
-
-impl<K, V, S> Index<K, V> for Store<K, V, S>
-where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-    V: Mortal + Send + Sync + 'static,
-    S: BuildHasher,
-{
-    #[inline]
-    fn with<Q, R, F>(&self, key: &Q, f: F) -> Result<R, F>
-    where
-        F: FnOnce(&V) -> R,
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        self.map.get(key, f)
-    }
-
-    /// A rebuild on the way gives back the room of the dead entries it
-    /// leaves behind (see [`Store::leaving`]).
-    fn insert<R>(&self, key: K, value: V, f: impl FnOnce(&V) -> R) -> Result<R, V> {
-        self.map.insert(
-            key,
-            value,
-            |cell| {
-                self.leaving(cell, false);
-            },
-            f,
-        )
-    }
-}
-
-impl<K, V, S> Purge<K, V> for Store<K, V, S>
-where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-    V: Mortal + Send + Sync + 'static,
-    S: BuildHasher,
-{
-    /// Gives back the room the removed cell held (see [`Store::leaving`]).
-    fn remove_if<Q, F>(&self, key: &Q, condition: F) -> bool
-    where
-        F: FnOnce(&V) -> bool,
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        self.map.remove_if(key, |cell| {
-            let gone = condition(cell);
-            if gone {
-                self.leaving(cell, false);
-            }
-            gone
-        })
-    }
-}
-
-/// What a sweep slice did.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Swept {
-    /// Whether the caller was handed a removed entry's unit of room.
-    pub(crate) kept: bool,
-}
-
-impl<K, V, S> Store<K, V, S>
-where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-    V: Mortal + Send + Sync + 'static,
-    S: BuildHasher,
-{
-    /// An empty store; `capped` if the limiter caps its clients (see
-    /// `held`).
-    pub(crate) fn with_hasher(hasher: S, capped: bool) -> Self {
-        Self {
-            map: Map::with_hasher(hasher),
-            held: AtomicU64::new(0),
-            capped,
-            cursor: Mutex::new(Cursor::default()),
-        }
-    }
-
-    /// Puts `relocate`'s answer in place of every entry, shard by shard
-    /// (see [`Map::rebuild_all`]); an entry found dead on the way leaves
-    /// and gives back its room.
-    pub(crate) fn rebuild_all(&self, relocate: impl FnMut(&V) -> Relocation<V>) {
-        self.map.rebuild_all(relocate, |cell| {
-            self.leaving(cell, false);
-        });
-    }
-
-    /// `key`'s hash under the store's randomly seeded hasher: unpredictable
-    /// to clients, different for every store.
-    pub(crate) fn hash_of<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
-        self.map.hash(key)
-    }
-
-    /// Runs `f` on the cell for `key`, if the key has one. Allocates nothing
-    /// and takes no lock.
-    #[inline]
-    pub(crate) fn get<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        self.with(key, f).ok()
-    }
-
-    /// The entry holding `cell` is about to leave the map, and the caller
-    /// holds its shard's lock: gives back the unit of room the cell holds,
-    /// if any, or with `keep` hands it to the caller. Called before the
-    /// removal, so a thread that then finds the entry gone (having taken
-    /// that lock after the removal) also finds the room free. True iff the
-    /// caller now holds the unit.
-    fn leaving(&self, cell: &V, keep: bool) -> bool {
-        if !cell.holds_room() {
-            return false;
-        }
-        if !keep {
-            self.release(1);
-        }
-        keep
-    }
-
-    /// Takes a unit of room if fewer than `max` are taken; `None` for no
-    /// cap. The unit must then go to a cell coming alive, or back through
-    /// [`Store::release`].
-    #[inline]
-    pub(crate) fn reserve(&self, max: Option<u64>) -> bool {
-        // No cap, no count (see `held`).
-        let Some(max) = max else {
-            return true;
-        };
-        // Look before writing, so that a flood against a full map only reads.
-        // Relaxed: a hint; the exchange below decides.
-        if self.held.load(Ordering::Relaxed) >= max {
-            return false;
-        }
-        // Release: publishes the entry this unit is taken for (inserted
-        // before it) to whoever sees the unit taken (`is_full`).
-        if self.held.fetch_add(1, Ordering::Release) < max {
-            true
-        } else {
-            self.release(1);
-            false
-        }
-    }
-
-    /// Whether no unit of room is left under `max`.
-    pub(crate) fn is_full(&self, max: Option<u64>) -> bool {
-        // Acquire: pairs with the Release of every unit taken in `reserve`
-        // (and, through the release sequence, with later read-modify-writes
-        // of the count), so a caller that sees a unit taken also sees the
-        // entry it was taken for: a first request turned away at a full cap
-        // looks the client up again after this, and finds a racing first
-        // request's entry (`Newcomer::turn_away`).
-        max.is_some_and(|max| self.held.load(Ordering::Acquire) >= max)
-    }
-
-    /// Removes `key`'s entry if `condition` holds of its cell, handing the
-    /// unit of room it held to the caller instead of giving it back (see
-    /// `keep_one` in [`Store::sweep_slice`]). True iff the caller now holds
-    /// a unit.
-    pub(crate) fn take_if<Q>(&self, key: &Q, condition: impl FnOnce(&V) -> bool) -> bool
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let mut room = false;
-        let removed = self.map.remove_if(key, |cell| {
-            let gone = condition(cell);
-            room = gone && self.leaving(cell, true);
-            gone
-        });
-        removed && room
-    }
-
-    /// The number of clients tracked (plus any coming alive at this
-    /// instant).
-    pub(crate) fn len(&self) -> usize {
-        let held = if self.capped {
-            // Relaxed: a count that publishes nothing.
-            self.held.load(Ordering::Relaxed)
-        } else {
-            self.map.len()
-        };
-        usize::try_from(held).unwrap_or(usize::MAX)
-    }
-
-    /// Visits every entry once and removes those for which `evict` is true
-    /// (it must retire the cell first) or whose cell is already dead, giving
-    /// back the room of each shard's removed entries before that shard's
-    /// lock is released, then shrinks tables left mostly empty. Returns how
-    /// many were removed.
-    pub(crate) fn sweep(&self, mut evict: impl FnMut(&V) -> bool) -> u64 {
-        // Units to give back for the shard being swept: one shared
-        // `fetch_sub` per shard instead of one per entry. Still before the
-        // shard's lock is released, so a thread that finds one of these
-        // entries gone (having taken that lock after the removal) also
-        // finds its room free, as `leaving` promises.
-        let freed = Cell::new(0);
-        let leaving = |cell: &V| {
-            if cell.holds_room() {
-                freed.set(freed.get() + 1);
-            }
-        };
-        self.map.retain(
-            |_, cell| {
-                let gone = evict(cell) || cell.is_dead();
-                if gone {
-                    leaving(cell);
-                }
-                gone
-            },
-            leaving,
-            || self.release(freed.replace(0)),
-        )
-    }
-
-    /// Visits up to `budget` entries from where the last slice stopped,
-    /// removing those for which `visit` is true (it must retire the cell
-    /// first) or whose cell is already dead; the next slice starts at the
-    /// beginning once one reaches the end. Returns what it did, or `None` if
-    /// another thread is sweeping a slice (this one then does nothing).
-    ///
-    /// With `keep_one`, the first removed entry's unit of room is not given
-    /// back but handed to the caller, as [`Store::reserve`] would have: a
-    /// new client then takes the room its own eviction made, which no other
-    /// thread can take first.
-    pub(crate) fn sweep_slice(
-        &self,
-        budget: u64,
-        mut visit: impl FnMut(&K, &V) -> bool,
-        keep_one: bool,
-    ) -> Option<Swept> {
-        let mut cursor = match self.cursor.try_lock() {
-            Ok(cursor) => cursor,
-            Err(TryLockError::WouldBlock) => return None,
-            // A panic in `visit` left the cursor at some position: still
-            // valid.
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-        };
-        let mut kept = false;
-        self.map.sweep_slice(&mut cursor, budget, |key, cell| {
-            let gone = visit(key, cell) || cell.is_dead();
-            if gone && self.leaving(cell, keep_one && !kept) {
-                kept = true;
-            }
-            gone
-        });
-        drop(cursor);
-        Some(Swept { kept })
-    }
-}
-
-impl<K, V, S: BuildHasher> Store<K, V, S> {
-    /// Gives back `n` units of room.
-    pub(crate) fn release(&self, n: u64) {
-        if self.capped && n > 0 {
-            // Relaxed: a count that publishes nothing (the Release half of
-            // `reserve` is for units taken, not given back).
-            self.held.fetch_sub(n, Ordering::Relaxed);
-        }
-    }
-}
-
-impl<K, V, S: BuildHasher> fmt::Debug for Store<K, V, S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Reading a concurrent map's contents in Debug would race with
-        // checks; print the shape only.
-        f.debug_struct("Store").finish_non_exhaustive()
     }
 }
