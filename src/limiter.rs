@@ -25,7 +25,7 @@ pub use tiers::TierAlgorithm;
 
 /// The one entry point: may this client make a request now?
 ///
-/// This is the seed's `allow_request(client_id) -> bool`. Every algorithm's
+/// This is `allow_request(client_id) -> bool`. Every algorithm's
 /// [`Limiter`] implements it, so middleware written against
 /// `dyn RateLimiter` runs unchanged whichever algorithm is behind it; only
 /// the constructor changes. A limiter backed by a shared store in another

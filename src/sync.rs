@@ -109,7 +109,7 @@ mod loom_shim {
     /// the model's first thread included, as a `generator` coroutine, and
     /// nothing else in this crate's build uses that crate, so "on a
     /// coroutine" is "inside a model". `loom-tests/main.rs` checks this
-    /// (`shim_*` tests), and the racy twins would stop failing if it broke.
+    /// (`shim_*` tests), and the deliberately broken models would stop failing if it broke.
     pub(crate) fn in_model() -> bool {
         generator::is_generator()
     }

@@ -1,4 +1,4 @@
-//! The sliding window counter: the seed's weighted estimate over two
+//! The sliding window counter: the classic weighted estimate over two
 //! clock-aligned windows.
 //!
 //! # The word
@@ -26,7 +26,7 @@
 //! ```
 //!
 //! evaluated exactly as `(curr + n − 1)·W + prev·(W − e) < limit·W` in
-//! 128-bit integers: the seed's estimate for `n = 1`, and for larger `n` the
+//! 128-bit integers: the classic estimate for `n = 1`, and for larger `n` the
 //! condition that each of `n` unit requests made at that instant would pass.
 //! Entering window `k + 1` makes `prev ← curr, curr ← 0`; entering any later
 //! window zeroes both. A fresh client is the word 0.

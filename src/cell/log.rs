@@ -64,7 +64,7 @@
 //! back to it. Putting back the old expiry is then as if the booking had
 //! never claimed that slot. Putting it back blindly would not be safe: a
 //! booking that claimed the slot from this one would lose its claim, and a
-//! check would be let in beside it (model 15's twin).
+//! check would be let in beside it.
 //!
 //! # Eviction: a handshake on the `life` word
 //!
