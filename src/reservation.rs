@@ -271,7 +271,7 @@ where
     /// back. Nothing is given back either once the limiter's clock has
     /// reached [`ready_at`](Self::ready_at), or if the client's state has
     /// been replaced since the booking: by
-    /// [`reset`](Limiter::reset), by [`remove`](Limiter::remove) (or by
+    /// [`reset`](crate::Limiter::reset), by [`remove`](crate::Limiter::remove) (or by
     /// [`Overflow::EvictSampled`](crate::Overflow::EvictSampled) at a full
     /// cap) and the client's return, or by a quota change
     /// (`set_quota`). A cancel acts only on the state it was booked on,

@@ -431,9 +431,7 @@ mod interleaved {
                     replacements += 1;
                 }
                 Op::Quota { to } => {
-                    limiter
-                        .set_quota(0, QUOTAS[to].builder(ManualClock::new()))
-                        .unwrap();
+                    limiter.set_quota(0, QUOTAS[to].settings()).unwrap();
                     let new = QUOTAS[to].model();
                     for h in &mut clients {
                         let modelled = h.modelled && h.last() <= now;

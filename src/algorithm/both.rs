@@ -68,6 +68,7 @@
 //! ([`unreserve`](super::unreserve)): both words go back together, iff
 //! neither changed since the booking.
 
+use super::Figures;
 use super::{clamp_now, Reserve, WordAlgorithm, NOW_MAX};
 
 /// The first word of a pair: its low half.
@@ -219,14 +220,19 @@ impl<A: WordAlgorithm, B: WordAlgorithm> Both<A, B> {
 
 /// One limit's figures for a decision, as `describe` in the cell layer
 /// makes them for a single limit.
-fn figures<A: WordAlgorithm>(limit: &A, word: u64, now: u64) -> crate::decision::LimitFigures {
+fn figures<A: WordAlgorithm>(limit: &A, word: u64, now: u64) -> Figures {
     let (capacity, remaining) = (limit.capacity(), limit.remaining(word, now));
     let replenish_after = if remaining >= capacity {
         0
     } else {
         limit.retry_after(word, now, remaining + 1)
     };
-    crate::decision::LimitFigures::new(capacity, remaining, replenish_after, limit.window())
+    Figures {
+        limit: capacity,
+        remaining,
+        replenish_after,
+        window: limit.window(),
+    }
 }
 
 /// Each limit's remaining unit requests in `pair` at `now`.
@@ -314,7 +320,7 @@ impl<A: WordAlgorithm, B: WordAlgorithm> super::Transitions for Both<A, B> {
         self.first.reserves() && self.second.reserves()
     }
 
-    fn each(&self, pair: u128, now: u64) -> Option<[crate::decision::LimitFigures; 2]> {
+    fn each(&self, pair: u128, now: u64) -> Option<[Figures; 2]> {
         Some([
             figures(&self.first, first(pair), now),
             figures(&self.second, second(pair), now),

@@ -217,7 +217,7 @@ pub trait Transitions: Send + Sync + 'static {
 
     /// For [`Both`], each limit's own figures on `word` at `now`; `None`
     /// for one limit.
-    fn each(&self, word: Self::Word, now: u64) -> Option<[crate::decision::LimitFigures; 2]> {
+    fn each(&self, word: Self::Word, now: u64) -> Option<[Figures; 2]> {
         let _ = (word, now);
         None
     }
@@ -403,6 +403,18 @@ pub(crate) fn unreserve<W: Wide>(word: W, now: u64, ticket: &Ticket) -> Option<W
 /// A `retry_after` that will never come: the request would pass only at an
 /// instant after [`NOW_MAX`], which no (clamped) reading reaches.
 pub(crate) const NEVER: u64 = u64::MAX;
+
+/// One limit's figures for a decision on a pair (see `Transitions::each`):
+/// the cell layer turns them into the public `LimitFigures`. Waits in ns,
+/// [`NEVER`] for never.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(unreachable_pub)]
+pub struct Figures {
+    pub(crate) limit: u64,
+    pub(crate) remaining: u64,
+    pub(crate) replenish_after: u64,
+    pub(crate) window: u64,
+}
 
 /// Nanoseconds from `now` until the instant `at`, or [`NEVER`] if `at` lies
 /// beyond the last instant any algorithm distinguishes.

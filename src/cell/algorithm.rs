@@ -9,7 +9,7 @@ use crate::algorithm::{
     clamp_now, unreserve, until, Both, FixedWindow, FromParams, Params, Reserve,
     SlidingWindowCounter, Ticket, TokenBucket, Transitions, Wide, WordAlgorithm, NEVER,
 };
-use crate::decision::Decision;
+use crate::decision::{Decision, LimitFigures};
 use crate::error::ConfigError;
 
 /// A rate-limiting algorithm that a [`Limiter`](crate::Limiter) can run:
@@ -452,6 +452,8 @@ pub(crate) fn describe<T: Transitions>(
         retry_after: Decision::wait(retry_after),
         replenish_after: Decision::wait(replenish_after),
         window: core::time::Duration::from_nanos(algorithm.window(word, now)),
-        pair: algorithm.each(word, now),
+        pair: algorithm.each(word, now).map(|figures| {
+            figures.map(|f| LimitFigures::new(f.limit, f.remaining, f.replenish_after, f.window))
+        }),
     })
 }

@@ -1,0 +1,326 @@
+//! How a limiter keeps its memory bounded: the overflow policy at a full
+//! cap, the sweeps that forget idle clients, and a new client's way in
+//! ([`Arrival`], which the store's check-or-insert protocol drives).
+
+use core::hash::Hash;
+
+use super::Limiter;
+use crate::cell::{Algorithm, Life, Mortal};
+use crate::clock::Clock;
+use crate::memory::{Counters, Memory, Overflow};
+use crate::store::Newcomer;
+
+impl<A, K, C> Limiter<A, K, C>
+where
+    A: Algorithm,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+{
+    /// The cap is reached: forget whatever idle clients a short slice finds
+    /// (which changes nothing), then, under [`Overflow::EvictSampled`],
+    /// forget a sampled client. True iff a unit of room is now the caller's.
+    ///
+    /// The short slice backs off while it finds nothing (see
+    /// `Counters::full_scan_due`): in a flood of new clients against busy
+    /// ones it would otherwise cost each of them eight cache misses for
+    /// nothing.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn overflow(&self, now: u64) -> bool {
+        let max = self.memory.max_clients;
+        if self.counters.full_scan_due() {
+            let retired = self.sweep_slice(now, now, Memory::FULL_SLICE);
+            self.counters.full_scan_found(retired);
+            if self.store.reserve(max) {
+                return true;
+            }
+        }
+        let Overflow::EvictSampled { sample } = self.memory.overflow else {
+            // The policy answers once the new client's cell is refused.
+            return false;
+        };
+        Counters::add(&self.counters.overflows, 1);
+        // The room an eviction makes is ours: no other thread can take it
+        // between the eviction and our insert. After four lost races, the
+        // client goes untracked (`Arrival::refused`).
+        (0..4).any(|_| self.evict_sampled(now, sample.into()) || self.store.reserve(max))
+    }
+
+    /// Visits `budget` entries from the sweep's position, forgetting those
+    /// already idle at `idle_by` (≤ `now`; idle then means idle at `now`
+    /// too, since a state only lapses further as time passes). Does nothing
+    /// if another thread is sweeping a slice.
+    pub(super) fn sweep_slice(&self, now: u64, idle_by: u64, budget: u64) -> u64 {
+        self.counters.evicting(now);
+        let algorithm = &self.algorithm;
+        let mut retired = 0;
+        let _ = self.store.sweep_slice(
+            budget,
+            |_, cell| {
+                let gone = algorithm.try_evict(cell, idle_by);
+                retired += u64::from(gone);
+                gone
+            },
+            false,
+        );
+        Counters::add(&self.counters.evicted_idle, retired);
+        retired
+    }
+
+    /// Forgets one client from a sample of `sample`: an idle one if the
+    /// sample holds any, otherwise the live one that would become idle
+    /// soonest. Returns whether a unit of room is now the caller's, as if
+    /// [`Store::reserve`] had granted it.
+    pub(super) fn evict_sampled(&self, now: u64, sample: u64) -> bool {
+        self.counters.evicting(now);
+        let algorithm = &self.algorithm;
+        let mut retired = 0;
+        let mut victim: Option<(u64, K)> = None;
+        // Another thread's slice holds the cursor only for a few entries:
+        // wait for it a little rather than give up the eviction (giving up
+        // is what made most concurrent new clients go untracked).
+        let mut spins = 0;
+        let swept = loop {
+            let mut sampled = 0;
+            let visited = self.store.sweep_slice(
+                // One more than the sample: the new client's own unborn
+                // entry is in the map, and is no candidate.
+                sample + 1,
+                |key, cell| {
+                    if retired > 0 || sampled == sample {
+                        return false;
+                    }
+                    if algorithm.try_evict(cell, now) {
+                        retired += 1;
+                        return true;
+                    }
+                    // Only a live client can be forgotten: an unborn one is
+                    // some other new client's, on its way in.
+                    if cell.life() != Life::Live {
+                        return false;
+                    }
+                    sampled += 1;
+                    let idle_at = algorithm.idle_at(cell);
+                    if victim.as_ref().is_none_or(|(best, _)| idle_at < *best) {
+                        victim = Some((idle_at, key.clone()));
+                    }
+                    false
+                },
+                true,
+            );
+            match visited {
+                Some(swept) => break swept,
+                None if spins < Memory::CURSOR_SPINS => {
+                    spins += 1;
+                    crate::sync::spin_hint();
+                }
+                None => return false,
+            }
+        };
+        Counters::add(&self.counters.evicted_idle, retired);
+        if swept.kept {
+            return true;
+        }
+        let Some((_, key)) = victim else {
+            return false;
+        };
+        // Retire first, then remove only a dead entry: a check racing this
+        // sees the tombstone and retries on a fresh cell. A victim idle by a
+        // fresh reading goes as idle, which changes nothing: typically a
+        // client another thread has just brought to life, whose state
+        // starts at a reading later than ours.
+        // The victim is looked up again: its entry may have moved, or left.
+        let now = self.counters.not_before(self.clock.now_nanos());
+        self.counters.evicting(now);
+        // Forgetting live state: old bookings' tickets must not touch the
+        // state the client comes back with (see `crate::reservation`).
+        self.renewals.renew(self.store.hash_of(&key), || {
+            let _ = self.store.get(&key, |cell| {
+                if algorithm.try_evict(cell, now) {
+                    Counters::add(&self.counters.evicted_idle, 1);
+                } else if algorithm.force_evict(cell) {
+                    Counters::add(&self.counters.evicted_live, 1);
+                }
+            });
+        });
+        self.store.take_if(&key, Mortal::is_dead)
+    }
+
+    /// Forgets every client whose state is idle now, that is, equal to a
+    /// fresh client's, so that forgetting it changes no decision; returns
+    /// how many were removed.
+    ///
+    /// A full pass over the map. Checks run on concurrently, lock-free: a
+    /// check that races the removal of its own client's entry is applied
+    /// either to the entry before it is retired (which then is not idle, and
+    /// stays) or to a fresh one afterwards. Inserting threads already sweep
+    /// a slice at a time (see [`auto_sweep`](crate::Builder::auto_sweep)),
+    /// so calling this is optional.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, SlidingWindowCounter};
+    ///
+    /// let clock = ManualClock::new();
+    /// let limiter = SlidingWindowCounter::builder()
+    ///     .limit(10)
+    ///     .window(Duration::from_secs(1))
+    ///     .clock(clock.clone())
+    ///     .build()?;
+    /// assert!(limiter.allow_request("alice"));
+    /// clock.advance(Duration::from_secs(1));
+    /// assert!(limiter.allow_request("bob"));
+    /// // alice's request still weighs on the sliding window.
+    /// assert_eq!(limiter.sweep(), 0);
+    /// clock.advance(Duration::from_secs(1));
+    /// assert_eq!(limiter.sweep(), 1);
+    /// assert_eq!(limiter.len(), 1);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn sweep(&self) -> usize {
+        let now = self.clock.now_nanos();
+        self.counters.evicting(now);
+        let algorithm = &self.algorithm;
+        let mut retired = 0;
+        let removed = self.store.sweep(|cell| {
+            let gone = algorithm.try_evict(cell, now);
+            retired += u64::from(gone);
+            gone
+        });
+        Counters::add(&self.counters.evicted_idle, retired);
+        usize::try_from(removed).unwrap_or(usize::MAX)
+    }
+}
+
+/// A new client on its way in: how the store's protocol reads the clock,
+/// makes cells, takes room and applies the overflow policy, for one check.
+pub(super) struct Arrival<'a, A: Algorithm, K, C, F> {
+    pub(super) limiter: &'a Limiter<A, K, C>,
+    /// The request's one clock reading.
+    pub(super) reading: u64,
+    /// The answer for a new client denied by [`Overflow::DenyNew`].
+    pub(super) refuse: F,
+}
+
+impl<A, K, C, F> Arrival<'_, A, K, C, F>
+where
+    A: Algorithm,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+{
+    /// Every new client pays its share of the incremental sweep.
+    fn pace(&self, floor: u64) {
+        let limiter = self.limiter;
+        if let Some(pace) = limiter.memory.auto_sweep {
+            if limiter.counters.next_insert() % pace.every == pace.every - 1 {
+                Counters::add(&limiter.counters.auto_sweeps, 1);
+                // Only clients idle for a whole horizon already: one idle
+                // for less may well be back, and forgetting it, though it
+                // changes no decision, would cost it a fresh insert.
+                let lapsed = floor.saturating_sub(limiter.algorithm.horizon());
+                let _ = limiter.sweep_slice(floor, lapsed, pace.slice);
+            }
+        }
+    }
+}
+
+impl<A, K, C, R, F> Newcomer<K, A::Cell, R> for Arrival<'_, A, K, C, F>
+where
+    A: Algorithm,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+    F: Fn(&A, u64) -> R,
+{
+    #[inline]
+    fn now(&self) -> u64 {
+        // No earlier than any eviction's reading: see `Counters::not_before`.
+        // The eviction a lookup has seen the effect of (a tombstone, a
+        // removal) recorded its reading before that effect, so raising the
+        // request's reading after the lookup is enough: no second reading.
+        self.limiter.counters.not_before(self.reading)
+    }
+
+    fn born(&self, key: &K, floor: u64) -> Option<A::Cell> {
+        let limiter = self.limiter;
+        if limiter.memory.max_clients.is_some() || !A::BORN_BEFORE_INSERT {
+            return None;
+        }
+        // First, so that a resolver that panics leaves nothing behind.
+        let tier = limiter.resolve_tier(key);
+        self.pace(floor);
+        Some(limiter.algorithm.fresh_in(tier, floor))
+    }
+
+    fn unborn(&self, key: &K, floor: u64) -> A::Cell {
+        let limiter = self.limiter;
+        // First, so that a resolver that panics leaves nothing behind.
+        let tier = limiter.resolve_tier(key);
+        self.pace(floor);
+        limiter.algorithm.unborn_in(tier, floor)
+    }
+
+    fn fresh(&self, key: &K, floor: u64) -> A::Cell {
+        let limiter = self.limiter;
+        limiter.algorithm.fresh_in(limiter.resolve_tier(key), floor)
+    }
+
+    #[inline]
+    fn reserve(&self) -> bool {
+        self.limiter.store.reserve(self.limiter.memory.max_clients)
+    }
+
+    fn make_room(&self, now: u64) -> bool {
+        self.limiter.overflow(now)
+    }
+
+    fn release(&self) {
+        self.limiter.store.release(1);
+    }
+
+    fn activate(&self, cell: &A::Cell, floor: u64) {
+        self.limiter.algorithm.activate(cell, floor);
+    }
+
+    fn turn_away(&self, now: u64) -> bool {
+        let limiter = self.limiter;
+        // Sampled eviction makes room for every new client; the other
+        // policies answer without tracking it, so at a full cap it need not
+        // be inserted (and then removed, leaving a slot that only a rebuild
+        // of its shard reclaims).
+        if matches!(limiter.memory.overflow, Overflow::EvictSampled { .. })
+            || !limiter.store.is_full(limiter.memory.max_clients)
+        {
+            return false;
+        }
+        // The short scan for idle clients, as a client inserted at a full cap
+        // gets; if it freed room, let the client in the usual way.
+        if limiter.overflow(now) {
+            limiter.store.release(1);
+            return false;
+        }
+        true
+    }
+
+    fn refused(&self, now: u64) -> Option<R> {
+        let counters = &self.limiter.counters;
+        match self.limiter.memory.overflow {
+            Overflow::DenyNew => {
+                Counters::add(&counters.overflows, 1);
+                Counters::add(&counters.denied_new, 1);
+                Some((self.refuse)(&self.limiter.algorithm, now))
+            }
+            Overflow::AdmitUntracked => {
+                Counters::add(&counters.overflows, 1);
+                Counters::add(&counters.admitted_untracked, 1);
+                None
+            }
+            // The overflow was counted when sampled eviction was tried.
+            Overflow::EvictSampled { .. } => {
+                Counters::add(&counters.admitted_untracked, 1);
+                None
+            }
+        }
+    }
+}
