@@ -169,6 +169,7 @@ fn relocation_vs_checks_pair_of_buckets() {
             both(bucket(1), bucket(2)),
             known,
             Mortal::relocate,
+            Mortal::forward,
         );
         assert_eq!((min, max), (1, 1));
     }

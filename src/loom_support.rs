@@ -16,7 +16,7 @@
 use core::time::Duration;
 
 pub use crate::algorithm::Ticket;
-pub use crate::cell::{Algorithm, Booking, Life, Mortal, PairCell, Relocation, StateCell};
+pub use crate::cell::{Algorithm, Booking, Life, Mortal, PairCell, Relocation, Seal, StateCell};
 pub use crate::cell::{TierCell, Tiered};
 pub use crate::store::{
     act_on_live, check_or_insert, forget_client, get_or_insert, reset_client, Index, Newcomer,

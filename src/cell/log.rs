@@ -102,7 +102,7 @@
 //! (ABA). A check never waits for an evictor: at worst it aborts one.
 
 use super::sealed;
-use super::{Algorithm, Booking, Life, Mortal, Relocation};
+use super::{Algorithm, Booking, Life, Mortal, Relocation, Seal};
 use crate::algorithm::{clamp_now, until, SlidingWindowLog, Ticket, NEVER, NOW_MAX};
 use crate::decision::Decision;
 use crate::sync::{AtomicU64, Ordering};
@@ -677,6 +677,14 @@ impl Mortal for LogCell {
             Relocation::Same
         }
     }
+
+    /// Never called: a handle is moved as it is, with no copy to forward.
+    fn forward(&self, _seal: Seal) -> bool {
+        true
+    }
+
+    /// Never called, as for `forward`.
+    fn refresh(&self, _newer: Self) {}
 }
 
 impl sealed::Sealed for SlidingWindowLog {}

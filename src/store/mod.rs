@@ -377,7 +377,11 @@ where
         match settled {
             Settled::Answer(answer) => return answer,
             Settled::Dead => {
-                let _ = index.remove_if(key, V::is_dead);
+                // Nothing removed: the cell this thread met was moved by a
+                // table rebuild (or removed by another thread), so look
+                // again rather than insert, which would wait for the
+                // rebuild's lock.
+                absent = index.remove_if(key, V::is_dead);
             }
             Settled::Refused(answer) | Settled::TurnedAway(answer) => {
                 if refused {
