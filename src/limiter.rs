@@ -66,10 +66,14 @@ pub trait RateLimiter<K: ?Sized = str>: Send + Sync {
 /// Build one with [`TokenBucket::builder`](crate::TokenBucket::builder),
 /// [`SlidingWindowCounter::builder`](crate::SlidingWindowCounter::builder),
 /// [`SlidingWindowLog::builder`](crate::SlidingWindowLog::builder) or
-/// [`FixedWindow::builder`](crate::FixedWindow::builder). Every check is
-/// lock-free: one clock read, one map lookup that writes nothing shared, and
-/// one compare-and-swap of the client's state word (for the log, of one
-/// slot) if the request is admitted.
+/// [`FixedWindow::builder`](crate::FixedWindow::builder). A check on a
+/// client the limiter tracks is lock-free and never waits for another
+/// thread, a rebuild of the map's tables included: one clock read, one map
+/// lookup that writes nothing shared, and one compare-and-swap of the
+/// client's state word (for the log, of one slot) if the request is
+/// admitted. So are [`peek`](Limiter::peek) and bookings. A client's first
+/// request (or its first since it was forgotten) inserts it, under a lock
+/// per shard of the map that only inserts, removals and rebuilds take.
 ///
 /// Share it between threads by reference or in an `Arc`.
 ///
@@ -541,7 +545,7 @@ where
     /// Cancels `ticket`'s booking for `client` by the tail rule, at a fresh
     /// reading: true iff its charge was given back. The client is looked
     /// up past dead cells (`act_on_live`): an evicted one has nothing to
-    /// give back, and one a table rebuild froze while we looked has its
+    /// give back, and one a table rebuild moved while we looked has its
     /// live copy in the new table.
     pub(crate) fn give_back(&self, client: &K, ticket: &Ticket) -> bool {
         let algorithm = &self.algorithm;
@@ -737,10 +741,11 @@ where
     /// fresh client's, so that forgetting it changes no decision; returns
     /// how many were removed.
     ///
-    /// A full pass over the map. Checks run on concurrently, lock-free: a
-    /// check that races the removal of its own client's entry is applied
-    /// either to the entry before it is retired (which then is not idle, and
-    /// stays) or to a fresh one afterwards. Inserting threads already sweep
+    /// A full pass over the map. Checks run on concurrently, and a check on
+    /// a client the sweep keeps never waits for it: a check that races the
+    /// removal of its own client's entry is applied either to the entry
+    /// before it is retired (which then is not idle, and stays) or to a
+    /// fresh one afterwards, inserted as a new client's is. Inserting threads already sweep
     /// a slice at a time (see [`auto_sweep`](crate::Builder::auto_sweep)),
     /// so calling this is optional.
     ///
@@ -945,7 +950,9 @@ where
     /// 0, every client of a tier with no quota of its own), known or new,
     /// without a restart. A tier with no quota yet gets one.
     ///
-    /// Checks never wait for a change and take no lock. Each client's
+    /// Checks on tracked clients never wait for a change and take no lock
+    /// (a new client's first request is inserted under its shard's lock,
+    /// which the change holds while it carries that shard). Each client's
     /// change is one step in its history: a check lands wholly before it,
     /// under the old quota, or wholly after, under the new one. The call
     /// itself visits every client once (shard by shard, under each shard's
