@@ -278,6 +278,14 @@ where
                 // what the rebuild carried is in the next table.
                 (_, Some(next)) => table = next,
                 (None, None) => {
+                    // A miss with no link seen. A `MOVED` tag the search
+                    // read (Acquire) was stored after the link, which is
+                    // visible now: search this table again, the link loaded
+                    // first (a search before it may have missed an entry
+                    // the move has copied but not yet forwarded).
+                    if table.next(guard).is_some() {
+                        continue;
+                    }
                     // A miss in the newest table linked: a rebuild finished
                     // since the search began may have published one with
                     // entries inserted since.
@@ -345,7 +353,11 @@ where
         let hash = self.hash(key);
         let shard = self.shard(hash);
         let guard = epoch::pin();
-        if !self.locate(hash, key, &guard).is_some_and(Mortal::is_dead) {
+        // A cell forwarded after its table's link was loaded reads as dead
+        // here; its forward (seen by this Acquire load of the word) came
+        // after the link, so a second lookup follows the link to the copy.
+        let dead = || self.locate(hash, key, &guard).is_some_and(Mortal::is_dead);
+        if !(dead() && dead()) {
             return false;
         }
         // Dead: a cell stays dead, so the entry is still dead, or gone, when
