@@ -246,6 +246,15 @@ where
     {
         let hash = self.hash(key);
         let guard = epoch::pin();
+        // The common case, inline: a hit in the shard's table, with no
+        // rebuild linked (the first step of `locate`).
+        if let Some(table) = Self::current(self.shard(hash), &guard) {
+            if table.next(&guard).is_none() {
+                if let Some((_, (_, value))) = table.find(hash, key) {
+                    return Ok(f(value));
+                }
+            }
+        }
         match self.locate(hash, key, &guard) {
             Some(value) => Ok(f(value)),
             None => Err(f),
@@ -255,7 +264,8 @@ where
     /// The value `key`'s client has now: the live copy if a rebuild is
     /// moving the shard's entries (see "Rebuilds" in the module docs), or
     /// a dead one no rebuild carries. `None` if the key is absent.
-    #[inline]
+    #[cold]
+    #[inline(never)]
     fn locate<'g, Q>(&self, hash: u64, key: &Q, guard: &'g Guard) -> Option<&'g V>
     where
         K: Borrow<Q> + 'g,
