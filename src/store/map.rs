@@ -246,12 +246,17 @@ where
     {
         let hash = self.hash(key);
         let guard = epoch::pin();
-        // The common case, inline: a hit in the shard's table, with no
-        // rebuild linked (the first step of `locate`).
-        if let Some(table) = Self::current(self.shard(hash), &guard) {
+        // The common cases, inline: a hit in the shard's table with no
+        // rebuild linked, and a miss in the newest table (the first steps
+        // of `locate`, with its reasons).
+        let shard = self.shard(hash);
+        if let Some(table) = Self::current(shard, &guard) {
             if table.next(&guard).is_none() {
                 if let Some((_, (_, value))) = table.find(hash, key) {
                     return Ok(f(value));
+                }
+                if Self::absent(shard, table, &guard) {
+                    return Err(f);
                 }
             }
         }
@@ -259,6 +264,16 @@ where
             Some(value) => Ok(f(value)),
             None => Err(f),
         }
+    }
+
+    /// After a miss in `table`, searched with no link seen: whether the key
+    /// is absent, as `locate` decides it (no link seen since, and no newer
+    /// table published). Out of line, to keep the hit path short.
+    #[cold]
+    #[inline(never)]
+    fn absent(shard: &Shard<K, V>, table: &Table<K, V>, guard: &Guard) -> bool {
+        table.next(guard).is_none()
+            && Self::current(shard, guard).is_some_and(|current| ptr::eq(current, table))
     }
 
     /// The value `key`'s client has now: the live copy if a rebuild is

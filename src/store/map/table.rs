@@ -183,6 +183,7 @@ impl<K, V> Table<K, V> {
     /// Places `entry` in the first empty slot of its probe sequence and
     /// returns the slot's index. Holding the shard's lock, the table being
     /// below `max_used`.
+    #[inline]
     pub(super) fn put(&self, hash: u64, entry: (K, V)) -> usize {
         let mut group = self.home(hash);
         loop {
@@ -211,6 +212,7 @@ impl<K, V> Table<K, V> {
     }
 
     /// Changes the tag of slot `index`. Holding the shard's lock.
+    #[inline]
     pub(super) fn mark(&self, index: usize, tag: u8) {
         let group = &self.ctrl[index / LANES];
         // Relaxed load: as in `put`. Release store: a reader that sees the
