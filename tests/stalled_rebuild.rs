@@ -5,8 +5,9 @@
 //! One thread inserts new clients until one of its inserts rebuilds a
 //! shard (growth at 7/8); the rebuild hashes each live key it moves, and
 //! the fifth live key it hashes stalls, after four entries have moved.
-//! Meanwhile two threads check the known, live clients, those of the
-//! stalled shard among them, and time every check.
+//! Meanwhile two threads check (and peek at) the known, live clients,
+//! those of the stalled shard among them, and time every call; a peek
+//! must see the client's state, never a fresh one.
 
 // Plain `cargo test` runs this suite; `cargo test --features loom` is for
 // the loom models (loom-tests/) and skips it.
@@ -96,9 +97,14 @@ fn a_check_never_waits_for_a_stalled_rebuild() {
                     while !done.load(Ordering::SeqCst) {
                         let stalling = STALLING.load(Ordering::SeqCst);
                         let start = Instant::now();
-                        let allowed = limiter.allow_request(&Client(id));
+                        // Checks, and every fourth time a peek.
+                        if id % 4 == 0 {
+                            let peeked = limiter.peek(&Client(id));
+                            assert!(peeked.remaining() < CAPACITY - 1, "client {id} read as new");
+                        } else {
+                            assert!(limiter.allow_request(&Client(id)), "client {id} denied");
+                        }
                         let took = start.elapsed();
-                        assert!(allowed, "client {id} denied");
                         slowest = slowest.max(took);
                         if stalling && STALLING.load(Ordering::SeqCst) {
                             during_stall.fetch_add(1, Ordering::Relaxed);
