@@ -153,8 +153,8 @@ fn charging_one_by_one_on_two_words_is_caught() {
 }
 
 /// Model 8 (a table rebuild moving the cell while two checks run) over a
-/// pair client: the freeze exchanges the whole pair for the tombstone and
-/// carries both words, so exactly one check is admitted (binding capacity
+/// pair client: the move copies both words and forwards the old cell by
+/// one exchange of the whole pair, from the pair copied, so exactly one check is admitted (binding capacity
 /// 1), known client and new client alike.
 #[test]
 fn relocation_vs_checks_pair_of_buckets() {
@@ -169,6 +169,7 @@ fn relocation_vs_checks_pair_of_buckets() {
             both(bucket(1), bucket(2)),
             known,
             Mortal::relocate,
+            Mortal::forward,
         );
         assert_eq!((min, max), (1, 1));
     }

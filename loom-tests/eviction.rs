@@ -22,6 +22,8 @@
 //! lost with the entry, and a later check admits again on a fresh one;
 //! loom finds that interleaving.
 
+use std::borrow::Borrow;
+use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc as StdArc;
 use std::time::{Duration, Instant};
@@ -31,7 +33,7 @@ use loom::thread;
 
 use crate::arrival::{Arrival, Room};
 use crate::stand_in::StandIn;
-use tollgate::__loom::{check_or_insert, Algorithm, Mortal};
+use tollgate::__loom::{check_or_insert, Algorithm, Index, Mortal, Purge};
 
 /// The client every thread asks for.
 const KEY: &str = "alice";
@@ -292,7 +294,7 @@ fn eviction_without_tombstone_is_caught_token_bucket() {
         "eviction/broken/token_bucket",
         bucket(),
         admitted_at_zero,
-        crate::twins::evict_without_tombstone,
+        evict_without_tombstone,
     );
 }
 
@@ -303,6 +305,49 @@ fn eviction_without_tombstone_is_caught_sliding_window_log() {
         "eviction/broken/sliding_window_log",
         log(),
         admitted_at_zero,
-        crate::twins::evict_without_tombstone,
+        evict_without_tombstone,
     );
+}
+
+/// The stand-in with a sweep's removal (`StandIn::remove_locked`) as its
+/// `remove_if`: the broken evictor below removes a live entry, which
+/// `Map::remove_if` never does, but a sweep under the shard's lock does.
+struct Sweeping<'a, V>(&'a StandIn<V>);
+
+impl<V: Mortal> Index<String, V> for Sweeping<'_, V> {
+    fn with<Q, R, F>(&self, key: &Q, f: F) -> Result<R, F>
+    where
+        F: FnOnce(&V) -> R,
+        String: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.0.with(key, f)
+    }
+
+    fn insert<R>(&self, key: String, value: V, f: impl FnOnce(&V) -> R) -> Result<R, V> {
+        self.0.insert(key, value, f)
+    }
+}
+
+impl<V: Mortal> Purge<String, V> for Sweeping<'_, V> {
+    fn remove_if<Q, F>(&self, key: &Q, condition: F) -> bool
+    where
+        F: FnOnce(&V) -> bool,
+        String: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.0.remove_locked(key, condition)
+    }
+}
+
+/// The broken twin of `__loom::evict`: an evictor that checks that the
+/// cell is idle and then removes the entry as a sweep does, with no
+/// tombstone in between.
+fn evict_without_tombstone<A: Algorithm>(
+    algorithm: &A,
+    index: &StandIn<A::Cell>,
+    key: &str,
+    now: u64,
+) -> bool {
+    crate::twins::evict_without_tombstone(algorithm, &Sweeping(index), key, now)
 }

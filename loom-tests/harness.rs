@@ -150,9 +150,23 @@ impl Mortal for WordCell {
             Self::Real(cell) => match cell.relocate() {
                 Relocation::Dead => Relocation::Dead,
                 Relocation::Same => Relocation::Same,
-                Relocation::Moved(cell) => Relocation::Moved(Self::Real(cell)),
+                Relocation::Moved(cell, seal) => Relocation::Moved(Self::Real(cell), seal),
             },
             Self::Racy(_) => Relocation::Same,
+        }
+    }
+
+    fn forward(&self, seal: tollgate::__loom::Seal) -> bool {
+        match self {
+            Self::Real(cell) => cell.forward(seal),
+            Self::Racy(_) => unreachable!("a racy cell moves as a handle, never forwarded"),
+        }
+    }
+
+    fn refresh(&self, newer: Self) {
+        match (self, newer) {
+            (Self::Real(cell), Self::Real(newer)) => cell.refresh(newer),
+            _ => unreachable!("only a real cell's copy is refreshed"),
         }
     }
 }

@@ -2,9 +2,10 @@
 //!
 //! A tiered limiter's quota changes in steps (`Limiter::set_quota`): the
 //! new quota table is published, then every client's cell is carried over
-//! as a table rebuild relocates it (frozen, its word converted to the new
-//! quota, into a new cell that names the new quota), then the old table is
-//! retired. A check reads the quota its cell names *inside* its
+//! as a table rebuild moves it (its word copied and converted to the new
+//! quota, into a new cell that names the new quota, and the old cell then
+//! marked moved by one exchange from the word converted), then the old
+//! table is retired. A check reads the quota its cell names *inside* its
 //! transition, after the word's `Acquire` load, so it decides an old word
 //! under the old quota and a carried word under the new one.
 //!

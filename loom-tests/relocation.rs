@@ -2,28 +2,34 @@
 //!
 //! The store's table grows (and shrinks) by rebuilding a shard into a new
 //! table, and a check may still hold a reference into the old one: it
-//! looked the client up just before the move. The rebuild *relocates* each
-//! cell (`Mortal::relocate`): a word cell is frozen by exchanging its word
-//! for the tombstone, and that word is carried into the new copy; so a
-//! compare-and-swap through the old copy either lands before the freeze
-//! (and is carried) or fails against the tombstone, and its thread goes
-//! round through the map to the new copy. A log is a handle to state that
-//! never moves, and is moved as it is.
+//! looked the client up just before the move. The rebuild links the new
+//! table from the old one, then moves each entry: it copies the cell's
+//! state (`Mortal::relocate`), places the copy in the new table, and marks
+//! the old cell moved by one exchange from the very state copied
+//! (`Mortal::forward`); if a check changed the state first, the exchange
+//! fails and the move copies again into the same slot. A check through the
+//! old copy either lands before the exchange (and is copied) or fails
+//! against the tombstone, and its thread finds the copy through the link.
+//! A log is a handle to state that never moves, and is moved as it is.
 //!
 //! The models run the crate's own protocol (`check_or_insert`) over the
-//! loom-aware stand-in, whose `relocate` moves the entry as a rebuild does,
-//! holding the lock, while a check may hold the old cell:
+//! loom-aware stand-in, whose `relocate` moves the entry in the table's
+//! steps, holding the writers' lock, each step its own loom step, so the
+//! move is stalled between every two of them while a check may hold the
+//! old cell:
 //!
-//! * a known client, checked by two threads, one of which first relocates
-//!   the entry: exactly `capacity` (1) admissions, and the map ends with one
-//!   live cell that shows it;
-//! * a new client: one thread brings it in while the other relocates its
-//!   unborn (or claimed, which the freeze waits for) cell and then checks:
+//! * a known client, checked by two threads, one of which first moves the
+//!   entry: exactly `capacity` (1) admissions, the map ends with one live
+//!   cell that shows it, and the other thread's check never found the
+//!   writers' lock held (a check never waits for the rebuild);
+//! * a new client: one thread brings it in while the other moves its
+//!   unborn (or claimed, which the move waits for) cell and then checks:
 //!   again exactly one admission and one live entry.
 //!
-//! The broken twin copies the word without freezing it: a check holding
-//! the old copy admits there, after the copy was taken, and the other
-//! check admits again on the new copy. Loom finds that interleaving.
+//! The broken twin moves without the exchange: it marks the old cell moved
+//! whatever it holds now. A check that admits on the old copy after the
+//! copy was taken is lost with it, and the other check admits again on the
+//! new copy. Loom finds that interleaving.
 
 use loom::sync::Arc;
 use loom::thread;
@@ -31,24 +37,22 @@ use loom::thread;
 use crate::arrival::Room;
 use crate::eviction::{bucket, check, check_at, log};
 use crate::stand_in::StandIn;
-use tollgate::__loom::{Algorithm, Mortal, Relocation, StateCell};
+use tollgate::__loom::{Algorithm, Mortal, Relocation, Seal, StateCell};
 
 const KEY: &str = "alice";
 
 /// A frozen instant at which a fresh state admits exactly one check.
 const NOW: u64 = 100;
 
-/// How the rebuild moves a word cell: the crate's freeze, or the bug.
-type Move = fn(&StateCell) -> Relocation<StateCell>;
+/// How the rebuild marks a moved word cell: the crate's exchange, or the
+/// bug.
+type Forward = fn(&StateCell, Seal) -> bool;
 
-fn freeze(cell: &StateCell) -> Relocation<StateCell> {
-    cell.relocate()
-}
-
-/// The bug: the new copy takes the word as it is now, and the old copy
-/// stays live for whoever holds it.
-fn copy_without_freezing(cell: &StateCell) -> Relocation<StateCell> {
-    Relocation::Moved(StateCell::new(cell.load()))
+/// The bug: the old copy is marked moved whatever it holds now (an
+/// unconditional retirement), not only from the state copied.
+fn forward_without_the_exchange(cell: &StateCell, _seal: Seal) -> bool {
+    let _ = bucket().force_evict(cell);
+    true
 }
 
 /// Two checks race a relocation of `start`'s entry (a fresh live cell, or
@@ -59,6 +63,7 @@ pub(crate) fn race<A>(
     algorithm: A,
     known: bool,
     relocate: fn(&A::Cell) -> Relocation<A::Cell>,
+    forward: fn(&A::Cell, Seal) -> bool,
 ) -> (usize, u64, u64)
 where
     A: Algorithm + Copy,
@@ -76,7 +81,7 @@ where
         let mover = {
             let (index, room) = (Arc::clone(&index), Arc::clone(&room));
             thread::spawn(move || {
-                index.relocate(KEY, relocate);
+                index.relocate_with(KEY, relocate, forward);
                 check_at(algorithm, &index, &room, NOW, false)
             })
         };
@@ -102,6 +107,12 @@ where
             "{name}: lost an admission: the kept cell does not show it"
         );
         assert_eq!(room.held(), 1, "{name}: the client holds one unit of room");
+        if known {
+            assert!(
+                !index.anyone_waited(),
+                "{name}: a check on a known client waited for the rebuild"
+            );
+        }
         admitted
     })
 }
@@ -112,7 +123,8 @@ fn relocation_vs_checks_known_client_token_bucket() {
         "relocation/known/token_bucket",
         bucket(),
         true,
-        freeze as Move,
+        Mortal::relocate,
+        Mortal::forward as Forward,
     );
     assert_eq!((min, max), (1, 1));
 }
@@ -123,7 +135,8 @@ fn relocation_vs_checks_new_client_token_bucket() {
         "relocation/new/token_bucket",
         bucket(),
         false,
-        freeze as Move,
+        Mortal::relocate,
+        Mortal::forward as Forward,
     );
     assert_eq!((min, max), (1, 1));
 }
@@ -135,17 +148,19 @@ fn relocation_vs_checks_known_client_sliding_window_log() {
         log(),
         true,
         Mortal::relocate,
+        Mortal::forward,
     );
     assert_eq!((min, max), (1, 1));
 }
 
 #[test]
 #[should_panic(expected = "over-admitted")]
-fn relocation_without_freezing_is_caught() {
+fn a_move_without_the_exchange_is_caught() {
     let _ = race(
         "relocation/broken/token_bucket",
         bucket(),
         true,
-        copy_without_freezing as Move,
+        Mortal::relocate,
+        forward_without_the_exchange as Forward,
     );
 }

@@ -2,8 +2,9 @@
 //! its cell and a check runs on it.
 //!
 //! The client's state has spent its capacity of 1 at the frozen instant
-//! `NOW`. One thread relocates the entry as a rebuild does (freezing the
-//! old copy, carrying its word to a new one) and then checks; the other
+//! `NOW`. One thread moves the entry as a rebuild does (copying its word to
+//! a new cell, then marking the old copy moved by one exchange from that
+//! word) and then checks; the other
 //! resets (or removes) the client through the crate's own `reset_client`
 //! (or `forget_client`) over the algorithm's `reset` (or `force_evict`),
 //! the functions `Limiter::reset` and `Limiter::remove` run. Afterwards one
@@ -12,12 +13,12 @@
 //! The client is tracked throughout, so the reset (removal) must take
 //! effect: it reports a live client, and of the two checks exactly one is
 //! admitted (the relocating thread's, if it came after the reset; else the
-//! drain). A reset that met the frozen copy and gave up would be lost, and
+//! drain). A reset that met the moved copy and gave up would be lost, and
 //! neither check would be admitted.
 //!
 //! The broken twin looks once and does not look past a dead cell: loom
 //! finds the interleaving where its one look is at the copy the rebuild
-//! has just frozen.
+//! has just marked moved.
 
 use loom::sync::Arc;
 use loom::thread;

@@ -1,32 +1,65 @@
-//! The loom-aware stand-in for the store's map, shared by the first-request
-//! model (`insert.rs`) and the eviction model (`eviction.rs`).
+//! The loom-aware stand-in for the store's map, shared by the models that
+//! run the store's protocols.
 //!
 //! The store's table keeps its control words in std's atomics (loom cannot
 //! follow its epoch-based reclamation), so the models run the crate's own
-//! protocols (`get_or_insert`, `check_or_insert`) over [`StandIn`], a
-//! `loom::sync::Mutex<HashMap<..>>` with the same [`Index`] + [`Purge`]
-//! contract: `insert` adds a key only if it is absent and otherwise hands
-//! the value back, `with` sees every insert that happened before it, and
-//! `remove_if` removes only an entry whose cell meets the condition. The
-//! lock is taken only to look up, insert, remove or relocate, and the
-//! caller's closure runs after it is released, so checks on a found cell
-//! race freely, as they do over the table's lock-free reads. Like the
-//! table, [`StandIn::relocate`] moves an entry to a new cell the way a
-//! rebuild does, while checks may hold the old one.
+//! protocols (`get_or_insert`, `check_or_insert`) over [`StandIn`], with
+//! the same [`Index`] + [`Purge`] contract: `insert` adds a key only if it
+//! is absent and otherwise hands the value back, `with` sees every insert
+//! that happened before it, and `remove_if` removes only an entry whose
+//! cell meets the condition.
+//!
+//! It mirrors the table's shape: a list of tables (the shard's current one,
+//! and the one a rebuild links from it), `HashMap`s under one
+//! `loom::sync::Mutex` whose every acquisition stands for one step of the
+//! table's (one search, or one control-word store), never held while a
+//! caller's closure runs; and a
+//! writers' lock, held by inserts, removals and a whole rebuild, as the
+//! shard's lock is. A lookup takes the steps the table's does (the link
+//! loaded before the search of a table; a live cell found there is the
+//! client's; a dead one or a miss sends it on to the linked table), and
+//! [`StandIn::relocate`] moves an entry in the table's steps (link the new
+//! table; copy; place the copy; mark the old cell moved by `forward`;
+//! retag the old slot; publish the new table), each a separate loom step,
+//! so a model stalls the move between any two of them.
+//!
+//! The stand-in records whether any thread other than the mover found the
+//! writers' lock held, which the models of a known client's check assert
+//! never happens: a check never waits for a rebuild.
 
 use std::borrow::Borrow;
 use std::collections::hash_map::{Entry, HashMap};
 use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc as StdArc;
+use std::sync::TryLockError;
 
-use loom::sync::Mutex;
-use tollgate::__loom::{Index, Mortal, Purge, Relocation};
+use loom::sync::{Mutex, MutexGuard};
+use tollgate::__loom::{Index, Mortal, Purge, Relocation, Seal};
+
+type Table<V> = HashMap<String, StdArc<V>>;
+
+/// The shard's tables: every one it has had, oldest first (none is freed,
+/// as the epoch collector frees none a reader can still reach), the last
+/// one linked from the one before it while a rebuild moves entries; and
+/// which one is current.
+#[derive(Debug)]
+struct Tables<V> {
+    tables: Vec<Table<V>>,
+    current: usize,
+}
 
 /// A loom-aware map with the `Index` + `Purge` contract; see the module
 /// docs.
 #[derive(Debug)]
 pub(crate) struct StandIn<V> {
-    map: Mutex<HashMap<String, StdArc<V>>>,
+    /// One lock over every table: one acquisition is one step of the
+    /// table's (one search, one control-word store).
+    state: Mutex<Tables<V>>,
+    /// The shard's writers' lock.
+    writers: Mutex<()>,
+    /// Whether a thread found the writers' lock held (see the module docs).
+    waited: AtomicBool,
     /// Break the contract: `insert` replaces a present key instead of
     /// handing the value back. Only the broken twins set this.
     replace_on_insert: bool,
@@ -36,7 +69,12 @@ impl<V> StandIn<V> {
     /// An empty map; `replace_on_insert` breaks the insert contract.
     pub(crate) fn new(replace_on_insert: bool) -> Self {
         Self {
-            map: Mutex::new(HashMap::new()),
+            state: Mutex::new(Tables {
+                tables: vec![HashMap::new()],
+                current: 0,
+            }),
+            writers: Mutex::new(()),
+            waited: AtomicBool::new(false),
             replace_on_insert,
         }
     }
@@ -44,20 +82,75 @@ impl<V> StandIn<V> {
     /// A map holding `cell` for `key`.
     pub(crate) fn holding(key: &str, cell: V) -> Self {
         let map = Self::new(false);
-        map.map
-            .lock()
-            .unwrap()
-            .insert(key.to_owned(), StdArc::new(cell));
+        map.state.lock().unwrap().tables[0].insert(key.to_owned(), StdArc::new(cell));
         map
     }
 
-    /// A copy of the entries, for a model's final assertions.
+    /// A copy of the current table's entries, for a model's final
+    /// assertions.
     pub(crate) fn snapshot(&self) -> HashMap<String, StdArc<V>> {
-        self.map.lock().unwrap().clone()
+        let state = self.state.lock().unwrap();
+        state.tables[state.current].clone()
+    }
+
+    /// Whether a thread other than a rebuilder ever found the writers'
+    /// lock held.
+    pub(crate) fn anyone_waited(&self) -> bool {
+        // Relaxed: read after the model's threads have joined.
+        self.waited.load(Ordering::Relaxed)
+    }
+
+    /// Takes the writers' lock, recording whether it was held.
+    fn write(&self) -> MutexGuard<'_, ()> {
+        match self.writers.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::WouldBlock) => {
+                // Relaxed: read after the threads join.
+                self.waited.store(true, Ordering::Relaxed);
+                self.writers.lock().unwrap()
+            }
+            Err(TryLockError::Poisoned(_)) => panic!("a model thread panicked"),
+        }
     }
 }
 
-impl<V> Index<String, V> for StandIn<V> {
+impl<V: Mortal> StandIn<V> {
+    /// The cell `key`'s client has now, by the table's lookup
+    /// (`Map::locate`).
+    fn locate<Q>(&self, key: &Q) -> Option<StdArc<V>>
+    where
+        String: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let mut start = self.state.lock().unwrap().current;
+        let mut index = start;
+        loop {
+            // One search: the link loaded, then the table searched.
+            let (found, linked) = {
+                let state = self.state.lock().unwrap();
+                (
+                    state.tables[index].get(key).cloned(),
+                    index + 1 < state.tables.len(),
+                )
+            };
+            match found {
+                Some(cell) if !linked || !cell.is_dead() => return Some(cell),
+                _ if linked => index += 1,
+                Some(cell) => return Some(cell),
+                None => {
+                    let current = self.state.lock().unwrap().current;
+                    if current == start {
+                        return None;
+                    }
+                    start = current;
+                    index = current;
+                }
+            }
+        }
+    }
+}
+
+impl<V: Mortal> Index<String, V> for StandIn<V> {
     fn with<Q, R, F>(&self, key: &Q, f: F) -> Result<R, F>
     where
         F: FnOnce(&V) -> R,
@@ -66,22 +159,25 @@ impl<V> Index<String, V> for StandIn<V> {
     {
         // The `Arc` keeps the cell alive once the lock is released, as
         // the epoch guard does over the table.
-        let found = self.map.lock().unwrap().get(key).cloned();
-        match found {
+        match self.locate(key) {
             Some(cell) => Ok(f(&cell)),
             None => Err(f),
         }
     }
 
     fn insert<R>(&self, key: String, value: V, f: impl FnOnce(&V) -> R) -> Result<R, V> {
-        let mut map = self.map.lock().unwrap();
+        let writers = self.write();
+        let mut state = self.state.lock().unwrap();
+        let current = state.current;
+        let map = &mut state.tables[current];
         let value = StdArc::new(value);
         if self.replace_on_insert {
             map.insert(key, StdArc::clone(&value));
         } else {
             match map.entry(key) {
                 Entry::Occupied(_) => {
-                    drop(map);
+                    drop(state);
+                    drop(writers);
                     return Err(StdArc::into_inner(value).expect("not shared yet"));
                 }
                 Entry::Vacant(slot) => {
@@ -89,47 +185,127 @@ impl<V> Index<String, V> for StandIn<V> {
                 }
             }
         }
-        drop(map);
+        drop(state);
+        drop(writers);
         Ok(f(&value))
     }
 }
 
 impl<V: Mortal> StandIn<V> {
-    /// Moves `key`'s entry as the table's rebuild does, holding the lock:
-    /// `relocate` says what goes in the new entry (the crate's
-    /// `Mortal::relocate`, or a broken twin's). A thread that looked the
-    /// entry up before keeps the old cell.
-    pub(crate) fn relocate(&self, key: &str, relocate: impl FnOnce(&V) -> Relocation<V>) {
-        let mut map = self.map.lock().unwrap();
-        let Some(cell) = map.get(key).cloned() else {
-            return;
+    /// Moves `key`'s entry as the table's rebuild does (`Map::rebuild`,
+    /// `Map::move_entry`), holding the writers' lock: `relocate` says what
+    /// goes in the new table (the crate's `Mortal::relocate`, or a quota
+    /// change's carry), and the crate's `Mortal::forward` marks the old cell
+    /// moved. A thread that looked the entry up before keeps the old cell.
+    pub(crate) fn relocate(&self, key: &str, relocate: impl FnMut(&V) -> Relocation<V>) {
+        self.relocate_with(key, relocate, V::forward);
+    }
+
+    /// As [`StandIn::relocate`], with `forward` marking the old cell moved
+    /// (the crate's, or a broken twin's).
+    pub(crate) fn relocate_with(
+        &self,
+        key: &str,
+        mut relocate: impl FnMut(&V) -> Relocation<V>,
+        mut forward: impl FnMut(&V, Seal) -> bool,
+    ) {
+        let writers = self.writers.lock().unwrap();
+        // Link the new table, and find the entry.
+        let (old, cell) = {
+            let mut state = self.state.lock().unwrap();
+            state.tables.push(HashMap::new());
+            let old = state.current;
+            (old, state.tables[old].get(key).cloned())
         };
-        match relocate(&cell) {
-            Relocation::Dead => {
-                map.remove(key);
-            }
-            // A handle: the new entry shares the state the old one names.
-            Relocation::Same => {}
-            Relocation::Moved(moved) => {
-                map.insert(key.to_owned(), StdArc::new(moved));
+        let new = old + 1;
+        // One control-word store (or search) of one table.
+        let step = |f: &mut dyn FnMut(&mut Tables<V>)| f(&mut self.state.lock().unwrap());
+        if let Some(cell) = cell {
+            let mut placed: Option<StdArc<V>> = None;
+            loop {
+                match relocate(&cell) {
+                    Relocation::Dead => {
+                        // Any copy placed is given up; the dead entry stays
+                        // behind, marked deleted.
+                        if placed.is_some() {
+                            step(&mut |state| drop(state.tables[new].remove(key)));
+                        }
+                        step(&mut |state| drop(state.tables[old].remove(key)));
+                        break;
+                    }
+                    Relocation::Same => {
+                        step(&mut |state| {
+                            drop(state.tables[new].insert(key.to_owned(), StdArc::clone(&cell)));
+                        });
+                        step(&mut |state| drop(state.tables[old].remove(key)));
+                        break;
+                    }
+                    Relocation::Moved(copy, seal) => {
+                        match &placed {
+                            None => {
+                                let copy = StdArc::new(copy);
+                                step(&mut |state| {
+                                    drop(
+                                        state.tables[new]
+                                            .insert(key.to_owned(), StdArc::clone(&copy)),
+                                    );
+                                });
+                                placed = Some(copy);
+                            }
+                            Some(placed) => placed.refresh(copy),
+                        }
+                        if forward(&cell, seal) {
+                            // The old slot's tag becomes MOVED.
+                            step(&mut |state| drop(state.tables[old].remove(key)));
+                            break;
+                        }
+                    }
+                }
             }
         }
+        // Publish the new table.
+        step(&mut |state| state.current = new);
+        drop(writers);
     }
 }
 
-impl<V> Purge<String, V> for StandIn<V> {
+impl<V: Mortal> StandIn<V> {
+    /// Removes `key`'s entry if `condition` holds for the cell the current
+    /// table holds, under the writers' lock, whatever the cell: a sweep's
+    /// removal, which tests its own condition there.
+    pub(crate) fn remove_locked<Q>(&self, key: &Q, condition: impl FnOnce(&V) -> bool) -> bool
+    where
+        String: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let writers = self.write();
+        let mut state = self.state.lock().unwrap();
+        let current = state.current;
+        let map = &mut state.tables[current];
+        let removed = if map.get(key).is_some_and(|cell| condition(cell)) {
+            map.remove(key);
+            true
+        } else {
+            false
+        };
+        drop(state);
+        drop(writers);
+        removed
+    }
+}
+
+impl<V: Mortal> Purge<String, V> for StandIn<V> {
+    /// As `Map::remove_if`: only a dead cell is removed, so a key whose
+    /// client's cell is alive is answered without the writers' lock.
     fn remove_if<Q, F>(&self, key: &Q, condition: F) -> bool
     where
         F: FnOnce(&V) -> bool,
         String: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let mut map = self.map.lock().unwrap();
-        if map.get(key).is_some_and(|cell| condition(cell)) {
-            map.remove(key);
-            true
-        } else {
-            false
+        if !self.locate(key).is_some_and(|cell| cell.is_dead()) {
+            return false;
         }
+        self.remove_locked(key, condition)
     }
 }

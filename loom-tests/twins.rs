@@ -102,6 +102,14 @@ impl Mortal for RacyCell {
     fn relocate(&self) -> Relocation<Self> {
         Relocation::Same
     }
+
+    fn forward(&self, _seal: tollgate::__loom::Seal) -> bool {
+        unreachable!("a racy cell moves as a handle, never forwarded")
+    }
+
+    fn refresh(&self, _newer: Self) {
+        unreachable!("a racy cell moves as a handle, never refreshed")
+    }
 }
 
 /// The broken cancel of models 10 (word cells) and 14 (pairs): subtract the

@@ -3,7 +3,8 @@
 //! A server calls [`RateLimiter::allow_request`] on every request, for every
 //! client (API key, user id, IP address). Each client's state is one packed
 //! 64-bit word in a lock-free map, updated by compare-and-swap: no lock on
-//! the check path, and a denied request writes nothing.
+//! the check path of a tracked client, no wait for another thread even
+//! while the map rebuilds its tables, and a denied request writes nothing.
 //!
 //! ```
 //! use std::time::Duration;

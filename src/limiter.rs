@@ -69,10 +69,14 @@ pub trait RateLimiter<K: ?Sized = str>: Send + Sync {
 /// Build one with [`TokenBucket::builder`](crate::TokenBucket::builder),
 /// [`SlidingWindowCounter::builder`](crate::SlidingWindowCounter::builder),
 /// [`SlidingWindowLog::builder`](crate::SlidingWindowLog::builder) or
-/// [`FixedWindow::builder`](crate::FixedWindow::builder). Every check is
-/// lock-free: one clock read, one map lookup that writes nothing shared, and
-/// one compare-and-swap of the client's state word (for the log, of one
-/// slot) if the request is admitted.
+/// [`FixedWindow::builder`](crate::FixedWindow::builder). A check on a
+/// client the limiter tracks is lock-free and never waits for another
+/// thread, a rebuild of the map's tables included: one clock read, one map
+/// lookup that writes nothing shared, and one compare-and-swap of the
+/// client's state word (for the log, of one slot) if the request is
+/// admitted. So are [`peek`](Limiter::peek) and bookings. A client's first
+/// request (or its first since it was forgotten) inserts it, under a lock
+/// per shard of the map that only inserts, removals and rebuilds take.
 ///
 /// Share it between threads by reference or in an `Arc`.
 ///

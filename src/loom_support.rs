@@ -16,7 +16,9 @@
 use core::time::Duration;
 
 pub use crate::algorithm::{Reserve, Ticket, Transitions};
-pub use crate::cell::{Algorithm, Booking, Life, Mortal, Packed, PairCell, Relocation, StateCell};
+pub use crate::cell::{
+    Algorithm, Booking, Life, Mortal, Packed, PairCell, Relocation, Seal, StateCell,
+};
 pub use crate::cell::{TierCell, Tiered};
 pub use crate::reservation::Renewals;
 pub use crate::store::{

@@ -105,7 +105,7 @@ mod birth;
 mod book;
 
 use self::birth::Birth;
-use super::{Algorithm, Booking, Life, Mortal, Relocation};
+use super::{Algorithm, Booking, Life, Mortal, Relocation, Seal};
 use crate::algorithm::{FromParams, Params, SlidingWindowLog, Ticket};
 use crate::decision::Decision;
 use crate::error::ConfigError;
@@ -454,6 +454,14 @@ impl Mortal for LogCell {
             Relocation::Same
         }
     }
+
+    /// Never called: a handle is moved as it is, with no copy to forward.
+    fn forward(&self, _seal: Seal) -> bool {
+        true
+    }
+
+    /// Never called, as for `forward`.
+    fn refresh(&self, _newer: Self) {}
 }
 
 impl Algorithm for SlidingWindowLog {

@@ -48,7 +48,7 @@
 //! one 64-bit word. A log keeps it in a separate birth word beside its
 //! `life` word (`log.rs`).
 
-use crate::algorithm::{join, CLAIMED, FRESH, REFUSED, TOMBSTONE, UNBORN};
+use crate::algorithm::{join, Wide, CLAIMED, FRESH, REFUSED, TOMBSTONE, UNBORN};
 use crate::sync::{AtomicU128, AtomicU64, Backoff, Ordering};
 
 mod algorithm;
@@ -121,8 +121,26 @@ pub trait Mortal {
 
     /// The store is moving this cell's entry to a new table (holding the
     /// lock that keeps every other writer of the entry out): what goes
-    /// there. Called once per entry and table.
+    /// there. Reads the cell and changes nothing: a word cell's copy holds
+    /// the state read, and stands for the client only once
+    /// [`forward`](Mortal::forward) has marked this cell moved from that
+    /// very state. A claimed cell is waited for: its claimer writes it
+    /// within a few instructions and takes no lock meanwhile.
     fn relocate(&self) -> Relocation<Self>
+    where
+        Self: Sized;
+
+    /// Marks this cell moved if it still holds the state `seal` names (one
+    /// exchange from it to the tombstone): true iff it did. A check that
+    /// changed the state first makes this fail, and the mover reads the
+    /// cell again; a check that comes after fails against the tombstone
+    /// and looks the client up again, finding the copy.
+    fn forward(&self, seal: Seal) -> bool;
+
+    /// Puts `newer`'s state into this copy, made by an earlier
+    /// [`relocate`](Mortal::relocate) that a check overtook, before any
+    /// other thread can reach it.
+    fn refresh(&self, newer: Self)
     where
         Self: Sized;
 }
@@ -137,11 +155,19 @@ pub enum Relocation<C> {
     /// The cell is a handle to state that never moves: the store may move
     /// the handle bit for bit, and the old copy is never dropped.
     Same,
-    /// The cell's state is frozen in the old copy, which now reads as
-    /// evicted, and carried on by this cell. The old copy is never dropped,
-    /// so it must own nothing that needs dropping.
-    Moved(C),
+    /// A new cell carrying the state the old one held when read (as it was,
+    /// or converted), named by the seal. The old copy still holds that
+    /// state and stays live until [`Mortal::forward`] marks it moved; it is
+    /// then never dropped, nor is a copy the move gave up on, so neither
+    /// may own anything that needs dropping.
+    Moved(C, Seal),
 }
+
+/// The exact state a move read from a cell ([`Relocation::Moved`]), for
+/// [`Mortal::forward`]: a word, or a pair of words, widened.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seal(u128);
 
 /// What a [`StateCell`] holds: one state word (`u64`), or the two words of
 /// a client held to two limits at once (`u128`, the first limit's word in
@@ -149,7 +175,7 @@ pub enum Relocation<C> {
 /// is the first one ([`Packed::life_word`]), so the life protocol below is
 /// written once for both.
 #[doc(hidden)]
-pub trait Packed: Copy + Eq + core::fmt::Debug + Send + Sync + 'static {
+pub trait Packed: Wide + Copy + Eq + core::fmt::Debug + Send + Sync + 'static {
     /// The atomic that holds it, from `crate::sync`.
     type Atomic: core::fmt::Debug + Send + Sync;
 
@@ -479,41 +505,49 @@ impl<W: Packed> Mortal for StateCell<W> {
         self.leave_unborn(REFUSED)
     }
 
-    /// Freezes the word: exchanges it for the tombstone, so that every
-    /// compare-and-swap through this copy fails from now on and its thread
-    /// looks the client up again, and carries the word it replaced into
-    /// the new copy. A claimed word is waited for: its claimer writes it
-    /// within a few instructions and takes no lock meanwhile.
+    /// Reads the word to carry, and copies it: a dead cell stays behind.
     fn relocate(&self) -> Relocation<Self> {
         let backoff = Backoff::new();
-        let mut word = self.load();
         loop {
+            let word = self.load();
             match word.life_word() {
                 TOMBSTONE | REFUSED => return Relocation::Dead,
-                CLAIMED => {
-                    backoff.snooze();
-                    word = self.load();
-                }
-                // AcqRel/Acquire: as in `apply`; an admission racing the
-                // freeze either lands first (and the exchange fails and
-                // retries with its word) or fails against the tombstone.
-                _ => match W::compare_exchange(
-                    &self.word,
-                    word,
-                    W::not_alive(TOMBSTONE),
-                    true,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => {
-                        return Relocation::Moved(Self {
+                CLAIMED => backoff.snooze(),
+                _ => {
+                    return Relocation::Moved(
+                        Self {
                             word: W::atomic(word),
-                        })
-                    }
-                    Err(seen) => word = seen,
-                },
+                        },
+                        Seal(word.widen()),
+                    )
+                }
             }
         }
+    }
+
+    fn forward(&self, seal: Seal) -> bool {
+        // AcqRel: Release publishes the copy, written before this exchange
+        // (its slot, and any `refresh`), to a check whose Acquire load sees
+        // the tombstone and then looks the client up again; Acquire, as in
+        // `apply`. The exchange succeeds only from the very word the copy
+        // holds, so an admission made through this cell after the copy was
+        // taken makes it fail, and the mover copies again. Acquire on
+        // failure: as in `load`.
+        W::compare_exchange(
+            &self.word,
+            W::narrow(seal.0),
+            W::not_alive(TOMBSTONE),
+            false,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .is_ok()
+    }
+
+    fn refresh(&self, newer: Self) {
+        // Relaxed: no other thread reaches this copy before the `forward`
+        // that publishes it (Release), which this store precedes.
+        W::store(&self.word, newer.load(), Ordering::Relaxed);
     }
 }
 
@@ -640,10 +674,13 @@ mod tests {
             Applied::Denied(next),
             "a second word at u64::MAX is not a tombstone"
         );
-        let Relocation::Moved(moved) = cell.relocate() else {
+        let Relocation::Moved(moved, seal) = cell.relocate() else {
             panic!("a live pair moves");
         };
         assert_eq!(moved.load(), next, "both words carried");
+        assert_eq!(cell.life(), Life::Live, "a copy changes nothing");
+        assert!(cell.forward(seal));
+        assert!(!cell.forward(seal), "forwarded once");
         assert_eq!(cell.life(), Life::Evicted);
         assert_eq!(cell.live_word(), join(FRESH, FRESH));
         assert!(moved.try_retire(|w| w == next));

@@ -10,8 +10,7 @@
 //! quota word is written while the cell is not alive (its creator writes
 //! the tier; its claimer the address, before the fresh word is born with a
 //! `Release` store) and never again: a client's state moves to a new quota
-//! only by being frozen and carried to a new cell, as a table rebuild
-//! moves it.
+//! only by being carried to a new cell, as a table rebuild moves it.
 //!
 //! A check reads the quota word *inside* its transition, after the
 //! `Acquire` load of the state word it transforms: a live word was written
@@ -22,16 +21,17 @@
 //! The quotas live in a table (one quota per tier) behind a [`Published`]
 //! pointer. Changing one (the limiter's `set_quota`, one change at a time)
 //! publishes a new table, then rebuilds every shard of the store, and each
-//! live cell is frozen (its word exchanged for the tombstone, exactly as a
-//! rebuild freezes it) and carried to a new cell that names its tier's
-//! entry in the new table, its word converted by the algorithm's rule
-//! (`Transitions::convert`) from the quota its old cell named. Only then
-//! is the old table retired, to the epoch collector:
+//! live cell is carried, exactly as a rebuild moves it, to a new cell that
+//! names its tier's entry in the new table, its word converted by the
+//! algorithm's rule (`Transitions::convert`) from the quota its old cell
+//! named; the old cell is then marked moved by one exchange from the very
+//! word converted (a check that changed it first makes the rebuild convert
+//! again). Only then is the old table retired, to the epoch collector:
 //!
 //! - a check on the old cell decides under the old quota; if the cell is
-//!   frozen meanwhile, the check's exchange fails against the tombstone and
-//!   it looks the client up again, finding the carried cell, which it
-//!   decides under the new quota;
+//!   marked moved meanwhile, the check's exchange fails against the
+//!   tombstone and it looks the client up again, finding the carried cell,
+//!   which it decides under the new quota;
 //! - every access to a cell runs under the store's epoch guard (lookups,
 //!   inserts and rebuilds pin, and so does the check of a client admitted
 //!   untracked), so a thread that still holds an old cell was pinned before
@@ -40,12 +40,14 @@
 //! Each client's change is therefore one step in its history: every check
 //! lands wholly before it, under the old quota, or wholly after, under the
 //! new one, and the conversion carries exactly the state the last check
-//! before it left. A check never waits for a change, except one that meets
-//! a frozen cell, which looks again after the shard's rebuild.
+//! before it left. A check never waits for a change: the carried cell is
+//! in the new table before the old one is marked moved.
 
 use core::fmt;
 
-use super::{describe, Algorithm, Applied, Booking, Life, Mortal, Packed, Relocation, StateCell};
+use super::{
+    describe, Algorithm, Applied, Booking, Life, Mortal, Packed, Relocation, Seal, StateCell,
+};
 use crate::algorithm::{FromParams, Params, Transitions, NEVER, UNBORN};
 use crate::decision::Decision;
 use crate::error::ConfigError;
@@ -208,21 +210,23 @@ where
     }
 
     /// What a rebuild carrying cells to the current table puts in `cell`'s
-    /// place: its state frozen, and carried over with its word converted at
-    /// `now()` (read after the freeze) if it was written under another
-    /// quota. To be called while the table the cell names is alive (inside
-    /// [`Tiered::change`]'s `carry_all`, which runs under the store's lock
-    /// for the cell's shard).
+    /// place: a copy of its state, converted at `now()` (read after the
+    /// state) if it was written under another quota, sealed with the state
+    /// read, so that the move marks the old cell moved only if no check
+    /// changed it since ([`Mortal::forward`]). To be called while the
+    /// table the cell names is alive (inside [`Tiered::change`]'s
+    /// `carry_all`, which runs under the store's lock for the cell's shard).
     pub(crate) fn carry(
         &self,
         cell: &TierCell<A::Word>,
         now: impl FnOnce() -> u64,
     ) -> Relocation<TierCell<A::Word>> {
-        let Relocation::Moved(state) = cell.state.relocate() else {
+        let Relocation::Moved(state, seal) = cell.state.relocate() else {
             return Relocation::Dead;
         };
-        // Relaxed: the freeze's exchange (AcqRel) read the word the quota
-        // word was published with, so it names the quota that word was
+        // Relaxed: read after the Acquire load of the live word the copy
+        // holds, which the claimer (or the rebuild that filled this cell's
+        // slot) published with it, so it names the quota that word was
         // written under.
         let old = cell.quota.load(Ordering::Relaxed);
         let tier = tier_of(old);
@@ -233,16 +237,16 @@ where
         if word.life_word() >= UNBORN || old == new {
             // Not alive yet (its claimer names the quota when it is born),
             // or written under the current quota already.
-            return Relocation::Moved(TierCell::with(state, new));
+            return Relocation::Moved(TierCell::with(state, new), seal);
         }
         let from = cell.written_under::<A>(old);
         if from == to {
             // This client's own quota did not change (another tier's did):
             // its state stays exactly as it is, bookings included.
-            return Relocation::Moved(TierCell::with(state, new));
+            return Relocation::Moved(TierCell::with(state, new), seal);
         }
         let word = from.convert(word, now(), to);
-        Relocation::Moved(TierCell::with(StateCell::holding(word), new))
+        Relocation::Moved(TierCell::with(StateCell::holding(word), new), seal)
     }
 }
 
@@ -293,7 +297,7 @@ impl<W: Packed> TierCell<W> {
         // SAFETY: a live state word is published (`Release`: its birth in
         // `activate`, or the slot that a rebuild's `carry` filled) after
         // the quota word naming an entry of a table that was published
-        // then; the same holds of a word a freeze carried. That table is
+        // then; the same holds of a word a move carried. That table is
         // retired only after a change has carried every cell naming it over
         // to a newer one (`Tiered::change`), and freed by the epoch
         // collector only once every thread pinned before the retirement
@@ -343,16 +347,28 @@ impl<W: Packed> Mortal for TierCell<W> {
         self.state.refuse()
     }
 
-    /// A rebuild that changes no quota: the state is frozen and carried
-    /// with its quota word as it is.
+    /// A rebuild that changes no quota: the state is copied with its quota
+    /// word as it is.
     fn relocate(&self) -> Relocation<Self> {
         match self.state.relocate() {
             // Relaxed: as in `Tiered::carry`.
-            Relocation::Moved(state) => {
-                Relocation::Moved(Self::with(state, self.quota.load(Ordering::Relaxed)))
+            Relocation::Moved(state, seal) => {
+                Relocation::Moved(Self::with(state, self.quota.load(Ordering::Relaxed)), seal)
             }
             _ => Relocation::Dead,
         }
+    }
+
+    fn forward(&self, seal: Seal) -> bool {
+        self.state.forward(seal)
+    }
+
+    fn refresh(&self, newer: Self) {
+        // Relaxed: as in `StateCell::refresh`; the quota word first, though
+        // no thread reads either before the `forward` that publishes both.
+        self.quota
+            .store(newer.quota.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.state.refresh(newer.state);
     }
 }
 
@@ -542,8 +558,9 @@ where
     /// A booking under the quota the client's state was written under,
     /// which is fixed for the cell's life once it is alive: read once,
     /// after a load that shows the cell alive (which the quota word's
-    /// publication precedes). A change carrying the cell over freezes it,
-    /// and the booking's exchange then fails: the limiter looks again.
+    /// publication precedes). A change carrying the cell over marks it
+    /// moved, and the booking's exchange then fails: the limiter looks
+    /// again.
     fn reserve(&self, cell: &Self::Cell, now: u64, cost: u64, max_wait: u64) -> Option<Booking> {
         if cell.state.load().life_word() >= UNBORN {
             return None;

@@ -188,7 +188,7 @@ where
     /// Cancels `ticket`'s booking for `client` by the tail rule, iff the
     /// state it was booked on (stamped `stamp`) is still the client's: true
     /// iff its charge was given back. The client is looked up past dead
-    /// cells (`act_on_live`): one a table rebuild froze while we looked has
+    /// cells (`act_on_live`): one a table rebuild moved while we looked has
     /// its live copy in the new table; an evicted one's replacement fails
     /// the stamp's test. The clock is read once the state is found, no
     /// earlier than any eviction judged (so after the booking's time if

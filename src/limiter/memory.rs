@@ -150,10 +150,11 @@ where
     /// fresh client's, so that forgetting it changes no decision; returns
     /// how many were removed.
     ///
-    /// A full pass over the map. Checks run on concurrently, lock-free: a
-    /// check that races the removal of its own client's entry is applied
-    /// either to the entry before it is retired (which then is not idle, and
-    /// stays) or to a fresh one afterwards. Inserting threads already sweep
+    /// A full pass over the map. Checks run on concurrently, and a check on
+    /// a client the sweep keeps never waits for it: a check that races the
+    /// removal of its own client's entry is applied either to the entry
+    /// before it is retired (which then is not idle, and stays) or to a
+    /// fresh one afterwards, inserted as a new client's is. Inserting threads already sweep
     /// a slice at a time (see [`auto_sweep`](crate::Builder::auto_sweep)),
     /// so calling this is optional.
     ///

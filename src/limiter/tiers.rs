@@ -25,7 +25,9 @@ where
     /// 0, every client of a tier with no quota of its own), known or new,
     /// without a restart. A tier with no quota yet gets one.
     ///
-    /// Checks never wait for a change and take no lock. Each client's
+    /// Checks on tracked clients never wait for a change and take no lock
+    /// (a new client's first request is inserted under its shard's lock,
+    /// which the change holds while it carries that shard). Each client's
     /// change is one step in its history: a check lands wholly before it,
     /// under the old quota, or wholly after, under the new one. The call
     /// itself visits every client once (shard by shard, under each shard's

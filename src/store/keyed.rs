@@ -125,15 +125,33 @@ where
         self.map.hash(key)
     }
 
-    /// Runs `f` on the cell for `key`, if the key has one. Allocates nothing
-    /// and takes no lock.
+    /// Runs `f` on the cell for `key`, if the key has one. Allocates nothing,
+    /// takes no lock and never waits. A cell that reads as dead is looked
+    /// past once: if a table rebuild moved it just after the lookup found
+    /// it, the second lookup finds the live copy; a cell still dead the
+    /// second time is the client's, and `f` runs on it.
     #[inline]
     pub(crate) fn get<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.with(key, f).ok()
+        let mut f = Some(f);
+        let mut dead: Option<*const V> = None;
+        loop {
+            let found = self.with(key, |cell| {
+                let at = core::ptr::from_ref(cell);
+                if cell.is_dead() && dead != Some(at) {
+                    return Err(at);
+                }
+                Ok((f.take().expect("runs once"))(cell))
+            });
+            match found {
+                Ok(Ok(answer)) => return Some(answer),
+                Ok(Err(at)) => dead = Some(at),
+                Err(_) => return None,
+            }
+        }
     }
 
     /// The entry holding `cell` is about to leave the map, and the caller

@@ -5,10 +5,12 @@
 //! (for the word algorithms, its one state word) sit side by side in one
 //! slot, with no allocation per client beyond what the key itself owns.
 //! Lookups take no lock and write no shared memory: two threads checking
-//! one hot key touch only that slot's line. A slot is never refilled while
-//! a reader could hold a reference into it, and a table being replaced
-//! freezes each word it moves, so a compare-and-swap through a stale
-//! reference fails instead of landing in a copy. `docs/DESIGN.md` ("Keyed
+//! one hot key touch only that slot's line, and never wait for another
+//! thread, a table rebuild included. A slot is never refilled while a
+//! reader could hold a reference into it, and a table being replaced marks
+//! each word it moves as moved, by one exchange from the very word it
+//! copied, so a compare-and-swap through a stale reference fails instead
+//! of landing in a copy. `docs/DESIGN.md` ("Keyed
 //! store") has the measurements behind this design.
 //!
 //! Keys are hashed with a randomly seeded hasher, because clients choose
@@ -27,10 +29,11 @@
 //! finds a dead cell removes the entry itself on the same condition, raises
 //! its reading to the eviction's and inserts a fresh cell, so it never
 //! depends on the evictor finishing. Since a dead cell stays dead, "remove if dead" never
-//! removes a live entry, whoever runs it and however late. A cell frozen by
-//! a table's rebuild reads as dead through its old copy, and the check that
+//! removes a live entry, whoever runs it and however late. A cell a table's
+//! rebuild has moved reads as dead through its old copy, and the check that
 //! meets it goes round the same way, to find the live copy in the new table
-//! (where "remove if dead" leaves it alone).
+//! (where "remove if dead" sees it alive, and leaves it without taking any
+//! lock).
 
 mod keyed;
 mod map;
@@ -219,8 +222,8 @@ where
 enum Acted<R> {
     /// The action answered.
     Done(R),
-    /// The cell is dead (evicted, refused, or frozen by a rebuild while
-    /// this thread looked): remove it if it is still there, and look again.
+    /// The cell is dead (evicted, refused, or moved by a rebuild while this
+    /// thread looked): remove it if it is still there, and look again.
     Dead,
     /// The cell is not alive yet: a new client, already fresh.
     Unborn,
@@ -228,7 +231,7 @@ enum Acted<R> {
 
 /// Runs `act` on the live cell the map holds for `key`: `act` answers
 /// `None` if it found the cell not alive, having changed nothing. A dead
-/// cell (retired, or frozen and moved by a table rebuild) is looked past:
+/// cell (retired, or moved by a table rebuild) is looked past:
 /// removed if it is still the key's entry, and the key looked up again, so
 /// an action on a client the map holds is never lost to a concurrent
 /// rebuild or eviction. Returns `None` if the key has no cell, or only one
@@ -407,7 +410,11 @@ where
         match settled {
             Settled::Answer(answer) => return answer,
             Settled::Dead => {
-                let _ = index.remove_if(key, V::is_dead);
+                // Nothing removed: the cell this thread met was moved by a
+                // table rebuild (or removed by another thread), so look
+                // again rather than insert, which would wait for the
+                // rebuild's lock.
+                absent = index.remove_if(key, V::is_dead);
             }
             Settled::Refused(answer) | Settled::TurnedAway(answer) => {
                 if refused {

@@ -1,0 +1,227 @@
+//! Rebuilds: a shard's entries moved, one at a time, to a new table that
+//! readers can already reach (see "Rebuilds" in the parent module's docs).
+
+use core::hash::{BuildHasher, Hash};
+use core::ptr;
+
+use crossbeam_epoch::{Guard, Owned, Shared};
+
+use super::table::{groups_for, Counts, Table, DELETED, FULL, MOVED};
+use super::{Map, Shard};
+use crate::cell::{Mortal, Relocation};
+use crate::sync::Ordering;
+
+/// A copy of an entry placed in the new table before its old cell is
+/// marked moved: given up on (its slot marked `MOVED`, owning nothing) if
+/// the move ends otherwise, a panic in `relocate` included, so the entry is
+/// never owned by both tables.
+struct Placed<'a, K, V> {
+    table: &'a Table<K, V>,
+    index: Option<usize>,
+}
+
+impl<K, V> Placed<'_, K, V> {
+    /// Gives the copy up, if one was placed; true iff one was.
+    fn give_up(&mut self) -> bool {
+        let Some(index) = self.index.take() else {
+            return false;
+        };
+        self.table.mark(index, MOVED);
+        true
+    }
+}
+
+impl<K, V> Drop for Placed<'_, K, V> {
+    fn drop(&mut self) {
+        let _ = self.give_up();
+    }
+}
+
+impl<K, V, S> Map<K, V, S>
+where
+    K: Hash + Eq + Send + Sync,
+    V: Mortal + Send + Sync,
+    S: BuildHasher,
+{
+    /// Replaces the shard's table with one sized for `room_for` live
+    /// entries, moving its live entries and leaving dead ones behind
+    /// (calling `on_dead` on each). Holding the shard's lock.
+    ///
+    /// The new table is linked from the old one before any entry moves, and
+    /// each entry moves on its own (see [`Map::move_entry`]), so a reader
+    /// finds every client, live, in one table or the other at every step,
+    /// however long the rebuilder is held up between steps.
+    pub(super) fn rebuild<'g>(
+        &self,
+        shard: &Shard<K, V>,
+        counts: &mut Counts,
+        room_for: usize,
+        mut on_dead: impl FnMut(&V),
+        mut relocate: impl FnMut(&V) -> Relocation<V>,
+        guard: &'g Guard,
+    ) -> &'g Table<K, V> {
+        let new = Owned::new(Table::new(groups_for(room_for))).into_shared(guard);
+        // Relaxed: the lock orders this after the last writer's store.
+        let old = shard.table.load(Ordering::Relaxed, guard);
+        if old.is_null() {
+            *counts = Counts::default();
+            // Release: pairs with the Acquire load in `Map::current`.
+            shard.table.store(new, Ordering::Release);
+            // SAFETY: just allocated, and freed only once replaced.
+            return unsafe { new.deref() };
+        }
+        // SAFETY: as in `Map::current`; the lock keeps it current.
+        let old_table = unsafe { old.deref() };
+        old_table.link(new);
+        // SAFETY: `new` is freed only after the old table's retirement (see
+        // `Table::next`), which comes after `guard` was pinned.
+        let new_table = unsafe { new.deref() };
+        let mut moved = Counts::default();
+        for index in 0..old_table.capacity() {
+            if old_table.tag(index) & FULL != 0 {
+                self.move_entry(
+                    old_table,
+                    index,
+                    new_table,
+                    &mut moved,
+                    Some(&mut on_dead),
+                    &mut relocate,
+                );
+            }
+        }
+        *counts = moved;
+        self.finish(shard, old, new, guard)
+    }
+
+    /// Moves the entry in `old`'s slot `index` (`FULL`) to `new`, counting
+    /// the slots it takes there in `counts`. Holding the shard's lock.
+    ///
+    /// The key's hash comes first (a `Hash` that panics or stalls leaves
+    /// the entry where readers find it). A word cell's copy is placed in
+    /// the new table, then the old cell is marked moved by one exchange from
+    /// the very state the copy was made from ([`Mortal::forward`]): a check
+    /// that changed the state first makes the exchange fail, and the move
+    /// copies the newer state into the same slot and tries again; a check
+    /// that comes after fails against the mark and finds the copy. A handle
+    /// ([`Relocation::Same`]) moves bit for bit. A dead cell stays behind:
+    /// reported to `on_dead` and marked deleted, or, with no `on_dead` (a
+    /// rebuild finished after a panic, which cannot tell whom to report
+    /// it to), moved as it is, to be removed from the new table later.
+    pub(super) fn move_entry(
+        &self,
+        old: &Table<K, V>,
+        index: usize,
+        new: &Table<K, V>,
+        counts: &mut Counts,
+        mut on_dead: Option<&mut dyn FnMut(&V)>,
+        relocate: &mut impl FnMut(&V) -> Relocation<V>,
+    ) {
+        // SAFETY: the slot is FULL, and this thread, holding the lock, is
+        // its only writer.
+        let entry = unsafe { old.entry(index) };
+        let hash = self.hash(&entry.0);
+        let mut placed = Placed {
+            table: new,
+            index: None,
+        };
+        loop {
+            match relocate(&entry.1) {
+                Relocation::Dead => {
+                    if placed.give_up() {
+                        counts.used += 1;
+                    }
+                    if let Some(on_dead) = on_dead.as_mut() {
+                        on_dead(&entry.1);
+                        old.mark(index, DELETED);
+                        return;
+                    }
+                    // SAFETY: as for `Same` below: a dead cell is never
+                    // written again, so the copy read here and the old one
+                    // stay the same.
+                    let _ = new.put(hash, unsafe { ptr::read(entry) });
+                    break;
+                }
+                Relocation::Same => {
+                    // SAFETY: the entry is FULL in the old table; marking
+                    // its slot MOVED just below hands its ownership to the
+                    // new table (the old one drops no MOVED slot), with
+                    // nothing between that can panic, so it is owned once.
+                    // Readers of the old table only ever borrow it, and the
+                    // new table outlives them.
+                    let _ = new.put(hash, unsafe { ptr::read(entry) });
+                    break;
+                }
+                Relocation::Moved(copy, seal) => {
+                    match placed.index {
+                        None => {
+                            // SAFETY: as for `Same`, for the key, which the
+                            // new slot owns once the old one is marked
+                            // MOVED; until then `placed` gives the slot up
+                            // (owning nothing) if the move ends any other
+                            // way.
+                            let key = unsafe { ptr::read(&entry.0) };
+                            placed.index = Some(new.put(hash, (key, copy)));
+                        }
+                        Some(slot) => {
+                            // SAFETY: this thread filled and published the
+                            // slot; the table lives while `new` does.
+                            let (_, placed_copy) = unsafe { new.entry(slot) };
+                            placed_copy.refresh(copy);
+                        }
+                    }
+                    if entry.1.forward(seal) {
+                        // The copy stands for the client now.
+                        placed.index = None;
+                        break;
+                    }
+                }
+            }
+        }
+        old.mark(index, MOVED);
+        counts.live += 1;
+        counts.used += 1;
+    }
+
+    /// Publishes `new` as the shard's table, the old one's entries all
+    /// moved or left behind, and retires the old one. Holding the lock.
+    fn finish<'g>(
+        &self,
+        shard: &Shard<K, V>,
+        old: Shared<'g, Table<K, V>>,
+        new: Shared<'g, Table<K, V>>,
+        guard: &'g Guard,
+    ) -> &'g Table<K, V> {
+        // Release: pairs with the Acquire load in `Map::current`, publishing
+        // the new table and every slot moved into it.
+        shard.table.store(new, Ordering::Release);
+        // SAFETY: the old table is unreachable from the shard now; readers
+        // that still hold it reach the new one through its link. The
+        // collector frees it once every guard pinned before this point is
+        // dropped, and no reader pinned later can reach it.
+        unsafe { guard.defer_destroy(old) };
+        // SAFETY: as in `rebuild`.
+        unsafe { new.deref() }
+    }
+
+    /// Finishes a rebuild that a panic (in a key's `Hash`, or a quota
+    /// change's clock) left half done: `old` is the shard's table, linked
+    /// to the new one. Every entry left moves as a plain rebuild moves it,
+    /// dead ones included (see [`Map::move_entry`]). Holding the lock.
+    pub(super) fn finish_abandoned<'g>(
+        &self,
+        shard: &Shard<K, V>,
+        old: &'g Table<K, V>,
+        guard: &'g Guard,
+    ) -> &'g Table<K, V> {
+        let new = old.next(guard).expect("a rebuild was under way");
+        let mut counts = Counts::default();
+        for index in 0..old.capacity() {
+            if old.tag(index) & FULL != 0 {
+                self.move_entry(old, index, new, &mut counts, None, &mut V::relocate);
+            }
+        }
+        // Relaxed: the lock orders this after the panicked writer's store.
+        let old_shared = shard.table.load(Ordering::Relaxed, guard);
+        self.finish(shard, old_shared, Shared::from(ptr::from_ref(new)), guard)
+    }
+}

@@ -1,0 +1,408 @@
+//! The table's own tests: lookups, removals, rebuilds and sweeps, alone
+//! and racing.
+
+use std::collections::HashMap;
+use std::sync::Barrier;
+use std::thread;
+
+use super::table::{groups_for, max_used, zero_bytes, LANES, SHARD_BITS};
+use super::*;
+use crate::cell::{Life, StateCell};
+
+type TestMap = Map<String, StateCell, foldhash::fast::FixedState>;
+
+/// Runs are shorter under Miri, which interprets every step.
+const N: u64 = if cfg!(miri) { 300 } else { 20_000 };
+
+fn map() -> TestMap {
+    Map::with_hasher(foldhash::fast::FixedState::with_seed(7))
+}
+
+fn word(map: &TestMap, key: &str) -> Option<u64> {
+    map.get(key, StateCell::load).ok()
+}
+
+fn put(map: &TestMap, key: String, word: u64) -> bool {
+    map.insert(
+        key,
+        StateCell::new(word),
+        |_| unreachable!("nothing dies"),
+        |_| (),
+    )
+    .is_ok()
+}
+
+/// `count` keys that share a shard with `key`.
+fn neighbours(map: &TestMap, key: &str, count: usize) -> Vec<String> {
+    let shard = map.hash(key) >> (64 - SHARD_BITS);
+    (0..)
+        .map(|i| format!("neighbour-{i}"))
+        .filter(|k| map.hash(k.as_str()) >> (64 - SHARD_BITS) == shard)
+        .take(count)
+        .collect()
+}
+
+#[test]
+fn finds_every_key_it_holds_and_no_other_across_rebuilds() {
+    let map = map();
+    for i in 0..N {
+        assert!(put(&map, format!("client-{i}"), i));
+    }
+    for i in 0..N {
+        assert_eq!(word(&map, &format!("client-{i}")), Some(i));
+    }
+    assert_eq!(word(&map, "client-absent"), None);
+    // A second insert of a key hands the value back, untouched.
+    let again = map.insert("client-3".into(), StateCell::new(99), |_| (), |_| ());
+    assert_eq!(again.map_err(|cell| cell.load()), Err(99));
+    assert_eq!(word(&map, "client-3"), Some(3));
+}
+
+#[test]
+fn removal_needs_the_condition_and_a_removed_key_can_come_back() {
+    let map = map();
+    for i in 0..N {
+        assert!(put(&map, format!("client-{i}"), i));
+    }
+    for i in (0..N).step_by(2) {
+        let key = format!("client-{i}");
+        assert!(!map.remove_if(key.as_str(), |_| false));
+        map.get(key.as_str(), |cell| assert!(cell.retire()))
+            .ok()
+            .expect("present");
+        assert!(map.remove_if(key.as_str(), Mortal::is_dead));
+        assert!(!map.remove_if(key.as_str(), |_| true), "removed once");
+    }
+    for i in 0..N {
+        let expected = (i % 2 == 1).then_some(i);
+        assert_eq!(word(&map, &format!("client-{i}")), expected);
+    }
+    for i in (0..N).step_by(2) {
+        assert!(put(&map, format!("client-{i}"), i + 1));
+    }
+    for i in 0..N {
+        let expected = if i % 2 == 1 { i } else { i + 1 };
+        assert_eq!(word(&map, &format!("client-{i}")), Some(expected));
+    }
+}
+
+#[test]
+fn a_rebuild_marks_the_copy_a_reader_holds_moved_and_carries_its_word() {
+    let map = map();
+    assert!(put(&map, "target".into(), 41));
+    let others = neighbours(&map, "target", 64);
+    map.get("target", |old| {
+        // Fill the shard until it is rebuilt at least once.
+        for (i, key) in others.iter().enumerate() {
+            assert!(put(&map, key.clone(), i as u64));
+        }
+        assert_eq!(old.life(), Life::Evicted, "the old copy is marked moved");
+        assert_eq!(word(&map, "target"), Some(41), "the new copy has the word");
+    })
+    .ok()
+    .expect("present");
+}
+
+#[test]
+fn a_rebuild_leaves_dead_entries_behind_and_reports_each_once() {
+    let map = map();
+    assert!(put(&map, "dead".into(), 1));
+    map.get("dead", |cell| assert!(cell.retire()))
+        .ok()
+        .expect("present");
+    let mut reported = 0;
+    for key in neighbours(&map, "dead", 64) {
+        assert!(map
+            .insert(key, StateCell::new(0), |_| reported += 1, |_| ())
+            .is_ok());
+    }
+    assert_eq!(reported, 1);
+    assert_eq!(word(&map, "dead"), None);
+}
+
+#[test]
+fn retain_removes_what_it_is_told_and_shrinks_what_is_left() {
+    let map = map();
+    for i in 0..N {
+        assert!(put(&map, format!("client-{i}"), i));
+    }
+    let capacity = || -> usize {
+        map.shards
+            .iter()
+            .map(|shard| {
+                Map::<String, StateCell, foldhash::fast::FixedState>::current(shard, &epoch::pin())
+                    .map_or(0, Table::capacity)
+            })
+            .sum()
+    };
+    let before = capacity();
+    let removed = map.retain(|_, cell| cell.load() % 10 != 0, |_| unreachable!(), || ());
+    assert_eq!(removed, N - N.div_ceil(10));
+    // Shrunk: to under half the entries there were, or, where the
+    // shards held only a few each (a small N), to one group per shard.
+    let after = capacity();
+    assert!(after < before, "{before} slots before, {after} after");
+    assert!(
+        after <= (N as usize / 2).max(SHARDS * LANES),
+        "{after} slots left for {} entries",
+        N.div_ceil(10)
+    );
+    for i in 0..N {
+        let expected = (i % 10 == 0).then_some(i);
+        assert_eq!(word(&map, &format!("client-{i}")), expected);
+    }
+}
+
+#[test]
+fn sweep_slices_visit_every_entry_once_per_pass() {
+    let map = map();
+    for i in 0..N {
+        assert!(put(&map, format!("client-{i}"), i));
+    }
+    let mut cursor = Cursor::default();
+    let mut seen: HashMap<String, u32> = HashMap::new();
+    let mut slices = 0;
+    loop {
+        let mut visited = 0;
+        let _ = map.sweep_slice(&mut cursor, 37, |key, _| {
+            *seen.entry(key.clone()).or_default() += 1;
+            visited += 1;
+            false
+        });
+        slices += 1;
+        if cursor.shard == 0 && cursor.slot == 0 {
+            break;
+        }
+        assert!(visited <= 37);
+        assert!(slices <= N, "the walk ends");
+    }
+    assert_eq!(seen.len() as u64, N);
+    assert!(seen.values().all(|&n| n == 1));
+    // A slice that removes: the entries go, and are not found again.
+    let removed = map.sweep_slice(&mut cursor, N, |_, cell| cell.load() < N / 2);
+    assert_eq!(removed, N / 2);
+    assert_eq!(word(&map, "client-0"), None);
+    assert_eq!(word(&map, &format!("client-{}", N - 1)), Some(N - 1));
+}
+
+#[test]
+fn readers_racing_inserts_and_removals_see_only_whole_entries() {
+    let map = map();
+    let threads = 2;
+    let barrier = Barrier::new(threads + 1);
+    let per_thread = N / 4;
+    // Retired cells go either by `remove_if` or, if another thread's
+    // rebuild got there first, left behind by it: each exactly once.
+    let gone = PlainAtomicU64::new(0);
+    thread::scope(|scope| {
+        for t in 0..threads as u64 {
+            let (map, barrier, gone) = (&map, &barrier, &gone);
+            scope.spawn(move || {
+                let dead = |_: &StateCell| {
+                    // Relaxed: a counter read after the threads join.
+                    gone.fetch_add(1, Ordering::Relaxed);
+                };
+                barrier.wait();
+                for i in 0..per_thread {
+                    let key = format!("t{t}-{i}");
+                    assert!(map
+                        .insert(key.clone(), StateCell::new(i), dead, |_| ())
+                        .is_ok());
+                    // A copy another thread's rebuild marked moved just
+                    // after the lookup found it reads as the tombstone:
+                    // look again, and find the live copy.
+                    let mut read = word(map, &key);
+                    while read == Some(crate::algorithm::TOMBSTONE) {
+                        std::hint::spin_loop();
+                        read = word(map, &key);
+                    }
+                    assert_eq!(read, Some(i));
+                    if i % 3 == 0 {
+                        // A copy another thread's rebuild marked moved
+                        // meanwhile cannot be retired: look again, and find
+                        // the live copy.
+                        while !map
+                            .get(key.as_str(), StateCell::retire)
+                            .ok()
+                            .expect("present")
+                        {
+                            std::hint::spin_loop();
+                        }
+                        if map.remove_if(key.as_str(), Mortal::is_dead) {
+                            dead(&StateCell::new(0));
+                        }
+                    }
+                }
+            });
+        }
+        barrier.wait();
+        // Reads of the other threads' keys: absent, or whole.
+        for i in 0..per_thread {
+            for t in 0..threads {
+                let key = format!("t{t}-{i}");
+                if let Ok(word) = map.get(key.as_str(), StateCell::load) {
+                    assert!(
+                        word == i || word >= crate::algorithm::UNBORN,
+                        "{key}: {word}"
+                    );
+                }
+            }
+        }
+    });
+    let retired = threads as u64 * per_thread.div_ceil(3);
+    assert_eq!(gone.load(Ordering::Relaxed), retired);
+    for t in 0..threads {
+        for i in 0..per_thread {
+            let expected = (i % 3 != 0).then_some(i);
+            assert_eq!(word(&map, &format!("t{t}-{i}")), expected);
+        }
+    }
+}
+
+#[test]
+fn zero_bytes_is_exact() {
+    for byte in 0..=255u8 {
+        for other in [0u8, 1, 0x7F, 0x80, 0xFF] {
+            let word = u64::from_le_bytes([other, byte, other, other, byte, other, 0x55, byte]);
+            let expected = word
+                .to_le_bytes()
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| **b == 0)
+                .fold(0, |bits, (lane, _)| bits | 0x80 << (lane * 8));
+            assert_eq!(zero_bytes(word), expected, "{word:#x}");
+        }
+    }
+}
+
+#[test]
+fn tables_grow_by_less_than_double_and_always_keep_an_empty_slot() {
+    for live in 0..10_000 {
+        // A rebuild for `live + 1` entries holds `live`, then one more.
+        let capacity = groups_for(live + 1) * LANES;
+        assert!(live < max_used(capacity), "{live} entries fit");
+        assert!(max_used(capacity) < capacity);
+    }
+    let capacity = groups_for(100_000) * LANES;
+    let next = groups_for(max_used(capacity) + 1) * LANES;
+    assert!(next * 2 < capacity * 3, "{capacity} → {next}");
+}
+
+#[test]
+fn a_move_overtaken_by_a_check_copies_again_and_loses_nothing() {
+    let map = map();
+    for i in 0..64 {
+        assert!(put(&map, format!("client-{i}"), i));
+    }
+    // Each cell's first copy is overtaken: an admission lands on the old
+    // cell after the copy was taken, so the move must copy again.
+    let mut overtaken = 0;
+    let mut seen = std::collections::HashSet::new();
+    map.rebuild_all(
+        |cell| {
+            let relocation = cell.relocate();
+            if seen.insert(std::ptr::from_ref(cell) as usize) {
+                assert!(matches!(
+                    cell.apply(|w| Some(w + 1_000)),
+                    crate::cell::Applied::Admitted(_)
+                ));
+                overtaken += 1;
+            }
+            relocation
+        },
+        |_| unreachable!("nothing dies"),
+    );
+    assert_eq!(overtaken, 64);
+    for i in 0..64 {
+        assert_eq!(word(&map, &format!("client-{i}")), Some(i + 1_000));
+    }
+    assert_eq!(map.len(), 64);
+}
+
+#[test]
+fn a_cell_that_dies_while_it_moves_is_left_behind_once() {
+    let map = map();
+    assert!(put(&map, "dies".into(), 5));
+    assert!(put(&map, "lives".into(), 6));
+    let mut dead = 0;
+    map.rebuild_all(
+        |cell| {
+            let relocation = cell.relocate();
+            if cell.load() == 5 {
+                // Retired after the copy was placed: the copy is given up.
+                assert!(cell.retire());
+            }
+            relocation
+        },
+        |_| dead += 1,
+    );
+    assert_eq!(dead, 1);
+    assert_eq!(word(&map, "dies"), None);
+    assert_eq!(word(&map, "lives"), Some(6));
+    assert_eq!(map.len(), 1);
+}
+
+/// A key whose `Hash` panics while `PANIC` is set: a rebuild is left half
+/// done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Fragile(u64);
+
+static PANIC_ON: PlainAtomicU64 = PlainAtomicU64::new(u64::MAX);
+
+impl Hash for Fragile {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        // Relaxed: set and read by this test's one thread.
+        if PANIC_ON.load(Ordering::Relaxed) == self.0 {
+            panic!("the key's Hash panicked");
+        }
+        self.0.hash(state);
+    }
+}
+
+#[test]
+fn a_rebuild_a_panic_left_half_done_is_finished_by_the_next_writer() {
+    let map: Map<Fragile, StateCell, foldhash::fast::FixedState> =
+        Map::with_hasher(foldhash::fast::FixedState::with_seed(7));
+    let count = if cfg!(miri) { 40 } else { 2_000 };
+    for i in 0..count {
+        assert!(map
+            .insert(Fragile(i), StateCell::new(i), |_| (), |_| ())
+            .is_ok());
+    }
+    // A quota change's rebuild: the key in the middle panics after about
+    // half the map has moved.
+    PANIC_ON.store(count / 2, Ordering::Relaxed);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        map.rebuild_all(Mortal::relocate, |_| ());
+    }));
+    assert!(result.is_err());
+    PANIC_ON.store(u64::MAX, Ordering::Relaxed);
+    // Readers find every client meanwhile, half moved or not.
+    for i in 0..count {
+        assert_eq!(
+            map.get(&Fragile(i), StateCell::load).ok(),
+            Some(i),
+            "client {i}"
+        );
+    }
+    // The next writer of the shard finishes the rebuild, then inserts.
+    let shard_of = |key: u64| map.hash(&Fragile(key)) >> (64 - SHARD_BITS);
+    let next = (count..)
+        .find(|&key| shard_of(key) == shard_of(count / 2))
+        .expect("a key in the shard");
+    let linked = |map: &Map<Fragile, StateCell, foldhash::fast::FixedState>| {
+        let guard = epoch::pin();
+        let shard = map.shard(map.hash(&Fragile(next)));
+        Map::<Fragile, StateCell, foldhash::fast::FixedState>::current(shard, &guard)
+            .is_some_and(|table| table.next(&guard).is_some())
+    };
+    assert!(linked(&map), "the rebuild was left half done");
+    assert!(map
+        .insert(Fragile(next), StateCell::new(next), |_| (), |_| ())
+        .is_ok());
+    assert!(!linked(&map), "the rebuild is finished");
+    for i in (0..count).chain([next]) {
+        assert_eq!(map.get(&Fragile(i), StateCell::load).ok(), Some(i));
+    }
+    assert_eq!(map.len(), count + 1);
+}
