@@ -25,6 +25,12 @@
 //! reset by forgetting it. [`remove`](crate::Limiter::remove) retires the
 //! state by an exchange to a tombstone value, then removes the entry.
 //!
+//! Unlike a check, neither is wait-free: a reset waits for a reservation's
+//! cancel already under way on a client of its stripe (see
+//! [`reservations`](super::reservations)), and taking a removed entry out
+//! of the table takes its shard's lock, which an insert or a table rebuild
+//! may hold. A check on a known client never waits for either.
+//!
 //! A booking made before a reset or a removal belongs to the state it was
 //! made on: cancelling it afterwards gives nothing back (see
 //! [`reservations`](super::reservations)).
