@@ -84,7 +84,12 @@ fn room_first<A: Algorithm + Copy>(algorithm: A, index: &StandIn<A::Cell>, room:
         // Admit untracked, on a fresh state that is never stored.
         return op(&algorithm.fresh_cell(0)) == Some(true);
     }
-    match index.insert(KEY.to_owned(), algorithm.fresh_cell(0), op) {
+    match index.insert(
+        KEY.to_owned(),
+        algorithm.fresh_cell(0),
+        None::<fn(&_) -> bool>,
+        op,
+    ) {
         Ok(admitted) => admitted == Some(true),
         Err(_) => {
             arrival.release();

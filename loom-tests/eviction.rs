@@ -324,8 +324,14 @@ impl<V: Mortal> Index<String, V> for Sweeping<'_, V> {
         self.0.with(key, f)
     }
 
-    fn insert<R>(&self, key: String, value: V, f: impl FnOnce(&V) -> R) -> Result<R, V> {
-        self.0.insert(key, value, f)
+    fn insert<R>(
+        &self,
+        key: String,
+        value: V,
+        lapsed: Option<impl FnMut(&V) -> bool>,
+        f: impl FnOnce(&V) -> R,
+    ) -> Result<R, V> {
+        self.0.insert(key, value, lapsed, f)
     }
 }
 

@@ -59,11 +59,12 @@
 //! future request exactly as a fresh client would. Forgetting it changes no
 //! decision, so a limiter forgets idle clients:
 //!
-//! - incrementally, with no background thread: every 64 new clients, the
-//!   thread adding the last one visits the next 256 entries of the map and
-//!   removes the idle ones ([`Builder::auto_sweep`] sets the pace), so a
-//!   server that only ever calls `allow_request` stays bounded under a flood
-//!   of unique ids;
+//! - incrementally, with no background thread: when a new client fills a
+//!   shard's table, the rebuild that makes room leaves behind the clients
+//!   idle for a whole horizon instead of moving them, and sizes the new
+//!   table for the rest, so a server that only ever calls `allow_request`
+//!   stays bounded under a flood of unique ids ([`Builder::auto_sweep`]
+//!   adds a paced sweep that keeps the map tighter still);
 //! - all at once, on [`Limiter::sweep`].
 //!
 //! Eviction never loses or doubles an admission. The evictor retires an

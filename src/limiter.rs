@@ -178,6 +178,7 @@ where
             &Arrival {
                 limiter: self,
                 reading: now,
+                idle_by: core::cell::Cell::new(None),
                 refuse,
             },
         )

@@ -119,7 +119,9 @@ pub struct Stats {
     /// Requests decided on an untracked fresh state by
     /// [`Overflow::AdmitUntracked`] (or by `EvictSampled`'s fallback).
     pub admitted_untracked: u64,
-    /// Incremental sweeps run by inserting threads.
+    /// Incremental sweeps run by inserting threads: table rebuilds that
+    /// looked for lapsed clients, and paced slices (see
+    /// [`auto_sweep`](crate::Builder::auto_sweep)).
     pub auto_sweeps: u64,
 }
 
@@ -129,7 +131,11 @@ pub(crate) struct Memory {
     /// The most clients held at once, if capped.
     pub(crate) max_clients: Option<u64>,
     pub(crate) overflow: Overflow,
-    /// Every `every` new clients, visit `slice` entries; `None`: never.
+    /// Whether a table rebuild forgets the lapsed clients it meets (on by
+    /// default; off with `no_auto_sweep`).
+    pub(crate) sweep_on_rebuild: bool,
+    /// Every `every` new clients, visit `slice` entries; `None` (the
+    /// default): never.
     pub(crate) auto_sweep: Option<AutoSweep>,
 }
 
@@ -145,26 +151,24 @@ impl Default for Memory {
         Self {
             max_clients: None,
             overflow: Overflow::default(),
-            auto_sweep: Some(AutoSweep {
-                every: Self::SWEEP_EVERY,
-                slice: Self::SWEEP_SLICE,
-            }),
+            sweep_on_rebuild: true,
+            auto_sweep: None,
         }
     }
 }
 
 impl Memory {
-    /// The default pace: every 64 new clients, the inserting thread visits
-    /// 256 entries (4 per insert).
-    pub(crate) const SWEEP_EVERY: u64 = 64;
-    pub(crate) const SWEEP_SLICE: u64 = 256;
+    /// How many overflows in a row may skip the full-cap scan at most (see
+    /// [`Counters::full_scan_due`]).
+    pub(crate) const SCAN_SKIP_MAX: u64 = 64;
 
     /// Entries visited for idle ones when a capped map is full, before the
     /// overflow policy applies. Each visit is likely a cache miss and, in a
     /// flood of new clients against busy ones, finds nothing: at 32 this
     /// scan was most of a capped insert's 4–10 µs (`compare --scenarios
-    /// insert_capped`), so it is kept short. The auto-sweep's slices still
-    /// pass over the whole map as new clients keep coming.
+    /// insert_capped`), so it is kept short. Each scan starts where the last
+    /// sweep slice stopped, so over many overflows the scans pass over the
+    /// whole map.
     pub(crate) const FULL_SLICE: u64 = 8;
 
     /// How many times sampled eviction retries while another thread's slice
@@ -256,10 +260,9 @@ impl Counters {
 
     /// Whether a new client at a full cap should scan a short slice for
     /// idle clients. After `k` scans in a row found nothing, the next
-    /// `2^k − 1` (at most [`Memory::SWEEP_EVERY`]) overflows skip it; any
+    /// `2^k − 1` (at most [`Memory::SCAN_SKIP_MAX`]) overflows skip it; any
     /// scan that finds an idle client ends the run. So a flood against busy
-    /// clients pays for a scan about once per 64 new clients (the
-    /// incremental sweep keeps passing over the map meanwhile), and a map
+    /// clients pays for a scan about once per 64 new clients, and a map
     /// with idle clients in it is scanned on every overflow.
     #[inline]
     pub(crate) fn full_scan_due(&self) -> bool {
@@ -279,7 +282,7 @@ impl Counters {
             return;
         }
         let run = (self.full_scan_barren.fetch_add(1, Ordering::Relaxed) + 1).min(6);
-        let skip = ((1u64 << run) - 1).min(Memory::SWEEP_EVERY);
+        let skip = ((1u64 << run) - 1).min(Memory::SCAN_SKIP_MAX);
         self.full_scan_skip.store(skip, Ordering::Relaxed);
     }
 

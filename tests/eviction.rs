@@ -193,29 +193,65 @@ fn the_log_is_idle_once_every_slot_is_free() {
     assert_eq!(limiter.check_n(&1, 3).unwrap().remaining(), 0);
 }
 
-/// Without any call to `sweep`, inserting threads keep the map near the
-/// clients that are not idle.
+/// Without any call to `sweep` and with no paced sweep, inserting threads
+/// keep the map near the clients that are active: a table that fills up is
+/// rebuilt without the clients idle for a whole horizon, and sized for the
+/// rest.
 #[test]
 fn auto_sweep_bounds_the_map_alone() {
+    for horizon_us in [100, 5_000] {
+        let clock = ManualClock::new();
+        let limiter = TokenBucket::builder()
+            .rate(1, Duration::from_micros(horizon_us))
+            .key_type::<u64>()
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        // One new client per µs; each is idle a horizon after its request,
+        // and forgotten once idle for another: at most `2 · horizon_us`
+        // clients are active or idle for less than a horizon.
+        let active = 2 * horizon_us as usize;
+        let bound = active * 2 + 64 * 8;
+        let mut most = 0;
+        for id in 0..200_000u64 {
+            clock.set(Duration::from_micros(id));
+            assert!(limiter.allow_request(&id));
+            most = most.max(limiter.len());
+            assert!(most <= bound, "at {id}: {most} held, bound {bound}");
+        }
+        let stats = limiter.stats();
+        assert!(
+            stats.evicted_idle >= 200_000 - bound as u64,
+            "{horizon_us} µs: {stats:?}"
+        );
+        assert!(stats.auto_sweeps > 0, "{stats:?}");
+        assert_eq!(stats.overflows, 0);
+    }
+}
+
+/// The paced sweep, where a limiter asks for one, keeps the map tighter
+/// still: every `every` new clients, `slice` entries visited.
+#[test]
+fn a_paced_auto_sweep_keeps_the_map_tighter() {
     let clock = ManualClock::new();
     let limiter = TokenBucket::builder()
-        .rate(1, Duration::from_micros(100))
+        .rate(1, Duration::from_micros(5_000))
         .key_type::<u64>()
         .clock(clock.clone())
+        .auto_sweep(64, 256)
         .build()
         .unwrap();
-    // One new client per µs; each is idle 100 µs after its request.
+    let active = 10_000;
+    let mut most = 0;
     for id in 0..200_000u64 {
         clock.set(Duration::from_micros(id));
         assert!(limiter.allow_request(&id));
-        if id > 1_000 {
-            assert!(limiter.len() < 600, "at {id}: {} held", limiter.len());
-        }
+        most = most.max(limiter.len());
     }
+    // About `slice / (slice − every)` = 4/3 times the clients not idle.
+    assert!(most <= active * 4 / 3, "{most} held");
     let stats = limiter.stats();
     assert!(stats.auto_sweeps >= 200_000 / 64 - 1, "{stats:?}");
-    assert!(stats.evicted_idle > 199_000, "{stats:?}");
-    assert_eq!(stats.overflows, 0);
 }
 
 fn capped(

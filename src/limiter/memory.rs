@@ -2,6 +2,7 @@
 //! cap, the sweeps that forget idle clients, and a new client's way in
 //! ([`Arrival`], which the store's check-or-insert protocol drives).
 
+use core::cell::Cell;
 use core::hash::Hash;
 
 use super::Limiter;
@@ -154,9 +155,10 @@ where
     /// a client the sweep keeps never waits for it: a check that races the
     /// removal of its own client's entry is applied either to the entry
     /// before it is retired (which then is not idle, and stays) or to a
-    /// fresh one afterwards, inserted as a new client's is. Inserting threads already sweep
-    /// a slice at a time (see [`auto_sweep`](crate::Builder::auto_sweep)),
-    /// so calling this is optional.
+    /// fresh one afterwards, inserted as a new client's is. Inserting threads already
+    /// forget lapsed clients as the map's tables fill up (see
+    /// [`auto_sweep`](crate::Builder::auto_sweep)), so calling this is
+    /// optional.
     ///
     /// # Examples
     ///
@@ -201,6 +203,10 @@ pub(super) struct Arrival<'a, A: Algorithm, K, C, F> {
     pub(super) limiter: &'a Limiter<A, K, C>,
     /// The request's one clock reading.
     pub(super) reading: u64,
+    /// Once a rebuild has begun to look for lapsed clients on this
+    /// arrival's behalf (see [`Newcomer::lapsed`]): the reading by which a
+    /// state must be idle to be forgotten.
+    pub(super) idle_by: Cell<Option<u64>>,
     /// The answer for a new client denied by [`Overflow::DenyNew`].
     pub(super) refuse: F,
 }
@@ -211,7 +217,22 @@ where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock,
 {
-    /// Every new client pays its share of the incremental sweep.
+    /// A rebuild's look for lapsed clients begins: records the reading it
+    /// judges at, as every eviction does first, and returns the reading by
+    /// which a state must be idle to be forgotten.
+    #[cold]
+    fn start_sweep(&self) -> u64 {
+        let limiter = self.limiter;
+        let floor = limiter.counters.not_before(self.reading);
+        limiter.counters.evicting(floor);
+        Counters::add(&limiter.counters.auto_sweeps, 1);
+        let idle_by = floor.saturating_sub(limiter.algorithm.horizon());
+        self.idle_by.set(Some(idle_by));
+        idle_by
+    }
+
+    /// Every new client pays its share of the paced sweep, if the limiter
+    /// has one (see [`auto_sweep`](crate::Builder::auto_sweep)).
     fn pace(&self, floor: u64) {
         let limiter = self.limiter;
         if let Some(pace) = limiter.memory.auto_sweep {
@@ -241,6 +262,27 @@ where
         // removal) recorded its reading before that effect, so raising the
         // request's reading after the lookup is enough: no second reading.
         self.limiter.counters.not_before(self.reading)
+    }
+
+    fn sweeping(&self) -> bool {
+        self.limiter.memory.sweep_on_rebuild
+    }
+
+    /// The rebuild's look for lapsed clients: those idle for a whole
+    /// horizon already, as the paced sweep forgets (one idle for less may
+    /// well be back). Forgetting one costs less than moving it.
+    #[inline]
+    fn lapsed(&self, cell: &A::Cell) -> bool {
+        let limiter = self.limiter;
+        let idle_by = match self.idle_by.get() {
+            Some(idle_by) => idle_by,
+            None => self.start_sweep(),
+        };
+        let gone = limiter.algorithm.try_evict(cell, idle_by);
+        if gone {
+            Counters::add(&limiter.counters.evicted_idle, 1);
+        }
+        gone
     }
 
     fn born(&self, key: &K, floor: u64) -> Option<A::Cell> {

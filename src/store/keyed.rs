@@ -50,11 +50,19 @@ where
     }
 
     /// A rebuild on the way gives back the room of the dead entries it
-    /// leaves behind (see [`Store::leaving`]).
-    fn insert<R>(&self, key: K, value: V, f: impl FnOnce(&V) -> R) -> Result<R, V> {
+    /// leaves behind (see [`Store::leaving`]), those `lapsed` retires
+    /// included.
+    fn insert<R>(
+        &self,
+        key: K,
+        value: V,
+        lapsed: Option<impl FnMut(&V) -> bool>,
+        f: impl FnOnce(&V) -> R,
+    ) -> Result<R, V> {
         self.map.insert(
             key,
             value,
+            lapsed,
             |cell| {
                 self.leaving(cell, false);
             },
@@ -340,7 +348,14 @@ mod tests {
     /// Inserts a live cell for `key`, holding a unit of room.
     fn admit(store: &Store<u64, StateCell, foldhash::fast::FixedState>, key: u64) {
         assert!(store.reserve(Some(10)));
-        assert!(store.insert(key, StateCell::new(0), |_| ()).is_ok());
+        assert!(store
+            .insert(
+                key,
+                StateCell::new(0),
+                None::<fn(&StateCell) -> bool>,
+                |_| ()
+            )
+            .is_ok());
     }
 
     #[test]
@@ -394,7 +409,9 @@ mod tests {
         // A refused entry holds none: removed, but no unit to hand over.
         let refused = StateCell::new(crate::algorithm::UNBORN);
         assert_eq!(refused.refuse(), Ok(()));
-        assert!(store.insert(4, refused, |_| ()).is_ok());
+        assert!(store
+            .insert(4, refused, None::<fn(&StateCell) -> bool>, |_| ())
+            .is_ok());
         assert!(!store.take_if(&4, Mortal::is_dead));
         assert_eq!(store.get(&4, StateCell::load), None, "removed all the same");
         assert_eq!(store.len(), 1);
@@ -405,7 +422,14 @@ mod tests {
         let store = capped();
         for key in 1..=4 {
             assert!(store.reserve(Some(10)));
-            assert!(store.insert(key, StateCell::new(key), |_| ()).is_ok());
+            assert!(store
+                .insert(
+                    key,
+                    StateCell::new(key),
+                    None::<fn(&StateCell) -> bool>,
+                    |_| ()
+                )
+                .is_ok());
         }
         // Client 1 is evicted, its entry still in the map; the sweep
         // retires client 2; clients 3 and 4 stay.

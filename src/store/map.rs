@@ -328,8 +328,9 @@ where
 
     /// Inserts `value` for `key` if the key is absent, then runs `f` on the
     /// inserted value (after releasing the shard's lock, still protected).
-    /// A rebuild on the way leaves dead entries behind, calling `on_dead`
-    /// on each.
+    /// A rebuild on the way runs `lapsed` (if any) on every live value of
+    /// the shard (see [`Map::rebuild_lapsing`]), and leaves dead entries
+    /// behind, calling `on_dead` on each.
     ///
     /// # Errors
     ///
@@ -338,6 +339,7 @@ where
         &self,
         key: K,
         value: V,
+        lapsed: Option<impl FnMut(&V) -> bool>,
         on_dead: impl FnMut(&V),
         f: impl FnOnce(&V) -> R,
     ) -> Result<R, V> {
@@ -351,7 +353,12 @@ where
         }
         if table.is_none_or(|table| counts.used >= max_used(table.capacity())) {
             let room_for = counts.live + 1;
-            table = Some(self.rebuild(shard, &mut counts, room_for, on_dead, V::relocate, &guard));
+            table = Some(match lapsed {
+                None => self.rebuild(shard, &mut counts, room_for, on_dead, V::relocate, &guard),
+                Some(lapsed) => {
+                    self.rebuild_lapsing(shard, &mut counts, room_for, lapsed, on_dead, &guard)
+                }
+            });
         }
         let table = table.expect("a shard has a table after a rebuild");
         let index = table.put(hash, (key, value));
@@ -362,6 +369,39 @@ where
         // the table alive however soon it is rebuilt.
         let (_, value) = unsafe { table.entry(index) };
         Ok(f(value))
+    }
+
+    /// A rebuild for `room_for` live entries that runs `lapsed` on each
+    /// live value before moving it, leaving those it retires behind; if so
+    /// many were left that the new table is under three quarters of the
+    /// load it was sized for, it is rebuilt once more, for the entries it
+    /// holds. So the table a flood of short-lived clients leaves is sized
+    /// for the clients still active, and a rebuild that forgets no one
+    /// costs one pass. Holding the shard's lock.
+    #[cold]
+    #[inline(never)]
+    fn rebuild_lapsing<'g>(
+        &self,
+        shard: &Shard<K, V>,
+        counts: &mut Counts,
+        room_for: usize,
+        mut lapsed: impl FnMut(&V) -> bool,
+        mut on_dead: impl FnMut(&V),
+        guard: &'g Guard,
+    ) -> &'g Table<K, V> {
+        let relocate = |value: &V| {
+            if !value.is_dead() {
+                // A value `lapsed` retires reads as dead: left behind.
+                let _ = lapsed(value);
+            }
+            value.relocate()
+        };
+        let table = self.rebuild(shard, counts, room_for, &mut on_dead, relocate, guard);
+        if counts.live * 4 >= room_for * 3 {
+            return table;
+        }
+        let room_for = counts.live + 1;
+        self.rebuild(shard, counts, room_for, on_dead, V::relocate, guard)
     }
 
     /// Removes `key`'s entry if `condition` (run under the shard's lock)

@@ -74,12 +74,22 @@ pub trait Index<K, V> {
         Q: Hash + Eq + ?Sized;
 
     /// Inserts `value` for `key` if the key is absent, then runs `f` on the
-    /// value inserted (after any lock the insert took is released).
+    /// value inserted (after any lock the insert took is released). If the
+    /// insert rebuilds a table to make room, `lapsed` (if any) first runs
+    /// on each live value there: a value it retires ([`Mortal`]: dead) is
+    /// left behind, its entry removed, and the new table is sized for the
+    /// rest.
     ///
     /// # Errors
     ///
     /// Hands `value` back if the key was present.
-    fn insert<R>(&self, key: K, value: V, f: impl FnOnce(&V) -> R) -> Result<R, V>;
+    fn insert<R>(
+        &self,
+        key: K,
+        value: V,
+        lapsed: Option<impl FnMut(&V) -> bool>,
+        f: impl FnOnce(&V) -> R,
+    ) -> Result<R, V>;
 }
 
 /// What eviction adds to [`Index`]: removing an entry on a condition.
@@ -120,6 +130,20 @@ pub trait Newcomer<K, V, R> {
     fn born(&self, key: &K, floor: u64) -> Option<V> {
         let _ = (key, floor);
         None
+    }
+
+    /// Whether a table rebuild that this newcomer's insert sets off should
+    /// look for lapsed clients ([`Newcomer::lapsed`]). By default, no.
+    fn sweeping(&self) -> bool {
+        false
+    }
+
+    /// Run by such a rebuild on each live cell before it moves any: retires
+    /// the cell and answers true if its client has lapsed (been idle long
+    /// enough to forget), so that the rebuild leaves it behind.
+    fn lapsed(&self, cell: &V) -> bool {
+        let _ = cell;
+        false
     }
 
     /// An unborn cell for `key`'s client whose state is never judged
@@ -374,7 +398,10 @@ where
                 // every lookup's `Acquire` pairs with). A fresh cell is
                 // alive, so `op` answers.
                 if let Some(answer) = op(&born, now) {
-                    if index.insert(key, born, |_| ()).is_ok() {
+                    let lapsed = newcomer
+                        .sweeping()
+                        .then_some(|cell: &V| newcomer.lapsed(cell));
+                    if index.insert(key, born, lapsed, |_| ()).is_ok() {
                         return answer;
                     }
                     // Another thread inserted first: the decision taken on
@@ -385,7 +412,11 @@ where
                 }
             }
             let ours = newcomer.unborn(&key, now);
-            match index.insert(key, ours, |cell| settle(cell, Some(now), &mut op, newcomer)) {
+            let lapsed = newcomer
+                .sweeping()
+                .then_some(|cell: &V| newcomer.lapsed(cell));
+            let settle = |cell: &V| settle(cell, Some(now), &mut op, newcomer);
+            match index.insert(key, ours, lapsed, settle) {
                 Ok(settled) => settled,
                 // Another thread inserted first: settle its cell.
                 Err(_) => {
@@ -596,8 +627,14 @@ impl<K, V, I: Index<K, V>> Index<K, V> for Permanent<'_, I> {
         self.0.with(key, f)
     }
 
-    fn insert<R>(&self, key: K, value: V, f: impl FnOnce(&V) -> R) -> Result<R, V> {
-        self.0.insert(key, value, f)
+    fn insert<R>(
+        &self,
+        key: K,
+        value: V,
+        lapsed: Option<impl FnMut(&V) -> bool>,
+        f: impl FnOnce(&V) -> R,
+    ) -> Result<R, V> {
+        self.0.insert(key, value, lapsed, f)
     }
 }
 

@@ -14,6 +14,9 @@ type TestMap = Map<String, StateCell, foldhash::fast::FixedState>;
 /// Runs are shorter under Miri, which interprets every step.
 const N: u64 = if cfg!(miri) { 300 } else { 20_000 };
 
+/// An insert whose rebuilds forget no one.
+const NO_SWEEP: Option<fn(&StateCell) -> bool> = None;
+
 fn map() -> TestMap {
     Map::with_hasher(foldhash::fast::FixedState::with_seed(7))
 }
@@ -26,6 +29,7 @@ fn put(map: &TestMap, key: String, word: u64) -> bool {
     map.insert(
         key,
         StateCell::new(word),
+        NO_SWEEP,
         |_| unreachable!("nothing dies"),
         |_| (),
     )
@@ -53,7 +57,13 @@ fn finds_every_key_it_holds_and_no_other_across_rebuilds() {
     }
     assert_eq!(word(&map, "client-absent"), None);
     // A second insert of a key hands the value back, untouched.
-    let again = map.insert("client-3".into(), StateCell::new(99), |_| (), |_| ());
+    let again = map.insert(
+        "client-3".into(),
+        StateCell::new(99),
+        NO_SWEEP,
+        |_| (),
+        |_| (),
+    );
     assert_eq!(again.map_err(|cell| cell.load()), Err(99));
     assert_eq!(word(&map, "client-3"), Some(3));
 }
@@ -113,11 +123,58 @@ fn a_rebuild_leaves_dead_entries_behind_and_reports_each_once() {
     let mut reported = 0;
     for key in neighbours(&map, "dead", 64) {
         assert!(map
-            .insert(key, StateCell::new(0), |_| reported += 1, |_| ())
+            .insert(key, StateCell::new(0), NO_SWEEP, |_| reported += 1, |_| ())
             .is_ok());
     }
     assert_eq!(reported, 1);
     assert_eq!(word(&map, "dead"), None);
+}
+
+#[test]
+fn a_rebuild_leaves_lapsed_entries_behind_and_sizes_the_table_for_the_rest() {
+    let map = map();
+    let mut left_behind = 0;
+    for i in 0..N {
+        // Every client but the ten newest has lapsed: the rebuild an insert
+        // sets off retires those it meets.
+        let lapsed = |cell: &StateCell| cell.load() + 10 < i && cell.retire();
+        let key = format!("client-{i}");
+        assert!(map
+            .insert(
+                key,
+                StateCell::new(i),
+                Some(lapsed),
+                |_| left_behind += 1,
+                |_| ()
+            )
+            .is_ok());
+    }
+    let guard = epoch::pin();
+    let capacity: usize = map
+        .shards
+        .iter()
+        .map(|shard| TestMap::current(shard, &guard).map_or(0, Table::capacity))
+        .sum();
+    // Sized for the clients spared (at most eleven in a shard), not for
+    // every entry the full table held: a table sized for those would have
+    // grown with the flood.
+    assert!(
+        capacity <= SHARDS * groups_for(11) * LANES,
+        "{capacity} slots for {} entries",
+        map.len()
+    );
+    assert_eq!(
+        map.len() + left_behind,
+        N,
+        "every lapsed entry is reported once"
+    );
+    for i in N - 10..N {
+        assert_eq!(
+            word(&map, &format!("client-{i}")),
+            Some(i),
+            "the newest stay"
+        );
+    }
 }
 
 #[test]
@@ -206,7 +263,7 @@ fn readers_racing_inserts_and_removals_see_only_whole_entries() {
                 for i in 0..per_thread {
                     let key = format!("t{t}-{i}");
                     assert!(map
-                        .insert(key.clone(), StateCell::new(i), dead, |_| ())
+                        .insert(key.clone(), StateCell::new(i), NO_SWEEP, dead, |_| ())
                         .is_ok());
                     // A copy another thread's rebuild marked moved just
                     // after the lookup found it reads as the tombstone:
@@ -366,7 +423,7 @@ fn a_rebuild_a_panic_left_half_done_is_finished_by_the_next_writer() {
     let count = if cfg!(miri) { 40 } else { 2_000 };
     for i in 0..count {
         assert!(map
-            .insert(Fragile(i), StateCell::new(i), |_| (), |_| ())
+            .insert(Fragile(i), StateCell::new(i), NO_SWEEP, |_| (), |_| ())
             .is_ok());
     }
     // A quota change's rebuild: the key in the middle panics after about
@@ -398,7 +455,13 @@ fn a_rebuild_a_panic_left_half_done_is_finished_by_the_next_writer() {
     };
     assert!(linked(&map), "the rebuild was left half done");
     assert!(map
-        .insert(Fragile(next), StateCell::new(next), |_| (), |_| ())
+        .insert(
+            Fragile(next),
+            StateCell::new(next),
+            NO_SWEEP,
+            |_| (),
+            |_| ()
+        )
         .is_ok());
     assert!(!linked(&map), "the rebuild is finished");
     for i in (0..count).chain([next]) {
