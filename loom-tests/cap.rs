@@ -85,6 +85,7 @@ fn room_first<A: Algorithm + Copy>(algorithm: A, index: &StandIn<A::Cell>, room:
         return op(&algorithm.fresh_cell(0)) == Some(true);
     }
     match index.insert(
+        None,
         KEY.to_owned(),
         algorithm.fresh_cell(0),
         None::<fn(&_) -> bool>,

@@ -324,14 +324,26 @@ impl<V: Mortal> Index<String, V> for Sweeping<'_, V> {
         self.0.with(key, f)
     }
 
+    type Miss = ();
+
+    fn lookup<Q, R, F>(&self, key: &Q, f: F) -> Result<R, (F, ())>
+    where
+        F: FnOnce(&V) -> R,
+        String: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.0.lookup(key, f)
+    }
+
     fn insert<R>(
         &self,
+        miss: Option<&()>,
         key: String,
         value: V,
         lapsed: Option<impl FnMut(&V) -> bool>,
         f: impl FnOnce(&V) -> R,
     ) -> Result<R, V> {
-        self.0.insert(key, value, lapsed, f)
+        self.0.insert(miss, key, value, lapsed, f)
     }
 }
 

@@ -165,12 +165,26 @@ impl<V: Mortal> Index<String, V> for StandIn<V> {
         }
     }
 
+    /// A miss carries nothing: the stand-in hashes nothing, and its cells
+    /// are kept alive by their `Arc`s, not a pin.
+    type Miss = ();
+
+    fn lookup<Q, R, F>(&self, key: &Q, f: F) -> Result<R, (F, ())>
+    where
+        F: FnOnce(&V) -> R,
+        String: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.with(key, f).map_err(|f| (f, ()))
+    }
+
     /// The stand-in's insert never rebuilds its table, so `lapsed` never
     /// runs (a rebuild's look for lapsed clients retires a cell as a
     /// sweep's does, holding the writers' lock: the eviction models cover
     /// that exchange).
     fn insert<R>(
         &self,
+        _miss: Option<&()>,
         key: String,
         value: V,
         _lapsed: Option<impl FnMut(&V) -> bool>,

@@ -178,7 +178,6 @@ where
             &Arrival {
                 limiter: self,
                 reading: now,
-                idle_by: core::cell::Cell::new(None),
                 refuse,
             },
         )

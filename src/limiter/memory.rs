@@ -2,7 +2,6 @@
 //! cap, the sweeps that forget idle clients, and a new client's way in
 //! ([`Arrival`], which the store's check-or-insert protocol drives).
 
-use core::cell::Cell;
 use core::hash::Hash;
 
 use super::Limiter;
@@ -203,10 +202,6 @@ pub(super) struct Arrival<'a, A: Algorithm, K, C, F> {
     pub(super) limiter: &'a Limiter<A, K, C>,
     /// The request's one clock reading.
     pub(super) reading: u64,
-    /// Once a rebuild has begun to look for lapsed clients on this
-    /// arrival's behalf (see [`Newcomer::lapsed`]): the reading by which a
-    /// state must be idle to be forgotten.
-    pub(super) idle_by: Cell<Option<u64>>,
     /// The answer for a new client denied by [`Overflow::DenyNew`].
     pub(super) refuse: F,
 }
@@ -226,9 +221,7 @@ where
         let floor = limiter.counters.not_before(self.reading);
         limiter.counters.evicting(floor);
         Counters::add(&limiter.counters.auto_sweeps, 1);
-        let idle_by = floor.saturating_sub(limiter.algorithm.horizon());
-        self.idle_by.set(Some(idle_by));
-        idle_by
+        floor.saturating_sub(limiter.algorithm.horizon())
     }
 
     /// Every new client pays its share of the paced sweep, if the limiter
@@ -264,25 +257,28 @@ where
         self.limiter.counters.not_before(self.reading)
     }
 
-    fn sweeping(&self) -> bool {
-        self.limiter.memory.sweep_on_rebuild
-    }
-
     /// The rebuild's look for lapsed clients: those idle for a whole
     /// horizon already, as the paced sweep forgets (one idle for less may
     /// well be back). Forgetting one costs less than moving it.
-    #[inline]
-    fn lapsed(&self, cell: &A::Cell) -> bool {
+    fn lapsed<'b>(&'b self) -> Option<impl FnMut(&A::Cell) -> bool + 'b>
+    where
+        A::Cell: 'b,
+    {
         let limiter = self.limiter;
-        let idle_by = match self.idle_by.get() {
-            Some(idle_by) => idle_by,
-            None => self.start_sweep(),
-        };
-        let gone = limiter.algorithm.try_evict(cell, idle_by);
-        if gone {
-            Counters::add(&limiter.counters.evicted_idle, 1);
-        }
-        gone
+        // Set by the first cell the rebuild offers: the reading by which a
+        // state must be idle to be forgotten.
+        let mut idle_by = None;
+        limiter
+            .memory
+            .sweep_on_rebuild
+            .then_some(move |cell: &A::Cell| {
+                let idle_by = *idle_by.get_or_insert_with(|| self.start_sweep());
+                let gone = limiter.algorithm.try_evict(cell, idle_by);
+                if gone {
+                    Counters::add(&limiter.counters.evicted_idle, 1);
+                }
+                gone
+            })
     }
 
     fn born(&self, key: &K, floor: u64) -> Option<A::Cell> {

@@ -8,7 +8,7 @@ use core::fmt;
 use core::hash::{BuildHasher, Hash};
 use std::sync::TryLockError;
 
-use super::map::{Cursor, Map};
+use super::map::{Cursor, Map, Miss};
 use super::{DefaultHasher, Index, Purge};
 use crate::cell::{Mortal, Relocation};
 // Mutex: only the sweep cursor, only ever try_lock-ed on the insert and
@@ -49,17 +49,31 @@ where
         self.map.get(key, f)
     }
 
+    type Miss = Miss;
+
+    #[inline]
+    fn lookup<Q, R, F>(&self, key: &Q, f: F) -> Result<R, (F, Miss)>
+    where
+        F: FnOnce(&V) -> R,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.map.lookup(key, f)
+    }
+
     /// A rebuild on the way gives back the room of the dead entries it
     /// leaves behind (see [`Store::leaving`]), those `lapsed` retires
     /// included.
     fn insert<R>(
         &self,
+        miss: Option<&Miss>,
         key: K,
         value: V,
         lapsed: Option<impl FnMut(&V) -> bool>,
         f: impl FnOnce(&V) -> R,
     ) -> Result<R, V> {
         self.map.insert(
+            miss,
             key,
             value,
             lapsed,
@@ -350,6 +364,7 @@ mod tests {
         assert!(store.reserve(Some(10)));
         assert!(store
             .insert(
+                None,
                 key,
                 StateCell::new(0),
                 None::<fn(&StateCell) -> bool>,
@@ -410,7 +425,7 @@ mod tests {
         let refused = StateCell::new(crate::algorithm::UNBORN);
         assert_eq!(refused.refuse(), Ok(()));
         assert!(store
-            .insert(4, refused, None::<fn(&StateCell) -> bool>, |_| ())
+            .insert(None, 4, refused, None::<fn(&StateCell) -> bool>, |_| ())
             .is_ok());
         assert!(!store.take_if(&4, Mortal::is_dead));
         assert_eq!(store.get(&4, StateCell::load), None, "removed all the same");
@@ -424,6 +439,7 @@ mod tests {
             assert!(store.reserve(Some(10)));
             assert!(store
                 .insert(
+                    None,
                     key,
                     StateCell::new(key),
                     None::<fn(&StateCell) -> bool>,

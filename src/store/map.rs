@@ -131,6 +131,13 @@ struct Shard<K, V> {
     table: Atomic<Table<K, V>>,
 }
 
+/// What a lookup that missed leaves for an insert of the same key: the
+/// key's hash, and the lookup's pin, held on (see [`Map::lookup`]).
+pub(crate) struct Miss {
+    hash: u64,
+    guard: Guard,
+}
+
 /// Where a walk over the map (a sweep slice) stands: a shard and a slot
 /// index in its table. Any value is valid: a table rebuilt since only moves
 /// the walk.
@@ -143,7 +150,9 @@ pub(crate) struct Cursor {
 /// A concurrent map from `K` to `V`, with values that stay where a reader
 /// found them until it unpins (see the module docs).
 pub(crate) struct Map<K, V, S> {
-    shards: Box<[CachePadded<Shard<K, V>>]>,
+    /// An array, not a slice: indexed by the hash's top bits, which are
+    /// always in range, so a lookup needs no bounds check.
+    shards: Box<[CachePadded<Shard<K, V>>; SHARDS]>,
     hasher: S,
 }
 
@@ -163,7 +172,9 @@ where
                         table: Atomic::null(),
                     })
                 })
-                .collect(),
+                .collect::<Box<[_]>>()
+                .try_into()
+                .unwrap_or_else(|_| unreachable!("SHARDS shards")),
             hasher,
         }
     }
@@ -244,6 +255,22 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        self.lookup(key, f).map_err(|(f, _)| f)
+    }
+
+    /// As [`Map::get`], and a miss hands back the key's hash and the pin,
+    /// for an insert of the same key to reuse.
+    ///
+    /// # Errors
+    ///
+    /// Hands `f` back, not run, and the miss, if the key is absent.
+    #[inline]
+    pub(crate) fn lookup<Q, R, F>(&self, key: &Q, f: F) -> Result<R, (F, Miss)>
+    where
+        F: FnOnce(&V) -> R,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let hash = self.hash(key);
         let guard = epoch::pin();
         // The common cases, inline: a hit in the shard's table with no
@@ -256,13 +283,13 @@ where
                     return Ok(f(value));
                 }
                 if Self::absent(shard, table, &guard) {
-                    return Err(f);
+                    return Err((f, Miss { hash, guard }));
                 }
             }
         }
         match self.locate(hash, key, &guard) {
             Some(value) => Ok(f(value)),
-            None => Err(f),
+            None => Err((f, Miss { hash, guard })),
         }
     }
 
@@ -328,6 +355,8 @@ where
 
     /// Inserts `value` for `key` if the key is absent, then runs `f` on the
     /// inserted value (after releasing the shard's lock, still protected).
+    /// `miss`, a lookup's of this very key, spares hashing and pinning
+    /// again.
     /// A rebuild on the way runs `lapsed` (if any) on every live value of
     /// the shard (see [`Map::rebuild_lapsing`]), and leaves dead entries
     /// behind, calling `on_dead` on each.
@@ -337,26 +366,33 @@ where
     /// Hands `value` back if the key was present.
     pub(crate) fn insert<R>(
         &self,
+        miss: Option<&Miss>,
         key: K,
         value: V,
         lapsed: Option<impl FnMut(&V) -> bool>,
         on_dead: impl FnMut(&V),
         f: impl FnOnce(&V) -> R,
     ) -> Result<R, V> {
-        let hash = self.hash(&key);
+        let pinned;
+        let (hash, guard) = match miss {
+            Some(miss) => (miss.hash, &miss.guard),
+            None => {
+                pinned = epoch::pin();
+                (self.hash(&key), &pinned)
+            }
+        };
         let shard = self.shard(hash);
-        let guard = epoch::pin();
-        let mut counts = self.lock(shard, &guard);
-        let mut table = Self::current(shard, &guard);
+        let mut counts = self.lock(shard, guard);
+        let mut table = Self::current(shard, guard);
         if table.and_then(|table| table.find(hash, &key)).is_some() {
             return Err(value);
         }
         if table.is_none_or(|table| counts.used >= max_used(table.capacity())) {
             let room_for = counts.live + 1;
             table = Some(match lapsed {
-                None => self.rebuild(shard, &mut counts, room_for, on_dead, V::relocate, &guard),
+                None => self.rebuild(shard, &mut counts, room_for, on_dead, V::relocate, guard),
                 Some(lapsed) => {
-                    self.rebuild_lapsing(shard, &mut counts, room_for, lapsed, on_dead, &guard)
+                    self.rebuild_lapsing(shard, &mut counts, room_for, lapsed, on_dead, guard)
                 }
             });
         }
@@ -458,7 +494,7 @@ where
     ) -> u64 {
         let guard = epoch::pin();
         let mut removed = 0;
-        for shard in &*self.shards {
+        for shard in self.shards.iter() {
             let mut counts = self.lock(shard, &guard);
             let Some(table) = Self::current(shard, &guard) else {
                 continue;
@@ -501,7 +537,7 @@ where
         mut on_dead: impl FnMut(&V),
     ) {
         let guard = epoch::pin();
-        for shard in &*self.shards {
+        for shard in self.shards.iter() {
             let mut counts = self.lock(shard, &guard);
             if Self::current(shard, &guard).is_none() {
                 continue;
@@ -588,7 +624,7 @@ where
 
 impl<K, V, S> Drop for Map<K, V, S> {
     fn drop(&mut self) {
-        for shard in &mut *self.shards {
+        for shard in self.shards.iter_mut() {
             // SAFETY: `&mut self`: no reader or writer can reach the map, so
             // the current tables can be freed now (retired ones are the
             // collector's), with any a rebuild left unfinished linked.

@@ -73,8 +73,26 @@ pub trait Index<K, V> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized;
 
+    /// What a lookup that missed leaves for an insert of the same key (for
+    /// the store: the key's hash and the epoch pin, so that a new client's
+    /// request hashes its key and pins once).
+    type Miss;
+
+    /// As [`Index::with`], and a miss also hands back what an insert of the
+    /// same key can reuse.
+    ///
+    /// # Errors
+    ///
+    /// Hands `f` back, not run, and the miss, if the key is absent.
+    fn lookup<Q, R, F>(&self, key: &Q, f: F) -> Result<R, (F, Self::Miss)>
+    where
+        F: FnOnce(&V) -> R,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized;
+
     /// Inserts `value` for `key` if the key is absent, then runs `f` on the
-    /// value inserted (after any lock the insert took is released). If the
+    /// value inserted (after any lock the insert took is released); `miss`
+    /// is a lookup's of this very key, if there was one. If the
     /// insert rebuilds a table to make room, `lapsed` (if any) first runs
     /// on each live value there: a value it retires ([`Mortal`]: dead) is
     /// left behind, its entry removed, and the new table is sized for the
@@ -85,6 +103,7 @@ pub trait Index<K, V> {
     /// Hands `value` back if the key was present.
     fn insert<R>(
         &self,
+        miss: Option<&Self::Miss>,
         key: K,
         value: V,
         lapsed: Option<impl FnMut(&V) -> bool>,
@@ -132,18 +151,16 @@ pub trait Newcomer<K, V, R> {
         None
     }
 
-    /// Whether a table rebuild that this newcomer's insert sets off should
-    /// look for lapsed clients ([`Newcomer::lapsed`]). By default, no.
-    fn sweeping(&self) -> bool {
-        false
-    }
-
-    /// Run by such a rebuild on each live cell before it moves any: retires
-    /// the cell and answers true if its client has lapsed (been idle long
-    /// enough to forget), so that the rebuild leaves it behind.
-    fn lapsed(&self, cell: &V) -> bool {
-        let _ = cell;
-        false
+    /// For a table rebuild that this newcomer's insert may set off, a test
+    /// to run on each live cell before it moves: it retires the cell and
+    /// answers true if its client has lapsed (been idle long enough to
+    /// forget), so that the rebuild leaves it behind. `None` (the default):
+    /// the rebuild forgets no one.
+    fn lapsed<'a>(&'a self) -> Option<impl FnMut(&V) -> bool + 'a>
+    where
+        V: 'a,
+    {
+        None::<fn(&V) -> bool>
     }
 
     /// An unborn cell for `key`'s client whose state is never judged
@@ -234,12 +251,12 @@ where
     K: Borrow<Q>,
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
 {
-    let absent = match index.with(key, |cell| op(cell, now)) {
+    let miss = match index.lookup(key, |cell| op(cell, now)) {
         Ok(Some(answer)) => return answer,
-        Ok(None) => false,
-        Err(_) => true,
+        Ok(None) => None,
+        Err((_, miss)) => Some(miss),
     };
-    check_slow(index, key, absent, op, newcomer)
+    check_slow(index, key, miss, op, newcomer)
 }
 
 /// What [`act_on_live`]'s step made of the cell it found.
@@ -363,7 +380,7 @@ enum Settled<R> {
 fn check_slow<K, V, Q, R, I, N>(
     index: &I,
     key: &Q,
-    mut absent: bool,
+    miss: Option<I::Miss>,
     mut op: impl FnMut(&V, u64) -> Option<R>,
     newcomer: &N,
 ) -> R
@@ -375,8 +392,13 @@ where
     Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
 {
     // One pin for the whole slow path: the map's own pins inside it are
-    // then nested, which costs no locked instruction.
-    let _pinned = crossbeam_epoch::pin();
+    // then nested, which costs no locked instruction. A miss holds the
+    // lookup's pin already.
+    let _pinned = miss.is_none().then(crossbeam_epoch::pin);
+    let mut absent = miss.is_some();
+    // The lookup's miss serves the first insert only: after that, this
+    // thread has looked again.
+    let mut first = miss.as_ref();
     loop {
         // Raised each round, after the look at the map that sent us here
         // (the fast path's, or the last round's), to no earlier than any
@@ -398,10 +420,11 @@ where
                 // every lookup's `Acquire` pairs with). A fresh cell is
                 // alive, so `op` answers.
                 if let Some(answer) = op(&born, now) {
-                    let lapsed = newcomer
-                        .sweeping()
-                        .then_some(|cell: &V| newcomer.lapsed(cell));
-                    if index.insert(key, born, lapsed, |_| ()).is_ok() {
+                    let lapsed = newcomer.lapsed();
+                    if index
+                        .insert(first.take(), key, born, lapsed, |_| ())
+                        .is_ok()
+                    {
                         return answer;
                     }
                     // Another thread inserted first: the decision taken on
@@ -412,11 +435,9 @@ where
                 }
             }
             let ours = newcomer.unborn(&key, now);
-            let lapsed = newcomer
-                .sweeping()
-                .then_some(|cell: &V| newcomer.lapsed(cell));
+            let lapsed = newcomer.lapsed();
             let settle = |cell: &V| settle(cell, Some(now), &mut op, newcomer);
-            match index.insert(key, ours, lapsed, settle) {
+            match index.insert(first.take(), key, ours, lapsed, settle) {
                 Ok(settled) => settled,
                 // Another thread inserted first: settle its cell.
                 Err(_) => {
@@ -627,14 +648,26 @@ impl<K, V, I: Index<K, V>> Index<K, V> for Permanent<'_, I> {
         self.0.with(key, f)
     }
 
+    type Miss = I::Miss;
+
+    fn lookup<Q, R, F>(&self, key: &Q, f: F) -> Result<R, (F, I::Miss)>
+    where
+        F: FnOnce(&V) -> R,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.0.lookup(key, f)
+    }
+
     fn insert<R>(
         &self,
+        miss: Option<&I::Miss>,
         key: K,
         value: V,
         lapsed: Option<impl FnMut(&V) -> bool>,
         f: impl FnOnce(&V) -> R,
     ) -> Result<R, V> {
-        self.0.insert(key, value, lapsed, f)
+        self.0.insert(miss, key, value, lapsed, f)
     }
 }
 

@@ -27,6 +27,7 @@ fn word(map: &TestMap, key: &str) -> Option<u64> {
 
 fn put(map: &TestMap, key: String, word: u64) -> bool {
     map.insert(
+        None,
         key,
         StateCell::new(word),
         NO_SWEEP,
@@ -58,6 +59,7 @@ fn finds_every_key_it_holds_and_no_other_across_rebuilds() {
     assert_eq!(word(&map, "client-absent"), None);
     // A second insert of a key hands the value back, untouched.
     let again = map.insert(
+        None,
         "client-3".into(),
         StateCell::new(99),
         NO_SWEEP,
@@ -123,7 +125,14 @@ fn a_rebuild_leaves_dead_entries_behind_and_reports_each_once() {
     let mut reported = 0;
     for key in neighbours(&map, "dead", 64) {
         assert!(map
-            .insert(key, StateCell::new(0), NO_SWEEP, |_| reported += 1, |_| ())
+            .insert(
+                None,
+                key,
+                StateCell::new(0),
+                NO_SWEEP,
+                |_| reported += 1,
+                |_| ()
+            )
             .is_ok());
     }
     assert_eq!(reported, 1);
@@ -141,6 +150,7 @@ fn a_rebuild_leaves_lapsed_entries_behind_and_sizes_the_table_for_the_rest() {
         let key = format!("client-{i}");
         assert!(map
             .insert(
+                None,
                 key,
                 StateCell::new(i),
                 Some(lapsed),
@@ -263,7 +273,7 @@ fn readers_racing_inserts_and_removals_see_only_whole_entries() {
                 for i in 0..per_thread {
                     let key = format!("t{t}-{i}");
                     assert!(map
-                        .insert(key.clone(), StateCell::new(i), NO_SWEEP, dead, |_| ())
+                        .insert(None, key.clone(), StateCell::new(i), NO_SWEEP, dead, |_| ())
                         .is_ok());
                     // A copy another thread's rebuild marked moved just
                     // after the lookup found it reads as the tombstone:
@@ -423,7 +433,14 @@ fn a_rebuild_a_panic_left_half_done_is_finished_by_the_next_writer() {
     let count = if cfg!(miri) { 40 } else { 2_000 };
     for i in 0..count {
         assert!(map
-            .insert(Fragile(i), StateCell::new(i), NO_SWEEP, |_| (), |_| ())
+            .insert(
+                None,
+                Fragile(i),
+                StateCell::new(i),
+                NO_SWEEP,
+                |_| (),
+                |_| ()
+            )
             .is_ok());
     }
     // A quota change's rebuild: the key in the middle panics after about
@@ -456,6 +473,7 @@ fn a_rebuild_a_panic_left_half_done_is_finished_by_the_next_writer() {
     assert!(linked(&map), "the rebuild was left half done");
     assert!(map
         .insert(
+            None,
             Fragile(next),
             StateCell::new(next),
             NO_SWEEP,
