@@ -92,6 +92,7 @@ mod broken;
 mod cap;
 mod eviction;
 mod harness;
+mod held_lock;
 mod insert;
 mod log;
 mod quota;
