@@ -7,7 +7,8 @@
 //! One thread inserts new clients until one of its inserts rebuilds a
 //! shard, and the fifth live key the rebuild hashes stalls. While it
 //! stalls, another thread forgets every known client, those of the stalled
-//! shard among them, and must be done before the stall ends. Afterwards
+//! shard among them, then forgets each again (nothing left to forget) and
+//! peeks at it (fresh), and must be done before the stall ends. Afterwards
 //! every forgotten client reads as fresh, and the room of an entry that
 //! could not be taken out of the table at once comes back when the entry is
 //! next met (here, by a sweep).
@@ -91,6 +92,16 @@ fn forget_all_during_a_stall<A: Algorithm>(
             }
             for id in 0..LIVE {
                 assert!(forget(&Client(id)), "client {id} had no live state");
+            }
+            // Still during the stall, those whose dead entries are left in
+            // the stalled shard among them: each reads as absent, at once.
+            for id in 0..LIVE {
+                assert!(!forget(&Client(id)), "client {id} forgotten twice");
+                assert_eq!(
+                    limiter.peek(&Client(id)).remaining(),
+                    CAPACITY - 1,
+                    "client {id} still read as known after it was forgotten"
+                );
             }
             STALLING.load(Ordering::SeqCst)
         });
