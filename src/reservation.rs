@@ -359,11 +359,11 @@ where
 pub(crate) type Stamp = u64;
 
 /// The stamps of the limiter's clients' states, one word per stripe of
-/// clients (picked by the key's hash). Bit 0 is the lock a cancel holds
-/// (a reset finding it held does not reset in place); bits 1 to 15 count the replacements
-/// under way; bits 16 and up count the replacements begun and ended. A
-/// stamp is current iff no replacement has begun since it was read; one
-/// read while a replacement was under way is never current.
+/// clients (picked by the key's hash). Bit 0 is the lock a cancel holds (a
+/// reset finding it held does not reset in place); bits 1 to 15 count the
+/// replacements under way; bits 16 and up count the replacements begun and
+/// ended. A stamp is current iff no replacement has begun since it was
+/// read; one read while a replacement was under way is never current.
 ///
 /// Public (but unreachable outside `--features loom`) for the loom model of
 /// a cancel racing a reset.

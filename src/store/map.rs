@@ -407,8 +407,8 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.remove_dead(key, condition, true)
-            .expect("a removal that may wait always gets the lock")
+        // Never `None`: a removal that may wait always gets the lock.
+        self.remove_dead(key, condition, true).unwrap_or(false)
     }
 
     /// As [`Map::remove_if`], but never waits for another thread: if the
