@@ -356,6 +356,15 @@ impl<V: Mortal> Purge<String, V> for Sweeping<'_, V> {
     {
         self.0.remove_locked(key, condition)
     }
+
+    fn try_remove_if<Q, F>(&self, key: &Q, condition: F) -> Option<bool>
+    where
+        F: FnOnce(&V) -> bool,
+        String: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        Some(self.0.remove_locked(key, condition))
+    }
 }
 
 /// The broken twin of `__loom::evict`: an evictor that checks that the

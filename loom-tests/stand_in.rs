@@ -25,7 +25,10 @@
 //!
 //! The stand-in records whether any thread other than the mover found the
 //! writers' lock held, which the models of a known client's check assert
-//! never happens: a check never waits for a rebuild.
+//! never happens: a check never waits for a rebuild. `try_remove_if` takes
+//! the writers' lock only if it is free, and otherwise leaves the dead
+//! entry in place, as `Map::try_remove_if` does; [`StandIn::hold_writers`]
+//! stands for a writer stalled holding that lock.
 
 use std::borrow::Borrow;
 use std::collections::hash_map::{Entry, HashMap};
@@ -35,6 +38,7 @@ use std::sync::Arc as StdArc;
 use std::sync::TryLockError;
 
 use loom::sync::{Mutex, MutexGuard};
+use loom::thread::ThreadId;
 use tollgate::__loom::{Index, Mortal, Purge, Relocation, Seal};
 
 type Table<V> = HashMap<String, StdArc<V>>;
@@ -60,6 +64,11 @@ pub(crate) struct StandIn<V> {
     writers: Mutex<()>,
     /// Whether a thread found the writers' lock held (see the module docs).
     waited: AtomicBool,
+    /// The threads that found it held, each once. A std mutex: loom runs
+    /// one model thread at a time, and it is never held across a step.
+    waiters: std::sync::Mutex<Vec<ThreadId>>,
+    /// Whether `try_remove_if` ever left a dead entry in place.
+    left: AtomicBool,
     /// Break the contract: `insert` replaces a present key instead of
     /// handing the value back. Only the broken twins set this.
     replace_on_insert: bool,
@@ -75,6 +84,8 @@ impl<V> StandIn<V> {
             }),
             writers: Mutex::new(()),
             waited: AtomicBool::new(false),
+            waiters: std::sync::Mutex::new(Vec::new()),
+            left: AtomicBool::new(false),
             replace_on_insert,
         }
     }
@@ -100,13 +111,31 @@ impl<V> StandIn<V> {
         self.waited.load(Ordering::Relaxed)
     }
 
-    /// Takes the writers' lock, recording whether it was held.
+    /// Whether `try_remove_if` ever found the writers' lock held, and left
+    /// a dead entry in place.
+    pub(crate) fn left_one(&self) -> bool {
+        // Relaxed: read after the threads join.
+        self.left.load(Ordering::Relaxed)
+    }
+
+    /// Whether the thread `id` ever found the writers' lock held.
+    pub(crate) fn waited(&self, id: ThreadId) -> bool {
+        self.waiters.lock().unwrap().contains(&id)
+    }
+
+    /// Takes the writers' lock, recording whether it was held, and by whom.
     fn write(&self) -> MutexGuard<'_, ()> {
         match self.writers.try_lock() {
             Ok(guard) => guard,
             Err(TryLockError::WouldBlock) => {
                 // Relaxed: read after the threads join.
                 self.waited.store(true, Ordering::Relaxed);
+                let id = loom::thread::current().id();
+                let mut waiters = self.waiters.lock().unwrap();
+                if !waiters.contains(&id) {
+                    waiters.push(id);
+                }
+                drop(waiters);
                 self.writers.lock().unwrap()
             }
             Err(TryLockError::Poisoned(_)) => panic!("a model thread panicked"),
@@ -318,6 +347,43 @@ impl<V: Mortal> StandIn<V> {
     }
 }
 
+impl<V: Mortal> StandIn<V> {
+    /// Takes the writers' lock and holds it until the guard is dropped: a
+    /// writer (an insert, a sweep, a rebuild) stalled holding it, for the
+    /// models of a removal that must not wait for it.
+    pub(crate) fn hold_writers(&self) -> MutexGuard<'_, ()> {
+        self.writers.lock().unwrap()
+    }
+
+    /// As [`StandIn::remove_locked`] if the writers' lock is free now;
+    /// `None` at once, the entry left in place, if another thread holds it.
+    fn try_remove_locked<Q>(&self, key: &Q, condition: impl FnOnce(&V) -> bool) -> Option<bool>
+    where
+        String: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let writers = match self.writers.try_lock() {
+            Ok(writers) => writers,
+            Err(TryLockError::WouldBlock) => {
+                // Relaxed: read after the threads join.
+                self.left.store(true, Ordering::Relaxed);
+                return None;
+            }
+            Err(TryLockError::Poisoned(_)) => panic!("a model thread panicked"),
+        };
+        let mut state = self.state.lock().unwrap();
+        let current = state.current;
+        let map = &mut state.tables[current];
+        let removed = map.get(key).is_some_and(|cell| condition(cell));
+        if removed {
+            map.remove(key);
+        }
+        drop(state);
+        drop(writers);
+        Some(removed)
+    }
+}
+
 impl<V: Mortal> Purge<String, V> for StandIn<V> {
     /// As `Map::remove_if`: only a dead cell is removed, so a key whose
     /// client's cell is alive is answered without the writers' lock.
@@ -331,5 +397,19 @@ impl<V: Mortal> Purge<String, V> for StandIn<V> {
             return false;
         }
         self.remove_locked(key, condition)
+    }
+
+    /// As `Map::try_remove_if`: as `remove_if`, but a dead entry whose
+    /// removal would wait for the writers' lock is left in place (`None`).
+    fn try_remove_if<Q, F>(&self, key: &Q, condition: F) -> Option<bool>
+    where
+        F: FnOnce(&V) -> bool,
+        String: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if !self.locate(key).is_some_and(|cell| cell.is_dead()) {
+            return Some(false);
+        }
+        self.try_remove_locked(key, condition)
     }
 }

@@ -1,12 +1,15 @@
 //! Model 16: a ticket acts only on the state it was booked on. A cancel
-//! of booking `B1` races a reset of its client (in place, in the same
-//! cell) followed by a check and a new booking `B2` on the fresh state,
-//! on one token bucket cell of capacity 1 (1 token per 10 ns, the clock
-//! frozen at 0), through the crate's own stamps (`__loom::Renewals`, one
-//! stripe): the booking reads its stamp before its exchange, the reset
-//! marks the stripe in the exchange that sees no cancel holding it, and
-//! the cancel holds the stripe from its stamp test to the end of its
-//! exchange.
+//! of booking `B1` races a reset of its client followed by a check and a
+//! new booking `B2` on the fresh state, on a token bucket client of
+//! capacity 1 (1 token per 10 ns, the clock frozen at 0), through the
+//! crate's own stamps (`__loom::Renewals`, one stripe): the booking reads
+//! its stamp before its exchange, the cancel holds the stripe from its
+//! stamp test to the end of its exchange, and the reset never waits for
+//! it: it resets in place (a fresh state in the same cell) in the exchange
+//! that marks the stripe and sees no cancel holding it, or, if a cancel
+//! holds it, forgets the client instead (the cell retired between two
+//! marks, as `Limiter::remove` does), and the client's next request brings
+//! in a fresh cell. The cancel finds the client's cell as it stands.
 //!
 //! After the reset, `B1` starts over exactly as `B2` does (spend the token,
 //! book the next), so the fresh state comes round to the very word `B1`
@@ -14,12 +17,18 @@
 //! exactly what was charged to it (the check if admitted, `B2` at its
 //! ready time), so one more booking after the race is ready exactly when
 //! the exact bucket first admits it after them: a cancel that gave `B1`
-//! back on the fresh state would hand `B2`'s slot out again.
+//! back on the fresh state would hand `B2`'s slot out again. Both ways of
+//! resetting are reached.
 //!
 //! Broken twins (written here, not in the crate): the cancel by the tail
-//! rule alone, the rule before stamps; and a cancel that tests the stamp
-//! but does not hold the stripe until its exchange is done.
+//! rule alone, the rule before stamps; a cancel that tests the stamp but
+//! does not hold the stripe until its exchange is done; and a reset in
+//! place that marks the stripe whether or not a cancel holds it.
 
+use std::sync::atomic::{AtomicBool as StdAtomicBool, Ordering::Relaxed};
+use std::sync::Arc as StdArc;
+
+use loom::sync::atomic::{AtomicUsize, Ordering::Acquire, Ordering::Release};
 use loom::sync::Arc;
 use loom::thread;
 
@@ -50,27 +59,47 @@ fn book(algorithm: &TokenBucket, renewals: &Renewals, cell: &StateCell) -> (Tick
     }
 }
 
-/// The cancel as `Limiter::give_back` makes it.
+/// The client as the store holds it: its first cell, the fresh cell its
+/// next request brings in once a reset has forgotten it, and which one is
+/// the client's now.
+#[derive(Debug)]
+struct Client {
+    cells: [StateCell; 2],
+    live: AtomicUsize,
+}
+
+impl Client {
+    /// The client's cell now, as a cancel's lookup finds it.
+    fn cell(&self) -> &StateCell {
+        // Acquire: pairs with the Release in `forget`'s return, so the
+        // fresh cell's state is visible.
+        &self.cells[self.live.load(Acquire)]
+    }
+}
+
+/// The cancel as `Limiter::give_back` makes it: the stripe held, the
+/// client's cell looked up, the stamp tested, the tail rule applied.
 fn cancel(
     algorithm: &TokenBucket,
     renewals: &Renewals,
-    cell: &StateCell,
+    client: &Client,
     booked: &(Ticket, u64),
 ) -> bool {
     let (ticket, stamp) = booked;
     renewals.cancel(HASH, *stamp, |current| {
+        let cell = client.cell();
         current() && algorithm.unreserve(cell, NOW, ticket) == Some(true)
     })
 }
 
-/// The broken twin: the tail rule on whatever state the cell holds.
+/// The broken twin: the tail rule on whatever state the client holds.
 fn cancel_by_the_tail_alone(
     algorithm: &TokenBucket,
     _: &Renewals,
-    cell: &StateCell,
+    client: &Client,
     booked: &(Ticket, u64),
 ) -> bool {
-    algorithm.unreserve(cell, NOW, &booked.0) == Some(true)
+    algorithm.unreserve(client.cell(), NOW, &booked.0) == Some(true)
 }
 
 /// The second broken twin: the stamp tested, then the tail rule applied,
@@ -79,38 +108,87 @@ fn cancel_by_the_tail_alone(
 fn cancel_with_the_stamp_apart(
     algorithm: &TokenBucket,
     renewals: &Renewals,
-    cell: &StateCell,
+    client: &Client,
     booked: &(Ticket, u64),
 ) -> bool {
-    renewals.stamp(HASH) == booked.1 && algorithm.unreserve(cell, NOW, &booked.0) == Some(true)
+    renewals.stamp(HASH) == booked.1
+        && algorithm.unreserve(client.cell(), NOW, &booked.0) == Some(true)
 }
 
-type Cancel = fn(&TokenBucket, &Renewals, &StateCell, &(Ticket, u64)) -> bool;
+type Cancel = fn(&TokenBucket, &Renewals, &Client, &(Ticket, u64)) -> bool;
 
-/// The race. Returns the interleavings, and the fewest and most cancels
-/// that gave back.
-fn cancel_racing_reset_and_booking(name: &str, cancel: Cancel) -> (usize, u64, u64) {
+/// Forgets the client as `Limiter::remove` does: its cell retired between
+/// two marks; its next request brings in the fresh cell.
+fn forget(algorithm: &TokenBucket, renewals: &Renewals, client: &Client) -> bool {
+    let retired = renewals.renew(HASH, || algorithm.force_evict(&client.cells[0]));
+    // Release: pairs with the Acquire in `Client::cell`.
+    client.live.store(1, Release);
+    retired
+}
+
+/// `Limiter::reset`: in place unless a cancel holds the stripe, else by
+/// forgetting. True iff it reset in place.
+fn reset(algorithm: &TokenBucket, renewals: &Renewals, client: &Client) -> bool {
+    renewals.renew_in_place(
+        HASH,
+        || {
+            assert_eq!(algorithm.reset(&client.cells[0], NOW), Some(true));
+            true
+        },
+        || {
+            assert!(forget(algorithm, renewals, client));
+            false
+        },
+    )
+}
+
+/// The third broken twin: a reset in place between two marks, as a
+/// retirement is marked, whether or not a cancel holds the stripe.
+fn reset_over_a_cancel(algorithm: &TokenBucket, renewals: &Renewals, client: &Client) -> bool {
+    renewals.renew(HASH, || {
+        assert_eq!(algorithm.reset(&client.cells[0], NOW), Some(true));
+    });
+    true
+}
+
+type Reset = fn(&TokenBucket, &Renewals, &Client) -> bool;
+
+/// The race. Returns the interleavings, the fewest and most cancels that
+/// gave back, and which ways of resetting were reached (in place, by
+/// forgetting).
+fn cancel_racing_reset_and_booking(
+    name: &str,
+    cancel: Cancel,
+    reset: Reset,
+) -> (usize, u64, u64, [bool; 2]) {
     let label = name.to_owned();
-    check(name, move || {
+    // Outside the model: the ways of resetting reached.
+    let ways = StdArc::new([StdAtomicBool::new(false), StdAtomicBool::new(false)]);
+    let reached = StdArc::clone(&ways);
+    let (runs, min, max) = check(name, move || {
         let algorithm = bucket();
         let renewals = Arc::new(Renewals::with_stripes(1));
-        let cell = Arc::new(StateCell::new(0));
+        let client = Arc::new(Client {
+            cells: [StateCell::new(0), algorithm.new_cell()],
+            live: AtomicUsize::new(0),
+        });
         // Spend the token, then book B1: ready at 10, the word at 20.
-        assert!(algorithm.admit(&cell, NOW, 1));
-        let b1 = book(&algorithm, &renewals, &cell);
+        assert!(algorithm.admit(client.cell(), NOW, 1));
+        let b1 = book(&algorithm, &renewals, client.cell());
         assert_eq!(b1.0.ready_at(), INTERVAL);
         let canceller = {
-            let (renewals, cell) = (Arc::clone(&renewals), Arc::clone(&cell));
-            thread::spawn(move || cancel(&bucket(), &renewals, &cell, &b1))
+            let (renewals, client) = (Arc::clone(&renewals), Arc::clone(&client));
+            thread::spawn(move || cancel(&bucket(), &renewals, &client, &b1))
         };
         // The client starts over: reset, spend, book B2.
-        let reset = renewals.renew_in_place(HASH, || algorithm.reset(&cell, NOW));
-        assert_eq!(reset, Some(true));
+        let in_place = reset(&algorithm, &renewals, &client);
+        reached[usize::from(!in_place)].store(true, Relaxed);
+        let cell = client.cell();
         let mut executed = Vec::new();
-        if algorithm.admit(&cell, NOW, 1) {
+        if algorithm.admit(cell, NOW, 1) {
             executed.push(NOW);
         }
-        let (b2, _) = book(&algorithm, &renewals, &cell);
+        let (b2, _) = book(&algorithm, &renewals, cell);
         executed.push(b2.ready_at());
         let gave = canceller.join().unwrap();
         // What the fresh state holds, and one more booking on it.
@@ -121,7 +199,7 @@ fn cancel_racing_reset_and_booking(name: &str, cancel: Cancel) -> (usize, u64, u
                 "{label}: over-admitted: {executed:?} on a bucket of 1"
             );
         }
-        let (last, _) = book(&algorithm, &renewals, &cell);
+        let (last, _) = book(&algorithm, &renewals, cell);
         let want = executed.last().unwrap() + INTERVAL;
         assert!(
             last.ready_at() >= want,
@@ -134,15 +212,21 @@ fn cancel_racing_reset_and_booking(name: &str, cancel: Cancel) -> (usize, u64, u
             "{label}: a booking after the race waits longer than the exact bucket makes it"
         );
         u64::from(gave)
-    })
+    });
+    let ways = [ways[0].load(Relaxed), ways[1].load(Relaxed)];
+    (runs, min, max, ways)
 }
 
 #[test]
 fn a_cancel_racing_a_reset_and_a_new_booking_touches_only_its_own_state() {
     // Given back when the cancel lands before the reset (on the state it
-    // booked on, which the reset then forgets); nothing otherwise.
-    let (_, min, max) = cancel_racing_reset_and_booking("tickets/cancel_vs_reset", cancel);
+    // booked on, which the reset then forgets); nothing otherwise. The
+    // reset went both ways: in place, and by forgetting the client while
+    // the cancel held the stripe (never waiting for it).
+    let (_, min, max, ways) =
+        cancel_racing_reset_and_booking("tickets/cancel_vs_reset", cancel, reset);
     assert_eq!((min, max), (0, 1), "both outcomes reached");
+    assert_eq!(ways, [true, true], "both ways of resetting reached");
 }
 
 #[test]
@@ -151,6 +235,7 @@ fn a_cancel_by_the_tail_rule_alone_is_caught() {
     let _ = cancel_racing_reset_and_booking(
         "tickets/cancel_vs_reset/tail_alone",
         cancel_by_the_tail_alone,
+        reset,
     );
 }
 
@@ -160,5 +245,16 @@ fn a_cancel_that_tests_its_stamp_apart_from_its_exchange_is_caught() {
     let _ = cancel_racing_reset_and_booking(
         "tickets/cancel_vs_reset/stamp_apart",
         cancel_with_the_stamp_apart,
+        reset,
+    );
+}
+
+#[test]
+#[should_panic(expected = "over-admitted")]
+fn a_reset_in_place_over_a_cancel_in_progress_is_caught() {
+    let _ = cancel_racing_reset_and_booking(
+        "tickets/cancel_vs_reset/reset_over_cancel",
+        cancel,
+        reset_over_a_cancel,
     );
 }

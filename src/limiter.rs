@@ -74,9 +74,11 @@ pub trait RateLimiter<K: ?Sized = str>: Send + Sync {
 /// thread, a rebuild of the map's tables included: one clock read, one map
 /// lookup that writes nothing shared, and one compare-and-swap of the
 /// client's state word (for the log, of one slot) if the request is
-/// admitted. So are [`peek`](Limiter::peek) and bookings. A client's first
-/// request (or its first since it was forgotten) inserts it, under a lock
-/// per shard of the map that only inserts, removals and rebuilds take.
+/// admitted. So are [`peek`](Limiter::peek) and bookings, and
+/// [`reset`](Limiter::reset) and [`remove`](Limiter::remove) never wait for
+/// another thread either. A client's first request (or its first since it
+/// was forgotten) inserts it, under a lock per shard of the map that only
+/// inserts, removals of dead entries, sweeps and rebuilds take.
 ///
 /// Share it between threads by reference or in an `Arc`.
 ///

@@ -26,7 +26,10 @@
 //! - a reset in place writes a fresh state into the same cell, so it and
 //!   a cancel exclude each other for that instant: the cancel holds the
 //!   stamp's lock bit from its check to the end of its exchange, and the
-//!   reset marks the stamp only while the bit is clear.
+//!   reset marks the stamp only while the bit is clear. A reset never
+//!   waits for the bit: if a cancel holds it, the reset retires the state
+//!   instead (it forgets the client, as a removal does), which needs no
+//!   exclusion.
 //!
 //! Stamps are kept per stripe of clients (by the key's hash), not per
 //! client, so a client's state stays one word; a replacement therefore
@@ -356,11 +359,11 @@ where
 pub(crate) type Stamp = u64;
 
 /// The stamps of the limiter's clients' states, one word per stripe of
-/// clients (picked by the key's hash). Bit 0 is the lock a cancel holds
-/// (it excludes a reset in place); bits 1 to 15 count the replacements
-/// under way; bits 16 and up count the replacements begun and ended. A
-/// stamp is current iff no replacement has begun since it was read; one
-/// read while a replacement was under way is never current.
+/// clients (picked by the key's hash). Bit 0 is the lock a cancel holds (a
+/// reset finding it held does not reset in place); bits 1 to 15 count the
+/// replacements under way; bits 16 and up count the replacements begun and
+/// ended. A stamp is current iff no replacement has begun since it was
+/// read; one read while a replacement was under way is never current.
 ///
 /// Public (but unreachable outside `--features loom`) for the loom model of
 /// a cancel racing a reset.
@@ -376,7 +379,8 @@ impl Renewals {
     /// Stripes: enough that a replacement ends few other clients' bookings'
     /// cancellability, few enough to be 2 KiB per limiter.
     const STRIPES: usize = 256;
-    /// A cancel holds it from its check to the end of its exchange.
+    /// A cancel holds it from its check to the end of its exchange; a reset
+    /// that finds it held resets by retiring the state instead.
     const LOCK: u64 = 1;
     /// Bits 1 to 15: replacements under way.
     const BUSY: u64 = 0xfffe;
@@ -432,24 +436,32 @@ impl Renewals {
     }
 
     /// As [`Renewals::renew`] for a replacement in place (a reset, which
-    /// writes a fresh state into the same cell): waits until no cancel on
-    /// the stripe holds the lock, and marks the stamp in the same exchange
-    /// that sees it clear, so no cancel's check and exchange can straddle
-    /// the write.
-    pub fn renew_in_place<R>(&self, hash: u64, replace: impl FnOnce() -> R) -> R {
+    /// writes a fresh state into the same cell): marks the stamp in the
+    /// same exchange that sees no cancel on the stripe holding the lock,
+    /// and runs `in_place` between the marks, so no cancel's check and
+    /// exchange can straddle the write. Never waits for a cancel: if one
+    /// holds the lock, marks nothing and runs `instead`, which must replace
+    /// the state by retiring it (forget the client, through
+    /// [`Renewals::renew`]), so that the cancel's exchange fails on the
+    /// retired state.
+    pub fn renew_in_place<R>(
+        &self,
+        hash: u64,
+        in_place: impl FnOnce() -> R,
+        instead: impl FnOnce() -> R,
+    ) -> R {
         let stripe = self.stripe(hash);
-        let backoff = Backoff::new();
         // Acquire: pairs with the Release of a cancel's unlock, so that
         // cancel's exchange happens before the reset's write.
         let mut seen = stripe.load(Ordering::Acquire);
         loop {
             if seen & Self::LOCK != 0 {
-                backoff.snooze();
-                seen = stripe.load(Ordering::Acquire);
-                continue;
+                return instead();
             }
             // AcqRel on success: as in `renew`, and Acquire as the load
-            // above; Acquire on failure: as the load above.
+            // above; Acquire on failure: as the load above. A failure means
+            // another thread changed the stripe (a mark, a lock, an
+            // unlock), or a spurious one: look again, never waiting.
             match stripe.compare_exchange_weak(
                 seen,
                 seen.wrapping_add(Self::BEGIN),
@@ -461,7 +473,7 @@ impl Renewals {
             }
         }
         let _end = Mark(stripe, Self::END);
-        replace()
+        in_place()
     }
 
     /// As [`Renewals::renew`] for every client at once (a quota change).
@@ -514,7 +526,8 @@ impl Renewals {
         // first mark, ordered before the retirement; a cancel that found
         // the state replacing the retired one reads this mark or a later one.
         let current = || stripe.load(Ordering::Acquire) & !Self::LOCK == stamp;
-        // Unlocked however `cancel` leaves, so a reset never waits forever.
+        // Unlocked however `cancel` leaves, so that resets go back to
+        // resetting in place.
         let _unlock = Mark(stripe, Self::LOCK.wrapping_neg());
         cancel(&current)
     }

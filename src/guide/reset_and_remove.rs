@@ -25,11 +25,21 @@
 //! reset by forgetting it. [`remove`](crate::Limiter::remove) retires the
 //! state by an exchange to a tombstone value, then removes the entry.
 //!
-//! Unlike a check, neither is wait-free: a reset waits for a reservation's
-//! cancel already under way on a client of its stripe (see
-//! [`reservations`](super::reservations)), and taking a removed entry out
-//! of the table takes its shard's lock, which an insert or a table rebuild
-//! may hold. A check on a known client never waits for either.
+//! Neither ever waits for another thread, as a check never does:
+//!
+//! - a removal whose client's part of the table another thread is writing
+//!   at that instant (adding a client, sweeping, or rebuilding it, perhaps
+//!   descheduled half way) leaves the retired entry in the table for
+//!   later. The client reads as absent at once, but the entry keeps its
+//!   unit of room under `max_clients`, and [`len`](crate::Limiter::len)
+//!   counts it, until it is next met: by the client's next request, a
+//!   sweep, a rebuild of that part of the table, or another reset or
+//!   removal of it;
+//! - a reset that meets a reservation's cancel in progress on a client of
+//!   its stripe (see [`reservations`](super::reservations)) cannot put a
+//!   fresh state in the same cell, so it forgets the client instead, as a
+//!   removal does: the client starts afresh all the same, and takes a unit
+//!   of room again on its next request.
 //!
 //! A booking made before a reset or a removal belongs to the state it was
 //! made on: cancelling it afterwards gives nothing back (see

@@ -229,10 +229,15 @@ where
     /// [`remove`](Self::remove) does: its next request brings in a fresh log
     /// (and takes a unit of room again). An unknown client, or one being
     /// added at this instant, is already fresh: `false`, and nothing
-    /// changes. A reservation booked before the reset gives nothing back
-    /// when cancelled; to put its renewal and a cancel in one order, a
-    /// reset waits for a cancel that has begun (of this client, or of one
-    /// sharing its stripe; see [`Reservation::cancel`]) to finish.
+    /// changes.
+    ///
+    /// A reservation booked before the reset gives nothing back when
+    /// cancelled. A reset never waits for another thread: if a reservation's
+    /// cancel is in progress at that instant (of this client, or of one
+    /// sharing its stripe; see [`Reservation::cancel`]), a fresh state in
+    /// the same cell could be mistaken for the cancelled booking's, so the
+    /// reset forgets the client instead, as `remove` does: it starts afresh
+    /// all the same, and takes a unit of room again on its next request.
     ///
     /// # Examples
     ///
@@ -258,14 +263,21 @@ where
         // A new state in the same cell: old bookings' tickets must not
         // touch it (see `crate::reservation`).
         let hash = self.store.hash_of(client_id);
-        self.renewals.renew_in_place(hash, || {
-            reset_client(
-                &self.store,
-                client_id,
-                |cell| algorithm.reset(cell, now),
-                || self.remove(client_id),
-            )
-        })
+        // A cancel on the stripe in progress: forget the client instead,
+        // which retires its state (its exchange then fails) and needs no
+        // wait for the cancel.
+        self.renewals.renew_in_place(
+            hash,
+            || {
+                reset_client(
+                    &self.store,
+                    client_id,
+                    |cell| algorithm.reset(cell, now),
+                    || self.remove(client_id),
+                )
+            },
+            || self.remove(client_id),
+        )
     }
 
     /// Forgets `client_id` now, giving back its unit of room; returns
@@ -281,6 +293,15 @@ where
     /// takes effect before it. Unlike an eviction of an idle client, this
     /// changes decisions by intent, and [`stats`](Self::stats) does not
     /// count it as an eviction.
+    ///
+    /// Never waits for another thread. If another thread is writing the
+    /// client's part of the table at that instant (adding a client, sweeping,
+    /// or rebuilding it, perhaps descheduled half way), the retired entry is
+    /// left in the table for later: the client reads as absent at once, but
+    /// its unit of room comes back, and [`len`](Self::len) stops counting
+    /// it, only when the entry is next met: by the client's next request, a
+    /// sweep, a rebuild of that part of the table, or another `remove` or
+    /// `reset` of it. Until then it counts against `max_clients`.
     ///
     /// # Examples
     ///

@@ -106,6 +106,23 @@ where
             gone
         })
     }
+
+    /// As `remove_if`; an entry left in place keeps its room until it
+    /// leaves (see [`Map::try_remove_if`]).
+    fn try_remove_if<Q, F>(&self, key: &Q, condition: F) -> Option<bool>
+    where
+        F: FnOnce(&V) -> bool,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.map.try_remove_if(key, |cell| {
+            let gone = condition(cell);
+            if gone {
+                self.leaving(cell, false);
+            }
+            gone
+        })
+    }
 }
 
 /// What a sweep slice did.

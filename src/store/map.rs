@@ -34,7 +34,12 @@
 //! value it found, a dead cell, and can never be handed another client's
 //! state through it. Room taken by deleted slots comes back only when the
 //! shard is *rebuilt* into a new table. A removal takes the lock only for
-//! an entry whose cell is dead, which no check needs.
+//! an entry whose cell is dead, which no check needs; and a removal that
+//! must not wait ([`Map::try_remove_if`], for a client's removal or reset)
+//! takes it only if no other writer holds it, and otherwise leaves the
+//! dead entry where it is, for the next writer that meets it: a rebuild
+//! leaves it behind, a sweep removes it, an insert of its key removes it
+//! first. Until then the entry counts in [`Map::len`].
 //!
 //! # Rebuilds
 //!
@@ -80,7 +85,7 @@ use core::borrow::Borrow;
 use core::fmt;
 use core::hash::{BuildHasher, Hash};
 use core::ptr;
-use std::sync::{MutexGuard, PoisonError};
+use std::sync::{MutexGuard, PoisonError, TryLockError};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard};
 use crossbeam_utils::CachePadded;
@@ -189,33 +194,57 @@ where
         &self.shards[(hash >> (64 - SHARD_BITS)) as usize]
     }
 
-    /// Takes a shard's lock. A panic under it (in a caller's closure, the
-    /// key's `Hash`, or a rebuild's `relocate`) may have left the counts
-    /// stale, or a rebuild unfinished: the rebuild is finished (see
-    /// [`Map::finish_abandoned`]) and the counts are counted again from the
-    /// table.
+    /// Takes a shard's lock, waiting for its holder. A panic under it (in
+    /// a caller's closure, the key's `Hash`, or a rebuild's `relocate`) may
+    /// have left the counts stale, or a rebuild unfinished: see
+    /// [`Map::recover`].
     fn lock<'a>(&self, shard: &'a Shard<K, V>, guard: &Guard) -> Locked<'a> {
         let counts = shard
             .lock
             .lock()
-            .unwrap_or_else(|poisoned: PoisonError<_>| {
-                let mut counts = poisoned.into_inner();
-                if let Some(table) = Self::current(shard, guard) {
-                    let table = match table.next(guard) {
-                        Some(_) => self.finish_abandoned(shard, table, guard),
-                        None => table,
-                    };
-                    *counts = table.count();
-                } else {
-                    *counts = Counts::default();
-                }
-                shard.lock.clear_poison();
-                counts
-            });
+            .unwrap_or_else(|poisoned| self.recover(shard, poisoned, guard));
         Locked {
             counts,
             entries: &shard.entries,
         }
+    }
+
+    /// Takes a shard's lock if no other thread holds it: `None` at once
+    /// otherwise, never waiting. A poisoned lock is held by no one, and is
+    /// recovered as [`Map::lock`] does.
+    fn try_lock<'a>(&self, shard: &'a Shard<K, V>, guard: &Guard) -> Option<Locked<'a>> {
+        let counts = match shard.lock.try_lock() {
+            Ok(counts) => counts,
+            Err(TryLockError::WouldBlock) => return None,
+            Err(TryLockError::Poisoned(poisoned)) => self.recover(shard, poisoned, guard),
+        };
+        Some(Locked {
+            counts,
+            entries: &shard.entries,
+        })
+    }
+
+    /// A shard's lock, poisoned by a panic under it: the rebuild it left
+    /// unfinished is finished (see [`Map::finish_abandoned`]) and the
+    /// counts are counted again from the table.
+    fn recover<'a>(
+        &self,
+        shard: &Shard<K, V>,
+        poisoned: PoisonError<MutexGuard<'a, Counts>>,
+        guard: &Guard,
+    ) -> MutexGuard<'a, Counts> {
+        let mut counts = poisoned.into_inner();
+        if let Some(table) = Self::current(shard, guard) {
+            let table = match table.next(guard) {
+                Some(_) => self.finish_abandoned(shard, table, guard),
+                None => table,
+            };
+            *counts = table.count();
+        } else {
+            *counts = Counts::default();
+        }
+        shard.lock.clear_poison();
+        counts
     }
 
     /// The live entries of every shard, as their writers last published
@@ -445,8 +474,48 @@ where
     /// hold only of dead cells ([`Mortal::is_dead`]): a key absent, or whose
     /// client's cell is alive, is answered without the lock, so a thread
     /// that met a copy a rebuild has just moved never waits for the
-    /// rebuilder.
+    /// rebuilder. A dead entry's removal waits for the shard's lock, which
+    /// an insert, a sweep or a rebuild may hold: for the insert path, where
+    /// waiting is allowed (see [`Map::try_remove_if`] for a removal that
+    /// never waits).
     pub(crate) fn remove_if<Q>(&self, key: &Q, condition: impl FnOnce(&V) -> bool) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        // Never `None`: a removal that may wait always gets the lock.
+        self.remove_dead(key, condition, true).unwrap_or(false)
+    }
+
+    /// As [`Map::remove_if`], but never waits for another thread: if the
+    /// entry is dead and another thread holds the shard's lock, answers
+    /// `None` at once and leaves the entry in the table. A dead entry left
+    /// there reads as dead to every reader (a lookup returns it only when
+    /// no live copy exists) and is removed by whoever next meets it holding
+    /// the lock: a rebuild leaves it behind (`on_dead`), a sweep removes
+    /// it, an insert of its key removes it first. `Some(removed)` otherwise,
+    /// as [`Map::remove_if`] answers.
+    pub(crate) fn try_remove_if<Q>(
+        &self,
+        key: &Q,
+        condition: impl FnOnce(&V) -> bool,
+    ) -> Option<bool>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.remove_dead(key, condition, false)
+    }
+
+    /// The removal of [`Map::remove_if`] (`wait`) and
+    /// [`Map::try_remove_if`]: `None` iff the entry is dead, `wait` is
+    /// false, and another thread holds the shard's lock.
+    fn remove_dead<Q>(
+        &self,
+        key: &Q,
+        condition: impl FnOnce(&V) -> bool,
+        wait: bool,
+    ) -> Option<bool>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -459,24 +528,28 @@ where
         // after the link, so a second lookup follows the link to the copy.
         let dead = || self.locate(hash, key, &guard).is_some_and(Mortal::is_dead);
         if !(dead() && dead()) {
-            return false;
+            return Some(false);
         }
         // Dead: a cell stays dead, so the entry is still dead, or gone, when
         // the lock is ours.
-        let mut counts = self.lock(shard, &guard);
+        let mut counts = if wait {
+            self.lock(shard, &guard)
+        } else {
+            self.try_lock(shard, &guard)?
+        };
         let Some(table) = Self::current(shard, &guard) else {
-            return false;
+            return Some(false);
         };
         let Some((index, (_, value))) = table.find(hash, key) else {
-            return false;
+            return Some(false);
         };
         if !condition(value) {
-            return false;
+            return Some(false);
         }
         debug_assert!(value.is_dead(), "only dead entries are removed");
         table.mark(index, DELETED);
         counts.live -= 1;
-        true
+        Some(true)
     }
 
     /// Visits every live entry, removing those for which `remove` (run

@@ -114,12 +114,28 @@ pub trait Index<K, V> {
 /// What eviction adds to [`Index`]: removing an entry on a condition.
 ///
 /// Contract: the condition is tested on the entry the map holds at the
-/// moment of removal, atomically with it.
+/// moment of removal, atomically with it, and holds only of dead cells
+/// ([`Mortal::is_dead`]). A key absent, or whose client's cell is alive,
+/// is answered `false` without waiting for any other thread. Removing a
+/// dead entry may have to wait for the map's other writers (`remove_if`),
+/// or be left to whoever meets the entry next (`try_remove_if`): the entry
+/// then stays in the map, dead, and every lookup reads it as the dead cell
+/// it is.
 #[allow(unreachable_pub)] // re-exported by `tollgate::__loom`
 pub trait Purge<K, V>: Index<K, V> {
     /// Removes `key`'s entry if `condition` holds for its value; true iff
-    /// this call removed it.
+    /// this call removed it. May wait for another writer of the map.
     fn remove_if<Q, F>(&self, key: &Q, condition: F) -> bool
+    where
+        F: FnOnce(&V) -> bool,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized;
+
+    /// As `remove_if`, but never waits for another thread: `None` if the
+    /// entry is dead and removing it now would wait for another writer, in
+    /// which case the entry is left in the map, dead; `Some` of
+    /// `remove_if`'s answer otherwise.
+    fn try_remove_if<Q, F>(&self, key: &Q, condition: F) -> Option<bool>
     where
         F: FnOnce(&V) -> bool,
         K: Borrow<Q>,
@@ -272,11 +288,15 @@ enum Acted<R> {
 
 /// Runs `act` on the live cell the map holds for `key`: `act` answers
 /// `None` if it found the cell not alive, having changed nothing. A dead
-/// cell (retired, or moved by a table rebuild) is looked past:
-/// removed if it is still the key's entry, and the key looked up again, so
-/// an action on a client the map holds is never lost to a concurrent
-/// rebuild or eviction. Returns `None` if the key has no cell, or only one
-/// not alive yet (a new client coming in, which is fresh anyway).
+/// cell (retired, or moved by a table rebuild) is looked past: removed if
+/// it is still the key's entry, and the key looked up again, so an action
+/// on a client the map holds is never lost to a concurrent rebuild or
+/// eviction. Returns `None` if the key has no cell, only one not alive yet
+/// (a new client coming in, which is fresh anyway), or only a dead one
+/// that could not be removed without waiting for another writer of the
+/// map ([`Purge::try_remove_if`]): the client's state is then forgotten
+/// already, and its dead entry is left for whoever meets it next. Never
+/// waits for another thread.
 #[allow(unreachable_pub)] // re-exported by `tollgate::__loom`
 pub fn act_on_live<K, V, Q, R, I>(
     index: &I,
@@ -299,7 +319,11 @@ where
             Ok(Acted::Done(answer)) => return Some(answer),
             Ok(Acted::Unborn) | Err(_) => return None,
             Ok(Acted::Dead) => {
-                let _ = index.remove_if(key, V::is_dead);
+                // Removed, or not dead on a second look (a copy moved while
+                // we looked: the live one is in the new table), or gone:
+                // look again. Left in place: it is the client's entry, and
+                // dead, so the client has no live state.
+                index.try_remove_if(key, V::is_dead)?;
             }
         }
     }
@@ -312,6 +336,11 @@ where
 /// ordered before its birth. True iff this call retired a live cell. The
 /// caller records the reading first, as an eviction's, so that the client's
 /// next state is never judged earlier.
+///
+/// Never waits for another thread: if another writer holds the entry's
+/// part of the map (an insert, a sweep, a rebuild), the retired entry is
+/// left there, dead, with its room, for whoever meets it next
+/// ([`Purge::try_remove_if`]).
 #[allow(unreachable_pub)] // re-exported by `tollgate::__loom`
 pub fn forget_client<K, V, Q, I>(index: &I, key: &Q, retire: impl Fn(&V) -> bool) -> bool
 where
@@ -325,9 +354,9 @@ where
     })
     .is_some();
     // The entry this call retired goes (unless a rebuild or a check has
-    // removed it first).
+    // removed it first, or another writer holds its shard now).
     if retired {
-        let _ = index.remove_if(key, V::is_dead);
+        let _ = index.try_remove_if(key, V::is_dead);
     }
     retired
 }
@@ -680,5 +709,15 @@ impl<K, V, I: Index<K, V>> Purge<K, V> for Permanent<'_, I> {
     {
         // Reached only if a cell reported itself dead, which none does here.
         false
+    }
+
+    fn try_remove_if<Q, F>(&self, _: &Q, _: F) -> Option<bool>
+    where
+        F: FnOnce(&V) -> bool,
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        // As `remove_if`.
+        Some(false)
     }
 }

@@ -487,3 +487,34 @@ fn a_rebuild_a_panic_left_half_done_is_finished_by_the_next_writer() {
     }
     assert_eq!(map.len(), count + 1);
 }
+
+#[test]
+fn a_removal_that_may_not_wait_leaves_a_dead_entry_while_another_writer_holds_the_shard() {
+    let map = map();
+    assert!(put(&map, "gone".into(), 1));
+    assert!(put(&map, "alive".into(), 2));
+    let guard = epoch::pin();
+    let shard = map.shard(map.hash("gone"));
+    // Another writer holds the shard (an insert, a sweep, a stalled
+    // rebuild: here, this thread, so that `try_lock` finds it taken).
+    let held = map.lock(shard, &guard);
+    // A live client's entry, or an absent key: answered without the lock.
+    assert_eq!(map.try_remove_if("gone", Mortal::is_dead), Some(false));
+    assert_eq!(map.try_remove_if("absent", Mortal::is_dead), Some(false));
+    map.get("gone", |cell| assert!(cell.retire()))
+        .ok()
+        .expect("present");
+    // Dead, and the lock taken: left in place, at once.
+    assert_eq!(map.try_remove_if("gone", |_| true), None);
+    assert!(
+        map.get("gone", |cell| cell.is_dead()).ok() == Some(true),
+        "left in the table, dead"
+    );
+    assert_eq!(map.len(), 2, "still counted");
+    drop(held);
+    // Whoever meets it with the lock free removes it.
+    assert_eq!(map.try_remove_if("gone", Mortal::is_dead), Some(true));
+    assert_eq!(word(&map, "gone"), None);
+    assert_eq!(word(&map, "alive"), Some(2));
+    assert_eq!(map.len(), 1);
+}
