@@ -142,10 +142,10 @@ fn after<A: Algorithm>(limiter: &Limiter<A, Client, ManualClock>, inserted: u64)
     // The entries the rebuild had already moved when it stalled were
     // retired in its new table while it held the shard: each is still
     // there, dead, and holds its unit of room (`len()` and the cap count
-    // it) until it is met.
+    // it) until it is met, unless the rebuild, finding most of the shard
+    // gone, rebuilt it once more and left them behind.
     let stranded = limiter.len() as u64 - inserted;
     eprintln!("{stranded} forgotten entries left in the table for later");
-    assert!(stranded >= 1, "no removal met the stalled rebuild's lock");
     let _ = limiter.sweep();
     assert_eq!(
         limiter.len() as u64,
