@@ -57,6 +57,15 @@
 //! 4. the old slot's tag becomes `MOVED`, which hands the key and value to
 //!    the new table.
 //!
+//! The rebuild walks the old table a group at a time: one load of the
+//! group's control word, its `FULL` lanes taken from a bitmask, and one
+//! store of the word once each of the group's entries has moved (or been
+//! left behind), with every retag at once. Until that store a moved
+//! entry's slot still reads `FULL` over a cell marked moved, which readers
+//! treat as dead. The store is made on unwind too, so a panic half way
+//! through a group leaves no moved entry tagged `FULL`, and the rebuild
+//! that finishes the job moves none twice.
+//!
 //! A reader searches the old table first: a live cell there is the
 //! client's; a dead one (moved, or dead and left behind) or a miss sends it
 //! to the linked table. A log, a handle to state that does not move, is

@@ -52,7 +52,7 @@ pub(super) fn lowest(bits: u64) -> usize {
 
 /// `group` with lane `lane` tagged `tag`.
 #[inline]
-fn retag(group: u64, lane: usize, tag: u8) -> u64 {
+pub(super) fn retagged(group: u64, lane: usize, tag: u8) -> u64 {
     let shift = lane * 8;
     (group & !(0xFF << shift)) | (u64::from(tag) << shift)
 }
@@ -99,8 +99,9 @@ unsafe impl<K: Send + Sync, V: Send + Sync> Sync for Table<K, V> {}
 
 impl<K, V> Table<K, V> {
     pub(super) fn new(groups: usize) -> Self {
-        // Multiply-shift indexing takes the group count in 32 bits.
-        let groups = groups.min(u32::MAX as usize);
+        // Multiply-shift indexing takes the group count in 32 bits; at
+        // least one group, so that every hash has a home in bounds.
+        let groups = groups.clamp(1, u32::MAX as usize);
         Self {
             ctrl: (0..groups).map(|_| PlainAtomicU64::new(0)).collect(),
             slots: (0..groups * LANES)
@@ -134,12 +135,14 @@ impl<K, V> Table<K, V> {
     /// `MOVED` now: a slot is filled before its tag leaves `EMPTY`, and its
     /// contents live until the table is dropped (a `MOVED` slot's are then
     /// forgotten, not dropped: they belong to the table they moved to, or,
-    /// for a copy a move gave up on, to no one).
+    /// for a copy a move gave up on, to no one). A slot with a tag is one
+    /// of the table's: `index` is below [`Table::capacity`].
     #[inline]
     pub(super) unsafe fn entry(&self, index: usize) -> &(K, V) {
-        // SAFETY: by the caller's contract the slot is initialised, and no
-        // one writes it again while the table lives.
-        unsafe { (*self.slots[index].0.get()).assume_init_ref() }
+        debug_assert!(index < self.capacity());
+        // SAFETY: by the caller's contract `index` is in bounds and the slot
+        // is initialised, and no one writes it again while the table lives.
+        unsafe { (*self.slots.get_unchecked(index).0.get()).assume_init_ref() }
     }
 
     /// The slot index and entry for `key`, if the table holds it live.
@@ -187,20 +190,26 @@ impl<K, V> Table<K, V> {
     pub(super) fn put(&self, hash: u64, entry: (K, V)) -> usize {
         let mut group = self.home(hash);
         loop {
+            debug_assert!(group < self.groups());
+            // SAFETY: `home` is below the group count (a multiply-shift of
+            // a 32-bit value by it, at least 1: `Table::new`), and so is
+            // every later group, wrapped.
+            let ctrl = unsafe { self.ctrl.get_unchecked(group) };
             // Relaxed: only writers change control words, and they hold the
             // shard's lock.
-            let word = self.ctrl[group].load(Ordering::Relaxed);
+            let word = ctrl.load(Ordering::Relaxed);
             let empty = zero_bytes(word);
             if empty != 0 {
                 let lane = lowest(empty);
                 let index = group * LANES + lane;
-                // SAFETY: the slot's tag is EMPTY, so no reader dereferences
-                // it, and the shard's lock makes this thread its only
-                // writer.
-                unsafe { (*self.slots[index].0.get()).write(entry) };
+                // SAFETY: `index` is in bounds (the group is, and there are
+                // `LANES` slots per group); the slot's tag is EMPTY, so no
+                // reader dereferences it, and the shard's lock makes this
+                // thread its only writer.
+                unsafe { (*self.slots.get_unchecked(index).0.get()).write(entry) };
                 // Release: publishes the slot's contents to every reader
                 // whose Acquire load (`find`) sees this tag.
-                self.ctrl[group].store(retag(word, lane, tag_of(hash)), Ordering::Release);
+                ctrl.store(retagged(word, lane, tag_of(hash)), Ordering::Release);
                 return index;
             }
             group = if group + 1 == self.groups() {
@@ -219,7 +228,7 @@ impl<K, V> Table<K, V> {
         // new tag sees what this writer did before (a retired cell's
         // tombstone, for instance), though none depends on it.
         let word = group.load(Ordering::Relaxed);
-        group.store(retag(word, index % LANES, tag), Ordering::Release);
+        group.store(retagged(word, index % LANES, tag), Ordering::Release);
     }
 
     /// The tag of slot `index`. Holding the shard's lock.

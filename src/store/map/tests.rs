@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Barrier;
 use std::thread;
 
-use super::table::{groups_for, max_used, zero_bytes, LANES, SHARD_BITS};
+use super::table::{groups_for, max_used, zero_bytes, LANES, MOVED, SHARD_BITS};
 use super::*;
 use crate::cell::{Life, StateCell};
 
@@ -405,4 +405,95 @@ fn a_rebuild_a_panic_left_half_done_is_finished_by_the_next_writer() {
         assert_eq!(map.get(&Fragile(i), StateCell::load).ok(), Some(i));
     }
     assert_eq!(map.len(), count + 1);
+}
+
+/// As [`Fragile`], with its own switch, for a test that runs beside the
+/// one above.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Brittle(u64);
+
+static BRITTLE_ON: PlainAtomicU64 = PlainAtomicU64::new(u64::MAX);
+
+impl Hash for Brittle {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        // Relaxed: set and read by this test's one thread.
+        if BRITTLE_ON.load(Ordering::Relaxed) == self.0 {
+            panic!("the key's Hash panicked");
+        }
+        self.0.hash(state);
+    }
+}
+
+#[test]
+fn a_panic_half_way_through_a_group_leaves_no_moved_entry_tagged_full() {
+    type Brittles = Map<Brittle, StateCell, foldhash::fast::FixedState>;
+    let map: Brittles = Map::with_hasher(foldhash::fast::FixedState::with_seed(7));
+    let count = if cfg!(miri) { 40 } else { 2_000 };
+    for i in 0..count {
+        assert!(map
+            .insert(Brittle(i), StateCell::new(i), |_| (), |_| ())
+            .is_ok());
+    }
+    // A key in the second live lane of its group: the rebuild moves the
+    // first lane's entry, then panics hashing this one.
+    let guard = epoch::pin();
+    let (victim, shard) = map
+        .shards
+        .iter()
+        .find_map(|shard| {
+            let table = Brittles::current(shard, &guard)?;
+            table.ctrl.iter().enumerate().find_map(|(group, ctrl)| {
+                let live = ctrl.load(Ordering::Relaxed) & 0x8080_8080_8080_8080;
+                let second = live & (live - 1);
+                (live.count_ones() >= 2).then(|| {
+                    let index = group * LANES + (second.trailing_zeros() / 8) as usize;
+                    // SAFETY: the slot is FULL, and no writer runs.
+                    (unsafe { table.entry(index) }.0.clone(), shard)
+                })
+            })
+        })
+        .expect("a group with two live entries");
+    BRITTLE_ON.store(victim.0, Ordering::Relaxed);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        map.rebuild_all(Mortal::relocate, |_| ());
+    }));
+    assert!(result.is_err());
+    BRITTLE_ON.store(u64::MAX, Ordering::Relaxed);
+    // Half done: every slot still tagged FULL in the old table holds a
+    // live cell (one the new table does not own), and every moved one is
+    // tagged MOVED, so finishing the rebuild moves none twice.
+    let old = Brittles::current(shard, &guard).expect("a table");
+    assert!(old.next(&guard).is_some(), "the rebuild was left half done");
+    let mut moved = 0;
+    for index in 0..old.capacity() {
+        let tag = old.tag(index);
+        if tag & FULL != 0 {
+            // SAFETY: the slot is FULL.
+            let (key, cell) = unsafe { old.entry(index) };
+            assert!(!cell.is_dead(), "{key:?} moved, but its slot is FULL");
+        } else if tag == MOVED {
+            moved += 1;
+        }
+    }
+    assert!(moved > 0, "the panic came after a move");
+    drop(guard);
+    // The next writer finishes the rebuild: every client once, with its
+    // word.
+    let shard_of = |key: u64| map.hash(&Brittle(key)) >> (64 - SHARD_BITS);
+    let next = (count..)
+        .find(|&key| shard_of(key) == shard_of(victim.0))
+        .expect("a key in the shard");
+    assert!(map
+        .insert(Brittle(next), StateCell::new(next), |_| (), |_| ())
+        .is_ok());
+    for i in (0..count).chain([next]) {
+        assert_eq!(map.get(&Brittle(i), StateCell::load).ok(), Some(i));
+    }
+    assert_eq!(map.len(), count + 1);
+    let counted: usize = map
+        .shards
+        .iter()
+        .filter_map(|shard| Brittles::current(shard, &epoch::pin()).map(|t| t.count().live))
+        .sum();
+    assert_eq!(counted as u64, count + 1, "no entry is held twice");
 }
