@@ -74,7 +74,12 @@
 //! `on_dead`. Once every entry is moved, the new table is published in the
 //! shard with a `Release` store and the old one is handed to the epoch
 //! collector, which frees it (with the keys and values it still owns, in
-//! one pass) once no reader can hold a reference into it. A panic in a
+//! one pass) once no reader can hold a reference into it. The writer hands
+//! it over (flushes its thread's epoch bag) as it lets the lock go, outside
+//! the lock: a retired table is freed within a few more pins, not left in
+//! the bag until dozens more retirements fill it (which, with the 64
+//! shards growing together, kept up to a generation of old tables in
+//! memory). A panic in a
 //! key's `Hash` half way leaves both tables consistent; the next writer to
 //! take the shard's lock finishes the rebuild.
 
@@ -88,6 +93,7 @@ mod tests;
 use core::borrow::Borrow;
 use core::fmt;
 use core::hash::{BuildHasher, Hash};
+use core::mem::ManuallyDrop;
 use core::ptr;
 use std::sync::{MutexGuard, PoisonError};
 
@@ -100,9 +106,11 @@ use crate::cell::{Mortal, Relocation};
 use crate::sync::{Mutex, Ordering, PlainAtomicU64};
 
 /// A shard's lock held, with its counts; on release the live count is
-/// published for [`Map::len`].
+/// published for [`Map::len`], and a table retired under the lock is
+/// flushed to the epoch collector (see [`Locked::drop`]).
 struct Locked<'a> {
-    counts: MutexGuard<'a, Counts>,
+    /// Dropped (the lock released) only in [`Locked::drop`].
+    counts: ManuallyDrop<MutexGuard<'a, Counts>>,
     entries: &'a PlainAtomicU64,
 }
 
@@ -121,11 +129,30 @@ impl core::ops::DerefMut for Locked<'_> {
 }
 
 impl Drop for Locked<'_> {
+    /// Publishes the live count and releases the lock; then, if a rebuild
+    /// retired a table under it, flushes this thread's epoch bag, so that
+    /// the collector frees the table (its dead keys dropped, user code)
+    /// once no reader can hold it, outside the lock, rather than after
+    /// dozens more retirements have filled the bag.
     fn drop(&mut self) {
         // Relaxed: read only by `Map::len`, which promises no ordering.
         self.entries
             .store(self.counts.live as u64, Ordering::Relaxed);
+        let retired = core::mem::take(&mut self.counts.retired);
+        // SAFETY: dropped once, here, and not touched again.
+        unsafe { ManuallyDrop::drop(&mut self.counts) };
+        if retired {
+            flush_retired();
+        }
     }
+}
+
+/// Hands this thread's deferred frees (a retired table among them) to the
+/// epoch collector, which frees what no reader can reach any more.
+#[cold]
+#[inline(never)]
+fn flush_retired() {
+    epoch::pin().flush();
 }
 
 struct Shard<K, V> {
@@ -199,11 +226,14 @@ where
             .unwrap_or_else(|poisoned: PoisonError<_>| {
                 let mut counts = poisoned.into_inner();
                 if let Some(table) = Self::current(shard, guard) {
-                    let table = match table.next(guard) {
-                        Some(_) => self.finish_abandoned(shard, table, guard),
-                        None => table,
+                    let (table, retired) = match table.next(guard) {
+                        Some(_) => (self.finish_abandoned(shard, table, guard), true),
+                        None => (table, false),
                     };
-                    *counts = table.count();
+                    *counts = Counts {
+                        retired,
+                        ..table.count()
+                    };
                 } else {
                     *counts = Counts::default();
                 }
@@ -211,7 +241,7 @@ where
                 counts
             });
         Locked {
-            counts,
+            counts: ManuallyDrop::new(counts),
             entries: &shard.entries,
         }
     }

@@ -102,7 +102,10 @@ where
             Some(&mut on_dead),
             &mut relocate,
         );
-        *counts = moved;
+        *counts = Counts {
+            retired: true,
+            ..moved
+        };
         self.finish(shard, old, new, guard)
     }
 

@@ -309,9 +309,12 @@ impl<K, V> Drop for Table<K, V> {
     }
 }
 
-/// A shard's counts of slots: live (`FULL`) and used (not `EMPTY`).
+/// A shard's counts of slots: live (`FULL`) and used (not `EMPTY`); and
+/// whether a table was retired under the lock that holds them, so that the
+/// writer hands it to the epoch collector once it lets the lock go.
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct Counts {
     pub(super) live: usize,
     pub(super) used: usize,
+    pub(super) retired: bool,
 }
