@@ -31,6 +31,9 @@ const LOW7: u64 = 0x7F7F_7F7F_7F7F_7F7F;
 pub(super) const HIGH: u64 = 0x8080_8080_8080_8080;
 const ONES: u64 = 0x0101_0101_0101_0101;
 
+// `zero_bytes` finds the `EMPTY` tags.
+const _: () = assert!(EMPTY == 0);
+
 /// The high bit of every byte of `x` that is zero, and no other bit: exact,
 /// since no carry crosses a byte (`(b & 0x7F) + 0x7F ≤ 0xFE`).
 #[inline]
@@ -293,18 +296,22 @@ impl<K, V> Drop for Table<K, V> {
         if !mem::needs_drop::<(K, V)>() {
             return;
         }
-        for index in 0..self.capacity() {
+        for group in 0..self.groups() {
             // A moved slot's key and value belong to the table they moved
             // to (or, for a copy a move gave up on, to no one: see
-            // `Relocation::Moved`); an empty one holds none.
-            let tag = self.tag(index);
-            if tag == EMPTY || tag == MOVED {
-                continue;
+            // `Relocation::Moved`); an empty one holds none. So only FULL
+            // and DELETED slots are dropped, found a group at a time (a
+            // retired table is mostly MOVED). Relaxed: `&mut self`.
+            let word = self.ctrl[group].load(Ordering::Relaxed);
+            let mut owned = (word & HIGH) | lanes_tagged(word, DELETED);
+            while owned != 0 {
+                let index = group * LANES + lowest(owned);
+                owned &= owned - 1;
+                // SAFETY: the slot is initialised (FULL or DELETED), this
+                // table still owns it, and `&mut self` means no one else
+                // can reach it.
+                unsafe { self.slots[index].0.get_mut().assume_init_drop() };
             }
-            // SAFETY: the slot is initialised (FULL or DELETED), this table
-            // still owns it, and `&mut self` means no one else can reach
-            // it.
-            unsafe { self.slots[index].0.get_mut().assume_init_drop() };
         }
     }
 }
