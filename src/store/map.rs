@@ -141,7 +141,9 @@ impl Drop for Locked<'_> {
         let retired = core::mem::take(&mut self.counts.retired);
         // SAFETY: dropped once, here, and not touched again.
         unsafe { ManuallyDrop::drop(&mut self.counts) };
-        if retired {
+        // Not while unwinding: a deferred drop that panicked then would
+        // abort; the bag is flushed by a later retirement, or when full.
+        if retired && !std::thread::panicking() {
             flush_retired();
         }
     }
