@@ -201,12 +201,15 @@ where
                     break;
                 }
                 Relocation::Same => {
-                    // SAFETY: the entry is FULL in the old table; marking
-                    // its slot MOVED just below hands its ownership to the
-                    // new table (the old one drops no MOVED slot), with
-                    // nothing between that can panic, so it is owned once.
-                    // Readers of the old table only ever borrow it, and the
-                    // new table outlives them.
+                    // SAFETY: the entry is FULL in the old table; the
+                    // MOVED tag returned below hands its ownership to the
+                    // new table (the old one drops no MOVED slot). The
+                    // caller's `Retag` stores it when the group is done, or
+                    // on unwind if a later entry's `Hash` panics first, and
+                    // nothing reads the old table's tags for ownership (its
+                    // drop, a rebuild finishing the job) before that store,
+                    // so it is owned once. Readers of the old table only
+                    // ever borrow it, and the new table outlives them.
                     let _ = new.put(hash, unsafe { ptr::read(entry) });
                     break;
                 }
@@ -214,7 +217,7 @@ where
                     match placed.index {
                         None => {
                             // SAFETY: as for `Same`, for the key, which the
-                            // new slot owns once the old one is marked
+                            // new slot owns once the old one is tagged
                             // MOVED; until then `placed` gives the slot up
                             // (owning nothing) if the move ends any other
                             // way.
