@@ -19,7 +19,7 @@ use loom::thread;
 use crate::arrival::{Arrival, Room};
 use crate::eviction::{bucket, check, log};
 use crate::stand_in::StandIn;
-use tollgate::__loom::{check_or_insert, Algorithm, Index, Mortal, Newcomer};
+use tollgate::__loom::{check_or_insert, Algorithm, Index, Mortal, Newcomer, NoLapse};
 
 const KEY: &str = "alice";
 
@@ -88,7 +88,7 @@ fn room_first<A: Algorithm + Copy>(algorithm: A, index: &StandIn<A::Cell>, room:
         None,
         KEY.to_owned(),
         algorithm.fresh_cell(0),
-        None::<fn(&_) -> bool>,
+        None::<NoLapse>,
         op,
     ) {
         Ok(admitted) => admitted == Some(true),

@@ -33,7 +33,7 @@ use loom::thread;
 
 use crate::arrival::{Arrival, Room};
 use crate::stand_in::StandIn;
-use tollgate::__loom::{check_or_insert, Algorithm, Index, Mortal, Purge};
+use tollgate::__loom::{check_or_insert, Algorithm, Index, Lapse, Mortal, Purge};
 
 /// The client every thread asks for.
 const KEY: &str = "alice";
@@ -340,7 +340,7 @@ impl<V: Mortal> Index<String, V> for Sweeping<'_, V> {
         miss: Option<&()>,
         key: String,
         value: V,
-        lapsed: Option<impl FnMut(&V) -> bool>,
+        lapsed: Option<impl Lapse<V>>,
         f: impl FnOnce(&V) -> R,
     ) -> Result<R, V> {
         self.0.insert(miss, key, value, lapsed, f)

@@ -21,7 +21,11 @@
 //! [`StandIn::relocate`] moves an entry in the table's steps (link the new
 //! table; copy; place the copy; mark the old cell moved by `forward`;
 //! retag the old slot; publish the new table), each a separate loom step,
-//! so a model stalls the move between any two of them.
+//! so a model stalls the move between any two of them. (The table retags
+//! a group's old slots with one store once the whole group has moved, so
+//! a moved slot may read `FULL`, over its tombstone, for longer than one
+//! step; other entries' moves in between touch no state of this key's, so
+//! the separate retag step models that window too.)
 //!
 //! The stand-in records whether any thread other than the mover found the
 //! writers' lock held, which the models of a known client's check assert
@@ -39,7 +43,7 @@ use std::sync::TryLockError;
 
 use loom::sync::{Mutex, MutexGuard};
 use loom::thread::ThreadId;
-use tollgate::__loom::{Index, Mortal, Purge, Relocation, Seal};
+use tollgate::__loom::{Index, Lapse, Mortal, Purge, Relocation, Seal};
 
 type Table<V> = HashMap<String, StdArc<V>>;
 
@@ -216,7 +220,7 @@ impl<V: Mortal> Index<String, V> for StandIn<V> {
         _miss: Option<&()>,
         key: String,
         value: V,
-        _lapsed: Option<impl FnMut(&V) -> bool>,
+        _lapsed: Option<impl Lapse<V>>,
         f: impl FnOnce(&V) -> R,
     ) -> Result<R, V> {
         let writers = self.write();

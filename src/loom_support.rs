@@ -22,8 +22,8 @@ pub use crate::cell::{
 pub use crate::cell::{TierCell, Tiered};
 pub use crate::reservation::Renewals;
 pub use crate::store::{
-    act_on_live, check_or_insert, forget_client, get_or_insert, reset_client, Index, Newcomer,
-    Purge,
+    act_on_live, check_or_insert, forget_client, get_or_insert, reset_client, Index, Lapse,
+    Newcomer, NoLapse, Purge,
 };
 use crate::{Both, ConfigError, FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 

@@ -206,14 +206,24 @@ fn a_clock_stepping_back_past_an_eviction_admits_no_more_than_without_it() {
 // The first-insert race at a full cap gives the client one budget.
 // ---------------------------------------------------------------------------
 
-/// A client id whose `Hash` reads the clock: the test's way to stall a
-/// thread inside the insert path, between the lookup that found the client
-/// absent and the insert (a request reads the clock itself only once,
-/// before its lookup).
-#[derive(Clone)]
+/// A client id whose `Hash` and `Clone` read the clock: the test's way to
+/// stall a thread inside the insert path, between the lookup that found
+/// the client absent and the insert, where the key is cloned to be stored
+/// (a request reads the clock itself only once, before its lookup, and
+/// hashes its key once, in the lookup).
 struct Stalling {
     id: u64,
     clock: StallClock,
+}
+
+impl Clone for Stalling {
+    fn clone(&self) -> Self {
+        let _ = self.clock.now_nanos();
+        Self {
+            id: self.id,
+            clock: self.clock.clone(),
+        }
+    }
 }
 
 impl PartialEq for Stalling {
@@ -234,7 +244,7 @@ impl std::hash::Hash for Stalling {
 /// `max_clients(1)`: thread X asks for 5 units of a new client and stalls
 /// inside the insert path, after its lookup found the client absent (in
 /// its third clock reading: its request's, then its key's `Hash` in the
-/// lookup, then in the insert); meanwhile Y takes all 10 units, tracking
+/// lookup, then the key's `Clone` for the insert); meanwhile Y takes all 10 units, tracking
 /// the client in the one room. X must then be denied on Y's state (with the
 /// wait for 5 tokens), whatever the policy: not admitted untracked, not
 /// given room by evicting the client's own state, not denied "as new".

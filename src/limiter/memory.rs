@@ -8,7 +8,7 @@ use super::Limiter;
 use crate::cell::{Algorithm, Life, Mortal};
 use crate::clock::Clock;
 use crate::memory::{Counters, Memory, Overflow};
-use crate::store::Newcomer;
+use crate::store::{Lapse, Newcomer};
 
 impl<A, K, C> Limiter<A, K, C>
 where
@@ -196,6 +196,57 @@ where
     }
 }
 
+/// A rebuild's look for lapsed clients, on behalf of the arrival whose
+/// insert set it off (see [`Newcomer::lapsed`]).
+struct Lapsing<'b, 'a, A: Algorithm, K, C, F> {
+    arrival: &'b Arrival<'a, A, K, C, F>,
+    /// Set by the first cell the rebuild offers: the reading by which a
+    /// state must be idle to be forgotten.
+    idle_by: Option<u64>,
+}
+
+impl<A, K, C, F> Lapsing<'_, '_, A, K, C, F>
+where
+    A: Algorithm,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+{
+    #[inline]
+    fn idle_by(&mut self) -> u64 {
+        *self
+            .idle_by
+            .get_or_insert_with(|| self.arrival.start_sweep())
+    }
+}
+
+impl<A, K, C, F> Lapse<A::Cell> for Lapsing<'_, '_, A, K, C, F>
+where
+    A: Algorithm,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+{
+    #[inline]
+    fn has_lapsed(&mut self, copy: &A::Cell) -> bool {
+        // `is_idle(word, t)` iff `t >= idle_at(word)`, for every algorithm.
+        let idle_by = self.idle_by();
+        self.arrival.limiter.algorithm.idle_at(copy) <= idle_by
+    }
+
+    fn retire_if_lapsed(&mut self, cell: &A::Cell) -> bool {
+        let idle_by = self.idle_by();
+        let limiter = self.arrival.limiter;
+        let gone = limiter.algorithm.try_evict(cell, idle_by);
+        if gone {
+            Counters::add(&limiter.counters.evicted_idle, 1);
+        }
+        gone
+    }
+
+    fn retired(&mut self) {
+        Counters::add(&self.arrival.limiter.counters.evicted_idle, 1);
+    }
+}
+
 /// A new client on its way in: how the store's protocol reads the clock,
 /// makes cells, takes room and applies the overflow policy, for one check.
 pub(super) struct Arrival<'a, A: Algorithm, K, C, F> {
@@ -260,25 +311,14 @@ where
     /// The rebuild's look for lapsed clients: those idle for a whole
     /// horizon already, as the paced sweep forgets (one idle for less may
     /// well be back). Forgetting one costs less than moving it.
-    fn lapsed<'b>(&'b self) -> Option<impl FnMut(&A::Cell) -> bool + 'b>
+    fn lapsed<'b>(&'b self) -> Option<impl Lapse<A::Cell> + 'b>
     where
         A::Cell: 'b,
     {
-        let limiter = self.limiter;
-        // Set by the first cell the rebuild offers: the reading by which a
-        // state must be idle to be forgotten.
-        let mut idle_by = None;
-        limiter
-            .memory
-            .sweep_on_rebuild
-            .then_some(move |cell: &A::Cell| {
-                let idle_by = *idle_by.get_or_insert_with(|| self.start_sweep());
-                let gone = limiter.algorithm.try_evict(cell, idle_by);
-                if gone {
-                    Counters::add(&limiter.counters.evicted_idle, 1);
-                }
-                gone
-            })
+        self.limiter.memory.sweep_on_rebuild.then_some(Lapsing {
+            arrival: self,
+            idle_by: None,
+        })
     }
 
     fn born(&self, key: &K, floor: u64) -> Option<A::Cell> {

@@ -9,7 +9,7 @@ use core::hash::{BuildHasher, Hash};
 use std::sync::TryLockError;
 
 use super::map::{Cursor, Map, Miss};
-use super::{DefaultHasher, Index, Purge};
+use super::{DefaultHasher, Index, Lapse, Purge};
 use crate::cell::{Mortal, Relocation};
 // Mutex: only the sweep cursor, only ever try_lock-ed on the insert and
 // sweep paths; a check never touches it (see `Store::cursor`).
@@ -69,7 +69,7 @@ where
         miss: Option<&Miss>,
         key: K,
         value: V,
-        lapsed: Option<impl FnMut(&V) -> bool>,
+        lapsed: Option<impl Lapse<V>>,
         f: impl FnOnce(&V) -> R,
     ) -> Result<R, V> {
         self.map.insert(
@@ -371,6 +371,7 @@ impl<K, V, S: BuildHasher> fmt::Debug for Store<K, V, S> {
 mod tests {
     use super::*;
     use crate::cell::StateCell;
+    use crate::store::NoLapse;
 
     fn capped() -> Store<u64, StateCell, foldhash::fast::FixedState> {
         Store::with_hasher(foldhash::fast::FixedState::with_seed(3), true)
@@ -380,13 +381,7 @@ mod tests {
     fn admit(store: &Store<u64, StateCell, foldhash::fast::FixedState>, key: u64) {
         assert!(store.reserve(Some(10)));
         assert!(store
-            .insert(
-                None,
-                key,
-                StateCell::new(0),
-                None::<fn(&StateCell) -> bool>,
-                |_| ()
-            )
+            .insert(None, key, StateCell::new(0), None::<NoLapse>, |_| ())
             .is_ok());
     }
 
@@ -442,7 +437,7 @@ mod tests {
         let refused = StateCell::new(crate::algorithm::UNBORN);
         assert_eq!(refused.refuse(), Ok(()));
         assert!(store
-            .insert(None, 4, refused, None::<fn(&StateCell) -> bool>, |_| ())
+            .insert(None, 4, refused, None::<NoLapse>, |_| ())
             .is_ok());
         assert!(!store.take_if(&4, Mortal::is_dead));
         assert_eq!(store.get(&4, StateCell::load), None, "removed all the same");
@@ -455,13 +450,7 @@ mod tests {
         for key in 1..=4 {
             assert!(store.reserve(Some(10)));
             assert!(store
-                .insert(
-                    None,
-                    key,
-                    StateCell::new(key),
-                    None::<fn(&StateCell) -> bool>,
-                    |_| ()
-                )
+                .insert(None, key, StateCell::new(key), None::<NoLapse>, |_| ())
                 .is_ok());
         }
         // Client 1 is evicted, its entry still in the map; the sweep

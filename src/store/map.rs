@@ -62,6 +62,15 @@
 //! 4. the old slot's tag becomes `MOVED`, which hands the key and value to
 //!    the new table.
 //!
+//! The rebuild walks the old table a group at a time: one load of the
+//! group's control word, its `FULL` lanes taken from a bitmask, and one
+//! store of the word once each of the group's entries has moved (or been
+//! left behind), with every retag at once. Until that store a moved
+//! entry's slot still reads `FULL` over a cell marked moved, which readers
+//! treat as dead. The store is made on unwind too, so a panic half way
+//! through a group leaves no moved entry tagged `FULL`, and the rebuild
+//! that finishes the job moves none twice.
+//!
 //! A reader searches the old table first: a live cell there is the
 //! client's; a dead one (moved, or dead and left behind) or a miss sends it
 //! to the linked table. A log, a handle to state that does not move, is
@@ -70,7 +79,12 @@
 //! `on_dead`. Once every entry is moved, the new table is published in the
 //! shard with a `Release` store and the old one is handed to the epoch
 //! collector, which frees it (with the keys and values it still owns, in
-//! one pass) once no reader can hold a reference into it. A panic in a
+//! one pass) once no reader can hold a reference into it. The writer hands
+//! it over (flushes its thread's epoch bag) as it lets the lock go, outside
+//! the lock: a retired table is freed within a few more pins, not left in
+//! the bag until dozens more retirements fill it (which, with the 64
+//! shards growing together, kept up to a generation of old tables in
+//! memory). A panic in a
 //! key's `Hash` half way leaves both tables consistent; the next writer to
 //! take the shard's lock finishes the rebuild.
 
@@ -84,6 +98,7 @@ mod tests;
 use core::borrow::Borrow;
 use core::fmt;
 use core::hash::{BuildHasher, Hash};
+use core::mem::ManuallyDrop;
 use core::ptr;
 use std::sync::{MutexGuard, PoisonError, TryLockError};
 
@@ -92,13 +107,16 @@ use crossbeam_utils::CachePadded;
 
 pub(crate) use self::table::SHARDS;
 use self::table::{lowest, max_used, Counts, Table, DELETED, FULL, HIGH, LANES, SHARD_BITS};
-use crate::cell::{Mortal, Relocation};
+use crate::cell::{Life, Mortal, Relocation};
+use crate::store::Lapse;
 use crate::sync::{Mutex, Ordering, PlainAtomicU64};
 
 /// A shard's lock held, with its counts; on release the live count is
-/// published for [`Map::len`].
+/// published for [`Map::len`], and a table retired under the lock is
+/// flushed to the epoch collector (see [`Locked::drop`]).
 struct Locked<'a> {
-    counts: MutexGuard<'a, Counts>,
+    /// Dropped (the lock released) only in [`Locked::drop`].
+    counts: ManuallyDrop<MutexGuard<'a, Counts>>,
     entries: &'a PlainAtomicU64,
 }
 
@@ -117,11 +135,32 @@ impl core::ops::DerefMut for Locked<'_> {
 }
 
 impl Drop for Locked<'_> {
+    /// Publishes the live count and releases the lock; then, if a rebuild
+    /// retired a table under it, flushes this thread's epoch bag, so that
+    /// the collector frees the table (its dead keys dropped, user code)
+    /// once no reader can hold it, outside the lock, rather than after
+    /// dozens more retirements have filled the bag.
     fn drop(&mut self) {
         // Relaxed: read only by `Map::len`, which promises no ordering.
         self.entries
             .store(self.counts.live as u64, Ordering::Relaxed);
+        let retired = core::mem::take(&mut self.counts.retired);
+        // SAFETY: dropped once, here, and not touched again.
+        unsafe { ManuallyDrop::drop(&mut self.counts) };
+        // Not while unwinding: a deferred drop that panicked then would
+        // abort; the bag is flushed by a later retirement, or when full.
+        if retired && !std::thread::panicking() {
+            flush_retired();
+        }
     }
+}
+
+/// Hands this thread's deferred frees (a retired table among them) to the
+/// epoch collector, which frees what no reader can reach any more.
+#[cold]
+#[inline(never)]
+fn flush_retired() {
+    epoch::pin().flush();
 }
 
 struct Shard<K, V> {
@@ -204,7 +243,7 @@ where
             .lock()
             .unwrap_or_else(|poisoned| self.recover(shard, poisoned, guard));
         Locked {
-            counts,
+            counts: ManuallyDrop::new(counts),
             entries: &shard.entries,
         }
     }
@@ -219,7 +258,7 @@ where
             Err(TryLockError::Poisoned(poisoned)) => self.recover(shard, poisoned, guard),
         };
         Some(Locked {
-            counts,
+            counts: ManuallyDrop::new(counts),
             entries: &shard.entries,
         })
     }
@@ -235,11 +274,14 @@ where
     ) -> MutexGuard<'a, Counts> {
         let mut counts = poisoned.into_inner();
         if let Some(table) = Self::current(shard, guard) {
-            let table = match table.next(guard) {
-                Some(_) => self.finish_abandoned(shard, table, guard),
-                None => table,
+            let (table, retired) = match table.next(guard) {
+                Some(_) => (self.finish_abandoned(shard, table, guard), true),
+                None => (table, false),
             };
-            *counts = table.count();
+            *counts = Counts {
+                retired,
+                ..table.count()
+            };
         } else {
             *counts = Counts::default();
         }
@@ -398,7 +440,7 @@ where
         miss: Option<&Miss>,
         key: K,
         value: V,
-        lapsed: Option<impl FnMut(&V) -> bool>,
+        lapsed: Option<impl Lapse<V>>,
         on_dead: impl FnMut(&V),
         f: impl FnOnce(&V) -> R,
     ) -> Result<R, V> {
@@ -413,10 +455,16 @@ where
         let shard = self.shard(hash);
         let mut counts = self.lock(shard, guard);
         let mut table = Self::current(shard, guard);
-        if table.and_then(|table| table.find(hash, &key)).is_some() {
-            return Err(value);
+        let mut vacancy = None;
+        if let Some(current) = table {
+            match current.search(hash, &key) {
+                Ok(_) => return Err(value),
+                Err(found) => vacancy = found,
+            }
         }
         if table.is_none_or(|table| counts.used >= max_used(table.capacity())) {
+            // The vacancy found is in the table being replaced.
+            vacancy = None;
             let room_for = counts.live + 1;
             table = Some(match lapsed {
                 None => self.rebuild(shard, &mut counts, room_for, on_dead, V::relocate, guard),
@@ -426,7 +474,10 @@ where
             });
         }
         let table = table.expect("a shard has a table after a rebuild");
-        let index = table.put(hash, (key, value));
+        let index = match vacancy {
+            Some(vacancy) => table.put_at(vacancy, hash, (key, value)),
+            None => table.put(hash, (key, value)),
+        };
         counts.used += 1;
         counts.live += 1;
         drop(counts);
@@ -436,13 +487,20 @@ where
         Ok(f(value))
     }
 
-    /// A rebuild for `room_for` live entries that runs `lapsed` on each
-    /// live value before moving it, leaving those it retires behind; if so
-    /// many were left that the new table is under three quarters of the
-    /// load it was sized for, it is rebuilt once more, for the entries it
-    /// holds. So the table a flood of short-lived clients leaves is sized
-    /// for the clients still active, and a rebuild that forgets no one
-    /// costs one pass. Holding the shard's lock.
+    /// A rebuild for `room_for` live entries that leaves behind the clients
+    /// `lapsed` judges lapsed; if so many were left that the new table is
+    /// under three quarters of the load it was sized for, it is rebuilt
+    /// once more, for the entries it holds. So the table a flood of
+    /// short-lived clients leaves is sized for the clients still active,
+    /// and a rebuild that forgets no one costs one pass. Holding the
+    /// shard's lock.
+    ///
+    /// A word cell is judged on the state the move reads anyway (the copy):
+    /// if it has lapsed, the move marks the cell moved from that state
+    /// without placing the copy, and the tombstone it leaves is the one a
+    /// sweep's retirement leaves, so the client is forgotten by the very
+    /// exchange that would have moved it. A handle is retired by `lapsed`
+    /// itself.
     #[cold]
     #[inline(never)]
     fn rebuild_lapsing<'g>(
@@ -450,16 +508,30 @@ where
         shard: &Shard<K, V>,
         counts: &mut Counts,
         room_for: usize,
-        mut lapsed: impl FnMut(&V) -> bool,
+        mut lapsed: impl Lapse<V>,
         mut on_dead: impl FnMut(&V),
         guard: &'g Guard,
     ) -> &'g Table<K, V> {
         let relocate = |value: &V| {
-            if !value.is_dead() {
-                // A value `lapsed` retires reads as dead: left behind.
-                let _ = lapsed(value);
+            let relocation = value.relocate();
+            match &relocation {
+                // Only a live state lapses: an unborn cell (a new client on
+                // its way in, holding no room yet) is moved as it is. A
+                // check that changed the state first makes the exchange
+                // fail: not lapsed after all, and the move's own exchange
+                // fails the same way and reads the cell again.
+                Relocation::Moved(copy, seal)
+                    if copy.life() == Life::Live
+                        && lapsed.has_lapsed(copy)
+                        && value.forward(*seal) =>
+                {
+                    // Retired from the lapsed state: left behind, as dead.
+                    lapsed.retired();
+                    Relocation::Dead
+                }
+                Relocation::Same if lapsed.retire_if_lapsed(value) => Relocation::Dead,
+                _ => relocation,
             }
-            value.relocate()
         };
         let table = self.rebuild(shard, counts, room_for, &mut on_dead, relocate, guard);
         if counts.live * 4 >= room_for * 3 {

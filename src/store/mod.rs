@@ -93,10 +93,9 @@ pub trait Index<K, V> {
     /// Inserts `value` for `key` if the key is absent, then runs `f` on the
     /// value inserted (after any lock the insert took is released); `miss`
     /// is a lookup's of this very key, if there was one. If the
-    /// insert rebuilds a table to make room, `lapsed` (if any) first runs
-    /// on each live value there: a value it retires ([`Mortal`]: dead) is
-    /// left behind, its entry removed, and the new table is sized for the
-    /// rest.
+    /// insert rebuilds a table to make room, the values `lapsed` (if any)
+    /// retires as they would move ([`Lapse`]) are left behind instead,
+    /// their entries removed, and the new table is sized for the rest.
     ///
     /// # Errors
     ///
@@ -106,9 +105,49 @@ pub trait Index<K, V> {
         miss: Option<&Self::Miss>,
         key: K,
         value: V,
-        lapsed: Option<impl FnMut(&V) -> bool>,
+        lapsed: Option<impl Lapse<V>>,
         f: impl FnOnce(&V) -> R,
     ) -> Result<R, V>;
+}
+
+/// How a table rebuild that an insert sets off forgets lapsed clients (see
+/// [`Index::insert`]): clients idle long enough to forget, whose entries
+/// it leaves behind instead of moving them.
+///
+/// Public (but unreachable outside `--features loom`) for the same reason
+/// as [`Index`].
+#[allow(unreachable_pub)]
+pub trait Lapse<V> {
+    /// Whether the state a move read from a client's cell, held in `copy`
+    /// (which no other thread can reach), has lapsed. The move then marks
+    /// the cell moved from that very state without placing the copy, which
+    /// retires it (the same exchange a sweep's retirement makes, and it
+    /// fails the same way if a check changed the state first).
+    fn has_lapsed(&mut self, copy: &V) -> bool;
+
+    /// For a cell the move carries as it is (a handle to state that does
+    /// not move): retires it if its client has lapsed; true iff it did.
+    fn retire_if_lapsed(&mut self, cell: &V) -> bool;
+
+    /// The move retired a cell whose copy [`Lapse::has_lapsed`] judged.
+    fn retired(&mut self);
+}
+
+/// A rebuild that forgets no one.
+#[derive(Debug, Clone, Copy)]
+#[allow(unreachable_pub)]
+pub struct NoLapse;
+
+impl<V> Lapse<V> for NoLapse {
+    fn has_lapsed(&mut self, _: &V) -> bool {
+        false
+    }
+
+    fn retire_if_lapsed(&mut self, _: &V) -> bool {
+        false
+    }
+
+    fn retired(&mut self) {}
 }
 
 /// What eviction adds to [`Index`]: removing an entry on a condition.
@@ -167,16 +206,15 @@ pub trait Newcomer<K, V, R> {
         None
     }
 
-    /// For a table rebuild that this newcomer's insert may set off, a test
-    /// to run on each live cell before it moves: it retires the cell and
-    /// answers true if its client has lapsed (been idle long enough to
-    /// forget), so that the rebuild leaves it behind. `None` (the default):
-    /// the rebuild forgets no one.
-    fn lapsed<'a>(&'a self) -> Option<impl FnMut(&V) -> bool + 'a>
+    /// For a table rebuild that this newcomer's insert may set off: how it
+    /// tells and forgets lapsed clients (been idle long enough to forget),
+    /// whose entries it then leaves behind. `None` (the default): the
+    /// rebuild forgets no one.
+    fn lapsed<'a>(&'a self) -> Option<impl Lapse<V> + 'a>
     where
         V: 'a,
     {
-        None::<fn(&V) -> bool>
+        None::<NoLapse>
     }
 
     /// An unborn cell for `key`'s client whose state is never judged
@@ -693,7 +731,7 @@ impl<K, V, I: Index<K, V>> Index<K, V> for Permanent<'_, I> {
         miss: Option<&I::Miss>,
         key: K,
         value: V,
-        lapsed: Option<impl FnMut(&V) -> bool>,
+        lapsed: Option<impl Lapse<V>>,
         f: impl FnOnce(&V) -> R,
     ) -> Result<R, V> {
         self.0.insert(miss, key, value, lapsed, f)

@@ -6,10 +6,10 @@ use core::ptr;
 
 use crossbeam_epoch::{Guard, Owned, Shared};
 
-use super::table::{groups_for, Counts, Table, DELETED, FULL, MOVED};
+use super::table::{groups_for, lowest, retagged, Counts, Table, DELETED, HIGH, LANES, MOVED};
 use super::{Map, Shard};
 use crate::cell::{Mortal, Relocation};
-use crate::sync::Ordering;
+use crate::sync::{Ordering, PlainAtomicU64};
 
 /// A copy of an entry placed in the new table before its old cell is
 /// marked moved: given up on (its slot marked `MOVED`, owning nothing) if
@@ -34,6 +34,24 @@ impl<K, V> Placed<'_, K, V> {
 impl<K, V> Drop for Placed<'_, K, V> {
     fn drop(&mut self) {
         let _ = self.give_up();
+    }
+}
+
+/// One group of the old table while its entries leave: its control word
+/// with the tags its moved (or left behind) slots take, stored when the
+/// group is done, or on unwind, so that a slot whose entry the new table
+/// owns never stays `FULL` past the move (see `Map::move_all`).
+struct Retag<'a> {
+    ctrl: &'a PlainAtomicU64,
+    word: u64,
+}
+
+impl Drop for Retag<'_> {
+    fn drop(&mut self) {
+        // Release: as in `Table::mark`: a reader that sees a `MOVED` tag
+        // (Acquire, in `Table::find`) sees the copy placed and the old cell
+        // marked moved before it, though none depends on it.
+        self.ctrl.store(self.word, Ordering::Release);
     }
 }
 
@@ -77,24 +95,65 @@ where
         // `Table::next`), which comes after `guard` was pinned.
         let new_table = unsafe { new.deref() };
         let mut moved = Counts::default();
-        for index in 0..old_table.capacity() {
-            if old_table.tag(index) & FULL != 0 {
-                self.move_entry(
-                    old_table,
-                    index,
-                    new_table,
-                    &mut moved,
-                    Some(&mut on_dead),
-                    &mut relocate,
-                );
-            }
-        }
-        *counts = moved;
+        self.move_all(
+            old_table,
+            new_table,
+            &mut moved,
+            Some(&mut on_dead),
+            &mut relocate,
+        );
+        *counts = Counts {
+            retired: true,
+            ..moved
+        };
         self.finish(shard, old, new, guard)
     }
 
+    /// Moves every `FULL` entry of `old` to `new` (see [`Map::move_entry`]),
+    /// a group at a time, counting the slots they take there in `counts`.
+    /// Holding the shard's lock.
+    ///
+    /// Each group's control word is read once, and written once, when its
+    /// last entry has left: until then a moved entry's old slot still reads
+    /// `FULL`, over a cell marked moved, which readers treat as dead and
+    /// pass by for the linked table (see `Map::locate`). The write is made
+    /// on unwind too ([`Retag`]), so a panic in a key's `Hash` (or in
+    /// `relocate`) half way through a group leaves each entry owned by one
+    /// table, and the rebuild that finishes the job moves none twice.
+    fn move_all(
+        &self,
+        old: &Table<K, V>,
+        new: &Table<K, V>,
+        counts: &mut Counts,
+        mut on_dead: Option<&mut dyn FnMut(&V)>,
+        relocate: &mut impl FnMut(&V) -> Relocation<V>,
+    ) {
+        for (group, ctrl) in old.ctrl.iter().enumerate() {
+            // Relaxed: only writers change control words, and this one
+            // holds the shard's lock (as in `Table::put`).
+            let word = ctrl.load(Ordering::Relaxed);
+            let mut live = word & HIGH;
+            if live == 0 {
+                continue;
+            }
+            let mut retag = Retag { ctrl, word };
+            while live != 0 {
+                let lane = lowest(live);
+                live &= live - 1;
+                let on_dead = on_dead
+                    .as_mut()
+                    .map(|on_dead| &mut **on_dead as &mut dyn FnMut(&V));
+                let tag =
+                    self.move_entry(old, group * LANES + lane, new, counts, on_dead, relocate);
+                retag.word = retagged(retag.word, lane, tag);
+            }
+        }
+    }
+
     /// Moves the entry in `old`'s slot `index` (`FULL`) to `new`, counting
-    /// the slots it takes there in `counts`. Holding the shard's lock.
+    /// the slots it takes there in `counts`, and returns the tag the old
+    /// slot must take (`MOVED`, or `DELETED` for a dead entry left behind),
+    /// which the caller stores. Holding the shard's lock.
     ///
     /// The key's hash comes first (a `Hash` that panics or stalls leaves
     /// the entry where readers find it). A word cell's copy is placed in
@@ -107,7 +166,8 @@ where
     /// reported to `on_dead` and marked deleted, or, with no `on_dead` (a
     /// rebuild finished after a panic, which cannot tell whom to report
     /// it to), moved as it is, to be removed from the new table later.
-    pub(super) fn move_entry(
+    #[inline]
+    fn move_entry(
         &self,
         old: &Table<K, V>,
         index: usize,
@@ -115,7 +175,7 @@ where
         counts: &mut Counts,
         mut on_dead: Option<&mut dyn FnMut(&V)>,
         relocate: &mut impl FnMut(&V) -> Relocation<V>,
-    ) {
+    ) -> u8 {
         // SAFETY: the slot is FULL, and this thread, holding the lock, is
         // its only writer.
         let entry = unsafe { old.entry(index) };
@@ -132,8 +192,7 @@ where
                     }
                     if let Some(on_dead) = on_dead.as_mut() {
                         on_dead(&entry.1);
-                        old.mark(index, DELETED);
-                        return;
+                        return DELETED;
                     }
                     // SAFETY: as for `Same` below: a dead cell is never
                     // written again, so the copy read here and the old one
@@ -142,12 +201,15 @@ where
                     break;
                 }
                 Relocation::Same => {
-                    // SAFETY: the entry is FULL in the old table; marking
-                    // its slot MOVED just below hands its ownership to the
-                    // new table (the old one drops no MOVED slot), with
-                    // nothing between that can panic, so it is owned once.
-                    // Readers of the old table only ever borrow it, and the
-                    // new table outlives them.
+                    // SAFETY: the entry is FULL in the old table; the
+                    // MOVED tag returned below hands its ownership to the
+                    // new table (the old one drops no MOVED slot). The
+                    // caller's `Retag` stores it when the group is done, or
+                    // on unwind if a later entry's `Hash` panics first, and
+                    // nothing reads the old table's tags for ownership (its
+                    // drop, a rebuild finishing the job) before that store,
+                    // so it is owned once. Readers of the old table only
+                    // ever borrow it, and the new table outlives them.
                     let _ = new.put(hash, unsafe { ptr::read(entry) });
                     break;
                 }
@@ -155,7 +217,7 @@ where
                     match placed.index {
                         None => {
                             // SAFETY: as for `Same`, for the key, which the
-                            // new slot owns once the old one is marked
+                            // new slot owns once the old one is tagged
                             // MOVED; until then `placed` gives the slot up
                             // (owning nothing) if the move ends any other
                             // way.
@@ -177,9 +239,9 @@ where
                 }
             }
         }
-        old.mark(index, MOVED);
         counts.live += 1;
         counts.used += 1;
+        MOVED
     }
 
     /// Publishes `new` as the shard's table, the old one's entries all
@@ -215,11 +277,7 @@ where
     ) -> &'g Table<K, V> {
         let new = old.next(guard).expect("a rebuild was under way");
         let mut counts = Counts::default();
-        for index in 0..old.capacity() {
-            if old.tag(index) & FULL != 0 {
-                self.move_entry(old, index, new, &mut counts, None, &mut V::relocate);
-            }
-        }
+        self.move_all(old, new, &mut counts, None, &mut V::relocate);
         // Relaxed: the lock orders this after the panicked writer's store.
         let old_shared = shard.table.load(Ordering::Relaxed, guard);
         self.finish(shard, old_shared, Shared::from(ptr::from_ref(new)), guard)

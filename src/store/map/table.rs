@@ -31,6 +31,9 @@ const LOW7: u64 = 0x7F7F_7F7F_7F7F_7F7F;
 pub(super) const HIGH: u64 = 0x8080_8080_8080_8080;
 const ONES: u64 = 0x0101_0101_0101_0101;
 
+// `zero_bytes` finds the `EMPTY` tags.
+const _: () = assert!(EMPTY == 0);
+
 /// The high bit of every byte of `x` that is zero, and no other bit: exact,
 /// since no carry crosses a byte (`(b & 0x7F) + 0x7F ≤ 0xFE`).
 #[inline]
@@ -52,7 +55,7 @@ pub(super) fn lowest(bits: u64) -> usize {
 
 /// `group` with lane `lane` tagged `tag`.
 #[inline]
-fn retag(group: u64, lane: usize, tag: u8) -> u64 {
+pub(super) fn retagged(group: u64, lane: usize, tag: u8) -> u64 {
     let shift = lane * 8;
     (group & !(0xFF << shift)) | (u64::from(tag) << shift)
 }
@@ -72,6 +75,13 @@ pub(super) fn groups_for(live: usize) -> usize {
 /// rebuilt: 7/8 of them, so a probe always meets an `EMPTY` byte.
 pub(super) fn max_used(capacity: usize) -> usize {
     capacity - capacity / 8
+}
+
+/// Where a [`Table::search`] that missed stopped: a group holding an empty
+/// slot, the first of the key's probe sequence.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Vacancy {
+    group: usize,
 }
 
 /// One slot: a key and its value, written once (while its tag is `EMPTY`,
@@ -99,8 +109,9 @@ unsafe impl<K: Send + Sync, V: Send + Sync> Sync for Table<K, V> {}
 
 impl<K, V> Table<K, V> {
     pub(super) fn new(groups: usize) -> Self {
-        // Multiply-shift indexing takes the group count in 32 bits.
-        let groups = groups.min(u32::MAX as usize);
+        // Multiply-shift indexing takes the group count in 32 bits; at
+        // least one group, so that every hash has a home in bounds.
+        let groups = groups.clamp(1, u32::MAX as usize);
         Self {
             ctrl: (0..groups).map(|_| PlainAtomicU64::new(0)).collect(),
             slots: (0..groups * LANES)
@@ -134,17 +145,32 @@ impl<K, V> Table<K, V> {
     /// `MOVED` now: a slot is filled before its tag leaves `EMPTY`, and its
     /// contents live until the table is dropped (a `MOVED` slot's are then
     /// forgotten, not dropped: they belong to the table they moved to, or,
-    /// for a copy a move gave up on, to no one).
+    /// for a copy a move gave up on, to no one). A slot with a tag is one
+    /// of the table's: `index` is below [`Table::capacity`].
     #[inline]
     pub(super) unsafe fn entry(&self, index: usize) -> &(K, V) {
-        // SAFETY: by the caller's contract the slot is initialised, and no
-        // one writes it again while the table lives.
-        unsafe { (*self.slots[index].0.get()).assume_init_ref() }
+        debug_assert!(index < self.capacity());
+        // SAFETY: by the caller's contract `index` is in bounds and the slot
+        // is initialised, and no one writes it again while the table lives.
+        unsafe { (*self.slots.get_unchecked(index).0.get()).assume_init_ref() }
     }
 
     /// The slot index and entry for `key`, if the table holds it live.
     #[inline]
     pub(super) fn find<Q>(&self, hash: u64, key: &Q) -> Option<(usize, &(K, V))>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        self.search(hash, key).ok()
+    }
+
+    /// As [`Table::find`]; a miss says where the probe stopped: the first
+    /// group of the key's probe sequence with an empty slot, where
+    /// [`Table::put_at`] places an entry (`None` only for a table with no
+    /// empty slot, which a table below `max_used` never is).
+    #[inline]
+    pub(super) fn search<Q>(&self, hash: u64, key: &Q) -> Result<(usize, &(K, V)), Option<Vacancy>>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
@@ -162,14 +188,14 @@ impl<K, V> Table<K, V> {
                 // SAFETY: this slot's tag was just read FULL.
                 let entry = unsafe { self.entry(index) };
                 if entry.0.borrow() == key {
-                    return Some((index, entry));
+                    return Ok((index, entry));
                 }
                 hits &= hits - 1;
             }
             // An entry is always placed before the first group that had an
             // empty slot, and a slot never becomes empty again.
             if zero_bytes(word) != 0 {
-                return None;
+                return Err(Some(Vacancy { group }));
             }
             group = if group + 1 == self.groups() {
                 0
@@ -177,7 +203,7 @@ impl<K, V> Table<K, V> {
                 group + 1
             };
         }
-        None
+        Err(None)
     }
 
     /// Places `entry` in the first empty slot of its probe sequence and
@@ -185,22 +211,42 @@ impl<K, V> Table<K, V> {
     /// below `max_used`.
     #[inline]
     pub(super) fn put(&self, hash: u64, entry: (K, V)) -> usize {
-        let mut group = self.home(hash);
+        self.put_from(self.home(hash), hash, entry)
+    }
+
+    /// As [`Table::put`], where a [`Table::search`] of this table for the
+    /// entry's key, under the same hold of the shard's lock, stopped: no
+    /// writer has filled the empty slot it saw since, so the probe ends
+    /// there at once.
+    #[inline]
+    pub(super) fn put_at(&self, vacancy: Vacancy, hash: u64, entry: (K, V)) -> usize {
+        self.put_from(vacancy.group, hash, entry)
+    }
+
+    /// Places `entry` in the first empty slot from `group` on.
+    #[inline]
+    fn put_from(&self, mut group: usize, hash: u64, entry: (K, V)) -> usize {
         loop {
+            debug_assert!(group < self.groups());
+            // SAFETY: `home` is below the group count (a multiply-shift of
+            // a 32-bit value by it, at least 1: `Table::new`), and so is
+            // every later group, wrapped.
+            let ctrl = unsafe { self.ctrl.get_unchecked(group) };
             // Relaxed: only writers change control words, and they hold the
             // shard's lock.
-            let word = self.ctrl[group].load(Ordering::Relaxed);
+            let word = ctrl.load(Ordering::Relaxed);
             let empty = zero_bytes(word);
             if empty != 0 {
                 let lane = lowest(empty);
                 let index = group * LANES + lane;
-                // SAFETY: the slot's tag is EMPTY, so no reader dereferences
-                // it, and the shard's lock makes this thread its only
-                // writer.
-                unsafe { (*self.slots[index].0.get()).write(entry) };
+                // SAFETY: `index` is in bounds (the group is, and there are
+                // `LANES` slots per group); the slot's tag is EMPTY, so no
+                // reader dereferences it, and the shard's lock makes this
+                // thread its only writer.
+                unsafe { (*self.slots.get_unchecked(index).0.get()).write(entry) };
                 // Release: publishes the slot's contents to every reader
                 // whose Acquire load (`find`) sees this tag.
-                self.ctrl[group].store(retag(word, lane, tag_of(hash)), Ordering::Release);
+                ctrl.store(retagged(word, lane, tag_of(hash)), Ordering::Release);
                 return index;
             }
             group = if group + 1 == self.groups() {
@@ -219,7 +265,7 @@ impl<K, V> Table<K, V> {
         // new tag sees what this writer did before (a retired cell's
         // tombstone, for instance), though none depends on it.
         let word = group.load(Ordering::Relaxed);
-        group.store(retag(word, index % LANES, tag), Ordering::Release);
+        group.store(retagged(word, index % LANES, tag), Ordering::Release);
     }
 
     /// The tag of slot `index`. Holding the shard's lock.
@@ -284,25 +330,32 @@ impl<K, V> Drop for Table<K, V> {
         if !mem::needs_drop::<(K, V)>() {
             return;
         }
-        for index in 0..self.capacity() {
+        for group in 0..self.groups() {
             // A moved slot's key and value belong to the table they moved
             // to (or, for a copy a move gave up on, to no one: see
-            // `Relocation::Moved`); an empty one holds none.
-            let tag = self.tag(index);
-            if tag == EMPTY || tag == MOVED {
-                continue;
+            // `Relocation::Moved`); an empty one holds none. So only FULL
+            // and DELETED slots are dropped, found a group at a time (a
+            // retired table is mostly MOVED). Relaxed: `&mut self`.
+            let word = self.ctrl[group].load(Ordering::Relaxed);
+            let mut owned = (word & HIGH) | lanes_tagged(word, DELETED);
+            while owned != 0 {
+                let index = group * LANES + lowest(owned);
+                owned &= owned - 1;
+                // SAFETY: the slot is initialised (FULL or DELETED), this
+                // table still owns it, and `&mut self` means no one else
+                // can reach it.
+                unsafe { self.slots[index].0.get_mut().assume_init_drop() };
             }
-            // SAFETY: the slot is initialised (FULL or DELETED), this table
-            // still owns it, and `&mut self` means no one else can reach
-            // it.
-            unsafe { self.slots[index].0.get_mut().assume_init_drop() };
         }
     }
 }
 
-/// A shard's counts of slots: live (`FULL`) and used (not `EMPTY`).
+/// A shard's counts of slots: live (`FULL`) and used (not `EMPTY`); and
+/// whether a table was retired under the lock that holds them, so that the
+/// writer hands it to the epoch collector once it lets the lock go.
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct Counts {
     pub(super) live: usize,
     pub(super) used: usize,
+    pub(super) retired: bool,
 }

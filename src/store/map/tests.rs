@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Barrier;
 use std::thread;
 
-use super::table::{groups_for, max_used, zero_bytes, LANES, SHARD_BITS};
+use super::table::{groups_for, max_used, zero_bytes, LANES, MOVED, SHARD_BITS};
 use super::*;
 use crate::cell::{Life, StateCell};
 
@@ -15,7 +15,28 @@ type TestMap = Map<String, StateCell, foldhash::fast::FixedState>;
 const N: u64 = if cfg!(miri) { 300 } else { 20_000 };
 
 /// An insert whose rebuilds forget no one.
-const NO_SWEEP: Option<fn(&StateCell) -> bool> = None;
+const NO_SWEEP: Option<crate::store::NoLapse> = None;
+
+/// Clients whose word (their number) is more than ten below `newest` have
+/// lapsed; counts those the rebuilds retired.
+struct OlderThanTen<'a> {
+    newest: u64,
+    retired: &'a mut u64,
+}
+
+impl crate::store::Lapse<StateCell> for OlderThanTen<'_> {
+    fn has_lapsed(&mut self, copy: &StateCell) -> bool {
+        copy.load() + 10 < self.newest
+    }
+
+    fn retire_if_lapsed(&mut self, _: &StateCell) -> bool {
+        unreachable!("a word cell moves as a copy")
+    }
+
+    fn retired(&mut self) {
+        *self.retired += 1;
+    }
+}
 
 fn map() -> TestMap {
     Map::with_hasher(foldhash::fast::FixedState::with_seed(7))
@@ -143,10 +164,14 @@ fn a_rebuild_leaves_dead_entries_behind_and_reports_each_once() {
 fn a_rebuild_leaves_lapsed_entries_behind_and_sizes_the_table_for_the_rest() {
     let map = map();
     let mut left_behind = 0;
+    let mut retired = 0;
     for i in 0..N {
         // Every client but the ten newest has lapsed: the rebuild an insert
         // sets off retires those it meets.
-        let lapsed = |cell: &StateCell| cell.load() + 10 < i && cell.retire();
+        let lapsed = OlderThanTen {
+            newest: i,
+            retired: &mut retired,
+        };
         let key = format!("client-{i}");
         assert!(map
             .insert(
@@ -177,6 +202,10 @@ fn a_rebuild_leaves_lapsed_entries_behind_and_sizes_the_table_for_the_rest() {
         map.len() + left_behind,
         N,
         "every lapsed entry is reported once"
+    );
+    assert_eq!(
+        retired, left_behind,
+        "each one left behind was retired by its move"
     );
     for i in N - 10..N {
         assert_eq!(
@@ -517,4 +546,190 @@ fn a_removal_that_may_not_wait_leaves_a_dead_entry_while_another_writer_holds_th
     assert_eq!(word(&map, "gone"), None);
     assert_eq!(word(&map, "alive"), Some(2));
     assert_eq!(map.len(), 1);
+}
+
+/// As [`Fragile`], with its own switch, for a test that runs beside the
+/// one above.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Brittle(u64);
+
+static BRITTLE_ON: PlainAtomicU64 = PlainAtomicU64::new(u64::MAX);
+
+impl Hash for Brittle {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        // Relaxed: set and read by this test's one thread.
+        if BRITTLE_ON.load(Ordering::Relaxed) == self.0 {
+            panic!("the key's Hash panicked");
+        }
+        self.0.hash(state);
+    }
+}
+
+#[test]
+fn a_panic_half_way_through_a_group_leaves_no_moved_entry_tagged_full() {
+    type Brittles = Map<Brittle, StateCell, foldhash::fast::FixedState>;
+    let map: Brittles = Map::with_hasher(foldhash::fast::FixedState::with_seed(7));
+    let count = if cfg!(miri) { 40 } else { 2_000 };
+    for i in 0..count {
+        assert!(map
+            .insert(
+                None,
+                Brittle(i),
+                StateCell::new(i),
+                NO_SWEEP,
+                |_| (),
+                |_| ()
+            )
+            .is_ok());
+    }
+    // A key in the second live lane of its group: the rebuild moves the
+    // first lane's entry, then panics hashing this one.
+    let guard = epoch::pin();
+    let (victim, shard) = map
+        .shards
+        .iter()
+        .find_map(|shard| {
+            let table = Brittles::current(shard, &guard)?;
+            table.ctrl.iter().enumerate().find_map(|(group, ctrl)| {
+                let live = ctrl.load(Ordering::Relaxed) & 0x8080_8080_8080_8080;
+                let second = live & (live - 1);
+                (live.count_ones() >= 2).then(|| {
+                    let index = group * LANES + (second.trailing_zeros() / 8) as usize;
+                    // SAFETY: the slot is FULL, and no writer runs.
+                    (unsafe { table.entry(index) }.0.clone(), shard)
+                })
+            })
+        })
+        .expect("a group with two live entries");
+    BRITTLE_ON.store(victim.0, Ordering::Relaxed);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        map.rebuild_all(Mortal::relocate, |_| ());
+    }));
+    assert!(result.is_err());
+    BRITTLE_ON.store(u64::MAX, Ordering::Relaxed);
+    // Half done: every slot still tagged FULL in the old table holds a
+    // live cell (one the new table does not own), and every moved one is
+    // tagged MOVED, so finishing the rebuild moves none twice.
+    let old = Brittles::current(shard, &guard).expect("a table");
+    assert!(old.next(&guard).is_some(), "the rebuild was left half done");
+    let mut moved = 0;
+    for index in 0..old.capacity() {
+        let tag = old.tag(index);
+        if tag & FULL != 0 {
+            // SAFETY: the slot is FULL.
+            let (key, cell) = unsafe { old.entry(index) };
+            assert!(!cell.is_dead(), "{key:?} moved, but its slot is FULL");
+        } else if tag == MOVED {
+            moved += 1;
+        }
+    }
+    assert!(moved > 0, "the panic came after a move");
+    drop(guard);
+    // The next writer finishes the rebuild: every client once, with its
+    // word.
+    let shard_of = |key: u64| map.hash(&Brittle(key)) >> (64 - SHARD_BITS);
+    let next = (count..)
+        .find(|&key| shard_of(key) == shard_of(victim.0))
+        .expect("a key in the shard");
+    assert!(map
+        .insert(
+            None,
+            Brittle(next),
+            StateCell::new(next),
+            NO_SWEEP,
+            |_| (),
+            |_| ()
+        )
+        .is_ok());
+    for i in (0..count).chain([next]) {
+        assert_eq!(map.get(&Brittle(i), StateCell::load).ok(), Some(i));
+    }
+    assert_eq!(map.len(), count + 1);
+    let counted: usize = map
+        .shards
+        .iter()
+        .filter_map(|shard| Brittles::current(shard, &epoch::pin()).map(|t| t.count().live))
+        .sum();
+    assert_eq!(counted as u64, count + 1, "no entry is held twice");
+}
+
+/// A key that counts the drops of the one the map holds (marked `true`),
+/// to see when a retired table is freed; equal and hashed by its number.
+#[derive(Debug)]
+struct Counted(u64, bool);
+
+impl PartialEq for Counted {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl Eq for Counted {}
+
+impl Hash for Counted {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
+
+static COUNTED_DROPS: PlainAtomicU64 = PlainAtomicU64::new(0);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if self.1 {
+            // Relaxed: read by this test's one thread.
+            COUNTED_DROPS.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[test]
+fn a_retired_table_is_freed_without_waiting_for_dozens_more() {
+    let map: Map<Counted, StateCell, foldhash::fast::FixedState> =
+        Map::with_hasher(foldhash::fast::FixedState::with_seed(7));
+    assert!(map
+        .insert(
+            None,
+            Counted(0, true),
+            StateCell::new(0),
+            NO_SWEEP,
+            |_| (),
+            |_| ()
+        )
+        .is_ok());
+    map.get(&Counted(0, false), |cell| assert!(cell.retire()))
+        .ok()
+        .expect("present");
+    // One rebuild of the dead key's shard leaves it behind in the retired
+    // table, which drops it when the collector frees the table.
+    let shard_of = |key: u64| map.hash(&Counted(key, false)) >> (64 - SHARD_BITS);
+    let mut reported = 0;
+    for key in (1..).filter(|&key| shard_of(key) == shard_of(0)) {
+        assert!(map
+            .insert(
+                None,
+                Counted(key, false),
+                StateCell::new(0),
+                NO_SWEEP,
+                |_| reported += 1,
+                |_| ()
+            )
+            .is_ok());
+        if reported > 0 {
+            break;
+        }
+    }
+    assert_eq!(reported, 1, "one rebuild left the dead entry behind");
+    // Pins alone (no flush here): the collector frees what was handed to
+    // it once every thread has moved on. A table kept in this thread's own
+    // bag would wait there until dozens more were retired.
+    let pins = if cfg!(miri) { 5_000 } else { 1_000_000 };
+    for _ in 0..pins {
+        // Relaxed: set by this thread's own frees.
+        if COUNTED_DROPS.load(Ordering::Relaxed) == 1 {
+            break;
+        }
+        drop(epoch::pin());
+    }
+    assert_eq!(COUNTED_DROPS.load(Ordering::Relaxed), 1, "freed once");
 }
