@@ -74,6 +74,8 @@ OPTIONS:
                      idle clients in the sweep [default: 400000: filling
                      the maps is the cost; 2000000 is governor's reference
                      figure, ~15 s more per round]
+    --policies LIST  insert_capped under only these overflow policies:
+                     evict-sampled, deny-new, admit-untracked [default: all]
     --impls LIST     only these implementations, by name or name/algorithm,
                      e.g. tollgate/token-bucket,governor. Two limits on one
                      client run only when named: tollgate/two-token-buckets
@@ -150,6 +152,8 @@ struct Options {
     keys_given: bool,
     ops: Option<u64>,
     sweep_clients: Option<u64>,
+    /// The overflow policies `insert_capped` runs.
+    policies: Vec<Policy>,
 }
 
 impl Options {
@@ -158,6 +162,7 @@ impl Options {
         self.scenarios.len() < all_scenarios().len()
             || self.impls.len() < impls().len()
             || self.keys.len() < KEYS.len()
+            || self.policies.len() < POLICIES.len()
             || self.ip_headline_only()
     }
 
@@ -254,6 +259,7 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
         keys_given: false,
         ops: None,
         sweep_clients: None,
+        policies: POLICIES.to_vec(),
     };
     let mut threads_given = false;
     let mut it = args.iter();
@@ -307,6 +313,10 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
                     Ok(n) if n >= 1 => Some(n),
                     _ => return Err(format!("--sweep-clients: `{n}` is not a positive number")),
                 };
+            }
+            "--policies" => {
+                let list = value("--policies")?;
+                o.policies = select("--policies", &list, POLICIES, |p, w| p.name() == w)?;
             }
             "--rounds" => {
                 let n = value("--rounds")?;
@@ -533,7 +543,7 @@ fn run_capped<K: Key>(
     let cap = data.clients.len() as u64;
     let subjects: Vec<(Algo, Policy, Arc<dyn Subject<K>>)> = tollgate_algos(o)
         .into_iter()
-        .flat_map(|a| POLICIES.iter().map(move |&p| (a, p)))
+        .flat_map(|a| o.policies.iter().map(move |&p| (a, p)))
         .map(|(a, p)| {
             let s = make_capped::<K>(a, p, cap);
             in_parallel(&data.clients, |keys| {
@@ -886,9 +896,14 @@ fn print_eviction(rows: &[Row], sizes: &Sizes, cap: usize) {
             })
             .map(|x| x.sample)
     };
+    // One line per algorithm, key and thread count: the first policy run.
+    let first = rows
+        .iter()
+        .find(|r| r.scenario == Scenario::InsertCapped)
+        .and_then(|r| r.policy);
     let capped: Vec<&Row> = rows
         .iter()
-        .filter(|r| r.scenario == Scenario::InsertCapped && r.policy == Some(POLICIES[0]))
+        .filter(|r| r.scenario == Scenario::InsertCapped && r.policy == first)
         .collect();
     if !capped.is_empty() {
         println!();

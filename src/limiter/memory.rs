@@ -8,7 +8,7 @@ use super::Limiter;
 use crate::cell::{Algorithm, Life, Mortal};
 use crate::clock::Clock;
 use crate::memory::{Counters, Memory, Overflow};
-use crate::store::Newcomer;
+use crate::store::{Newcomer, Visit};
 
 impl<A, K, C> Limiter<A, K, C>
 where
@@ -54,15 +54,11 @@ where
         self.counters.evicting(now);
         let algorithm = &self.algorithm;
         let mut retired = 0;
-        let _ = self.store.sweep_slice(
-            budget,
-            |_, cell| {
-                let gone = algorithm.try_evict(cell, idle_by);
-                retired += u64::from(gone);
-                gone
-            },
-            false,
-        );
+        let _ = self.store.sweep_slice(budget, |cell| {
+            let gone = algorithm.try_evict(cell, idle_by);
+            retired += u64::from(gone);
+            gone
+        });
         Counters::add(&self.counters.evicted_idle, retired);
         retired
     }
@@ -71,42 +67,52 @@ where
     /// sample holds any, otherwise the live one that would become idle
     /// soonest. Returns whether a unit of room is now the caller's, as if
     /// [`Store::reserve`] had granted it.
+    ///
+    /// The live one is forgotten where the slice found it, under its
+    /// shard's lock and through the reference the slice holds: retired
+    /// first, then removed, so a check racing this sees the tombstone and
+    /// retries on a fresh cell; its key is neither cloned nor looked up
+    /// again.
     pub(super) fn evict_sampled(&self, now: u64, sample: u64) -> bool {
         self.counters.evicting(now);
         let algorithm = &self.algorithm;
         let mut retired = 0;
-        let mut victim: Option<(u64, K)> = None;
+        let mut forced = false;
         // Another thread's slice holds the cursor only for a few entries:
         // wait for it a little rather than give up the eviction (giving up
         // is what made most concurrent new clients go untracked).
         let mut spins = 0;
         let swept = loop {
             let mut sampled = 0;
-            let visited = self.store.sweep_slice(
+            let visited = self.store.sample_slice(
                 // One more than the sample: the new client's own unborn
                 // entry is in the map, and is no candidate.
                 sample + 1,
-                |key, cell| {
+                |cell| {
                     if retired > 0 || sampled == sample {
-                        return false;
+                        return Visit::Keep;
                     }
                     if algorithm.try_evict(cell, now) {
                         retired += 1;
-                        return true;
+                        return Visit::Remove;
                     }
                     // Only a live client can be forgotten: an unborn one is
                     // some other new client's, on its way in.
                     if cell.life() != Life::Live {
-                        return false;
+                        return Visit::Keep;
                     }
                     sampled += 1;
-                    let idle_at = algorithm.idle_at(cell);
-                    if victim.as_ref().is_none_or(|(best, _)| idle_at < *best) {
-                        victim = Some((idle_at, key.clone()));
-                    }
-                    false
+                    Visit::Rank(algorithm.idle_at(cell))
                 },
-                true,
+                |key, cell| {
+                    // Forgetting live state: old bookings' tickets must not
+                    // touch the state the client comes back with (see
+                    // `crate::reservation`).
+                    forced = self
+                        .renewals
+                        .renew(self.store.hash_of(key), || algorithm.force_evict(cell));
+                    forced
+                },
             );
             match visited {
                 Some(swept) => break swept,
@@ -118,32 +124,8 @@ where
             }
         };
         Counters::add(&self.counters.evicted_idle, retired);
-        if swept.kept {
-            return true;
-        }
-        let Some((_, key)) = victim else {
-            return false;
-        };
-        // Retire first, then remove only a dead entry: a check racing this
-        // sees the tombstone and retries on a fresh cell. A victim idle by a
-        // fresh reading goes as idle, which changes nothing: typically a
-        // client another thread has just brought to life, whose state
-        // starts at a reading later than ours.
-        // The victim is looked up again: its entry may have moved, or left.
-        let now = self.counters.not_before(self.clock.now_nanos());
-        self.counters.evicting(now);
-        // Forgetting live state: old bookings' tickets must not touch the
-        // state the client comes back with (see `crate::reservation`).
-        self.renewals.renew(self.store.hash_of(&key), || {
-            let _ = self.store.get(&key, |cell| {
-                if algorithm.try_evict(cell, now) {
-                    Counters::add(&self.counters.evicted_idle, 1);
-                } else if algorithm.force_evict(cell) {
-                    Counters::add(&self.counters.evicted_live, 1);
-                }
-            });
-        });
-        self.store.take_if(&key, Mortal::is_dead)
+        Counters::add(&self.counters.evicted_live, u64::from(forced));
+        swept.kept
     }
 
     /// Forgets every client whose state is idle now, that is, equal to a

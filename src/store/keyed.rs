@@ -6,9 +6,9 @@ use core::borrow::Borrow;
 use core::cell::Cell;
 use core::fmt;
 use core::hash::{BuildHasher, Hash};
-use std::sync::TryLockError;
+use std::sync::{MutexGuard, TryLockError};
 
-use super::map::{Cursor, Map};
+use super::map::{Cursor, Map, Visit};
 use super::{DefaultHasher, Index, Purge};
 use crate::cell::{Mortal, Relocation};
 // Mutex: only the sweep cursor, only ever try_lock-ed on the insert and
@@ -213,24 +213,6 @@ where
         max.is_some_and(|max| self.held.load(Ordering::Acquire) >= max)
     }
 
-    /// Removes `key`'s entry if `condition` holds of its cell, handing the
-    /// unit of room it held to the caller instead of giving it back (see
-    /// `keep_one` in [`Store::sweep_slice`]). True iff the caller now holds
-    /// a unit.
-    pub(crate) fn take_if<Q>(&self, key: &Q, condition: impl FnOnce(&V) -> bool) -> bool
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let mut room = false;
-        let removed = self.map.remove_if(key, |cell| {
-            let gone = condition(cell);
-            room = gone && self.leaving(cell, true);
-            gone
-        });
-        removed && room
-    }
-
     /// The number of clients tracked (plus any coming alive at this
     /// instant).
     pub(crate) fn len(&self) -> usize {
@@ -276,36 +258,84 @@ where
     /// Visits up to `budget` entries from where the last slice stopped,
     /// removing those for which `visit` is true (it must retire the cell
     /// first) or whose cell is already dead; the next slice starts at the
-    /// beginning once one reaches the end. Returns what it did, or `None` if
-    /// another thread is sweeping a slice (this one then does nothing).
-    ///
-    /// With `keep_one`, the first removed entry's unit of room is not given
-    /// back but handed to the caller, as [`Store::reserve`] would have: a
-    /// new client then takes the room its own eviction made, which no other
-    /// thread can take first.
-    pub(crate) fn sweep_slice(
-        &self,
-        budget: u64,
-        mut visit: impl FnMut(&K, &V) -> bool,
-        keep_one: bool,
-    ) -> Option<Swept> {
-        let mut cursor = match self.cursor.try_lock() {
-            Ok(cursor) => cursor,
-            Err(TryLockError::WouldBlock) => return None,
-            // A panic in `visit` left the cursor at some position: still
-            // valid.
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-        };
-        let mut kept = false;
-        self.map.sweep_slice(&mut cursor, budget, |key, cell| {
-            let gone = visit(key, cell) || cell.is_dead();
-            if gone && self.leaving(cell, keep_one && !kept) {
-                kept = true;
+    /// beginning once one reaches the end. Returns whether it ran, or
+    /// `None` if another thread is sweeping a slice (this one then does
+    /// nothing).
+    pub(crate) fn sweep_slice(&self, budget: u64, mut visit: impl FnMut(&V) -> bool) -> Option<()> {
+        let mut cursor = self.cursor()?;
+        self.map.sweep_slice(&mut cursor, budget, |_, cell| {
+            let gone = visit(cell) || cell.is_dead();
+            if gone {
+                self.leaving(cell, false);
             }
             gone
         });
+        Some(())
+    }
+
+    /// A slice as [`Store::sweep_slice`] whose `visit` may also rank the
+    /// entries it keeps ([`Visit::Rank`]); then, unless the slice removed
+    /// an entry holding room, `pick` runs on the entry ranked lowest, under
+    /// its shard's lock, and the entry is removed if `pick` is true (it
+    /// must retire the cell first). `None` if another thread is sweeping a
+    /// slice.
+    ///
+    /// The first removed entry's unit of room is not given back but handed
+    /// to the caller, as [`Store::reserve`] would have (`Swept::kept`): a
+    /// new client then takes the room its own eviction made, which no other
+    /// thread can take first.
+    pub(crate) fn sample_slice(
+        &self,
+        budget: u64,
+        mut visit: impl FnMut(&V) -> Visit,
+        pick: impl FnOnce(&K, &V) -> bool,
+    ) -> Option<Swept> {
+        let mut cursor = self.cursor()?;
+        let kept = Cell::new(false);
+        let keep = |cell: &V| {
+            if self.leaving(cell, !kept.get()) {
+                kept.set(true);
+            }
+        };
+        let _ = self.map.sample_slice(
+            &mut cursor,
+            budget,
+            |_, cell| match visit(cell) {
+                Visit::Remove => {
+                    keep(cell);
+                    Visit::Remove
+                }
+                _ if cell.is_dead() => {
+                    keep(cell);
+                    Visit::Remove
+                }
+                visit => visit,
+            },
+            |key, cell| {
+                // Room is already ours: forget no one.
+                if kept.get() {
+                    return false;
+                }
+                let gone = pick(key, cell) || cell.is_dead();
+                if gone {
+                    keep(cell);
+                }
+                gone
+            },
+        );
         drop(cursor);
-        Some(Swept { kept })
+        Some(Swept { kept: kept.get() })
+    }
+
+    /// The sweep cursor, unless another thread's slice holds it.
+    fn cursor(&self) -> Option<MutexGuard<'_, Cursor>> {
+        match self.cursor.try_lock() {
+            Ok(cursor) => Some(cursor),
+            Err(TryLockError::WouldBlock) => None,
+            // A panic in a visitor left the cursor at some position: still
+            // valid.
+            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        }
     }
 }
 
@@ -353,8 +383,7 @@ mod tests {
         assert_eq!(store.get(&1, StateCell::retire), Some(true));
         assert_eq!(store.len(), 2, "an evicted entry holds its room");
         // The slice's visitor forgets no one: the dead entry goes anyway.
-        let swept = store.sweep_slice(100, |_, _| false, false);
-        assert!(swept.is_some_and(|swept| !swept.kept));
+        assert!(store.sweep_slice(100, |_| false).is_some());
         assert_eq!(store.len(), 1, "its room came back");
         assert_eq!(store.get(&1, StateCell::load), None);
         assert_eq!(store.get(&2, StateCell::load), Some(0));
@@ -375,27 +404,129 @@ mod tests {
         assert_eq!(store.len(), 3);
     }
 
+    /// Admits clients 1 to `n`, client `k`'s word being `10 * k`, and
+    /// returns the words in the order a slice from the start visits them.
+    fn admit_ranked(store: &Store<u64, StateCell, foldhash::fast::FixedState>, n: u64) -> Vec<u64> {
+        for key in 1..=n {
+            assert!(store.reserve(Some(10)));
+            assert!(store.insert(key, StateCell::new(10 * key), |_| ()).is_ok());
+        }
+        let mut order = Vec::new();
+        let swept = store.sweep_slice(100, |cell| {
+            order.push(cell.load());
+            false
+        });
+        assert!(swept.is_some());
+        assert_eq!(order.len() as u64, n, "the slice went round the whole map");
+        order
+    }
+
     #[test]
-    fn take_if_hands_over_the_unit_of_the_entry_it_removes_and_only_that() {
+    fn a_sample_picks_the_entry_ranked_lowest_and_hands_over_its_unit() {
+        let store = capped();
+        let order = admit_ranked(&store, 5);
+        let mut picked = None;
+        // The whole map, ranked by word: the walk ends past the last shard,
+        // and the lowest, client 1, is picked in a shard it has left.
+        let swept = store.sample_slice(
+            100,
+            |cell| Visit::Rank(cell.load()),
+            |key, cell| {
+                picked = Some(*key);
+                cell.retire()
+            },
+        );
+        assert!(
+            swept.is_some_and(|swept| swept.kept),
+            "its unit handed over"
+        );
+        assert_eq!(picked, Some(1));
+        assert_eq!(store.get(&1, StateCell::load), None, "removed");
+        assert_eq!(store.len(), 5, "the unit was handed over, not given back");
+        store.release(1);
+        // Three entries, the third ranked alone: the walk ends in its shard
+        // and picks it there.
+        let third = order.iter().copied().filter(|&word| word != 10).nth(2);
+        let mut seen = 0;
+        let swept = store.sample_slice(
+            3,
+            |_| {
+                seen += 1;
+                if seen == 3 {
+                    Visit::Rank(0)
+                } else {
+                    Visit::Keep
+                }
+            },
+            |key, cell| {
+                picked = Some(*key);
+                cell.retire()
+            },
+        );
+        assert!(swept.is_some_and(|swept| swept.kept));
+        assert_eq!(picked.map(|key| key * 10), third);
+        assert_eq!(store.len(), 4);
+        store.release(1);
+        // A pick that declines removes nothing, and no unit is handed over.
+        let swept = store.sample_slice(100, |_| Visit::Rank(0), |_, _| false);
+        assert!(swept.is_some_and(|swept| !swept.kept));
+        assert_eq!(store.len(), 3);
+        assert_eq!(store.map.len(), 3);
+    }
+
+    #[test]
+    fn a_sample_that_removes_an_entry_holding_room_picks_no_one() {
+        let store = capped();
+        let _ = admit_ranked(&store, 4);
+        // Client 2 is evicted, its entry still in the map: the sample takes
+        // its unit, and forgets none of the live ones it ranked.
+        assert_eq!(store.get(&2, StateCell::retire), Some(true));
+        let mut picks = 0;
+        let swept = store.sample_slice(
+            100,
+            |cell| Visit::Rank(cell.load()),
+            |_, _| {
+                picks += 1;
+                true
+            },
+        );
+        assert!(swept.is_some_and(|swept| swept.kept));
+        assert_eq!(picks, 0);
+        assert_eq!(store.get(&2, StateCell::load), None);
+        for key in [1, 3, 4] {
+            assert_eq!(store.get(&key, StateCell::load), Some(10 * key));
+        }
+        assert_eq!(store.len(), 4, "the unit was handed over");
+    }
+
+    #[test]
+    fn a_sample_hands_over_only_the_first_removed_unit_and_gives_back_the_rest() {
+        let store = capped();
+        for key in 1..=3 {
+            admit(&store, key);
+        }
+        assert_eq!(store.get(&1, StateCell::retire), Some(true));
+        assert_eq!(store.get(&2, StateCell::retire), Some(true));
+        let swept = store.sample_slice(100, |_| Visit::Keep, |_, _| true);
+        assert!(swept.is_some_and(|swept| swept.kept), "a unit handed over");
+        // Of the two removed entries' units, one is the caller's (still
+        // counted), the other given back.
+        assert_eq!(store.len(), 2);
+        assert_eq!(store.get(&1, StateCell::load), None);
+        assert_eq!(store.get(&2, StateCell::load), None);
+        assert_eq!(store.get(&3, StateCell::load), Some(0));
+    }
+
+    #[test]
+    fn a_sample_of_refused_entries_removes_them_and_hands_over_nothing() {
         let store = capped();
         admit(&store, 1);
-        admit(&store, 2);
-        // Absent, or the condition false: nothing removed, no unit.
-        assert!(!store.take_if(&3, |_| true));
-        assert!(!store.take_if(&2, |_| false));
-        assert_eq!(store.get(&2, StateCell::load), Some(0));
-        // A dead entry holding room: removed, its unit now the caller's (the
-        // count still holds it).
-        assert_eq!(store.get(&1, StateCell::retire), Some(true));
-        assert!(store.take_if(&1, Mortal::is_dead));
-        assert_eq!(store.get(&1, StateCell::load), None);
-        assert_eq!(store.len(), 2, "the unit was handed over, not given back");
-        store.release(1);
-        // A refused entry holds none: removed, but no unit to hand over.
+        // A refused entry holds no room: removed, but no unit to hand over.
         let refused = StateCell::new(crate::algorithm::UNBORN);
         assert_eq!(refused.refuse(), Ok(()));
         assert!(store.insert(4, refused, |_| ()).is_ok());
-        assert!(!store.take_if(&4, Mortal::is_dead));
+        let swept = store.sample_slice(100, |_| Visit::Keep, |_, _| false);
+        assert!(swept.is_some_and(|swept| !swept.kept));
         assert_eq!(store.get(&4, StateCell::load), None, "removed all the same");
         assert_eq!(store.len(), 1);
     }
@@ -417,23 +548,5 @@ mod tests {
         assert_eq!(store.get(&2, StateCell::load), None);
         assert_eq!(store.get(&3, StateCell::load), Some(3));
         assert_eq!(store.get(&4, StateCell::load), Some(4));
-    }
-
-    #[test]
-    fn a_slice_that_keeps_one_hands_over_the_first_unit_and_gives_back_the_rest() {
-        let store = capped();
-        for key in 1..=3 {
-            admit(&store, key);
-        }
-        assert_eq!(store.get(&1, StateCell::retire), Some(true));
-        assert_eq!(store.get(&2, StateCell::retire), Some(true));
-        let swept = store.sweep_slice(100, |_, _| false, true);
-        assert!(swept.is_some_and(|swept| swept.kept), "a unit handed over");
-        // Of the two removed entries' units, one is the caller's (still
-        // counted), the other given back.
-        assert_eq!(store.len(), 2);
-        assert_eq!(store.get(&1, StateCell::load), None);
-        assert_eq!(store.get(&2, StateCell::load), None);
-        assert_eq!(store.get(&3, StateCell::load), Some(0));
     }
 }

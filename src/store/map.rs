@@ -131,6 +131,19 @@ struct Shard<K, V> {
     table: Atomic<Table<K, V>>,
 }
 
+/// What a sampling slice's visitor makes of an entry (see
+/// [`Map::sample_slice`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Visit {
+    /// Leave it.
+    Keep,
+    /// Remove it now (the visitor has retired its cell).
+    Remove,
+    /// Leave it, as a candidate for the walk's pick, ranked: the lowest is
+    /// picked.
+    Rank(u64),
+}
+
 /// Where a walk over the map (a sweep slice) stands: a shard and a slot
 /// index in its table. Any value is valid: a table rebuilt since only moves
 /// the walk.
@@ -494,10 +507,42 @@ where
         budget: u64,
         mut visit: impl FnMut(&K, &V) -> bool,
     ) -> u64 {
+        let visit = |key: &K, value: &V| {
+            if visit(key, value) {
+                Visit::Remove
+            } else {
+                Visit::Keep
+            }
+        };
+        self.sample_slice(cursor, budget, visit, |_, _| false).0
+    }
+
+    /// [`Map::sweep_slice`], where `visit` may also rank an entry it keeps
+    /// ([`Visit::Rank`]): once the walk is over, `pick` runs on the entry
+    /// ranked lowest, under its shard's lock, and the entry is removed if
+    /// `pick` is true (it must retire the cell first). Returns how many
+    /// entries `visit` removed, and whether `pick` removed one.
+    ///
+    /// The walk usually ends in the shard of the entry picked, whose lock
+    /// it still holds: the entry is then picked through the reference the
+    /// walk found, with no second lookup. Otherwise the shard is locked
+    /// again, and the entry offered to `pick` only if its slot still holds
+    /// it: its table is still the shard's and its tag still `FULL` (a slot
+    /// is never refilled, and the guard, pinned for the whole walk, keeps
+    /// the table's address from being reused).
+    pub(crate) fn sample_slice(
+        &self,
+        cursor: &mut Cursor,
+        budget: u64,
+        mut visit: impl FnMut(&K, &V) -> Visit,
+        pick: impl FnOnce(&K, &V) -> bool,
+    ) -> (u64, bool) {
         let guard = epoch::pin();
         let mut seen = 0;
         let mut removed = 0;
         let mut words = budget.saturating_add(SHARDS as u64);
+        // The entry ranked lowest so far: its rank, shard, table and slot.
+        let mut best: Option<(u64, usize, *const Table<K, V>, usize)> = None;
         'walk: while seen < budget {
             let Some(shard) = self.shards.get(cursor.shard) else {
                 *cursor = Cursor::default();
@@ -506,9 +551,11 @@ where
             if Self::current(shard, &guard).is_some() {
                 let mut counts = self.lock(shard, &guard);
                 let table = Self::current(shard, &guard).expect("tables are never unpublished");
-                while cursor.slot < table.capacity() {
+                let mut ended = false;
+                'shard: while cursor.slot < table.capacity() {
                     if seen == budget || words == 0 {
-                        break 'walk;
+                        ended = true;
+                        break;
                     }
                     let group = cursor.slot / LANES;
                     // Relaxed: as in `put`.
@@ -522,16 +569,33 @@ where
                         seen += 1;
                         // SAFETY: the slot is FULL.
                         let (key, value) = unsafe { table.entry(index) };
-                        if visit(key, value) {
-                            table.mark(index, DELETED);
-                            counts.live -= 1;
-                            removed += 1;
+                        match visit(key, value) {
+                            Visit::Keep => {}
+                            Visit::Remove => {
+                                table.mark(index, DELETED);
+                                counts.live -= 1;
+                                removed += 1;
+                            }
+                            Visit::Rank(rank) => {
+                                if best.is_none_or(|(lowest, ..)| rank < lowest) {
+                                    best = Some((rank, cursor.shard, ptr::from_ref(table), index));
+                                }
+                            }
                         }
                         if seen == budget {
                             cursor.slot = index + 1;
-                            break 'walk;
+                            ended = true;
+                            break 'shard;
                         }
                     }
+                }
+                if ended {
+                    // The walk ends in this shard: if the entry ranked
+                    // lowest is here, pick it before letting the lock go.
+                    if let Some((_, _, _, index)) = best.filter(|&(_, at, ..)| at == cursor.shard) {
+                        return (removed, Self::pick(table, index, &mut counts, pick));
+                    }
+                    break 'walk;
                 }
             }
             cursor.shard += 1;
@@ -542,7 +606,38 @@ where
                 break;
             }
         }
-        removed
+        let Some((_, at, was, index)) = best else {
+            return (removed, false);
+        };
+        // A shard the walk has left: lock it again.
+        let shard = &self.shards[at];
+        let mut counts = self.lock(shard, &guard);
+        let picked = Self::current(shard, &guard).is_some_and(|table| {
+            ptr::eq(table, was)
+                && table.tag(index) & FULL != 0
+                && Self::pick(table, index, &mut counts, pick)
+        });
+        (removed, picked)
+    }
+
+    /// Removes the entry in slot `index` of `table` if `pick` is true of
+    /// it. The caller holds the shard's lock, `table` is its current table,
+    /// and the slot is `FULL`.
+    fn pick(
+        table: &Table<K, V>,
+        index: usize,
+        counts: &mut Locked<'_>,
+        pick: impl FnOnce(&K, &V) -> bool,
+    ) -> bool {
+        // SAFETY: the slot is FULL (the caller's promise), and stays so
+        // while the caller holds the shard's lock.
+        let (key, value) = unsafe { table.entry(index) };
+        let gone = pick(key, value);
+        if gone {
+            table.mark(index, DELETED);
+            counts.live -= 1;
+        }
+        gone
     }
 }
 
