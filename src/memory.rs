@@ -167,10 +167,6 @@ impl Memory {
     /// pass over the whole map as new clients keep coming.
     pub(crate) const FULL_SLICE: u64 = 8;
 
-    /// How many times sampled eviction retries while another thread's slice
-    /// holds the sweep cursor, before the new client goes untracked.
-    pub(crate) const CURSOR_SPINS: u32 = 1_000;
-
     pub(crate) fn validate(self) -> Result<Self, ConfigError> {
         if let Some(max) = self.max_clients {
             ConfigError::check_range(

@@ -2,7 +2,7 @@
 //! cap, the sweeps that forget idle clients, and a new client's way in
 //! ([`Arrival`], which the store's check-or-insert protocol drives).
 
-use core::hash::Hash;
+use core::hash::{BuildHasher, Hash};
 
 use super::Limiter;
 use crate::cell::{Algorithm, Life, Mortal};
@@ -63,13 +63,14 @@ where
         retired
     }
 
-    /// Forgets one client from a sample of `sample`: an idle one if the
-    /// sample holds any, otherwise the live one that would become idle
-    /// soonest. Returns whether a unit of room is now the caller's, as if
-    /// [`Store::reserve`] had granted it.
+    /// Forgets one client from a sample of `sample`, taken from a random
+    /// position in the map: an idle one if the sample holds any, otherwise
+    /// the live one that would become idle soonest. Returns whether a unit
+    /// of room is now the caller's, as if [`Store::reserve`] had granted
+    /// it.
     ///
-    /// The live one is forgotten where the slice found it, under its
-    /// shard's lock and through the reference the slice holds: retired
+    /// The live one is forgotten where the sample found it, under its
+    /// shard's lock and through the reference the walk holds: retired
     /// first, then removed, so a check racing this sees the tombstone and
     /// retries on a fresh cell; its key is neither cloned nor looked up
     /// again.
@@ -77,52 +78,40 @@ where
         self.counters.evicting(now);
         let algorithm = &self.algorithm;
         let mut retired = 0;
+        let mut sampled = 0;
         let mut forced = false;
-        // Another thread's slice holds the cursor only for a few entries:
-        // wait for it a little rather than give up the eviction (giving up
-        // is what made most concurrent new clients go untracked).
-        let mut spins = 0;
-        let swept = loop {
-            let mut sampled = 0;
-            let visited = self.store.sample_slice(
-                // One more than the sample: the new client's own unborn
-                // entry is in the map, and is no candidate.
-                sample + 1,
-                |cell| {
-                    if retired > 0 || sampled == sample {
-                        return Visit::Keep;
-                    }
-                    if algorithm.try_evict(cell, now) {
-                        retired += 1;
-                        return Visit::Remove;
-                    }
-                    // Only a live client can be forgotten: an unborn one is
-                    // some other new client's, on its way in.
-                    if cell.life() != Life::Live {
-                        return Visit::Keep;
-                    }
-                    sampled += 1;
-                    Visit::Rank(algorithm.idle_at(cell))
-                },
-                |key, cell| {
-                    // Forgetting live state: old bookings' tickets must not
-                    // touch the state the client comes back with (see
-                    // `crate::reservation`).
-                    forced = self
-                        .renewals
-                        .renew(self.store.hash_of(key), || algorithm.force_evict(cell));
-                    forced
-                },
-            );
-            match visited {
-                Some(swept) => break swept,
-                None if spins < Memory::CURSOR_SPINS => {
-                    spins += 1;
-                    crate::sync::spin_hint();
+        let swept = self.store.sample(
+            draw(),
+            // One more than the sample: the new client's own unborn entry
+            // is in the map, and is no candidate.
+            sample + 1,
+            |cell| {
+                // Only a live client can be forgotten: an unborn one is
+                // some other new client's, on its way in (a dead one the
+                // store removes).
+                if retired > 0 || sampled == sample || cell.life() != Life::Live {
+                    return Visit::Keep;
                 }
-                None => return false,
-            }
-        };
+                // Idle from `idle_at` on: then retired as idle, which
+                // changes no decision (unless a check admitted meanwhile).
+                let idle_at = algorithm.idle_at(cell);
+                if idle_at <= now && algorithm.try_evict(cell, now) {
+                    retired += 1;
+                    return Visit::Remove;
+                }
+                sampled += 1;
+                Visit::Rank(idle_at)
+            },
+            |key, cell| {
+                // Forgetting live state: old bookings' tickets must not
+                // touch the state the client comes back with (see
+                // `crate::reservation`).
+                forced = self
+                    .renewals
+                    .renew(self.store.hash_of(key), || algorithm.force_evict(cell));
+                forced
+            },
+        );
         Counters::add(&self.counters.evicted_idle, retired);
         Counters::add(&self.counters.evicted_live, u64::from(forced));
         swept.kept
@@ -175,6 +164,23 @@ where
         Counters::add(&self.counters.evicted_idle, retired);
         usize::try_from(removed).unwrap_or(usize::MAX)
     }
+}
+
+/// Uniform bits for a sample's position: this thread's next count, mixed
+/// with the thread's own address by a randomly seeded hasher, so that
+/// threads sampling at once start apart, share no counter, and no client
+/// can predict where a sample starts.
+fn draw() -> u64 {
+    std::thread_local! {
+        static DRAWS: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+        static SEED: foldhash::fast::RandomState = foldhash::fast::RandomState::default();
+    }
+    let n = DRAWS.with(|draws| {
+        let n = draws.get();
+        draws.set(n.wrapping_add(1));
+        n
+    });
+    SEED.with(|seed| seed.hash_one((core::ptr::from_ref(seed) as usize, n)))
 }
 
 /// A new client on its way in: how the store's protocol reads the clock,

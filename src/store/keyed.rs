@@ -273,32 +273,34 @@ where
         Some(())
     }
 
-    /// A slice as [`Store::sweep_slice`] whose `visit` may also rank the
-    /// entries it keeps ([`Visit::Rank`]); then, unless the slice removed
-    /// an entry holding room, `pick` runs on the entry ranked lowest, under
-    /// its shard's lock, and the entry is removed if `pick` is true (it
-    /// must retire the cell first). `None` if another thread is sweeping a
-    /// slice.
+    /// Visits up to `budget` entries from a position drawn from `draw`
+    /// (uniform bits), going round the map at most once, removing those
+    /// for which `visit` answers [`Visit::Remove`] (it must retire the cell
+    /// first) or whose cell is already dead; then, unless it removed an
+    /// entry holding room, runs `pick` on the entry `visit` ranked lowest
+    /// ([`Visit::Rank`]), under its shard's lock, and removes the entry if
+    /// `pick` is true (it must retire the cell first). Takes no cursor, so
+    /// threads sampling at once never wait for one another.
     ///
     /// The first removed entry's unit of room is not given back but handed
     /// to the caller, as [`Store::reserve`] would have (`Swept::kept`): a
     /// new client then takes the room its own eviction made, which no other
     /// thread can take first.
-    pub(crate) fn sample_slice(
+    pub(crate) fn sample(
         &self,
+        draw: u64,
         budget: u64,
         mut visit: impl FnMut(&V) -> Visit,
         pick: impl FnOnce(&K, &V) -> bool,
-    ) -> Option<Swept> {
-        let mut cursor = self.cursor()?;
+    ) -> Swept {
         let kept = Cell::new(false);
         let keep = |cell: &V| {
             if self.leaving(cell, !kept.get()) {
                 kept.set(true);
             }
         };
-        let _ = self.map.sample_slice(
-            &mut cursor,
+        let _ = self.map.sample(
+            self.map.cursor_at(draw),
             budget,
             |_, cell| match visit(cell) {
                 Visit::Remove => {
@@ -323,8 +325,7 @@ where
                 gone
             },
         );
-        drop(cursor);
-        Some(Swept { kept: kept.get() })
+        Swept { kept: kept.get() }
     }
 
     /// The sweep cursor, unless another thread's slice holds it.
@@ -404,85 +405,143 @@ mod tests {
         assert_eq!(store.len(), 3);
     }
 
-    /// Admits clients 1 to `n`, client `k`'s word being `10 * k`, and
-    /// returns the words in the order a slice from the start visits them.
-    fn admit_ranked(store: &Store<u64, StateCell, foldhash::fast::FixedState>, n: u64) -> Vec<u64> {
+    /// Admits clients 1 to `n`, client `k`'s word being `10 * k`.
+    fn admit_ranked(store: &Store<u64, StateCell, foldhash::fast::FixedState>, n: u64) {
         for key in 1..=n {
-            assert!(store.reserve(Some(10)));
+            assert!(store.reserve(Some(100)));
             assert!(store.insert(key, StateCell::new(10 * key), |_| ()).is_ok());
         }
-        let mut order = Vec::new();
-        let swept = store.sweep_slice(100, |cell| {
-            order.push(cell.load());
-            false
-        });
-        assert!(swept.is_some());
-        assert_eq!(order.len() as u64, n, "the slice went round the whole map");
-        order
+    }
+
+    /// Draws spread over every shard and over the slots of each.
+    fn draws() -> impl Iterator<Item = u64> {
+        (0..=u64::from(u8::MAX)).map(|i| i.wrapping_mul(0x0101_0101_0101_0101 << 2) ^ (i << 24))
+    }
+
+    #[test]
+    fn a_sample_goes_round_the_map_once_from_any_position() {
+        let store = capped();
+        admit_ranked(&store, 40);
+        for draw in draws().chain([0, u64::MAX]) {
+            let mut seen = Vec::new();
+            let swept = store.sample(
+                draw,
+                1_000,
+                |cell| {
+                    seen.push(cell.load());
+                    Visit::Keep
+                },
+                |_, _| unreachable!("nothing ranked"),
+            );
+            assert!(!swept.kept);
+            seen.sort_unstable();
+            let all: Vec<u64> = (1..=40).map(|key| 10 * key).collect();
+            assert_eq!(seen, all, "each entry once, from {draw:#x}");
+        }
+        // A budget: so many entries, each once.
+        for draw in draws() {
+            let mut seen = Vec::new();
+            let _ = store.sample(
+                draw,
+                7,
+                |cell| {
+                    seen.push(cell.load());
+                    Visit::Keep
+                },
+                |_, _| false,
+            );
+            let count = seen.len();
+            seen.sort_unstable();
+            seen.dedup();
+            assert_eq!((count, seen.len()), (7, 7), "from {draw:#x}");
+        }
     }
 
     #[test]
     fn a_sample_picks_the_entry_ranked_lowest_and_hands_over_its_unit() {
         let store = capped();
-        let order = admit_ranked(&store, 5);
-        let mut picked = None;
-        // The whole map, ranked by word: the walk ends past the last shard,
-        // and the lowest, client 1, is picked in a shard it has left.
-        let swept = store.sample_slice(
+        admit_ranked(&store, 5);
+        // The whole map, ranked by word, from anywhere: client 1, ranked
+        // lowest, is offered (and declined, so nothing changes).
+        for draw in draws() {
+            let mut offered = None;
+            let swept = store.sample(
+                draw,
+                100,
+                |cell| Visit::Rank(cell.load()),
+                |key, _| {
+                    offered = Some(*key);
+                    false
+                },
+            );
+            assert!(!swept.kept);
+            assert_eq!(offered, Some(1), "from {draw:#x}");
+        }
+        assert_eq!((store.len(), store.map.len()), (5, 5));
+        // Taken: removed, its unit the caller's.
+        let swept = store.sample(
+            7,
             100,
             |cell| Visit::Rank(cell.load()),
-            |key, cell| {
-                picked = Some(*key);
-                cell.retire()
-            },
+            |_, cell| cell.retire(),
         );
-        assert!(
-            swept.is_some_and(|swept| swept.kept),
-            "its unit handed over"
-        );
-        assert_eq!(picked, Some(1));
+        assert!(swept.kept, "its unit handed over");
         assert_eq!(store.get(&1, StateCell::load), None, "removed");
         assert_eq!(store.len(), 5, "the unit was handed over, not given back");
-        store.release(1);
-        // Three entries, the third ranked alone: the walk ends in its shard
-        // and picks it there.
-        let third = order.iter().copied().filter(|&word| word != 10).nth(2);
-        let mut seen = 0;
-        let swept = store.sample_slice(
-            3,
-            |_| {
-                seen += 1;
-                if seen == 3 {
-                    Visit::Rank(0)
-                } else {
-                    Visit::Keep
-                }
-            },
-            |key, cell| {
-                picked = Some(*key);
-                cell.retire()
-            },
-        );
-        assert!(swept.is_some_and(|swept| swept.kept));
-        assert_eq!(picked.map(|key| key * 10), third);
-        assert_eq!(store.len(), 4);
-        store.release(1);
-        // A pick that declines removes nothing, and no unit is handed over.
-        let swept = store.sample_slice(100, |_| Visit::Rank(0), |_, _| false);
-        assert!(swept.is_some_and(|swept| !swept.kept));
-        assert_eq!(store.len(), 3);
-        assert_eq!(store.map.len(), 3);
+        assert_eq!(store.map.len(), 4);
+    }
+
+    #[test]
+    fn a_sample_picks_in_the_shard_it_ends_in_or_in_one_it_has_left() {
+        for draw in draws() {
+            let store = capped();
+            admit_ranked(&store, 5);
+            // Three entries, the third ranked alone (the walk ends in its
+            // shard, and picks it there), or the first (usually in a shard
+            // the walk has left, locked again).
+            for ranked in [3, 1] {
+                let mut seen = 0;
+                let mut wanted = None;
+                let mut picked = None;
+                let swept = store.sample(
+                    draw,
+                    3,
+                    |cell| {
+                        seen += 1;
+                        if seen == ranked {
+                            wanted = Some(cell.load() / 10);
+                            Visit::Rank(0)
+                        } else {
+                            Visit::Keep
+                        }
+                    },
+                    |key, cell| {
+                        picked = Some(*key);
+                        cell.retire()
+                    },
+                );
+                assert!(swept.kept);
+                assert_eq!(picked, wanted, "from {draw:#x}");
+                assert_eq!(
+                    picked.and_then(|key| store.get(&key, StateCell::load)),
+                    None
+                );
+                store.release(1);
+            }
+            assert_eq!((store.len(), store.map.len()), (3, 3));
+        }
     }
 
     #[test]
     fn a_sample_that_removes_an_entry_holding_room_picks_no_one() {
         let store = capped();
-        let _ = admit_ranked(&store, 4);
+        admit_ranked(&store, 4);
         // Client 2 is evicted, its entry still in the map: the sample takes
         // its unit, and forgets none of the live ones it ranked.
         assert_eq!(store.get(&2, StateCell::retire), Some(true));
         let mut picks = 0;
-        let swept = store.sample_slice(
+        let swept = store.sample(
+            0,
             100,
             |cell| Visit::Rank(cell.load()),
             |_, _| {
@@ -490,7 +549,7 @@ mod tests {
                 true
             },
         );
-        assert!(swept.is_some_and(|swept| swept.kept));
+        assert!(swept.kept);
         assert_eq!(picks, 0);
         assert_eq!(store.get(&2, StateCell::load), None);
         for key in [1, 3, 4] {
@@ -507,8 +566,8 @@ mod tests {
         }
         assert_eq!(store.get(&1, StateCell::retire), Some(true));
         assert_eq!(store.get(&2, StateCell::retire), Some(true));
-        let swept = store.sample_slice(100, |_| Visit::Keep, |_, _| true);
-        assert!(swept.is_some_and(|swept| swept.kept), "a unit handed over");
+        let swept = store.sample(0, 100, |_| Visit::Keep, |_, _| true);
+        assert!(swept.kept, "a unit handed over");
         // Of the two removed entries' units, one is the caller's (still
         // counted), the other given back.
         assert_eq!(store.len(), 2);
@@ -525,8 +584,8 @@ mod tests {
         let refused = StateCell::new(crate::algorithm::UNBORN);
         assert_eq!(refused.refuse(), Ok(()));
         assert!(store.insert(4, refused, |_| ()).is_ok());
-        let swept = store.sample_slice(100, |_| Visit::Keep, |_, _| false);
-        assert!(swept.is_some_and(|swept| !swept.kept));
+        let swept = store.sample(0, 100, |_| Visit::Keep, |_, _| false);
+        assert!(!swept.kept);
         assert_eq!(store.get(&4, StateCell::load), None, "removed all the same");
         assert_eq!(store.len(), 1);
     }

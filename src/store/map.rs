@@ -131,8 +131,7 @@ struct Shard<K, V> {
     table: Atomic<Table<K, V>>,
 }
 
-/// What a sampling slice's visitor makes of an entry (see
-/// [`Map::sample_slice`]).
+/// What a sample's visitor makes of an entry (see [`Map::sample`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Visit {
     /// Leave it.
@@ -514,14 +513,30 @@ where
                 Visit::Keep
             }
         };
-        self.sample_slice(cursor, budget, visit, |_, _| false).0
+        self.walk(cursor, budget, false, visit, |_, _| false).0
     }
 
-    /// [`Map::sweep_slice`], where `visit` may also rank an entry it keeps
-    /// ([`Visit::Rank`]): once the walk is over, `pick` runs on the entry
-    /// ranked lowest, under its shard's lock, and the entry is removed if
-    /// `pick` is true (it must retire the cell first). Returns how many
-    /// entries `visit` removed, and whether `pick` removed one.
+    /// A position drawn from `draw` (uniform bits): the shard its top bits
+    /// pick, and the slot its low 32 bits place in proportion to that
+    /// shard's table.
+    pub(crate) fn cursor_at(&self, draw: u64) -> Cursor {
+        let shard = (draw >> (64 - SHARD_BITS)) as usize;
+        let guard = epoch::pin();
+        let capacity = Self::current(&self.shards[shard], &guard).map_or(0, Table::capacity);
+        Cursor {
+            shard,
+            slot: ((u64::from(draw as u32) * capacity as u64) >> 32) as usize,
+        }
+    }
+
+    /// Visits up to `budget` live entries from `start` (see
+    /// [`Map::cursor_at`]), going round the map at most once, removing
+    /// those for which `visit` (run under the shard's lock) answers
+    /// [`Visit::Remove`]. Of those it ranks ([`Visit::Rank`]), `pick` then
+    /// runs on the one ranked lowest, under its shard's lock, and the entry
+    /// is removed if `pick` is true (it must retire the cell first).
+    /// Returns how many entries `visit` removed, and whether `pick` removed
+    /// one.
     ///
     /// The walk usually ends in the shard of the entry picked, whose lock
     /// it still holds: the entry is then picked through the reference the
@@ -530,17 +545,35 @@ where
     /// it: its table is still the shard's and its tag still `FULL` (a slot
     /// is never refilled, and the guard, pinned for the whole walk, keeps
     /// the table's address from being reused).
-    pub(crate) fn sample_slice(
+    pub(crate) fn sample(
+        &self,
+        mut start: Cursor,
+        budget: u64,
+        visit: impl FnMut(&K, &V) -> Visit,
+        pick: impl FnOnce(&K, &V) -> bool,
+    ) -> (u64, bool) {
+        self.walk(&mut start, budget, true, visit, pick)
+    }
+
+    /// The walk of [`Map::sweep_slice`] and [`Map::sample`]: with `round`,
+    /// at the end of the map it goes on from the start, up to where it
+    /// began.
+    fn walk(
         &self,
         cursor: &mut Cursor,
         budget: u64,
+        round: bool,
         mut visit: impl FnMut(&K, &V) -> Visit,
         pick: impl FnOnce(&K, &V) -> bool,
     ) -> (u64, bool) {
         let guard = epoch::pin();
+        let start = *cursor;
+        let mut wrapped = false;
         let mut seen = 0;
         let mut removed = 0;
-        let mut words = budget.saturating_add(SHARDS as u64);
+        // One more word than shards: a walk round the map reads its first
+        // shard's table twice.
+        let mut words = budget.saturating_add(SHARDS as u64 + 1);
         // The entry ranked lowest so far: its rank, shard, table and slot.
         let mut best: Option<(u64, usize, *const Table<K, V>, usize)> = None;
         'walk: while seen < budget {
@@ -548,11 +581,18 @@ where
                 *cursor = Cursor::default();
                 break;
             };
+            // Back where a walk round the map began: up to its first slot.
+            let last = wrapped && cursor.shard == start.shard;
             if Self::current(shard, &guard).is_some() {
                 let mut counts = self.lock(shard, &guard);
                 let table = Self::current(shard, &guard).expect("tables are never unpublished");
+                let end = if last {
+                    start.slot.min(table.capacity())
+                } else {
+                    table.capacity()
+                };
                 let mut ended = false;
-                'shard: while cursor.slot < table.capacity() {
+                'shard: while cursor.slot < end {
                     if seen == budget || words == 0 {
                         ended = true;
                         break;
@@ -562,6 +602,10 @@ where
                     let word = table.ctrl[group].load(Ordering::Relaxed);
                     words -= 1;
                     let mut live = word & HIGH & (u64::MAX << (cursor.slot % LANES * 8));
+                    if (group + 1) * LANES > end {
+                        // Only the lanes below `end`.
+                        live &= !(u64::MAX << (end % LANES * 8));
+                    }
                     cursor.slot = (group + 1) * LANES;
                     while live != 0 {
                         let index = group * LANES + lowest(live);
@@ -589,7 +633,7 @@ where
                         }
                     }
                 }
-                if ended {
+                if ended || last {
                     // The walk ends in this shard: if the entry ranked
                     // lowest is here, pick it before letting the lock go.
                     if let Some((_, _, _, index)) = best.filter(|&(_, at, ..)| at == cursor.shard) {
@@ -597,13 +641,19 @@ where
                     }
                     break 'walk;
                 }
+            } else if last {
+                break;
             }
             cursor.shard += 1;
             cursor.slot = 0;
             if cursor.shard == self.shards.len() {
-                // The end of the map: the next slice starts over.
+                // The end of the map: the next slice starts over, and a walk
+                // round the map goes on from there.
                 *cursor = Cursor::default();
-                break;
+                if !round || wrapped {
+                    break;
+                }
+                wrapped = true;
             }
         }
         let Some((_, at, was, index)) = best else {
