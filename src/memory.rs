@@ -260,10 +260,13 @@ impl Counters {
     #[inline]
     pub(crate) fn full_scan_due(&self) -> bool {
         // Relaxed: a heuristic tally; a race only scans once more or less.
-        if self.full_scan_skip.load(Ordering::Relaxed) == 0 {
+        // A load and a store, not a locked read-modify-write: two threads
+        // that skip at once may count one skip, which only scans sooner.
+        let skip = self.full_scan_skip.load(Ordering::Relaxed);
+        if skip == 0 {
             return true;
         }
-        self.full_scan_skip.fetch_sub(1, Ordering::Relaxed);
+        self.full_scan_skip.store(skip - 1, Ordering::Relaxed);
         false
     }
 
