@@ -92,7 +92,8 @@ OPTIONS:
                      governor; --memory likewise); naming IpAddr in --keys
                      runs it everywhere, as --quick does
     --ops N          checks per thread per round instead of calibrating to
-                     ~20 ms (for profiling, e.g. under callgrind)
+                     ~20 ms, or of insert's and insert_capped's fixed
+                     totals (for profiling, e.g. under callgrind)
     --quick          a tiny run that checks everything works (for CI); its
                      times mean nothing and nothing about them is asserted
     -h, --help       print this help
@@ -129,9 +130,10 @@ const MEMORY_CLIENTS: u64 = 1_000_000;
 /// (filling the maps is the cost). The figure for governor is at
 /// 2M: pass `--sweep-clients 2000000`.
 const SWEEP_CLIENTS: u64 = 400_000;
-/// New clients per round in `insert_capped`, all threads together: its
-/// checks cost microseconds.
-const CAPPED_TOTAL: u64 = 2_400;
+/// New clients per round in `insert_capped`, all threads together: enough
+/// for a round of some milliseconds (a round of 2 400 took about one, and
+/// one thread descheduled for a moment doubled its time).
+const CAPPED_TOTAL: u64 = 24_000;
 /// The most rounds of `insert_capped` and the sweep, whose setup (filling
 /// maps) dominates the run.
 const EVICTION_ROUNDS: usize = 3;
@@ -484,7 +486,7 @@ fn run_key<K: Key>(
             progress.step(&format!("{} {} {threads}t", scenario.name(), K::NAME));
             let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); all.len()];
             if scenario == Scenario::Insert {
-                let per_thread = (sizes.insert_total / threads as u64).max(1);
+                let per_thread = o.ops.unwrap_or((sizes.insert_total / threads as u64).max(1));
                 let keys = fresh_keys::<K>(threads, per_thread);
                 for round in 0..o.rounds {
                     for i in rotated(all.len(), round) {
@@ -560,7 +562,7 @@ fn run_capped<K: Key>(
     for pool in pools {
         let threads = pool.threads();
         progress.step(&format!("insert_capped {} {threads}t", K::NAME));
-        let per_thread = (sizes.capped_total / threads as u64).max(1);
+        let per_thread = o.ops.unwrap_or((sizes.capped_total / threads as u64).max(1));
         let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); subjects.len()];
         let mut untracked = vec![0u64; subjects.len()];
         for round in 0..sizes.capped_rounds {
@@ -934,7 +936,7 @@ fn print_eviction(rows: &[Row], sizes: &Sizes, cap: usize) {
         }
         println!();
         println!(
-            "insert_capped: every check is a client never seen before, against a limiter already holding its max_clients({cap}), none idle (quotas per hour), so every check applies the policy (median of rounds). no cap and governor: the insert scenario's figures, from an empty map. evict-sampled untracked: the share of new clients that found the room they freed taken by other threads four times running and were admitted untracked (all rounds)."
+            "insert_capped: every check is a client never seen before, against a limiter already holding its max_clients({cap}), none idle (quotas per hour), so every check applies the policy (median of rounds). no cap and governor: the insert scenario's figures, from an empty map. evict-sampled untracked: the share of new clients whose four samples found no client to forget, admitted untracked (all rounds)."
         );
     }
     let swept: Vec<&Row> = rows

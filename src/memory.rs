@@ -40,16 +40,18 @@ use crate::sync::{AtomicU64, Ordering};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Overflow {
-    /// Forget a held client to make room: of `sample` clients visited (at
-    /// the sweep's rotating position, so in effect at random, as Redis
-    /// samples), the one whose state would become idle soonest, the one
-    /// carrying the least information. The new client is then tracked.
+    /// Forget a held client to make room: of `sample` clients visited
+    /// (from a random position in the map, as Redis samples), the one
+    /// whose state would become idle soonest, the one carrying the least
+    /// information. The new client is then tracked, in the room the
+    /// forgotten one left, which no other thread can take first.
     ///
     /// **The only policy that may change a tracked client's decisions**:
     /// the forgotten client starts afresh on its next request, as though it
-    /// had been idle. Counted in [`Stats::evicted_live`]. If the room is
-    /// taken by other new clients four times running, the request is
-    /// admitted untracked instead (counted in [`Stats::admitted_untracked`]).
+    /// had been idle. Counted in [`Stats::evicted_live`]. If four samples
+    /// in a row find no client to forget (only new clients still on their
+    /// way in), the request is admitted untracked instead (counted in
+    /// [`Stats::admitted_untracked`]).
     ///
     /// The default policy, with `sample: 5`. `sample` must be in `1..=64`.
     EvictSampled {

@@ -41,8 +41,10 @@ where
         };
         Counters::add(&self.counters.overflows, 1);
         // The room an eviction makes is ours: no other thread can take it
-        // between the eviction and our insert. After four lost races, the
-        // client goes untracked (`Arrival::refused`).
+        // between the eviction and our insert. After four samples that
+        // forgot no one (only clients on their way in, or a victim's table
+        // rebuilt under the sample), the client goes untracked
+        // (`Arrival::refused`).
         (0..4).any(|_| self.evict_sampled(now, sample.into()) || self.store.reserve(max))
     }
 
