@@ -486,7 +486,9 @@ fn run_key<K: Key>(
             progress.step(&format!("{} {} {threads}t", scenario.name(), K::NAME));
             let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); all.len()];
             if scenario == Scenario::Insert {
-                let per_thread = o.ops.unwrap_or((sizes.insert_total / threads as u64).max(1));
+                let per_thread = o
+                    .ops
+                    .unwrap_or((sizes.insert_total / threads as u64).max(1));
                 let keys = fresh_keys::<K>(threads, per_thread);
                 for round in 0..o.rounds {
                     for i in rotated(all.len(), round) {
@@ -562,7 +564,9 @@ fn run_capped<K: Key>(
     for pool in pools {
         let threads = pool.threads();
         progress.step(&format!("insert_capped {} {threads}t", K::NAME));
-        let per_thread = o.ops.unwrap_or((sizes.capped_total / threads as u64).max(1));
+        let per_thread = o
+            .ops
+            .unwrap_or((sizes.capped_total / threads as u64).max(1));
         let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); subjects.len()];
         let mut untracked = vec![0u64; subjects.len()];
         for round in 0..sizes.capped_rounds {

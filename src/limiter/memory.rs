@@ -2,13 +2,14 @@
 //! cap, the sweeps that forget idle clients, and a new client's way in
 //! ([`Arrival`], which the store's check-or-insert protocol drives).
 
+use core::cell::Cell;
 use core::hash::{BuildHasher, Hash};
 
 use super::Limiter;
 use crate::cell::{Algorithm, Life, Mortal};
 use crate::clock::Clock;
 use crate::memory::{Counters, Memory, Overflow};
-use crate::store::{Newcomer, Visit};
+use crate::store::{Cursor, Newcomer, Visit};
 
 impl<A, K, C> Limiter<A, K, C>
 where
@@ -82,8 +83,11 @@ where
         let mut retired = 0;
         let mut sampled = 0;
         let mut forced = false;
+        let mut cursor = SAMPLE_AT
+            .with(Cell::get)
+            .unwrap_or_else(|| self.store.cursor_at(draw()));
         let swept = self.store.sample(
-            draw(),
+            &mut cursor,
             // One more than the sample: the new client's own unborn entry
             // is in the map, and is no candidate.
             sample + 1,
@@ -114,6 +118,7 @@ where
                 forced
             },
         );
+        SAMPLE_AT.with(|at| at.set(Some(cursor)));
         Counters::add(&self.counters.evicted_idle, retired);
         Counters::add(&self.counters.evicted_live, u64::from(forced));
         swept.kept
@@ -168,21 +173,22 @@ where
     }
 }
 
-/// Uniform bits for a sample's position: this thread's next count, mixed
-/// with the thread's own address by a randomly seeded hasher, so that
-/// threads sampling at once start apart, share no counter, and no client
-/// can predict where a sample starts.
+std::thread_local! {
+    /// Where this thread's next sampled eviction starts: where its last
+    /// one ended, so that a thread's samples walk the map in order, over
+    /// lines its last sample has just brought into its cache, and threads
+    /// share no cursor. Any position is valid in any limiter's map (a
+    /// thread serving several limiters only starts their samples at
+    /// arbitrary places); the first is drawn at random.
+    static SAMPLE_AT: Cell<Option<Cursor>> = const { Cell::new(None) };
+}
+
+/// Uniform bits for a thread's first sample's position, mixed from the
+/// thread's own address by a randomly seeded hasher, so that threads start
+/// apart and no client can predict where a sample starts.
 fn draw() -> u64 {
-    std::thread_local! {
-        static DRAWS: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
-        static SEED: foldhash::fast::RandomState = foldhash::fast::RandomState::default();
-    }
-    let n = DRAWS.with(|draws| {
-        let n = draws.get();
-        draws.set(n.wrapping_add(1));
-        n
-    });
-    SEED.with(|seed| seed.hash_one((core::ptr::from_ref(seed) as usize, n)))
+    let seed = foldhash::fast::RandomState::default();
+    SAMPLE_AT.with(|at| seed.hash_one(core::ptr::from_ref(at) as usize))
 }
 
 /// A new client on its way in: how the store's protocol reads the clock,

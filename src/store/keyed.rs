@@ -273,14 +273,16 @@ where
         Some(())
     }
 
-    /// Visits up to `budget` entries from a position drawn from `draw`
-    /// (uniform bits), going round the map at most once, removing those
+    /// Visits up to `budget` entries from `cursor` (a position of the
+    /// caller's own: see [`Store::cursor_at`]), going round the map at
+    /// most once and leaving the cursor past the last entry visited,
+    /// removing those
     /// for which `visit` answers [`Visit::Remove`] (it must retire the cell
     /// first) or whose cell is already dead; then, unless it removed an
     /// entry holding room, runs `pick` on the entry `visit` ranked lowest
     /// ([`Visit::Rank`]), under its shard's lock, and removes the entry if
-    /// `pick` is true (it must retire the cell first). Takes no cursor, so
-    /// threads sampling at once never wait for one another.
+    /// `pick` is true (it must retire the cell first). Takes no shared
+    /// cursor, so threads sampling at once never wait for one another.
     ///
     /// The first removed entry's unit of room is not given back but handed
     /// to the caller, as [`Store::reserve`] would have (`Swept::kept`): a
@@ -288,7 +290,7 @@ where
     /// thread can take first.
     pub(crate) fn sample(
         &self,
-        draw: u64,
+        cursor: &mut Cursor,
         budget: u64,
         mut visit: impl FnMut(&V) -> Visit,
         pick: impl FnOnce(&K, &V) -> bool,
@@ -300,7 +302,7 @@ where
             }
         };
         let _ = self.map.sample(
-            self.map.cursor_at(draw),
+            cursor,
             budget,
             |_, cell| match visit(cell) {
                 Visit::Remove => {
@@ -326,6 +328,12 @@ where
             },
         );
         Swept { kept: kept.get() }
+    }
+
+    /// A position drawn from `draw` (uniform bits): a shard, and a slot in
+    /// proportion to its table.
+    pub(crate) fn cursor_at(&self, draw: u64) -> Cursor {
+        self.map.cursor_at(draw)
     }
 
     /// The sweep cursor, unless another thread's slice holds it.
@@ -425,7 +433,7 @@ mod tests {
         for draw in draws().chain([0, u64::MAX]) {
             let mut seen = Vec::new();
             let swept = store.sample(
-                draw,
+                &mut store.cursor_at(draw),
                 1_000,
                 |cell| {
                     seen.push(cell.load());
@@ -442,7 +450,7 @@ mod tests {
         for draw in draws() {
             let mut seen = Vec::new();
             let _ = store.sample(
-                draw,
+                &mut store.cursor_at(draw),
                 7,
                 |cell| {
                     seen.push(cell.load());
@@ -458,6 +466,30 @@ mod tests {
     }
 
     #[test]
+    fn samples_from_one_cursor_go_on_where_the_last_ended() {
+        let store = capped();
+        admit_ranked(&store, 40);
+        for draw in draws() {
+            let mut cursor = store.cursor_at(draw);
+            let mut seen = Vec::new();
+            for _ in 0..8 {
+                let _ = store.sample(
+                    &mut cursor,
+                    5,
+                    |cell| {
+                        seen.push(cell.load());
+                        Visit::Keep
+                    },
+                    |_, _| false,
+                );
+            }
+            seen.sort_unstable();
+            let all: Vec<u64> = (1..=40).map(|key| 10 * key).collect();
+            assert_eq!(seen, all, "one lap in eight samples, from {draw:#x}");
+        }
+    }
+
+    #[test]
     fn a_sample_picks_the_entry_ranked_lowest_and_hands_over_its_unit() {
         let store = capped();
         admit_ranked(&store, 5);
@@ -466,7 +498,7 @@ mod tests {
         for draw in draws() {
             let mut offered = None;
             let swept = store.sample(
-                draw,
+                &mut store.cursor_at(draw),
                 100,
                 |cell| Visit::Rank(cell.load()),
                 |key, _| {
@@ -480,7 +512,7 @@ mod tests {
         assert_eq!((store.len(), store.map.len()), (5, 5));
         // Taken: removed, its unit the caller's.
         let swept = store.sample(
-            7,
+            &mut store.cursor_at(7),
             100,
             |cell| Visit::Rank(cell.load()),
             |_, cell| cell.retire(),
@@ -504,7 +536,7 @@ mod tests {
                 let mut wanted = None;
                 let mut picked = None;
                 let swept = store.sample(
-                    draw,
+                    &mut store.cursor_at(draw),
                     3,
                     |cell| {
                         seen += 1;
@@ -541,7 +573,7 @@ mod tests {
         assert_eq!(store.get(&2, StateCell::retire), Some(true));
         let mut picks = 0;
         let swept = store.sample(
-            0,
+            &mut store.cursor_at(0),
             100,
             |cell| Visit::Rank(cell.load()),
             |_, _| {
@@ -566,7 +598,7 @@ mod tests {
         }
         assert_eq!(store.get(&1, StateCell::retire), Some(true));
         assert_eq!(store.get(&2, StateCell::retire), Some(true));
-        let swept = store.sample(0, 100, |_| Visit::Keep, |_, _| true);
+        let swept = store.sample(&mut store.cursor_at(0), 100, |_| Visit::Keep, |_, _| true);
         assert!(swept.kept, "a unit handed over");
         // Of the two removed entries' units, one is the caller's (still
         // counted), the other given back.
@@ -584,7 +616,7 @@ mod tests {
         let refused = StateCell::new(crate::algorithm::UNBORN);
         assert_eq!(refused.refuse(), Ok(()));
         assert!(store.insert(4, refused, |_| ()).is_ok());
-        let swept = store.sample(0, 100, |_| Visit::Keep, |_, _| false);
+        let swept = store.sample(&mut store.cursor_at(0), 100, |_| Visit::Keep, |_, _| false);
         assert!(!swept.kept);
         assert_eq!(store.get(&4, StateCell::load), None, "removed all the same");
         assert_eq!(store.len(), 1);

@@ -529,8 +529,9 @@ where
         }
     }
 
-    /// Visits up to `budget` live entries from `start` (see
-    /// [`Map::cursor_at`]), going round the map at most once, removing
+    /// Visits up to `budget` live entries from `cursor` (which it then
+    /// leaves past the last entry visited), going round the map at most
+    /// once, removing
     /// those for which `visit` (run under the shard's lock) answers
     /// [`Visit::Remove`]. Of those it ranks ([`Visit::Rank`]), `pick` then
     /// runs on the one ranked lowest, under its shard's lock, and the entry
@@ -547,12 +548,12 @@ where
     /// the table's address from being reused).
     pub(crate) fn sample(
         &self,
-        mut start: Cursor,
+        cursor: &mut Cursor,
         budget: u64,
         visit: impl FnMut(&K, &V) -> Visit,
         pick: impl FnOnce(&K, &V) -> bool,
     ) -> (u64, bool) {
-        self.walk(&mut start, budget, true, visit, pick)
+        self.walk(cursor, budget, true, visit, pick)
     }
 
     /// The walk of [`Map::sweep_slice`] and [`Map::sample`]: with `round`,
