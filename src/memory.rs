@@ -41,7 +41,8 @@ use crate::sync::{AtomicU64, Ordering};
 #[non_exhaustive]
 pub enum Overflow {
     /// Forget a held client to make room: of `sample` clients visited
-    /// (from a random position in the map, as Redis samples), the one
+    /// (each thread's samples walking the map from a random start, so in
+    /// effect at random, as Redis samples), the one
     /// whose state would become idle soonest, the one carrying the least
     /// information. The new client is then tracked, in the room the
     /// forgotten one left, which no other thread can take first.

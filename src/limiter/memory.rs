@@ -66,8 +66,9 @@ where
         retired
     }
 
-    /// Forgets one client from a sample of `sample`, taken from a random
-    /// position in the map: an idle one if the sample holds any, otherwise
+    /// Forgets one client from a sample of `sample`, taken where this
+    /// thread's last sample ended (see `SAMPLE_AT`): an idle one if the
+    /// sample holds any, otherwise
     /// the live one that would become idle soonest. Returns whether a unit
     /// of room is now the caller's, as if [`Store::reserve`] had granted
     /// it.

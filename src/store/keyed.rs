@@ -282,7 +282,7 @@ where
     /// entry holding room, runs `pick` on the entry `visit` ranked lowest
     /// ([`Visit::Rank`]), under its shard's lock, and removes the entry if
     /// `pick` is true (it must retire the cell first). Takes no shared
-    /// cursor, so threads sampling at once never wait for one another.
+    /// cursor: threads sampling at once meet only on a shard's lock.
     ///
     /// The first removed entry's unit of room is not given back but handed
     /// to the caller, as [`Store::reserve`] would have (`Swept::kept`): a
