@@ -237,8 +237,14 @@ impl Counters {
         // Relaxed: a check that can see the eviction's effect (the tombstone,
         // read Acquire, written AcqRel after this in program order, or the
         // entry's removal, later still) is ordered after this by that
-        // pairing, so it reads this value or a later one.
-        self.evicting_at.fetch_max(now, Ordering::Relaxed);
+        // pairing, so it reads this value or a later one. Likewise after
+        // the load alone, when it finds `now` or later already recorded
+        // (the same reading's second eviction, or another thread's later
+        // one): the check reads what this load read or a later value, and
+        // the value only grows. So no locked write then.
+        if self.evicting_at.load(Ordering::Relaxed) < now {
+            self.evicting_at.fetch_max(now, Ordering::Relaxed);
+        }
     }
 
     /// `now`, or the latest reading an eviction was judged at if that is
