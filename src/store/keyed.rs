@@ -416,7 +416,7 @@ mod tests {
     /// Admits clients 1 to `n`, client `k`'s word being `10 * k`.
     fn admit_ranked(store: &Store<u64, StateCell, foldhash::fast::FixedState>, n: u64) {
         for key in 1..=n {
-            assert!(store.reserve(Some(100)));
+            assert!(store.reserve(Some(10_000)));
             assert!(store.insert(key, StateCell::new(10 * key), |_| ()).is_ok());
         }
     }
@@ -486,6 +486,32 @@ mod tests {
             seen.sort_unstable();
             let all: Vec<u64> = (1..=40).map(|key| 10 * key).collect();
             assert_eq!(seen, all, "one lap in eight samples, from {draw:#x}");
+        }
+    }
+
+    #[test]
+    fn a_cursor_from_another_map_still_goes_round_once() {
+        // A thread's position serves every limiter it evicts for: one
+        // taken in a big map may point past the end of a small map's
+        // tables.
+        let big = capped();
+        admit_ranked(&big, 3_000);
+        let small = capped();
+        admit_ranked(&small, 5);
+        for draw in draws() {
+            let mut cursor = big.cursor_at(draw);
+            let mut seen = Vec::new();
+            let _ = small.sample(
+                &mut cursor,
+                100,
+                |cell| {
+                    seen.push(cell.load());
+                    Visit::Keep
+                },
+                |_, _| false,
+            );
+            seen.sort_unstable();
+            assert_eq!(seen, [10, 20, 30, 40, 50], "from {draw:#x}");
         }
     }
 
