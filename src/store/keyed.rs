@@ -516,6 +516,48 @@ mod tests {
     }
 
     #[test]
+    fn a_sample_never_picks_an_entry_removed_since_it_was_ranked() {
+        // The entry ranked first is removed by another remover while the
+        // walk is in other shards; going round the map, the walk may end in
+        // that entry's shard, under a lock taken afresh.
+        for draw in draws() {
+            let store = capped();
+            admit_ranked(&store, 40);
+            let mut first = None;
+            let mut offered = None;
+            let swept = store.sample(
+                &mut store.cursor_at(draw),
+                1_000,
+                |cell| match first {
+                    None => {
+                        first = Some(cell.load() / 10);
+                        Visit::Rank(0)
+                    }
+                    Some(key) => {
+                        // Only from another shard than its own, whose lock
+                        // this walk does not hold now.
+                        let bits = crate::store::map::SHARDS.trailing_zeros();
+                        let shard = |key: u64| store.hash_of(&key) >> (64 - bits);
+                        if shard(cell.load() / 10) != shard(key)
+                            && store.get(&key, StateCell::retire) == Some(true)
+                        {
+                            assert!(store.remove_if(&key, Mortal::is_dead));
+                        }
+                        Visit::Keep
+                    }
+                },
+                |key, _| {
+                    offered = Some(*key);
+                    true
+                },
+            );
+            assert_eq!(offered, None, "from {draw:#x}");
+            assert!(!swept.kept);
+            assert_eq!((store.len(), store.map.len()), (39, 39), "from {draw:#x}");
+        }
+    }
+
+    #[test]
     fn a_sample_picks_the_entry_ranked_lowest_and_hands_over_its_unit() {
         let store = capped();
         admit_ranked(&store, 5);

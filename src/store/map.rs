@@ -637,8 +637,14 @@ where
                 if ended || last {
                     // The walk ends in this shard: if the entry ranked
                     // lowest is here, pick it before letting the lock go.
-                    if let Some((_, _, _, index)) = best.filter(|&(_, at, ..)| at == cursor.shard) {
-                        return (removed, Self::pick(table, index, &mut counts, pick));
+                    // Unless found under this very lock (a walk round the
+                    // map comes back to its first shard under a lock taken
+                    // afresh), the slot must still hold it, as below.
+                    if let Some((_, _, was, index)) = best.filter(|&(_, at, ..)| at == cursor.shard)
+                    {
+                        let held = ptr::eq(table, was) && table.tag(index) & FULL != 0;
+                        let picked = held && Self::pick(table, index, &mut counts, pick);
+                        return (removed, picked);
                     }
                     break 'walk;
                 }
