@@ -68,10 +68,9 @@ where
 
     /// Forgets one client from a sample of `sample`, taken where this
     /// thread's last sample ended (see `SAMPLE_AT`): an idle one if the
-    /// sample holds any, otherwise
-    /// the live one that would become idle soonest. Returns whether a unit
-    /// of room is now the caller's, as if [`Store::reserve`] had granted
-    /// it.
+    /// sample holds any, otherwise the live one that would become idle
+    /// soonest. Returns whether a unit of room is now the caller's, as if
+    /// [`Store::reserve`] had granted it.
     ///
     /// The live one is forgotten where the sample found it, under its
     /// shard's lock and through the reference the walk holds: retired
