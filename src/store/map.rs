@@ -531,21 +531,22 @@ where
 
     /// Visits up to `budget` live entries from `cursor` (which it then
     /// leaves past the last entry visited), going round the map at most
-    /// once, removing
-    /// those for which `visit` (run under the shard's lock) answers
-    /// [`Visit::Remove`]. Of those it ranks ([`Visit::Rank`]), `pick` then
-    /// runs on the one ranked lowest, under its shard's lock, and the entry
-    /// is removed if `pick` is true (it must retire the cell first).
-    /// Returns how many entries `visit` removed, and whether `pick` removed
-    /// one.
+    /// once, removing those for which `visit` (run under the shard's lock)
+    /// answers [`Visit::Remove`]. Of those it ranks ([`Visit::Rank`]),
+    /// `pick` then runs on the one ranked lowest, under its shard's lock,
+    /// and the entry is removed if `pick` is true (it must retire the cell
+    /// first). Returns how many entries `visit` removed, and whether `pick`
+    /// removed one.
     ///
-    /// The walk usually ends in the shard of the entry picked, whose lock
-    /// it still holds: the entry is then picked through the reference the
-    /// walk found, with no second lookup. Otherwise the shard is locked
-    /// again, and the entry offered to `pick` only if its slot still holds
-    /// it: its table is still the shard's and its tag still `FULL` (a slot
-    /// is never refilled, and the guard, pinned for the whole walk, keeps
-    /// the table's address from being reused).
+    /// The walk usually ends in the shard of the entry picked, under the
+    /// lock it found the entry under: the entry is then picked through the
+    /// reference the walk holds, with no second lookup. Otherwise (the
+    /// entry is in a shard the walk has left, or in the first shard of a
+    /// walk round the map, which it locks afresh at the end) the entry is
+    /// offered to `pick` only if its slot still holds it: its table is
+    /// still the shard's and its tag still `FULL` (a slot is never
+    /// refilled, and the guard, pinned for the whole walk, keeps the
+    /// table's address from being reused).
     pub(crate) fn sample(
         &self,
         cursor: &mut Cursor,
