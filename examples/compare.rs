@@ -74,6 +74,8 @@ OPTIONS:
                      idle clients in the sweep [default: 400000: filling
                      the maps is the cost; 2000000 is governor's reference
                      figure, ~15 s more per round]
+    --policies LIST  insert_capped under only these overflow policies:
+                     evict-sampled, deny-new, admit-untracked [default: all]
     --impls LIST     only these implementations, by name or name/algorithm,
                      e.g. tollgate/token-bucket,governor. Two limits on one
                      client run only when named: tollgate/two-token-buckets
@@ -90,7 +92,8 @@ OPTIONS:
                      governor; --memory likewise); naming IpAddr in --keys
                      runs it everywhere, as --quick does
     --ops N          checks per thread per round instead of calibrating to
-                     ~20 ms (for profiling, e.g. under callgrind)
+                     ~20 ms, or of insert's and insert_capped's fixed
+                     totals (for profiling, e.g. under callgrind)
     --quick          a tiny run that checks everything works (for CI); its
                      times mean nothing and nothing about them is asserted
     -h, --help       print this help
@@ -127,9 +130,10 @@ const MEMORY_CLIENTS: u64 = 1_000_000;
 /// (filling the maps is the cost). The figure for governor is at
 /// 2M: pass `--sweep-clients 2000000`.
 const SWEEP_CLIENTS: u64 = 400_000;
-/// New clients per round in `insert_capped`, all threads together: its
-/// checks cost microseconds.
-const CAPPED_TOTAL: u64 = 2_400;
+/// New clients per round in `insert_capped`, all threads together: enough
+/// for a round of some milliseconds (a round of 2 400 took about one, and
+/// one thread descheduled for a moment doubled its time).
+const CAPPED_TOTAL: u64 = 24_000;
 /// The most rounds of `insert_capped` and the sweep, whose setup (filling
 /// maps) dominates the run.
 const EVICTION_ROUNDS: usize = 3;
@@ -150,6 +154,8 @@ struct Options {
     keys_given: bool,
     ops: Option<u64>,
     sweep_clients: Option<u64>,
+    /// The overflow policies `insert_capped` runs.
+    policies: Vec<Policy>,
 }
 
 impl Options {
@@ -158,6 +164,7 @@ impl Options {
         self.scenarios.len() < all_scenarios().len()
             || self.impls.len() < impls().len()
             || self.keys.len() < KEYS.len()
+            || self.policies.len() < POLICIES.len()
             || self.ip_headline_only()
     }
 
@@ -254,6 +261,7 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
         keys_given: false,
         ops: None,
         sweep_clients: None,
+        policies: POLICIES.to_vec(),
     };
     let mut threads_given = false;
     let mut it = args.iter();
@@ -307,6 +315,10 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
                     Ok(n) if n >= 1 => Some(n),
                     _ => return Err(format!("--sweep-clients: `{n}` is not a positive number")),
                 };
+            }
+            "--policies" => {
+                let list = value("--policies")?;
+                o.policies = select("--policies", &list, POLICIES, |p, w| p.name() == w)?;
             }
             "--rounds" => {
                 let n = value("--rounds")?;
@@ -474,7 +486,9 @@ fn run_key<K: Key>(
             progress.step(&format!("{} {} {threads}t", scenario.name(), K::NAME));
             let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); all.len()];
             if scenario == Scenario::Insert {
-                let per_thread = (sizes.insert_total / threads as u64).max(1);
+                let per_thread = o
+                    .ops
+                    .unwrap_or((sizes.insert_total / threads as u64).max(1));
                 let keys = fresh_keys::<K>(threads, per_thread);
                 for round in 0..o.rounds {
                     for i in rotated(all.len(), round) {
@@ -533,7 +547,7 @@ fn run_capped<K: Key>(
     let cap = data.clients.len() as u64;
     let subjects: Vec<(Algo, Policy, Arc<dyn Subject<K>>)> = tollgate_algos(o)
         .into_iter()
-        .flat_map(|a| POLICIES.iter().map(move |&p| (a, p)))
+        .flat_map(|a| o.policies.iter().map(move |&p| (a, p)))
         .map(|(a, p)| {
             let s = make_capped::<K>(a, p, cap);
             in_parallel(&data.clients, |keys| {
@@ -550,7 +564,9 @@ fn run_capped<K: Key>(
     for pool in pools {
         let threads = pool.threads();
         progress.step(&format!("insert_capped {} {threads}t", K::NAME));
-        let per_thread = (sizes.capped_total / threads as u64).max(1);
+        let per_thread = o
+            .ops
+            .unwrap_or((sizes.capped_total / threads as u64).max(1));
         let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); subjects.len()];
         let mut untracked = vec![0u64; subjects.len()];
         for round in 0..sizes.capped_rounds {
@@ -886,9 +902,14 @@ fn print_eviction(rows: &[Row], sizes: &Sizes, cap: usize) {
             })
             .map(|x| x.sample)
     };
+    // One line per algorithm, key and thread count: the first policy run.
+    let first = rows
+        .iter()
+        .find(|r| r.scenario == Scenario::InsertCapped)
+        .and_then(|r| r.policy);
     let capped: Vec<&Row> = rows
         .iter()
-        .filter(|r| r.scenario == Scenario::InsertCapped && r.policy == Some(POLICIES[0]))
+        .filter(|r| r.scenario == Scenario::InsertCapped && r.policy == first)
         .collect();
     if !capped.is_empty() {
         println!();
@@ -919,7 +940,7 @@ fn print_eviction(rows: &[Row], sizes: &Sizes, cap: usize) {
         }
         println!();
         println!(
-            "insert_capped: every check is a client never seen before, against a limiter already holding its max_clients({cap}), none idle (quotas per hour), so every check applies the policy (median of rounds). no cap and governor: the insert scenario's figures, from an empty map. evict-sampled untracked: the share of new clients that found the room they freed taken by other threads four times running and were admitted untracked (all rounds)."
+            "insert_capped: every check is a client never seen before, against a limiter already holding its max_clients({cap}), none idle (quotas per hour), so every check applies the policy (median of rounds). no cap and governor: the insert scenario's figures, from an empty map. evict-sampled untracked: the share of new clients whose four samples found no client to forget, admitted untracked (all rounds)."
         );
     }
     let swept: Vec<&Row> = rows

@@ -52,9 +52,12 @@ impl Room {
     }
 
     /// Records that an eviction is about to be judged at `now`, as the
-    /// limiter's `Counters::evicting`.
+    /// limiter's `Counters::evicting`: no write if `now` or later is
+    /// already recorded.
     pub(crate) fn evicting(&self, now: u64) {
-        self.evicting_at.fetch_max(now, Relaxed);
+        if self.evicting_at.load(Relaxed) < now {
+            self.evicting_at.fetch_max(now, Relaxed);
+        }
     }
 
     /// Units of room taken.

@@ -40,16 +40,19 @@ use crate::sync::{AtomicU64, Ordering};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Overflow {
-    /// Forget a held client to make room: of `sample` clients visited (at
-    /// the sweep's rotating position, so in effect at random, as Redis
-    /// samples), the one whose state would become idle soonest, the one
-    /// carrying the least information. The new client is then tracked.
+    /// Forget a held client to make room: of `sample` clients visited
+    /// (each thread's samples walking the map from a random start, so in
+    /// effect at random, as Redis samples), the one
+    /// whose state would become idle soonest, the one carrying the least
+    /// information. The new client is then tracked, in the room the
+    /// forgotten one left, which no other thread can take first.
     ///
     /// **The only policy that may change a tracked client's decisions**:
     /// the forgotten client starts afresh on its next request, as though it
-    /// had been idle. Counted in [`Stats::evicted_live`]. If the room is
-    /// taken by other new clients four times running, the request is
-    /// admitted untracked instead (counted in [`Stats::admitted_untracked`]).
+    /// had been idle. Counted in [`Stats::evicted_live`]. If four samples
+    /// in a row find no client to forget (only new clients still on their
+    /// way in), the request is admitted untracked instead (counted in
+    /// [`Stats::admitted_untracked`]).
     ///
     /// The default policy, with `sample: 5`. `sample` must be in `1..=64`.
     EvictSampled {
@@ -171,10 +174,6 @@ impl Memory {
     /// whole map.
     pub(crate) const FULL_SLICE: u64 = 8;
 
-    /// How many times sampled eviction retries while another thread's slice
-    /// holds the sweep cursor, before the new client goes untracked.
-    pub(crate) const CURSOR_SPINS: u32 = 1_000;
-
     pub(crate) fn validate(self) -> Result<Self, ConfigError> {
         if let Some(max) = self.max_clients {
             ConfigError::check_range(
@@ -242,8 +241,14 @@ impl Counters {
         // Relaxed: a check that can see the eviction's effect (the tombstone,
         // read Acquire, written AcqRel after this in program order, or the
         // entry's removal, later still) is ordered after this by that
-        // pairing, so it reads this value or a later one.
-        self.evicting_at.fetch_max(now, Ordering::Relaxed);
+        // pairing, so it reads this value or a later one. Likewise after
+        // the load alone, when it finds `now` or later already recorded
+        // (the same reading's second eviction, or another thread's later
+        // one): the check reads what this load read or a later value, and
+        // the value only grows. So no locked write then.
+        if self.evicting_at.load(Ordering::Relaxed) < now {
+            self.evicting_at.fetch_max(now, Ordering::Relaxed);
+        }
     }
 
     /// `now`, or the latest reading an eviction was judged at if that is
@@ -267,10 +272,13 @@ impl Counters {
     #[inline]
     pub(crate) fn full_scan_due(&self) -> bool {
         // Relaxed: a heuristic tally; a race only scans once more or less.
-        if self.full_scan_skip.load(Ordering::Relaxed) == 0 {
+        // A load and a store, not a locked read-modify-write: two threads
+        // that skip at once may count one skip, which only scans sooner.
+        let skip = self.full_scan_skip.load(Ordering::Relaxed);
+        if skip == 0 {
             return true;
         }
-        self.full_scan_skip.fetch_sub(1, Ordering::Relaxed);
+        self.full_scan_skip.store(skip - 1, Ordering::Relaxed);
         false
     }
 

@@ -81,13 +81,12 @@ impl Backoff {
     }
 }
 
-/// A hint that this thread is waiting on another: the CPU's spin-loop hint
-/// normally, a yield to the model's scheduler inside a loom model.
+/// A hint that this thread is waiting on another, for the loom build's
+/// `Backoff`: a yield to the model's scheduler inside a loom model, the
+/// CPU's spin-loop hint outside one.
+#[cfg(feature = "loom")]
 #[inline]
-pub(crate) fn spin_hint() {
-    #[cfg(not(feature = "loom"))]
-    core::hint::spin_loop();
-    #[cfg(feature = "loom")]
+fn spin_hint() {
     if in_model() {
         loom::thread::yield_now();
     } else {

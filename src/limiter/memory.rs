@@ -2,13 +2,14 @@
 //! cap, the sweeps that forget idle clients, and a new client's way in
 //! ([`Arrival`], which the store's check-or-insert protocol drives).
 
-use core::hash::Hash;
+use core::cell::Cell;
+use core::hash::{BuildHasher, Hash};
 
 use super::Limiter;
 use crate::cell::{Algorithm, Life, Mortal};
 use crate::clock::Clock;
 use crate::memory::{Counters, Memory, Overflow};
-use crate::store::{Lapse, Newcomer};
+use crate::store::{Cursor, Lapse, Newcomer, Visit};
 
 impl<A, K, C> Limiter<A, K, C>
 where
@@ -41,8 +42,10 @@ where
         };
         Counters::add(&self.counters.overflows, 1);
         // The room an eviction makes is ours: no other thread can take it
-        // between the eviction and our insert. After four lost races, the
-        // client goes untracked (`Arrival::refused`).
+        // between the eviction and our insert. After four samples that
+        // forgot no one (only clients on their way in, or a victim's table
+        // rebuilt under the sample), the client goes untracked
+        // (`Arrival::refused`).
         (0..4).any(|_| self.evict_sampled(now, sample.into()) || self.store.reserve(max))
     }
 
@@ -54,96 +57,71 @@ where
         self.counters.evicting(now);
         let algorithm = &self.algorithm;
         let mut retired = 0;
-        let _ = self.store.sweep_slice(
-            budget,
-            |_, cell| {
-                let gone = algorithm.try_evict(cell, idle_by);
-                retired += u64::from(gone);
-                gone
-            },
-            false,
-        );
+        let _ = self.store.sweep_slice(budget, |cell| {
+            let gone = algorithm.try_evict(cell, idle_by);
+            retired += u64::from(gone);
+            gone
+        });
         Counters::add(&self.counters.evicted_idle, retired);
         retired
     }
 
-    /// Forgets one client from a sample of `sample`: an idle one if the
+    /// Forgets one client from a sample of `sample`, taken where this
+    /// thread's last sample ended (see `SAMPLE_AT`): an idle one if the
     /// sample holds any, otherwise the live one that would become idle
     /// soonest. Returns whether a unit of room is now the caller's, as if
     /// [`Store::reserve`] had granted it.
+    ///
+    /// The live one is forgotten where the sample found it, under its
+    /// shard's lock and through the reference the walk holds: retired
+    /// first, then removed, so a check racing this sees the tombstone and
+    /// retries on a fresh cell; its key is neither cloned nor looked up
+    /// again.
     pub(super) fn evict_sampled(&self, now: u64, sample: u64) -> bool {
         self.counters.evicting(now);
         let algorithm = &self.algorithm;
         let mut retired = 0;
-        let mut victim: Option<(u64, K)> = None;
-        // Another thread's slice holds the cursor only for a few entries:
-        // wait for it a little rather than give up the eviction (giving up
-        // is what made most concurrent new clients go untracked).
-        let mut spins = 0;
-        let swept = loop {
-            let mut sampled = 0;
-            let visited = self.store.sweep_slice(
-                // One more than the sample: the new client's own unborn
-                // entry is in the map, and is no candidate.
-                sample + 1,
-                |key, cell| {
-                    if retired > 0 || sampled == sample {
-                        return false;
-                    }
-                    if algorithm.try_evict(cell, now) {
-                        retired += 1;
-                        return true;
-                    }
-                    // Only a live client can be forgotten: an unborn one is
-                    // some other new client's, on its way in.
-                    if cell.life() != Life::Live {
-                        return false;
-                    }
-                    sampled += 1;
-                    let idle_at = algorithm.idle_at(cell);
-                    if victim.as_ref().is_none_or(|(best, _)| idle_at < *best) {
-                        victim = Some((idle_at, key.clone()));
-                    }
-                    false
-                },
-                true,
-            );
-            match visited {
-                Some(swept) => break swept,
-                None if spins < Memory::CURSOR_SPINS => {
-                    spins += 1;
-                    crate::sync::spin_hint();
+        let mut sampled = 0;
+        let mut forced = false;
+        let mut cursor = SAMPLE_AT
+            .with(Cell::get)
+            .unwrap_or_else(|| self.store.cursor_at(draw()));
+        let swept = self.store.sample(
+            &mut cursor,
+            // One more than the sample: the new client's own unborn entry
+            // is in the map, and is no candidate.
+            sample + 1,
+            |cell| {
+                // Only a live client can be forgotten: an unborn one is
+                // some other new client's, on its way in (a dead one the
+                // store removes).
+                if retired > 0 || sampled == sample || cell.life() != Life::Live {
+                    return Visit::Keep;
                 }
-                None => return false,
-            }
-        };
+                // Idle from `idle_at` on: then retired as idle, which
+                // changes no decision (unless a check admitted meanwhile).
+                let idle_at = algorithm.idle_at(cell);
+                if idle_at <= now && algorithm.try_evict(cell, now) {
+                    retired += 1;
+                    return Visit::Remove;
+                }
+                sampled += 1;
+                Visit::Rank(idle_at)
+            },
+            |key, cell| {
+                // Forgetting live state: old bookings' tickets must not
+                // touch the state the client comes back with (see
+                // `crate::reservation`).
+                forced = self
+                    .renewals
+                    .renew(self.store.hash_of(key), || algorithm.force_evict(cell));
+                forced
+            },
+        );
+        SAMPLE_AT.with(|at| at.set(Some(cursor)));
         Counters::add(&self.counters.evicted_idle, retired);
-        if swept.kept {
-            return true;
-        }
-        let Some((_, key)) = victim else {
-            return false;
-        };
-        // Retire first, then remove only a dead entry: a check racing this
-        // sees the tombstone and retries on a fresh cell. A victim idle by a
-        // fresh reading goes as idle, which changes nothing: typically a
-        // client another thread has just brought to life, whose state
-        // starts at a reading later than ours.
-        // The victim is looked up again: its entry may have moved, or left.
-        let now = self.counters.not_before(self.clock.now_nanos());
-        self.counters.evicting(now);
-        // Forgetting live state: old bookings' tickets must not touch the
-        // state the client comes back with (see `crate::reservation`).
-        self.renewals.renew(self.store.hash_of(&key), || {
-            let _ = self.store.get(&key, |cell| {
-                if algorithm.try_evict(cell, now) {
-                    Counters::add(&self.counters.evicted_idle, 1);
-                } else if algorithm.force_evict(cell) {
-                    Counters::add(&self.counters.evicted_live, 1);
-                }
-            });
-        });
-        self.store.take_if(&key, Mortal::is_dead)
+        Counters::add(&self.counters.evicted_live, u64::from(forced));
+        swept.kept
     }
 
     /// Forgets every client whose state is idle now, that is, equal to a
@@ -245,6 +223,24 @@ where
     fn retired(&mut self) {
         Counters::add(&self.arrival.limiter.counters.evicted_idle, 1);
     }
+}
+
+std::thread_local! {
+    /// Where this thread's next sampled eviction starts: where its last
+    /// one ended, so that a thread's samples walk the map in order, over
+    /// lines its last sample has just brought into its cache, and threads
+    /// share no cursor. Any position is valid in any limiter's map (a
+    /// thread serving several limiters only starts their samples at
+    /// arbitrary places); the first is drawn at random.
+    static SAMPLE_AT: Cell<Option<Cursor>> = const { Cell::new(None) };
+}
+
+/// Uniform bits for a thread's first sample's position, mixed from the
+/// thread's own address by a randomly seeded hasher, so that threads start
+/// apart and no client can predict where a sample starts.
+fn draw() -> u64 {
+    let seed = foldhash::fast::RandomState::default();
+    SAMPLE_AT.with(|at| seed.hash_one(core::ptr::from_ref(at) as usize))
 }
 
 /// A new client on its way in: how the store's protocol reads the clock,

@@ -6,9 +6,9 @@ use core::borrow::Borrow;
 use core::cell::Cell;
 use core::fmt;
 use core::hash::{BuildHasher, Hash};
-use std::sync::TryLockError;
+use std::sync::{MutexGuard, TryLockError};
 
-use super::map::{Cursor, Map, Miss};
+use super::map::{Cursor, Map, Miss, Visit};
 use super::{DefaultHasher, Index, Lapse, Purge};
 use crate::cell::{Mortal, Relocation};
 // Mutex: only the sweep cursor, only ever try_lock-ed on the insert and
@@ -252,24 +252,6 @@ where
         max.is_some_and(|max| self.held.load(Ordering::Acquire) >= max)
     }
 
-    /// Removes `key`'s entry if `condition` holds of its cell, handing the
-    /// unit of room it held to the caller instead of giving it back (see
-    /// `keep_one` in [`Store::sweep_slice`]). True iff the caller now holds
-    /// a unit.
-    pub(crate) fn take_if<Q>(&self, key: &Q, condition: impl FnOnce(&V) -> bool) -> bool
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let mut room = false;
-        let removed = self.map.remove_if(key, |cell| {
-            let gone = condition(cell);
-            room = gone && self.leaving(cell, true);
-            gone
-        });
-        removed && room
-    }
-
     /// The number of clients tracked (plus any coming alive at this
     /// instant).
     pub(crate) fn len(&self) -> usize {
@@ -315,36 +297,93 @@ where
     /// Visits up to `budget` entries from where the last slice stopped,
     /// removing those for which `visit` is true (it must retire the cell
     /// first) or whose cell is already dead; the next slice starts at the
-    /// beginning once one reaches the end. Returns what it did, or `None` if
-    /// another thread is sweeping a slice (this one then does nothing).
-    ///
-    /// With `keep_one`, the first removed entry's unit of room is not given
-    /// back but handed to the caller, as [`Store::reserve`] would have: a
-    /// new client then takes the room its own eviction made, which no other
-    /// thread can take first.
-    pub(crate) fn sweep_slice(
-        &self,
-        budget: u64,
-        mut visit: impl FnMut(&K, &V) -> bool,
-        keep_one: bool,
-    ) -> Option<Swept> {
-        let mut cursor = match self.cursor.try_lock() {
-            Ok(cursor) => cursor,
-            Err(TryLockError::WouldBlock) => return None,
-            // A panic in `visit` left the cursor at some position: still
-            // valid.
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-        };
-        let mut kept = false;
-        self.map.sweep_slice(&mut cursor, budget, |key, cell| {
-            let gone = visit(key, cell) || cell.is_dead();
-            if gone && self.leaving(cell, keep_one && !kept) {
-                kept = true;
+    /// beginning once one reaches the end. Returns whether it ran, or
+    /// `None` if another thread is sweeping a slice (this one then does
+    /// nothing).
+    pub(crate) fn sweep_slice(&self, budget: u64, mut visit: impl FnMut(&V) -> bool) -> Option<()> {
+        let mut cursor = self.cursor()?;
+        self.map.sweep_slice(&mut cursor, budget, |_, cell| {
+            let gone = visit(cell) || cell.is_dead();
+            if gone {
+                self.leaving(cell, false);
             }
             gone
         });
-        drop(cursor);
-        Some(Swept { kept })
+        Some(())
+    }
+
+    /// Visits up to `budget` entries from `cursor` (a position of the
+    /// caller's own: see [`Store::cursor_at`]), going round the map at
+    /// most once and leaving the cursor past the last entry visited,
+    /// removing those
+    /// for which `visit` answers [`Visit::Remove`] (it must retire the cell
+    /// first) or whose cell is already dead; then, unless it removed an
+    /// entry holding room, runs `pick` on the entry `visit` ranked lowest
+    /// ([`Visit::Rank`]), under its shard's lock, and removes the entry if
+    /// `pick` is true (it must retire the cell first). Takes no shared
+    /// cursor: threads sampling at once meet only on a shard's lock.
+    ///
+    /// The first removed entry's unit of room is not given back but handed
+    /// to the caller, as [`Store::reserve`] would have (`Swept::kept`): a
+    /// new client then takes the room its own eviction made, which no other
+    /// thread can take first.
+    pub(crate) fn sample(
+        &self,
+        cursor: &mut Cursor,
+        budget: u64,
+        mut visit: impl FnMut(&V) -> Visit,
+        pick: impl FnOnce(&K, &V) -> bool,
+    ) -> Swept {
+        let kept = Cell::new(false);
+        let keep = |cell: &V| {
+            if self.leaving(cell, !kept.get()) {
+                kept.set(true);
+            }
+        };
+        let _ = self.map.sample(
+            cursor,
+            budget,
+            |_, cell| match visit(cell) {
+                Visit::Remove => {
+                    keep(cell);
+                    Visit::Remove
+                }
+                _ if cell.is_dead() => {
+                    keep(cell);
+                    Visit::Remove
+                }
+                visit => visit,
+            },
+            |key, cell| {
+                // Room is already ours: forget no one.
+                if kept.get() {
+                    return false;
+                }
+                let gone = pick(key, cell) || cell.is_dead();
+                if gone {
+                    keep(cell);
+                }
+                gone
+            },
+        );
+        Swept { kept: kept.get() }
+    }
+
+    /// A position drawn from `draw` (uniform bits): a shard, and a slot in
+    /// proportion to its table.
+    pub(crate) fn cursor_at(&self, draw: u64) -> Cursor {
+        self.map.cursor_at(draw)
+    }
+
+    /// The sweep cursor, unless another thread's slice holds it.
+    fn cursor(&self) -> Option<MutexGuard<'_, Cursor>> {
+        match self.cursor.try_lock() {
+            Ok(cursor) => Some(cursor),
+            Err(TryLockError::WouldBlock) => None,
+            // A panic in a visitor left the cursor at some position: still
+            // valid.
+            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        }
     }
 }
 
@@ -395,8 +434,7 @@ mod tests {
         assert_eq!(store.get(&1, StateCell::retire), Some(true));
         assert_eq!(store.len(), 2, "an evicted entry holds its room");
         // The slice's visitor forgets no one: the dead entry goes anyway.
-        let swept = store.sweep_slice(100, |_, _| false, false);
-        assert!(swept.is_some_and(|swept| !swept.kept));
+        assert!(store.sweep_slice(100, |_| false).is_some());
         assert_eq!(store.len(), 1, "its room came back");
         assert_eq!(store.get(&1, StateCell::load), None);
         assert_eq!(store.get(&2, StateCell::load), Some(0));
@@ -417,29 +455,283 @@ mod tests {
         assert_eq!(store.len(), 3);
     }
 
+    /// Admits clients 1 to `n`, client `k`'s word being `10 * k`.
+    fn admit_ranked(store: &Store<u64, StateCell, foldhash::fast::FixedState>, n: u64) {
+        for key in 1..=n {
+            assert!(store.reserve(Some(10_000)));
+            assert!(store
+                .insert(None, key, StateCell::new(10 * key), None::<NoLapse>, |_| ())
+                .is_ok());
+        }
+    }
+
+    /// Draws spread over every shard and over the slots of each.
+    fn draws() -> impl Iterator<Item = u64> {
+        (0..=u64::from(u8::MAX)).map(|i| i.wrapping_mul(0x0101_0101_0101_0101 << 2) ^ (i << 24))
+    }
+
     #[test]
-    fn take_if_hands_over_the_unit_of_the_entry_it_removes_and_only_that() {
+    fn a_sample_goes_round_the_map_once_from_any_position() {
+        let store = capped();
+        admit_ranked(&store, 40);
+        for draw in draws().chain([0, u64::MAX]) {
+            let mut seen = Vec::new();
+            let swept = store.sample(
+                &mut store.cursor_at(draw),
+                1_000,
+                |cell| {
+                    seen.push(cell.load());
+                    Visit::Keep
+                },
+                |_, _| unreachable!("nothing ranked"),
+            );
+            assert!(!swept.kept);
+            seen.sort_unstable();
+            let all: Vec<u64> = (1..=40).map(|key| 10 * key).collect();
+            assert_eq!(seen, all, "each entry once, from {draw:#x}");
+        }
+        // A budget: so many entries, each once.
+        for draw in draws() {
+            let mut seen = Vec::new();
+            let _ = store.sample(
+                &mut store.cursor_at(draw),
+                7,
+                |cell| {
+                    seen.push(cell.load());
+                    Visit::Keep
+                },
+                |_, _| false,
+            );
+            let count = seen.len();
+            seen.sort_unstable();
+            seen.dedup();
+            assert_eq!((count, seen.len()), (7, 7), "from {draw:#x}");
+        }
+    }
+
+    #[test]
+    fn samples_from_one_cursor_go_on_where_the_last_ended() {
+        let store = capped();
+        admit_ranked(&store, 40);
+        for draw in draws() {
+            let mut cursor = store.cursor_at(draw);
+            let mut seen = Vec::new();
+            for _ in 0..8 {
+                let _ = store.sample(
+                    &mut cursor,
+                    5,
+                    |cell| {
+                        seen.push(cell.load());
+                        Visit::Keep
+                    },
+                    |_, _| false,
+                );
+            }
+            seen.sort_unstable();
+            let all: Vec<u64> = (1..=40).map(|key| 10 * key).collect();
+            assert_eq!(seen, all, "one lap in eight samples, from {draw:#x}");
+        }
+    }
+
+    #[test]
+    fn a_cursor_from_another_map_still_goes_round_once() {
+        // A thread's position serves every limiter it evicts for: one
+        // taken in a big map may point past the end of a small map's
+        // tables.
+        let big = capped();
+        admit_ranked(&big, 3_000);
+        let small = capped();
+        admit_ranked(&small, 5);
+        for draw in draws() {
+            let mut cursor = big.cursor_at(draw);
+            let mut seen = Vec::new();
+            let _ = small.sample(
+                &mut cursor,
+                100,
+                |cell| {
+                    seen.push(cell.load());
+                    Visit::Keep
+                },
+                |_, _| false,
+            );
+            seen.sort_unstable();
+            assert_eq!(seen, [10, 20, 30, 40, 50], "from {draw:#x}");
+        }
+    }
+
+    #[test]
+    fn a_sample_never_picks_an_entry_removed_since_it_was_ranked() {
+        // The entry ranked first is removed by another remover while the
+        // walk is in other shards; going round the map, the walk may end in
+        // that entry's shard, under a lock taken afresh.
+        for draw in draws() {
+            let store = capped();
+            admit_ranked(&store, 40);
+            let mut first = None;
+            let mut offered = None;
+            let swept = store.sample(
+                &mut store.cursor_at(draw),
+                1_000,
+                |cell| match first {
+                    None => {
+                        first = Some(cell.load() / 10);
+                        Visit::Rank(0)
+                    }
+                    Some(key) => {
+                        // Only from another shard than its own, whose lock
+                        // this walk does not hold now.
+                        let bits = crate::store::map::SHARDS.trailing_zeros();
+                        let shard = |key: u64| store.hash_of(&key) >> (64 - bits);
+                        if shard(cell.load() / 10) != shard(key)
+                            && store.get(&key, StateCell::retire) == Some(true)
+                        {
+                            assert!(store.remove_if(&key, Mortal::is_dead));
+                        }
+                        Visit::Keep
+                    }
+                },
+                |key, _| {
+                    offered = Some(*key);
+                    true
+                },
+            );
+            assert_eq!(offered, None, "from {draw:#x}");
+            assert!(!swept.kept);
+            assert_eq!((store.len(), store.map.len()), (39, 39), "from {draw:#x}");
+        }
+    }
+
+    #[test]
+    fn a_sample_picks_the_entry_ranked_lowest_and_hands_over_its_unit() {
+        let store = capped();
+        admit_ranked(&store, 5);
+        // The whole map, ranked by word, from anywhere: client 1, ranked
+        // lowest, is offered (and declined, so nothing changes).
+        for draw in draws() {
+            let mut offered = None;
+            let swept = store.sample(
+                &mut store.cursor_at(draw),
+                100,
+                |cell| Visit::Rank(cell.load()),
+                |key, _| {
+                    offered = Some(*key);
+                    false
+                },
+            );
+            assert!(!swept.kept);
+            assert_eq!(offered, Some(1), "from {draw:#x}");
+        }
+        assert_eq!((store.len(), store.map.len()), (5, 5));
+        // Taken: removed, its unit the caller's.
+        let swept = store.sample(
+            &mut store.cursor_at(7),
+            100,
+            |cell| Visit::Rank(cell.load()),
+            |_, cell| cell.retire(),
+        );
+        assert!(swept.kept, "its unit handed over");
+        assert_eq!(store.get(&1, StateCell::load), None, "removed");
+        assert_eq!(store.len(), 5, "the unit was handed over, not given back");
+        assert_eq!(store.map.len(), 4);
+    }
+
+    #[test]
+    fn a_sample_picks_in_the_shard_it_ends_in_or_in_one_it_has_left() {
+        for draw in draws() {
+            let store = capped();
+            admit_ranked(&store, 5);
+            // Three entries, the third ranked alone (the walk ends in its
+            // shard, and picks it there), or the first (usually in a shard
+            // the walk has left, locked again).
+            for ranked in [3, 1] {
+                let mut seen = 0;
+                let mut wanted = None;
+                let mut picked = None;
+                let swept = store.sample(
+                    &mut store.cursor_at(draw),
+                    3,
+                    |cell| {
+                        seen += 1;
+                        if seen == ranked {
+                            wanted = Some(cell.load() / 10);
+                            Visit::Rank(0)
+                        } else {
+                            Visit::Keep
+                        }
+                    },
+                    |key, cell| {
+                        picked = Some(*key);
+                        cell.retire()
+                    },
+                );
+                assert!(swept.kept);
+                assert_eq!(picked, wanted, "from {draw:#x}");
+                assert_eq!(
+                    picked.and_then(|key| store.get(&key, StateCell::load)),
+                    None
+                );
+                store.release(1);
+            }
+            assert_eq!((store.len(), store.map.len()), (3, 3));
+        }
+    }
+
+    #[test]
+    fn a_sample_that_removes_an_entry_holding_room_picks_no_one() {
+        let store = capped();
+        admit_ranked(&store, 4);
+        // Client 2 is evicted, its entry still in the map: the sample takes
+        // its unit, and forgets none of the live ones it ranked.
+        assert_eq!(store.get(&2, StateCell::retire), Some(true));
+        let mut picks = 0;
+        let swept = store.sample(
+            &mut store.cursor_at(0),
+            100,
+            |cell| Visit::Rank(cell.load()),
+            |_, _| {
+                picks += 1;
+                true
+            },
+        );
+        assert!(swept.kept);
+        assert_eq!(picks, 0);
+        assert_eq!(store.get(&2, StateCell::load), None);
+        for key in [1, 3, 4] {
+            assert_eq!(store.get(&key, StateCell::load), Some(10 * key));
+        }
+        assert_eq!(store.len(), 4, "the unit was handed over");
+    }
+
+    #[test]
+    fn a_sample_hands_over_only_the_first_removed_unit_and_gives_back_the_rest() {
+        let store = capped();
+        for key in 1..=3 {
+            admit(&store, key);
+        }
+        assert_eq!(store.get(&1, StateCell::retire), Some(true));
+        assert_eq!(store.get(&2, StateCell::retire), Some(true));
+        let swept = store.sample(&mut store.cursor_at(0), 100, |_| Visit::Keep, |_, _| true);
+        assert!(swept.kept, "a unit handed over");
+        // Of the two removed entries' units, one is the caller's (still
+        // counted), the other given back.
+        assert_eq!(store.len(), 2);
+        assert_eq!(store.get(&1, StateCell::load), None);
+        assert_eq!(store.get(&2, StateCell::load), None);
+        assert_eq!(store.get(&3, StateCell::load), Some(0));
+    }
+
+    #[test]
+    fn a_sample_of_refused_entries_removes_them_and_hands_over_nothing() {
         let store = capped();
         admit(&store, 1);
-        admit(&store, 2);
-        // Absent, or the condition false: nothing removed, no unit.
-        assert!(!store.take_if(&3, |_| true));
-        assert!(!store.take_if(&2, |_| false));
-        assert_eq!(store.get(&2, StateCell::load), Some(0));
-        // A dead entry holding room: removed, its unit now the caller's (the
-        // count still holds it).
-        assert_eq!(store.get(&1, StateCell::retire), Some(true));
-        assert!(store.take_if(&1, Mortal::is_dead));
-        assert_eq!(store.get(&1, StateCell::load), None);
-        assert_eq!(store.len(), 2, "the unit was handed over, not given back");
-        store.release(1);
-        // A refused entry holds none: removed, but no unit to hand over.
+        // A refused entry holds no room: removed, but no unit to hand over.
         let refused = StateCell::new(crate::algorithm::UNBORN);
         assert_eq!(refused.refuse(), Ok(()));
         assert!(store
             .insert(None, 4, refused, None::<NoLapse>, |_| ())
             .is_ok());
-        assert!(!store.take_if(&4, Mortal::is_dead));
+        let swept = store.sample(&mut store.cursor_at(0), 100, |_| Visit::Keep, |_, _| false);
+        assert!(!swept.kept);
         assert_eq!(store.get(&4, StateCell::load), None, "removed all the same");
         assert_eq!(store.len(), 1);
     }
@@ -463,23 +755,5 @@ mod tests {
         assert_eq!(store.get(&2, StateCell::load), None);
         assert_eq!(store.get(&3, StateCell::load), Some(3));
         assert_eq!(store.get(&4, StateCell::load), Some(4));
-    }
-
-    #[test]
-    fn a_slice_that_keeps_one_hands_over_the_first_unit_and_gives_back_the_rest() {
-        let store = capped();
-        for key in 1..=3 {
-            admit(&store, key);
-        }
-        assert_eq!(store.get(&1, StateCell::retire), Some(true));
-        assert_eq!(store.get(&2, StateCell::retire), Some(true));
-        let swept = store.sweep_slice(100, |_, _| false, true);
-        assert!(swept.is_some_and(|swept| swept.kept), "a unit handed over");
-        // Of the two removed entries' units, one is the caller's (still
-        // counted), the other given back.
-        assert_eq!(store.len(), 2);
-        assert_eq!(store.get(&1, StateCell::load), None);
-        assert_eq!(store.get(&2, StateCell::load), None);
-        assert_eq!(store.get(&3, StateCell::load), Some(0));
     }
 }

@@ -42,6 +42,7 @@ use core::borrow::Borrow;
 use core::hash::Hash;
 
 pub(crate) use self::keyed::Store;
+pub(crate) use self::map::{Cursor, Visit};
 use crate::cell::{Life, Mortal};
 use crate::sync::Backoff;
 
