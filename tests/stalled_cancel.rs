@@ -12,45 +12,25 @@
 // the loom models (loom-tests/) and skips it.
 #![cfg(not(feature = "loom"))]
 
-use std::cell::Cell;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::thread;
 use std::time::Duration;
 
 use tollgate::{FixedWindow, Limiter, ManualClock, Reservable, TokenBucket};
 
-/// How long the cancelling thread stalls.
-const STALL: Duration = Duration::from_secs(1);
+mod stall;
+use stall::STALL;
 
-/// Whether the canceller is inside its stall now.
-static STALLING: AtomicBool = AtomicBool::new(false);
-/// One stalled cancel at a time: the flag above is shared.
+/// One stalled cancel at a time: the stall's flags are shared.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-thread_local! {
-    /// On the cancelling thread only: how many hashes of the key before
-    /// the stall (the cancel hashes it once to pick its stripe, then again
-    /// to look the client up, holding the stripe).
-    static COUNTDOWN: Cell<Option<u32>> = const { Cell::new(None) };
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Client(&'static str);
 
 impl Hash for Client {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        COUNTDOWN.with(|countdown| match countdown.get() {
-            Some(0) => {
-                countdown.set(None);
-                STALLING.store(true, Ordering::SeqCst);
-                thread::sleep(STALL);
-                STALLING.store(false, Ordering::SeqCst);
-            }
-            Some(n) => countdown.set(Some(n - 1)),
-            None => {}
-        });
+        stall::count();
         self.0.hash(state);
     }
 }
@@ -70,17 +50,17 @@ fn reset_during_a_stalled_cancel<A: Reservable>(limiter: &Limiter<A, Client, Man
     assert!(booking.wait() > Duration::ZERO);
     let (reset, during, gave_back) = thread::scope(|scope| {
         let canceller = scope.spawn(move || {
-            COUNTDOWN.with(|countdown| countdown.set(Some(1)));
+            stall::arm(Some(1));
             let gave_back = booking.cancel();
-            COUNTDOWN.with(|countdown| countdown.set(None));
+            stall::arm(None);
             gave_back
         });
-        while !STALLING.load(Ordering::SeqCst) {
+        while !stall::stalling() {
             assert!(!canceller.is_finished(), "the cancel never stalled");
             thread::sleep(Duration::from_millis(1));
         }
         let reset = limiter.reset(&Client("alice"));
-        let during = STALLING.load(Ordering::SeqCst);
+        let during = stall::stalling();
         (reset, during, canceller.join().unwrap())
     });
     assert!(

@@ -13,7 +13,6 @@
 // the loom models (loom-tests/) and skips it.
 #![cfg(not(feature = "loom"))]
 
-use std::cell::Cell;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Barrier;
@@ -22,29 +21,18 @@ use std::time::{Duration, Instant};
 
 use tollgate::TokenBucket;
 
+mod stall;
+use stall::STALL;
+
 /// Known clients: ids below this. About 20 a shard.
 const LIVE: u64 = 1_280;
 
 /// Far more tokens than the checks spend; refilled one an hour.
 const CAPACITY: u64 = 2_000_000;
 
-/// How long the rebuilding thread stalls.
-const STALL: Duration = Duration::from_secs(1);
-
 /// The slowest check allowed: far below the stall, with a wide margin for
 /// a loaded machine.
 const BOUND: Duration = Duration::from_millis(200);
-
-/// Whether the rebuilder is inside its stall now.
-static STALLING: AtomicBool = AtomicBool::new(false);
-/// Whether the stall has happened.
-static STALLED: AtomicBool = AtomicBool::new(false);
-
-thread_local! {
-    /// On the inserting thread only: how many known keys it hashes before
-    /// the stall.
-    static COUNTDOWN: Cell<Option<u32>> = const { Cell::new(None) };
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Client(u64);
@@ -52,17 +40,7 @@ struct Client(u64);
 impl Hash for Client {
     fn hash<H: Hasher>(&self, state: &mut H) {
         if self.0 < LIVE {
-            COUNTDOWN.with(|countdown| match countdown.get() {
-                Some(0) => {
-                    countdown.set(None);
-                    STALLING.store(true, Ordering::SeqCst);
-                    thread::sleep(STALL);
-                    STALLING.store(false, Ordering::SeqCst);
-                    STALLED.store(true, Ordering::SeqCst);
-                }
-                Some(n) => countdown.set(Some(n - 1)),
-                None => {}
-            });
+            stall::count();
         }
         self.0.hash(state);
     }
@@ -95,7 +73,7 @@ fn a_check_never_waits_for_a_stalled_rebuild() {
                     let mut slowest = Duration::ZERO;
                     let mut id = t * LIVE / 2;
                     while !done.load(Ordering::SeqCst) {
-                        let stalling = STALLING.load(Ordering::SeqCst);
+                        let stalling = stall::stalling();
                         let start = Instant::now();
                         // Checks, and every fourth time a peek.
                         if id.is_multiple_of(4) {
@@ -106,7 +84,7 @@ fn a_check_never_waits_for_a_stalled_rebuild() {
                         }
                         let took = start.elapsed();
                         slowest = slowest.max(took);
-                        if stalling && STALLING.load(Ordering::SeqCst) {
+                        if stalling && stall::stalling() {
                             during_stall.fetch_add(1, Ordering::Relaxed);
                         }
                         id = (id + 1) % LIVE;
@@ -117,9 +95,9 @@ fn a_check_never_waits_for_a_stalled_rebuild() {
             .collect();
         barrier.wait();
         // New clients until one insert's rebuild has stalled.
-        COUNTDOWN.with(|countdown| countdown.set(Some(4)));
+        stall::arm(Some(4));
         let mut id = 1 << 32;
-        while !STALLED.load(Ordering::SeqCst) && id < (1 << 32) + 1_000_000 {
+        while !stall::stalled() && id < (1 << 32) + 1_000_000 {
             assert!(limiter.allow_request(&Client(id)));
             id += 1;
         }
@@ -130,7 +108,7 @@ fn a_check_never_waits_for_a_stalled_rebuild() {
             .max()
             .unwrap()
     });
-    assert!(STALLED.load(Ordering::SeqCst), "no rebuild stalled");
+    assert!(stall::stalled(), "no rebuild stalled");
     let during = during_stall.into_inner();
     eprintln!("slowest check: {slowest:?}; {during} checks during the {STALL:?} stall");
     assert!(

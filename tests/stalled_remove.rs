@@ -17,14 +17,15 @@
 // the loom models (loom-tests/) and skips it.
 #![cfg(not(feature = "loom"))]
 
-use std::cell::Cell;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::thread;
 use std::time::Duration;
 
 use tollgate::{Algorithm, Limiter, ManualClock, SlidingWindowLog, TokenBucket};
+
+mod stall;
+use stall::STALL;
 
 /// Known clients: ids below this. About 20 a shard.
 const LIVE: u64 = 1_280;
@@ -35,21 +36,8 @@ const CAPACITY: u64 = 1_000;
 /// A cap no insert reaches: the store then counts the room each entry holds.
 const CAP: u64 = 1_000_000;
 
-/// How long the rebuilding thread stalls.
-const STALL: Duration = Duration::from_secs(1);
-
-/// Whether the rebuilder is inside its stall now.
-static STALLING: AtomicBool = AtomicBool::new(false);
-/// Whether the stall has happened.
-static STALLED: AtomicBool = AtomicBool::new(false);
-/// One stalled rebuild at a time: the flags above are shared.
+/// One stalled rebuild at a time: the stall's flags are shared.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-thread_local! {
-    /// On the inserting thread only: how many known keys it hashes before
-    /// the stall.
-    static COUNTDOWN: Cell<Option<u32>> = const { Cell::new(None) };
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Client(u64);
@@ -57,17 +45,7 @@ struct Client(u64);
 impl Hash for Client {
     fn hash<H: Hasher>(&self, state: &mut H) {
         if self.0 < LIVE {
-            COUNTDOWN.with(|countdown| match countdown.get() {
-                Some(0) => {
-                    countdown.set(None);
-                    STALLING.store(true, Ordering::SeqCst);
-                    thread::sleep(STALL);
-                    STALLING.store(false, Ordering::SeqCst);
-                    STALLED.store(true, Ordering::SeqCst);
-                }
-                Some(n) => countdown.set(Some(n - 1)),
-                None => {}
-            });
+            stall::count();
         }
         self.0.hash(state);
     }
@@ -80,12 +58,11 @@ fn forget_all_during_a_stall<A: Algorithm>(
     limiter: &Limiter<A, Client, ManualClock>,
     forget: impl Fn(&Client) -> bool + Sync,
 ) -> (bool, u64) {
-    STALLING.store(false, Ordering::SeqCst);
-    STALLED.store(false, Ordering::SeqCst);
+    stall::reset();
     thread::scope(|scope| {
         let forgetter = scope.spawn(|| {
-            while !STALLING.load(Ordering::SeqCst) {
-                if STALLED.load(Ordering::SeqCst) {
+            while !stall::stalling() {
+                if stall::stalled() {
                     return false;
                 }
                 thread::sleep(Duration::from_millis(1));
@@ -103,17 +80,17 @@ fn forget_all_during_a_stall<A: Algorithm>(
                     "client {id} still read as known after it was forgotten"
                 );
             }
-            STALLING.load(Ordering::SeqCst)
+            stall::stalling()
         });
         // New clients until one insert's rebuild has stalled.
-        COUNTDOWN.with(|countdown| countdown.set(Some(4)));
+        stall::arm(Some(4));
         let mut id = 1 << 32;
-        while !STALLED.load(Ordering::SeqCst) && id < (1 << 32) + 1_000_000 {
+        while !stall::stalled() && id < (1 << 32) + 1_000_000 {
             assert!(limiter.allow_request(&Client(id)));
             id += 1;
         }
-        COUNTDOWN.with(|countdown| countdown.set(None));
-        assert!(STALLED.load(Ordering::SeqCst), "no rebuild stalled");
+        stall::arm(None);
+        assert!(stall::stalled(), "no rebuild stalled");
         (forgetter.join().unwrap(), id - (1 << 32))
     })
 }

@@ -1,0 +1,64 @@
+//! A thread held up inside a key's `Hash`, standing in for the operating
+//! system descheduling it there: shared by the suites that show a check,
+//! `remove` or `reset` never waits for a thread holding a lock.
+//!
+//! A test arms the thread that is to stall ([`arm`]); each key it wants
+//! counted calls [`count`] from its `Hash`, and the armed thread's counted
+//! hash after `n` others sleeps for [`STALL`].
+
+#![allow(dead_code)] // each suite uses its own part
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::Duration;
+
+/// How long the armed thread stalls.
+pub const STALL: Duration = Duration::from_secs(1);
+
+/// Whether the armed thread is inside its stall now.
+pub static STALLING: AtomicBool = AtomicBool::new(false);
+/// Whether the stall has happened.
+pub static STALLED: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// On the armed thread only: how many counted hashes before the stall.
+    static COUNTDOWN: Cell<Option<u32>> = const { Cell::new(None) };
+}
+
+/// Arms this thread to stall in its counted hash after `n` others; `None`
+/// disarms it.
+pub fn arm(n: Option<u32>) {
+    COUNTDOWN.with(|countdown| countdown.set(n));
+}
+
+/// Clears both flags, for the next stall.
+pub fn reset() {
+    STALLING.store(false, Ordering::SeqCst);
+    STALLED.store(false, Ordering::SeqCst);
+}
+
+/// One counted hash: on an armed thread whose count is up, the stall.
+pub fn count() {
+    COUNTDOWN.with(|countdown| match countdown.get() {
+        Some(0) => {
+            countdown.set(None);
+            STALLING.store(true, Ordering::SeqCst);
+            thread::sleep(STALL);
+            STALLING.store(false, Ordering::SeqCst);
+            STALLED.store(true, Ordering::SeqCst);
+        }
+        Some(n) => countdown.set(Some(n - 1)),
+        None => {}
+    });
+}
+
+/// Whether the armed thread is inside its stall now.
+pub fn stalling() -> bool {
+    STALLING.load(Ordering::SeqCst)
+}
+
+/// Whether the stall has happened.
+pub fn stalled() -> bool {
+    STALLED.load(Ordering::SeqCst)
+}
