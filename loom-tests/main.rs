@@ -82,7 +82,7 @@
 //!   clock, or 3 racing inserts) take 1.5 to 7 minutes each without a bound,
 //!   too slow for CI; those that were run unbounded passed too.
 //!
-//! The whole suite (79 tests) takes about 45 s on 2 cores in the debug
+//! The whole suite (142 tests) takes about 200 s on 2 cores in the debug
 //! profile, with `loom` and `generator` built optimised (`Cargo.toml`), most
 //! of it the moving-clock races, whose clients all run as spawned threads so
 //! that the clock moves under each of them.
