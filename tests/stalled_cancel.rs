@@ -1,6 +1,6 @@
 //! `reset` never waits for a reservation's cancel in progress, however
-//! long the cancelling thread is held up: a key's `Hash` that stalls for a
-//! second inside the cancel (while it looks the client up, holding its
+//! long the cancelling thread is held up: a key's `Hash` that stalls for
+//! seconds inside the cancel (while it looks the client up, holding its
 //! stripe of stamps) stands in for the operating system descheduling it.
 //!
 //! A reset that meets a cancel in progress on its stripe cannot put a fresh

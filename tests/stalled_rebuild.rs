@@ -1,5 +1,5 @@
 //! A check never waits for a table rebuild, however long the rebuilding
-//! thread is held up: a key's `Hash` that stalls for a second inside the
+//! thread is held up: a key's `Hash` that stalls for seconds inside the
 //! rebuild stands in for the operating system descheduling that thread.
 //!
 //! One thread inserts new clients until one of its inserts rebuilds a

@@ -1,6 +1,6 @@
 //! `remove`, and `reset` of a sliding window log (which forgets the
 //! client), never wait for another thread that holds the client's shard:
-//! a key's `Hash` that stalls for a second inside a table rebuild stands in
+//! a key's `Hash` that stalls for seconds inside a table rebuild stands in
 //! for the operating system descheduling the rebuilding thread, which holds
 //! the shard's writers' lock for the whole move.
 //!

@@ -13,8 +13,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::Duration;
 
-/// How long the armed thread stalls.
-pub const STALL: Duration = Duration::from_secs(1);
+/// How long the armed thread stalls: long enough that the threads that
+/// must not wait for it finish their work well within it, even in a debug
+/// build on a loaded 2-core machine (a thousand-odd removals and peeks).
+pub const STALL: Duration = Duration::from_secs(3);
 
 /// Whether the armed thread is inside its stall now.
 pub static STALLING: AtomicBool = AtomicBool::new(false);
