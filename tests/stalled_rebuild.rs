@@ -13,7 +13,6 @@
 // the loom models (loom-tests/) and skips it.
 #![cfg(not(feature = "loom"))]
 
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::thread;
@@ -22,10 +21,7 @@ use std::time::{Duration, Instant};
 use tollgate::TokenBucket;
 
 mod stall;
-use stall::STALL;
-
-/// Known clients: ids below this. About 20 a shard.
-const LIVE: u64 = 1_280;
+use stall::{Client, LIVE, STALL};
 
 /// Far more tokens than the checks spend; refilled one an hour.
 const CAPACITY: u64 = 2_000_000;
@@ -33,18 +29,6 @@ const CAPACITY: u64 = 2_000_000;
 /// The slowest check allowed: far below the stall, with a wide margin for
 /// a loaded machine.
 const BOUND: Duration = Duration::from_millis(200);
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Client(u64);
-
-impl Hash for Client {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        if self.0 < LIVE {
-            stall::count();
-        }
-        self.0.hash(state);
-    }
-}
 
 #[test]
 fn a_check_never_waits_for_a_stalled_rebuild() {

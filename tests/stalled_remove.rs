@@ -17,7 +17,6 @@
 // the loom models (loom-tests/) and skips it.
 #![cfg(not(feature = "loom"))]
 
-use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 use std::thread;
 use std::time::Duration;
@@ -25,10 +24,7 @@ use std::time::Duration;
 use tollgate::{Algorithm, Limiter, ManualClock, SlidingWindowLog, TokenBucket};
 
 mod stall;
-use stall::STALL;
-
-/// Known clients: ids below this. About 20 a shard.
-const LIVE: u64 = 1_280;
+use stall::{Client, LIVE, STALL};
 
 /// Far more than the test spends.
 const CAPACITY: u64 = 1_000;
@@ -38,18 +34,6 @@ const CAP: u64 = 1_000_000;
 
 /// One stalled rebuild at a time: the stall's flags are shared.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Client(u64);
-
-impl Hash for Client {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        if self.0 < LIVE {
-            stall::count();
-        }
-        self.0.hash(state);
-    }
-}
 
 /// Runs `forget` on every known client while a rebuild holding one shard's
 /// lock stalls, and returns whether the last call returned before the
@@ -137,11 +121,28 @@ fn after<A: Algorithm>(limiter: &Limiter<A, Client, ManualClock>, inserted: u64)
     assert_eq!(limiter.len() as u64, inserted + LIVE);
 }
 
-#[test]
-fn remove_never_waits_for_a_stalled_rebuild() {
+/// The whole run for one way of forgetting: every known client spends a
+/// unit, `forget` runs on each during a stalled rebuild and must be done
+/// before the stall ends, and afterwards every forgotten client is fresh.
+fn forgetting_never_waits<A: Algorithm>(
+    limiter: &Limiter<A, Client, ManualClock>,
+    forget: impl Fn(&Client) -> bool + Sync,
+    what: &str,
+) {
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
+    spend(limiter);
+    let (during, inserted) = forget_all_during_a_stall(limiter, forget);
+    assert!(
+        during,
+        "a {what} waited for the rebuild stalled {STALL:?} holding its shard"
+    );
+    after(limiter, inserted);
+}
+
+#[test]
+fn remove_never_waits_for_a_stalled_rebuild() {
     let limiter = TokenBucket::builder()
         .rate(1, Duration::from_secs(3600))
         .capacity(CAPACITY)
@@ -150,20 +151,11 @@ fn remove_never_waits_for_a_stalled_rebuild() {
         .key_type::<Client>()
         .build()
         .unwrap();
-    spend(&limiter);
-    let (during, inserted) = forget_all_during_a_stall(&limiter, |id| limiter.remove(id));
-    assert!(
-        during,
-        "a remove waited for the rebuild stalled {STALL:?} holding its shard"
-    );
-    after(&limiter, inserted);
+    forgetting_never_waits(&limiter, |id| limiter.remove(id), "remove");
 }
 
 #[test]
 fn reset_of_a_log_never_waits_for_a_stalled_rebuild() {
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let limiter = SlidingWindowLog::builder()
         .limit(CAPACITY)
         .window(Duration::from_secs(3600))
@@ -172,11 +164,5 @@ fn reset_of_a_log_never_waits_for_a_stalled_rebuild() {
         .key_type::<Client>()
         .build()
         .unwrap();
-    spend(&limiter);
-    let (during, inserted) = forget_all_during_a_stall(&limiter, |id| limiter.reset(id));
-    assert!(
-        during,
-        "a reset waited for the rebuild stalled {STALL:?} holding its shard"
-    );
-    after(&limiter, inserted);
+    forgetting_never_waits(&limiter, |id| limiter.reset(id), "reset");
 }

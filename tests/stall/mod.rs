@@ -9,6 +9,7 @@
 #![allow(dead_code)] // each suite uses its own part
 
 use std::cell::Cell;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::Duration;
@@ -63,4 +64,22 @@ pub fn stalling() -> bool {
 /// Whether the stall has happened.
 pub fn stalled() -> bool {
     STALLED.load(Ordering::SeqCst)
+}
+
+/// Known clients: ids below this. About 20 a shard.
+pub const LIVE: u64 = 1_280;
+
+/// A client id whose hash counts toward the stall when it is a known
+/// client's ([`LIVE`]): so a rebuild, which hashes every live key it moves,
+/// stalls part way through a shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Client(pub u64);
+
+impl Hash for Client {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        if self.0 < LIVE {
+            count();
+        }
+        self.0.hash(state);
+    }
 }
