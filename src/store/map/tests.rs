@@ -216,6 +216,53 @@ fn a_rebuild_leaves_lapsed_entries_behind_and_sizes_the_table_for_the_rest() {
     }
 }
 
+/// Every live client has lapsed.
+struct AllLapsed;
+
+impl crate::store::Lapse<StateCell> for AllLapsed {
+    fn has_lapsed(&mut self, _: &StateCell) -> bool {
+        true
+    }
+
+    fn retire_if_lapsed(&mut self, _: &StateCell) -> bool {
+        unreachable!("a word cell moves as a copy")
+    }
+
+    fn retired(&mut self) {}
+}
+
+#[test]
+fn a_rebuild_never_forgets_an_unborn_cell() {
+    let map = map();
+    // A new client on its way in, holding no room yet: its cell is unborn.
+    assert!(map
+        .insert(
+            None,
+            "newcomer".into(),
+            StateCell::new(crate::algorithm::UNBORN),
+            NO_SWEEP,
+            |_| unreachable!("nothing dies"),
+            |_| ()
+        )
+        .is_ok());
+    let mut left_behind = 0;
+    for i in 0..N {
+        assert!(map
+            .insert(
+                None,
+                format!("client-{i}"),
+                StateCell::new(i),
+                Some(AllLapsed),
+                |_| left_behind += 1,
+                |_| ()
+            )
+            .is_ok());
+    }
+    assert!(left_behind > 0, "the rebuilds forgot the live clients");
+    let life = map.get("newcomer", Mortal::life).ok();
+    assert_eq!(life, Some(Life::Unborn), "moved as it was, never retired");
+}
+
 #[test]
 fn retain_removes_what_it_is_told_and_shrinks_what_is_left() {
     let map = map();
