@@ -594,7 +594,13 @@ fn describe_within<A: Transitions>(
     if cost <= quota.capacity() {
         return describe(quota, applied, now, cost);
     }
-    let mut decision = describe(quota, applied, now, 0)?;
+    // Figured as a cost of 0, which every state admits: no algorithm is
+    // asked for the wait of a cost of 0, which it does not define.
+    let word = match applied {
+        Applied::Admitted(word) | Applied::Denied(word) => word,
+        Applied::Dead => return None,
+    };
+    let mut decision = describe(quota, Applied::Admitted(word), now, 0)?;
     decision.allowed = false;
     decision.retry_after = Decision::wait(NEVER);
     Some(decision)
@@ -606,6 +612,30 @@ mod tests {
 
     use super::*;
     use crate::{ManualClock, TokenBucket};
+
+    /// A cost above a client's tier's limit (within another tier's) is
+    /// denied for good, for every algorithm: the sliding window counter,
+    /// which defines no wait for a cost of 0, is not asked for one.
+    #[test]
+    fn a_cost_above_the_tiers_limit_is_denied_for_every_algorithm() {
+        let second = Duration::from_secs(1);
+        let counter = |limit| {
+            crate::SlidingWindowCounter::builder()
+                .limit(limit)
+                .window(second)
+        };
+        let limiter = counter(2)
+            .tier(1, counter(1))
+            .tier_by(|key: &String| Tier::from(key.starts_with("pro-")))
+            .clock(ManualClock::new())
+            .build()
+            .unwrap();
+        let d = limiter.check_n("pro-a", 2).unwrap();
+        assert!(d.is_denied(), "{d:?}");
+        assert_eq!((d.limit(), d.remaining()), (1, 1));
+        assert_eq!(d.retry_after(), Duration::MAX);
+        assert!(limiter.check_n("b", 2).unwrap().is_allowed());
+    }
 
     /// Checks on threads racing quota changes: every check reads the quota
     /// its cell names, each change retires the table before it, and no
