@@ -92,7 +92,7 @@ impl<A, K, C> Builder<A, K, C> {
     /// The algorithm settings alone, for a second limit or a tier's quota
     /// (whose clock, memory settings and resolver would not apply): an
     /// error naming the first such setting given.
-    fn quota_params(self) -> Result<Params, ConfigError> {
+    pub(crate) fn quota_params(self) -> Result<Params, ConfigError> {
         if let Some(conflict) = self.conflict {
             return Err(conflict);
         }
@@ -116,6 +116,26 @@ impl<A, K, C> Builder<A, K, C> {
             );
         }
         Ok(self.params)
+    }
+}
+
+/// What a Redis limiter's builder needs to know of this one's settings
+/// that it would not apply.
+#[cfg(feature = "redis")]
+impl<A, K, C> Builder<A, K, C> {
+    /// The setting given where it would not apply, if any.
+    pub(crate) fn conflict(&self) -> Option<ConfigError> {
+        self.conflict.clone()
+    }
+
+    /// Whether a clock was given.
+    pub(crate) fn has_clock(&self) -> bool {
+        self.clock.is_ok()
+    }
+
+    /// Whether a resolver of tiers was given.
+    pub(crate) fn has_tier_by(&self) -> bool {
+        self.tier_by.is_some()
     }
 }
 

@@ -113,6 +113,29 @@ impl FixedWindow {
     pub(crate) fn window_ns(&self) -> u64 {
         self.windows.width()
     }
+
+    /// The word holding `count` in window `index`, if both fit (a state
+    /// read from outside the process, such as from Redis): a count above
+    /// the limit is a closed window with bookings in the next, up to
+    /// twice the limit where the limit books ahead.
+    #[cfg(feature = "redis")]
+    pub(crate) fn word(&self, index: u64, count: u64) -> Option<u64> {
+        let most = if self.reserves() {
+            2 * self.limit
+        } else {
+            self.limit
+        };
+        (count <= most && index <= NOW_MAX / self.windows.width()).then(|| self.pack(index, count))
+    }
+
+    /// The window index and the count a word holds, as recorded.
+    #[cfg(feature = "redis")]
+    pub(crate) fn parts(&self, word: u64) -> (u64, u64) {
+        (
+            word >> self.count_bits,
+            word & ((1u64 << self.count_bits) - 1),
+        )
+    }
 }
 
 impl fmt::Debug for FixedWindow {

@@ -170,6 +170,14 @@ impl SlidingWindowCounter {
         fits.then(|| self.pack(Counts { index, curr, prev }))
     }
 
+    /// The window index and the two counts a word holds, as recorded
+    /// (a state written outside the process, such as to Redis).
+    #[cfg(feature = "redis")]
+    pub(crate) fn parts(&self, word: u64) -> (u64, u64, u64) {
+        let c = self.unpack(word);
+        (c.index, c.curr, c.prev)
+    }
+
     /// The window's length, ns.
     pub(crate) fn window_ns(&self) -> u64 {
         self.windows.width()

@@ -1,13 +1,37 @@
-//! The four algorithms' Lua: the prelude every script starts with, the
-//! clocks, each algorithm's `decide` function, and the entry points of a
-//! check and a peek. See `script` for the units and exactness, and `pair`
-//! for two limits held together.
+//! The scripts' Lua, generated from a [`Spec`]: the prelude every script
+//! starts with, the clocks, the fast path of a check or peek for a word
+//! algorithm (one limit or a pair, in one hash), the generic read and
+//! compare-and-set of the slow path, and the sliding window log's scripts.
+//!
+//! # A word algorithm's key
+//!
+//! One hash per client, whatever the number of limits:
+//!
+//! | field | holds |
+//! |---|---|
+//! | `s` | the settings the state was written under ([`Spec::stamp`]) |
+//! | `o` | the writing limiter's id |
+//! | `g` | `<tier>:<generation>` of the writer's quota for that client |
+//! | `n` | the key's incarnation: the id of the call that created it |
+//! | `t`, `r` | a bucket's TAT: whole µs, and the ns beyond (absent for 0) |
+//! | `k`, `c` (, `p`) | a window's index and count (and the previous count) |
+//!
+//! A pair's fields carry its limit's number: `t1`, `k2`, `c2`, ….
+//!
+//! # The fast path
+//!
+//! A check or peek reads the stamp and the state. A state written under
+//! the reader's settings (by any process: `s` equal and, if this limiter
+//! wrote it, under its current quota) is decided in the script; any other
+//! is answered `{-1}`, and the limiter converts it in Rust by the
+//! in-process rules ([`super::state`]) and writes it back by
+//! compare-and-set. Every write sets the key to expire at the instant its
+//! state becomes idle, rounded up to the millisecond.
+
+use super::spec::{Half, Spec, WordSpec};
 
 /// The helper every script starts with: an integer parser that tells
-/// absent from junk. Two more are written as
-/// calls in the bodies and expanded in place by [`expand`], since each
-/// `local function` is a closure allocated on every call: `s(n)`, a whole
-/// number's exact digits, and `bad(key, what)`, the error reply.
+/// absent (`nil`) from junk (`false`).
 pub(super) const PRELUDE: &str = r"
 local function int(v)
   if not v then return nil end
@@ -17,10 +41,10 @@ local function int(v)
   end
   return n
 end
+local fmt = string.format
 ";
 
-/// Exact floor division, for the window index; a script that needs it
-/// (the windows) gets it after [`PRELUDE`].
+/// Exact floor division, for the window index.
 pub(super) const FDIV: &str = r"
 local function fdiv(a, b)
   local q = math.floor(a / b)
@@ -35,104 +59,272 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 ";
 
-/// The clock of the test wrapper: the instant is the script's last
-/// argument, so that a test can drive a script through any sequence of
-/// instants (long idle gaps, window edges) and compare it with the
-/// in-process algorithm at the same instants.
+/// The clock of a limiter on a test clock: the instant is the script's
+/// last argument, so that a test can drive the scripts through any
+/// sequence of instants and compare them with the in-process limiters on
+/// a `ManualClock`.
 #[cfg(test)]
 pub(super) const TEST_CLOCK: &str = r"
 local now = tonumber(ARGV[#ARGV])
 ";
 
-// Every expiry is an instant in ms, `floor(t / 1000) + 1` for the µs
-// instant `t` at which the state becomes idle: the double division may
-// round up, never down past `t / 1000`, so the key never expires before
-// its state is idle (at most 2 ms after).
-//
-// Each algorithm is a function `decide(key, a, b, cost, write)`: `a` and
-// `b` the two settings of `Spec::args`, `write` false to decide without
-// recording (a peek). It returns the reply, or an error reply for junk
-// under the key.
+/// The error reply for a value the limiter did not write.
+fn bad(what: &str) -> String {
+    format!(
+        "return redis.error_reply('TOLLGATE the value under ' .. KEYS[1] .. ' is not a tollgate state: {what}')"
+    )
+}
 
-/// GCRA on one string key holding the TAT. Settings: interval (µs),
-/// capacity. Reply: allowed, TAT (stored, or as read), now. A TAT further
-/// ahead than a full bucket's refill (written under a larger quota) is
-/// read as that refill: the bucket is empty.
-pub(super) const TOKEN_BUCKET: &str = r"
-local function decide(key, interval, cap, cost, write)
-  local tat = int(redis.call('GET', key))
-  if tat == false then return bad(key, 'not a whole number of microseconds') end
-  if tat == nil then tat = 0 end
-  if tat > now + cap * interval then tat = now + cap * interval end
-  if cost == 0 then return {1, tat, now} end
-  local base = math.max(tat, now)
-  if base - now <= (cap - cost) * interval then
-    local new = base + cost * interval
-    if write then redis.call('SET', key, s(new), 'PXAT', s(math.floor(new / 1000) + 1)) end
-    return {1, new, now}
+/// The Lua reading one limit's state from `v` (fields from index
+/// `first`), deciding `cost` at `now`, and leaving: `ok<x>` (whether the
+/// limit admits), the current state after any rollover, the state after
+/// an admission (`n…<x>`), and `idle<x>`, the µs instant at which the
+/// admitted state becomes idle. `<x>` is the pair's suffix; `a<x>`,
+/// `b<x>` the limit's settings.
+fn half_lua(half: &Half, x: &str, first: usize) -> String {
+    let body = match half.ns {
+        WordSpec::Bucket(_) => format!(
+            r"
+local t#, r# = int(v[{i0}]), int(v[{i1}])
+if t# == false or r# == false or (r# or 0) > 999 then {bad} end
+t#, r# = t# or 0, r# or 0
+local ok#, nt#, nr# = cost == 0, t#, r#
+if cost > 0 then
+  local d, tol = t# - now, (b# - cost) * a#
+  if d < tol or (d == tol and r# == 0) then
+    ok# = true
+    if t# >= now then nt# = t# + cost * a# else nt#, nr# = now + cost * a#, 0 end
   end
-  return {0, tat, now}
 end
-";
+local idle# = nt#
+if nr# > 0 then idle# = nt# + 1 end
+",
+            i0 = first,
+            i1 = first + 1,
+            bad = bad("a TAT that is not a whole number of microseconds"),
+        ),
+        WordSpec::Fixed(_) => format!(
+            r"
+local k#, c# = int(v[{i0}]), int(v[{i1}])
+if k# == false or c# == false or (k# == nil) ~= (c# == nil) then {bad} end
+local idx = fdiv(now, a#)
+if k# == nil then k#, c# = idx, 0
+elseif idx == k# + 1 then k#, c# = idx, math.max(c# - b#, 0)
+elseif idx > k# + 1 then k#, c# = idx, 0 end
+local ok# = cost == 0 or c# + cost <= b#
+local nk#, nc# = k#, c# + cost
+local idle# = (nk# + 1) * a#
+if nc# > b# then idle# = (nk# + 2) * a# end
+",
+            i0 = first,
+            i1 = first + 1,
+            bad = bad("fields k and c must be whole numbers"),
+        ),
+        WordSpec::Sliding(_) => format!(
+            r"
+local k#, c#, p# = int(v[{i0}]), int(v[{i1}]), int(v[{i2}])
+if k# == false or c# == false or p# == false or (k# == nil) ~= (c# == nil) or (k# == nil) ~= (p# == nil) then {bad} end
+local idx, e# = fdiv(now, a#), 0
+if k# == nil then k#, c#, p# = idx, 0, 0 end
+if idx >= k# then
+  if idx == k# + 1 then p#, c# = c#, 0 elseif idx > k# + 1 then p#, c# = 0, 0 end
+  k#, e# = idx, now - idx * a#
+end
+local ok# = cost == 0
+if cost > 0 then
+  local need = c# + cost - 1
+  ok# = need < b# and need * a# < b# * a# - p# * (a# - e#)
+end
+local nk#, nc#, np# = k#, c# + cost, p#
+local idle# = (nk# + 2) * a#
+",
+            i0 = first,
+            i1 = first + 1,
+            i2 = first + 2,
+            bad = bad("fields k, c and p must be whole numbers"),
+        ),
+    };
+    body.replace('#', x)
+}
 
-/// A hash of the window index `k` and its count `c`. Settings: window
-/// (µs), limit. Reply: allowed, k, c (after rollover), now. A count above
-/// the limit (written under a larger quota) is read as the limit.
-pub(super) const FIXED_WINDOW: &str = r"
-local function decide(key, w, limit, cost, write)
-  local v = redis.call('HMGET', key, 'k', 'c')
-  local k, c = int(v[1]), int(v[2])
-  if k == false or c == false or (k == nil) ~= (c == nil) then return bad(key, 'fields k and c must be whole numbers') end
-  local idx = fdiv(now, w)
-  if k == nil or idx > k then k, c = idx, 0 end
-  if c > limit then c = limit end
-  if cost == 0 then return {1, k, c, now} end
-  if c + cost <= limit then
-    c = c + cost
-    if write then
-      redis.call('HSET', key, 'k', s(k), 'c', s(c))
-      redis.call('PEXPIREAT', key, s(math.floor((k + 1) * w / 1000) + 1))
-    end
-    return {1, k, c, now}
-  end
-  return {0, k, c, now}
-end
-";
+/// The state variables of one limit, current (`n` = "") or after an
+/// admission (`n` = "n"), as the reply lists them.
+fn reply_vars(half: &Half, x: &str, n: &str) -> Vec<String> {
+    let names: &[&str] = match half.ns {
+        WordSpec::Bucket(_) => &["t", "r"],
+        WordSpec::Fixed(_) => &["k", "c"],
+        WordSpec::Sliding(_) => &["k", "c", "p"],
+    };
+    names.iter().map(|f| format!("{n}{f}{x}")).collect()
+}
 
-/// A hash of the window index `k`, its count `c` and the previous
-/// window's `p`. Settings: window (µs), limit. Reply: allowed, k, c, p
-/// (after rollover), now. Counts above the limit (written under a larger
-/// quota) are read as the limit.
-pub(super) const SLIDING_WINDOW: &str = r"
-local function decide(key, w, limit, cost, write)
-  local v = redis.call('HMGET', key, 'k', 'c', 'p')
-  local k, c, p = int(v[1]), int(v[2]), int(v[3])
-  if k == false or c == false or p == false or (k == nil) ~= (c == nil) or (k == nil) ~= (p == nil) then
-    return bad(key, 'fields k, c and p must be whole numbers')
+/// A word algorithm's check (`write`) or peek: see the module docs.
+///
+/// `ARGV`: each limit's two settings, then `cost`, the reader's stamp
+/// `S`, its id `O`, its generation `G`, and the call's id `N` (the key's
+/// incarnation, if the call creates it). The reply: `{-1}` for a state to
+/// convert; else the outcome (1 or 0), each limit's state (after the
+/// admission, or as read after any rollover) and `now`.
+pub(super) fn word_script(spec: &Spec, clock: &str, write: bool) -> String {
+    let halves = spec.halves();
+    let base = 2 * halves.len();
+    let mut fields = vec!["'s'".to_owned(), "'o'".into(), "'g'".into()];
+    let mut lua = String::from(PRELUDE);
+    if halves
+        .iter()
+        .any(|(h, _)| !matches!(h.ns, WordSpec::Bucket(_)))
+    {
+        lua.push_str(FDIV);
+    }
+    lua.push_str(clock);
+    lua.push_str(&format!(
+        "local key = KEYS[1]\nlocal cost = tonumber(ARGV[{c}])\nlocal S, O, G = ARGV[{s}], ARGV[{o}], ARGV[{g}]\n",
+        c = base + 1,
+        s = base + 2,
+        o = base + 3,
+        g = base + 4,
+    ));
+    let mut reads = String::new();
+    let mut state_fields = Vec::new();
+    for (i, (half, x)) in halves.iter().enumerate() {
+        reads.push_str(&format!(
+            "local a{x}, b{x} = tonumber(ARGV[{}]), tonumber(ARGV[{}])\n",
+            2 * i + 1,
+            2 * i + 2
+        ));
+        let first = fields.len() + 1;
+        reads.push_str(&half_lua(half, x, first));
+        for f in half.fields() {
+            fields.push(format!("'{f}{x}'"));
+            state_fields.push(fields.len());
+        }
+    }
+    lua.push_str(&format!(
+        "local v = redis.call('HMGET', key, {})\n",
+        fields.join(", ")
+    ));
+    let any_state = state_fields
+        .iter()
+        .map(|i| format!("v[{i}]"))
+        .collect::<Vec<_>>()
+        .join(" or ");
+    lua.push_str(&format!(
+        "local own = v[1]\nif own then\n  if own ~= S or (v[2] == O and v[3] ~= G) then return {{-1}} end\nelseif {any_state} then\n  {}\nend\n",
+        bad("state fields without a stamp")
+    ));
+    lua.push_str(&reads);
+    let oks = halves
+        .iter()
+        .map(|(_, x)| format!("ok{x}"))
+        .collect::<Vec<_>>()
+        .join(" and ");
+    lua.push_str(&format!("local allowed = {oks}\n"));
+    if write {
+        let mut set = Vec::new();
+        let mut after = String::new();
+        for (half, x) in &halves {
+            match half.ns {
+                WordSpec::Bucket(_) => {
+                    set.push(format!("w[#w + 1] = 't{x}'; w[#w + 1] = fmt('%.0f', nt{x})"));
+                    set.push(format!(
+                        "if nr{x} > 0 then w[#w + 1] = 'r{x}'; w[#w + 1] = fmt('%.0f', nr{x}) end"
+                    ));
+                    after.push_str(&format!(
+                        "  if nr{x} == 0 and r{x} > 0 then redis.call('HDEL', key, 'r{x}') end\n"
+                    ));
+                }
+                WordSpec::Fixed(_) => set.push(format!(
+                    "w[#w + 1] = 'k{x}'; w[#w + 1] = fmt('%.0f', nk{x}); w[#w + 1] = 'c{x}'; w[#w + 1] = fmt('%.0f', nc{x})"
+                )),
+                WordSpec::Sliding(_) => set.push(format!(
+                    "w[#w + 1] = 'k{x}'; w[#w + 1] = fmt('%.0f', nk{x}); w[#w + 1] = 'c{x}'; w[#w + 1] = fmt('%.0f', nc{x}); w[#w + 1] = 'p{x}'; w[#w + 1] = fmt('%.0f', np{x})"
+                )),
+            }
+        }
+        let idle = match halves.as_slice() {
+            [(_, x)] => format!("idle{x}"),
+            _ => "math.max(idle1, idle2)".into(),
+        };
+        lua.push_str(&format!(
+            r"if allowed and cost > 0 then
+  local w = {{}}
+  {}
+  if not own or v[2] ~= O then
+    w[#w + 1] = 's'; w[#w + 1] = S; w[#w + 1] = 'o'; w[#w + 1] = O; w[#w + 1] = 'g'; w[#w + 1] = G
   end
-  local idx = fdiv(now, w)
-  local e = 0
-  if k == nil then k, c, p = idx, 0, 0 end
-  if idx >= k then
-    if idx == k + 1 then p, c = c, 0 elseif idx > k + 1 then p, c = 0, 0 end
-    k = idx
-    e = now - idx * w
-  end
-  if c > limit then c = limit end
-  if p > limit then p = limit end
-  if cost == 0 then return {1, k, c, p, now} end
-  local need = c + cost - 1
-  if need < limit and need * w < limit * w - p * (w - e) then
-    c = c + cost
-    if write then
-      redis.call('HSET', key, 'k', s(k), 'c', s(c), 'p', s(p))
-      redis.call('PEXPIREAT', key, s(math.floor((k + 2) * w / 1000) + 1))
-    end
-    return {1, k, c, p, now}
-  end
-  return {0, k, c, p, now}
+  if not own then w[#w + 1] = 'n'; w[#w + 1] = O .. ':' .. ARGV[{n}] end
+  redis.call('HSET', key, unpack(w))
+{after}  redis.call('PEXPIREAT', key, fmt('%.0f', math.floor({idle} / 1000) + 1))
 end
-";
+",
+            set.join("\n  "),
+            n = base + 5,
+        ));
+    }
+    let mut next = vec!["1".to_owned()];
+    let mut cur = vec!["0".to_owned()];
+    for (half, x) in &halves {
+        next.extend(reply_vars(half, x, "n"));
+        cur.extend(reply_vars(half, x, ""));
+    }
+    next.push("now".into());
+    cur.push("now".into());
+    lua.push_str(&format!(
+        "if allowed then return {{{}}} end\nreturn {{{}}}\n",
+        next.join(", "),
+        cur.join(", ")
+    ));
+    lua
+}
+
+/// The slow path's read: `ARGV[1]` names `n` fields, `ARGV[2..=n+1]`
+/// the fields; the reply is `{now, {values…}}`, a value `nil` where the
+/// field is absent.
+pub(super) fn read_script(clock: &str) -> String {
+    format!(
+        r"{clock}
+local n = tonumber(ARGV[1])
+return {{now, redis.call('HMGET', KEYS[1], unpack(ARGV, 2, n + 1))}}
+"
+    )
+}
+
+/// The slow path's compare-and-set. `ARGV`: `n`; the `n` fields; a mask
+/// of `n` letters, `p` for a field expected present and `a` absent; the
+/// expected values of the present ones; an instant (µs) the write must
+/// come before, or `-1`; the `n` new values (`''` deletes the field);
+/// the expiry (ms). The reply: `{1, now}` written, `{0, now}` the state
+/// changed since it was read, `{2, now}` too late.
+pub(super) fn cas_script(clock: &str) -> String {
+    format!(
+        r"{clock}
+local key = KEYS[1]
+local n = tonumber(ARGV[1])
+local v = redis.call('HMGET', key, unpack(ARGV, 2, n + 1))
+local mask, j = ARGV[n + 2], n + 3
+for i = 1, n do
+  if string.sub(mask, i, i) == 'p' then
+    if v[i] ~= ARGV[j] then return {{0, now}} end
+    j = j + 1
+  elseif v[i] then
+    return {{0, now}}
+  end
+end
+local before = tonumber(ARGV[j])
+j = j + 1
+if before >= 0 and now >= before then return {{2, now}} end
+local set, del = {{}}, {{}}
+for i = 1, n do
+  local x = ARGV[j + i - 1]
+  if x == '' then del[#del + 1] = ARGV[1 + i] else set[#set + 1] = ARGV[1 + i]; set[#set + 1] = x end
+end
+if #set > 0 then redis.call('HSET', key, unpack(set)) end
+if #del > 0 then redis.call('HDEL', key, unpack(del)) end
+redis.call('PEXPIREAT', key, ARGV[j + n])
+return {{1, now}}
+"
+    )
+}
 
 /// A sorted set of admissions scored by their instant, trimmed to the
 /// window (also by a peek: an expired entry says nothing). Settings:
@@ -142,96 +334,54 @@ end
 /// whose expiry brings them below it; or -1), the instant of the entry
 /// whose expiry frees room for a denied cost (or -1), now. Entries are
 /// added 500 at a time, so that a cost up to the largest limit stays
-/// within Lua's stack.
-pub(super) const SLIDING_LOG: &str = r"
-local function decide(key, w, limit, cost, write)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', s(now - w))
-  local used = redis.call('ZCARD', key)
-  local held = used
-  local function score(i)
-    if i >= held then return now end
-    local r = redis.call('ZRANGE', key, i, i, 'WITHSCORES')
-    local n = int(r[2])
-    if n == false or n == nil then return false end
-    return n
-  end
-  if used > 0 and score(used - 1) == false then
-    return bad(key, 'a score that is not a whole number of microseconds')
-  end
-  local allowed, kth = 0, -1
-  if cost == 0 or used + cost <= limit then
-    allowed = 1
-    if cost > 0 and write then
-      local at, i = s(now), 1
-      while i <= cost do
-        local args = {}
-        for j = i, math.min(cost, i + 499) do
-          args[#args + 1] = at
-          args[#args + 1] = at .. ':' .. s(used + j)
-        end
-        redis.call('ZADD', key, unpack(args))
-        i = i + 500
-      end
-      redis.call('PEXPIREAT', key, s(math.floor((now + w) / 1000) + 1))
-    end
-    used = used + cost
-  else
-    kth = score(cost - (limit - used) - 1)
-    if kth == false then return bad(key, 'a score that is not a whole number of microseconds') end
-  end
-  local oldest = -1
-  if used > 0 then
-    oldest = score(math.max(0, used - limit))
-    if oldest == false then return bad(key, 'a score that is not a whole number of microseconds') end
-  end
-  return {allowed, used, oldest, kth, now}
-end
-";
-
-/// Expands the bodies' `s(…)` and `bad(key, …)` in place (see
-/// [`PRELUDE`]).
-pub(super) fn expand(body: &str) -> String {
-    let mut out = String::with_capacity(body.len() * 2);
-    let mut rest = body;
-    while let Some(i) = rest.find("s(") {
-        // `s(` as a whole word: not the end of a longer name.
-        let whole = rest[..i]
-            .chars()
-            .next_back()
-            .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'));
-        out.push_str(&rest[..i]);
-        out.push_str(if whole {
-            "string.format('%.0f', "
-        } else {
-            "s("
-        });
-        rest = &rest[i + 2..];
-    }
-    out.push_str(rest);
-    out.replace(
-        "bad(key, ",
-        "redis.error_reply('TOLLGATE the value under ' .. key .. ' is not a tollgate state: ' .. ",
-    )
-}
-
-/// A single limit's script body: its `decide` function's body run as the
-/// script itself (one closure fewer per call), its parameters taken from
-/// `KEYS` and `ARGV`, recording if `write`.
-pub(super) fn inline(body: &str, write: bool) -> String {
-    let body = expand(body);
-    let header_end = body.find(")\n").map_or(0, |i| i + 2);
-    let header = &body[..header_end];
-    let params = header
-        .split_once("local function decide(")
-        .map_or("", |(_, p)| p.trim_end_matches(")\n"));
-    let names: Vec<&str> = params.split(", ").collect();
-    // The function's last line is its `end`.
-    let inner = body[header_end..]
-        .trim_end()
-        .strip_suffix("end")
-        .unwrap_or(&body[header_end..]);
+/// within Lua's stack. Members are `<instant>:<n>`, the `n`-th entry of
+/// that instant: entries of one instant are trimmed together, so the
+/// names `<instant>:1` to `<instant>:<count>` are those held, and a new
+/// one never replaces another (whatever window a reader trims by).
+pub(super) fn log_script(clock: &str, write: bool) -> String {
+    let bad = bad("a score that is not a whole number of microseconds");
     format!(
-        "\nlocal {} = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), {write}\n{inner}",
-        names.join(", ")
+        r"{PRELUDE}{clock}
+local key, w, limit, cost = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%.0f', now - w))
+local used = redis.call('ZCARD', key)
+local held = used
+local function score(i)
+  if i >= held then return now end
+  local r = redis.call('ZRANGE', key, i, i, 'WITHSCORES')
+  local n = int(r[2])
+  if n == false or n == nil then return false end
+  return n
+end
+if used > 0 and score(used - 1) == false then {bad} end
+local allowed, kth = 0, -1
+if cost == 0 or used + cost <= limit then
+  allowed = 1
+  if cost > 0 and {write} then
+    local at, i = fmt('%.0f', now), 1
+    local base = redis.call('ZCOUNT', key, at, at)
+    while i <= cost do
+      local args = {{}}
+      for j = i, math.min(cost, i + 499) do
+        args[#args + 1] = at
+        args[#args + 1] = at .. ':' .. fmt('%.0f', base + j)
+      end
+      redis.call('ZADD', key, unpack(args))
+      i = i + 500
+    end
+    redis.call('PEXPIREAT', key, fmt('%.0f', math.floor((now + w) / 1000) + 1))
+  end
+  used = used + cost
+else
+  kth = score(cost - (limit - used) - 1)
+  if kth == false then {bad} end
+end
+local oldest = -1
+if used > 0 then
+  oldest = score(math.max(0, used - limit))
+  if oldest == false then {bad} end
+end
+return {{allowed, used, oldest, kth, now}}
+"
     )
 }

@@ -1,0 +1,616 @@
+//! A check's way through a Redis limiter: the deny shortcut, the breaker,
+//! one round trip (and for a state written under other settings, the slow
+//! path that converts it), the figures, and the fail policy's answer when
+//! Redis fails.
+
+use core::fmt;
+use core::future::Future;
+use core::pin::Pin;
+use core::task::{Context, Poll};
+use core::time::Duration;
+use std::sync::Arc;
+
+use ::redis::{ErrorKind, RedisError, ServerErrorKind};
+
+use super::guard::{bump, Gate};
+use super::shortcut::Entry;
+use super::spec::{Ns, Spec};
+use super::state::{
+    decision, decode_fast, expiry_ms, field_names, fresh_decision, log_decision, round_figures,
+    state_values, DecodeError, Fast, Stored,
+};
+use super::tier::Judged;
+use super::{failure, FailPolicy, Inner, Mode, RedisAlgorithm, RedisKey, RedisLimiter};
+use crate::algorithm::{join, Transitions};
+use crate::cell::{describe, Applied};
+use crate::check::{CheckError, CheckErrorKind};
+use crate::decision::Decision;
+use crate::error::CostError;
+use crate::sync::Ordering;
+
+/// How many times a check tries again when the client's state changes
+/// between the slow path's read and its write.
+const ATTEMPTS: usize = 8;
+
+/// One request, as the limiter carries it from the check to the answer.
+pub(super) struct Request {
+    pub(super) judged: Judged,
+    pub(super) client: Vec<u8>,
+    pub(super) key: Vec<u8>,
+    /// The cost asked.
+    pub(super) cost: u64,
+    /// Whether the cost exceeds the client's tier's capacity (but not
+    /// every tier's): denied, and judged at cost 0 for the figures.
+    pub(super) beyond: bool,
+    pub(super) mode: Mode,
+    /// The deny shortcut's key for the client, under the generation read
+    /// before the request was sent.
+    pub(super) cache_key: Option<u64>,
+}
+
+impl Request {
+    /// The cost the scripts judge.
+    fn judged_cost(&self) -> u64 {
+        if self.beyond {
+            0
+        } else {
+            self.cost
+        }
+    }
+
+    fn spec(&self) -> Spec {
+        self.judged.quota.spec
+    }
+}
+
+/// Why a round trip gave no decision.
+pub(super) enum Failure {
+    Redis(RedisError),
+    Decode(DecodeError),
+    /// The client's state changed between every read and write.
+    Contended,
+}
+
+impl From<RedisError> for Failure {
+    fn from(err: RedisError) -> Self {
+        Self::Redis(err)
+    }
+}
+
+impl From<DecodeError> for Failure {
+    fn from(err: DecodeError) -> Self {
+        Self::Decode(err)
+    }
+}
+
+/// What a check learned of the client's state, for the deny shortcut.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Seen {
+    /// A word algorithm's state, judged at `now` (µs).
+    Word { word: u128, now: u64 },
+    /// A log's units left, until `free_at` (ns), judged at `now` (µs).
+    Log { left: u64, free_at: u64, now: u64 },
+}
+
+/// A decision and what it saw.
+pub(super) struct Answer {
+    pub(super) decision: Decision,
+    pub(super) seen: Seen,
+}
+
+impl<A: RedisAlgorithm> RedisLimiter<A> {
+    /// A check or a peek.
+    pub(super) fn decide<K: RedisKey + ?Sized>(
+        &self,
+        key: &K,
+        cost: u64,
+        mode: Mode,
+    ) -> RedisCheck {
+        let inner = &self.inner;
+        bump(&inner.calls.counters.checks);
+        let client = super::key::client_bytes(key);
+        let judged = inner.tiers.judge(&client);
+        if cost > judged.max_capacity {
+            let err = CostError {
+                cost,
+                capacity: judged.max_capacity,
+            };
+            return RedisCheck::ready(Err(CheckError::with_kind(CheckErrorKind::Cost, err)));
+        }
+        let beyond = cost > judged.quota.spec.capacity();
+        let cache_key = inner
+            .shortcut
+            .as_ref()
+            .map(|cache| cache.key(cache.generation(), judged.tier, &client));
+        let request = Request {
+            key: inner.layout.key(&client),
+            judged,
+            client,
+            cost,
+            beyond,
+            mode,
+            cache_key,
+        };
+        let now = inner.calls.clock.local_ns();
+        if mode == Mode::Check && !beyond {
+            if let Some(decision) = inner.local_denial(&request, now) {
+                bump(&inner.calls.counters.denied_locally);
+                return RedisCheck::ready(Ok(decision));
+            }
+        }
+        let probe_due = match inner.breaker.gate(now) {
+            Gate::Pass => false,
+            Gate::Probe => true,
+            Gate::Down(wait) => {
+                let err = CheckError::with_kind(
+                    CheckErrorKind::Unavailable,
+                    format!("Redis failed recently; the next probe goes in {wait:?}"),
+                );
+                return RedisCheck::ready(inner.fallback(&request, err));
+            }
+        };
+        let inner = Arc::clone(inner);
+        RedisCheck(State::Waiting(Box::pin(async move {
+            // The probe flag is taken here, at the first poll, and the
+            // guard that gives it back exists from that instant: a future
+            // dropped before its first poll never took it.
+            let probe = probe_due && inner.breaker.take_probe();
+            if probe_due && !probe {
+                let err = CheckError::with_kind(
+                    CheckErrorKind::Unavailable,
+                    "Redis failed recently; another check is probing it",
+                );
+                return inner.fallback(&request, err);
+            }
+            if probe {
+                bump(&inner.calls.counters.probes);
+            }
+            let mut abandon = ProbeGuard(probe.then_some(&inner.breaker));
+            let sent = inner.calls.clock.local_ns();
+            let reply = tokio::time::timeout(inner.timeout, inner.round_trip(&request)).await;
+            abandon.0 = None;
+            let err = match reply {
+                Ok(Ok(answer)) => {
+                    inner.breaker.succeeded(probe);
+                    let now = match answer.seen {
+                        Seen::Word { now, .. } | Seen::Log { now, .. } => now,
+                    };
+                    inner.judged(sent, now);
+                    if mode == Mode::Check {
+                        inner.remember(&request, sent, &answer);
+                    }
+                    return Ok(answer.decision);
+                }
+                Ok(Err(Failure::Decode(err))) => {
+                    inner.breaker.succeeded(probe);
+                    bump(&inner.calls.counters.errors);
+                    failure(CheckErrorKind::Corrupt, &request.key, err)
+                }
+                Ok(Err(Failure::Contended)) => {
+                    inner.breaker.succeeded(probe);
+                    bump(&inner.calls.counters.errors);
+                    failure(
+                        CheckErrorKind::Other,
+                        &request.key,
+                        "the client's state changed under every attempt to convert it",
+                    )
+                }
+                Ok(Err(Failure::Redis(err))) => {
+                    bump(&inner.calls.counters.errors);
+                    let kind = classify(&err);
+                    if kind == CheckErrorKind::Unavailable {
+                        inner.breaker.failed(probe, inner.calls.clock.local_ns());
+                        CheckError::with_kind(kind, err)
+                    } else {
+                        // About this request or this client's key only:
+                        // Redis answered, so it is up.
+                        inner.breaker.succeeded(probe);
+                        failure(kind, &request.key, err)
+                    }
+                }
+                Err(_elapsed) => {
+                    bump(&inner.calls.counters.timeouts);
+                    inner.breaker.failed(probe, inner.calls.clock.local_ns());
+                    CheckError::with_kind(
+                        CheckErrorKind::Timeout,
+                        format!("Redis did not answer within {:?}", inner.timeout),
+                    )
+                }
+            };
+            inner.fallback(&request, err)
+        })))
+    }
+}
+
+impl<A: RedisAlgorithm> Inner<A> {
+    /// The deny shortcut's answer: a denial made here, if the state Redis
+    /// last returned for the client denies the request (see `shortcut`).
+    fn local_denial(&self, request: &Request, now: u64) -> Option<Decision> {
+        let cache = self.shortcut.as_ref()?;
+        let entry = cache.lookup(request.cache_key?, now)?;
+        let at = entry.judge_at(now);
+        let spec = request.spec();
+        let cost = request.cost;
+        match (spec, spec.ns()) {
+            (_, Some(ns)) => {
+                let word = match spec {
+                    Spec::Two(..) => join(entry.a, entry.b),
+                    _ => u128::from(entry.a),
+                };
+                if cost == 0 || ns.admit(word, at, cost).is_some() {
+                    return None;
+                }
+                let mut d = describe(&ns, Applied::Denied(word), at, cost)?;
+                round_figures(&mut d);
+                Some(d)
+            }
+            (Spec::Log { window_us, limit }, None) => {
+                // Exact for a cost one above what is left: it waits for the
+                // quota's next growth, the instant the entry keeps.
+                let (left, free_at) = (entry.a, entry.b);
+                if cost != left + 1 || at >= free_at {
+                    return None;
+                }
+                let wait = super::state::round_up_to_us(Duration::from_nanos(free_at - at));
+                Some(Decision {
+                    allowed: false,
+                    limit,
+                    remaining: left,
+                    retry_after: wait,
+                    replenish_after: wait,
+                    window: Duration::from_micros(window_us),
+                    pair: None,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Feeds the deny shortcut: a state that leaves little (at most 255
+    /// units, fewer than the capacity) is kept, judged at Redis's reading;
+    /// any other forgets the client.
+    fn remember(&self, request: &Request, sent: u64, answer: &Answer) {
+        let (Some(cache), Some(key)) = (&self.shortcut, request.cache_key) else {
+            return;
+        };
+        let d = &answer.decision;
+        if d.remaining > 0xFF || d.remaining >= request.spec().capacity() {
+            cache.forget(key);
+            return;
+        }
+        let entry = match answer.seen {
+            Seen::Word { word, now } => Entry {
+                sent,
+                judged: now * 1_000,
+                a: word as u64,
+                b: (word >> 64) as u64,
+            },
+            Seen::Log { left, free_at, now } => Entry {
+                sent,
+                judged: now * 1_000,
+                a: left,
+                b: free_at,
+            },
+        };
+        cache.store(key, entry);
+    }
+
+    /// One request's round trip(s).
+    async fn round_trip(&self, request: &Request) -> Result<Answer, Failure> {
+        let mut answer = match request.spec() {
+            Spec::Log { window_us, limit } => self.log_trip(request, window_us, limit).await?,
+            spec => self.word_trip(request, spec).await?,
+        };
+        if request.beyond {
+            answer.decision.allowed = false;
+            answer.decision.retry_after = Duration::MAX;
+        }
+        Ok(answer)
+    }
+
+    /// The sliding window log's check or peek.
+    async fn log_trip(
+        &self,
+        request: &Request,
+        window_us: u64,
+        limit: u64,
+    ) -> Result<Answer, Failure> {
+        let script = match request.mode {
+            Mode::Check => &self.scripts.check,
+            Mode::Peek => &self.scripts.peek,
+        };
+        let cost = request.judged_cost();
+        let reply: Vec<i64> = self
+            .calls
+            .eval(script, &request.key, |cmd| {
+                cmd.arg(window_us).arg(limit).arg(cost);
+            })
+            .await?;
+        let decision = log_decision(&reply, window_us, limit)?;
+        let now = u64::try_from(reply[4]).unwrap_or(0);
+        let replenish = u64::try_from(decision.replenish_after.as_nanos()).unwrap_or(u64::MAX);
+        Ok(Answer {
+            seen: Seen::Log {
+                left: decision.remaining,
+                free_at: (now * 1_000).saturating_add(replenish),
+                now,
+            },
+            decision,
+        })
+    }
+
+    /// A word algorithm's check or peek: the fast path, and the slow path
+    /// for a state to convert.
+    async fn word_trip(&self, request: &Request, spec: Spec) -> Result<Answer, Failure> {
+        let ns = spec.ns().expect("a word algorithm");
+        let script = match request.mode {
+            Mode::Check => &self.scripts.check,
+            Mode::Peek => &self.scripts.peek,
+        };
+        let cost = request.judged_cost();
+        let generation = request.judged.generation();
+        for _ in 0..ATTEMPTS {
+            // Relaxed: a number unique to this call, nothing more.
+            let serial = self.serial.fetch_add(1, Ordering::Relaxed);
+            let reply: Vec<i64> = self
+                .calls
+                .eval(script, &request.key, |cmd| {
+                    for (half, _) in spec.halves() {
+                        cmd.arg(half.a).arg(half.b);
+                    }
+                    cmd.arg(cost)
+                        .arg(&request.judged.quota.stamp)
+                        .arg(&self.owner)
+                        .arg(&generation)
+                        .arg(serial);
+                })
+                .await?;
+            match decode_fast(&spec, &reply)? {
+                Fast::Decided { allowed, word, now } => {
+                    return Ok(Answer {
+                        decision: decision(&ns, allowed, word, now, cost),
+                        seen: Seen::Word { word, now },
+                    })
+                }
+                Fast::Convert => {
+                    if let Some(answer) = self.convert(request, spec, ns, serial).await? {
+                        return Ok(answer);
+                    }
+                }
+            }
+        }
+        Err(Failure::Contended)
+    }
+
+    /// The slow path: reads the client's state, carries it over to the
+    /// request's quota (see `tier`), decides on it, and (for a check)
+    /// writes it back if it has not changed since: `None` if it has.
+    async fn convert(
+        &self,
+        request: &Request,
+        spec: Spec,
+        ns: Ns,
+        serial: u64,
+    ) -> Result<Option<Answer>, Failure> {
+        let names = field_names(&spec);
+        let (now, values): (u64, Vec<Option<String>>) = self
+            .calls
+            .eval(&self.scripts.read, &request.key, |cmd| {
+                cmd.arg(names.len()).arg(&names);
+            })
+            .await?;
+        if values.len() != names.len() {
+            return Err(Failure::Decode(DecodeError::Shape(values.len())));
+        }
+        let stored = Stored { now, values };
+        let settled = self.tiers.settle(&request.judged, &stored, &self.owner)?;
+        let word = settled.map_or_else(|| ns.fresh_at(0), |s| s.word);
+        let cost = request.judged_cost();
+        let admitted = if cost == 0 {
+            None
+        } else {
+            ns.admit(word, now * 1_000, cost)
+        };
+        let allowed = cost == 0 || admitted.is_some();
+        let after = admitted.unwrap_or(word);
+        let answer = Answer {
+            decision: decision(&ns, allowed, after, now, cost),
+            seen: Seen::Word { word: after, now },
+        };
+        let own = settled.is_some_and(|s| s.own);
+        if request.mode == Mode::Peek || (admitted.is_none() && !own) {
+            return Ok(Some(answer));
+        }
+        let written = self
+            .swap(request, &stored, &names, &spec, after, serial, None)
+            .await?;
+        Ok(written.then_some(answer))
+    }
+
+    /// Writes `word` (stamped with the request's quota) over the client's
+    /// state iff it is still `stored`, and (given `before`, µs) only
+    /// before that instant: whether it was written.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn swap(
+        &self,
+        request: &Request,
+        stored: &Stored,
+        names: &[String],
+        spec: &Spec,
+        word: u128,
+        serial: u64,
+        before: Option<u64>,
+    ) -> Result<bool, Failure> {
+        let ns = spec.ns().expect("a word algorithm");
+        let mask: String = stored
+            .values
+            .iter()
+            .map(|v| if v.is_some() { 'p' } else { 'a' })
+            .collect();
+        let incarnation = stored.values[3]
+            .clone()
+            .unwrap_or_else(|| format!("{}:{serial}", self.owner));
+        let mut new = vec![
+            request.judged.quota.stamp.clone(),
+            self.owner.clone(),
+            request.judged.generation(),
+            incarnation,
+        ];
+        new.extend(state_values(spec, word));
+        let expiry = expiry_ms(&ns, word);
+        let (code, _now): (u64, u64) = self
+            .calls
+            .eval(&self.scripts.cas, &request.key, |cmd| {
+                cmd.arg(names.len()).arg(names).arg(&mask);
+                for v in stored.values.iter().flatten() {
+                    cmd.arg(v);
+                }
+                cmd.arg(before.map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX)))
+                    .arg(&new)
+                    .arg(expiry);
+            })
+            .await?;
+        Ok(code == 1)
+    }
+
+    /// The fail policy's answer to a request that Redis could not decide.
+    pub(super) fn fallback(
+        &self,
+        request: &Request,
+        err: CheckError,
+    ) -> Result<Decision, CheckError> {
+        let counters = &self.calls.counters;
+        match self.policy {
+            FailPolicy::FailOpen
+                if matches!(
+                    err.kind(),
+                    CheckErrorKind::Timeout | CheckErrorKind::Unavailable
+                ) =>
+            {
+                bump(&counters.fail_open);
+                let mut d = fresh_decision(&request.spec());
+                if request.beyond {
+                    d.allowed = false;
+                    d.retry_after = Duration::MAX;
+                }
+                Ok(d)
+            }
+            FailPolicy::FailOpen | FailPolicy::FailClosed => {
+                bump(&counters.fail_closed);
+                Err(err)
+            }
+            FailPolicy::Local => {
+                bump(&counters.fail_local);
+                let local = self.fallback.as_ref().ok_or(err)?;
+                local
+                    .decide(
+                        &request.client,
+                        request.judged.tier,
+                        request.cost,
+                        request.mode == Mode::Peek,
+                    )
+                    .map_err(|err| CheckError::with_kind(CheckErrorKind::Cost, err))
+            }
+        }
+    }
+}
+
+/// The kind of a failed round trip. Only a failure to reach Redis
+/// ([`CheckErrorKind::Unavailable`]: the connection, a server loading,
+/// failing over or out of its cluster) makes the limiter back off. An
+/// error about one client's key (a value of the wrong type, or one the
+/// scripts refuse) is [`CheckErrorKind::Corrupt`]; any other error reply
+/// (about this request, such as a script error, or keys in different
+/// slots) is [`CheckErrorKind::Other`], and a reply not understood
+/// [`CheckErrorKind::Protocol`]: Redis answered, so it is up.
+pub(super) fn classify(err: &RedisError) -> CheckErrorKind {
+    if let Some("TOLLGATE" | "WRONGTYPE") = err.code() {
+        return CheckErrorKind::Corrupt;
+    }
+    if err.is_io_error()
+        || err.is_connection_refusal()
+        || err.is_connection_dropped()
+        || err.is_timeout()
+    {
+        return CheckErrorKind::Unavailable;
+    }
+    match err.kind() {
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType => CheckErrorKind::Protocol,
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ReadOnly
+            | ServerErrorKind::Moved
+            | ServerErrorKind::Ask,
+        )
+        | ErrorKind::Io
+        | ErrorKind::AuthenticationFailed
+        | ErrorKind::ClusterConnectionNotFound
+        | ErrorKind::Client
+        | ErrorKind::InvalidClientConfig => CheckErrorKind::Unavailable,
+        _ => CheckErrorKind::Other,
+    }
+}
+
+/// Lets another probe go if this one's future is dropped unfinished.
+struct ProbeGuard<'a>(Option<&'a super::Breaker>);
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(breaker) = self.0 {
+            breaker.abandoned();
+        }
+    }
+}
+
+type Waiting = Pin<Box<dyn Future<Output = Result<Decision, CheckError>> + Send>>;
+
+enum State {
+    /// Decided without Redis (the shortcut, a cost error, the fail policy
+    /// while Redis is down); taken by the first poll.
+    Ready(Option<Result<Decision, CheckError>>),
+    /// A round trip.
+    Waiting(Waiting),
+}
+
+/// The future of a [`RedisLimiter`] check: ready at once when decided
+/// without Redis, otherwise when Redis answers or the timeout passes.
+///
+/// # Examples
+///
+/// See [`RedisLimiter`].
+#[must_use = "a check does nothing unless awaited"]
+pub struct RedisCheck(State);
+
+impl RedisCheck {
+    pub(super) fn ready(result: Result<Decision, CheckError>) -> Self {
+        Self(State::Ready(Some(result)))
+    }
+}
+
+impl fmt::Debug for RedisCheck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.0 {
+            State::Ready(_) => "ready",
+            State::Waiting(_) => "waiting for Redis",
+        };
+        f.debug_tuple("RedisCheck").field(&state).finish()
+    }
+}
+
+impl Future for RedisCheck {
+    type Output = Result<Decision, CheckError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.0 {
+            State::Ready(result) => Poll::Ready(result.take().unwrap_or_else(|| {
+                Err(CheckError::new(
+                    "a rate-limit check was polled after it completed",
+                ))
+            })),
+            State::Waiting(future) => future.as_mut().poll(cx),
+        }
+    }
+}

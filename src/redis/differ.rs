@@ -1,0 +1,465 @@
+//! One specification, two implementations: the same operation sequences
+//! run through an in-process limiter on a [`ManualClock`] and a Redis
+//! limiter on the same clock (its scripts told each instant), on a real
+//! `redis-server`, and every answer must be the same: each decision's
+//! outcome, limit, remaining, retry-after, replenish-after and window
+//! (the in-process waits rounded up to whole microseconds, the instants
+//! at which a script can run), each limit's figures for a pair, and cost
+//! errors alike.
+//!
+//! The operations: time moving on (by nothing, within a window, to and
+//! across its edges, by long idle spells), checks and peeks of costs from
+//! 0 to past the largest limit, resets and removals, and quota changes of
+//! tier 0 and of a tier of its own, drawn from a few quotas per case, so
+//! that limits are lowered, raised, lowered then raised, rates and
+//! capacities change, and windows change. Clients named `pro-…` are in
+//! tier 1. The deny shortcut is on, so its local denials are compared
+//! too.
+//!
+//! The in-process limiter is tiered (`reconfigurable`); the sliding window
+//! log, which in-process tiers do not run, is compared without quota
+//! changes.
+//!
+//! What may differ is listed in the table in `crate::guide::redis`, each
+//! row naming the test that shows it: here, the booleans `reset` and
+//! `remove` answer (whether a key was deleted, against whether the
+//! in-process limiter held the client) are not compared.
+
+use core::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+use super::testing::{cases, on_clock, runtime, Server};
+use super::{RedisAlgorithm, RedisLimiter};
+use crate::algorithm::Both;
+use crate::builder::Builder;
+use crate::clock::ManualClock;
+use crate::decision::Decision;
+use crate::limiter::{Limiter, TierAlgorithm};
+use crate::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, Tiered, TokenBucket};
+
+/// The clients: two in tier 0, two in tier 1.
+const CLIENTS: [&str; 4] = ["a", "b", "pro-c", "pro-d"];
+
+fn tier_of(client: &[u8]) -> u16 {
+    u16::from(client.starts_with(b"pro-"))
+}
+
+/// One operation on both limiters.
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    /// The clock moves on by this many µs.
+    Advance(u64),
+    Check {
+        client: usize,
+        cost: u64,
+    },
+    Peek {
+        client: usize,
+        cost: u64,
+    },
+    Reset(usize),
+    Remove(usize),
+    /// Tier `tier` gets the case's quota number `quota`.
+    SetQuota {
+        tier: u16,
+        quota: usize,
+    },
+}
+
+/// Gaps that reach window edges and long idle spells as well as the
+/// instants between, for windows (or token intervals) of `unit` µs.
+fn gap(unit: u64) -> impl Strategy<Value = u64> {
+    prop_oneof![
+        3 => Just(0u64),
+        4 => 1..=unit,
+        2 => Just(unit),
+        1 => Just(unit - 1),
+        1 => Just(unit + 1),
+        1 => (2..=12u64).prop_map(move |n| n * unit),
+        1 => 1_000_000u64..=30_000_000,
+    ]
+}
+
+fn ops(unit: u64, max_cost: u64, quotas: usize, changes: bool) -> impl Strategy<Value = Vec<Op>> {
+    let client = 0..CLIENTS.len();
+    let cost = 0..=max_cost + 1;
+    let op = prop_oneof![
+        4 => gap(unit).prop_map(Op::Advance),
+        6 => (client.clone(), cost.clone()).prop_map(|(client, cost)| Op::Check { client, cost }),
+        2 => (client.clone(), cost).prop_map(|(client, cost)| Op::Peek { client, cost }),
+        1 => client.clone().prop_map(Op::Reset),
+        1 => client.prop_map(Op::Remove),
+        if changes { 2 } else { 0 } => (0..2u16, 0..quotas).prop_map(|(tier, quota)| Op::SetQuota { tier, quota }),
+    ];
+    proptest::collection::vec(op, 1..48)
+}
+
+/// The in-process decision with its waits rounded up to whole µs.
+fn rounded(mut d: Decision) -> Decision {
+    super::state::round_figures(&mut d);
+    d
+}
+
+/// Two answers to one request, compared.
+fn same(
+    step: usize,
+    op: &Op,
+    here: Result<Decision, crate::CostError>,
+    there: Result<Decision, crate::CheckError>,
+) -> Result<(), TestCaseError> {
+    match (here, there) {
+        (Ok(here), Ok(there)) => {
+            prop_assert_eq!(rounded(here), there, "step {}: {:?}", step, op);
+        }
+        (Err(_), Err(err)) => {
+            prop_assert_eq!(
+                err.kind(),
+                crate::CheckErrorKind::Cost,
+                "step {}: {:?}",
+                step,
+                op
+            );
+        }
+        (here, there) => {
+            return Err(TestCaseError::fail(format!(
+                "step {step}: {op:?}: in-process {here:?}, Redis {there:?}"
+            )))
+        }
+    }
+    Ok(())
+}
+
+/// Whether a peek, or a check of cost 0 (which in-process is a peek), of
+/// client `c` is one the two limiters answer differently by design: the
+/// in-process limiter judges a client it does not hold under tier 0's
+/// quota, not its tier's (see the table of differences, and
+/// `an_unheld_clients_peek_is_judged_by_its_own_tier_on_redis`).
+fn unheld(held: &[bool], c: usize) -> bool {
+    tier_of(CLIENTS[c].as_bytes()) != 0 && !held[c]
+}
+
+/// An algorithm family: its quotas, as data that builds either limiter.
+trait Family {
+    type A: RedisAlgorithm
+        + TierAlgorithm
+        + crate::builder::Tierable<Base = Self::A>
+        + TryFrom<Builder<Self::A>, Error = crate::ConfigError>;
+    type Quota: core::fmt::Debug + Clone;
+
+    fn quota() -> BoxedStrategy<Self::Quota>;
+    fn builder(quota: &Self::Quota) -> Builder<Self::A>;
+    /// A characteristic time of the quota, µs: a window or a token's
+    /// interval.
+    fn unit(quota: &Self::Quota) -> u64;
+    fn capacity(quota: &Self::Quota) -> u64;
+}
+
+/// Runs `cases` sequences of each family on one server.
+fn run<F: Family>(cases_default: u32)
+where
+    Tiered<F::A>: crate::cell::Algorithm,
+{
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let conn = rt.block_on(server.manager());
+    let mut runner = TestRunner::new(Config {
+        cases: cases(cases_default),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let strategy = proptest::collection::vec(F::quota(), 3).prop_flat_map(|quotas| {
+        let unit = F::unit(&quotas[0]);
+        let max = quotas.iter().map(F::capacity).max().unwrap_or(1);
+        (Just(quotas), ops(unit, max, 3, true))
+    });
+    let n = std::cell::Cell::new(0u64);
+    runner
+        .run(&strategy, |(quotas, ops)| {
+            n.set(n.get() + 1);
+            let clock = server.clock();
+            let here = F::builder(&quotas[0])
+                .reconfigurable()
+                .tier_by(|client: &String| tier_of(client.as_bytes()))
+                .clock(clock.clone())
+                .build()
+                .unwrap();
+            let prefix = format!("differ{}-{}", std::process::id(), n.get());
+            let there = on_clock(
+                F::builder(&quotas[0])
+                    .redis(conn.clone(), prefix)
+                    .tier_by(tier_of),
+                &clock,
+            );
+            // The clients the in-process limiter holds (see `unheld`).
+            let mut held = [false; CLIENTS.len()];
+            for (step, op) in ops.iter().enumerate() {
+                let client = |i: usize| CLIENTS[i];
+                match *op {
+                    Op::Advance(us) => clock.advance(Duration::from_micros(us)),
+                    Op::Check { client: c, cost: 0 } if unheld(&held, c) => {
+                        let cost = 0;
+                        let _ = rt.block_on(there.check_n(client(c), cost));
+                    }
+                    Op::Check { client: c, cost } => {
+                        let answer = here.check_n(client(c), cost);
+                        held[c] |= cost > 0 && answer.is_ok();
+                        same(
+                            step,
+                            op,
+                            answer,
+                            rt.block_on(there.check_n(client(c), cost)),
+                        )?;
+                    }
+                    Op::Peek { client: c, cost } if unheld(&held, c) => {
+                        let _ = rt.block_on(there.peek_n(client(c), cost));
+                    }
+                    Op::Peek { client: c, cost } => same(
+                        step,
+                        op,
+                        here.peek_n(client(c), cost),
+                        rt.block_on(there.peek_n(client(c), cost)),
+                    )?,
+                    Op::Reset(c) => {
+                        let _ = here.reset(client(c));
+                        rt.block_on(there.reset(client(c))).unwrap();
+                    }
+                    Op::Remove(c) => {
+                        held[c] = false;
+                        let _ = here.remove(client(c));
+                        rt.block_on(there.remove(client(c))).unwrap();
+                    }
+                    Op::SetQuota { tier, quota } => {
+                        here.set_quota(tier, F::builder(&quotas[quota])).unwrap();
+                        there.set_quota(tier, F::builder(&quotas[quota])).unwrap();
+                    }
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// Windows (and token intervals) of a few µs, a millisecond, a quarter
+/// second, and twice those.
+fn unit() -> impl Strategy<Value = u64> {
+    (prop::sample::select(vec![7u64, 1_000, 250_000]), 1..=2u64).prop_map(|(u, m)| u * m)
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    limit: u64,
+    window_us: u64,
+}
+
+fn window() -> BoxedStrategy<Window> {
+    (1..=6u64, unit())
+        .prop_map(|(limit, window_us)| Window { limit, window_us })
+        .boxed()
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: u64,
+    interval_us: u64,
+    capacity: u64,
+}
+
+fn bucket() -> BoxedStrategy<Bucket> {
+    (1..=3u64, unit(), 1..=6u64)
+        .prop_map(|(tokens, interval_us, capacity)| Bucket {
+            tokens,
+            interval_us,
+            capacity,
+        })
+        .boxed()
+}
+
+fn bucket_builder(q: &Bucket) -> Builder<TokenBucket> {
+    TokenBucket::builder()
+        .rate(q.tokens, Duration::from_micros(q.tokens * q.interval_us))
+        .capacity(q.capacity)
+}
+
+struct Buckets;
+impl Family for Buckets {
+    type A = TokenBucket;
+    type Quota = Bucket;
+    fn quota() -> BoxedStrategy<Bucket> {
+        bucket()
+    }
+    fn builder(q: &Bucket) -> Builder<TokenBucket> {
+        bucket_builder(q)
+    }
+    fn unit(q: &Bucket) -> u64 {
+        q.interval_us
+    }
+    fn capacity(q: &Bucket) -> u64 {
+        q.capacity
+    }
+}
+
+struct Fixed;
+impl Family for Fixed {
+    type A = FixedWindow;
+    type Quota = Window;
+    fn quota() -> BoxedStrategy<Window> {
+        window()
+    }
+    fn builder(q: &Window) -> Builder<FixedWindow> {
+        FixedWindow::builder()
+            .limit(q.limit)
+            .window(Duration::from_micros(q.window_us))
+    }
+    fn unit(q: &Window) -> u64 {
+        q.window_us
+    }
+    fn capacity(q: &Window) -> u64 {
+        q.limit
+    }
+}
+
+struct Counter;
+impl Family for Counter {
+    type A = SlidingWindowCounter;
+    type Quota = Window;
+    fn quota() -> BoxedStrategy<Window> {
+        window()
+    }
+    fn builder(q: &Window) -> Builder<SlidingWindowCounter> {
+        SlidingWindowCounter::builder()
+            .limit(q.limit)
+            .window(Duration::from_micros(q.window_us))
+    }
+    fn unit(q: &Window) -> u64 {
+        q.window_us
+    }
+    fn capacity(q: &Window) -> u64 {
+        q.limit
+    }
+}
+
+struct BucketAndWindow;
+impl Family for BucketAndWindow {
+    type A = Both<TokenBucket, FixedWindow>;
+    type Quota = (Bucket, Window);
+    fn quota() -> BoxedStrategy<(Bucket, Window)> {
+        (bucket(), window()).boxed()
+    }
+    fn builder(q: &(Bucket, Window)) -> Builder<Self::A> {
+        bucket_builder(&q.0).and(Fixed::builder(&q.1))
+    }
+    fn unit(q: &(Bucket, Window)) -> u64 {
+        q.0.interval_us
+    }
+    fn capacity(q: &(Bucket, Window)) -> u64 {
+        q.0.capacity.min(q.1.limit)
+    }
+}
+
+struct CounterAndBucket;
+impl Family for CounterAndBucket {
+    type A = Both<SlidingWindowCounter, TokenBucket>;
+    type Quota = (Window, Bucket);
+    fn quota() -> BoxedStrategy<(Window, Bucket)> {
+        (window(), bucket()).boxed()
+    }
+    fn builder(q: &(Window, Bucket)) -> Builder<Self::A> {
+        Counter::builder(&q.0).and(bucket_builder(&q.1))
+    }
+    fn unit(q: &(Window, Bucket)) -> u64 {
+        q.0.window_us
+    }
+    fn capacity(q: &(Window, Bucket)) -> u64 {
+        q.0.limit.min(q.1.capacity)
+    }
+}
+
+#[test]
+fn the_token_bucket_on_redis_decides_as_in_process() {
+    run::<Buckets>(48);
+}
+
+#[test]
+fn the_fixed_window_on_redis_decides_as_in_process() {
+    run::<Fixed>(48);
+}
+
+#[test]
+fn the_sliding_window_counter_on_redis_decides_as_in_process() {
+    run::<Counter>(48);
+}
+
+#[test]
+fn a_pair_of_a_bucket_and_a_window_on_redis_decides_as_in_process() {
+    run::<BucketAndWindow>(32);
+}
+
+#[test]
+fn a_pair_of_a_counter_and_a_bucket_on_redis_decides_as_in_process() {
+    run::<CounterAndBucket>(32);
+}
+
+/// The sliding window log, without quota changes (the in-process log has
+/// none).
+#[test]
+fn the_sliding_window_log_on_redis_decides_as_in_process() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let conn = rt.block_on(server.manager());
+    let mut runner = TestRunner::new(Config {
+        cases: cases(48),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let strategy = window().prop_flat_map(|q| (Just(q), ops(q.window_us, q.limit, 1, false)));
+    let n = std::cell::Cell::new(0u64);
+    runner
+        .run(&strategy, |(q, ops)| {
+            n.set(n.get() + 1);
+            let clock = server.clock();
+            let builder = || {
+                SlidingWindowLog::builder()
+                    .limit(q.limit)
+                    .window(Duration::from_micros(q.window_us))
+            };
+            let here: Limiter<SlidingWindowLog, String, ManualClock> =
+                builder().clock(clock.clone()).build().unwrap();
+            let prefix = format!("differlog{}-{}", std::process::id(), n.get());
+            let there: RedisLimiter<SlidingWindowLog> =
+                on_clock(builder().redis(conn.clone(), prefix), &clock);
+            for (step, op) in ops.iter().enumerate() {
+                match *op {
+                    Op::Advance(us) => clock.advance(Duration::from_micros(us)),
+                    Op::Check { client, cost } => same(
+                        step,
+                        op,
+                        here.check_n(CLIENTS[client], cost),
+                        rt.block_on(there.check_n(CLIENTS[client], cost)),
+                    )?,
+                    Op::Peek { client, cost } => same(
+                        step,
+                        op,
+                        here.peek_n(CLIENTS[client], cost),
+                        rt.block_on(there.peek_n(CLIENTS[client], cost)),
+                    )?,
+                    Op::Reset(client) => {
+                        let _ = here.reset(CLIENTS[client]);
+                        rt.block_on(there.reset(CLIENTS[client])).unwrap();
+                    }
+                    Op::Remove(client) => {
+                        let _ = here.remove(CLIENTS[client]);
+                        rt.block_on(there.remove(CLIENTS[client])).unwrap();
+                    }
+                    Op::SetQuota { .. } => {}
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+}
