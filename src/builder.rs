@@ -376,8 +376,9 @@ impl<A, K, C> Builder<A, K, C> {
         self
     }
 
-    /// The window's length. Windows are aligned to the clock's origin:
-    /// window `k` covers `[k·window, (k+1)·window)`. Required.
+    /// The window's length. Windows start on whole multiples of it in Unix
+    /// time (an hourly window resets on the hour), as on Redis: see
+    /// [`Clock::unix_origin`]. Required.
     ///
     /// # Examples
     ///
@@ -741,9 +742,11 @@ where
                 })
             }
         };
-        let algorithm = A::from_settings(&self.params)?;
-        let memory = self.memory.validate()?;
         let clock = self.clock.unwrap_or_else(|make| make());
+        let mut params = self.params;
+        params.on_origin(crate::clock::unix_nanos(clock.unix_origin()));
+        let algorithm = A::from_settings(&params)?;
+        let memory = self.memory.validate()?;
         Ok(Limiter::new(algorithm, clock, memory).with_tier_by(tier_by))
     }
 }

@@ -3,7 +3,7 @@
 //! under one prefix, the deny shortcut after a reset or a raised quota,
 //! the fallback of `FailPolicy::Local` across a quota change, a pair's
 //! figures, settings that would not apply, keys no client id can steer,
-//! and foreign values under a key.
+//! foreign values under a key, and windows aligned to the Unix epoch.
 //!
 //! Each test compares with an in-process limiter on a `ManualClock` given
 //! the same operations where the figures depend on the algorithm: the
@@ -15,7 +15,7 @@ mod redis_server;
 use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Waker};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis_server::{prefix, runtime, Server, HOUR};
 use tollgate::redis::FailPolicy;
@@ -521,5 +521,67 @@ fn settings_that_would_not_apply_are_conflicts() {
             ),
             "{err:?}"
         );
+    });
+}
+// ---------------------------------------------------------------------------
+// Windows on the Unix epoch.
+
+/// The wait until the next boundary of `window`-long windows aligned to the
+/// Unix epoch, read from the wall clock now.
+fn to_epoch_boundary(window: Duration) -> Duration {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    let w = window.as_nanos();
+    Duration::from_nanos((w - since.as_nanos() % w) as u64)
+}
+
+/// A fixed window resets on the Unix epoch's boundaries in-process (on the
+/// default clock), on Redis, and in the fallback of `FailPolicy::Local`:
+/// the three agree on when a denied client's window ends.
+#[test]
+fn fixed_windows_start_on_the_unix_epoch_everywhere() {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    // Far enough from a boundary that a window cannot end mid-test.
+    let window = Duration::from_secs(4 * 3_600);
+    if to_epoch_boundary(window) < Duration::from_secs(120) {
+        std::thread::sleep(to_epoch_boundary(window) + Duration::from_secs(1));
+    }
+    let close = |a: Duration, b: Duration, what: &str| {
+        let gap = a.abs_diff(b);
+        assert!(gap < Duration::from_secs(5), "{what}: {a:?} against {b:?}");
+    };
+    let in_process = FixedWindow::builder()
+        .limit(1)
+        .window(window)
+        .build()
+        .unwrap();
+    assert!(in_process.allow_request("c"));
+    let expected = to_epoch_boundary(window);
+    close(in_process.check("c").retry_after(), expected, "in-process");
+    let rt = runtime();
+    let limiter = rt.block_on(async {
+        FixedWindow::builder()
+            .limit(1)
+            .window(window)
+            .redis(server.manager().await, prefix("epoch"))
+            .timeout(Duration::from_millis(200))
+            .fail_policy(FailPolicy::Local)
+            .no_deny_shortcut()
+            .build()
+            .unwrap()
+    });
+    rt.block_on(async {
+        assert!(limiter.check("c").await.unwrap().is_allowed());
+        let d = limiter.check("c").await.unwrap();
+        close(d.retry_after(), expected, "Redis");
+    });
+    server.stop();
+    rt.block_on(async {
+        assert!(limiter.check("d").await.unwrap().is_allowed());
+        let d = limiter.check("d").await.unwrap();
+        assert!(d.is_denied());
+        close(d.retry_after(), expected, "the local fallback");
+        assert!(limiter.stats().fail_local >= 2);
     });
 }

@@ -200,6 +200,10 @@ impl WordAlgorithm for FixedWindow {
         self.windows.width()
     }
 
+    fn align(&mut self, origin: u64) {
+        self.windows = self.windows.aligned(origin);
+    }
+
     /// The count of the window `now` falls in is kept, at most the new
     /// limit, and counts in the new quota's window that `now` falls in:
     /// requests already made there stay made. A count of a window that has
@@ -307,6 +311,23 @@ mod tests {
         assert_eq!(f.admit(w, 199, 1), None);
         assert!(f.is_idle(w, 200));
         assert!(f.is_idle(FRESH, u64::MAX));
+    }
+
+    #[test]
+    fn windows_start_on_the_unix_epochs_multiples() {
+        // The clock read 0 at the Unix time 2 500 ns: windows of 1 000 ns
+        // start at the readings 500, 1 500, …; window 0 is cut short.
+        let mut f = fw(1, 1_000);
+        f.align(2_500);
+        let w = f.admit(FRESH, 0, 1).unwrap();
+        assert_eq!(f.admit(w, 499, 1), None);
+        assert_eq!(f.retry_after(w, 0, 1), 500);
+        assert_eq!(f.idle_at(w), 500);
+        assert!(f.admit(w, 500, 1).is_some());
+        let w = f.admit(FRESH, 1_499, 1).unwrap();
+        assert_eq!(f.retry_after(w, 1_499, 1), 1);
+        // The same quota, whatever the origin.
+        assert_eq!(f, fw(1, 1_000));
     }
 
     #[test]

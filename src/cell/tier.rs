@@ -637,6 +637,38 @@ mod tests {
         assert!(limiter.check_n("b", 2).unwrap().is_allowed());
     }
 
+    /// A quota set at run time starts its windows where the limiter's
+    /// start: on the Unix epoch's multiples, for a clock whose origin lies
+    /// 2 500 ns past the epoch.
+    #[test]
+    fn a_quota_set_at_run_time_shares_the_limiters_windows() {
+        struct Late(ManualClock);
+        impl crate::Clock for Late {
+            fn now_nanos(&self) -> u64 {
+                self.0.now_nanos()
+            }
+            fn unix_origin(&self) -> Duration {
+                Duration::from_nanos(2_500)
+            }
+        }
+        let window = |limit| {
+            crate::FixedWindow::builder()
+                .limit(limit)
+                .window(Duration::from_nanos(1_000))
+        };
+        let limiter = window(1)
+            .reconfigurable()
+            .clock(Late(ManualClock::new()))
+            .build()
+            .unwrap();
+        assert!(limiter.allow_request("a"));
+        assert_eq!(limiter.check("a").retry_after(), Duration::from_nanos(500));
+        limiter.set_quota(0, window(2)).unwrap();
+        assert!(limiter.allow_request("b"));
+        assert!(limiter.allow_request("b"));
+        assert_eq!(limiter.check("b").retry_after(), Duration::from_nanos(500));
+    }
+
     /// Checks on threads racing quota changes: every check reads the quota
     /// its cell names, each change retires the table before it, and no
     /// access outlives its table (run under Miri: see docs/VERIFICATION.md).

@@ -281,6 +281,9 @@ where
         poisoned.into_inner()
     });
     let algorithm = &limiter.algorithm;
+    // Windows start on the Unix epoch's multiples, as the limiter's own.
+    let mut quota = quota;
+    quota.align(crate::clock::unix_nanos(limiter.clock.unix_origin()));
     // Every client's state is carried into a new one: no booking made
     // before the change gives anything back after it.
     limiter.renewals.renew_all(|| {

@@ -17,7 +17,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use super::tier::Resolver;
 use crate::algorithm::{FromParams, Params, SlidingWindowLog};
 use crate::cell::{Algorithm, Packed, Tier, Tiered};
-use crate::clock::MonotonicClock;
+use crate::clock::{unix_nanos, Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::{ConfigError, CostError};
 use crate::limiter::{Limiter, TierAlgorithm};
@@ -78,8 +78,12 @@ where
     A::Word: Packed,
     Tiered<A>: Algorithm,
 {
-    let algorithm = Tiered::<A>::from_params(&settings.params)?;
-    let limiter = Limiter::new(algorithm, MonotonicClock::new(), settings.memory);
+    let clock = MonotonicClock::new();
+    // Windows start on the Unix epoch's multiples, as on Redis.
+    let mut params = settings.params.clone();
+    params.on_origin(unix_nanos(clock.unix_origin()));
+    let algorithm = Tiered::<A>::from_params(&params)?;
+    let limiter = Limiter::new(algorithm, clock, settings.memory);
     Ok(Box::new(
         limiter.with_tier_by(tier_by(settings.resolver.as_ref())),
     ))
