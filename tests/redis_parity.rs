@@ -335,7 +335,7 @@ fn a_reset_forgets_a_denial_written_by_a_check_in_flight() {
         let limiter = FixedWindow::builder()
             .limit(2)
             .window(HOUR)
-            .redis(server.manager().await, prefix("inflight"))
+            .redis(server.patient_manager().await, prefix("inflight"))
             .timeout(Duration::from_secs(5))
             .build()
             .unwrap();

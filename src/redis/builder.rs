@@ -15,7 +15,9 @@ use super::call::{Calls, Clock, Script};
 use super::fallback::Settings;
 use super::guard::{Breaker, Counters};
 use super::key::Layout;
-use super::lua::{cas_script, log_script, read_script, word_script, CLOCK};
+use super::lua::{
+    cas_script, log_book_script, log_cancel_script, log_script, read_script, word_script, CLOCK,
+};
 use super::shortcut::DenyCache;
 use super::spec::Spec;
 use super::tier::{Resolver, Tiers};
@@ -467,8 +469,8 @@ fn scripts(spec: &Spec, clock: &Clock) -> Scripts {
         Spec::Log { .. } => Scripts {
             check: Script::new(log_script(at, true)),
             peek: Script::new(log_script(at, false)),
-            read: Script::new(read_script(at)),
-            cas: Script::new(cas_script(at)),
+            read: Script::new(log_book_script(at)),
+            cas: Script::new(log_cancel_script(at)),
         },
         _ => Scripts {
             check: Script::new(word_script(spec, at, true)),

@@ -30,7 +30,7 @@ use crate::sync::Ordering;
 
 /// How many times a check tries again when the client's state changes
 /// between the slow path's read and its write.
-const ATTEMPTS: usize = 8;
+pub(super) const ATTEMPTS: usize = 8;
 
 /// One request, as the limiter carries it from the check to the answer.
 pub(super) struct Request {
@@ -81,6 +81,16 @@ impl From<DecodeError> for Failure {
     fn from(err: DecodeError) -> Self {
         Self::Decode(err)
     }
+}
+
+/// What a compare-and-set did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Cas {
+    Written,
+    /// The fields no longer held what was expected.
+    Changed,
+    /// The instant it had to come before had passed.
+    TooLate,
 }
 
 /// What a check learned of the client's state, for the deny shortcut.
@@ -138,40 +148,17 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                 return RedisCheck::ready(Ok(decision));
             }
         }
-        let probe_due = match inner.breaker.gate(now) {
-            Gate::Pass => false,
-            Gate::Probe => true,
-            Gate::Down(wait) => {
-                let err = CheckError::with_kind(
-                    CheckErrorKind::Unavailable,
-                    format!("Redis failed recently; the next probe goes in {wait:?}"),
-                );
-                return RedisCheck::ready(inner.fallback(&request, err));
-            }
+        let probe_due = match inner.gate(now) {
+            Ok(probe_due) => probe_due,
+            Err(err) => return RedisCheck::ready(inner.fallback(&request, err)),
         };
         let inner = Arc::clone(inner);
         RedisCheck(State::Waiting(Box::pin(async move {
-            // The probe flag is taken here, at the first poll, and the
-            // guard that gives it back exists from that instant: a future
-            // dropped before its first poll never took it.
-            let probe = probe_due && inner.breaker.take_probe();
-            if probe_due && !probe {
-                let err = CheckError::with_kind(
-                    CheckErrorKind::Unavailable,
-                    "Redis failed recently; another check is probing it",
-                );
-                return inner.fallback(&request, err);
-            }
-            if probe {
-                bump(&inner.calls.counters.probes);
-            }
-            let mut abandon = ProbeGuard(probe.then_some(&inner.breaker));
-            let sent = inner.calls.clock.local_ns();
-            let reply = tokio::time::timeout(inner.timeout, inner.round_trip(&request)).await;
-            abandon.0 = None;
-            let err = match reply {
-                Ok(Ok(answer)) => {
-                    inner.breaker.succeeded(probe);
+            let reply = inner
+                .guarded(probe_due, &request.key, inner.round_trip(&request))
+                .await;
+            match reply {
+                Ok((answer, sent)) => {
                     let now = match answer.seen {
                         Seen::Word { now, .. } | Seen::Log { now, .. } => now,
                     };
@@ -179,46 +166,97 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                     if mode == Mode::Check {
                         inner.remember(&request, sent, &answer);
                     }
-                    return Ok(answer.decision);
+                    Ok(answer.decision)
                 }
-                Ok(Err(Failure::Decode(err))) => {
-                    inner.breaker.succeeded(probe);
-                    bump(&inner.calls.counters.errors);
-                    failure(CheckErrorKind::Corrupt, &request.key, err)
-                }
-                Ok(Err(Failure::Contended)) => {
-                    inner.breaker.succeeded(probe);
-                    bump(&inner.calls.counters.errors);
-                    failure(
-                        CheckErrorKind::Other,
-                        &request.key,
-                        "the client's state changed under every attempt to convert it",
-                    )
-                }
-                Ok(Err(Failure::Redis(err))) => {
-                    bump(&inner.calls.counters.errors);
-                    let kind = classify(&err);
-                    if kind == CheckErrorKind::Unavailable {
-                        inner.breaker.failed(probe, inner.calls.clock.local_ns());
-                        CheckError::with_kind(kind, err)
-                    } else {
-                        // About this request or this client's key only:
-                        // Redis answered, so it is up.
-                        inner.breaker.succeeded(probe);
-                        failure(kind, &request.key, err)
-                    }
-                }
-                Err(_elapsed) => {
-                    bump(&inner.calls.counters.timeouts);
-                    inner.breaker.failed(probe, inner.calls.clock.local_ns());
-                    CheckError::with_kind(
-                        CheckErrorKind::Timeout,
-                        format!("Redis did not answer within {:?}", inner.timeout),
-                    )
-                }
-            };
-            inner.fallback(&request, err)
+                Err(err) => inner.fallback(&request, err),
+            }
         })))
+    }
+}
+
+impl<A> Inner<A> {
+    /// Whether a request may go to Redis now (`Ok`, and whether it is due
+    /// to probe), or the breaker holds it back.
+    pub(super) fn gate(&self, now: u64) -> Result<bool, CheckError> {
+        match self.breaker.gate(now) {
+            Gate::Pass => Ok(false),
+            Gate::Probe => Ok(true),
+            Gate::Down(wait) => Err(CheckError::with_kind(
+                CheckErrorKind::Unavailable,
+                format!("Redis failed recently; the next probe goes in {wait:?}"),
+            )),
+        }
+    }
+
+    /// Runs a request's round trips (`work`, on the client's `key`) under
+    /// the breaker and the timeout: the result and the instant (local ns)
+    /// they began, or the error, counted, with the breaker told whether
+    /// Redis answered.
+    pub(super) async fn guarded<T>(
+        &self,
+        probe_due: bool,
+        key: &[u8],
+        work: impl Future<Output = Result<T, Failure>>,
+    ) -> Result<(T, u64), CheckError> {
+        // The probe flag is taken here, at the first poll, and the guard
+        // that gives it back exists from that instant: a future dropped
+        // before its first poll never took it.
+        let probe = probe_due && self.breaker.take_probe();
+        if probe_due && !probe {
+            return Err(CheckError::with_kind(
+                CheckErrorKind::Unavailable,
+                "Redis failed recently; another check is probing it",
+            ));
+        }
+        let counters = &self.calls.counters;
+        if probe {
+            bump(&counters.probes);
+        }
+        let mut abandon = ProbeGuard(probe.then_some(&self.breaker));
+        let sent = self.calls.clock.local_ns();
+        let reply = tokio::time::timeout(self.timeout, work).await;
+        abandon.0 = None;
+        Err(match reply {
+            Ok(Ok(value)) => {
+                self.breaker.succeeded(probe);
+                return Ok((value, sent));
+            }
+            Ok(Err(Failure::Decode(err))) => {
+                self.breaker.succeeded(probe);
+                bump(&counters.errors);
+                failure(CheckErrorKind::Corrupt, key, err)
+            }
+            Ok(Err(Failure::Contended)) => {
+                self.breaker.succeeded(probe);
+                bump(&counters.errors);
+                failure(
+                    CheckErrorKind::Other,
+                    key,
+                    "the client's state changed under every attempt to convert it",
+                )
+            }
+            Ok(Err(Failure::Redis(err))) => {
+                bump(&counters.errors);
+                let kind = classify(&err);
+                if kind == CheckErrorKind::Unavailable {
+                    self.breaker.failed(probe, self.calls.clock.local_ns());
+                    CheckError::with_kind(kind, err)
+                } else {
+                    // About this request or this client's key only:
+                    // Redis answered, so it is up.
+                    self.breaker.succeeded(probe);
+                    failure(kind, key, err)
+                }
+            }
+            Err(_elapsed) => {
+                bump(&counters.timeouts);
+                self.breaker.failed(probe, self.calls.clock.local_ns());
+                CheckError::with_kind(
+                    CheckErrorKind::Timeout,
+                    format!("Redis did not answer within {:?}", self.timeout),
+                )
+            }
+        })
     }
 }
 
@@ -315,15 +353,12 @@ impl<A: RedisAlgorithm> Inner<A> {
         window_us: u64,
         limit: u64,
     ) -> Result<Answer, Failure> {
-        let script = match request.mode {
-            Mode::Check => &self.scripts.check,
-            Mode::Peek => &self.scripts.peek,
-        };
         let cost = request.judged_cost();
+        let token = self.token();
         let reply: Vec<i64> = self
             .calls
-            .eval(script, &request.key, |cmd| {
-                cmd.arg(window_us).arg(limit).arg(cost);
+            .eval(self.scripts.decide(request.mode), &request.key, |cmd| {
+                cmd.arg(window_us).arg(limit).arg(cost).arg(&token);
             })
             .await?;
         let decision = log_decision(&reply, window_us, limit)?;
@@ -343,10 +378,7 @@ impl<A: RedisAlgorithm> Inner<A> {
     /// for a state to convert.
     async fn word_trip(&self, request: &Request, spec: Spec) -> Result<Answer, Failure> {
         let ns = spec.ns().expect("a word algorithm");
-        let script = match request.mode {
-            Mode::Check => &self.scripts.check,
-            Mode::Peek => &self.scripts.peek,
-        };
+        let script = self.scripts.decide(request.mode);
         let cost = request.judged_cost();
         let generation = request.judged.generation();
         for _ in 0..ATTEMPTS {
@@ -393,18 +425,10 @@ impl<A: RedisAlgorithm> Inner<A> {
         serial: u64,
     ) -> Result<Option<Answer>, Failure> {
         let names = field_names(&spec);
-        let (now, values): (u64, Vec<Option<String>>) = self
-            .calls
-            .eval(&self.scripts.read, &request.key, |cmd| {
-                cmd.arg(names.len()).arg(&names);
-            })
-            .await?;
-        if values.len() != names.len() {
-            return Err(Failure::Decode(DecodeError::Shape(values.len())));
-        }
-        let stored = Stored { now, values };
+        let stored = self.read(&request.key, &names).await?;
         let settled = self.tiers.settle(&request.judged, &stored, &self.owner)?;
         let word = settled.map_or_else(|| ns.fresh_at(0), |s| s.word);
+        let now = stored.now;
         let cost = request.judged_cost();
         let admitted = if cost == 0 {
             None
@@ -421,56 +445,94 @@ impl<A: RedisAlgorithm> Inner<A> {
         if request.mode == Mode::Peek || (admitted.is_none() && !own) {
             return Ok(Some(answer));
         }
+        let new = self.stamped(&request.judged, &stored, &spec, after, serial);
         let written = self
-            .swap(request, &stored, &names, &spec, after, serial, None)
+            .cas(
+                &request.key,
+                &names,
+                &stored.values,
+                &new,
+                None,
+                expiry_ms(&ns, after),
+            )
             .await?;
-        Ok(written.then_some(answer))
+        Ok((written == Cas::Written).then_some(answer))
     }
 
-    /// Writes `word` (stamped with the request's quota) over the client's
-    /// state iff it is still `stored`, and (given `before`, µs) only
-    /// before that instant: whether it was written.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn swap(
+    /// The slow path's read of a word algorithm's `names` fields under
+    /// `key`.
+    pub(super) async fn read(&self, key: &[u8], names: &[String]) -> Result<Stored, Failure> {
+        let (now, values): (u64, Vec<Option<String>>) = self
+            .calls
+            .eval(&self.scripts.read, key, |cmd| {
+                cmd.arg(names.len()).arg(names);
+            })
+            .await?;
+        if values.len() != names.len() {
+            return Err(Failure::Decode(DecodeError::Shape(values.len())));
+        }
+        Ok(Stored { now, values })
+    }
+
+    /// Every field's value for `word` under `judged`'s quota, stamped by
+    /// this limiter: the stamp, the key's incarnation (kept, or this call's
+    /// if it creates the key), then the state (`""` for a field to
+    /// delete).
+    pub(super) fn stamped(
         &self,
-        request: &Request,
+        judged: &Judged,
         stored: &Stored,
-        names: &[String],
         spec: &Spec,
         word: u128,
         serial: u64,
-        before: Option<u64>,
-    ) -> Result<bool, Failure> {
-        let ns = spec.ns().expect("a word algorithm");
-        let mask: String = stored
-            .values
-            .iter()
-            .map(|v| if v.is_some() { 'p' } else { 'a' })
-            .collect();
+    ) -> Vec<String> {
         let incarnation = stored.values[3]
             .clone()
             .unwrap_or_else(|| format!("{}:{serial}", self.owner));
         let mut new = vec![
-            request.judged.quota.stamp.clone(),
+            judged.quota.stamp.clone(),
             self.owner.clone(),
-            request.judged.generation(),
+            judged.generation(),
             incarnation,
         ];
         new.extend(state_values(spec, word));
-        let expiry = expiry_ms(&ns, word);
+        new
+    }
+
+    /// Writes `new` over the `names` fields under `key` (`""` deletes a
+    /// field) iff they still hold `expected` (`None`: absent), and, given
+    /// `before` (µs), only before that instant; the key then expires at
+    /// `expiry` (ms).
+    pub(super) async fn cas(
+        &self,
+        key: &[u8],
+        names: &[String],
+        expected: &[Option<String>],
+        new: &[String],
+        before: Option<u64>,
+        expiry: u64,
+    ) -> Result<Cas, Failure> {
+        let mask: String = expected
+            .iter()
+            .map(|v| if v.is_some() { 'p' } else { 'a' })
+            .collect();
         let (code, _now): (u64, u64) = self
             .calls
-            .eval(&self.scripts.cas, &request.key, |cmd| {
+            .eval(&self.scripts.cas, key, |cmd| {
                 cmd.arg(names.len()).arg(names).arg(&mask);
-                for v in stored.values.iter().flatten() {
+                for v in expected.iter().flatten() {
                     cmd.arg(v);
                 }
                 cmd.arg(before.map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX)))
-                    .arg(&new)
+                    .arg(new)
                     .arg(expiry);
             })
             .await?;
-        Ok(code == 1)
+        Ok(match code {
+            1 => Cas::Written,
+            2 => Cas::TooLate,
+            _ => Cas::Changed,
+        })
     }
 
     /// The fail policy's answer to a request that Redis could not decide.

@@ -66,6 +66,17 @@ enum Op {
         tier: u16,
         quota: usize,
     },
+    /// A booking of `cost` waiting at most `max_wait` µs (`None`: any).
+    Reserve {
+        client: usize,
+        cost: u64,
+        max_wait: Option<u64>,
+    },
+    /// The `booking`-th booking still held is cancelled, or committed.
+    Settle {
+        booking: usize,
+        cancel: bool,
+    },
 }
 
 /// Gaps that reach window edges and long idle spells as well as the
@@ -82,10 +93,22 @@ fn gap(unit: u64) -> impl Strategy<Value = u64> {
     ]
 }
 
-fn ops(unit: u64, max_cost: u64, quotas: usize, changes: bool) -> impl Strategy<Value = Vec<Op>> {
+fn ops(
+    unit: u64,
+    max_cost: u64,
+    quotas: usize,
+    changes: bool,
+    books: bool,
+) -> impl Strategy<Value = Vec<Op>> {
     let client = 0..CLIENTS.len();
     let cost = 0..=max_cost + 1;
+    let wait = prop_oneof![Just(None), Just(Some(0)), (0..=4 * unit).prop_map(Some)];
+    let books = u32::from(books);
     let op = prop_oneof![
+        3 * books => (client.clone(), cost.clone(), wait)
+            .prop_map(|(client, cost, max_wait)| Op::Reserve { client, cost, max_wait }),
+        2 * books => (0..4usize, prop::bool::ANY)
+            .prop_map(|(booking, cancel)| Op::Settle { booking, cancel }),
         4 => gap(unit).prop_map(Op::Advance),
         6 => (client.clone(), cost.clone()).prop_map(|(client, cost)| Op::Check { client, cost }),
         2 => (client.clone(), cost).prop_map(|(client, cost)| Op::Peek { client, cost }),
@@ -131,6 +154,14 @@ fn same(
     Ok(())
 }
 
+/// Marks every booking of a client other than `c` disturbed: `c` was
+/// reset or removed.
+fn disturb<A: crate::cell::Algorithm>(bookings: &mut [Held<'_, A>], c: usize) {
+    for b in bookings.iter_mut().filter(|b| b.client != c) {
+        b.disturbed = true;
+    }
+}
+
 /// Whether a peek, or a check of cost 0 (which in-process is a peek), of
 /// client `c` is one the two limiters answer differently by design: the
 /// in-process limiter judges a client it does not hold under tier 0's
@@ -154,6 +185,113 @@ trait Family {
     /// interval.
     fn unit(quota: &Self::Quota) -> u64;
     fn capacity(quota: &Self::Quota) -> u64;
+
+    /// Whether the family books ahead.
+    const BOOKS: bool = false;
+
+    /// Books on both limiters (the families that book ahead).
+    fn book<'a>(
+        here: &'a InProcess<Self::A>,
+        there: &RedisLimiter<Self::A>,
+        rt: &tokio::runtime::Runtime,
+        client: &str,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Booked<'a, Tiered<Self::A>>
+    where
+        Tiered<Self::A>: crate::cell::Algorithm,
+    {
+        let _ = (here, there, rt, client, cost, max_wait);
+        unreachable!("this family does not book ahead")
+    }
+}
+
+/// A family's in-process limiter.
+type InProcess<A> = Limiter<Tiered<A>, String, ManualClock>;
+
+/// A booking made on both limiters.
+type Booked<'a, A> = (
+    Result<crate::Reservation<'a, A, String, ManualClock>, crate::ReserveError>,
+    Result<super::RedisReservation, super::RedisReserveError>,
+);
+
+/// Both limiters' bookings still held, and whether another client was
+/// reset or removed since each was made (in-process, that may end its
+/// cancellability, for a client of the same stripe: see the table of
+/// differences), or, for the log, another booking was made.
+struct Held<'a, A: crate::cell::Algorithm> {
+    here: crate::Reservation<'a, A, String, ManualClock>,
+    there: super::RedisReservation,
+    client: usize,
+    disturbed: bool,
+}
+
+/// Compares two bookings' answers, and keeps them if both were made.
+fn booked<'a, A: crate::cell::Algorithm>(
+    step: usize,
+    op: &Op,
+    client: usize,
+    (here, there): Booked<'a, A>,
+    held: &mut Vec<Held<'a, A>>,
+) -> Result<(), TestCaseError> {
+    match (here, there) {
+        (Ok(here), Ok(there)) => {
+            prop_assert_eq!(
+                super::state::round_up_to_us(here.wait()),
+                there.wait(),
+                "step {}: {:?}",
+                step,
+                op
+            );
+            prop_assert_eq!(here.cost(), there.cost());
+            held.push(Held {
+                here,
+                there,
+                client,
+                disturbed: false,
+            });
+        }
+        (Err(here), Err(super::RedisReserveError::Reserve(there))) => {
+            let here = match here {
+                crate::ReserveError::TooLong { wait } => crate::ReserveError::TooLong {
+                    wait: super::state::round_up_to_us(wait),
+                },
+                other => other,
+            };
+            prop_assert_eq!(here, there, "step {}: {:?}", step, op);
+        }
+        (here, there) => {
+            return Err(TestCaseError::fail(format!(
+                "step {step}: {op:?}: in-process {here:?}, Redis {there:?}"
+            )))
+        }
+    }
+    Ok(())
+}
+
+/// Cancels (or commits) a booking on both limiters, comparing what the
+/// cancellations give back.
+fn settle<A: crate::cell::Algorithm>(
+    rt: &tokio::runtime::Runtime,
+    step: usize,
+    op: &Op,
+    held: &mut Vec<Held<'_, A>>,
+    booking: usize,
+    cancel: bool,
+) -> Result<(), TestCaseError> {
+    if held.is_empty() {
+        return Ok(());
+    }
+    let h = held.remove(booking % held.len());
+    if cancel && !h.disturbed {
+        let here = h.here.cancel();
+        let there = rt.block_on(h.there.cancel()).unwrap();
+        prop_assert_eq!(here, there, "step {}: {:?}", step, op);
+    } else {
+        h.here.commit();
+        h.there.commit();
+    }
+    Ok(())
 }
 
 /// Runs `cases` sequences of each family on one server.
@@ -174,7 +312,7 @@ where
     let strategy = proptest::collection::vec(F::quota(), 3).prop_flat_map(|quotas| {
         let unit = F::unit(&quotas[0]);
         let max = quotas.iter().map(F::capacity).max().unwrap_or(1);
-        (Just(quotas), ops(unit, max, 3, true))
+        (Just(quotas), ops(unit, max, 3, true, F::BOOKS))
     });
     let n = std::cell::Cell::new(0u64);
     runner
@@ -196,6 +334,7 @@ where
             );
             // The clients the in-process limiter holds (see `unheld`).
             let mut held = [false; CLIENTS.len()];
+            let mut bookings: Vec<Held<'_, Tiered<F::A>>> = Vec::new();
             for (step, op) in ops.iter().enumerate() {
                 let client = |i: usize| CLIENTS[i];
                 match *op {
@@ -224,10 +363,12 @@ where
                         rt.block_on(there.peek_n(client(c), cost)),
                     )?,
                     Op::Reset(c) => {
+                        disturb(&mut bookings, c);
                         let _ = here.reset(client(c));
                         rt.block_on(there.reset(client(c))).unwrap();
                     }
                     Op::Remove(c) => {
+                        disturb(&mut bookings, c);
                         held[c] = false;
                         let _ = here.remove(client(c));
                         rt.block_on(there.remove(client(c))).unwrap();
@@ -235,6 +376,19 @@ where
                     Op::SetQuota { tier, quota } => {
                         here.set_quota(tier, F::builder(&quotas[quota])).unwrap();
                         there.set_quota(tier, F::builder(&quotas[quota])).unwrap();
+                    }
+                    Op::Reserve {
+                        client: c,
+                        cost,
+                        max_wait,
+                    } => {
+                        let max_wait = max_wait.map_or(Duration::MAX, Duration::from_micros);
+                        let both = F::book(&here, &there, &rt, client(c), cost, max_wait);
+                        held[c] |= cost > 0 && both.0.is_ok();
+                        booked(step, op, c, both, &mut bookings)?;
+                    }
+                    Op::Settle { booking, cancel } => {
+                        settle(&rt, step, op, &mut bookings, booking, cancel)?;
                     }
                 }
             }
@@ -300,6 +454,20 @@ impl Family for Buckets {
     fn capacity(q: &Bucket) -> u64 {
         q.capacity
     }
+    const BOOKS: bool = true;
+    fn book<'a>(
+        here: &'a InProcess<TokenBucket>,
+        there: &RedisLimiter<TokenBucket>,
+        rt: &tokio::runtime::Runtime,
+        client: &str,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Booked<'a, Tiered<TokenBucket>> {
+        (
+            here.reserve_n(client, cost, max_wait),
+            rt.block_on(there.reserve_n(client, cost, max_wait)),
+        )
+    }
 }
 
 struct Fixed;
@@ -319,6 +487,20 @@ impl Family for Fixed {
     }
     fn capacity(q: &Window) -> u64 {
         q.limit
+    }
+    const BOOKS: bool = true;
+    fn book<'a>(
+        here: &'a InProcess<FixedWindow>,
+        there: &RedisLimiter<FixedWindow>,
+        rt: &tokio::runtime::Runtime,
+        client: &str,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Booked<'a, Tiered<FixedWindow>> {
+        (
+            here.reserve_n(client, cost, max_wait),
+            rt.block_on(there.reserve_n(client, cost, max_wait)),
+        )
     }
 }
 
@@ -357,6 +539,20 @@ impl Family for BucketAndWindow {
     }
     fn capacity(q: &(Bucket, Window)) -> u64 {
         q.0.capacity.min(q.1.limit)
+    }
+    const BOOKS: bool = true;
+    fn book<'a>(
+        here: &'a InProcess<Self::A>,
+        there: &RedisLimiter<Self::A>,
+        rt: &tokio::runtime::Runtime,
+        client: &str,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Booked<'a, Tiered<Self::A>> {
+        (
+            here.reserve_n(client, cost, max_wait),
+            rt.block_on(there.reserve_n(client, cost, max_wait)),
+        )
     }
 }
 
@@ -417,7 +613,7 @@ fn the_sliding_window_log_on_redis_decides_as_in_process() {
         failure_persistence: None,
         ..Config::default()
     });
-    let strategy = window().prop_flat_map(|q| (Just(q), ops(q.window_us, q.limit, 1, false)));
+    let strategy = window().prop_flat_map(|q| (Just(q), ops(q.window_us, q.limit, 1, false, true)));
     let n = std::cell::Cell::new(0u64);
     runner
         .run(&strategy, |(q, ops)| {
@@ -433,6 +629,7 @@ fn the_sliding_window_log_on_redis_decides_as_in_process() {
             let prefix = format!("differlog{}-{}", std::process::id(), n.get());
             let there: RedisLimiter<SlidingWindowLog> =
                 on_clock(builder().redis(conn.clone(), prefix), &clock);
+            let mut bookings: Vec<Held<'_, SlidingWindowLog>> = Vec::new();
             for (step, op) in ops.iter().enumerate() {
                 match *op {
                     Op::Advance(us) => clock.advance(Duration::from_micros(us)),
@@ -449,17 +646,137 @@ fn the_sliding_window_log_on_redis_decides_as_in_process() {
                         rt.block_on(there.peek_n(CLIENTS[client], cost)),
                     )?,
                     Op::Reset(client) => {
+                        disturb(&mut bookings, client);
                         let _ = here.reset(CLIENTS[client]);
                         rt.block_on(there.reset(CLIENTS[client])).unwrap();
                     }
                     Op::Remove(client) => {
+                        disturb(&mut bookings, client);
                         let _ = here.remove(CLIENTS[client]);
                         rt.block_on(there.remove(CLIENTS[client])).unwrap();
                     }
                     Op::SetQuota { .. } => {}
+                    Op::Reserve {
+                        client,
+                        cost,
+                        max_wait,
+                    } => {
+                        let max_wait = max_wait.map_or(Duration::MAX, Duration::from_micros);
+                        let both = (
+                            here.reserve_n(CLIENTS[client], cost, max_wait),
+                            rt.block_on(there.reserve_n(CLIENTS[client], cost, max_wait)),
+                        );
+                        // A later booking of the client may claim an
+                        // earlier one's entries: which of them it takes
+                        // differs (see the table of differences).
+                        for b in bookings.iter_mut().filter(|b| b.client == client) {
+                            b.disturbed = true;
+                        }
+                        booked(step, op, client, both, &mut bookings)?;
+                    }
+                    Op::Settle { booking, cancel } => {
+                        settle(&rt, step, op, &mut bookings, booking, cancel)?;
+                    }
                 }
             }
             Ok(())
         })
         .unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// The differences that stay, each shown (see the table in the guide).
+
+/// `reset` and `remove` answer whether Redis held a key for the client
+/// (deleted now); in-process, whether the limiter held the client, which
+/// a reset in place keeps holding.
+#[test]
+fn reset_answers_whether_a_key_was_deleted() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let clock = server.clock();
+    let builder = || {
+        FixedWindow::builder()
+            .limit(2)
+            .window(Duration::from_secs(1))
+    };
+    let here = builder().clock(clock.clone()).build().unwrap();
+    let there = on_clock(
+        builder().redis(rt.block_on(server.manager()), "differ-reset"),
+        &clock,
+    );
+    assert!(here.check("a").is_allowed());
+    assert!(rt.block_on(there.check("a")).unwrap().is_allowed());
+    assert!(here.reset("a"));
+    assert!(rt.block_on(there.reset("a")).unwrap());
+    assert!(here.reset("a"), "in-process: still held, fresh");
+    assert!(!rt.block_on(there.reset("a")).unwrap(), "on Redis: no key");
+}
+
+/// A peek of a client the in-process limiter does not hold is judged
+/// in-process under tier 0's quota, not its tier's (the in-process
+/// limiter makes a fresh cell of tier 0 for it); on Redis, under its
+/// tier's, as a check would.
+#[test]
+fn an_unheld_clients_peek_is_judged_by_its_own_tier_on_redis() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let clock = server.clock();
+    let builder = |limit| {
+        FixedWindow::builder()
+            .limit(limit)
+            .window(Duration::from_secs(1))
+    };
+    let here = builder(2)
+        .reconfigurable()
+        .tier_by(|client: &String| tier_of(client.as_bytes()))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    here.set_quota(1, builder(5)).unwrap();
+    let there = on_clock(
+        builder(2)
+            .redis(rt.block_on(server.manager()), "differ-unheld")
+            .tier_by(tier_of),
+        &clock,
+    );
+    there.set_quota(1, builder(5)).unwrap();
+    assert_eq!(here.peek("pro-x").limit(), 2, "in-process: tier 0's");
+    assert_eq!(rt.block_on(there.peek("pro-x")).unwrap().limit(), 5);
+    assert_eq!(here.check("pro-x").limit(), 5, "a check: its tier's");
+}
+
+/// A reset of one client never ends the cancellability of another's
+/// booking on Redis; in-process it does for a client of the same stripe
+/// (one in 256), whose bookings then give nothing back.
+#[test]
+fn a_reset_of_another_client_never_ends_a_bookings_cancel_on_redis() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let clock = server.clock();
+    let there = on_clock(
+        TokenBucket::builder()
+            .rate(1, Duration::from_secs(60))
+            .redis(rt.block_on(server.manager()), "differ-stripe"),
+        &clock,
+    );
+    for client in 0..64u32 {
+        let client = format!("c{client}");
+        rt.block_on(there.reserve(client.as_str(), Duration::MAX))
+            .unwrap()
+            .commit();
+        let booked = rt
+            .block_on(there.reserve(client.as_str(), Duration::MAX))
+            .unwrap();
+        assert!(booked.wait() > Duration::ZERO);
+        rt.block_on(there.reset(format!("other-{client}").as_str()))
+            .unwrap();
+        assert!(rt.block_on(booked.cancel()).unwrap(), "{client}");
+    }
 }

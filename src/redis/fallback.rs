@@ -12,6 +12,7 @@
 //! fallback keeps a limiter per tier, kept as it is when a tier's quota is
 //! set to the same settings, and started afresh when they change.
 
+use core::time::Duration;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use super::tier::Resolver;
@@ -19,7 +20,7 @@ use crate::algorithm::{FromParams, Params, SlidingWindowLog};
 use crate::cell::{Algorithm, Packed, Tier, Tiered};
 use crate::clock::{unix_nanos, Clock, MonotonicClock};
 use crate::decision::Decision;
-use crate::error::{ConfigError, CostError};
+use crate::error::{ConfigError, CostError, ReserveError};
 use crate::limiter::{Limiter, TierAlgorithm};
 use crate::memory::Memory;
 
@@ -35,6 +36,16 @@ pub trait Fallback: Send + Sync {
         cost: u64,
         peek: bool,
     ) -> Result<Decision, CostError>;
+
+    /// Books a request of `cost` from `client` (of `tier`), committed at
+    /// once: the wait.
+    fn reserve(
+        &self,
+        client: &[u8],
+        tier: Tier,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Duration, ReserveError>;
 
     /// Gives `tier` the quota of `params` (validated already).
     fn set_quota(&self, tier: Tier, params: &Params);
@@ -109,6 +120,19 @@ where
         }
     }
 
+    fn reserve(
+        &self,
+        client: &[u8],
+        _tier: Tier,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Duration, ReserveError> {
+        let booked = self.book_n(client, cost, max_wait)?;
+        let wait = booked.wait();
+        booked.commit();
+        Ok(wait)
+    }
+
     fn set_quota(&self, tier: Tier, params: &Params) {
         if let Ok(quota) = A::from_params(params) {
             // The algorithm's own value: nothing left to validate.
@@ -169,6 +193,24 @@ impl Fallback for LogFallback {
         } else {
             limiter.check_n(client, cost)
         }
+    }
+
+    fn reserve(
+        &self,
+        client: &[u8],
+        tier: Tier,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Duration, ReserveError> {
+        let tier = self
+            .resolver
+            .as_ref()
+            .map_or(tier, |resolve| resolve(client));
+        let limiter = self.limiter(tier);
+        let booked = limiter.book_n(client, cost, max_wait)?;
+        let wait = booked.wait();
+        booked.commit();
+        Ok(wait)
     }
 
     fn set_quota(&self, tier: Tier, params: &Params) {

@@ -94,6 +94,7 @@
 //! window log keeps every entry and judges them by the reader's limit and
 //! window.
 
+mod book;
 mod builder;
 mod call;
 mod control;
@@ -119,6 +120,7 @@ use core::marker::PhantomData;
 use core::time::Duration;
 use std::sync::Arc;
 
+pub use book::{RedisReservation, RedisReserveError};
 pub use builder::{RedisBuilder, RedisConnection};
 pub use decide::RedisCheck;
 use guard::Breaker;
@@ -293,14 +295,26 @@ enum Mode {
     Peek,
 }
 
-/// A limiter's scripts.
+/// A limiter's scripts (see `lua`): a check and a peek, and for a word
+/// algorithm the slow path's read and compare-and-set, for the log its
+/// booking and cancellation.
 struct Scripts {
-    /// A check, and a peek (see `lua`).
     check: call::Script,
     peek: call::Script,
-    /// The slow path of a word algorithm: read, and compare-and-set.
+    /// Read, or the log's booking.
     read: call::Script,
+    /// Compare-and-set, or the log's cancellation.
     cas: call::Script,
+}
+
+impl Scripts {
+    /// The script deciding a request in `mode`.
+    fn decide(&self, mode: Mode) -> &call::Script {
+        match mode {
+            Mode::Check => &self.check,
+            Mode::Peek => &self.peek,
+        }
+    }
 }
 
 struct Inner<A> {
@@ -326,6 +340,13 @@ struct Inner<A> {
 }
 
 impl<A> Inner<A> {
+    /// A token unique to a call: this limiter's id and the call's number.
+    fn token(&self) -> String {
+        // Relaxed: a number unique to this call, nothing more.
+        let serial = self.serial.fetch_add(1, Ordering::Relaxed);
+        format!("{}.{serial}", self.owner)
+    }
+
     /// Redis's clock now, in ns, as this process estimates it (see
     /// `offset`).
     fn redis_now(&self) -> u64 {

@@ -138,6 +138,12 @@ impl Tiers {
         }
     }
 
+    /// The number of quota changes made: a booking made before the last
+    /// one gives nothing back.
+    pub(super) fn generation(&self) -> u64 {
+        self.read().generation
+    }
+
     /// Tier `tier`'s quota, or tier 0's.
     pub(super) fn get(&self, tier: Tier) -> Arc<TierQuota> {
         Arc::clone(effective(&self.read().quotas, tier))

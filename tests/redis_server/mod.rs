@@ -142,6 +142,17 @@ impl Server {
             .unwrap()
     }
 
+    /// A connection that waits for Redis's answers for up to 10 s: for a
+    /// test that pauses the server, on a loaded machine.
+    pub async fn patient_manager(&self) -> ConnectionManager {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(10)));
+        ConnectionManager::new_with_config(redis::Client::open(self.url()).unwrap(), config)
+            .await
+            .unwrap()
+    }
+
     /// Sleeps past the next hour boundary of Redis's clock if it is less
     /// than `margin` away, so that an hour-long window cannot roll over
     /// during a test.
