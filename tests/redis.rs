@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis_server::{builders, prefix, runtime, Server, HOUR};
+use redis_server::{builders, prefix, runtime, Cluster, Server, HOUR};
 use tollgate::redis::{FailPolicy, RedisAlgorithm, RedisConnection, RedisLimiter};
 use tollgate::{AsyncCheck, CheckErrorKind, Decision, FixedWindow, SlidingWindowLog, TokenBucket};
 
@@ -144,47 +144,12 @@ fn across_processes(target: &str, label: &str) {
 /// clients whose slots live on different nodes each get their own budget.
 #[test]
 fn exactly_the_quota_across_processes_on_a_cluster() {
-    let cluster_args = ["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"];
-    let Some(first) = Server::start_with(&cluster_args) else {
+    let Some(cluster) = Cluster::start(3, 0) else {
         return;
     };
-    let nodes = [
-        first,
-        Server::start_with(&cluster_args).unwrap(),
-        Server::start_with(&cluster_args).unwrap(),
-    ];
-    let addresses: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port))
-        .collect();
-    let created = Command::new("redis-cli")
-        .args(["--cluster", "create"])
-        .args(&addresses)
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("redis-cli runs");
-    assert!(created.success(), "redis-cli --cluster create failed");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    for node in &nodes {
-        loop {
-            let info: String = redis::cmd("CLUSTER")
-                .arg("INFO")
-                .query(&mut node.sync())
-                .unwrap();
-            if info.contains("cluster_state:ok") {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the cluster did not come up: {info}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+    let nodes = &cluster.nodes;
     nodes[0].away_from_hour_boundary(Duration::from_secs(60));
-    let urls: Vec<String> = nodes.iter().map(Server::url).collect();
+    let urls = cluster.urls();
     across_processes(&format!("cluster:{}", urls.join(",")), "cluster");
 
     // Clients spread over the nodes: each its own budget, wherever its slot.
@@ -215,7 +180,7 @@ fn exactly_the_quota_across_processes_on_a_cluster() {
         }
     });
     let mut slots_used = 0;
-    for node in &nodes {
+    for node in nodes {
         let keys: Vec<String> = redis::cmd("KEYS")
             .arg("*spread*")
             .query(&mut node.sync())

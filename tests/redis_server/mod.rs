@@ -250,7 +250,37 @@ impl Cluster {
         assert!(created.success(), "redis-cli --cluster create failed");
         let cluster = Self { nodes };
         cluster.wait_until_ok(primaries * (1 + replicas), Duration::from_secs(30));
+        cluster.wait_for_replicas(Duration::from_secs(30));
         Some(cluster)
+    }
+
+    /// Waits until every replica's link to its primary is up and its first
+    /// sync is over.
+    pub fn wait_for_replicas(&self, patience: Duration) {
+        let deadline = Instant::now() + patience;
+        for node in &self.nodes {
+            loop {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query(&mut node.sync())
+                    .unwrap();
+                let replica = info.contains("role:slave");
+                if !replica
+                    || (info.contains("master_link_status:up")
+                        && info.contains("master_sync_in_progress:0"))
+                {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "a replica did not sync: {info}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
+    /// Whether `node` is a primary now.
+    pub fn is_primary(node: &Server) -> bool {
+        let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut node.sync()).unwrap();
+        matches!(&role[0], redis::Value::BulkString(r) if r == b"master")
     }
 
     /// Waits until every node says `cluster_state:ok` and knows `nodes`
