@@ -444,6 +444,11 @@ fn a_paused_server_trips_the_timeout() {
         let started = Instant::now();
         assert!(open.check("x").await.unwrap().is_allowed());
         assert!(started.elapsed() < Duration::from_millis(600));
+        // The check that timed out ran once the pause was over: recorded,
+        // which errs toward denying (the limit is 2; it was the second).
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        let d = closed.check("x").await.unwrap();
+        assert_eq!((d.is_denied(), d.remaining()), (true, 0), "{d:?}");
     });
 }
 
@@ -463,26 +468,13 @@ fn junk_under_a_key_is_a_clear_error_for_that_client_only() {
         let swl = swl.fail_policy(FailPolicy::FailOpen).build().unwrap();
         let junk: [(Vec<u8>, &[&str]); 6] = [
             (tb.key("victim"), &["SET", "hello"]),
-            (
-                tb.key("negative"),
-                &["HSET", "s", "tb:720000000:5", "t", "-5"],
-            ),
-            (fw.key("victim"), &["SET", "7"]),
-            (fw.key("half"), &["HSET", "s", "fw:3600000000:5", "k", "12"]),
-            (fw.key("bare"), &["HSET", "k", "12", "c", "1"]),
+            (tb.key("negative"), &["SET", "tb:720000000:5|0:0|o.1|-5|0"]),
+            (fw.key("victim"), &["HSET", "k", "7"]),
+            (fw.key("half"), &["SET", "fw:3600000000:5|0:0|o.1|12"]),
+            (fw.key("bare"), &["SET", "12|1"]),
             (
                 swc.key("victim"),
-                &[
-                    "HSET",
-                    "s",
-                    "swc:3600000000:5",
-                    "k",
-                    "1",
-                    "c",
-                    "many",
-                    "p",
-                    "0",
-                ],
+                &["SET", "swc:3600000000:5|0:0|o.1|1|many|0"],
             ),
         ];
         for (key, cmd) in junk {

@@ -315,8 +315,10 @@ fn a_pair_denied_by_one_limit_charges_neither() {
         let d = limiter.check("c").await.unwrap();
         assert_eq!((d.is_allowed(), d.remaining()), (true, 0));
         let key = limiter.key("c");
+        // The value: settings|generation|writer.call|k|c|t|r.
         let tat = |c: &mut redis::Connection| -> u64 {
-            redis::cmd("HGET").arg(&key).arg("t2").query(c).unwrap()
+            let value: String = redis::cmd("GET").arg(&key).query(c).unwrap();
+            value.split('|').nth(5).unwrap().parse().unwrap()
         };
         let mut c = server.sync();
         let before = tat(&mut c);

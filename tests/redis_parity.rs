@@ -93,6 +93,21 @@ fn a_foreign_value_is_never_admitted_under_fail_open() {
         }
         assert_eq!(admitted, 0, "{:?}", limiter.stats());
         assert_eq!(limiter.stats().fail_open, 0);
+        // Under `Local`, the fallback decides that client's checks: held to
+        // the quota in this process.
+        let local = FixedWindow::builder()
+            .limit(3)
+            .window(HOUR)
+            .redis(server.manager().await, prefix("foreign"))
+            .fail_policy(FailPolicy::Local)
+            .build()
+            .unwrap();
+        let mut admitted = 0;
+        for _ in 0..20 {
+            admitted += u32::from(local.check("victim").await.unwrap().is_allowed());
+        }
+        assert_eq!(admitted, 3, "{:?}", local.stats());
+        assert_eq!(local.stats().fail_local, 20);
     });
 }
 

@@ -30,7 +30,7 @@ use ::redis::Value;
 use super::decide::{Cas, Failure};
 use super::guard::bump;
 use super::spec::{Spec, WordSpec, EXACT_MAX};
-use super::state::{expiry_ms, field_names, round_up_to_us, state_values, DecodeError};
+use super::state::{expiry_ms, round_up_to_us, DecodeError};
 use super::tier::Judged;
 use super::{FailPolicy, Inner, RedisAlgorithm, RedisKey, RedisLimiter};
 use crate::algorithm::{Reserve, Transitions, NEVER};
@@ -94,13 +94,12 @@ impl From<CheckError> for RedisReserveError {
 /// What cancelling a booking needs: the client, and how to undo it.
 #[derive(Debug)]
 enum Ticket {
-    /// A word algorithm's: the fields, the values the booking wrote
-    /// (expected at the cancel), and the values before it (written back),
-    /// with their expiry; and the quota generation it was made under.
+    /// A word algorithm's: the value the booking wrote (expected at the
+    /// cancel), and the value before it (written back, `""`: no key),
+    /// with its expiry; and the quota generation it was made under.
     Word {
-        names: Vec<String>,
-        wrote: Vec<Option<String>>,
-        before: Vec<String>,
+        wrote: Option<String>,
+        before: String,
         expiry: u64,
         generation: u64,
     },
@@ -316,7 +315,6 @@ impl<A: RedisAlgorithm> Inner<A> {
     async fn undo(&self, pending: &Pending) -> Result<bool, Failure> {
         match &pending.ticket {
             Ticket::Word {
-                names,
                 wrote,
                 before,
                 expiry,
@@ -326,14 +324,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                     return Ok(false);
                 }
                 let done = self
-                    .cas(
-                        &pending.key,
-                        names,
-                        wrote,
-                        before,
-                        Some(pending.ready),
-                        *expiry,
-                    )
+                    .cas(&pending.key, wrote, before, Some(pending.ready), *expiry)
                     .await?;
                 Ok(done == Cas::Written)
             }
@@ -365,9 +356,8 @@ impl<A: RedisAlgorithm> Inner<A> {
     ) -> Result<Booked, Failure> {
         let spec = judged.quota.spec;
         let ns = spec.ns().expect("a word algorithm");
-        let names = field_names(&spec);
         for _ in 0..super::decide::ATTEMPTS {
-            let stored = self.read(key, &names).await?;
+            let stored = self.read(key).await?;
             let generation = self.tiers.generation();
             let settled = self.tiers.settle(judged, &stored, &self.owner)?;
             let word = settled.map_or_else(|| ns.fresh_at(0), |s| s.word);
@@ -381,35 +371,27 @@ impl<A: RedisAlgorithm> Inner<A> {
                 return Ok(Booked::TooLong(wait));
             }
             let serial = self.serial.fetch_add(1, crate::sync::Ordering::Relaxed);
-            let new = self.stamped(judged, &stored, &spec, next, serial);
+            let new = self.stamped(judged, &spec, next, serial);
             let done = self
-                .cas(
-                    key,
-                    &names,
-                    &stored.values,
-                    &new,
-                    None,
-                    expiry_ms(&ns, next),
-                )
+                .cas(key, &stored.value, &new, None, expiry_ms(&ns, next))
                 .await?;
             if done != Cas::Written {
                 continue;
             }
-            let mut before = new.clone();
-            before.truncate(4);
-            before.extend(state_values(&spec, word));
-            if settled.is_none() {
-                // No state before: the cancel takes the key out.
-                before.iter_mut().for_each(String::clear);
-            }
+            // The state before, stamped as the booking stamped it (a state
+            // converted on the way keeps its conversion), and marked as
+            // the cancel's own write; no state before: the cancel takes
+            // the key out.
+            let undo = self.serial.fetch_add(1, crate::sync::Ordering::Relaxed);
+            let before = if settled.is_some() {
+                self.stamped(judged, &spec, word, undo)
+            } else {
+                String::new()
+            };
             let ticket = Ticket::Word {
-                wrote: new
-                    .into_iter()
-                    .map(|v| (!v.is_empty()).then_some(v))
-                    .collect(),
+                wrote: Some(new),
                 before,
                 expiry: expiry_ms(&ns, word),
-                names,
                 generation,
             };
             return Ok(Booked::Granted {

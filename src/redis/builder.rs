@@ -425,7 +425,8 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
             })?),
             _ => None,
         };
-        let tiers = Tiers::new::<A>(self.params, self.tier_by)?;
+        let owner = owner_id();
+        let tiers = Tiers::new::<A>(self.params, self.tier_by, owner.clone())?;
         let scripts = scripts(&spec, &clock);
         let offset = unix_ns().wrapping_sub(clock.local_ns());
         Ok(RedisLimiter {
@@ -443,7 +444,7 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
                 policy: self.policy,
                 breaker: Breaker::new(first, max),
                 shortcut,
-                owner: owner_id(),
+                owner,
                 serial: AtomicU64::new(0),
                 offset: AtomicU64::new(offset),
                 _algorithm: PhantomData,

@@ -103,7 +103,8 @@ impl Calls {
     ) -> RedisResult<T> {
         let mut conn = self.conn.clone();
         let command = |name: &str, body: &str| {
-            let mut cmd = Cmd::new();
+            // Room for a check's arguments at once: no regrowth per call.
+            let mut cmd = Cmd::with_capacity(12, 160 + key.len() + body.len());
             cmd.arg(name).arg(body).arg(1).arg(key);
             args(&mut cmd);
             if let Some(now) = self.clock.script_now() {

@@ -16,8 +16,8 @@ use super::guard::{bump, Gate};
 use super::shortcut::Entry;
 use super::spec::{Ns, Spec};
 use super::state::{
-    decision, decode_fast, expiry_ms, field_names, fresh_decision, log_decision, round_figures,
-    state_values, DecodeError, Fast, Stored,
+    decision, decode_fast, expiry_ms, fresh_decision, log_decision, round_figures, value_of,
+    DecodeError, Fast, Stored,
 };
 use super::tier::Judged;
 use super::{failure, FailPolicy, Inner, Mode, RedisAlgorithm, RedisKey, RedisLimiter};
@@ -380,7 +380,7 @@ impl<A: RedisAlgorithm> Inner<A> {
         let ns = spec.ns().expect("a word algorithm");
         let script = self.scripts.decide(request.mode);
         let cost = request.judged_cost();
-        let generation = request.judged.generation();
+        let head = request.judged.head();
         for _ in 0..ATTEMPTS {
             // Relaxed: a number unique to this call, nothing more.
             let serial = self.serial.fetch_add(1, Ordering::Relaxed);
@@ -390,11 +390,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                     for (half, _) in spec.halves() {
                         cmd.arg(half.a).arg(half.b);
                     }
-                    cmd.arg(cost)
-                        .arg(&request.judged.quota.stamp)
-                        .arg(&self.owner)
-                        .arg(&generation)
-                        .arg(serial);
+                    cmd.arg(cost).arg(&*head).arg(serial);
                 })
                 .await?;
             match decode_fast(&spec, &reply)? {
@@ -405,7 +401,8 @@ impl<A: RedisAlgorithm> Inner<A> {
                     })
                 }
                 Fast::Convert => {
-                    if let Some(answer) = self.convert(request, spec, ns, serial).await? {
+                    // Boxed: the slow path's state stays out of every check's future.
+                    if let Some(answer) = Box::pin(self.convert(request, spec, ns, serial)).await? {
                         return Ok(answer);
                     }
                 }
@@ -424,8 +421,7 @@ impl<A: RedisAlgorithm> Inner<A> {
         ns: Ns,
         serial: u64,
     ) -> Result<Option<Answer>, Failure> {
-        let names = field_names(&spec);
-        let stored = self.read(&request.key, &names).await?;
+        let stored = self.read(&request.key).await?;
         let settled = self.tiers.settle(&request.judged, &stored, &self.owner)?;
         let word = settled.map_or_else(|| ns.fresh_at(0), |s| s.word);
         let now = stored.now;
@@ -445,12 +441,11 @@ impl<A: RedisAlgorithm> Inner<A> {
         if request.mode == Mode::Peek || (admitted.is_none() && !own) {
             return Ok(Some(answer));
         }
-        let new = self.stamped(&request.judged, &stored, &spec, after, serial);
+        let new = self.stamped(&request.judged, &spec, after, serial);
         let written = self
             .cas(
                 &request.key,
-                &names,
-                &stored.values,
+                &stored.value,
                 &new,
                 None,
                 expiry_ms(&ns, after),
@@ -459,71 +454,37 @@ impl<A: RedisAlgorithm> Inner<A> {
         Ok((written == Cas::Written).then_some(answer))
     }
 
-    /// The slow path's read of a word algorithm's `names` fields under
-    /// `key`.
-    pub(super) async fn read(&self, key: &[u8], names: &[String]) -> Result<Stored, Failure> {
-        let (now, values): (u64, Vec<Option<String>>) = self
-            .calls
-            .eval(&self.scripts.read, key, |cmd| {
-                cmd.arg(names.len()).arg(names);
-            })
-            .await?;
-        if values.len() != names.len() {
-            return Err(Failure::Decode(DecodeError::Shape(values.len())));
-        }
-        Ok(Stored { now, values })
+    /// The slow path's read of a word algorithm's key.
+    pub(super) async fn read(&self, key: &[u8]) -> Result<Stored, Failure> {
+        let (now, value): (u64, Option<String>) =
+            self.calls.eval(&self.scripts.read, key, |_| {}).await?;
+        Ok(Stored { now, value })
     }
 
-    /// Every field's value for `word` under `judged`'s quota, stamped by
-    /// this limiter: the stamp, the key's incarnation (kept, or this call's
-    /// if it creates the key), then the state (`""` for a field to
-    /// delete).
-    pub(super) fn stamped(
-        &self,
-        judged: &Judged,
-        stored: &Stored,
-        spec: &Spec,
-        word: u128,
-        serial: u64,
-    ) -> Vec<String> {
-        let incarnation = stored.values[3]
-            .clone()
-            .unwrap_or_else(|| format!("{}:{serial}", self.owner));
-        let mut new = vec![
-            judged.quota.stamp.clone(),
-            self.owner.clone(),
-            judged.generation(),
-            incarnation,
-        ];
-        new.extend(state_values(spec, word));
-        new
+    /// The value of `word` under `judged`'s quota, written by this
+    /// limiter's call `serial`.
+    pub(super) fn stamped(&self, judged: &Judged, spec: &Spec, word: u128, serial: u64) -> String {
+        value_of(&judged.head(), serial, spec, word)
     }
 
-    /// Writes `new` over the `names` fields under `key` (`""` deletes a
-    /// field) iff they still hold `expected` (`None`: absent), and, given
-    /// `before` (µs), only before that instant; the key then expires at
-    /// `expiry` (ms).
+    /// Writes `new` under `key` (`""` deletes the key) iff it still holds
+    /// `expected` (`None`: no key), and, given `before` (µs), only before
+    /// that instant; the key then expires at `expiry` (ms).
     pub(super) async fn cas(
         &self,
         key: &[u8],
-        names: &[String],
-        expected: &[Option<String>],
-        new: &[String],
+        expected: &Option<String>,
+        new: &str,
         before: Option<u64>,
         expiry: u64,
     ) -> Result<Cas, Failure> {
-        let mask: String = expected
-            .iter()
-            .map(|v| if v.is_some() { 'p' } else { 'a' })
-            .collect();
+        // A state idle at every instant is no state: the key goes.
+        let new = if expiry == 0 { "" } else { new };
         let (code, _now): (u64, u64) = self
             .calls
             .eval(&self.scripts.cas, key, |cmd| {
-                cmd.arg(names.len()).arg(names).arg(&mask);
-                for v in expected.iter().flatten() {
-                    cmd.arg(v);
-                }
-                cmd.arg(before.map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX)))
+                cmd.arg(expected.as_deref().unwrap_or(""))
+                    .arg(before.map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX)))
                     .arg(new)
                     .arg(expiry);
             })

@@ -1,32 +1,37 @@
 //! The scripts' Lua, generated from a [`Spec`]: the prelude every script
 //! starts with, the clocks, the fast path of a check or peek for a word
-//! algorithm (one limit or a pair, in one hash), the generic read and
+//! algorithm (one limit or a pair, in one key), the generic read and
 //! compare-and-set of the slow path, and the sliding window log's scripts.
 //!
 //! # A word algorithm's key
 //!
-//! One hash per client, whatever the number of limits:
+//! One string per client, whatever the number of limits, fields joined by
+//! `|`:
 //!
-//! | field | holds |
-//! |---|---|
-//! | `s` | the settings the state was written under ([`Spec::stamp`]) |
-//! | `o` | the writing limiter's id |
-//! | `g` | `<tier>:<generation>` of the writer's quota for that client |
-//! | `n` | the key's incarnation: the id of the call that created it |
-//! | `t`, `r` | a bucket's TAT: whole µs, and the ns beyond (absent for 0) |
-//! | `k`, `c` (, `p`) | a window's index and count (and the previous count) |
+//! ```text
+//! <settings>|<tier>:<generation>|<writer>.<call>|<state>|<state>…
+//! ```
 //!
-//! A pair's fields carry its limit's number: `t1`, `k2`, `c2`, ….
+//! - `settings`: the settings the state was written under
+//!   ([`Spec::stamp`]); `tier:generation`, the generation of the writer's
+//!   quota for the client's tier;
+//! - `writer.call`: the writing limiter's id and the number of the call
+//!   that wrote it, so that no two writes leave the same value (a booking's
+//!   cancel, which writes back only over the very value the booking left,
+//!   is the tail rule, and a key reset and made again never matches);
+//! - the state: a bucket's TAT in whole µs and the ns beyond (0 to 999); a
+//!   window's index and count (and the previous window's count); a pair's
+//!   first limit's, then its second's.
 //!
 //! # The fast path
 //!
-//! A check or peek reads the stamp and the state. A state written under
-//! the reader's settings (by any process: `s` equal and, if this limiter
+//! A check or peek reads the key. A state written under the reader's
+//! settings (by any process: the settings equal and, if this limiter
 //! wrote it, under its current quota) is decided in the script; any other
 //! is answered `{-1}`, and the limiter converts it in Rust by the
 //! in-process rules ([`super::state`]) and writes it back by
-//! compare-and-set. Every write sets the key to expire at the instant its
-//! state becomes idle, rounded up to the millisecond.
+//! compare-and-set. Every write sets the key (`SET … PXAT`) to expire at
+//! the instant its state becomes idle, rounded up to the millisecond.
 
 use super::spec::{Half, Spec, WordSpec};
 
@@ -68,26 +73,27 @@ pub(super) const TEST_CLOCK: &str = r"
 local now = tonumber(ARGV[#ARGV])
 ";
 
-/// The error reply for a value the limiter did not write.
+/// The error reply for a value the limiter did not write (`what` goes in
+/// a single-quoted Lua string: no quotes in it).
 fn bad(what: &str) -> String {
+    debug_assert!(!what.contains('\''));
     format!(
         "return redis.error_reply('TOLLGATE the value under ' .. KEYS[1] .. ' is not a tollgate state: {what}')"
     )
 }
 
-/// The Lua reading one limit's state from `v` (fields from index
-/// `first`), deciding `cost` at `now`, and leaving: `ok<x>` (whether the
+/// The Lua deciding one limit's state (read into `x1`, `x2`, … by the
+/// entry point) for `cost` at `now`, and leaving: `ok<x>` (whether the
 /// limit admits), the current state after any rollover, the state after
 /// an admission (`n…<x>`), and `idle<x>`, the µs instant at which the
-/// admitted state becomes idle. `<x>` is the pair's suffix; `a<x>`,
-/// `b<x>` the limit's settings.
-fn half_lua(half: &Half, x: &str, first: usize) -> String {
+/// admitted state becomes idle. `<x>` is the pair's suffix; `a<x>`, `b<x>`
+/// the limit's settings.
+fn half_lua(half: &Half, x: &str) -> String {
     let body = match half.ns {
-        WordSpec::Bucket(_) => format!(
+        WordSpec::Bucket(_) => {
             r"
-local t#, r# = int(v[{i0}]), int(v[{i1}])
-if t# == false or r# == false or (r# or 0) > 999 then {bad} end
-t#, r# = t# or 0, r# or 0
+local t#, r# = (x#1 or 0), (x#2 or 0)
+if r# > 999 then BAD end
 local ok#, nt#, nr# = cost == 0, t#, r#
 if cost > 0 then
   local d, tol = t# - now, (b# - cost) * a#
@@ -98,15 +104,11 @@ if cost > 0 then
 end
 local idle# = nt#
 if nr# > 0 then idle# = nt# + 1 end
-",
-            i0 = first,
-            i1 = first + 1,
-            bad = bad("a TAT that is not a whole number of microseconds"),
-        ),
-        WordSpec::Fixed(_) => format!(
+"
+        }
+        WordSpec::Fixed(_) => {
             r"
-local k#, c# = int(v[{i0}]), int(v[{i1}])
-if k# == false or c# == false or (k# == nil) ~= (c# == nil) then {bad} end
+local k#, c# = x#1, x#2
 local idx = fdiv(now, a#)
 if k# == nil then k#, c# = idx, 0
 elseif idx == k# + 1 then k#, c# = idx, math.max(c# - b#, 0)
@@ -115,15 +117,11 @@ local ok# = cost == 0 or c# + cost <= b#
 local nk#, nc# = k#, c# + cost
 local idle# = (nk# + 1) * a#
 if nc# > b# then idle# = (nk# + 2) * a# end
-",
-            i0 = first,
-            i1 = first + 1,
-            bad = bad("fields k and c must be whole numbers"),
-        ),
-        WordSpec::Sliding(_) => format!(
+"
+        }
+        WordSpec::Sliding(_) => {
             r"
-local k#, c#, p# = int(v[{i0}]), int(v[{i1}]), int(v[{i2}])
-if k# == false or c# == false or p# == false or (k# == nil) ~= (c# == nil) or (k# == nil) ~= (p# == nil) then {bad} end
+local k#, c#, p# = x#1, x#2, x#3
 local idx, e# = fdiv(now, a#), 0
 if k# == nil then k#, c#, p# = idx, 0, 0 end
 if idx >= k# then
@@ -137,19 +135,19 @@ if cost > 0 then
 end
 local nk#, nc#, np# = k#, c# + cost, p#
 local idle# = (nk# + 2) * a#
-",
-            i0 = first,
-            i1 = first + 1,
-            i2 = first + 2,
-            bad = bad("fields k, c and p must be whole numbers"),
-        ),
+"
+        }
     };
-    body.replace('#', x)
+    body.replace(
+        "BAD",
+        &bad("a TAT with more than 999 ns past its microseconds"),
+    )
+    .replace('#', x)
 }
 
 /// The state variables of one limit, current (`n` = "") or after an
-/// admission (`n` = "n"), as the reply lists them.
-fn reply_vars(half: &Half, x: &str, n: &str) -> Vec<String> {
+/// admission (`n` = "n"), in the order the value and the reply list them.
+fn state_vars(half: &Half, x: &str, n: &str) -> Vec<String> {
     let names: &[&str] = match half.ns {
         WordSpec::Bucket(_) => &["t", "r"],
         WordSpec::Fixed(_) => &["k", "c"],
@@ -160,16 +158,16 @@ fn reply_vars(half: &Half, x: &str, n: &str) -> Vec<String> {
 
 /// A word algorithm's check (`write`) or peek: see the module docs.
 ///
-/// `ARGV`: each limit's two settings, then `cost`, the reader's stamp
-/// `S`, its id `O`, its generation `G`, and the call's id `N` (the key's
-/// incarnation, if the call creates it). The reply: `{-1}` for a state to
+/// `ARGV`: each limit's two settings, then `cost`, the head of the values
+/// the reader writes (`settings|tier:generation|writer.`) and the call's
+/// number. The reply: `{-1}` for a state to
 /// convert; else the outcome (1 or 0), each limit's state (after the
 /// admission, or as read after any rollover) and `now`.
 pub(super) fn word_script(spec: &Spec, clock: &str, write: bool) -> String {
     let halves = spec.halves();
     let base = 2 * halves.len();
-    let mut fields = vec!["'s'".to_owned(), "'o'".into(), "'g'".into()];
-    let mut lua = String::from(PRELUDE);
+    let widths: Vec<usize> = halves.iter().map(|(h, _)| h.fields().len()).collect();
+    let mut lua = String::from("\nlocal fmt = string.format\n");
     if halves
         .iter()
         .any(|(h, _)| !matches!(h.ns, WordSpec::Bucket(_)))
@@ -178,149 +176,132 @@ pub(super) fn word_script(spec: &Spec, clock: &str, write: bool) -> String {
     }
     lua.push_str(clock);
     lua.push_str(&format!(
-        "local key = KEYS[1]\nlocal cost = tonumber(ARGV[{c}])\nlocal S, O, G = ARGV[{s}], ARGV[{o}], ARGV[{g}]\n",
+        "local key = KEYS[1]\nlocal cost, HEAD = tonumber(ARGV[{c}]), ARGV[{h}]\n",
         c = base + 1,
-        s = base + 2,
-        o = base + 3,
-        g = base + 4,
+        h = base + 2,
     ));
-    let mut reads = String::new();
-    let mut state_fields = Vec::new();
+    // Every state field's variable, `x<suffix><n>`.
+    let fields: Vec<String> = halves
+        .iter()
+        .zip(&widths)
+        .flat_map(|((_, x), &w)| (1..=w).map(move |i| format!("x{x}{i}")))
+        .collect();
+    let pattern = format!("^%d+|{}$", vec!["(%d+)"; fields.len()].join("|"));
+    let reads = format!(
+        "{vars} = {nums}\n  if {over} then {bad} end",
+        vars = fields.join(", "),
+        nums = fields
+            .iter()
+            .map(|f| format!("tonumber({f})"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        over = fields
+            .iter()
+            .map(|f| format!("{f} > 9007199254740991"))
+            .collect::<Vec<_>>()
+            .join(" or "),
+        bad = bad("a number out of range"),
+    );
+    lua.push_str(&format!(
+        r"local v = redis.call('GET', key)
+local at
+if v then
+  if string.find(v, HEAD, 1, true) == 1 then
+    at = #HEAD + 1
+  else
+    -- Another writer's state: read as it is if of the same settings.
+    local s, o = string.match(HEAD, '^([^|]*)|[^|]*|([^|]*)%.$')
+    if string.find(v, s .. '|', 1, true) ~= 1 then return {{-1}} end
+    local w, i = string.match(v, '^[^|]*|[^|]*|([^|.]*)%.()')
+    if w == nil or w == o then return {{-1}} end
+    at = i
+  end
+end
+local {vars}
+if at then
+  {vars} = string.match(v, '{pattern}', at)
+  if {first} == nil then {bad} end
+  {reads}
+end
+",
+        vars = fields.join(", "),
+        first = fields[0],
+        bad = bad("its fields are not whole numbers"),
+    ));
     for (i, (half, x)) in halves.iter().enumerate() {
-        reads.push_str(&format!(
+        lua.push_str(&format!(
             "local a{x}, b{x} = tonumber(ARGV[{}]), tonumber(ARGV[{}])\n",
             2 * i + 1,
             2 * i + 2
         ));
-        let first = fields.len() + 1;
-        reads.push_str(&half_lua(half, x, first));
-        for f in half.fields() {
-            fields.push(format!("'{f}{x}'"));
-            state_fields.push(fields.len());
-        }
+        lua.push_str(&half_lua(half, x));
     }
-    lua.push_str(&format!(
-        "local v = redis.call('HMGET', key, {})\n",
-        fields.join(", ")
-    ));
-    let any_state = state_fields
-        .iter()
-        .map(|i| format!("v[{i}]"))
-        .collect::<Vec<_>>()
-        .join(" or ");
-    lua.push_str(&format!(
-        "local own = v[1]\nif own then\n  if own ~= S or (v[2] == O and v[3] ~= G) then return {{-1}} end\nelseif {any_state} then\n  {}\nend\n",
-        bad("state fields without a stamp")
-    ));
-    lua.push_str(&reads);
     let oks = halves
         .iter()
         .map(|(_, x)| format!("ok{x}"))
         .collect::<Vec<_>>()
         .join(" and ");
     lua.push_str(&format!("local allowed = {oks}\n"));
+    let mut next = Vec::new();
+    let mut cur = Vec::new();
+    for (half, x) in &halves {
+        next.extend(state_vars(half, x, "n"));
+        cur.extend(state_vars(half, x, ""));
+    }
     if write {
-        let mut set = Vec::new();
-        let mut after = String::new();
-        for (half, x) in &halves {
-            match half.ns {
-                WordSpec::Bucket(_) => {
-                    set.push(format!("w[#w + 1] = 't{x}'; w[#w + 1] = fmt('%.0f', nt{x})"));
-                    set.push(format!(
-                        "if nr{x} > 0 then w[#w + 1] = 'r{x}'; w[#w + 1] = fmt('%.0f', nr{x}) end"
-                    ));
-                    after.push_str(&format!(
-                        "  if nr{x} == 0 and r{x} > 0 then redis.call('HDEL', key, 'r{x}') end\n"
-                    ));
-                }
-                WordSpec::Fixed(_) => set.push(format!(
-                    "w[#w + 1] = 'k{x}'; w[#w + 1] = fmt('%.0f', nk{x}); w[#w + 1] = 'c{x}'; w[#w + 1] = fmt('%.0f', nc{x})"
-                )),
-                WordSpec::Sliding(_) => set.push(format!(
-                    "w[#w + 1] = 'k{x}'; w[#w + 1] = fmt('%.0f', nk{x}); w[#w + 1] = 'c{x}'; w[#w + 1] = fmt('%.0f', nc{x}); w[#w + 1] = 'p{x}'; w[#w + 1] = fmt('%.0f', np{x})"
-                )),
-            }
-        }
         let idle = match halves.as_slice() {
             [(_, x)] => format!("idle{x}"),
             _ => "math.max(idle1, idle2)".into(),
         };
+        let value = next
+            .iter()
+            .map(|v| format!("fmt('%d', {v})"))
+            .collect::<Vec<_>>()
+            .join(" .. '|' .. ");
         lua.push_str(&format!(
             r"if allowed and cost > 0 then
-  local w = {{}}
-  {}
-  if not own or v[2] ~= O then
-    w[#w + 1] = 's'; w[#w + 1] = S; w[#w + 1] = 'o'; w[#w + 1] = O; w[#w + 1] = 'g'; w[#w + 1] = G
-  end
-  if not own then w[#w + 1] = 'n'; w[#w + 1] = O .. ':' .. ARGV[{n}] end
-  redis.call('HSET', key, unpack(w))
-{after}  redis.call('PEXPIREAT', key, fmt('%.0f', math.floor({idle} / 1000) + 1))
+  redis.call('SET', key, HEAD .. ARGV[{id}] .. '|' .. {value}, 'PXAT', math.floor({idle} / 1000) + 1)
 end
 ",
-            set.join("\n  "),
-            n = base + 5,
+            id = base + 3,
         ));
     }
-    let mut next = vec!["1".to_owned()];
-    let mut cur = vec!["0".to_owned()];
-    for (half, x) in &halves {
-        next.extend(reply_vars(half, x, "n"));
-        cur.extend(reply_vars(half, x, ""));
-    }
-    next.push("now".into());
-    cur.push("now".into());
     lua.push_str(&format!(
-        "if allowed then return {{{}}} end\nreturn {{{}}}\n",
+        "if allowed then return {{1, {}, now}} end\nreturn {{0, {}, now}}\n",
         next.join(", "),
         cur.join(", ")
     ));
     lua
 }
 
-/// The slow path's read: `ARGV[1]` names `n` fields, `ARGV[2..=n+1]`
-/// the fields; the reply is `{now, {values…}}`, a value `nil` where the
-/// field is absent.
+/// The slow path's read: the key's value (`nil` if absent) and `now`:
+/// `{now, value}`.
 pub(super) fn read_script(clock: &str) -> String {
     format!(
         r"{clock}
-local n = tonumber(ARGV[1])
-return {{now, redis.call('HMGET', KEYS[1], unpack(ARGV, 2, n + 1))}}
+return {{now, redis.call('GET', KEYS[1])}}
 "
     )
 }
 
-/// The slow path's compare-and-set. `ARGV`: `n`; the `n` fields; a mask
-/// of `n` letters, `p` for a field expected present and `a` absent; the
-/// expected values of the present ones; an instant (µs) the write must
-/// come before, or `-1`; the `n` new values (`''` deletes the field);
-/// the expiry (ms). The reply: `{1, now}` written, `{0, now}` the state
-/// changed since it was read, `{2, now}` too late.
+/// The slow path's compare-and-set. `ARGV`: the value expected (`''`: no
+/// key), an instant (µs) the write must come before (or `-1`), the new
+/// value (`''`: delete the key) and its expiry (ms). The reply: `{1, now}`
+/// written, `{0, now}` the value changed since it was read, `{2, now}`
+/// too late.
 pub(super) fn cas_script(clock: &str) -> String {
     format!(
         r"{clock}
 local key = KEYS[1]
-local n = tonumber(ARGV[1])
-local v = redis.call('HMGET', key, unpack(ARGV, 2, n + 1))
-local mask, j = ARGV[n + 2], n + 3
-for i = 1, n do
-  if string.sub(mask, i, i) == 'p' then
-    if v[i] ~= ARGV[j] then return {{0, now}} end
-    j = j + 1
-  elseif v[i] then
-    return {{0, now}}
-  end
-end
-local before = tonumber(ARGV[j])
-j = j + 1
+local v = redis.call('GET', key)
+if (v or '') ~= ARGV[1] then return {{0, now}} end
+local before = tonumber(ARGV[2])
 if before >= 0 and now >= before then return {{2, now}} end
-local set, del = {{}}, {{}}
-for i = 1, n do
-  local x = ARGV[j + i - 1]
-  if x == '' then del[#del + 1] = ARGV[1 + i] else set[#set + 1] = ARGV[1 + i]; set[#set + 1] = x end
+if ARGV[3] == '' then
+  redis.call('DEL', key)
+else
+  redis.call('SET', key, ARGV[3], 'PXAT', ARGV[4])
 end
-if #set > 0 then redis.call('HSET', key, unpack(set)) end
-if #del > 0 then redis.call('HDEL', key, unpack(del)) end
-redis.call('PEXPIREAT', key, ARGV[j + n])
 return {{1, now}}
 "
     )
@@ -348,7 +329,7 @@ if cost == 0 or used + cost <= limit then
   allowed = 1
   if cost > 0 and {write} then
     add(now, cost)
-    redis.call('PEXPIREAT', key, fmt('%.0f', math.floor((now + w) / 1000) + 1))
+    redis.call('PEXPIREAT', key, fmt('%d', math.floor((now + w) / 1000) + 1))
   end
   used = used + cost
 else
@@ -369,7 +350,7 @@ return {{allowed, used, oldest, kth, now}}
 /// (the `i`-th entry's instant, `now` past the end, `false` for junk) and
 /// `add(at, n)` (`n` entries at `at`, named with the call's token).
 const LOG_HEAD: &str = r"
-redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%.0f', now - w))
+redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', now - w))
 local used = redis.call('ZCARD', key)
 local held = used
 local function score(i)
@@ -380,7 +361,7 @@ local function score(i)
   return n
 end
 local function add(at, n)
-  local s, i = fmt('%.0f', at), 1
+  local s, i = fmt('%d', at), 1
   while i <= n do
     local args = {}
     for j = i, math.min(n, i + 499) do
@@ -412,7 +393,7 @@ local most = tonumber(ARGV[5])
 {LOG_HEAD}
 if used + cost <= limit then
   add(now, cost)
-  redis.call('PEXPIREAT', key, fmt('%.0f', math.floor((now + w) / 1000) + 1))
+  redis.call('PEXPIREAT', key, fmt('%d', math.floor((now + w) / 1000) + 1))
   return {{1, now, now}}
 end
 local taken = cost - (limit - used)
@@ -425,7 +406,7 @@ local old = redis.call('ZRANGE', key, 0, taken - 1, 'WITHSCORES')
 for i = 1, #old do out[#out + 1] = old[i] end
 redis.call('ZREMRANGEBYRANK', key, 0, taken - 1)
 add(ready, cost)
-redis.call('PEXPIREAT', key, fmt('%.0f', math.floor((ready + w) / 1000) + 1))
+redis.call('PEXPIREAT', key, fmt('%d', math.floor((ready + w) / 1000) + 1))
 return out
 "
     )
@@ -443,7 +424,7 @@ pub(super) fn log_cancel_script(clock: &str) -> String {
 local key = KEYS[1]
 local ready, token, cost = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 if now >= ready then return {{-1}} end
-local at = fmt('%.0f', ready)
+local at = fmt('%d', ready)
 local given, taken = 0, tonumber(ARGV[4])
 for j = 1, cost do
   local member = at .. ':' .. token .. ':' .. j

@@ -24,7 +24,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
 use super::spec::Spec;
-use super::state::{field_names, round_figures, Stored};
+use super::state::{round_figures, Stored};
 use super::testing::{cases, on_clock, runtime, Server};
 use super::RedisLimiter;
 use crate::algorithm::{SlidingWindowLog, Transitions};
@@ -106,13 +106,8 @@ fn expect(state: State, reader: &Spec, now: u64, step: &Step) -> (Decision, Stat
 
 /// The state a word algorithm's key holds, as the model keeps it.
 fn read(conn: &mut ::redis::Connection, spec: &Spec, key: &[u8]) -> State {
-    let names = field_names(spec);
-    let values: Vec<Option<String>> = ::redis::cmd("HMGET")
-        .arg(key)
-        .arg(&names)
-        .query(conn)
-        .unwrap();
-    let stored = Stored { now: 0, values };
+    let value: Option<String> = ::redis::cmd("GET").arg(key).query(conn).unwrap();
+    let stored = Stored { now: 0, value };
     let written = spec.parse_stamp(stored.stamp()?).unwrap();
     Some((stored.word(&written).unwrap()?, written))
 }

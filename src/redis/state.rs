@@ -18,10 +18,6 @@ use crate::algorithm::{SlidingWindowLog, Transitions};
 use crate::cell::{describe, Applied};
 use crate::decision::Decision;
 
-/// The stamp fields every word algorithm's hash holds before its state:
-/// settings, writer, generation, incarnation (see `lua`).
-pub(crate) const STAMP_FIELDS: [&str; 4] = ["s", "o", "g", "n"];
-
 /// Why a reply could not become a decision.
 #[derive(Debug)]
 pub(crate) enum DecodeError {
@@ -165,65 +161,62 @@ pub(crate) fn round_up_to_us(wait: Duration) -> Duration {
     Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
 }
 
-/// Every field of a word algorithm's hash: the stamp, then each limit's
-/// state (a pair's with its limit's number).
-pub(crate) fn field_names(spec: &Spec) -> Vec<String> {
-    let mut names: Vec<String> = STAMP_FIELDS.iter().map(|&f| f.to_owned()).collect();
-    for (half, x) in spec.halves() {
-        names.extend(half.fields().iter().map(|f| format!("{f}{x}")));
-    }
-    names
-}
-
-/// A word algorithm's hash as the read script returned it: the instant
-/// (µs) and each field of [`field_names`], `None` where absent.
+/// A word algorithm's key as the read script returned it: the instant
+/// (µs) and the value, `None` for no key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Stored {
     pub(crate) now: u64,
-    pub(crate) values: Vec<Option<String>>,
+    pub(crate) value: Option<String>,
 }
 
 impl Stored {
-    /// The settings the state was written under; `None` for no state.
+    /// The value's `|`-separated fields: settings, `tier:generation`,
+    /// `writer.call`, then the state.
+    fn fields(&self) -> Option<Vec<&str>> {
+        self.value.as_deref().map(|v| v.split('|').collect())
+    }
+
+    /// The settings the state was written under; `None` for no key.
     pub(crate) fn stamp(&self) -> Option<&str> {
-        self.values.first()?.as_deref()
+        self.value
+            .as_deref()
+            .map(|v| v.split('|').next().unwrap_or(""))
     }
 
     /// The writer's id and its `<tier>:<generation>`.
     pub(crate) fn writer(&self) -> (Option<&str>, Option<&str>) {
-        (
-            self.values.get(1).and_then(|v| v.as_deref()),
-            self.values.get(2).and_then(|v| v.as_deref()),
-        )
+        let mut fields = self.value.as_deref().map(|v| v.split('|').skip(1));
+        let generation = fields.as_mut().and_then(Iterator::next);
+        let writer = fields
+            .as_mut()
+            .and_then(Iterator::next)
+            .and_then(|w| w.split_once('.'))
+            .map(|(writer, _)| writer);
+        (writer, generation)
     }
 
     /// The state's in-process word under `spec`, the settings it was
-    /// written under; `None` for a key with no state.
+    /// written under; `None` for no key.
     pub(crate) fn word(&self, spec: &Spec) -> Result<Option<u128>, DecodeError> {
-        let state = &self.values[STAMP_FIELDS.len()..];
-        if self.stamp().is_none() {
-            return if state.iter().all(Option::is_none) {
-                Ok(None)
-            } else {
-                Err(DecodeError::Range("state fields without a stamp"))
-            };
+        let Some(fields) = self.fields() else {
+            return Ok(None);
+        };
+        let halves = spec.halves();
+        let want = 3 + halves.iter().map(|(h, _)| width(h)).sum::<usize>();
+        if fields.len() != want {
+            return Err(DecodeError::Range("a value of another shape"));
         }
-        let mut at = 0;
+        let mut at = 3;
         let mut words = Vec::with_capacity(2);
-        for (half, _) in spec.halves() {
+        for (half, _) in halves {
             let n = width(&half);
-            let values = state[at..at + n]
+            let values = fields[at..at + n]
                 .iter()
-                .enumerate()
-                .map(|(i, v)| match v {
-                    // A bucket's nanoseconds beyond the µs are absent for 0.
-                    None if matches!(half.ns, WordSpec::Bucket(_)) && i == 1 => Ok(0),
-                    None => Err(DecodeError::Range("a missing field")),
-                    Some(v) => v
-                        .parse::<u64>()
+                .map(|v| {
+                    v.parse::<u64>()
                         .ok()
                         .filter(|&n| n <= EXACT_MAX)
-                        .ok_or(DecodeError::Range("a field that is not a whole number")),
+                        .ok_or(DecodeError::Range("a field that is not a whole number"))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             words.push(half_word(&half, &values)?);
@@ -233,41 +226,20 @@ impl Stored {
     }
 }
 
-/// The state values of `word` under `spec`, as the compare-and-set writes
-/// them: decimal digits, `""` for a field to delete (a bucket's zero
-/// nanoseconds).
-pub(crate) fn state_values(spec: &Spec, word: u128) -> Vec<String> {
+/// The value a word algorithm's key holds for `word` under `spec`, written
+/// by call `call`: the head (`settings|tier:generation|writer.`), the
+/// call, the state.
+pub(crate) fn value_of(head: &str, call: u64, spec: &Spec, word: u128) -> String {
     let halves = spec.halves();
     let words = [word as u64, (word >> 64) as u64];
-    let mut out = Vec::new();
+    let mut value = format!("{head}{call}");
     for (i, (half, _)) in halves.iter().enumerate() {
-        for (j, v) in half_values(half, words[i]).into_iter().enumerate() {
-            let zero_ns = matches!(half.ns, WordSpec::Bucket(_)) && j == 1 && v == 0;
-            out.push(if zero_ns {
-                String::new()
-            } else {
-                v.to_string()
-            });
+        for v in half_values(half, words[i]) {
+            value.push('|');
+            value.push_str(&v.to_string());
         }
     }
-    out
-}
-
-/// The start (ns) of the latest window `word` records under `spec`: a
-/// reading before it is judged at it. 0 for a bucket, whose state is an
-/// instant.
-pub(crate) fn floor(spec: &Spec, word: u128) -> u64 {
-    let words = [word as u64, (word >> 64) as u64];
-    spec.halves()
-        .iter()
-        .enumerate()
-        .map(|(i, (half, _))| match half.ns {
-            WordSpec::Bucket(_) => 0,
-            WordSpec::Fixed(ns) => ns.parts(words[i]).0.saturating_mul(ns.window_ns()),
-            WordSpec::Sliding(ns) => ns.parts(words[i]).0.saturating_mul(ns.window_ns()),
-        })
-        .max()
-        .unwrap_or(0)
+    value
 }
 
 /// The instant (ms, rounded up past it) at which `word` becomes idle under
@@ -407,33 +379,33 @@ mod tests {
     }
 
     #[test]
-    fn stored_fields_round_trip_through_the_word() {
+    fn stored_values_round_trip_through_the_word() {
         let tb = Spec::bucket(&TokenBucket::new(1, Duration::from_millis(1), 9).unwrap()).unwrap();
         let fw = Spec::fixed(&FixedWindow::new(5, Duration::from_secs(60)).unwrap()).unwrap();
         let pair = Spec::pair(&tb, &fw).unwrap();
         let ns = pair.ns().unwrap();
         let word = ns.admit(ns.fresh_at(0), 1_234_567_891, 3).unwrap();
-        let values = state_values(&pair, word);
-        assert_eq!(values, ["1237567", "891", "0", "3"]);
-        let mut stored = Stored {
+        let head = format!("{}|0:7|me.", pair.stamp());
+        let value = value_of(&head, 12, &pair, word);
+        assert_eq!(value, format!("{head}12|1237567|891|0|3"));
+        let stored = Stored {
             now: 0,
-            values: vec![Some(pair.stamp()), None, None, None],
+            value: Some(value),
         };
-        stored
-            .values
-            .extend(values.iter().map(|v| (!v.is_empty()).then(|| v.clone())));
         assert_eq!(stored.word(&pair).unwrap(), Some(word));
-        assert_eq!(
-            field_names(&pair),
-            ["s", "o", "g", "n", "t1", "r1", "k2", "c2"]
-        );
-        let empty = Stored {
+        assert_eq!(stored.stamp(), Some(pair.stamp().as_str()));
+        assert_eq!(stored.writer(), (Some("me"), Some("0:7")));
+        let none = Stored {
             now: 0,
-            values: vec![None; 8],
+            value: None,
         };
-        assert_eq!(empty.word(&pair).unwrap(), None);
-        let mut junk = empty.clone();
-        junk.values[4] = Some("12".into());
-        assert!(junk.word(&pair).is_err(), "state without a stamp");
+        assert_eq!(none.word(&pair).unwrap(), None);
+        for junk in ["", "x", "a|b|c|1|2|3", "a|b|c|1|2|3|x", "a|b|c|1|1000|0|3"] {
+            let junk = Stored {
+                now: 0,
+                value: Some(junk.into()),
+            };
+            assert!(junk.word(&pair).is_err(), "{junk:?}");
+        }
     }
 }

@@ -22,11 +22,12 @@
 //! converted state is written back before the request is decided on it.
 
 use core::time::Duration;
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use super::spec::{Ns, Spec};
-use super::state::{floor, DecodeError, Stored};
+use super::state::{DecodeError, Stored};
 use super::{RedisAlgorithm, RedisBuilder, RedisLimiter};
 use crate::algorithm::{FromParams, Params, Transitions};
 use crate::builder::Builder;
@@ -50,6 +51,10 @@ pub(super) struct TierQuota {
     pub(super) quota: Quota,
     pub(super) params: Params,
     pub(super) generation: u64,
+    /// The tier it was set for, and the head of the values written under
+    /// it for a client of that tier (`settings|writer|tier:generation|`).
+    tier: Tier,
+    head: String,
 }
 
 /// A change: its generation, its instant (µs on Redis's clock, as this
@@ -86,6 +91,8 @@ struct Table {
 pub(super) struct Tiers {
     table: RwLock<Table>,
     pub(super) resolver: Option<Arc<Resolver>>,
+    /// The limiter's id, in every value it writes.
+    owner: String,
 }
 
 /// What a request is judged by: its tier, the tier's quota, and the
@@ -97,19 +104,35 @@ pub(super) struct Judged {
 }
 
 impl Judged {
-    /// The stamp's generation field for this request's state:
-    /// `<tier>:<generation>`.
-    pub(super) fn generation(&self) -> String {
-        format!("{}:{}", self.tier, self.quota.generation)
+    /// The head of the values written for this request's client:
+    /// `settings|tier:generation|writer.` (made once per quota for the
+    /// tier it was set for).
+    pub(super) fn head(&self) -> Cow<'_, str> {
+        let quota = &self.quota;
+        if self.tier == quota.tier {
+            Cow::Borrowed(&quota.head)
+        } else {
+            let writer = quota.head.rsplit('|').next().unwrap_or(".");
+            let writer = writer.strip_suffix('.').unwrap_or(writer);
+            Cow::Owned(head(&quota.stamp, writer, self.tier, quota.generation))
+        }
     }
+}
+
+/// The head of the values a limiter writes:
+/// `settings|tier:generation|writer.` (the call's number follows).
+fn head(stamp: &str, writer: &str, tier: Tier, generation: u64) -> String {
+    format!("{stamp}|{tier}:{generation}|{writer}.")
 }
 
 impl Tiers {
     pub(super) fn new<A: RedisAlgorithm>(
         params: Params,
         resolver: Option<Arc<Resolver>>,
+        owner: String,
     ) -> Result<Self, ConfigError> {
-        let first = quota_for::<A>(params, 0)?;
+        let mut first = quota_for::<A>(params, 0)?;
+        first.head = head(&first.stamp, &owner, 0, 0);
         let max_capacity = first.spec.capacity();
         Ok(Self {
             table: RwLock::new(Table {
@@ -119,6 +142,7 @@ impl Tiers {
                 max_capacity,
             }),
             resolver,
+            owner,
         })
     }
 
@@ -160,6 +184,8 @@ impl Tiers {
         table.generation = generation;
         table.quotas[slot] = Some(Arc::new(TierQuota {
             generation,
+            tier,
+            head: head(&quota.stamp, &self.owner, tier, generation),
             ..quota
         }));
         table.max_capacity = table
@@ -225,10 +251,8 @@ impl Tiers {
                 for change in table.history.iter().filter(|c| c.generation > since) {
                     let to = change.of(tier);
                     if to != spec {
-                        // Never before the window the state records (a
-                        // check in flight may have written it after the
-                        // change), never after the reading.
-                        let at = (change.at * 1_000).max(floor(&spec, word)).min(now * 1_000);
+                        // Never after the reading.
+                        let at = change.at.min(now) * 1_000;
                         word = ns(&spec).convert(word, at, &ns(&to));
                         spec = to;
                     }
@@ -271,6 +295,8 @@ fn quota_for<A: RedisAlgorithm>(params: Params, generation: u64) -> Result<TierQ
     Ok(TierQuota {
         spec,
         stamp: spec.stamp(),
+        tier: 0,
+        head: String::new(),
         quota: Quota::new(limit, Duration::from_nanos(window)),
         params,
         generation,
@@ -342,7 +368,17 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         if let Some(local) = &inner.fallback {
             local.set_quota(tier, &new.params);
         }
-        inner.tiers.set(tier, new, inner.redis_now() / 1_000);
+        // The change's instant on Redis's clock, as this process reads it
+        // (no earlier than it), and past every check in flight: one sent
+        // before the change is judged under the old quota, and its state
+        // converted after it, as if it had come first.
+        let in_flight = if inner.calls.clock.reads_redis() {
+            inner.timeout
+        } else {
+            Duration::ZERO
+        };
+        let at = inner.redis_now() + u64::try_from(in_flight.as_nanos()).unwrap_or(0);
+        inner.tiers.set(tier, new, at / 1_000);
         if let Some(cache) = &inner.shortcut {
             cache.renew();
         }
