@@ -28,9 +28,9 @@
 use core::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 
-use super::testing::{cases, on_clock, runtime, Server};
+use super::testing::{gap, on_clock, runner, runtime, Server};
 use super::{RedisAlgorithm, RedisLimiter};
 use crate::algorithm::Both;
 use crate::builder::Builder;
@@ -79,20 +79,6 @@ enum Op {
     },
 }
 
-/// Gaps that reach window edges and long idle spells as well as the
-/// instants between, for windows (or token intervals) of `unit` µs.
-fn gap(unit: u64) -> impl Strategy<Value = u64> {
-    prop_oneof![
-        3 => Just(0u64),
-        4 => 1..=unit,
-        2 => Just(unit),
-        1 => Just(unit - 1),
-        1 => Just(unit + 1),
-        1 => (2..=12u64).prop_map(move |n| n * unit),
-        1 => 1_000_000u64..=30_000_000,
-    ]
-}
-
 fn ops(
     unit: u64,
     max_cost: u64,
@@ -109,7 +95,7 @@ fn ops(
             .prop_map(|(client, cost, max_wait)| Op::Reserve { client, cost, max_wait }),
         2 * books => (0..4usize, prop::bool::ANY)
             .prop_map(|(booking, cancel)| Op::Settle { booking, cancel }),
-        4 => gap(unit).prop_map(Op::Advance),
+        4 => gap(unit, 30_000_000).prop_map(Op::Advance),
         6 => (client.clone(), cost.clone()).prop_map(|(client, cost)| Op::Check { client, cost }),
         2 => (client.clone(), cost).prop_map(|(client, cost)| Op::Peek { client, cost }),
         1 => client.clone().prop_map(Op::Reset),
@@ -204,6 +190,26 @@ trait Family {
         let _ = (here, there, rt, client, cost, max_wait);
         unreachable!("this family does not book ahead")
     }
+}
+
+/// A family's `book`, for the families that book ahead.
+macro_rules! books {
+    () => {
+        const BOOKS: bool = true;
+        fn book<'a>(
+            here: &'a InProcess<Self::A>,
+            there: &RedisLimiter<Self::A>,
+            rt: &tokio::runtime::Runtime,
+            client: &str,
+            cost: u64,
+            max_wait: Duration,
+        ) -> Booked<'a, Tiered<Self::A>> {
+            (
+                here.reserve_n(client, cost, max_wait),
+                rt.block_on(there.reserve_n(client, cost, max_wait)),
+            )
+        }
+    };
 }
 
 /// A family's in-process limiter.
@@ -304,11 +310,7 @@ where
     };
     let rt = runtime();
     let conn = rt.block_on(server.manager());
-    let mut runner = TestRunner::new(Config {
-        cases: cases(cases_default),
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = runner(cases_default);
     let strategy = proptest::collection::vec(F::quota(), 3).prop_flat_map(|quotas| {
         let unit = F::unit(&quotas[0]);
         let max = quotas.iter().map(F::capacity).max().unwrap_or(1);
@@ -454,20 +456,7 @@ impl Family for Buckets {
     fn capacity(q: &Bucket) -> u64 {
         q.capacity
     }
-    const BOOKS: bool = true;
-    fn book<'a>(
-        here: &'a InProcess<TokenBucket>,
-        there: &RedisLimiter<TokenBucket>,
-        rt: &tokio::runtime::Runtime,
-        client: &str,
-        cost: u64,
-        max_wait: Duration,
-    ) -> Booked<'a, Tiered<TokenBucket>> {
-        (
-            here.reserve_n(client, cost, max_wait),
-            rt.block_on(there.reserve_n(client, cost, max_wait)),
-        )
-    }
+    books!();
 }
 
 struct Fixed;
@@ -488,20 +477,7 @@ impl Family for Fixed {
     fn capacity(q: &Window) -> u64 {
         q.limit
     }
-    const BOOKS: bool = true;
-    fn book<'a>(
-        here: &'a InProcess<FixedWindow>,
-        there: &RedisLimiter<FixedWindow>,
-        rt: &tokio::runtime::Runtime,
-        client: &str,
-        cost: u64,
-        max_wait: Duration,
-    ) -> Booked<'a, Tiered<FixedWindow>> {
-        (
-            here.reserve_n(client, cost, max_wait),
-            rt.block_on(there.reserve_n(client, cost, max_wait)),
-        )
-    }
+    books!();
 }
 
 struct Counter;
@@ -540,20 +516,7 @@ impl Family for BucketAndWindow {
     fn capacity(q: &(Bucket, Window)) -> u64 {
         q.0.capacity.min(q.1.limit)
     }
-    const BOOKS: bool = true;
-    fn book<'a>(
-        here: &'a InProcess<Self::A>,
-        there: &RedisLimiter<Self::A>,
-        rt: &tokio::runtime::Runtime,
-        client: &str,
-        cost: u64,
-        max_wait: Duration,
-    ) -> Booked<'a, Tiered<Self::A>> {
-        (
-            here.reserve_n(client, cost, max_wait),
-            rt.block_on(there.reserve_n(client, cost, max_wait)),
-        )
-    }
+    books!();
 }
 
 struct CounterAndBucket;
@@ -608,11 +571,7 @@ fn the_sliding_window_log_on_redis_decides_as_in_process() {
     };
     let rt = runtime();
     let conn = rt.block_on(server.manager());
-    let mut runner = TestRunner::new(Config {
-        cases: cases(48),
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = runner(48);
     let strategy = window().prop_flat_map(|q| (Just(q), ops(q.window_us, q.limit, 1, false, true)));
     let n = std::cell::Cell::new(0u64);
     runner

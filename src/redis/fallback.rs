@@ -54,6 +54,33 @@ pub trait Fallback: Send + Sync {
     fn remove(&self, client: &[u8]);
 }
 
+/// A decision of `limiter` for `client` (recording it unless `peek`).
+fn decide_on<A: Algorithm>(
+    limiter: &Limiter<A, Vec<u8>>,
+    client: &[u8],
+    cost: u64,
+    peek: bool,
+) -> Result<Decision, CostError> {
+    if peek {
+        limiter.peek_n(client, cost)
+    } else {
+        limiter.check_n(client, cost)
+    }
+}
+
+/// A booking by `limiter` for `client`, committed at once: its wait.
+fn book_on<A: Algorithm>(
+    limiter: &Limiter<A, Vec<u8>>,
+    client: &[u8],
+    cost: u64,
+    max_wait: Duration,
+) -> Result<Duration, ReserveError> {
+    let booked = limiter.book_n(client, cost, max_wait)?;
+    let wait = booked.wait();
+    booked.commit();
+    Ok(wait)
+}
+
 /// What a fallback is made from: tier 0's settings, the memory settings
 /// and the resolver of tiers.
 #[allow(unreachable_pub)] // named only through a sealed trait's method
@@ -113,11 +140,7 @@ where
         cost: u64,
         peek: bool,
     ) -> Result<Decision, CostError> {
-        if peek {
-            self.peek_n(client, cost)
-        } else {
-            self.check_n(client, cost)
-        }
+        decide_on(self, client, cost, peek)
     }
 
     fn reserve(
@@ -127,10 +150,7 @@ where
         cost: u64,
         max_wait: Duration,
     ) -> Result<Duration, ReserveError> {
-        let booked = self.book_n(client, cost, max_wait)?;
-        let wait = booked.wait();
-        booked.commit();
-        Ok(wait)
+        book_on(self, client, cost, max_wait)
     }
 
     fn set_quota(&self, tier: Tier, params: &Params) {
@@ -166,7 +186,12 @@ impl LogFallback {
         }))
     }
 
-    fn limiter(&self, tier: Tier) -> Arc<Limiter<SlidingWindowLog, Vec<u8>>> {
+    /// The limiter of `client`'s tier (`tier` without a resolver).
+    fn limiter(&self, client: &[u8], tier: Tier) -> Arc<Limiter<SlidingWindowLog, Vec<u8>>> {
+        let tier = self
+            .resolver
+            .as_ref()
+            .map_or(tier, |resolve| resolve(client));
         // A writer that panicked left the table whole (it swaps one slot).
         let table = self.tiers.read().unwrap_or_else(PoisonError::into_inner);
         let own = table.get(usize::from(tier)).and_then(Option::as_ref);
@@ -183,16 +208,7 @@ impl Fallback for LogFallback {
         cost: u64,
         peek: bool,
     ) -> Result<Decision, CostError> {
-        let tier = self
-            .resolver
-            .as_ref()
-            .map_or(tier, |resolve| resolve(client));
-        let limiter = self.limiter(tier);
-        if peek {
-            limiter.peek_n(client, cost)
-        } else {
-            limiter.check_n(client, cost)
-        }
+        decide_on(&self.limiter(client, tier), client, cost, peek)
     }
 
     fn reserve(
@@ -202,15 +218,7 @@ impl Fallback for LogFallback {
         cost: u64,
         max_wait: Duration,
     ) -> Result<Duration, ReserveError> {
-        let tier = self
-            .resolver
-            .as_ref()
-            .map_or(tier, |resolve| resolve(client));
-        let limiter = self.limiter(tier);
-        let booked = limiter.book_n(client, cost, max_wait)?;
-        let wait = booked.wait();
-        booked.commit();
-        Ok(wait)
+        book_on(&self.limiter(client, tier), client, cost, max_wait)
     }
 
     fn set_quota(&self, tier: Tier, params: &Params) {

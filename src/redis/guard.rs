@@ -164,8 +164,10 @@ pub struct RedisStats {
     pub probes: u64,
     /// Checks admitted by [`FailPolicy::FailOpen`](super::FailPolicy::FailOpen).
     pub fail_open: u64,
-    /// Checks answered with an error by
-    /// [`FailPolicy::FailClosed`](super::FailPolicy::FailClosed).
+    /// Checks answered with an error: by
+    /// [`FailPolicy::FailClosed`](super::FailPolicy::FailClosed), and by
+    /// [`FailPolicy::FailOpen`](super::FailPolicy::FailOpen) for a failure
+    /// other than Redis being unreachable or slow.
     pub fail_closed: u64,
     /// Checks decided by the in-process limiter of
     /// [`FailPolicy::Local`](super::FailPolicy::Local).

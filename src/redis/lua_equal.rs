@@ -21,11 +21,11 @@
 use core::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 
 use super::spec::Spec;
 use super::state::{round_figures, Stored};
-use super::testing::{cases, on_clock, runtime, Server};
+use super::testing::{gap, on_clock, runner, runtime, Server};
 use super::RedisLimiter;
 use crate::algorithm::{SlidingWindowLog, Transitions};
 use crate::builder::Builder;
@@ -43,23 +43,9 @@ struct Step {
     peek: bool,
 }
 
-/// Gaps that reach window edges and long idle spells as well as the
-/// instants between.
-fn gap(unit: u64) -> impl Strategy<Value = u64> {
-    prop_oneof![
-        3 => Just(0u64),
-        4 => 1..=unit,
-        2 => Just(unit),
-        1 => Just(unit - 1),
-        1 => Just(unit + 1),
-        1 => (2..=40u64).prop_map(move |n| n * unit),
-        1 => 1_000_000u64..=100_000_000,
-    ]
-}
-
 fn steps(unit: u64, max: u64) -> impl Strategy<Value = Vec<Step>> {
     let step = (
-        gap(unit),
+        gap(unit, 100_000_000_000),
         0..=max + 1,
         0..2usize,
         prop::bool::weighted(0.25),
@@ -159,11 +145,7 @@ fn run<A: super::RedisAlgorithm>(
     let manager = rt.block_on(server.manager());
     let conn = std::cell::RefCell::new(server.sync());
     let n = std::cell::Cell::new(0u64);
-    let mut runner = TestRunner::new(Config {
-        cases: cases(128),
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = runner(128);
     let strategy = (
         prop::sample::select(units.to_vec()),
         prop::sample::select(scales.to_vec()),
@@ -290,11 +272,7 @@ fn the_sliding_log_script_decides_as_the_in_process_log() {
     let manager = rt.block_on(server.manager());
     let conn = std::cell::RefCell::new(server.sync());
     let n = std::cell::Cell::new(0u64);
-    let mut runner = TestRunner::new(Config {
-        cases: cases(128),
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = runner(128);
     let strategy = (
         prop::sample::select(vec![1u64, 7, 1_000, 1_000_000]),
         prop::sample::select(vec![1u64, 1, 2]),

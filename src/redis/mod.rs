@@ -79,8 +79,19 @@
 //! [`peek`](RedisLimiter::peek), [`reset`](RedisLimiter::reset) and
 //! [`remove`](RedisLimiter::remove) a client (for every process sharing
 //! the Redis), put clients in tiers ([`RedisBuilder::tier_by`],
-//! [`RedisLimiter::set_quota`]), and hold two limits at once, atomically
-//! in one key (a builder made with `and` or `and_rate`).
+//! [`RedisLimiter::set_quota`]), hold two limits at once, atomically in
+//! one key (a builder made with `and` or `and_rate`), and book requests
+//! ahead ([`RedisLimiter::reserve_n`], [`RedisLimiter::until_ready`],
+//! [`RedisReservation::cancel`]).
+//!
+//! # One semantics
+//!
+//! The scripts decide the common case; a quota change, a booking and a
+//! state written under other settings run the in-process algorithms' own
+//! code on the state read from Redis, written back by compare-and-set. The
+//! guide's Redis page ([`crate::guide::redis`]) lists what a fault does
+//! to decisions, each with its test, and the few differences from the
+//! in-process limiters that stay.
 //!
 //! # Replicas with different quotas
 //!

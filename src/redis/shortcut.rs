@@ -173,59 +173,46 @@ impl DenyCache {
     /// Files `entry` under `key`, over whatever the slot held; gives up if
     /// another writer holds the slot.
     pub(crate) fn store(&self, key: u64, entry: Entry) {
-        let slot = self.slot(key);
-        // Relaxed: the exchange below decides.
-        let seq = slot.seq.load(Ordering::Relaxed);
-        if seq & 1 == 1
-            || slot
-                .seq
-                .compare_exchange(
-                    seq,
-                    seq.wrapping_add(1),
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                )
-                .is_err()
-        {
-            return;
-        }
-        // Release fence: pairs with the reader's Acquire fence (see
-        // `lookup`): a reader that sees any field stored below sees the
-        // odd sequence on its second load.
-        crate::sync::fence(Ordering::Release);
-        // Relaxed: published by the Release store of the sequence.
-        slot.key.store(key, Ordering::Relaxed);
-        slot.sent.store(entry.sent, Ordering::Relaxed);
-        slot.judged.store(entry.judged, Ordering::Relaxed);
-        slot.a.store(entry.a, Ordering::Relaxed);
-        slot.b.store(entry.b, Ordering::Relaxed);
-        // Release: pairs with the reader's first Acquire load.
-        slot.seq.store(seq.wrapping_add(2), Ordering::Release);
+        self.write(key, |slot| {
+            // Relaxed: published by the Release store of the sequence.
+            slot.key.store(key, Ordering::Relaxed);
+            slot.sent.store(entry.sent, Ordering::Relaxed);
+            slot.judged.store(entry.judged, Ordering::Relaxed);
+            slot.a.store(entry.a, Ordering::Relaxed);
+            slot.b.store(entry.b, Ordering::Relaxed);
+        });
     }
 
     /// Forgets the entry filed under `key`, if its slot still holds it.
     pub(crate) fn forget(&self, key: u64) {
         if self.lookup(key, 0).is_some() {
-            let slot = self.slot(key);
-            let seq = slot.seq.load(Ordering::Relaxed);
-            if seq & 1 == 0
-                && slot
-                    .seq
-                    .compare_exchange(
-                        seq,
-                        seq.wrapping_add(1),
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    )
-                    .is_ok()
-            {
-                crate::sync::fence(Ordering::Release);
-                // Relaxed: published by the Release store of the sequence.
-                slot.key.store(0, Ordering::Relaxed);
-                // Release: as in `store`.
-                slot.seq.store(seq.wrapping_add(2), Ordering::Release);
-            }
+            // Relaxed: published by the Release store of the sequence.
+            self.write(key, |slot| slot.key.store(0, Ordering::Relaxed));
         }
+    }
+
+    /// Runs `fill` on `key`'s slot as its one writer (see the module's
+    /// docs), or not at all if another writer holds the slot.
+    fn write(&self, key: u64, fill: impl FnOnce(&Slot)) {
+        let slot = self.slot(key);
+        // Relaxed: the exchange below decides.
+        let seq = slot.seq.load(Ordering::Relaxed);
+        let odd = seq.wrapping_add(1);
+        if seq & 1 == 1
+            || slot
+                .seq
+                .compare_exchange(seq, odd, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        // Release fence: pairs with the reader's Acquire fence (see
+        // `lookup`): a reader that sees any field stored by `fill` sees
+        // the odd sequence on its second load.
+        crate::sync::fence(Ordering::Release);
+        fill(slot);
+        // Release: pairs with the reader's first Acquire load.
+        slot.seq.store(odd.wrapping_add(1), Ordering::Release);
     }
 }
 

@@ -105,12 +105,34 @@ pub(super) fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// The proptest case count: `PROPTEST_CASES`, or `default`.
-pub(super) fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
+/// A proptest runner of `PROPTEST_CASES` cases, or `default`, that keeps
+/// no failure file (its cases need a server).
+pub(super) fn runner(default: u32) -> proptest::test_runner::TestRunner {
+    let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|c| c.parse().ok())
-        .unwrap_or(default)
+        .unwrap_or(default);
+    proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+        cases,
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    })
+}
+
+/// Gaps (µs) that reach window edges and idle spells of up to `long` as
+/// well as the instants between, for windows (or token intervals) of
+/// `unit` µs.
+pub(super) fn gap(unit: u64, long: u64) -> impl proptest::strategy::Strategy<Value = u64> {
+    use proptest::prelude::*;
+    prop_oneof![
+        3 => Just(0u64),
+        4 => 1..=unit,
+        2 => Just(unit),
+        1 => Just(unit - 1),
+        1 => Just(unit + 1),
+        1 => (2..=40u64).prop_map(move |n| n * unit),
+        1 => 1_000_000u64..=long,
+    ]
 }
 
 /// `builder`'s limiter on `clock`: failures answered with the error, a
