@@ -124,9 +124,9 @@ impl Half {
         }
     }
 
-    /// The hash fields holding the state, without the pair's suffix: a
-    /// bucket's TAT in whole µs and its nanoseconds beyond (absent when
-    /// 0); a window's index and count(s).
+    /// The names of the numbers holding the state, in the order the value
+    /// and the scripts list them: a bucket's TAT in whole µs and the
+    /// nanoseconds beyond (0 to 999); a window's index and count(s).
     pub(crate) fn fields(&self) -> &'static [&'static str] {
         match self.ns {
             WordSpec::Bucket(_) => &["t", "r"],
@@ -361,7 +361,8 @@ impl Spec {
     }
 
     /// The limits of a word algorithm's spec, with the suffix of their
-    /// fields: `""` for one limit, `"1"` and `"2"` for a pair's.
+    /// variables in the scripts: `""` for one limit, `"1"` and `"2"` for a
+    /// pair's.
     pub(crate) fn halves(&self) -> Vec<(Half, &'static str)> {
         match *self {
             Self::One(a) => vec![(a, "")],
