@@ -266,30 +266,29 @@ where
 
     /// Visits every entry once and removes those for which `evict` is true
     /// (it must retire the cell first) or whose cell is already dead, giving
-    /// back the room of each shard's removed entries before that shard's
-    /// lock is released, then shrinks tables left mostly empty. Returns how
-    /// many were removed.
+    /// back the room of each group of slots' removed entries in one step,
+    /// before they are removed, then shrinks tables left mostly empty.
+    /// Returns how many were removed.
     pub(crate) fn sweep(&self, mut evict: impl FnMut(&V) -> bool) -> u64 {
-        // Units to give back for the shard being swept: one shared
-        // `fetch_sub` per shard instead of one per entry. Still before the
-        // shard's lock is released, so a thread that finds one of these
-        // entries gone (having taken that lock after the removal) also
-        // finds its room free, as `leaving` promises.
+        // Units to give back for the group of slots being swept: one shared
+        // `fetch_sub` per group with removals instead of one per entry.
+        // Still before the group's removals are made, so a thread that
+        // finds one of these entries gone (a lookup, which takes no lock)
+        // also finds its room free, as `leaving` promises.
         let freed = Cell::new(0);
-        let leaving = |cell: &V| {
-            if cell.holds_room() {
-                freed.set(freed.get() + 1);
-            }
-        };
         self.map.retain(
             |_, cell| {
                 let gone = evict(cell) || cell.is_dead();
-                if gone {
-                    leaving(cell);
+                if gone && cell.holds_room() {
+                    freed.set(freed.get() + 1);
                 }
                 gone
             },
-            leaving,
+            // A dead entry a shrinking rebuild leaves behind gives its room
+            // back at once, as an insert's rebuild does.
+            |cell| {
+                self.leaving(cell, false);
+            },
             || self.release(freed.replace(0)),
         )
     }

@@ -106,7 +106,9 @@ use crossbeam_epoch::{self as epoch, Atomic, Guard};
 use crossbeam_utils::CachePadded;
 
 pub(crate) use self::table::SHARDS;
-use self::table::{lowest, max_used, Counts, Table, DELETED, FULL, HIGH, LANES, SHARD_BITS};
+use self::table::{
+    lowest, max_used, retagged, Counts, Table, DELETED, FULL, HIGH, LANES, SHARD_BITS,
+};
 use crate::cell::{Life, Mortal, Relocation};
 use crate::store::Lapse;
 use crate::sync::{Mutex, Ordering, PlainAtomicU64};
@@ -639,15 +641,17 @@ where
     /// Visits every live entry, removing those for which `remove` (run
     /// under the shard's lock) is true, then rebuilds each shard left less
     /// than a quarter full, or frees its table if it is empty. `on_dead` is
-    /// as in [`Map::insert`]. `shard_done` runs after each shard, still
-    /// under its lock (a caller can settle there, in one step, what it
-    /// counted for the shard's removals). Returns how many entries `remove`
-    /// removed.
+    /// as in [`Map::insert`]. The removals are made a group of slots at a
+    /// time: `removing` runs once a group's are decided, before they are
+    /// made (one store of the group's control word), still under the lock,
+    /// so a caller can settle there, in one step, what it counted for them
+    /// before any reader can find those entries gone. Returns how many
+    /// entries `remove` removed.
     pub(crate) fn retain(
         &self,
         mut remove: impl FnMut(&K, &V) -> bool,
         mut on_dead: impl FnMut(&V),
-        mut shard_done: impl FnMut(),
+        mut removing: impl FnMut(),
     ) -> u64 {
         let guard = epoch::pin();
         let mut removed = 0;
@@ -656,16 +660,26 @@ where
             let Some(table) = Self::current(shard, &guard) else {
                 continue;
             };
-            for index in 0..table.capacity() {
-                if table.tag(index) & FULL == 0 {
-                    continue;
+            for (group, ctrl) in table.ctrl.iter().enumerate() {
+                // Relaxed: as in `Table::put`.
+                let word = ctrl.load(Ordering::Relaxed);
+                let mut live = word & HIGH;
+                let mut left = word;
+                while live != 0 {
+                    let lane = lowest(live);
+                    live &= live - 1;
+                    // SAFETY: the slot is FULL.
+                    let (key, value) = unsafe { table.entry(group * LANES + lane) };
+                    if remove(key, value) {
+                        left = retagged(left, lane, DELETED);
+                        counts.live -= 1;
+                        removed += 1;
+                    }
                 }
-                // SAFETY: the slot is FULL.
-                let (key, value) = unsafe { table.entry(index) };
-                if remove(key, value) {
-                    table.mark(index, DELETED);
-                    counts.live -= 1;
-                    removed += 1;
+                if left != word {
+                    removing();
+                    // Release: as in `Table::mark`.
+                    ctrl.store(left, Ordering::Release);
                 }
             }
             if counts.live * 4 < table.capacity() && counts.used > counts.live {
@@ -679,7 +693,6 @@ where
                     &guard,
                 );
             }
-            shard_done();
         }
         removed
     }
