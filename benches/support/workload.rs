@@ -1,7 +1,8 @@
 //! What the contention benchmarks measure, shared by `benches/contention.rs`
-//! (criterion) and `examples/compare.rs` (the quick comparison runner) so the
-//! two can never disagree: the implementations, the algorithms, the quotas,
-//! the scenarios and the timed multi-threaded loop.
+//! (criterion) and `compare/src/main.rs` (the comparison runner, `cargo run
+//! --release -p compare`) so the two can never disagree: the
+//! implementations, the algorithms, the quotas, the scenarios and the timed
+//! multi-threaded loop.
 //!
 //! Adding an algorithm (the sliding window log, say) takes a variant in
 //! [`Algo`], an entry in [`ALGOS`], a line each in [`Algo::name`],

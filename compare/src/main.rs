@@ -4,14 +4,19 @@
 //! type, and the sweep's):
 //!
 //! ```text
-//! cargo run --release --example compare                  # markdown table
-//! cargo run --release --example compare -- --memory      # + bytes per client at 1M clients
-//! cargo run --release --example compare -- --json        # one JSON object per line
-//! cargo run --release --example compare -- --threads 1,2,4,8
-//! cargo run --release --example compare -- --quick       # seconds; checks it all works (CI)
-//! cargo run --release --example compare -- --scenarios insert,insert_capped,sweep
-//! cargo run --release --example compare -- --keys IpAddr   # every scenario keyed by IpAddr
+//! cargo run --release -p compare                # markdown table
+//! cargo run --release -p compare -- --memory    # + bytes per client at 1M clients
+//! cargo run --release -p compare -- --json      # one JSON object per line
+//! cargo run --release -p compare -- --threads 1,2,4,8
+//! cargo run --release -p compare -- --quick     # seconds; checks it all works (CI)
+//! cargo run --release -p compare -- --scenarios insert,insert_capped,sweep
+//! cargo run --release -p compare -- --keys IpAddr   # every scenario keyed by IpAddr
 //! ```
+//!
+//! A workspace member of its own (`compare/`), so that the command builds
+//! tollgate, governor and foldhash only; the binary is
+//! `target/release/compare` (for callgrind:
+//! `--toggle-collect='compare::workload::drive*'`).
 //!
 //! Keys are `String`, `u64` and `IpAddr` (IPv6, as a server keys by
 //! address); without `--keys`, `IpAddr` runs only the headline scenarios at
@@ -35,9 +40,9 @@ use std::time::{Duration, Instant};
 // The baselines and workloads are shared with `benches/contention.rs`, which
 // includes the same files: cargo cannot share a module between a bench and an
 // example any other way, and neither belongs in the library.
-#[path = "../benches/support/baselines.rs"]
+#[path = "../../benches/support/baselines.rs"]
 mod baselines;
-#[path = "../benches/support/workload.rs"]
+#[path = "../../benches/support/workload.rs"]
 mod workload;
 
 use workload::{
@@ -50,7 +55,7 @@ const HELP: &str = "\
 compare: tollgate against a map of per-client mutexes, a global mutex and governor
 
 USAGE:
-    cargo run --release --example compare -- [OPTIONS]
+    cargo run --release -p compare -- [OPTIONS]
 
 OPTIONS:
     --threads LIST   thread counts to run, comma-separated [default: 1,2,4]
@@ -116,7 +121,7 @@ a fixed thread count).
 
 On a shared machine, give the run the cores (as root): other sessions'
 compilers can otherwise take one in the middle of a two-thread round:
-    setsid bash -c 'echo -19 > /proc/self/autogroup; exec cargo run --release --example compare'
+    setsid bash -c 'echo -19 > /proc/self/autogroup; exec cargo run --release -p compare'
 ";
 
 /// Wall time aimed at for one timed run.
