@@ -300,8 +300,14 @@ where
         }
     }
 
-    /// What [`check`](Limiter::check) would decide now, without recording
-    /// anything, and without creating state for an unknown client.
+    /// Whether [`check`](Limiter::check) would admit now (and if not,
+    /// when it would), with the client's quota as it stands, recording
+    /// nothing and creating no state for an unknown client.
+    ///
+    /// A peek takes nothing, so its [`remaining`](Decision::remaining) is
+    /// what the client holds now: a check that admits leaves one fewer.
+    /// Its [`replenish_after`](Decision::replenish_after) likewise reads
+    /// the quota as it stands.
     ///
     /// # Examples
     ///
@@ -310,12 +316,16 @@ where
     /// use tollgate::FixedWindow;
     ///
     /// let limiter = FixedWindow::builder()
-    ///     .limit(1)
-    ///     .window(Duration::from_secs(1))
+    ///     .limit(3)
+    ///     .window(Duration::from_secs(60))
     ///     .build()?;
     /// assert!(limiter.peek("alice").is_allowed());
-    /// assert!(limiter.peek("alice").is_allowed());
-    /// assert_eq!(limiter.len(), 0);
+    /// assert_eq!(limiter.len(), 0, "a peek creates no state");
+    ///
+    /// assert!(limiter.allow_request("alice"));
+    /// let peeked = limiter.peek("alice");
+    /// assert_eq!(peeked.remaining(), 2, "two left now");
+    /// assert_eq!(limiter.check("alice").remaining(), 1, "one left after a check");
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn peek<Q>(&self, client_id: &Q) -> Decision
@@ -326,8 +336,8 @@ where
         self.peek_cost(client_id, 1)
     }
 
-    /// What [`check_n`](Limiter::check_n) would decide now, recording
-    /// nothing.
+    /// Whether [`check_n`](Limiter::check_n) would admit now, recording
+    /// nothing, with the quota as it stands (as [`peek`](Limiter::peek)).
     ///
     /// # Errors
     ///

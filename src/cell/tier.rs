@@ -46,7 +46,7 @@
 use core::fmt;
 
 use super::{
-    describe, Algorithm, Applied, Booking, Life, Mortal, Packed, Relocation, Seal, StateCell,
+    describe, look, Algorithm, Applied, Booking, Life, Mortal, Packed, Relocation, Seal, StateCell,
 };
 use crate::algorithm::{FromParams, Params, Transitions, NEVER, UNBORN};
 use crate::decision::Decision;
@@ -511,11 +511,15 @@ where
 
     fn peek(&self, cell: &Self::Cell, now: u64, cost: u64) -> Decision {
         self.read(cell, |word, quota| {
-            let applied = match admit_within(quota, word, now, cost) {
-                Some(next) => Applied::Admitted(next),
-                None => Applied::Denied(word),
-            };
-            describe_within(quota, applied, now, cost).expect("a live word is never dead")
+            if cost <= quota.capacity() {
+                return look(quota, word, now, cost);
+            }
+            // Above the client's own tier's capacity: never admitted.
+            let mut decision =
+                describe(quota, Applied::Admitted(word), now, 0).expect("a live word");
+            decision.allowed = false;
+            decision.retry_after = Decision::wait(NEVER);
+            decision
         })
     }
 

@@ -530,10 +530,13 @@ pub fn agree_with_model<S: Subject>(subject: &S, steps: &[Step]) {
         } else {
             limiter.check_n(&step.client, cost).unwrap()
         };
-        // A peek answers what a check would, on a copy of the state.
-        let mut peeked = model.clone();
-        let model = if step.peek { &mut peeked } else { model };
-        let expected = model.admit(now, cost);
+        // A peek answers whether a check would admit, on a copy of the
+        // state, and reports the quota as it stands, taking nothing.
+        let expected = if step.peek {
+            model.clone().admit(now, cost)
+        } else {
+            model.admit(now, cost)
+        };
         let ctx = || {
             format!(
                 "step {i} {step:?} at {now} ns, config {subject:?}",
