@@ -331,7 +331,7 @@ where
     pub fn peek<Q>(&self, client_id: &Q) -> Decision
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.peek_cost(client_id, 1)
     }
@@ -357,7 +357,7 @@ where
     pub fn peek_n<Q>(&self, client_id: &Q, cost: u64) -> Result<Decision, CostError>
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         if cost == 0 {
             // Nothing to admit: allowed, with the quota as it stands.
@@ -370,7 +370,7 @@ where
     fn peek_cost<Q>(&self, client_id: &Q, cost: u64) -> Decision
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let now = self.clock.now_nanos();
         let algorithm = &self.algorithm;
@@ -387,7 +387,20 @@ where
         {
             return Self::refused(algorithm, now);
         }
-        algorithm.peek(&algorithm.new_cell(), now, cost)
+        algorithm.peek(&self.unknown_cell(client_id), now, cost)
+    }
+
+    /// The state a client the limiter does not hold would start with: a
+    /// fresh cell in the tier the resolver gives it (if the limiter has
+    /// one), as its first check would make it.
+    fn unknown_cell<Q>(&self, client_id: &Q) -> A::Cell
+    where
+        Q: ToOwned<Owned = K> + ?Sized,
+    {
+        match &self.tier_by {
+            None => self.algorithm.new_cell(),
+            Some(tier_by) => self.algorithm.fresh_in(tier_by(&client_id.to_owned()), 0),
+        }
     }
 
     /// Runs `f` on the client's cell, or on a fresh one if the client is
@@ -395,13 +408,13 @@ where
     fn read<Q, R>(&self, client_id: &Q, f: impl Fn(&A, &A::Cell, u64) -> R) -> R
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let now = self.clock.now_nanos();
         let algorithm = &self.algorithm;
         self.store
             .get(client_id, |cell| f(algorithm, cell, now))
-            .unwrap_or_else(|| f(algorithm, &algorithm.new_cell(), now))
+            .unwrap_or_else(|| f(algorithm, &self.unknown_cell(client_id), now))
     }
 
     fn check_cost(&self, cost: u64) -> Result<(), CostError> {
