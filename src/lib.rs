@@ -115,6 +115,13 @@
 //! budget; such a limiter is asked through [`AsyncCheck`], which every
 //! in-process [`Limiter`] implements too.
 //!
+//! # One budget for everyone
+//!
+//! When the limit is not per client (calls to an upstream API, a job's
+//! writes), [`Builder::build_direct`] makes a [`DirectLimiter`]: the same
+//! algorithms and [`Decision`]s, with no clients, its state one cell
+//! beside its settings, with no table and no key to hash.
+//!
 //! # Layers
 //!
 //! clock → algorithm (pure transitions of the word) → atomic cell (the one
@@ -161,7 +168,7 @@ pub use check::{AsyncCheck, CheckError, CheckErrorKind, Quota};
 pub use clock::{Clock, CoarseClock, InstantClock, ManualClock, MonotonicClock};
 pub use decision::{Decision, LimitFigures};
 pub use error::{ConfigError, CostError, ReserveError};
-pub use limiter::{Limiter, RateLimiter, TierAlgorithm};
+pub use limiter::{DirectLimiter, Limiter, RateLimiter, TierAlgorithm};
 pub use memory::{Overflow, Stats};
 pub use reservation::{Reservable, Reservation};
 
@@ -278,6 +285,9 @@ const _: () = {
     send_sync::<Reservation<'static, Tiered<Both<TokenBucket, FixedWindow>>, u64>>();
     send_sync::<Reservation<'static, SlidingWindowLog, String, ManualClock>>();
     send_sync::<Box<dyn RateLimiter>>();
+    send_sync::<DirectLimiter<TokenBucket>>();
+    send_sync::<DirectLimiter<SlidingWindowLog, ManualClock>>();
+    send_sync::<DirectLimiter<Both<TokenBucket, FixedWindow>, CoarseClock>>();
     send_sync::<Decision>();
     send_sync::<Quota>();
     send_sync::<CheckError>();

@@ -18,9 +18,11 @@ use crate::reservation::Renewals;
 use crate::store::{check_or_insert, DefaultHasher, Store};
 
 mod booking;
+mod direct;
 mod memory;
 mod tiers;
 
+pub use direct::DirectLimiter;
 use memory::Arrival;
 pub use tiers::TierAlgorithm;
 
