@@ -128,6 +128,7 @@
 //! CAS loop) → keyed store → the public limiter. `docs/DESIGN.md` in the
 //! repository has the bit layouts and the measurements behind each choice.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![warn(
