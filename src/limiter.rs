@@ -125,6 +125,17 @@ pub struct Limiter<A: Algorithm, K = String, C = MonotonicClock> {
     renewals: Renewals,
 }
 
+/// `Ok` if `algorithm` could ever admit `cost` (at most its capacity, or
+/// limit), else the [`CostError`] a check of that cost answers.
+fn within_capacity<A: Algorithm>(algorithm: &A, cost: u64) -> Result<(), CostError> {
+    let capacity = algorithm.capacity();
+    if cost > capacity {
+        Err(CostError { cost, capacity })
+    } else {
+        Ok(())
+    }
+}
+
 /// A tiered limiter's resolver: a new client's tier from its key.
 pub(crate) type TierBy<K> = Box<dyn Fn(&K) -> Tier + Send + Sync>;
 
@@ -420,12 +431,7 @@ where
     }
 
     fn check_cost(&self, cost: u64) -> Result<(), CostError> {
-        let capacity = self.algorithm.capacity();
-        if cost > capacity {
-            Err(CostError { cost, capacity })
-        } else {
-            Ok(())
-        }
+        within_capacity(&self.algorithm, cost)
     }
 
     /// The number of clients the limiter holds state for (counting any

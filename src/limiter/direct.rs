@@ -207,12 +207,7 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
     }
 
     fn check_cost(&self, cost: u64) -> Result<(), CostError> {
-        let capacity = self.algorithm.capacity();
-        if cost > capacity {
-            Err(CostError { cost, capacity })
-        } else {
-            Ok(())
-        }
+        super::within_capacity(&self.algorithm, cost)
     }
 
     /// The algorithm and its validated settings.
