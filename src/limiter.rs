@@ -75,8 +75,10 @@ pub trait RateLimiter<K: ?Sized = str>: Send + Sync {
 /// client the limiter tracks is lock-free and never waits for another
 /// thread, a rebuild of the map's tables included: one clock read, one map
 /// lookup that writes nothing shared, and one compare-and-swap of the
-/// client's state word (for the log, of one slot) if the request is
-/// admitted. So are [`peek`](Limiter::peek) and bookings, and
+/// client's state word (for the log, of one slot; for two limits, of the
+/// pair's two words at once, lock-free where
+/// [`Both::is_lock_free`](crate::Both::is_lock_free) says so) if the request
+/// is admitted. So are [`peek`](Limiter::peek) and bookings, and
 /// [`reset`](Limiter::reset) and [`remove`](Limiter::remove) never wait for
 /// another thread either. A client's first request (or its first since it
 /// was forgotten) inserts it, under a lock per shard of the map that only
@@ -84,11 +86,11 @@ pub trait RateLimiter<K: ?Sized = str>: Send + Sync {
 ///
 /// Share it between threads by reference or in an `Arc`.
 ///
-/// Its memory stays bounded: clients whose state has become idle (equal to
-/// a fresh client's) are forgotten, a slice at a time as new clients arrive,
-/// or all at once by [`sweep`](Limiter::sweep), without changing any
-/// decision; and [`max_clients`](crate::Builder::max_clients) sets a hard
-/// cap. See "Eviction" in the crate documentation.
+/// Its memory is bounded by [`max_clients`](crate::Builder::max_clients), a
+/// hard cap on the clients held, and by forgetting clients whose state has
+/// become idle (equal to a fresh client's), without changing any decision:
+/// a slice at a time as new clients fill the table, or all at once by
+/// [`sweep`](Limiter::sweep). See "Eviction" in the crate documentation.
 ///
 /// # Examples
 ///
