@@ -19,6 +19,7 @@ use crate::error::ConfigError;
 use crate::limiter::{Limiter, TierBy};
 use crate::memory::{AutoSweep, Memory, Overflow};
 
+mod direct;
 mod tiers;
 pub use tiers::Tierable;
 

@@ -51,7 +51,8 @@ impl Decision {
         }
     }
 
-    /// Whether the request was admitted (for a peek: would be admitted).
+    /// Whether the request was admitted (for a peek: would be admitted by
+    /// a check made now).
     #[must_use]
     pub fn is_allowed(&self) -> bool {
         self.allowed
@@ -70,8 +71,23 @@ impl Decision {
         self.limit
     }
 
-    /// How many unit-cost requests the client could make right now, after
-    /// this decision took effect (the `remaining` of a `RateLimit` header).
+    /// How many unit-cost requests the client could make right now (the
+    /// `remaining` of a `RateLimit` header): for a check, after it took
+    /// effect (an admission has been taken); for a peek, which takes
+    /// nothing, as the quota stands.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder().rate(3, Duration::from_secs(60)).build()?;
+    /// assert_eq!(limiter.peek("alice").remaining(), 3, "held now");
+    /// assert_eq!(limiter.check("alice").remaining(), 2, "left after this check");
+    /// assert_eq!(limiter.peek("alice").remaining(), 2);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
     #[must_use]
     pub fn remaining(&self) -> u64 {
         self.remaining

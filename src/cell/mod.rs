@@ -58,7 +58,7 @@ mod tier;
 pub use algorithm::Algorithm;
 #[cfg_attr(not(feature = "loom"), allow(unreachable_pub))]
 pub use algorithm::Booking;
-pub(crate) use algorithm::{book, cancel, describe};
+pub(crate) use algorithm::{book, cancel, describe, look};
 
 #[cfg(feature = "loom")]
 pub use tier::TierCell;

@@ -46,7 +46,7 @@
 use core::fmt;
 
 use super::{
-    describe, Algorithm, Applied, Booking, Life, Mortal, Packed, Relocation, Seal, StateCell,
+    describe, look, Algorithm, Applied, Booking, Life, Mortal, Packed, Relocation, Seal, StateCell,
 };
 use crate::algorithm::{FromParams, Params, Transitions, NEVER, UNBORN};
 use crate::decision::Decision;
@@ -215,10 +215,23 @@ where
     /// read, so that the move marks the old cell moved only if no check
     /// changed it since ([`Mortal::forward`]). To be called while the
     /// table the cell names is alive (inside [`Tiered::change`]'s
-    /// `carry_all`, which runs under the store's lock for the cell's shard).
+    /// `carry_all`, or a rebuild under the limiter's one-change-at-a-time
+    /// lock, which runs under the store's lock for the cell's shard).
     pub(crate) fn carry(
         &self,
         cell: &TierCell<A::Word>,
+        now: impl FnOnce() -> u64,
+    ) -> Relocation<TierCell<A::Word>> {
+        self.carry_to(cell, None, now)
+    }
+
+    /// As [`Tiered::carry`], moving the client to `tier` if given (a
+    /// client's move between tiers: its state converted from its old
+    /// tier's quota to the new one's by the same rule as a quota change).
+    pub(crate) fn carry_to(
+        &self,
+        cell: &TierCell<A::Word>,
+        tier: Option<Tier>,
         now: impl FnOnce() -> u64,
     ) -> Relocation<TierCell<A::Word>> {
         let Relocation::Moved(state, seal) = cell.state.relocate() else {
@@ -229,7 +242,7 @@ where
         // slot) published with it, so it names the quota that word was
         // written under.
         let old = cell.quota.load(Ordering::Relaxed);
-        let tier = tier_of(old);
+        let tier = tier.unwrap_or_else(|| tier_of(old));
         let pinned = self.table.pin();
         let to = pinned.load().quota(tier);
         let new = Self::quota_word(tier, to);
@@ -241,8 +254,9 @@ where
         }
         let from = cell.written_under::<A>(old);
         if from == to {
-            // This client's own quota did not change (another tier's did):
-            // its state stays exactly as it is, bookings included.
+            // This client's own quota did not change (another tier's did,
+            // or it moved to a tier held to the same quota): its state
+            // stays exactly as it is, bookings included.
             return Relocation::Moved(TierCell::with(state, new), seal);
         }
         let word = from.convert(word, now(), to);
@@ -511,11 +525,15 @@ where
 
     fn peek(&self, cell: &Self::Cell, now: u64, cost: u64) -> Decision {
         self.read(cell, |word, quota| {
-            let applied = match admit_within(quota, word, now, cost) {
-                Some(next) => Applied::Admitted(next),
-                None => Applied::Denied(word),
-            };
-            describe_within(quota, applied, now, cost).expect("a live word is never dead")
+            if cost <= quota.capacity() {
+                return look(quota, word, now, cost);
+            }
+            // Above the client's own tier's capacity: never admitted.
+            let mut decision =
+                describe(quota, Applied::Admitted(word), now, 0).expect("a live word");
+            decision.allowed = false;
+            decision.retry_after = Decision::wait(NEVER);
+            decision
         })
     }
 

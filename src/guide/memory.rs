@@ -2,8 +2,12 @@
 //!
 //! A per-client map that only grows is a memory leak, and a denial of
 //! service for anyone who can mint client ids (an IPv6 /64, fresh API
-//! keys). tollgate keeps its map bounded by itself: no background thread,
-//! no call to remember.
+//! keys). Two things bound tollgate's map: a hard cap, if you set one
+//! ([`max_clients(n)`](crate::Builder::max_clients): never more than `n`
+//! clients, however many new ids arrive), and forgetting idle clients, as
+//! new clients fill the table (no background thread, no call to remember)
+//! and on [`sweep`](crate::Limiter::sweep), after which no client that was
+//! idle is held.
 //!
 //! # Bytes per client
 //!
@@ -26,10 +30,13 @@
 //!   refill time, two windows, one window), instead of moving them, and
 //!   sizes the new table for the rest; a client that comes back soon is
 //!   not forgotten and re-inserted over and over. Forgetting a client
-//!   there costs less than moving it, so this sweep is nearly free. A
-//!   server that only ever calls `allow_request` stays bounded: the map
-//!   holds at most about twice the clients active within the last two
-//!   such lifetimes (1.5 times measured), plus a few slots per shard. For a tighter map,
+//!   there costs less than moving it, so this sweep is nearly free. While
+//!   new clients keep arriving, the map of a server that only ever calls
+//!   `allow_request` holds at most about twice the clients active within
+//!   the last two such lifetimes (1.5 times measured), plus a few slots
+//!   per shard; the forgetting happens as tables fill, so the clients of a
+//!   burst that went idle are held until new clients fill their shards
+//!   again, or until a sweep. For a tighter map,
 //!   add a paced sweep with [`auto_sweep`](crate::Builder::auto_sweep)
 //!   (every `every` new clients, `slice` entries visited); turn both off
 //!   with [`no_auto_sweep`](crate::Builder::no_auto_sweep).

@@ -413,6 +413,22 @@ fn agree(
             .decode(&reply, s.cost)
             .map_err(|e| TestCaseError::fail(format!("step {i}: {e} in {reply:?}")))?;
         prop_assert_eq!(peeked, want, "peek at step {} ({:?} at {})", i, s, now);
+        // What a limiter's peek reports: the check's outcome, with the
+        // figures of the state as it stands (the in-process peek's).
+        let looked = spec
+            .decode_peek(&reply, s.cost)
+            .map_err(|e| TestCaseError::fail(format!("step {i}: {e} in {reply:?}")))?;
+        let mut as_it_stands = expect(spec, &before, now, 0).0;
+        as_it_stands.allowed = want.allowed;
+        as_it_stands.retry_after = want.retry_after;
+        prop_assert_eq!(
+            looked,
+            as_it_stands,
+            "peek's figures at step {} ({:?} at {})",
+            i,
+            s,
+            now
+        );
         let unchanged = match (&before, &left) {
             (Raw::Log(_), _) => expect(spec, &before, now, 0).1.unwrap(),
             _ => before.clone(),

@@ -92,6 +92,7 @@ mod lua;
 #[cfg(all(test, not(feature = "loom")))]
 mod lua_equal;
 mod pair;
+mod peek;
 mod script;
 mod shortcut;
 mod tier;
@@ -390,7 +391,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                     .await;
             abandon.0 = None;
             let err = match reply {
-                Ok(Ok(reply)) => match tier.spec.decode(&reply, cost) {
+                Ok(Ok(reply)) => match tier.spec.decode_reply(mode, &reply, cost) {
                     Ok(decision) => {
                         inner.breaker.succeeded(probe);
                         if mode == Mode::Check {

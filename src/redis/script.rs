@@ -422,7 +422,7 @@ impl Spec {
 
 impl Spec {
     /// The length of a single limit's reply.
-    fn reply_len(&self) -> usize {
+    pub(super) fn reply_len(&self) -> usize {
         match self {
             Self::Bucket { .. } => 3,
             Self::Fixed { .. } => 4,
