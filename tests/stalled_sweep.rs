@@ -18,24 +18,13 @@
 // the loom models (loom-tests/) and skips it.
 #![cfg(not(feature = "loom"))]
 
-use std::hash::{Hash, Hasher};
 use std::thread;
 use std::time::Duration;
 
 use tollgate::{ManualClock, Overflow, TokenBucket};
 
 mod stall;
-
-/// A client whose key hashes to one constant, counting toward the stall.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct OneShard(u64);
-
-impl Hash for OneShard {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        stall::count();
-        0u8.hash(state);
-    }
-}
+use stall::OneShard;
 
 /// The clients the cap holds: client 0 stays busy, the rest go idle.
 const CLIENTS: u64 = 8;

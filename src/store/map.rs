@@ -53,12 +53,19 @@
 //! 1. the key is hashed (a `Hash` that stalls here holds up only the
 //!    rebuild: every entry is live in one table or the other);
 //! 2. a word cell's state is copied ([`Mortal::relocate`]) into a slot of
-//!    the new table, published with its tag;
-//! 3. the old cell is marked moved ([`Mortal::forward`]): one exchange of
-//!    its word, from the very word copied, to the tombstone. A check that
-//!    changed the word first makes the exchange fail, and the rebuild copies
-//!    the newer word into the same slot and tries again; a check that comes
-//!    after fails against the tombstone, and looks the client up again;
+//!    the new table, published with its tag, where no reader looks for it
+//!    yet: a reader goes on to the new table only from a forwarded cell or
+//!    a slot that no longer holds the key (below);
+//! 3. the old cell is marked forwarded ([`Mortal::forward`]): one exchange
+//!    of its word, from the very word copied, to the forwarding mark, which
+//!    hands the client to the copy. A check that changed the word first
+//!    makes the exchange fail, and the rebuild copies the newer word into
+//!    the same slot and tries again; a check that comes after fails against
+//!    the mark, and looks the client up again, following the link to the
+//!    copy. A removal that retired the cell first (or a claim or refusal of
+//!    an unborn one) makes the exchange fail for good: the cell is dead, so
+//!    the copy, which no reader has reached, is given up (its slot marked
+//!    `MOVED`, owning nothing), and the dead entry is left behind;
 //! 4. the old slot's tag becomes `MOVED`, which hands the key and value to
 //!    the new table.
 //!
@@ -66,17 +73,21 @@
 //! group's control word, its `FULL` lanes taken from a bitmask, and one
 //! store of the word once each of the group's entries has moved (or been
 //! left behind), with every retag at once. Until that store a moved
-//! entry's slot still reads `FULL` over a cell marked moved, which readers
-//! treat as dead. The store is made on unwind too, so a panic half way
-//! through a group leaves no moved entry tagged `FULL`, and the rebuild
-//! that finishes the job moves none twice.
+//! entry's slot still reads `FULL` over a forwarded cell, which readers
+//! pass by for the linked table. The store is made on unwind too, so a
+//! panic half way through a group leaves no moved entry tagged `FULL`, and
+//! the rebuild that finishes the job moves none twice.
 //!
-//! A reader searches the old table first: a live cell there is the
-//! client's; a dead one (moved, or dead and left behind) or a miss sends it
-//! to the linked table. A log, a handle to state that does not move, is
+//! A reader searches the old table first: a forwarded cell there, or a
+//! miss, sends it to the linked table; any other cell is the client's,
+//! live, or dead and left behind by the rebuild (a dead cell is never
+//! forwarded, so a client removed during the move never reaches the copy
+//! the move gave up). A log, a handle to state that does not move, is
 //! moved bit for bit, and both copies name the same state. Dead entries are
 //! left behind, and their room is given back through the caller's
-//! `on_dead`. Once every entry is moved, the new table is published in the
+//! `on_dead` before their slots are retagged `DELETED`: a check that meets
+//! such an entry waits for the shard's lock to remove it, and then finds
+//! its room free. Once every entry is moved, the new table is published in the
 //! shard with a `Release` store and the old one is handed to the epoch
 //! collector, which frees it (with the keys and values it still owns, in
 //! one pass) once no reader can hold a reference into it. The writer hands
@@ -388,9 +399,12 @@ where
             && Self::current(shard, guard).is_some_and(|current| ptr::eq(current, table))
     }
 
-    /// The value `key`'s client has now: the live copy if a rebuild is
-    /// moving the shard's entries (see "Rebuilds" in the module docs), or
-    /// a dead one no rebuild carries. `None` if the key is absent.
+    /// The value `key`'s client has now: the copy a rebuild forwarded its
+    /// cell to, if one did (see "Rebuilds" in the module docs), or the cell
+    /// the table holds, live or dead; or, rarely, a cell forwarded after
+    /// the search loaded its table's link, which a second lookup (made
+    /// after the forward, which came after the link) follows. `None` if the
+    /// key is absent.
     #[cold]
     #[inline(never)]
     fn locate<'g, Q>(&self, hash: u64, key: &Q, guard: &'g Guard) -> Option<&'g V>
@@ -407,19 +421,26 @@ where
             // sees every entry it moves (see `Table::next`).
             let next = table.next(guard);
             match (table.find(hash, key), next) {
-                (Some((_, (_, value))), None) => return Some(value),
-                // Not moved yet: the old copy is the client's.
-                (Some((_, (_, value))), Some(_)) if !value.is_dead() => return Some(value),
-                // Moved (the old copy reads as dead once the new one stands
-                // for the client), or dead and left behind, or absent here:
-                // what the rebuild carried is in the next table.
-                (_, Some(next)) => table = next,
+                // Forwarded: the copy stands for the client, in the table
+                // the rebuild links.
+                (Some((_, (_, value))), Some(next)) if value.is_forwarded() => table = next,
+                // Not moved: the client's, live or dead. A dead cell that no
+                // move carries (retired, or refused) stays the client's
+                // entry until it is removed; the copy a move may have placed
+                // for it is given up, never reached. (With no link seen, a
+                // cell is returned unread: one forwarded since the link was
+                // loaded is the caller's to look past, as `remove_dead`
+                // does.)
+                (Some((_, (_, value))), _) => return Some(value),
+                // Moved (the slot retagged once its cell was forwarded), or
+                // absent here: what the rebuild carried is in the next
+                // table.
+                (None, Some(next)) => table = next,
                 (None, None) => {
                     // A miss with no link seen. A `MOVED` tag the search
                     // read (Acquire) was stored after the link, which is
                     // visible now: search this table again, the link loaded
-                    // first (a search before it may have missed an entry
-                    // the move has copied but not yet forwarded).
+                    // first.
                     if table.next(guard).is_some() {
                         continue;
                     }
@@ -510,11 +531,12 @@ where
     /// shard's lock.
     ///
     /// A word cell is judged on the state the move reads anyway (the copy):
-    /// if it has lapsed, the move marks the cell moved from that state
-    /// without placing the copy, and the tombstone it leaves is the one a
-    /// sweep's retirement leaves, so the client is forgotten by the very
-    /// exchange that would have moved it. A handle is retired by `lapsed`
-    /// itself.
+    /// if it has lapsed, the move retires the cell from that state without
+    /// placing the copy ([`Mortal::retire_sealed`], the exchange a forward
+    /// would have made, to the tombstone a sweep's retirement leaves), so
+    /// the client is forgotten by the exchange that would have moved it,
+    /// and its entry is left behind, its room given back. A handle is
+    /// retired by `lapsed` itself.
     #[cold]
     #[inline(never)]
     fn rebuild_lapsing<'g>(
@@ -537,7 +559,7 @@ where
                 Relocation::Moved(copy, seal)
                     if copy.life() == Life::Live
                         && lapsed.has_lapsed(copy)
-                        && value.forward(*seal) =>
+                        && value.retire_sealed(*seal) =>
                 {
                     // Retired from the lapsed state: left behind, as dead.
                     lapsed.retired();
@@ -609,11 +631,16 @@ where
         let hash = self.hash(key);
         let shard = self.shard(hash);
         let guard = epoch::pin();
-        // A cell forwarded after its table's link was loaded reads as dead
-        // here; its forward (seen by this Acquire load of the word) came
-        // after the link, so a second lookup follows the link to the copy.
-        let dead = || self.locate(hash, key, &guard).is_some_and(Mortal::is_dead);
-        if !(dead() && dead()) {
+        let dead = loop {
+            match self.locate(hash, key, &guard).map(Mortal::life) {
+                // Forwarded after the lookup loaded its table's link: the
+                // forward (seen by this Acquire load of the word) came after
+                // the link, so a second lookup follows it to the copy.
+                Some(Life::Forwarded) => {}
+                found => break matches!(found, Some(Life::Evicted | Life::Refused)),
+            }
+        };
+        if !dead {
             return Some(false);
         }
         // Dead: a cell stays dead, so the entry is still dead, or gone, when

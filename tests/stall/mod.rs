@@ -83,3 +83,17 @@ impl Hash for Client {
         self.0.hash(state);
     }
 }
+
+/// A client id whose key hashes to one constant, so that every client
+/// shares one shard (and one probe sequence: the table keeps them in the
+/// order they came, and a rebuild moves them in that order), each hash
+/// counting toward the stall.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OneShard(pub u64);
+
+impl Hash for OneShard {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        count();
+        0u8.hash(state);
+    }
+}

@@ -120,7 +120,7 @@ fn removal_needs_the_condition_and_a_removed_key_can_come_back() {
 }
 
 #[test]
-fn a_rebuild_marks_the_copy_a_reader_holds_moved_and_carries_its_word() {
+fn a_rebuild_forwards_the_copy_a_reader_holds_and_carries_its_word() {
     let map = map();
     assert!(put(&map, "target".into(), 41));
     let others = neighbours(&map, "target", 64);
@@ -129,7 +129,7 @@ fn a_rebuild_marks_the_copy_a_reader_holds_moved_and_carries_its_word() {
         for (i, key) in others.iter().enumerate() {
             assert!(put(&map, key.clone(), i as u64));
         }
-        assert_eq!(old.life(), Life::Evicted, "the old copy is marked moved");
+        assert_eq!(old.life(), Life::Forwarded, "the old copy is forwarded");
         assert_eq!(word(&map, "target"), Some(41), "the new copy has the word");
     })
     .ok()
@@ -351,17 +351,17 @@ fn readers_racing_inserts_and_removals_see_only_whole_entries() {
                     assert!(map
                         .insert(None, key.clone(), StateCell::new(i), NO_SWEEP, dead, |_| ())
                         .is_ok());
-                    // A copy another thread's rebuild marked moved just
-                    // after the lookup found it reads as the tombstone:
+                    // A copy another thread's rebuild forwarded just after
+                    // the lookup found it reads as the forwarding mark:
                     // look again, and find the live copy.
                     let mut read = word(map, &key);
-                    while read == Some(crate::algorithm::TOMBSTONE) {
+                    while read == Some(crate::algorithm::FORWARDED) {
                         std::hint::spin_loop();
                         read = word(map, &key);
                     }
                     assert_eq!(read, Some(i));
                     if i % 3 == 0 {
-                        // A copy another thread's rebuild marked moved
+                        // A copy another thread's rebuild forwarded
                         // meanwhile cannot be retired: look again, and find
                         // the live copy.
                         while !map
@@ -385,7 +385,7 @@ fn readers_racing_inserts_and_removals_see_only_whole_entries() {
                 let key = format!("t{t}-{i}");
                 if let Ok(word) = map.get(key.as_str(), StateCell::load) {
                     assert!(
-                        word == i || word >= crate::algorithm::UNBORN,
+                        word == i || word >= crate::algorithm::NOT_ALIVE,
                         "{key}: {word}"
                     );
                 }
