@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Barrier;
 use std::thread;
 
-use super::table::{groups_for, max_used, zero_bytes, LANES, MOVED, SHARD_BITS};
+use super::table::{groups_for, max_used, zero_bytes, FULL, LANES, MOVED, SHARD_BITS};
 use super::*;
 use crate::cell::{Life, StateCell};
 
