@@ -92,20 +92,24 @@
 //! `on_dead` before their slots are retagged `DELETED`: a check that meets
 //! such an entry waits for the shard's lock to remove it, and then finds
 //! its room free. Once every entry is moved, the new table is published in the
-//! shard with a `Release` store and the old one is handed to the epoch
-//! collector, which frees it (with the keys and values it still owns, in
-//! one pass) once no reader can hold a reference into it. The writer hands
-//! it over (flushes its thread's epoch bag) as it lets the lock go, outside
-//! the lock: a retired table is freed within a few more pins, not left in
-//! the bag until dozens more retirements fill it (which, with the 64
-//! shards growing together, kept up to a generation of old tables in
-//! memory). A panic in a
+//! shard with a `Release` store and the old one is retired (`reclaim.rs`):
+//! the epoch collector is asked only to mark it expired once no reader can
+//! hold a reference into it, and the map's own writers free it (with the
+//! keys and values it still owns, in one pass) as they let a shard's lock
+//! go, outside the lock. A reader never frees a table, so a lookup runs no
+//! key's `Drop`: a check on a tracked client runs no user code but its own
+//! key's `Hash` and `Eq` (and, above the map, the clock). The writer that
+//! retired a table flushes its thread's epoch bag as it lets the lock go,
+//! so the table expires within a few more pins, not after dozens more
+//! retirements have filled the bag (which, with the 64 shards growing
+//! together, kept up to a generation of old tables in memory). A panic in a
 //! key's `Hash` half way leaves both tables consistent; the next writer to
 //! take the shard's lock finishes the rebuild.
 
 #![allow(unsafe_code)]
 
 mod migrate;
+mod reclaim;
 mod shard;
 mod table;
 #[cfg(test)]
@@ -120,6 +124,7 @@ use core::ptr;
 use crossbeam_epoch::{self as epoch, Atomic, Guard};
 use crossbeam_utils::CachePadded;
 
+use self::reclaim::Retired;
 use self::shard::Shard;
 pub(crate) use self::table::SHARDS;
 use self::table::{max_used, Counts, Table, DELETED, SHARD_BITS};
@@ -142,6 +147,8 @@ pub(crate) struct Map<K, V, S> {
     /// always in range, so a lookup needs no bounds check.
     shards: Box<[CachePadded<Shard<K, V>>; SHARDS]>,
     hasher: S,
+    /// Tables rebuilds retired, freed by the map's writers (`reclaim.rs`).
+    retired: Retired<K, V>,
 }
 
 impl<K, V, S> Map<K, V, S>
@@ -164,6 +171,7 @@ where
                 .try_into()
                 .unwrap_or_else(|_| unreachable!("SHARDS shards")),
             hasher,
+            retired: Retired::new(),
         }
     }
 

@@ -262,11 +262,11 @@ where
         // Release: pairs with the Acquire load in `Map::current`, publishing
         // the new table and every slot moved into it.
         shard.table.store(new, Ordering::Release);
-        // SAFETY: the old table is unreachable from the shard now; readers
-        // that still hold it reach the new one through its link. The
-        // collector frees it once every guard pinned before this point is
-        // dropped, and no reader pinned later can reach it.
-        unsafe { guard.defer_destroy(old) };
+        // Unreachable from the shard now; readers that still hold it reach
+        // the new one through its link. Freed by a writer of this map once
+        // every guard pinned before this point is dropped (no reader pinned
+        // later can reach it).
+        self.retired.retire(old, guard);
         // SAFETY: as in `rebuild`.
         unsafe { new.deref() }
     }

@@ -10,21 +10,24 @@ use std::sync::{MutexGuard, PoisonError, TryLockError};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard};
 
+use super::reclaim::Retired;
 use super::table::{Counts, Table};
 use super::Map;
 use crate::cell::Mortal;
 use crate::sync::{Mutex, Ordering, PlainAtomicU64};
 
 /// A shard's lock held, with its counts; on release the live count is
-/// published for [`Map::len`], and a table retired under the lock is
-/// flushed to the epoch collector (see [`Locked::drop`]).
-pub(super) struct Locked<'a> {
+/// published for [`Map::len`], a table retired under the lock is flushed
+/// to the epoch collector, and the map's retired tables that no reader can
+/// hold any more are freed (see [`Locked::drop`]).
+pub(super) struct Locked<'a, K, V> {
     /// Dropped (the lock released) only in [`Locked::drop`].
     counts: ManuallyDrop<MutexGuard<'a, Counts>>,
     entries: &'a PlainAtomicU64,
+    retired: &'a Retired<K, V>,
 }
 
-impl core::ops::Deref for Locked<'_> {
+impl<K, V> core::ops::Deref for Locked<'_, K, V> {
     type Target = Counts;
 
     fn deref(&self) -> &Counts {
@@ -32,18 +35,19 @@ impl core::ops::Deref for Locked<'_> {
     }
 }
 
-impl core::ops::DerefMut for Locked<'_> {
+impl<K, V> core::ops::DerefMut for Locked<'_, K, V> {
     fn deref_mut(&mut self) -> &mut Counts {
         &mut self.counts
     }
 }
 
-impl Drop for Locked<'_> {
-    /// Publishes the live count and releases the lock; then, if a rebuild
-    /// retired a table under it, flushes this thread's epoch bag, so that
-    /// the collector frees the table (its dead keys dropped, user code)
-    /// once no reader can hold it, outside the lock, rather than after
-    /// dozens more retirements have filled the bag.
+impl<K, V> Drop for Locked<'_, K, V> {
+    /// Publishes the live count and releases the lock; then, outside it:
+    /// if a rebuild retired a table under it, flushes this thread's epoch
+    /// bag, so that the collector marks the table expired once no reader
+    /// can hold it rather than after dozens more retirements have filled
+    /// the bag; and frees the map's retired tables already expired (their
+    /// dead keys dropped: user code, run here, on a writer's path).
     fn drop(&mut self) {
         // Relaxed: read only by `Map::len`, which promises no ordering.
         self.entries
@@ -51,16 +55,23 @@ impl Drop for Locked<'_> {
         let retired = core::mem::take(&mut self.counts.retired);
         // SAFETY: dropped once, here, and not touched again.
         unsafe { ManuallyDrop::drop(&mut self.counts) };
-        // Not while unwinding: a deferred drop that panicked then would
-        // abort; the bag is flushed by a later retirement, or when full.
-        if retired && !std::thread::panicking() {
+        // Not while unwinding: a key's `Drop` that panicked then would
+        // abort; the tables wait for a later writer.
+        if std::thread::panicking() {
+            return;
+        }
+        if retired {
             flush_retired();
+        }
+        if self.retired.any_expired() {
+            self.retired.free_expired();
         }
     }
 }
 
-/// Hands this thread's deferred frees (a retired table among them) to the
-/// epoch collector, which frees what no reader can reach any more.
+/// Hands this thread's deferred functions (a retired table's expiry among
+/// them) to the epoch collector, which runs those no reader can be
+/// concerned with any more.
 #[cold]
 #[inline(never)]
 fn flush_retired() {
@@ -89,7 +100,7 @@ where
     /// a caller's closure, the key's `Hash`, or a rebuild's `relocate`) may
     /// have left the counts stale, or a rebuild unfinished: see
     /// [`Map::recover`].
-    pub(super) fn lock<'a>(&self, shard: &'a Shard<K, V>, guard: &Guard) -> Locked<'a> {
+    pub(super) fn lock<'a>(&'a self, shard: &'a Shard<K, V>, guard: &Guard) -> Locked<'a, K, V> {
         let counts = shard
             .lock
             .lock()
@@ -97,13 +108,18 @@ where
         Locked {
             counts: ManuallyDrop::new(counts),
             entries: &shard.entries,
+            retired: &self.retired,
         }
     }
 
     /// Takes a shard's lock if no other thread holds it: `None` at once
     /// otherwise, never waiting. A poisoned lock is held by no one, and is
     /// recovered as [`Map::lock`] does.
-    pub(super) fn try_lock<'a>(&self, shard: &'a Shard<K, V>, guard: &Guard) -> Option<Locked<'a>> {
+    pub(super) fn try_lock<'a>(
+        &'a self,
+        shard: &'a Shard<K, V>,
+        guard: &Guard,
+    ) -> Option<Locked<'a, K, V>> {
         let counts = match shard.lock.try_lock() {
             Ok(counts) => counts,
             Err(TryLockError::WouldBlock) => return None,
@@ -112,6 +128,7 @@ where
         Some(Locked {
             counts: ManuallyDrop::new(counts),
             entries: &shard.entries,
+            retired: &self.retired,
         })
     }
 

@@ -731,7 +731,7 @@ impl Drop for Counted {
 }
 
 #[test]
-fn a_retired_table_is_freed_without_waiting_for_dozens_more() {
+fn a_retired_table_expires_without_waiting_for_dozens_more_and_a_writer_frees_it() {
     let map: Map<Counted, StateCell, foldhash::fast::FixedState> =
         Map::with_hasher(foldhash::fast::FixedState::with_seed(7));
     assert!(map
@@ -748,7 +748,7 @@ fn a_retired_table_is_freed_without_waiting_for_dozens_more() {
         .ok()
         .expect("present");
     // One rebuild of the dead key's shard leaves it behind in the retired
-    // table, which drops it when the collector frees the table.
+    // table, which drops it when the table is freed.
     let shard_of = |key: u64| map.hash(&Counted(key, false)) >> (64 - SHARD_BITS);
     let mut reported = 0;
     for key in (1..).filter(|&key| shard_of(key) == shard_of(0)) {
@@ -767,16 +767,38 @@ fn a_retired_table_is_freed_without_waiting_for_dozens_more() {
         }
     }
     assert_eq!(reported, 1, "one rebuild left the dead entry behind");
-    // Pins alone (no flush here): the collector frees what was handed to
-    // it once every thread has moved on. A table kept in this thread's own
+    // Pins alone (no flush here): once every thread has moved on, the
+    // collector marks the table expired. A table kept in this thread's own
     // bag would wait there until dozens more were retired.
     let pins = if cfg!(miri) { 5_000 } else { 1_000_000 };
     for _ in 0..pins {
-        // Relaxed: set by this thread's own frees.
-        if COUNTED_DROPS.load(Ordering::Relaxed) == 1 {
+        if map.retired.any_expired() {
             break;
         }
         drop(epoch::pin());
     }
-    assert_eq!(COUNTED_DROPS.load(Ordering::Relaxed), 1, "freed once");
+    assert!(map.retired.any_expired(), "the retired table expired");
+    // Relaxed: set by this thread's own frees.
+    assert_eq!(
+        COUNTED_DROPS.load(Ordering::Relaxed),
+        0,
+        "a reader's pin never frees a retired table"
+    );
+    // The map's next writer frees it.
+    assert!(map
+        .insert(
+            None,
+            Counted(u64::MAX, false),
+            StateCell::new(0),
+            NO_SWEEP,
+            |_| (),
+            |_| ()
+        )
+        .is_ok());
+    assert_eq!(
+        COUNTED_DROPS.load(Ordering::Relaxed),
+        1,
+        "freed once, by a writer"
+    );
+    assert!(!map.retired.any_expired());
 }

@@ -322,7 +322,7 @@ where
     fn pick(
         table: &Table<K, V>,
         index: usize,
-        counts: &mut Locked<'_>,
+        counts: &mut Locked<'_, K, V>,
         pick: impl FnOnce(&K, &V) -> bool,
     ) -> bool {
         // SAFETY: the slot is FULL (the caller's promise), and stays so
