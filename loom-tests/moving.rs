@@ -83,6 +83,22 @@ type Act = fn(&TokenBucket, &StandIn<StateCell>, &Room, &Booked) -> bool;
 /// A booking made before the race, for the cancel to give back.
 type Booked = Option<tollgate::__loom::Ticket>;
 
+/// The rebuild's move of `KEY` (`relocate` saying what goes in the new
+/// table, the crate's `Mortal::forward` handing the client to it), a cell
+/// found dead giving back the room it holds as the rebuild leaves it
+/// behind.
+fn move_giving_back(
+    index: &StandIn<StateCell>,
+    room: &Room,
+    relocate: impl FnMut(&StateCell) -> Relocation<StateCell>,
+) {
+    index.relocate_leaving(KEY, relocate, Mortal::forward, |cell| {
+        if cell.holds_room() {
+            room.release();
+        }
+    });
+}
+
 /// `Limiter::remove`: the reading recorded as an eviction's, then the
 /// crate's `forget_client`.
 fn remove(algorithm: &TokenBucket, index: &StandIn<StateCell>, room: &Room, _: &Booked) -> bool {
@@ -195,13 +211,7 @@ fn race(name: &str, act: Act, book: bool, rule: Rule) -> (usize, u64, u64) {
         let after = Arc::new(AtomicBool::new(false));
         let mover = {
             let (index, room) = (Arc::clone(&index), Arc::clone(&room));
-            thread::spawn(move || {
-                index.relocate_leaving(KEY, Mortal::relocate, Mortal::forward, |cell| {
-                    if cell.holds_room() {
-                        room.release();
-                    }
-                });
-            })
+            thread::spawn(move || move_giving_back(&index, &room, Mortal::relocate))
         };
         let checker = {
             let (index, room, after) = (Arc::clone(&index), Arc::clone(&room), Arc::clone(&after));
@@ -354,13 +364,7 @@ fn refusal_race(name: &str, rule: Rule) -> (usize, u64, u64) {
         let room = Arc::new(Room::holding(1, Some(1)));
         let mover = {
             let (index, room) = (Arc::clone(&index), Arc::clone(&room));
-            thread::spawn(move || {
-                index.relocate_leaving(KEY, Mortal::relocate, Mortal::forward, |cell| {
-                    if cell.holds_room() {
-                        room.release();
-                    }
-                });
-            })
+            thread::spawn(move || move_giving_back(&index, &room, Mortal::relocate))
         };
         // The refusal of a check that found no room (its claim, given back,
         // left out: the move waits for a claim, and two threads waiting
@@ -428,11 +432,7 @@ fn lapse_race(name: &str, rule: Rule) -> (usize, u64, u64) {
                     }
                     relocation => relocation,
                 };
-                index.relocate_leaving(KEY, lapsing, Mortal::forward, |cell| {
-                    if cell.holds_room() {
-                        room.release();
-                    }
-                });
+                move_giving_back(&index, &room, lapsing);
             })
         };
         let admitted = check_turning_away(&index, &room, true);

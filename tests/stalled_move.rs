@@ -179,13 +179,7 @@ fn a_client_removed_during_a_stalled_move_finds_its_room_at_a_full_cap() {
         .clock(ManualClock::new())
         .build()
         .unwrap();
-    for id in 0..CAP {
-        assert!(limiter.allow_request(&OneShard(id)));
-    }
-    // A newcomer at the full cap: the short look for idle clients finds
-    // none, so the next one is skipped (it would wait for the shard).
-    assert!(!limiter.allow_request(&OneShard(100)));
-    let denied = limiter.stats().denied_new;
+    let denied = stall::fill_the_cap(&limiter, CAP);
     stall::reset();
     thread::scope(|scope| {
         let changer = scope.spawn(|| {

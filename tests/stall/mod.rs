@@ -97,3 +97,18 @@ impl Hash for OneShard {
         0u8.hash(state);
     }
 }
+
+/// Fills a cap of `clients` with clients `0..clients` (each spends a unit),
+/// then has a newcomer denied: the short look for idle clients made at a
+/// full cap finds none, so the next one is skipped (it would wait for a
+/// shard a test holds). Returns the clients denied so far.
+pub fn fill_the_cap<A: tollgate::Algorithm, C: tollgate::Clock>(
+    limiter: &tollgate::Limiter<A, OneShard, C>,
+    clients: u64,
+) -> u64 {
+    for id in 0..clients {
+        assert!(limiter.allow_request(&OneShard(id)));
+    }
+    assert!(!limiter.allow_request(&OneShard(u64::MAX)));
+    limiter.stats().denied_new
+}
