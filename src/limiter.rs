@@ -80,7 +80,9 @@ pub trait RateLimiter<K: ?Sized = str>: Send + Sync {
 /// [`Both::is_lock_free`](crate::Both::is_lock_free) says so) if the request
 /// is admitted. So are [`peek`](Limiter::peek) and bookings, and
 /// [`reset`](Limiter::reset) and [`remove`](Limiter::remove) never wait for
-/// another thread either. A client's first request (or its first since it
+/// another thread either. Such a check runs no code of yours but the key's
+/// `Hash` and `Eq` and the clock: the keys of clients the map no longer
+/// holds are dropped by the threads that insert, remove or sweep clients. A client's first request (or its first since it
 /// was forgotten) inserts it, under a lock per shard of the map that only
 /// inserts, removals of dead entries, sweeps and rebuilds take.
 ///

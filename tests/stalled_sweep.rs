@@ -18,24 +18,13 @@
 // the loom models (loom-tests/) and skips it.
 #![cfg(not(feature = "loom"))]
 
-use std::hash::{Hash, Hasher};
 use std::thread;
 use std::time::Duration;
 
 use tollgate::{ManualClock, Overflow, TokenBucket};
 
 mod stall;
-
-/// A client whose key hashes to one constant, counting toward the stall.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct OneShard(u64);
-
-impl Hash for OneShard {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        stall::count();
-        0u8.hash(state);
-    }
-}
+use stall::OneShard;
 
 /// The clients the cap holds: client 0 stays busy, the rest go idle.
 const CLIENTS: u64 = 8;
@@ -51,13 +40,8 @@ fn a_client_a_stalled_sweep_forgot_finds_its_room_free() {
         .clock(clock.clone())
         .build()
         .unwrap();
-    for id in 0..CLIENTS {
-        assert!(limiter.allow_request(&OneShard(id)));
-    }
-    // A newcomer at the full cap: the short look finds no one idle (every
-    // bucket is empty), so the next look is skipped, and it is denied.
-    assert!(!limiter.allow_request(&OneShard(100)));
-    let denied = limiter.stats().denied_new;
+    // Every bucket is empty: the newcomer's short look finds no one idle.
+    let denied = stall::fill_the_cap(&limiter, CLIENTS);
     assert_eq!(denied, 1);
     // Every bucket is full again, so idle, but client 0's: it spends again.
     clock.advance(Duration::from_secs(1));

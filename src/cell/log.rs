@@ -460,6 +460,12 @@ impl Mortal for LogCell {
         true
     }
 
+    /// Never called, as for `forward`: a lapsed log is retired by
+    /// `Lapse::retire_if_lapsed`.
+    fn retire_sealed(&self, _seal: Seal) -> bool {
+        false
+    }
+
     /// Never called, as for `forward`.
     fn refresh(&self, _newer: Self) {}
 }

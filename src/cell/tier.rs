@@ -24,14 +24,14 @@
 //! live cell is carried, exactly as a rebuild moves it, to a new cell that
 //! names its tier's entry in the new table, its word converted by the
 //! algorithm's rule (`Transitions::convert`) from the quota its old cell
-//! named; the old cell is then marked moved by one exchange from the very
+//! named; the old cell is then forwarded by one exchange from the very
 //! word converted (a check that changed it first makes the rebuild convert
 //! again). Only then is the old table retired, to the epoch collector:
 //!
 //! - a check on the old cell decides under the old quota; if the cell is
-//!   marked moved meanwhile, the check's exchange fails against the
-//!   tombstone and it looks the client up again, finding the carried cell,
-//!   which it decides under the new quota;
+//!   forwarded meanwhile, the check's exchange fails against the
+//!   forwarding mark and it looks the client up again, finding the carried
+//!   cell, which it decides under the new quota;
 //! - every access to a cell runs under the store's epoch guard (lookups,
 //!   inserts and rebuilds pin, and so does the check of a client admitted
 //!   untracked), so a thread that still holds an old cell was pinned before
@@ -48,7 +48,7 @@ use core::fmt;
 use super::{
     describe, look, Algorithm, Applied, Booking, Life, Mortal, Packed, Relocation, Seal, StateCell,
 };
-use crate::algorithm::{FromParams, Params, Transitions, NEVER, UNBORN};
+use crate::algorithm::{FromParams, Params, Transitions, NEVER, NOT_ALIVE};
 use crate::decision::Decision;
 use crate::error::ConfigError;
 use crate::sync::{AtomicU64, Ordering, Published};
@@ -247,7 +247,7 @@ where
         let to = pinned.load().quota(tier);
         let new = Self::quota_word(tier, to);
         let word = state.load();
-        if word.life_word() >= UNBORN || old == new {
+        if word.life_word() >= NOT_ALIVE || old == new {
             // Not alive yet (its claimer names the quota when it is born),
             // or written under the current quota already.
             return Relocation::Moved(TierCell::with(state, new), seal);
@@ -377,6 +377,10 @@ impl<W: Packed> Mortal for TierCell<W> {
         self.state.forward(seal)
     }
 
+    fn retire_sealed(&self, seal: Seal) -> bool {
+        self.state.retire_sealed(seal)
+    }
+
     fn refresh(&self, newer: Self) {
         // Relaxed: as in `StateCell::refresh`; the quota word first, though
         // no thread reads either before the `forward` that publishes both.
@@ -426,7 +430,7 @@ where
     /// or, for a cell not alive, on the fresh word and its tier's quota now.
     fn read<R>(&self, cell: &TierCell<A::Word>, f: impl FnOnce(A::Word, &A) -> R) -> R {
         let word = cell.state.load();
-        if word.life_word() < UNBORN {
+        if word.life_word() < NOT_ALIVE {
             if let Some(quota) = cell.quota::<A>() {
                 return f(word, quota);
             }
@@ -580,7 +584,7 @@ where
     /// moved, and the booking's exchange then fails: the limiter looks
     /// again.
     fn reserve(&self, cell: &Self::Cell, now: u64, cost: u64, max_wait: u64) -> Option<Booking> {
-        if cell.state.load().life_word() >= UNBORN {
+        if cell.state.load().life_word() >= NOT_ALIVE {
             return None;
         }
         let quota = cell.quota::<A>()?;

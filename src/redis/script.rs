@@ -138,7 +138,7 @@ impl Spec {
             "tokens",
             "in Redis a full bucket's refill time, capacity × (per / tokens) in whole µs, must be at most 2^52 µs",
         )?;
-        // interval_us · 1 000 · capacity ≤ 2^52 · 1 000 < 2^63 − 4: valid.
+        // interval_us · 1 000 · capacity ≤ 2^52 · 1 000 < 2^63 − 5: valid.
         let ns = TokenBucket::new(1, Duration::from_micros(interval_us), capacity)?;
         Ok(Self::Bucket {
             ns,

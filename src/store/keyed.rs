@@ -165,10 +165,11 @@ where
     }
 
     /// Runs `f` on the cell for `key`, if the key has one. Allocates nothing,
-    /// takes no lock and never waits. A cell that reads as dead is looked
-    /// past once: if a table rebuild moved it just after the lookup found
-    /// it, the second lookup finds the live copy; a cell still dead the
-    /// second time is the client's, and `f` runs on it.
+    /// takes no lock and never waits. A cell found forwarded (a table
+    /// rebuild moved it just after the lookup found it) is looked past:
+    /// the next lookup, made after the forward, follows the table's link to
+    /// the live copy. Any other cell is the client's, dead or alive, and
+    /// `f` runs on it.
     #[inline]
     pub(crate) fn get<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
     where
@@ -176,18 +177,13 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let mut f = Some(f);
-        let mut dead: Option<*const V> = None;
         loop {
             let found = self.with(key, |cell| {
-                let at = core::ptr::from_ref(cell);
-                if cell.is_dead() && dead != Some(at) {
-                    return Err(at);
-                }
-                Ok((f.take().expect("runs once"))(cell))
+                (!cell.is_forwarded()).then(|| (f.take().expect("runs once"))(cell))
             });
             match found {
-                Ok(Ok(answer)) => return Some(answer),
-                Ok(Err(at)) => dead = Some(at),
+                Ok(Some(answer)) => return Some(answer),
+                Ok(None) => {}
                 Err(_) => return None,
             }
         }

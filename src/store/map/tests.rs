@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Barrier;
 use std::thread;
 
-use super::table::{groups_for, max_used, zero_bytes, LANES, MOVED, SHARD_BITS};
+use super::table::{groups_for, max_used, zero_bytes, FULL, LANES, MOVED, SHARD_BITS};
 use super::*;
 use crate::cell::{Life, StateCell};
 
@@ -120,7 +120,7 @@ fn removal_needs_the_condition_and_a_removed_key_can_come_back() {
 }
 
 #[test]
-fn a_rebuild_marks_the_copy_a_reader_holds_moved_and_carries_its_word() {
+fn a_rebuild_forwards_the_copy_a_reader_holds_and_carries_its_word() {
     let map = map();
     assert!(put(&map, "target".into(), 41));
     let others = neighbours(&map, "target", 64);
@@ -129,7 +129,7 @@ fn a_rebuild_marks_the_copy_a_reader_holds_moved_and_carries_its_word() {
         for (i, key) in others.iter().enumerate() {
             assert!(put(&map, key.clone(), i as u64));
         }
-        assert_eq!(old.life(), Life::Evicted, "the old copy is marked moved");
+        assert_eq!(old.life(), Life::Forwarded, "the old copy is forwarded");
         assert_eq!(word(&map, "target"), Some(41), "the new copy has the word");
     })
     .ok()
@@ -351,17 +351,17 @@ fn readers_racing_inserts_and_removals_see_only_whole_entries() {
                     assert!(map
                         .insert(None, key.clone(), StateCell::new(i), NO_SWEEP, dead, |_| ())
                         .is_ok());
-                    // A copy another thread's rebuild marked moved just
-                    // after the lookup found it reads as the tombstone:
+                    // A copy another thread's rebuild forwarded just after
+                    // the lookup found it reads as the forwarding mark:
                     // look again, and find the live copy.
                     let mut read = word(map, &key);
-                    while read == Some(crate::algorithm::TOMBSTONE) {
+                    while read == Some(crate::algorithm::FORWARDED) {
                         std::hint::spin_loop();
                         read = word(map, &key);
                     }
                     assert_eq!(read, Some(i));
                     if i % 3 == 0 {
-                        // A copy another thread's rebuild marked moved
+                        // A copy another thread's rebuild forwarded
                         // meanwhile cannot be retired: look again, and find
                         // the live copy.
                         while !map
@@ -385,7 +385,7 @@ fn readers_racing_inserts_and_removals_see_only_whole_entries() {
                 let key = format!("t{t}-{i}");
                 if let Ok(word) = map.get(key.as_str(), StateCell::load) {
                     assert!(
-                        word == i || word >= crate::algorithm::UNBORN,
+                        word == i || word >= crate::algorithm::NOT_ALIVE,
                         "{key}: {word}"
                     );
                 }
@@ -731,7 +731,7 @@ impl Drop for Counted {
 }
 
 #[test]
-fn a_retired_table_is_freed_without_waiting_for_dozens_more() {
+fn a_retired_table_expires_without_waiting_for_dozens_more_and_a_writer_frees_it() {
     let map: Map<Counted, StateCell, foldhash::fast::FixedState> =
         Map::with_hasher(foldhash::fast::FixedState::with_seed(7));
     assert!(map
@@ -748,7 +748,7 @@ fn a_retired_table_is_freed_without_waiting_for_dozens_more() {
         .ok()
         .expect("present");
     // One rebuild of the dead key's shard leaves it behind in the retired
-    // table, which drops it when the collector frees the table.
+    // table, which drops it when the table is freed.
     let shard_of = |key: u64| map.hash(&Counted(key, false)) >> (64 - SHARD_BITS);
     let mut reported = 0;
     for key in (1..).filter(|&key| shard_of(key) == shard_of(0)) {
@@ -767,16 +767,38 @@ fn a_retired_table_is_freed_without_waiting_for_dozens_more() {
         }
     }
     assert_eq!(reported, 1, "one rebuild left the dead entry behind");
-    // Pins alone (no flush here): the collector frees what was handed to
-    // it once every thread has moved on. A table kept in this thread's own
+    // Pins alone (no flush here): once every thread has moved on, the
+    // collector marks the table expired. A table kept in this thread's own
     // bag would wait there until dozens more were retired.
     let pins = if cfg!(miri) { 5_000 } else { 1_000_000 };
     for _ in 0..pins {
-        // Relaxed: set by this thread's own frees.
-        if COUNTED_DROPS.load(Ordering::Relaxed) == 1 {
+        if map.retired.any_expired() {
             break;
         }
         drop(epoch::pin());
     }
-    assert_eq!(COUNTED_DROPS.load(Ordering::Relaxed), 1, "freed once");
+    assert!(map.retired.any_expired(), "the retired table expired");
+    // Relaxed: set by this thread's own frees.
+    assert_eq!(
+        COUNTED_DROPS.load(Ordering::Relaxed),
+        0,
+        "a reader's pin never frees a retired table"
+    );
+    // The map's next writer frees it.
+    assert!(map
+        .insert(
+            None,
+            Counted(u64::MAX, false),
+            StateCell::new(0),
+            NO_SWEEP,
+            |_| (),
+            |_| ()
+        )
+        .is_ok());
+    assert_eq!(
+        COUNTED_DROPS.load(Ordering::Relaxed),
+        1,
+        "freed once, by a writer"
+    );
+    assert!(!map.retired.any_expired());
 }
