@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use tollgate::{
-    Algorithm, Clock, FixedWindow, Limiter, ManualClock, SlidingWindowCounter, SlidingWindowLog,
-    TokenBucket,
+    Algorithm, Builder, Clock, FixedWindow, Limiter, ManualClock, SlidingWindowCounter,
+    SlidingWindowLog, TokenBucket, Windowed,
 };
 
 /// ns in a millisecond.
@@ -161,6 +161,21 @@ fn bucket() -> Subject<TokenBucket> {
         .build()
         .unwrap();
     Subject::new(limiter, 4, 4 * MS)
+}
+
+/// A window algorithm of limit 4 over 2 ms, whose horizon is `horizon`.
+fn windowed<A>(builder: Builder<A>, horizon: u64) -> Subject<A>
+where
+    A: Algorithm + Windowed,
+{
+    let limiter = builder
+        .limit(4)
+        .window(Duration::from_millis(2))
+        .key_type::<u64>()
+        .clock(ManualClock::new())
+        .build()
+        .unwrap();
+    Subject::new(limiter, 4, horizon)
 }
 
 /// The reproduction: a burst of 20 000 one-shot clients, then one client
@@ -323,38 +338,20 @@ proptest! {
 
     #[test]
     fn the_bound_holds_for_any_arrivals_fixed_window(steps in steps(2 * MS)) {
-        let limiter = FixedWindow::builder()
-            .limit(4)
-            .window(Duration::from_millis(2))
-            .key_type::<u64>()
-            .clock(ManualClock::new())
-            .build()
-            .unwrap();
-        run(&mut Subject::new(limiter, 4, 2 * MS), &steps, None);
+        let mut subject = windowed(FixedWindow::builder(), 2 * MS);
+        run(&mut subject, &steps, None);
     }
 
     #[test]
     fn the_bound_holds_for_any_arrivals_sliding_window_counter(steps in steps(4 * MS)) {
-        let limiter = SlidingWindowCounter::builder()
-            .limit(4)
-            .window(Duration::from_millis(2))
-            .key_type::<u64>()
-            .clock(ManualClock::new())
-            .build()
-            .unwrap();
-        run(&mut Subject::new(limiter, 4, 4 * MS), &steps, None);
+        let mut subject = windowed(SlidingWindowCounter::builder(), 4 * MS);
+        run(&mut subject, &steps, None);
     }
 
     #[test]
     fn the_bound_holds_for_any_arrivals_sliding_window_log(steps in steps(2 * MS)) {
-        let limiter = SlidingWindowLog::builder()
-            .limit(4)
-            .window(Duration::from_millis(2))
-            .key_type::<u64>()
-            .clock(ManualClock::new())
-            .build()
-            .unwrap();
-        run(&mut Subject::new(limiter, 4, 2 * MS), &steps, None);
+        let mut subject = windowed(SlidingWindowLog::builder(), 2 * MS);
+        run(&mut subject, &steps, None);
     }
 
     #[test]

@@ -23,7 +23,9 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::Duration;
 
-use tollgate::{Clock, FixedWindow, Limiter, ManualClock, Reservable, TokenBucket};
+use tollgate::{
+    Algorithm, Clock, FixedWindow, Limiter, ManualClock, Reservable, Reservation, TokenBucket,
+};
 
 mod stall;
 use stall::STALL;
@@ -41,6 +43,37 @@ impl Hash for Client {
     }
 }
 
+/// Cancels `booking` on a thread armed to stall at its `stall_at`-th
+/// counted call, and runs `meanwhile` once it stalls. Returns what
+/// `meanwhile` returned, whether the stall was still on when it did, and
+/// what the cancel returned.
+fn during_a_stalled_cancel<A, K, C, R>(
+    booking: Reservation<'_, A, K, C>,
+    stall_at: u32,
+    meanwhile: impl FnOnce() -> R,
+) -> (R, bool, bool)
+where
+    A: Algorithm,
+    K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+{
+    thread::scope(|scope| {
+        let canceller = scope.spawn(move || {
+            stall::arm(Some(stall_at));
+            let gave_back = booking.cancel();
+            stall::arm(None);
+            gave_back
+        });
+        while !stall::stalling() {
+            assert!(!canceller.is_finished(), "the cancel never stalled");
+            thread::sleep(Duration::from_millis(1));
+        }
+        let done = meanwhile();
+        let during = stall::stalling();
+        (done, during, canceller.join().unwrap())
+    })
+}
+
 /// `alice` spends her one unit and books one more; while the cancel of
 /// that booking stalls, another thread resets her, and must return before
 /// the stall ends. Then: the reset reported her live state, the cancel
@@ -54,21 +87,8 @@ fn reset_during_a_stalled_cancel<A: Reservable>(limiter: &Limiter<A, Client, Man
     assert!(limiter.allow_request(&alice));
     let booking = limiter.reserve(&alice, Duration::MAX).unwrap();
     assert!(booking.wait() > Duration::ZERO);
-    let (reset, during, gave_back) = thread::scope(|scope| {
-        let canceller = scope.spawn(move || {
-            stall::arm(Some(1));
-            let gave_back = booking.cancel();
-            stall::arm(None);
-            gave_back
-        });
-        while !stall::stalling() {
-            assert!(!canceller.is_finished(), "the cancel never stalled");
-            thread::sleep(Duration::from_millis(1));
-        }
-        let reset = limiter.reset(&Client("alice"));
-        let during = stall::stalling();
-        (reset, during, canceller.join().unwrap())
-    });
+    let (reset, during, gave_back) =
+        during_a_stalled_cancel(booking, 1, || limiter.reset(&Client("alice")));
     assert!(
         during,
         "a reset waited for a cancel stalled {STALL:?} holding its stripe"
@@ -150,21 +170,8 @@ fn cancel_during_a_stalled_cancel<K, C>(
         (INTERVAL, 2 * INTERVAL),
         "two bookings, one after the other"
     );
-    let (second_back, during, first_back) = thread::scope(|scope| {
-        let canceller = scope.spawn(move || {
-            stall::arm(Some(stall_at));
-            let gave_back = first.cancel();
-            stall::arm(None);
-            gave_back
-        });
-        while !stall::stalling() {
-            assert!(!canceller.is_finished(), "the cancel never stalled");
-            thread::sleep(Duration::from_millis(1));
-        }
-        let second_back = second.cancel();
-        let during = stall::stalling();
-        (second_back, during, canceller.join().unwrap())
-    });
+    let (second_back, during, first_back) =
+        during_a_stalled_cancel(first, stall_at, || second.cancel());
     assert!(
         during,
         "a cancel waited for another cancel stalled {STALL:?} on its stripe"

@@ -183,6 +183,42 @@ where
         Counters::add(&self.counters.evicted_idle, retired);
         usize::try_from(removed).unwrap_or(usize::MAX)
     }
+
+    /// The sweeping a new client arriving at the reading `floor` does: its
+    /// share of the paced sweep, if the limiter has one (see
+    /// [`auto_sweep`](crate::Builder::auto_sweep)); and, at most once a
+    /// horizon, a pass over the whole map that forgets every client idle a
+    /// whole horizon already. The pass is what bounds the map by the
+    /// clients active lately, whatever the pattern of arrivals: a table
+    /// that never fills again (after a burst, new clients only trickle in)
+    /// would otherwise keep its lapsed clients (see the memory guide).
+    #[cold]
+    #[inline(never)]
+    fn sweep_for_newcomer(&self, floor: u64) {
+        let horizon = self.algorithm.horizon();
+        // Only clients idle for a whole horizon already: one idle for less
+        // may well be back, and forgetting it, though it changes no
+        // decision, would cost it a fresh insert.
+        let lapsed = floor.saturating_sub(horizon);
+        if let Some(pace) = self.memory.auto_sweep {
+            if self.counters.next_insert() % pace.every == pace.every - 1 {
+                Counters::add(&self.counters.auto_sweeps, 1);
+                let _ = self.sweep_slice(floor, lapsed, pace.slice);
+            }
+        }
+        if self.memory.sweep_on_rebuild
+            && self
+                .counters
+                .claim_pass(floor, horizon, self.memory.auto_sweep.is_some())
+        {
+            // A map this small may keep its lapsed clients: the pass's
+            // visit of every shard would cost more than they do.
+            if self.store.len() > Memory::PASS_SPARES {
+                Counters::add(&self.counters.auto_sweeps, 1);
+                let _ = self.sweep_at(floor, lapsed, Memory::PASS_KEEPS_SLOTS);
+            }
+        }
+    }
 }
 
 /// A rebuild's look for lapsed clients, on behalf of the arrival whose
@@ -289,49 +325,6 @@ where
     fn pace(&self, floor: u64) {
         if self.limiter.counters.sweep_due(floor) {
             self.limiter.sweep_for_newcomer(floor);
-        }
-    }
-}
-
-impl<A, K, C> Limiter<A, K, C>
-where
-    A: Algorithm,
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-    C: Clock,
-{
-    /// The sweeping a new client arriving at the reading `floor` does: its
-    /// share of the paced sweep, if the limiter has one (see
-    /// [`auto_sweep`](crate::Builder::auto_sweep)); and, at most once a
-    /// horizon, a pass over the whole map that forgets every client idle a
-    /// whole horizon already. The pass is what bounds the map by the
-    /// clients active lately, whatever the pattern of arrivals: a table
-    /// that never fills again (after a burst, new clients only trickle in)
-    /// would otherwise keep its lapsed clients (see the memory guide).
-    #[cold]
-    #[inline(never)]
-    fn sweep_for_newcomer(&self, floor: u64) {
-        let horizon = self.algorithm.horizon();
-        // Only clients idle for a whole horizon already: one idle for less
-        // may well be back, and forgetting it, though it changes no
-        // decision, would cost it a fresh insert.
-        let lapsed = floor.saturating_sub(horizon);
-        if let Some(pace) = self.memory.auto_sweep {
-            if self.counters.next_insert() % pace.every == pace.every - 1 {
-                Counters::add(&self.counters.auto_sweeps, 1);
-                let _ = self.sweep_slice(floor, lapsed, pace.slice);
-            }
-        }
-        if self.memory.sweep_on_rebuild
-            && self
-                .counters
-                .claim_pass(floor, horizon, self.memory.auto_sweep.is_some())
-        {
-            // A map this small may keep its lapsed clients: the pass's
-            // visit of every shard would cost more than they do.
-            if self.store.len() > Memory::PASS_SPARES {
-                Counters::add(&self.counters.auto_sweeps, 1);
-                let _ = self.sweep_at(floor, lapsed, Memory::PASS_KEEPS_SLOTS);
-            }
         }
     }
 }

@@ -263,21 +263,21 @@ fn a_rebuild_never_forgets_an_unborn_cell() {
     assert_eq!(life, Some(Life::Unborn), "moved as it was, never retired");
 }
 
+/// Each shard's table's slots (0 for a shard with none).
+fn capacities(map: &TestMap) -> Vec<usize> {
+    map.shards
+        .iter()
+        .map(|shard| TestMap::current(shard, &epoch::pin()).map_or(0, Table::capacity))
+        .collect()
+}
+
 #[test]
 fn retain_removes_what_it_is_told_and_shrinks_what_is_left() {
     let map = map();
     for i in 0..N {
         assert!(put(&map, format!("client-{i}"), i));
     }
-    let capacity = || -> usize {
-        map.shards
-            .iter()
-            .map(|shard| {
-                Map::<String, StateCell, foldhash::fast::FixedState>::current(shard, &epoch::pin())
-                    .map_or(0, Table::capacity)
-            })
-            .sum()
-    };
+    let capacity = || -> usize { capacities(&map).into_iter().sum() };
     let before = capacity();
     let removed = map.retain(
         0,
@@ -309,23 +309,14 @@ fn retain_leaves_small_tables_their_size() {
     for i in 0..N {
         assert!(put(&map, format!("client-{i}"), i));
     }
-    let capacities = || -> Vec<usize> {
-        map.shards
-            .iter()
-            .map(|shard| {
-                Map::<String, StateCell, foldhash::fast::FixedState>::current(shard, &epoch::pin())
-                    .map_or(0, Table::capacity)
-            })
-            .collect()
-    };
-    let before = capacities();
+    let before = capacities(&map);
     let largest = *before.iter().max().unwrap();
     let _ = map.retain(largest, |_, _| true, |_| unreachable!(), || ());
-    assert_eq!(capacities(), before, "no table above {largest} slots");
+    assert_eq!(capacities(&map), before, "no table above {largest} slots");
     assert_eq!(map.len(), 0);
     let _ = map.retain(0, |_, _| true, |_| unreachable!(), || ());
     assert!(
-        capacities()
+        capacities(&map)
             .iter()
             .zip(&before)
             .all(|(after, was)| after < was || *was <= LANES),
