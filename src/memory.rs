@@ -418,3 +418,63 @@ impl fmt::Debug for Counters {
         f.debug_struct("Counters").finish_non_exhaustive()
     }
 }
+
+#[cfg(all(test, not(feature = "loom")))]
+mod tests {
+    use super::*;
+
+    /// A pass is due at most once a period: the first arrival at or past
+    /// the due reading claims it, and no other until a period later.
+    #[test]
+    fn a_pass_is_claimed_at_most_once_a_period() {
+        let counters = Counters::new(&Memory::default());
+        assert!(
+            counters.sweep_due(0),
+            "the first new client times the passes"
+        );
+        assert!(counters.claim_pass(0, 100, false));
+        assert!(!counters.sweep_due(99), "none due within the period");
+        assert!(!counters.claim_pass(99, 100, false));
+        assert!(counters.sweep_due(100));
+        assert!(counters.claim_pass(150, 100, false));
+        assert!(!counters.claim_pass(150, 100, false), "claimed once");
+        assert!(!counters.sweep_due(249));
+        assert!(counters.sweep_due(250), "due a period after the claim");
+    }
+
+    /// Of many arrivals racing for one due pass, exactly one claims it.
+    #[test]
+    fn racing_arrivals_claim_a_pass_once() {
+        let counters = Counters::new(&Memory::default());
+        let claimed = AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    for _ in 0..1_000 {
+                        if counters.claim_pass(7, 1_000, false) {
+                            claimed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(claimed.load(Ordering::Relaxed), 1);
+    }
+
+    /// A paced limiter's new clients always take the slow way (for their
+    /// slices); one that sweeps nothing never does.
+    #[test]
+    fn the_slow_way_follows_the_settings() {
+        let paced = Counters::new(&Memory {
+            auto_sweep: Some(AutoSweep { every: 1, slice: 2 }),
+            ..Memory::default()
+        });
+        assert!(paced.claim_pass(0, 100, true));
+        assert!(paced.sweep_due(1), "a paced new client has its slice to do");
+        let off = Counters::new(&Memory {
+            sweep_on_rebuild: false,
+            ..Memory::default()
+        });
+        assert!(!off.sweep_due(u64::MAX - 1));
+    }
+}

@@ -230,6 +230,45 @@ fn sweep_forgets_a_burst_at_once() {
     assert_eq!(subject.limiter.len(), 1);
 }
 
+/// A map of at most 512 clients is not passed over (the pass would cost
+/// more than they do); one of more is.
+#[test]
+fn a_pass_spares_a_map_of_at_most_512_clients() {
+    for (burst, after) in [(500, 501), (600, 1)] {
+        let mut subject = bucket();
+        for id in 0..burst {
+            subject.check(id, 1);
+        }
+        subject.advance(8 * MS); // two horizons: every one has lapsed
+        subject.check(1_000_000, 1);
+        assert_eq!(subject.limiter.len(), after, "after a burst of {burst}");
+    }
+}
+
+/// With `no_auto_sweep`, no arrival forgets anyone: the map grows until
+/// `sweep` is called.
+#[test]
+fn without_auto_sweep_no_arrival_forgets_anyone() {
+    let limiter = TokenBucket::builder()
+        .rate(1, Duration::from_millis(1))
+        .capacity(4)
+        .key_type::<u64>()
+        .clock(ManualClock::new())
+        .no_auto_sweep()
+        .build()
+        .unwrap();
+    for id in 0..2_000u64 {
+        assert!(limiter.allow_request(&id));
+    }
+    for id in 2_000..2_100u64 {
+        limiter.clock().advance(Duration::from_millis(8));
+        assert!(limiter.allow_request(&id));
+    }
+    assert_eq!(limiter.len(), 2_100);
+    assert_eq!(limiter.stats().evicted_idle, 0);
+    assert_eq!(limiter.sweep(), 2_099);
+}
+
 /// One step of an arrival pattern.
 #[derive(Debug, Clone)]
 enum Step {
