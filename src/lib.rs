@@ -112,10 +112,12 @@
 //! - incrementally, with no background thread: when a new client fills a
 //!   shard's table, the rebuild that makes room leaves behind the clients
 //!   idle for a whole horizon instead of moving them, and sizes the new
-//!   table for the rest, so while new ids keep arriving the table holds the
-//!   recently active clients rather than every id ever seen (figures in
-//!   [`guide::memory`]; [`Builder::auto_sweep`] adds a paced sweep that
-//!   keeps the map tighter still);
+//!   table for the rest; and at most once a horizon a new client passes
+//!   over the whole map. So while new ids keep arriving the table holds
+//!   the recently active clients rather than every id ever seen, and a
+//!   flood is forgotten once new clients arrive again (the bound, and
+//!   figures, in [`guide::memory`]; [`Builder::auto_sweep`] adds a paced
+//!   sweep that keeps the map tighter still);
 //! - all at once, on [`Limiter::sweep`]: afterwards the limiter holds no
 //!   client that was idle when the sweep visited it.
 //!

@@ -91,8 +91,10 @@ pub trait RateLimiter<K: ?Sized = str>: Send + Sync {
 /// Its memory is bounded by [`max_clients`](crate::Builder::max_clients), a
 /// hard cap on the clients held, and by forgetting clients whose state has
 /// become idle (equal to a fresh client's), without changing any decision:
-/// a slice at a time as new clients fill the table, or all at once by
-/// [`sweep`](Limiter::sweep). See "Eviction" in the crate documentation.
+/// as new clients arrive (as they fill the table, and in a pass over it
+/// at most once a horizon), or all at once by [`sweep`](Limiter::sweep).
+/// See "Eviction" in the crate documentation, and the
+/// [memory guide](crate::guide::memory) for the bound.
 ///
 /// # Examples
 ///
@@ -155,7 +157,7 @@ where
             clock,
             store: Store::with_hasher(DefaultHasher::default(), memory.max_clients.is_some()),
             memory,
-            counters: Counters::default(),
+            counters: Counters::new(&memory),
             tier_by: None,
             control: std::sync::Mutex::new(()),
             renewals: Renewals::new(),

@@ -263,9 +263,10 @@ where
     /// Visits every entry once and removes those for which `evict` is true
     /// (it must retire the cell first) or whose cell is already dead, giving
     /// back the room of each group of slots' removed entries in one step,
-    /// before they are removed, then shrinks tables left mostly empty.
-    /// Returns how many were removed.
-    pub(crate) fn sweep(&self, mut evict: impl FnMut(&V) -> bool) -> u64 {
+    /// before they are removed, then shrinks tables left mostly empty,
+    /// except those of at most `small` slots (see `Map::retain`). Returns
+    /// how many were removed.
+    pub(crate) fn sweep(&self, small: usize, mut evict: impl FnMut(&V) -> bool) -> u64 {
         // Units to give back for the group of slots being swept: one shared
         // `fetch_sub` per group with removals instead of one per entry.
         // Still before the group's removals are made, so a thread that
@@ -273,6 +274,7 @@ where
         // also finds its room free, as `leaving` promises.
         let freed = Cell::new(0);
         self.map.retain(
+            small,
             |_, cell| {
                 let gone = evict(cell) || cell.is_dead();
                 if gone && cell.holds_room() {
@@ -743,7 +745,7 @@ mod tests {
         // Client 1 is evicted, its entry still in the map; the sweep
         // retires client 2; clients 3 and 4 stay.
         assert_eq!(store.get(&1, StateCell::retire), Some(true));
-        let removed = store.sweep(|cell| cell.load() == 2 && cell.retire());
+        let removed = store.sweep(0, |cell| cell.load() == 2 && cell.retire());
         assert_eq!(removed, 2);
         assert_eq!(store.len(), 2, "both removed entries gave their room back");
         assert_eq!(store.get(&1, StateCell::load), None);

@@ -263,23 +263,28 @@ fn a_rebuild_never_forgets_an_unborn_cell() {
     assert_eq!(life, Some(Life::Unborn), "moved as it was, never retired");
 }
 
+/// Each shard's table's slots (0 for a shard with none).
+fn capacities(map: &TestMap) -> Vec<usize> {
+    map.shards
+        .iter()
+        .map(|shard| TestMap::current(shard, &epoch::pin()).map_or(0, Table::capacity))
+        .collect()
+}
+
 #[test]
 fn retain_removes_what_it_is_told_and_shrinks_what_is_left() {
     let map = map();
     for i in 0..N {
         assert!(put(&map, format!("client-{i}"), i));
     }
-    let capacity = || -> usize {
-        map.shards
-            .iter()
-            .map(|shard| {
-                Map::<String, StateCell, foldhash::fast::FixedState>::current(shard, &epoch::pin())
-                    .map_or(0, Table::capacity)
-            })
-            .sum()
-    };
+    let capacity = || -> usize { capacities(&map).into_iter().sum() };
     let before = capacity();
-    let removed = map.retain(|_, cell| cell.load() % 10 != 0, |_| unreachable!(), || ());
+    let removed = map.retain(
+        0,
+        |_, cell| cell.load() % 10 != 0,
+        |_| unreachable!(),
+        || (),
+    );
     assert_eq!(removed, N - N.div_ceil(10));
     // Shrunk: to under half the entries there were, or, where the
     // shards held only a few each (a small N), to one group per shard.
@@ -294,6 +299,29 @@ fn retain_removes_what_it_is_told_and_shrinks_what_is_left() {
         let expected = (i % 10 == 0).then_some(i);
         assert_eq!(word(&map, &format!("client-{i}")), expected);
     }
+}
+
+/// A table of at most `small` slots keeps its size however empty
+/// `retain` leaves it; a larger one is shrunk.
+#[test]
+fn retain_leaves_small_tables_their_size() {
+    let map = map();
+    for i in 0..N {
+        assert!(put(&map, format!("client-{i}"), i));
+    }
+    let before = capacities(&map);
+    let largest = *before.iter().max().unwrap();
+    let _ = map.retain(largest, |_, _| true, |_| unreachable!(), || ());
+    assert_eq!(capacities(&map), before, "no table above {largest} slots");
+    assert_eq!(map.len(), 0);
+    let _ = map.retain(0, |_, _| true, |_| unreachable!(), || ());
+    assert!(
+        capacities(&map)
+            .iter()
+            .zip(&before)
+            .all(|(after, was)| after < was || *was <= LANES),
+        "emptied tables shrink once `small` allows"
+    );
 }
 
 #[test]

@@ -44,15 +44,19 @@ where
 {
     /// Visits every live entry, removing those for which `remove` (run
     /// under the shard's lock) is true, then rebuilds each shard left less
-    /// than a quarter full, or frees its table if it is empty. `on_dead` is
-    /// as in [`Map::insert`]. The removals are made a group of slots at a
-    /// time: `removing` runs once a group's are decided, before they are
-    /// made (one store of the group's control word), still under the lock,
-    /// so a caller can settle there, in one step, what it counted for them
-    /// before any reader can find those entries gone. Returns how many
-    /// entries `remove` removed.
+    /// than a quarter full, unless its table has at most `small` slots
+    /// (the pass a new client makes every horizon,
+    /// `Limiter::sweep_for_newcomer`, would otherwise rebuild the small
+    /// tables of a map of short-lived clients on every pass, only for new
+    /// clients to grow them again). `on_dead` is as in [`Map::insert`].
+    /// The removals are made a group of slots at a time: `removing` runs
+    /// once a group's are decided, before they are made (one store of the
+    /// group's control word), still under the lock, so a caller can settle
+    /// there, in one step, what it counted for them before any reader can
+    /// find those entries gone. Returns how many entries `remove` removed.
     pub(crate) fn retain(
         &self,
+        small: usize,
         mut remove: impl FnMut(&K, &V) -> bool,
         mut on_dead: impl FnMut(&V),
         mut removing: impl FnMut(),
@@ -86,7 +90,10 @@ where
                     ctrl.store(left, Ordering::Release);
                 }
             }
-            if counts.live * 4 < table.capacity() && counts.used > counts.live {
+            if counts.live * 4 < table.capacity()
+                && counts.used > counts.live
+                && table.capacity() > small
+            {
                 let room_for = counts.live;
                 self.rebuild(
                     shard,
