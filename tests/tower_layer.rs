@@ -327,14 +327,19 @@ fn an_untrusted_peer_is_keyed_by_itself_whatever_its_headers_say() {
 fn distinct_clients_behind_a_trusted_proxy_get_distinct_keys() {
     run(async {
         let clock = ManualClock::new();
-        for header in [ForwardedHeader::XForwardedFor, ForwardedHeader::Forwarded] {
+        for header in [
+            ForwardedHeader::XForwardedFor,
+            ForwardedHeader::Forwarded,
+            ForwardedHeader::XRealIp,
+        ] {
             let service = proxied(&clock, 1, header);
             let name = match header {
                 ForwardedHeader::XForwardedFor => "x-forwarded-for",
                 ForwardedHeader::Forwarded => "forwarded",
+                ForwardedHeader::XRealIp => "x-real-ip",
             };
             let value = |ip: &str| match header {
-                ForwardedHeader::XForwardedFor => ip.to_owned(),
+                ForwardedHeader::XForwardedFor | ForwardedHeader::XRealIp => ip.to_owned(),
                 ForwardedHeader::Forwarded if ip.contains(':') => {
                     format!("for=\"[{ip}]:4711\";proto=https")
                 }
@@ -368,7 +373,7 @@ fn distinct_clients_behind_a_trusted_proxy_get_distinct_keys() {
 fn malformed_forwarding_headers_have_a_bounded_outcome() {
     run(async {
         let clock = ManualClock::new();
-        use ForwardedHeader::{Forwarded, XForwardedFor};
+        use ForwardedHeader::{Forwarded, XForwardedFor, XRealIp};
         // (header, value, the key it must fall under). The walk stops at the
         // first entry that is not an address and keys by the nearest
         // trusted hop (here the proxy, 10.0.0.1), and reads at most 20
@@ -401,6 +406,10 @@ fn malformed_forwarding_headers_have_a_bounded_outcome() {
                 "10.0.0.9, ".repeat(5_000) + "10.0.0.8",
                 "10.0.0.9",
             ),
+            (XRealIp, "203.0.113.7".into(), "203.0.113.7"),
+            (XRealIp, "10.0.0.5".into(), "10.0.0.5"),
+            (XRealIp, "203.0.113.7, 6.6.6.6".into(), "10.0.0.1"),
+            (XRealIp, "garbage".into(), "10.0.0.1"),
             (Forwarded, "for=unknown".into(), "10.0.0.1"),
             (
                 Forwarded,
@@ -409,9 +418,11 @@ fn malformed_forwarding_headers_have_a_bounded_outcome() {
             ),
             (Forwarded, ";;;==;".into(), "10.0.0.1"),
             (Forwarded, "proto=https".into(), "10.0.0.1"),
-            // An unbalanced quote: the field does not parse past it, so
-            // the walk stops there, at the proxy.
-            (Forwarded, "for=\"1.2.3.4, for=5.6.7.8".into(), "10.0.0.1"),
+            // An unbalanced quote spoils only what lies left of it: the
+            // element right of it, which a proxy appended, is read.
+            (Forwarded, "for=\"1.2.3.4, for=5.6.7.8".into(), "5.6.7.8"),
+            // Right of the client's element, it stops the walk there.
+            (Forwarded, "for=5.6.7.8, for=\"1.2.3.4".into(), "10.0.0.1"),
             // One huge element naming `for` 10 000 times: no one address.
             (Forwarded, "for=10.0.0.4;".repeat(10_000), "10.0.0.1"),
             // 20 000 elements: the rightmost 20 are read.
@@ -425,6 +436,7 @@ fn malformed_forwarding_headers_have_a_bounded_outcome() {
             let name = match header {
                 XForwardedFor => "x-forwarded-for",
                 Forwarded => "forwarded",
+                XRealIp => "x-real-ip",
             };
             // Limit 1: after the request, its key has nothing left, which a
             // request keyed by `expected` itself (its own peer address, no

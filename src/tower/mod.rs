@@ -99,6 +99,7 @@
 
 mod cidr;
 mod forwarded;
+mod ip;
 mod key;
 mod response;
 
@@ -116,10 +117,8 @@ use http::{Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 
 pub use cidr::{Cidr, CidrError};
-pub use key::{
-    Extraction, ForwardedHeader, HeaderKey, KeyExtractor, KeyFn, LongKey, MissingKey, PeerIp,
-    Rejection, TrustedProxyIp,
-};
+pub use ip::{ForwardedHeader, PeerIp, TrustedProxyIp};
+pub use key::{Extraction, HeaderKey, KeyExtractor, KeyFn, LongKey, MissingKey, Rejection};
 pub use response::AdmittedHeaders;
 use response::{problem, Respond, Stamp};
 
