@@ -9,7 +9,9 @@ use std::net::{IpAddr, SocketAddr};
 
 use http::{HeaderName, Request, StatusCode};
 use proptest::prelude::*;
-use tollgate::tower::{Cidr, Extraction, ForwardedHeader, HeaderKey, KeyExtractor, TrustedProxyIp};
+use tollgate::tower::{
+    Cidr, Extraction, ForwardedHeader, HeaderKey, KeyExtractor, MissingKey, TrustedProxyIp,
+};
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -536,4 +538,71 @@ fn a_forwarded_syntax_error_in_the_clients_part_changes_nothing() {
         ),
         client
     );
+}
+
+fn api_key_of(extractor: &HeaderKey, lines: &[&[u8]]) -> Extraction<String> {
+    let mut request = Request::get("/").body(()).unwrap();
+    for line in lines {
+        request
+            .headers_mut()
+            .append("x-api-key", http::HeaderValue::from_bytes(line).unwrap());
+    }
+    let (parts, ()) = request.into_parts();
+    extractor.extract(&parts)
+}
+
+/// HTTP/2 does not strip the whitespace around a field value: a padded
+/// key is the same client as the bare one, not a new budget.
+#[test]
+fn a_padded_api_key_is_the_same_client() {
+    let api_key = HeaderKey::new(HeaderName::from_static("x-api-key"));
+    for padded in [&b"k-1"[..], b" k-1", b"k-1 ", b"\tk-1", b" \t k-1\t "] {
+        assert_eq!(
+            api_key_of(&api_key, &[padded]),
+            Extraction::Key("k-1".to_owned()),
+            "{:?}",
+            String::from_utf8_lossy(padded)
+        );
+    }
+    // Inner whitespace is part of the key.
+    assert_eq!(
+        api_key_of(&api_key, &[b" k 1 "]),
+        Extraction::Key("k 1".to_owned())
+    );
+    // The bound applies to the key as stored, without its padding.
+    let short = api_key.max_len(3);
+    assert_eq!(
+        api_key_of(&short, &[b"   k-1   "]),
+        Extraction::Key("k-1".to_owned())
+    );
+}
+
+/// A request with the key header twice is ambiguous: refused with 400
+/// whatever the lines hold and whatever `MissingKey` says, so that an
+/// empty first line can never let a keyed request through unlimited.
+#[test]
+fn a_repeated_api_key_header_is_refused_never_skipped() {
+    for missing in [
+        MissingKey::Skip,
+        MissingKey::Unauthorized,
+        MissingKey::BadRequest,
+    ] {
+        let api_key = HeaderKey::new(HeaderName::from_static("x-api-key")).on_missing(missing);
+        for lines in [
+            &[&b""[..], b"k-1"][..],
+            &[b" ", b"k-1"],
+            &[b"k-1", b""],
+            &[b"k-1", b"k-1"],
+            &[b"k-1", b"k-2"],
+            &[b"", b""],
+        ] {
+            match api_key_of(&api_key, lines) {
+                Extraction::Reject(r) => {
+                    assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{missing:?} {lines:?}");
+                    assert!(r.detail().contains("more than once"), "{}", r.detail());
+                }
+                other => panic!("{missing:?} {lines:?}: {other:?}"),
+            }
+        }
+    }
 }

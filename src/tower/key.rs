@@ -153,14 +153,17 @@ pub enum LongKey {
 
 /// Keys each request by the value of a header, such as an API key.
 ///
-/// A request without the header (or with an empty one) gets the
-/// configured [`MissingKey`] outcome: `401 Unauthorized` unless told
-/// otherwise. A value that is not visible ASCII is answered `400 Bad
-/// Request`, whatever the setting, so that no client can skip the limit by
-/// sending an odd value. The key is a [`String`], the default key type of
-/// a limiter.
+/// The key is the header's value without the spaces and tabs around it
+/// (HTTP/2 and HTTP/3 pass them on, so `" k"` and `"k"` are one client),
+/// as a [`String`], the default key type of a limiter. A request without
+/// the header (or with an empty or blank one) gets the configured
+/// [`MissingKey`] outcome: `401 Unauthorized` unless told otherwise. A
+/// value that is not visible ASCII, and a request that carries the header
+/// more than once (which line names the client is ambiguous), are
+/// answered `400 Bad Request` whatever the setting, so that no client can
+/// skip the limit, or choose between two keys, by what it sends.
 ///
-/// A key is at most [`max_len`](HeaderKey::max_len) bytes (256 unless
+/// A key (without its padding) is at most [`max_len`](HeaderKey::max_len) bytes (256 unless
 /// set), and a longer one is refused ([`LongKey`]: `431 Request Header
 /// Fields Too Large` unless set) before the limiter sees it: the limiter
 /// stores each key it tracks, so the bound on its clients
@@ -233,39 +236,61 @@ impl KeyExtractor for HeaderKey {
     type Key = String;
 
     fn extract(&self, request: &Parts) -> Extraction<String> {
-        let value = request.headers.get(&self.name).map(|v| v.to_str());
-        match value {
-            Some(Ok(value)) if value.len() > self.max_len => {
-                let status = match self.too_long {
-                    LongKey::HeaderFieldsTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                    LongKey::BadRequest => StatusCode::BAD_REQUEST,
-                };
-                Extraction::Reject(Rejection::new(
-                    status,
-                    format!(
-                        "the {} header is longer than {} bytes",
-                        self.name, self.max_len
-                    ),
+        let mut lines = request.headers.get_all(&self.name).iter();
+        let line = match (lines.next(), lines.next()) {
+            (Some(line), None) => line,
+            (None, _) => return self.missing(),
+            // Which line names the client is anyone's guess; whichever
+            // the layer took, a client could choose the other for a key
+            // or, with an empty one, to be skipped.
+            (Some(_), Some(_)) => {
+                return Extraction::Reject(Rejection::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("the {} header appears more than once", self.name),
                 ))
             }
-            Some(Ok(value)) if !value.trim().is_empty() => Extraction::Key(value.to_owned()),
-            Some(Err(_)) => Extraction::Reject(Rejection::new(
+        };
+        let Ok(value) = line.to_str() else {
+            return Extraction::Reject(Rejection::new(
                 StatusCode::BAD_REQUEST,
                 format!("the {} header is not visible ASCII", self.name),
-            )),
-            // Missing or empty.
-            _ => match self.missing {
-                MissingKey::Skip => Extraction::Skip,
-                MissingKey::Unauthorized => Extraction::Reject(Rejection::new(
-                    StatusCode::UNAUTHORIZED,
-                    format!("this route needs a {} header", self.name),
-                )),
-                MissingKey::BadRequest => Extraction::Reject(Rejection::new(
-                    StatusCode::BAD_REQUEST,
-                    format!("this route needs a {} header", self.name),
-                )),
-            },
+            ));
+        };
+        // HTTP/2 and HTTP/3 do not strip the whitespace around a field
+        // value as HTTP/1's parser does: the key is the value without it.
+        let key = value.trim_matches([' ', '\t']);
+        if key.is_empty() {
+            return self.missing();
         }
+        if key.len() > self.max_len {
+            let status = match self.too_long {
+                LongKey::HeaderFieldsTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                LongKey::BadRequest => StatusCode::BAD_REQUEST,
+            };
+            return Extraction::Reject(Rejection::new(
+                status,
+                format!(
+                    "the {} header is longer than {} bytes",
+                    self.name, self.max_len
+                ),
+            ));
+        }
+        Extraction::Key(key.to_owned())
+    }
+}
+
+impl HeaderKey {
+    /// The outcome for a request without a key.
+    fn missing(&self) -> Extraction<String> {
+        let status = match self.missing {
+            MissingKey::Skip => return Extraction::Skip,
+            MissingKey::Unauthorized => StatusCode::UNAUTHORIZED,
+            MissingKey::BadRequest => StatusCode::BAD_REQUEST,
+        };
+        Extraction::Reject(Rejection::new(
+            status,
+            format!("this route needs a {} header", self.name),
+        ))
     }
 }
 
