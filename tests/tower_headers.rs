@@ -331,3 +331,48 @@ fn retry_jitter_spreads_retries_never_before_t() {
         assert!(seen.len() > 1, "{seen:?}");
     });
 }
+
+/// Quotas beyond RFC 9651's integers (15 digits): `q` and `r` are capped
+/// at 999 999 999 999 999, stating no more than is enforced, and every
+/// field still parses.
+#[test]
+fn huge_quotas_are_capped_to_structured_field_integers() {
+    run(async {
+        const SF_MAX: i64 = 999_999_999_999_999;
+        for limit in [SF_MAX as u64, SF_MAX as u64 + 2, 1 << 60] {
+            // A bucket of `limit` tokens, refilled one a nanosecond.
+            let bucket = || {
+                TokenBucket::builder()
+                    .rate(1, Duration::from_nanos(1))
+                    .capacity(limit)
+                    .clock(ManualClock::new())
+                    .build()
+                    .unwrap()
+            };
+            let responses = [
+                send(&RateLimitLayer::new(bucket(), one_client()).layer(service_fn(ok))).await,
+                send(
+                    &RateLimitLayer::new(bucket(), one_client())
+                        .partition_key(|_: &String| b"p".to_vec())
+                        .layer(service_fn(ok)),
+                )
+                .await,
+            ];
+            for response in responses {
+                let want_q = (limit as i64).min(SF_MAX);
+                let want_r = ((limit - 1) as i64).min(SF_MAX);
+                let w = limit.div_ceil(1_000_000_000) as i64;
+                assert_eq!(
+                    figures(&response, "ratelimit-policy", ["q", "w"]),
+                    vec![("default".to_owned(), [want_q, w])],
+                    "limit {limit}"
+                );
+                assert_eq!(
+                    figures(&response, "ratelimit", ["r", "t"])[0].1[0],
+                    want_r,
+                    "limit {limit}"
+                );
+            }
+        }
+    });
+}

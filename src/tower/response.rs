@@ -36,7 +36,10 @@ pub enum AdmittedHeaders {
     NearLimit(u64),
 }
 
-/// The largest integer an RFC 9651 structured field holds.
+/// The largest integer an RFC 9651 structured field holds. Every integer
+/// the headers carry is capped at it: `q` and `r` then state less than is
+/// enforced (a client is refused later than told, never sooner), and a
+/// wait this long is as good as never.
 const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
 
 pub(super) const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
@@ -161,7 +164,7 @@ fn short_limit(prefix: &[u8], r: u64, t: u64) -> Option<HeaderValue> {
     }
     buf[..prefix.len()].copy_from_slice(prefix);
     let mut len = prefix.len();
-    len += write_decimal(&mut buf[len..], r);
+    len += write_decimal(&mut buf[len..], r.min(SF_INTEGER_MAX));
     buf[len..len + 3].copy_from_slice(b";t=");
     len += 3;
     len += write_decimal(&mut buf[len..], t);
@@ -462,7 +465,7 @@ impl Respond {
 fn put_policy(line: &mut Line, name: &str, q: u64, w: Duration, pk: Option<&str>) {
     line.put(name.as_bytes())
         .put(b";q=")
-        .put(Decimal::new(q).as_bytes())
+        .put(Decimal::new(q.min(SF_INTEGER_MAX)).as_bytes())
         .put(b";w=")
         .put(Decimal::new(window_seconds(w)).as_bytes());
     if let Some(pk) = pk {
@@ -474,7 +477,7 @@ fn put_policy(line: &mut Line, name: &str, q: u64, w: Duration, pk: Option<&str>
 fn put_limit(line: &mut Line, name: &str, item: Item, pk: Option<&str>) {
     line.put(name.as_bytes())
         .put(b";r=")
-        .put(Decimal::new(item.r).as_bytes())
+        .put(Decimal::new(item.r.min(SF_INTEGER_MAX)).as_bytes())
         .put(b";t=")
         .put(Decimal::new(seconds_up(item.t)).as_bytes());
     if let Some(pk) = pk {
