@@ -24,10 +24,16 @@
 //! - **Standard answers.** A denied request gets `429 Too Many Requests`
 //!   with `Retry-After` in whole seconds rounded **up** (a 0.9 s wait is
 //!   sent as `1`, never `0`), never earlier than the `RateLimit` header's
-//!   `t`, and an `application/problem+json` body. Admitted responses carry
+//!   `t`, and an `application/problem+json` body. A check that fails gets
+//!   `503 Service Unavailable`, whose body says nothing of the cause;
+//!   operators hear it through
+//!   [`on_check_error`](RateLimitLayer::on_check_error).
+//!   [`respond_with`](RateLimitLayer::respond_with) builds all these
+//!   responses instead, with the [`Decision`](crate::Decision), the
+//!   [`CheckError`] or the [`Rejection`] in hand. Admitted responses carry
 //!   the headers always, never, or only near the limit
 //!   ([`AdmittedHeaders`]); `pk` and the legacy `X-RateLimit-*` headers are
-//!   optional. The [`Decision`] is put in the request's
+//!   optional. The [`Decision`](crate::Decision) is put in the request's
 //!   extensions for the handler.
 //! - **Headers that tell the whole truth.** `q` and `w` are those of the
 //!   quota that decided (a tier's, or one changed with `set_quota`), and
@@ -101,29 +107,27 @@ mod cidr;
 mod forwarded;
 mod ip;
 mod key;
+mod refusal;
 mod response;
+mod service;
 
 use core::fmt;
-use core::future::Future;
-use core::mem;
-use core::pin::Pin;
-use core::task::{ready, Context, Poll, Waker};
 use core::time::Duration;
 use std::sync::Arc;
 
-use ::tower::{Layer, Service};
+use ::tower::Layer;
 use http::request::Parts;
-use http::{Request, Response, StatusCode};
-use pin_project_lite::pin_project;
+use http::Response;
 
 pub use cidr::{Cidr, CidrError};
 pub use ip::{ForwardedHeader, PeerIp, TrustedProxyIp};
 pub use key::{Extraction, HeaderKey, KeyExtractor, KeyFn, LongKey, MissingKey, Rejection};
+pub use refusal::Refusal;
 pub use response::AdmittedHeaders;
-use response::{problem, Respond, Stamp};
+use response::Respond;
+pub use service::{RateLimitService, ResponseFuture};
 
 use crate::check::{AsyncCheck, CheckError};
-use crate::decision::Decision;
 use crate::error::ConfigError;
 
 type SkipFn = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
@@ -160,6 +164,7 @@ impl<C, E: KeyExtractor + fmt::Debug> fmt::Debug for Shared<C, E> {
             .field("legacy_headers", &self.respond.legacy)
             .field("retry_jitter_s", &self.respond.jitter)
             .field("skip_if", &self.skip.is_some())
+            .field("hooks", &self.respond.hooks)
             .field("partition_key", &self.partition_key.is_some())
             .finish_non_exhaustive()
     }
@@ -336,6 +341,83 @@ where
         self
     }
 
+    /// Builds the responses the layer sends itself, instead of its
+    /// default `application/problem+json` ones: the `429` when the limiter
+    /// refuses, the `503` when it cannot decide, and the extractor's
+    /// rejections (`400`, `401`, `431`, `500`). `f` gets the [`Refusal`]
+    /// (with the [`Decision`](crate::Decision), the
+    /// [`CheckError`] or the [`Rejection`] in hand) and the request's head,
+    /// and may fall back on [`Refusal::default_response`]. Its response's
+    /// body is converted into the service's body type (`From<String>`).
+    ///
+    /// Whatever `f` returns for a refusal by the limiter, the layer then
+    /// sets `RateLimit-Policy`, `RateLimit` (and the legacy headers, if on)
+    /// and `Retry-After` on it, so that they stay true.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use http::{Response, StatusCode};
+    /// use tollgate::tower::{HeaderKey, RateLimitLayer, Refusal};
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder().rate(10, Duration::from_secs(1)).build()?;
+    /// let key = HeaderKey::new(http::HeaderName::from_static("x-api-key"));
+    /// let layer = RateLimitLayer::new(limiter, key).respond_with(|refusal, request| {
+    ///     match refusal {
+    ///         Refusal::Limited { retry_after, .. } => {
+    ///             let mut response = Response::new(format!("slow down: {} s", retry_after.as_secs()));
+    ///             *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    ///             response
+    ///         }
+    ///         other => other.default_response(request),
+    ///     }
+    /// });
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn respond_with(
+        mut self,
+        f: impl Fn(&Refusal<'_>, &Parts) -> Response<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.respond().hooks.respond_with = Some(Arc::new(f));
+        self
+    }
+
+    /// Calls `f` with every [`CheckError`] (a store out of reach, a reply
+    /// it could not read) and the head of the request it failed, before
+    /// the layer answers `503`: the operator's view of the cause, which
+    /// the response itself never shows the client (it may quote a
+    /// store's reply, the limiter's key names, the client's own key).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::tower::{PeerIp, RateLimitLayer};
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .key_type::<std::net::IpAddr>()
+    ///     .build()?;
+    /// let layer = RateLimitLayer::new(limiter, PeerIp::new()).on_check_error(|error, request| {
+    ///     eprintln!("rate limit check for {} failed: {error}", request.uri.path());
+    /// });
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn on_check_error(
+        mut self,
+        f: impl Fn(&CheckError, &Parts) + Send + Sync + 'static,
+    ) -> Self {
+        self.respond().hooks.on_check_error = Some(Arc::new(f));
+        self
+    }
+
     /// The limiter every service of this layer checks.
     #[must_use]
     pub fn limiter(&self) -> &C {
@@ -399,263 +481,6 @@ impl<S, C, E: KeyExtractor> Layer<S> for RateLimitLayer<C, E> {
     type Service = RateLimitService<S, C, E>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimitService {
-            inner,
-            shared: Arc::clone(&self.shared),
-        }
-    }
-}
-
-/// The service [`RateLimitLayer`] wraps around an inner service. Clones
-/// share the layer's limiter.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use http::{Request, Response};
-/// use tollgate::tower::{KeyFn, Extraction, RateLimitLayer};
-/// use tollgate::SlidingWindowCounter;
-/// use tower::{service_fn, Layer};
-///
-/// let limiter = SlidingWindowCounter::builder().limit(5).window(Duration::from_secs(1)).build()?;
-/// let everyone = KeyFn::new(|_: &http::request::Parts| Extraction::Key(String::from("all")));
-/// let service = RateLimitLayer::new(limiter, everyone).layer(service_fn(|_: Request<String>| async {
-///     Ok::<_, std::convert::Infallible>(Response::new(String::new()))
-/// }));
-/// let _clone = service.clone(); // the same five requests per second
-/// # Ok::<(), tollgate::ConfigError>(())
-/// ```
-pub struct RateLimitService<S, C, E: KeyExtractor> {
-    inner: S,
-    shared: Arc<Shared<C, E>>,
-}
-
-impl<S: Clone, C, E: KeyExtractor> Clone for RateLimitService<S, C, E> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            shared: Arc::clone(&self.shared),
-        }
-    }
-}
-
-impl<S: fmt::Debug, C, E: KeyExtractor + fmt::Debug> fmt::Debug for RateLimitService<S, C, E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimitService")
-            .field("inner", &self.inner)
-            .field("limit", &self.shared)
-            .finish()
-    }
-}
-
-impl<S, C, E, B, R> Service<Request<B>> for RateLimitService<S, C, E>
-where
-    S: Service<Request<B>, Response = Response<R>> + Clone,
-    C: AsyncCheck<E::Key>,
-    E: KeyExtractor,
-    R: From<String>,
-{
-    type Response = Response<R>;
-    type Error = S::Error;
-    type Future = ResponseFuture<S, B>;
-
-    #[inline]
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request<B>) -> Self::Future {
-        let (parts, body) = request.into_parts();
-        let shared = &*self.shared;
-        if shared.skip.as_ref().is_some_and(|skip| skip(&parts)) {
-            return ResponseFuture::calling(
-                self.inner.call(Request::from_parts(parts, body)),
-                None,
-            );
-        }
-        let key = match shared.extractor.extract(&parts) {
-            Extraction::Key(key) => key,
-            Extraction::Skip => {
-                return ResponseFuture::calling(
-                    self.inner.call(Request::from_parts(parts, body)),
-                    None,
-                )
-            }
-            Extraction::Reject(rejection) => {
-                return ResponseFuture::ready(problem(rejection.status(), rejection.detail()))
-            }
-        };
-        let pk = shared
-            .partition_key
-            .as_ref()
-            .map(|f| response::sf_bytes(&f(&key)));
-        let mut check = shared.limiter.check(&key, 1);
-        // An in-process limiter's decision is ready at once: act on it now.
-        // The no-op waker is never woken; a pending check is polled again,
-        // with the task's waker, by the response future.
-        let mut noop = Context::from_waker(Waker::noop());
-        match Pin::new(&mut check).poll(&mut noop) {
-            Poll::Ready(result) => {
-                decided(&mut self.inner, result, parts, body, &shared.respond, pk)
-            }
-            Poll::Pending => {
-                // The readied inner service goes with the request; this
-                // service keeps a clone, which it readies on its next call.
-                let clone = self.inner.clone();
-                let readied = mem::replace(&mut self.inner, clone);
-                ResponseFuture {
-                    state: State::Checking {
-                        waiting: Some(Box::new(Waiting {
-                            check: Box::new(check),
-                            inner: readied,
-                            parts,
-                            body,
-                            respond: Arc::clone(&shared.respond),
-                            pk,
-                        })),
-                    },
-                }
-            }
-        }
-    }
-}
-
-type CheckFuture = Box<dyn Future<Output = Result<Decision, CheckError>> + Send + Unpin>;
-
-/// A request whose check is still pending, with the inner service readied
-/// for it.
-struct Waiting<S, B> {
-    check: CheckFuture,
-    inner: S,
-    parts: Parts,
-    body: B,
-    respond: Arc<Respond>,
-    pk: Option<String>,
-}
-
-/// Acts on a decision: refuse, or stamp the request and call `inner`.
-fn decided<S, B, R>(
-    inner: &mut S,
-    result: Result<Decision, CheckError>,
-    mut parts: Parts,
-    body: B,
-    respond: &Respond,
-    pk: Option<String>,
-) -> ResponseFuture<S, B>
-where
-    S: Service<Request<B>, Response = Response<R>>,
-    R: From<String>,
-{
-    let decision = match result {
-        Ok(decision) => decision,
-        Err(err) => {
-            return ResponseFuture::ready(problem(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &err.to_string(),
-            ))
-        }
-    };
-    if decision.is_denied() {
-        return ResponseFuture::ready(respond.too_many(&decision, pk.as_deref()));
-    }
-    let stamp = respond
-        .stamps_admitted(&decision)
-        .then(|| respond.stamp(&decision, pk.as_deref()));
-    parts.extensions.insert(decision);
-    ResponseFuture::calling(inner.call(Request::from_parts(parts, body)), stamp)
-}
-
-pin_project! {
-    /// The response future of a [`RateLimitService`]: the inner service's
-    /// response with the rate-limit headers added, or the layer's own
-    /// `429` or rejection.
-    pub struct ResponseFuture<S, B>
-    where
-        S: Service<Request<B>>,
-    {
-        #[pin]
-        state: State<S, B>,
-    }
-}
-
-pin_project! {
-    #[project = StateProj]
-    enum State<S, B>
-    where
-        S: Service<Request<B>>,
-    {
-        Checking { waiting: Option<Box<Waiting<S, B>>> },
-        Calling { #[pin] future: S::Future, stamp: Option<Stamp> },
-        Ready { response: Option<S::Response> },
-    }
-}
-
-impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
-    fn calling(future: S::Future, stamp: Option<Stamp>) -> Self {
-        Self {
-            state: State::Calling { future, stamp },
-        }
-    }
-
-    fn ready(response: S::Response) -> Self {
-        Self {
-            state: State::Ready {
-                response: Some(response),
-            },
-        }
-    }
-}
-
-impl<S: Service<Request<B>>, B> fmt::Debug for ResponseFuture<S, B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match self.state {
-            State::Checking { .. } => "checking",
-            State::Calling { .. } => "calling",
-            State::Ready { .. } => "ready",
-        };
-        f.debug_struct("ResponseFuture")
-            .field("state", &state)
-            .finish()
-    }
-}
-
-impl<S, B, R> Future for ResponseFuture<S, B>
-where
-    S: Service<Request<B>, Response = Response<R>>,
-    R: From<String>,
-{
-    type Output = Result<Response<R>, S::Error>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut state = self.project().state;
-        loop {
-            match state.as_mut().project() {
-                StateProj::Checking { waiting } => {
-                    let pending = waiting.as_mut().expect("polled after completion");
-                    let result = ready!(Pin::new(&mut pending.check).poll(cx));
-                    let Waiting {
-                        mut inner,
-                        parts,
-                        body,
-                        respond,
-                        pk,
-                        ..
-                    } = *waiting.take().expect("checked above");
-                    let next = decided(&mut inner, result, parts, body, &respond, pk);
-                    state.set(next.state);
-                }
-                StateProj::Calling { future, stamp } => {
-                    let mut response = ready!(future.poll(cx))?;
-                    if let Some(stamp) = stamp.take() {
-                        stamp.apply(response.headers_mut());
-                    }
-                    return Poll::Ready(Ok(response));
-                }
-                StateProj::Ready { response } => {
-                    return Poll::Ready(Ok(response.take().expect("polled after completion")))
-                }
-            }
-        }
+        RateLimitService::new(inner, Arc::clone(&self.shared))
     }
 }

@@ -1,16 +1,40 @@
-//! The responses and headers the layer writes: draft-ietf-httpapi-ratelimit-
-//! headers-11's `RateLimit-Policy` and `RateLimit` (RFC 9651 structured
-//! fields), `Retry-After`, and RFC 9457 problem bodies.
+//! The headers the layer writes: draft-ietf-httpapi-ratelimit-headers-11's
+//! `RateLimit-Policy` and `RateLimit` (RFC 9651 structured fields) and
+//! `Retry-After`; and what the layer answers when it refuses a request.
 
-use core::fmt::Write as _;
+use core::fmt;
 use core::time::Duration;
+use std::sync::Arc;
 
-use http::header::{Entry, CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use http::header::{Entry, RETRY_AFTER};
+use http::request::Parts;
+use http::{HeaderMap, HeaderName, HeaderValue, Response};
 
-use crate::check::Quota;
+use super::refusal::Refusal;
+use crate::check::{CheckError, Quota};
 use crate::decision::Decision;
 use crate::error::ConfigError;
+
+/// Builds the layer's own responses: [`RateLimitLayer::respond_with`](super::RateLimitLayer::respond_with).
+pub(super) type RespondFn = Arc<dyn Fn(&Refusal<'_>, &Parts) -> Response<String> + Send + Sync>;
+/// Hears of failed checks: [`RateLimitLayer::on_check_error`](super::RateLimitLayer::on_check_error).
+pub(super) type ErrorFn = Arc<dyn Fn(&CheckError, &Parts) + Send + Sync>;
+
+/// The user's hooks into the layer's refusals.
+#[derive(Clone, Default)]
+pub(super) struct Hooks {
+    pub(super) respond_with: Option<RespondFn>,
+    pub(super) on_check_error: Option<ErrorFn>,
+}
+
+impl fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hooks")
+            .field("respond_with", &self.respond_with.is_some())
+            .field("on_check_error", &self.on_check_error.is_some())
+            .finish()
+    }
+}
 
 /// When admitted responses carry the `RateLimit` and `RateLimit-Policy`
 /// headers. A `429` always carries them.
@@ -40,14 +64,13 @@ pub enum AdmittedHeaders {
 /// the headers carry is capped at it: `q` and `r` then state less than is
 /// enforced (a client is refused later than told, never sooner), and a
 /// wait this long is as good as never.
-const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
+pub(super) const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
 
 pub(super) const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 pub(super) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 const X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 const X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 const X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
-const PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
 
 /// `d` in whole seconds, rounded up, at most [`SF_INTEGER_MAX`]: a client
 /// that waits this long has waited at least `d`.
@@ -60,7 +83,7 @@ pub(super) fn seconds_up(d: Duration) -> u64 {
 /// rounded **up** (at least 1), so that `q` per `w` never states a quota
 /// larger than the one enforced: a window of 1.4 s is advertised as
 /// `w=2`, one of 300 ms as `w=1`.
-fn window_seconds(window: Duration) -> u64 {
+pub(super) fn window_seconds(window: Duration) -> u64 {
     seconds_up(window).max(1)
 }
 
@@ -247,6 +270,7 @@ pub(super) struct Respond {
     /// `RateLimit-Policy` for `quota` without a partition key, rendered
     /// once: most responses send it, and a clone costs no allocation.
     policy: HeaderValue,
+    pub(super) hooks: Hooks,
 }
 
 /// The headers for one decision, made before the inner service runs and
@@ -317,6 +341,7 @@ impl Respond {
             legacy: false,
             jitter: 0,
             policy: HeaderValue::from_static(""),
+            hooks: Hooks::default(),
         };
         respond.set_name("\"default\"".to_owned());
         respond
@@ -426,8 +451,9 @@ impl Respond {
         }
     }
 
-    /// The `429 Too Many Requests` for a denied decision.
-    pub(super) fn too_many<R: From<String>>(&self, d: &Decision, pk: Option<&str>) -> Response<R> {
+    /// The `Retry-After` of a refusal with decision `d`, in whole
+    /// seconds.
+    pub(super) fn retry_after(&self, d: &Decision) -> u64 {
         // Rounded up, and never before the quota grows (`t`): a client that
         // waits `Retry-After` seconds is not refused again for the same
         // reason. At least 1 on a 429.
@@ -437,26 +463,41 @@ impl Respond {
         // Spread over the next `jitter` seconds, so that clients refused
         // together (at the end of a fixed window, say) do not all return
         // at once; only ever later than the quota grows.
-        let retry = match self.jitter {
+        match self.jitter {
             0 => retry,
             jitter => retry
                 .saturating_add(random_below(jitter + 1))
                 .min(SF_INTEGER_MAX),
+        }
+    }
+
+    /// The response to `request` for `refusal`: the user's, or the
+    /// default; with the rate-limit headers and `Retry-After` if the
+    /// limiter refused, and `pk` the partition key.
+    pub(super) fn refuse<R: From<String>>(
+        &self,
+        refusal: Refusal<'_>,
+        request: &Parts,
+        pk: Option<&str>,
+    ) -> Response<R> {
+        if let (Refusal::Unavailable { error }, Some(hear)) = (refusal, &self.hooks.on_check_error)
+        {
+            hear(error, request);
+        }
+        let response = match &self.hooks.respond_with {
+            Some(respond) => respond(&refusal, request),
+            None => refusal.default_response(request),
         };
-        let detail = if retry == SF_INTEGER_MAX {
-            "The rate limit is exhausted for longer than the server can say.".to_owned()
-        } else {
-            // The quota that refused: the client's own, as the headers say.
-            format!(
-                "The rate limit of {} requests per {} s is exhausted; retry in {retry} s.",
-                d.limit(),
-                window_seconds(d.window())
-            )
-        };
-        let mut response = problem(StatusCode::TOO_MANY_REQUESTS, &detail);
-        let headers = response.headers_mut();
-        self.stamp(d, pk).apply(headers);
-        headers.insert(RETRY_AFTER, HeaderValue::from(retry));
+        let mut response = response.map(R::from);
+        if let Refusal::Limited {
+            decision,
+            retry_after,
+        } = refusal
+        {
+            let headers = response.headers_mut();
+            self.stamp(decision, pk).apply(headers);
+            headers.insert(RETRY_AFTER, HeaderValue::from(retry_after.as_secs()));
+        }
         response
     }
 }
@@ -503,45 +544,6 @@ fn random_below(n: u64) -> u64 {
         state.set(x);
         x % n
     })
-}
-
-/// An RFC 9457 `application/problem+json` response.
-pub(super) fn problem<R: From<String>>(status: StatusCode, detail: &str) -> Response<R> {
-    let mut body = String::with_capacity(96 + detail.len());
-    body.push_str("{\"type\":\"about:blank\",\"title\":");
-    json_string(&mut body, status.canonical_reason().unwrap_or("Error"));
-    let _ = write!(body, ",\"status\":{},\"detail\":", status.as_u16());
-    json_string(&mut body, detail);
-    body.push('}');
-    let mut response = Response::new(R::from(body));
-    *response.status_mut() = status;
-    response.headers_mut().insert(CONTENT_TYPE, PROBLEM_JSON);
-    response
-}
-
-/// Appends `s` as a JSON string.
-fn json_string(out: &mut String, s: &str) {
-    let plain = |b: u8| b >= 0x20 && b != b'"' && b != b'\\';
-    if s.bytes().all(plain) {
-        // Nearly every string the layer writes: copied whole.
-        out.reserve(s.len() + 2);
-        out.push('"');
-        out.push_str(s);
-        out.push('"');
-        return;
-    }
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 #[cfg(test)]
@@ -603,17 +605,5 @@ mod tests {
         assert_eq!(sf_bytes(b"foo"), ":Zm9v:");
         assert_eq!(sf_bytes(b"foobar"), ":Zm9vYmFy:");
         assert_eq!(sf_bytes(&[0xff, 0xfe]), "://4=:");
-    }
-
-    #[test]
-    fn problem_bodies_are_escaped_json() {
-        let r: Response<String> = problem(StatusCode::BAD_REQUEST, "a \"quoted\"\nline\\");
-        assert_eq!(r.status(), 400);
-        assert_eq!(r.headers()[CONTENT_TYPE], "application/problem+json");
-        assert_eq!(
-            r.body(),
-            "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\
-             \"detail\":\"a \\\"quoted\\\"\\u000aline\\\\\"}"
-        );
     }
 }
