@@ -376,3 +376,145 @@ fn huge_quotas_are_capped_to_structured_field_integers() {
         }
     });
 }
+
+/// An outer layer that admitted a request with its last unit, which an
+/// inner layer then refused: the client must wait for the outer item's
+/// `t` too, so `Retry-After` is never earlier than the `t` of any item
+/// with `r=0`. An item with units left does not hold the client back.
+#[test]
+fn retry_after_is_never_earlier_than_an_exhausted_outer_item() {
+    run(async {
+        let clock = ManualClock::new();
+        let window = |limit, secs| {
+            FixedWindow::builder()
+                .limit(limit)
+                .window(Duration::from_secs(secs))
+                .clock(clock.clone())
+                .build()
+                .unwrap()
+        };
+        let inner = RateLimitLayer::new(window(1, 60), one_client())
+            .policy_name("permin")
+            .unwrap();
+        let outer = RateLimitLayer::new(window(2, 3600), one_client())
+            .policy_name("perhr")
+            .unwrap();
+        let service = outer.layer(inner.layer(service_fn(ok)));
+        assert_eq!(send(&service).await.status(), StatusCode::OK);
+        // The outer layer admits (and charges) its last unit; the inner
+        // refuses.
+        let refused = send(&service).await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            figures(&refused, "ratelimit", ["r", "t"]),
+            vec![
+                ("permin".to_owned(), [0, 60]),
+                ("perhr".to_owned(), [0, 3600])
+            ]
+        );
+        assert_eq!(refused.headers()["retry-after"], "3600");
+        // Had the client come back after the inner item's 60 s, the outer
+        // layer would have refused it.
+        clock.advance(Duration::from_secs(60));
+        let later = send(&service).await;
+        assert_eq!(later.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(later.headers()["retry-after"], "3540");
+
+        // With units left in the outer item, the inner item's wait stands.
+        let inner = RateLimitLayer::new(window(1, 60), one_client())
+            .policy_name("permin")
+            .unwrap();
+        let outer = RateLimitLayer::new(window(100, 3600), one_client())
+            .policy_name("perhr")
+            .unwrap();
+        let service = outer.layer(inner.layer(service_fn(ok)));
+        let _ = send(&service).await;
+        let refused = send(&service).await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.headers()["retry-after"], "60");
+    });
+}
+
+/// Stacked layers left at the default name: an outer layer whose item
+/// names an inner layer has taken appends the first free suffix (`-2`,
+/// `-3`, ...) to them, so every item in the list has its own name and
+/// each `RateLimit` item matches its policy.
+#[test]
+fn stacked_layers_with_one_name_get_distinct_items() {
+    run(async {
+        let clock = ManualClock::new();
+        let window = |limit, secs| {
+            FixedWindow::builder()
+                .limit(limit)
+                .window(Duration::from_secs(secs))
+                .clock(clock.clone())
+                .build()
+                .unwrap()
+        };
+        let pair = || {
+            FixedWindow::builder()
+                .limit(3)
+                .window(Duration::from_secs(1))
+                .and(
+                    FixedWindow::builder()
+                        .limit(5)
+                        .window(Duration::from_secs(60)),
+                )
+                .clock(clock.clone())
+                .build()
+                .unwrap()
+        };
+        let three = RateLimitLayer::new(window(10, 60), one_client())
+            .layer(RateLimitLayer::new(window(20, 3600), one_client()).layer(
+                RateLimitLayer::new(window(30, 86_400), one_client()).layer(service_fn(ok)),
+            ));
+        let response = send(&three).await;
+        assert_eq!(
+            figures(&response, "ratelimit-policy", ["q", "w"]),
+            vec![
+                ("default".to_owned(), [30, 86_400]),
+                ("default-2".to_owned(), [20, 3600]),
+                ("default-3".to_owned(), [10, 60]),
+            ]
+        );
+        assert_eq!(
+            figures(&response, "ratelimit", ["r", "t"]),
+            vec![
+                ("default".to_owned(), [29, 86_400]),
+                ("default-2".to_owned(), [19, 3600]),
+                ("default-3".to_owned(), [9, 60]),
+            ]
+        );
+        // A pair inside a single limit of the same name: "default-1" and
+        // "default-2" are taken, and "default" is free.
+        let mixed = RateLimitLayer::new(window(10, 60), one_client())
+            .layer(RateLimitLayer::new(pair(), one_client()).layer(service_fn(ok)));
+        let response = send(&mixed).await;
+        let names: Vec<String> = figures(&response, "ratelimit-policy", ["q", "w"])
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(names, ["default-1", "default-2", "default"]);
+        // The other way round: no name is taken twice either.
+        let mixed = RateLimitLayer::new(pair(), one_client())
+            .layer(RateLimitLayer::new(window(10, 60), one_client()).layer(service_fn(ok)));
+        let response = send(&mixed).await;
+        let limits = figures(&response, "ratelimit", ["r", "t"]);
+        let names: Vec<&str> = limits.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["default", "default-1", "default-2"]);
+        // A pair outside a pair: the outer pair's items become
+        // "default-1-2" and "default-2-2".
+        let pairs = RateLimitLayer::new(pair(), one_client())
+            .layer(RateLimitLayer::new(pair(), one_client()).layer(service_fn(ok)));
+        let response = send(&pairs).await;
+        let policies = figures(&response, "ratelimit-policy", ["q", "w"]);
+        let names: Vec<&str> = policies.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["default-1", "default-2", "default-1-2", "default-2-2"]
+        );
+        let limits = figures(&response, "ratelimit", ["r", "t"]);
+        let limit_names: Vec<&str> = limits.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(limit_names, names);
+    });
+}

@@ -24,7 +24,8 @@
 //! - **Standard answers.** A denied request gets `429 Too Many Requests`
 //!   with `Retry-After` in whole seconds rounded **up** (a 0.9 s wait is
 //!   sent as `1`, never `0`), never earlier than the `RateLimit` header's
-//!   `t`, and an `application/problem+json` body. A check that fails gets
+//!   `t` (of any item with `r=0`), and an `application/problem+json`
+//!   body. A check that fails gets
 //!   `503 Service Unavailable`, whose body says nothing of the cause;
 //!   operators hear it through
 //!   [`on_check_error`](RateLimitLayer::on_check_error).
@@ -41,11 +42,23 @@
 //!   more than is enforced: a window of 1.4 s is `w=2`, and any window
 //!   under a second is `w=1`. A client held to two limits
 //!   ([`Both`](crate::Both)) sees two items, `"<name>-1"` and
-//!   `"<name>-2"`, each with its own `q`, `w`, `r` and `t`. Layers stacked
-//!   on one route append their items to one list, the inner layer's
-//!   first, so a refusal keeps the refusing policy's item (with `r=0`)
-//!   beside the others. [`retry_jitter`](RateLimitLayer::retry_jitter)
-//!   spreads the retries of clients refused together.
+//!   `"<name>-2"`, each with its own `q`, `w`, `r` and `t`.
+//!   [`retry_jitter`](RateLimitLayer::retry_jitter) spreads the retries of
+//!   clients refused together.
+//! - **Stacked layers** (say, a per-minute layer inside a per-hour one)
+//!   append their items to one list, the inner layer's first, so a
+//!   refusal keeps the refusing policy's item (with `r=0`) beside the
+//!   others. Items never share a name: where an inner layer has taken an
+//!   outer layer's item name (both left at `"default"`, say), the outer
+//!   layer appends the first free suffix to its own (`"default-2"`). Each
+//!   layer charges in order, outermost first: a request the outer layer
+//!   admits has spent a unit of its quota even if an inner layer then
+//!   refuses it (the headers say so, with the outer item's `r` one
+//!   lower), so put the tighter limit outermost where that matters.
+//!   `Retry-After` is never earlier than the `t` of any item with `r=0`:
+//!   an outer layer that admitted a request with its last unit puts an
+//!   inner layer's earlier `Retry-After` back to its own `t`, since the
+//!   client would be refused again before then.
 //! - **CORS preflights** are limited like any request unless exempted
 //!   with [`skip_if`](RateLimitLayer::skip_if)`(`[`is_preflight`]`)`.
 //!

@@ -282,16 +282,33 @@ pub(super) struct Stamp {
     /// Boxed: most layers send none, and the stamp waits in every
     /// response future.
     legacy: Option<Box<[HeaderValue; 3]>>,
+    /// With no request left (`r=0`), the seconds until there is one (`t`):
+    /// no `Retry-After` on the response may be earlier. 0 otherwise.
+    hold: u64,
 }
 
 impl Stamp {
     /// Sets the headers on a response. Where an inner layer has set them
     /// already, this layer's list members join its own (one list, inner
-    /// layer's first), and the legacy headers keep whichever layer has
-    /// fewer requests remaining.
+    /// layer's first, this layer's items renamed if an inner item has
+    /// their name), the legacy headers keep whichever layer has fewer
+    /// requests remaining, and a `Retry-After` earlier than this layer's
+    /// `t` with `r=0` is put back to it.
     pub(super) fn apply(self, headers: &mut HeaderMap) {
-        join(headers, RATELIMIT_POLICY, self.policy);
-        join(headers, RATELIMIT, self.limit);
+        let (policy, limit) = match free_suffix(headers, &self.policy) {
+            None => (self.policy, self.limit),
+            Some(n) => (with_suffix(&self.policy, n), with_suffix(&self.limit, n)),
+        };
+        join(headers, RATELIMIT_POLICY, policy);
+        join(headers, RATELIMIT, limit);
+        if self.hold > 0 {
+            let theirs = headers
+                .get(RETRY_AFTER)
+                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+            if theirs.is_some_and(|theirs| theirs < self.hold) {
+                headers.insert(RETRY_AFTER, HeaderValue::from(self.hold));
+            }
+        }
         if let Some(legacy) = self.legacy {
             let [limit, remaining, reset] = *legacy;
             let fewer = headers
@@ -307,6 +324,115 @@ impl Stamp {
             }
         }
     }
+}
+
+/// The leading String of each member of an RFC 9651 List (the items'
+/// names, quotes included), read leniently: a member that does not start
+/// with a String has none.
+fn names(list: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = list;
+    core::iter::from_fn(move || loop {
+        let member = rest.trim_ascii_start();
+        if member.is_empty() {
+            return None;
+        }
+        // The member's leading String, if it has one.
+        let mut name = None;
+        if member[0] == b'"' {
+            let mut i = 1;
+            while i < member.len() {
+                match member[i] {
+                    b'\\' => i += 1,
+                    b'"' => {
+                        name = Some(&member[..=i]);
+                        break;
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+        }
+        // On to the next comma outside a String.
+        let mut quoted = false;
+        let mut end = member.len();
+        let mut j = name.map_or(0, <[u8]>::len);
+        while j < member.len() {
+            match member[j] {
+                b'\\' if quoted => j += 1,
+                b'"' => quoted = !quoted,
+                b',' if !quoted => {
+                    end = j;
+                    break;
+                }
+                _ => {}
+            }
+            j += 1;
+        }
+        rest = member.get(end + 1..).unwrap_or(&[]);
+        if name.is_some() {
+            return name;
+        }
+    })
+}
+
+/// `None` if none of `ours`'s item names is among the names of the
+/// `RateLimit-Policy` and `RateLimit` items already in `headers`;
+/// otherwise the first `n` from 2 on for which none of the names with
+/// `-n` appended is.
+fn free_suffix(headers: &HeaderMap, ours: &HeaderValue) -> Option<u64> {
+    let taken: Vec<&[u8]> = headers
+        .get_all(RATELIMIT_POLICY)
+        .iter()
+        .chain(headers.get_all(RATELIMIT).iter())
+        .flat_map(|line| names(line.as_bytes()))
+        .collect();
+    if taken.is_empty() {
+        return None;
+    }
+    let clash = |n: Option<u64>| {
+        names(ours.as_bytes()).any(|name| {
+            let mut renamed = Line::new();
+            put_name(&mut renamed, name, n);
+            taken.contains(&renamed.bytes())
+        })
+    };
+    if !clash(None) {
+        return None;
+    }
+    // Each taken name rules out at most one `n`.
+    (2..).map(Some).find(|&n| !clash(n)).flatten()
+}
+
+/// `name` (an RFC 9651 String, quotes included) with `-n` appended inside
+/// its quotes, if `n` is given.
+fn put_name(line: &mut Line, name: &[u8], n: Option<u64>) {
+    match n {
+        None => {
+            line.put(name);
+        }
+        Some(n) => {
+            line.put(&name[..name.len() - 1])
+                .put(b"-")
+                .put(Decimal::new(n).as_bytes())
+                .put(b"\"");
+        }
+    }
+}
+
+/// This layer's `value`, each item's name with `-n` appended.
+fn with_suffix(value: &HeaderValue, n: u64) -> HeaderValue {
+    let bytes = value.as_bytes();
+    let mut line = Line::new();
+    let mut at = 0;
+    for name in names(bytes) {
+        // `name` is a slice of `bytes`: copy up to it, then it renamed.
+        let start = name.as_ptr() as usize - bytes.as_ptr() as usize;
+        line.put(&bytes[at..start]);
+        put_name(&mut line, name, Some(n));
+        at = start + name.len();
+    }
+    line.put(&bytes[at..]);
+    line.value()
 }
 
 /// Adds `value`'s list members to header `name`.
@@ -379,6 +505,11 @@ impl Respond {
                 HeaderValue::from(seconds_up(d.replenish_after())),
             ])
         });
+        let hold = if d.remaining() == 0 {
+            seconds_up(d.replenish_after())
+        } else {
+            0
+        };
         // The common case: one limit, the layer's own quota, no partition
         // key. The policy is the one rendered when the layer was made.
         if pk.is_none()
@@ -392,6 +523,7 @@ impl Respond {
                     policy: self.policy.clone(),
                     limit,
                     legacy,
+                    hold,
                 };
             }
         }
@@ -439,6 +571,7 @@ impl Respond {
             policy,
             limit: limit.value(),
             legacy,
+            hold,
         }
     }
 
@@ -591,6 +724,31 @@ mod tests {
         assert_eq!(respond.name(), "\"api\"");
         assert_eq!(respond.policy, "\"api\";q=10;w=60");
         assert_eq!(respond.pair_names, ["\"api-1\"", "\"api-2\""]);
+    }
+
+    #[test]
+    fn list_members_are_named_and_renamed() {
+        let list = br#" "a";q=1, "b\"c";w="x,y" , token;q=2,, "d,e" "#;
+        let found: Vec<&[u8]> = names(list).collect();
+        assert_eq!(found, [&b"\"a\""[..], b"\"b\\\"c\"", b"\"d,e\""]);
+        assert_eq!(names(b"").count(), 0);
+        assert_eq!(names(b"\"open").count(), 0);
+        let ours = HeaderValue::from_static("\"p-1\";q=3;w=1, \"p-2\";q=5;w=60");
+        assert_eq!(
+            with_suffix(&ours, 2),
+            "\"p-1-2\";q=3;w=1, \"p-2-2\";q=5;w=60"
+        );
+        let mut headers = HeaderMap::new();
+        assert_eq!(free_suffix(&headers, &ours), None);
+        headers.insert(
+            RATELIMIT_POLICY,
+            HeaderValue::from_static("\"p-2\";q=1;w=1"),
+        );
+        headers.insert(RATELIMIT, HeaderValue::from_static("\"p-1-2\";r=0;t=1"));
+        assert_eq!(free_suffix(&headers, &ours), Some(3));
+        headers.insert(RATELIMIT_POLICY, HeaderValue::from_static("\"q\";q=1;w=1"));
+        headers.insert(RATELIMIT, HeaderValue::from_static("\"q\";r=0;t=1"));
+        assert_eq!(free_suffix(&headers, &ours), None);
     }
 
     #[test]
