@@ -518,3 +518,43 @@ fn stacked_layers_with_one_name_get_distinct_items() {
         assert_eq!(limit_names, names);
     });
 }
+
+/// A limiter that admits without counting: what a Redis limiter under
+/// `FailPolicy::FailOpen` does while Redis is away (its decision reports
+/// the whole quota left).
+#[derive(Debug)]
+struct Uncounted(tollgate::Limiter<FixedWindow, String, ManualClock>);
+
+impl tollgate::AsyncCheck<String> for Uncounted {
+    type Future = std::future::Ready<Result<tollgate::Decision, tollgate::CheckError>>;
+    fn check(&self, key: &String, _: u64) -> Self::Future {
+        std::future::ready(Ok(self.0.check_n(key, 0).unwrap()))
+    }
+    fn quota(&self) -> tollgate::Quota {
+        self.0.quota()
+    }
+}
+
+/// An admission that spent nothing carries no rate-limit headers: `r=q`
+/// and `t=0` would claim a quota nobody counted.
+#[test]
+fn an_admission_that_spent_nothing_claims_nothing() {
+    run(async {
+        let limiter = FixedWindow::builder()
+            .limit(5)
+            .window(Duration::from_secs(60))
+            .clock(ManualClock::new())
+            .build()
+            .unwrap();
+        let service = RateLimitLayer::new(Uncounted(limiter), one_client())
+            .legacy_headers(true)
+            .layer(service_fn(ok));
+        for _ in 0..10 {
+            let response = send(&service).await;
+            assert_eq!(response.status(), StatusCode::OK);
+            for name in ["ratelimit", "ratelimit-policy", "x-ratelimit-remaining"] {
+                assert!(!response.headers().contains_key(name), "{name}");
+            }
+        }
+    });
+}

@@ -33,7 +33,10 @@
 //!   responses instead, with the [`Decision`](crate::Decision), the
 //!   [`CheckError`] or the [`Rejection`] in hand. Admitted responses carry
 //!   the headers always, never, or only near the limit
-//!   ([`AdmittedHeaders`]); `pk` and the legacy `X-RateLimit-*` headers are
+//!   ([`AdmittedHeaders`]), except an admission that spent nothing (a
+//!   Redis limiter under `FailPolicy::FailOpen` while Redis is away
+//!   admits without counting), which carries none: any figure would be
+//!   a guess; `pk` and the legacy `X-RateLimit-*` headers are
 //!   optional. The [`Decision`](crate::Decision) is put in the request's
 //!   extensions for the handler.
 //! - **Headers that tell the whole truth.** `q` and `w` are those of the

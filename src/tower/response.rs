@@ -37,7 +37,9 @@ impl fmt::Debug for Hooks {
 }
 
 /// When admitted responses carry the `RateLimit` and `RateLimit-Policy`
-/// headers. A `429` always carries them.
+/// headers. A `429` always carries them; an admission that spent nothing
+/// (the limiter admitted without counting, as a Redis limiter under
+/// `FailPolicy::FailOpen` does while Redis is away) never does.
 ///
 /// # Examples
 ///
@@ -576,12 +578,18 @@ impl Respond {
     }
 
     /// Whether an admitted response with decision `d` carries the headers.
+    /// An admission that spent nothing (the whole quota left after a unit
+    /// check: a limiter that admitted without counting, as a Redis limiter
+    /// under `FailPolicy::FailOpen` does while Redis is away) carries none,
+    /// since no figure about the client's quota would be true.
     pub(super) fn stamps_admitted(&self, d: &Decision) -> bool {
-        match self.admitted {
-            AdmittedHeaders::Always => true,
-            AdmittedHeaders::Never => false,
-            AdmittedHeaders::NearLimit(at_most) => d.remaining() <= at_most,
-        }
+        let counted = d.remaining() < d.limit();
+        counted
+            && match self.admitted {
+                AdmittedHeaders::Always => true,
+                AdmittedHeaders::Never => false,
+                AdmittedHeaders::NearLimit(at_most) => d.remaining() <= at_most,
+            }
     }
 
     /// The `Retry-After` of a refusal with decision `d`, in whole
