@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use http::{HeaderName, Request, Response, StatusCode};
 use tollgate::tower::{
-    AdmittedHeaders, Cidr, Extraction, ForwardedHeader, HeaderKey, KeyFn, MissingKey, PeerIp,
-    RateLimitLayer, TrustedProxyIp,
+    AdmittedHeaders, Cidr, Extraction, ForwardedHeader, GlobalKey, HeaderKey, KeyFn, MissingKey,
+    PeerIp, RateLimitLayer, TrustedProxyIp,
 };
 use tollgate::{
     AsyncCheck, CheckError, Decision, FixedWindow, Limiter, ManualClock, Quota, TokenBucket,
@@ -523,7 +523,40 @@ fn a_request_without_a_peer_address_is_a_clear_error() {
         let service = peer_ip_service(bucket(1, 60, &clock));
         let r = send(&service, Request::new(String::new())).await;
         assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
-        assert!(r.body().contains("connect info"), "{}", r.body());
+        // The message names the fix: how to serve axum with connect info,
+        // and the way to name another extension.
+        for fix in [
+            "into_make_service_with_connect_info::<SocketAddr>()",
+            "peer_from",
+        ] {
+            assert!(r.body().contains(fix), "{fix} not in {}", r.body());
+        }
+        if cfg!(not(feature = "axum")) {
+            assert!(r.body().contains("`axum` feature"), "{}", r.body());
+        }
+        // A named extension that is missing is named.
+        #[derive(Clone)]
+        struct Conn(Option<SocketAddr>);
+        let named = RateLimitLayer::new(
+            bucket(1, 60, &clock),
+            PeerIp::new().peer_from(|c: &Conn| c.0),
+        )
+        .layer(service_fn(echo));
+        let r = send(&named, Request::new(String::new())).await;
+        assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(r.body().contains("tower_layer::"), "{}", r.body());
+        assert!(r.body().contains("Conn extension"), "{}", r.body());
+        let mut unknown = Request::new(String::new());
+        unknown.extensions_mut().insert(Conn(None));
+        assert_eq!(
+            send(&named, unknown).await.status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+        let mut known = Request::new(String::new());
+        known
+            .extensions_mut()
+            .insert(Conn(Some("192.0.2.9:1".parse().unwrap())));
+        assert_eq!(send(&named, known).await.status(), StatusCode::OK);
     });
 }
 
@@ -816,5 +849,32 @@ fn a_denial_that_never_passes_is_a_429_with_the_longest_retry_after() {
         let retry: u64 = header(&denied, "retry-after").unwrap().parse().unwrap();
         assert_eq!(retry, 999_999_999_999_999, "the largest sf-integer");
         assert!(!denied.body().starts_with("r="), "the handler did not run");
+    });
+}
+
+#[test]
+fn a_global_key_is_one_budget_for_everyone() {
+    run(async {
+        let clock = ManualClock::new();
+        let everyone = TokenBucket::builder()
+            .rate(3, Duration::from_secs(60))
+            .key_type::<()>()
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let service = RateLimitLayer::new(everyone, GlobalKey).layer(service_fn(echo));
+        let mut statuses = Vec::new();
+        for peer in [
+            "192.0.2.1:1",
+            "192.0.2.2:1",
+            "[2001:db8::1]:1",
+            "192.0.2.3:1",
+        ] {
+            statuses.push(send(&service, from(peer, &[])).await.status().as_u16());
+        }
+        assert_eq!(statuses, [200, 200, 200, 429]);
+        // A request with no peer address at all is limited too.
+        let r = send(&service, Request::new(String::new())).await;
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
     });
 }

@@ -13,36 +13,107 @@ use super::forwarded::{self, Hop};
 use super::key::{Extraction, KeyExtractor, Rejection};
 use crate::error::ConfigError;
 
+/// What a [`PeerIp::peer_from`] (or [`TrustedProxyIp::peer_from`])
+/// function returns: the peer's address, as an [`IpAddr`] or a
+/// [`SocketAddr`], or, where the extension may not know it, an `Option`
+/// of either (`None` is answered as a request without an address).
+///
+/// # Examples
+///
+/// ```
+/// use std::net::SocketAddr;
+/// use tollgate::tower::PeerIp;
+///
+/// /// A server's own connection record, which may lack the address.
+/// struct Conn {
+///     remote: Option<SocketAddr>,
+/// }
+///
+/// let peer = PeerIp::new().peer_from(|c: &Conn| c.remote);
+/// # let _ = peer;
+/// ```
+pub trait PeerAddr {
+    /// The address, if known.
+    fn peer_ip(self) -> Option<IpAddr>;
+}
+
+impl PeerAddr for IpAddr {
+    fn peer_ip(self) -> Option<IpAddr> {
+        Some(self)
+    }
+}
+
+impl PeerAddr for SocketAddr {
+    fn peer_ip(self) -> Option<IpAddr> {
+        Some(self.ip())
+    }
+}
+
+impl<A: PeerAddr> PeerAddr for Option<A> {
+    fn peer_ip(self) -> Option<IpAddr> {
+        self.and_then(PeerAddr::peer_ip)
+    }
+}
+
 /// Reads a peer address from a request's extensions.
 type ReadPeer = Arc<dyn Fn(&Extensions) -> Option<IpAddr> + Send + Sync>;
+
+/// Where a request's peer address is read from.
+#[derive(Clone)]
+enum Read {
+    /// The extensions servers insert: axum's `ConnectInfo<SocketAddr>`
+    /// (with the `axum` feature), a `SocketAddr` or an `IpAddr`.
+    Known,
+    /// A user's function of an extension, and what to say when the request
+    /// has no address by it.
+    From(ReadPeer, Arc<str>),
+}
 
 /// Where a request's peer address is read from, and how IPv6 addresses
 /// are grouped; shared by [`PeerIp`] and [`TrustedProxyIp`].
 #[derive(Clone)]
 struct Peer {
-    read: ReadPeer,
+    read: Read,
     ipv6_prefix: u8,
 }
+
+/// What a request without an address is told, by default.
+#[cfg(feature = "axum")]
+const NO_ADDRESS: &str = "the rate limiter found no peer address: the request has no \
+    ConnectInfo<SocketAddr>, SocketAddr or IpAddr extension (under axum, serve with \
+    into_make_service_with_connect_info::<SocketAddr>(); elsewhere, insert one, or name the \
+    extension that holds the address with PeerIp::peer_from)";
+#[cfg(not(feature = "axum"))]
+const NO_ADDRESS: &str = "the rate limiter found no peer address: the request has no \
+    SocketAddr or IpAddr extension (under axum, enable tollgate's `axum` feature and serve with \
+    into_make_service_with_connect_info::<SocketAddr>(), or call \
+    .peer_from(|c: &ConnectInfo<SocketAddr>| c.0); under tonic, \
+    .peer_from(TcpConnectInfo::remote_addr); elsewhere, insert one)";
 
 impl Peer {
     fn new() -> Self {
         Self {
-            read: Arc::new(|ext: &Extensions| {
-                ext.get::<SocketAddr>()
-                    .map(SocketAddr::ip)
-                    .or_else(|| ext.get::<IpAddr>().copied())
-            }),
+            read: Read::Known,
             ipv6_prefix: 64,
         }
     }
 
-    fn from<T, F>(self, f: F) -> Self
+    fn from<T, F, A>(self, f: F) -> Self
     where
         T: Send + Sync + 'static,
-        F: Fn(&T) -> IpAddr + Send + Sync + 'static,
+        F: Fn(&T) -> A + Send + Sync + 'static,
+        A: PeerAddr,
     {
+        let missing = format!(
+            "the rate limiter found no peer address: the request has no {} extension, \
+             or it holds no address (see PeerIp::peer_from)",
+            core::any::type_name::<T>()
+        );
         Self {
-            read: Arc::new(move |ext: &Extensions| ext.get::<T>().map(&f)),
+            read: Read::From(
+                Arc::new(move |ext: &Extensions| ext.get::<T>().and_then(|t| f(t).peer_ip())),
+                missing.into(),
+            ),
             ..self
         }
     }
@@ -62,16 +133,24 @@ impl Peer {
     }
 
     /// The peer's address, canonical (an IPv4-mapped IPv6 address as IPv4).
+    #[inline]
     fn address(&self, request: &Parts) -> Result<IpAddr, Rejection> {
-        (self.read)(&request.extensions)
-            .map(|ip| ip.to_canonical())
-            .ok_or_else(|| {
-                Rejection::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "the server does not record the connection's address for its rate limiter \
-                     (serve with connect info, or insert a SocketAddr extension)",
-                )
-            })
+        let ext = &request.extensions;
+        let found = match &self.read {
+            Read::Known => known(ext),
+            Read::From(read, _) => read(ext),
+        };
+        match (found, &self.read) {
+            (Some(ip), _) => Ok(ip.to_canonical()),
+            (None, Read::Known) => Err(Rejection::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                NO_ADDRESS,
+            )),
+            (None, Read::From(_, missing)) => Err(Rejection::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                missing.to_string(),
+            )),
+        }
     }
 
     /// The key for a client address: IPv4 as is, IPv6 reduced to its prefix.
@@ -80,11 +159,28 @@ impl Peer {
     }
 }
 
+/// The address in the extensions servers insert.
+#[inline]
+fn known(ext: &Extensions) -> Option<IpAddr> {
+    #[cfg(feature = "axum")]
+    if let Some(info) = ext.get::<axum::extract::ConnectInfo<SocketAddr>>() {
+        return Some(info.0.ip());
+    }
+    ext.get::<SocketAddr>()
+        .map(SocketAddr::ip)
+        .or_else(|| ext.get::<IpAddr>().copied())
+}
+
 impl fmt::Debug for Peer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let read = match &self.read {
+            Read::Known => "known extensions",
+            Read::From(..) => "peer_from",
+        };
         f.debug_struct("Peer")
+            .field("read", &read)
             .field("ipv6_prefix", &self.ipv6_prefix)
-            .finish_non_exhaustive()
+            .finish()
     }
 }
 
@@ -96,11 +192,14 @@ impl fmt::Debug for Peer {
 /// address. The key is an [`IpAddr`], so the limiter is built with
 /// `.key_type::<IpAddr>()`.
 ///
-/// The address is read from a [`SocketAddr`] (or [`IpAddr`]) request
-/// extension; under axum, point it at `ConnectInfo` with
-/// [`peer_from`](PeerIp::peer_from). A request with no address is answered
-/// `500 Internal Server Error`, since the server is not wired to record it.
-/// This extractor ignores `X-Forwarded-For`; behind a proxy use
+/// The address is read from the request extension a server inserts: with
+/// the `axum` cargo feature, axum's `ConnectInfo<SocketAddr>` (serve with
+/// `into_make_service_with_connect_info::<SocketAddr>()`), and otherwise a
+/// [`SocketAddr`] or [`IpAddr`] extension; [`peer_from`](PeerIp::peer_from)
+/// names any other (tonic's `TcpConnectInfo`, say). A request with no
+/// address is answered `500 Internal Server Error`, since the server is
+/// not wired to record it, with a message that says how to wire it. This
+/// extractor ignores `X-Forwarded-For`; behind a proxy use
 /// [`TrustedProxyIp`].
 ///
 /// # Examples
@@ -124,8 +223,9 @@ pub struct PeerIp {
 }
 
 impl PeerIp {
-    /// Keys by the address in a [`SocketAddr`] (or [`IpAddr`]) extension,
-    /// IPv6 grouped by /64.
+    /// Keys by the address in axum's `ConnectInfo<SocketAddr>` (with the
+    /// `axum` feature) or a [`SocketAddr`] or [`IpAddr`] extension, IPv6
+    /// grouped by /64.
     #[must_use]
     pub fn new() -> Self {
         Self { peer: Peer::new() }
@@ -143,14 +243,32 @@ impl PeerIp {
         })
     }
 
-    /// Reads the peer address from the request extension of type `T`,
-    /// such as axum's `ConnectInfo<SocketAddr>`:
-    /// `.peer_from(|c: &ConnectInfo<SocketAddr>| c.0.ip())`.
+    /// Reads the peer address from the request extension of type `T`
+    /// instead, with `f`, which returns an address or an `Option` of one
+    /// ([`PeerAddr`]): tonic's `.peer_from(TcpConnectInfo::remote_addr)`,
+    /// or axum's `.peer_from(|c: &ConnectInfo<SocketAddr>| c.0)` without
+    /// the `axum` feature.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use tollgate::tower::{Extraction, KeyExtractor, PeerIp};
+    ///
+    /// #[derive(Clone)]
+    /// struct Conn(SocketAddr);
+    /// let peer = PeerIp::new().peer_from(|c: &Conn| c.0);
+    /// let mut request = http::Request::get("/").body(()).unwrap();
+    /// request.extensions_mut().insert(Conn("192.0.2.1:5000".parse().unwrap()));
+    /// let (parts, ()) = request.into_parts();
+    /// assert_eq!(peer.extract(&parts), Extraction::Key("192.0.2.1".parse().unwrap()));
+    /// ```
     #[must_use]
-    pub fn peer_from<T, F>(self, f: F) -> Self
+    pub fn peer_from<T, F, A>(self, f: F) -> Self
     where
         T: Send + Sync + 'static,
-        F: Fn(&T) -> IpAddr + Send + Sync + 'static,
+        F: Fn(&T) -> A + Send + Sync + 'static,
+        A: PeerAddr,
     {
         Self {
             peer: self.peer.from(f),
@@ -307,10 +425,11 @@ impl TrustedProxyIp {
     /// Reads the peer address from the request extension of type `T`; see
     /// [`PeerIp::peer_from`].
     #[must_use]
-    pub fn peer_from<T, F>(self, f: F) -> Self
+    pub fn peer_from<T, F, A>(self, f: F) -> Self
     where
         T: Send + Sync + 'static,
-        F: Fn(&T) -> IpAddr + Send + Sync + 'static,
+        F: Fn(&T) -> A + Send + Sync + 'static,
+        A: PeerAddr,
     {
         Self {
             peer: self.peer.from(f),

@@ -14,8 +14,8 @@ use super::{PeerIp, TrustedProxyIp};
 /// headers and extensions; the body is never read).
 ///
 /// Built-ins: [`PeerIp`] (the connection's address), [`TrustedProxyIp`]
-/// (the client behind trusted proxies), [`HeaderKey`] (an API key header)
-/// and [`KeyFn`] (a closure).
+/// (the client behind trusted proxies), [`HeaderKey`] (an API key header),
+/// [`GlobalKey`] (one budget for everyone) and [`KeyFn`] (a closure).
 ///
 /// # Examples
 ///
@@ -291,6 +291,40 @@ impl HeaderKey {
             status,
             format!("this route needs a {} header", self.name),
         ))
+    }
+}
+
+/// Keys every request alike: one budget shared by all clients, a global
+/// limit, such as a ceiling on a whole route's traffic (stack it with a
+/// per-client layer to have both). The key is `()`, so the limiter is
+/// built with `.key_type::<()>()`.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::tower::{Extraction, GlobalKey, KeyExtractor, RateLimitLayer};
+/// use tollgate::TokenBucket;
+///
+/// let everyone = TokenBucket::builder()
+///     .rate(1_000, Duration::from_secs(1))
+///     .key_type::<()>()
+///     .build()?;
+/// let layer = RateLimitLayer::new(everyone, GlobalKey);
+/// let (parts, ()) = http::Request::get("/").body(()).unwrap().into_parts();
+/// assert_eq!(GlobalKey.extract(&parts), Extraction::Key(()));
+/// # let _ = layer;
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GlobalKey;
+
+impl KeyExtractor for GlobalKey {
+    type Key = ();
+
+    #[inline]
+    fn extract(&self, _: &Parts) -> Extraction<()> {
+        Extraction::Key(())
     }
 }
 

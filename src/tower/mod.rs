@@ -13,12 +13,15 @@
 //!   connection and per route) check one budget per client. Give different
 //!   routes different limiters with axum's `route_layer`.
 //! - **Keys that cannot be spoofed.** [`PeerIp`] keys by the connection's
-//!   address, grouping IPv6 by /64 and treating IPv4-mapped IPv6 as IPv4.
-//!   [`TrustedProxyIp`] reads `X-Forwarded-For` or `Forwarded` only from
-//!   trusted proxies, and takes the rightmost address that is not a proxy,
-//!   so a client that writes its own leftmost entry changes nothing.
+//!   address, grouping IPv6 by /64 and treating IPv4-mapped IPv6 as IPv4;
+//!   with the `axum` cargo feature it reads axum's `ConnectInfo` by itself.
+//!   [`TrustedProxyIp`] reads `X-Forwarded-For`, `Forwarded` or
+//!   `X-Real-IP` only from trusted proxies, from their end, and takes the
+//!   rightmost address that is not a proxy, so whatever a client writes in
+//!   its own entries changes nothing.
 //!   [`HeaderKey`] keys by an API key, answering a request without one with
 //!   401 or 400, or letting it through, as configured: never a 500.
+//!   [`GlobalKey`] puts every request under one key: one budget for all.
 //!   [`KeyFn`] takes a closure, and [`RateLimitLayer::skip_if`] exempts
 //!   requests such as health checks.
 //! - **Standard answers.** A denied request gets `429 Too Many Requests`
@@ -136,8 +139,10 @@ use http::request::Parts;
 use http::Response;
 
 pub use cidr::{Cidr, CidrError};
-pub use ip::{ForwardedHeader, PeerIp, TrustedProxyIp};
-pub use key::{Extraction, HeaderKey, KeyExtractor, KeyFn, LongKey, MissingKey, Rejection};
+pub use ip::{ForwardedHeader, PeerAddr, PeerIp, TrustedProxyIp};
+pub use key::{
+    Extraction, GlobalKey, HeaderKey, KeyExtractor, KeyFn, LongKey, MissingKey, Rejection,
+};
 pub use refusal::Refusal;
 pub use response::AdmittedHeaders;
 use response::Respond;
@@ -203,7 +208,8 @@ impl<C, E: KeyExtractor + fmt::Debug> fmt::Debug for Shared<C, E> {
 ///
 /// ```ignore
 /// let api = RateLimitLayer::new(api_limiter, HeaderKey::new(HeaderName::from_static("x-api-key")));
-/// let login = RateLimitLayer::new(login_limiter, PeerIp::new().peer_from(|c: &ConnectInfo<SocketAddr>| c.0.ip()));
+/// // With the `axum` feature, PeerIp reads axum's ConnectInfo by itself.
+/// let login = RateLimitLayer::new(login_limiter, PeerIp::new());
 /// let app = Router::new()
 ///     .route("/api/{*rest}", get(api_handler).route_layer(api))
 ///     .route("/login", post(login_handler).route_layer(login))
