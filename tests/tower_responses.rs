@@ -129,8 +129,9 @@ fn respond_with_builds_every_refusal() {
                 Refusal::Limited {
                     decision,
                     retry_after,
+                    policy,
                 } => format!(
-                    "limited {} {} {}",
+                    "limited {policy} {} {} {}",
                     decision.limit(),
                     decision.remaining(),
                     retry_after.as_secs()
@@ -165,7 +166,7 @@ fn respond_with_builds_every_refusal() {
         assert_eq!(send(&service, keyed()).await.status(), 200);
         let limited = send(&service, keyed()).await;
         assert_eq!(limited.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(limited.body(), "limited 2 0 60");
+        assert_eq!(limited.body(), "limited default 2 0 60");
         assert_eq!(limited.headers()["retry-after"], "60");
         assert_eq!(limited.headers()["ratelimit"], "\"default\";r=0;t=60");
         assert_eq!(
@@ -217,5 +218,65 @@ fn the_default_response_is_problem_json() {
                 r.body()
             );
         }
+    });
+}
+
+/// A gRPC call refused by a client held to two limits: HTTP 200, status 8,
+/// and a `QuotaFailure` naming only the limit that ran out; the content
+/// type (gRPC-Web here) is the request's own.
+#[test]
+fn a_grpc_refusal_names_the_limit_that_ran_out() {
+    run(async {
+        let pair = FixedWindow::builder()
+            .limit(1)
+            .window(Duration::from_secs(1))
+            .and(
+                FixedWindow::builder()
+                    .limit(5)
+                    .window(Duration::from_secs(60)),
+            )
+            .key_type::<IpAddr>()
+            .clock(ManualClock::new())
+            .build()
+            .unwrap();
+        let service = RateLimitLayer::new(pair, PeerIp::new())
+            .policy_name("api")
+            .unwrap()
+            .layer(service_fn(ok));
+        let call = || {
+            let mut request = from("192.0.2.1:1");
+            request.headers_mut().insert(
+                "content-type",
+                "application/grpc-web+proto".parse().unwrap(),
+            );
+            request
+        };
+        assert_eq!(send(&service, call()).await.status(), StatusCode::OK);
+        let refused = send(&service, call()).await;
+        assert_eq!(refused.status(), StatusCode::OK);
+        assert!(refused.body().is_empty());
+        let headers = refused.headers();
+        assert_eq!(headers["content-type"], "application/grpc-web+proto");
+        assert_eq!(headers["grpc-status"], "8");
+        assert_eq!(headers["retry-after"], "1");
+        let status = tonic::Status::from_header_map(headers).unwrap();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        use tonic_types::StatusExt;
+        let failure = status.get_details_quota_failure().unwrap();
+        let ids: Vec<&str> = failure
+            .violations
+            .iter()
+            .map(|v| v.quota_id.as_str())
+            .collect();
+        assert_eq!(ids, ["api-1"]);
+        assert_eq!(failure.violations[0].description, "1 requests per 1 s");
+        assert_eq!(
+            status.get_details_retry_info().unwrap().retry_delay,
+            Some(Duration::from_secs(1))
+        );
+        // The same refusal to a plain HTTP client is a 429.
+        let plain = send(&service, from("192.0.2.1:1")).await;
+        assert_eq!(plain.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(plain.headers()["content-type"], "application/problem+json");
     });
 }

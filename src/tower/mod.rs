@@ -109,6 +109,58 @@
 //! # }
 //! ```
 //!
+//! # gRPC
+//!
+//! A gRPC client expects a gRPC status, not an HTTP `429` with a JSON
+//! body (tonic reads one as a protocol error). For a request whose
+//! `content-type` is `application/grpc` (or `application/grpc+proto`,
+//! `application/grpc-web`, ...), the layer's own answers are what a gRPC
+//! server sends: HTTP `200`, the request's content type, and the status in
+//! the headers with an empty body (a "trailers-only" response):
+//!
+//! - a refusal by the limiter is `grpc-status: 8` (`RESOURCE_EXHAUSTED`),
+//!   the problem detail as `grpc-message`, and `grpc-status-details-bin`, a
+//!   `google.rpc.Status` with a `google.rpc.RetryInfo` (the retry delay,
+//!   `Retry-After`'s whole seconds) and a `google.rpc.QuotaFailure` (one
+//!   violation per limit with nothing left: `quota_id` the policy's item
+//!   name, `quota_value` its `q`, `description` "`q` requests per `w` s"),
+//!   plus `grpc-retry-pushback-ms` for clients with a retry policy;
+//! - a failed check is `14` (`UNAVAILABLE`), saying nothing of the cause;
+//! - an extractor's rejection maps its status: `401` to `UNAUTHENTICATED`,
+//!   `400` and `431` to `INVALID_ARGUMENT`, `403` to `PERMISSION_DENIED`,
+//!   `500` to `INTERNAL`.
+//!
+//! The rate-limit fields travel as metadata: `RateLimit-Policy` and
+//! `RateLimit` (and the legacy headers, if on) are response headers, so
+//! on an admitted call they are its initial metadata
+//! (`tonic::Response::metadata`), and on a refusal they sit beside the
+//! status in the trailers-only response (`tonic::Status::metadata`), with
+//! `Retry-After`. [`respond_with`](RateLimitLayer::respond_with) replaces
+//! these like the HTTP answers ([`Refusal::default_response`] gives the
+//! default).
+//!
+//! Servers that run axum and tonic side by side put both on one router
+//! (tonic's `Routes::into_axum_router`) behind one layer, so a client's
+//! budget is one whichever way it calls; `examples/grpc.rs` does that and
+//! calls itself both ways:
+//!
+//! ```text
+//! cargo run --features axum --example grpc
+//! ```
+//!
+//! tonic's own server takes the layer too. The layer builds its answers in
+//! the inner service's body type (`From<String>`), which tonic's body is
+//! not, so convert it to axum's (or any such type) inside the layer, and
+//! name the extension tonic keeps the peer address in:
+//!
+//! ```ignore
+//! use tonic::transport::server::TcpConnectInfo;
+//! let layer = tower::ServiceBuilder::new()
+//!     .layer(RateLimitLayer::new(limiter, PeerIp::new().peer_from(TcpConnectInfo::remote_addr)))
+//!     .map_response(|r: http::Response<tonic::body::Body>| r.map(axum::body::Body::new));
+//! tonic::transport::Server::builder().layer(layer).add_service(my_service).serve(addr).await?;
+//! ```
+//!
 //! # A limiter in another process
 //!
 //! The layer asks its limiter only through
@@ -124,6 +176,7 @@
 
 mod cidr;
 mod forwarded;
+mod grpc;
 mod ip;
 mod key;
 mod refusal;
@@ -278,8 +331,7 @@ where
     /// [`ConfigError`] naming `policy_name` if `name` holds a character
     /// that is not printable ASCII, which a structured field cannot carry.
     pub fn policy_name(mut self, name: &str) -> Result<Self, ConfigError> {
-        let name = response::sf_string(name)?;
-        self.respond().set_name(name);
+        self.respond().set_name(name)?;
         Ok(self)
     }
 

@@ -9,6 +9,7 @@ use http::header::CONTENT_TYPE;
 use http::request::Parts;
 use http::{HeaderValue, Response, StatusCode};
 
+use super::grpc;
 use super::key::Rejection;
 use crate::check::CheckError;
 use crate::decision::Decision;
@@ -46,6 +47,9 @@ pub enum Refusal<'a> {
         /// least 1, never before the quota grows, with any
         /// [`retry_jitter`](RateLimitLayer::retry_jitter) added.
         retry_after: Duration,
+        /// The layer's [`policy_name`](RateLimitLayer::policy_name), as
+        /// given (`"default"` unless set).
+        policy: &'a str,
     },
     /// The limiter could not decide (a store out of reach, a cost it can
     /// never admit): `503 Service Unavailable` by default, which says
@@ -78,13 +82,17 @@ impl Refusal<'_> {
 
     /// The response the layer sends by default for this refusal of
     /// `request`: an `application/problem+json` body with the
-    /// [`status`](Refusal::status). The layer adds the rate-limit headers
-    /// and `Retry-After` to it (as to any response
+    /// [`status`](Refusal::status); or, for a gRPC call (`content-type:
+    /// application/grpc*`), HTTP `200` with the gRPC status in the headers
+    /// (see [the module docs](super#grpc)). The layer adds the rate-limit
+    /// headers and `Retry-After` to it (as to any response
     /// [`respond_with`](RateLimitLayer::respond_with) builds) when the
     /// limiter refused.
     #[must_use]
     pub fn default_response(&self, request: &Parts) -> Response<String> {
-        let _ = request;
+        if grpc::is_grpc(request) {
+            return grpc::response(self, request, &self.detail());
+        }
         problem(self.status(), &self.detail())
     }
 
@@ -95,6 +103,7 @@ impl Refusal<'_> {
             Refusal::Limited {
                 decision,
                 retry_after,
+                ..
             } => {
                 let retry = retry_after.as_secs();
                 if retry >= super::response::SF_INTEGER_MAX {

@@ -90,7 +90,7 @@ pub(super) fn window_seconds(window: Duration) -> u64 {
 }
 
 /// `name` as an RFC 9651 String: quoted, `"` and `\` escaped.
-pub(super) fn sf_string(name: &str) -> Result<String, ConfigError> {
+fn sf_string(name: &str) -> Result<String, ConfigError> {
     let mut out = String::with_capacity(name.len() + 2);
     out.push('"');
     for c in name.chars() {
@@ -115,9 +115,17 @@ pub(super) fn sf_string(name: &str) -> Result<String, ConfigError> {
 
 /// RFC 9651 Byte Sequence: `:base64:`, padded.
 pub(super) fn sf_bytes(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4 + 2);
     out.push(':');
+    base64(bytes, true, &mut out);
+    out.push(':');
+    out
+}
+
+/// Appends `bytes` in base64 (RFC 4648's standard alphabet), padded with
+/// `=` or not.
+pub(super) fn base64(bytes: &[u8], pad: bool, out: &mut String) {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     for chunk in bytes.chunks(3) {
         let b = [
             chunk[0],
@@ -128,13 +136,11 @@ pub(super) fn sf_bytes(bytes: &[u8]) -> String {
         for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
             if i <= chunk.len() {
                 out.push(char::from(ALPHABET[(n >> shift) as usize & 63]));
-            } else {
+            } else if pad {
                 out.push('=');
             }
         }
     }
-    out.push(':');
-    out
 }
 
 /// `n` in decimal, on the stack.
@@ -257,8 +263,10 @@ struct Item {
 /// shared by its services and their futures.
 #[derive(Debug, Clone)]
 pub(super) struct Respond {
-    /// The policy's name as an RFC 9651 String, and the names of the two
-    /// items of a client held to two limits (`"name-1"`, `"name-2"`).
+    /// The policy's name as given, as an RFC 9651 String, and the names
+    /// of the two items of a client held to two limits (`"name-1"`,
+    /// `"name-2"`).
+    plain: String,
     name: String,
     pair_names: [String; 2],
     /// `name;r=`, the start of every one-limit `RateLimit` value.
@@ -461,6 +469,7 @@ impl Respond {
     /// admitted response, no legacy headers.
     pub(super) fn new(quota: Quota) -> Self {
         let mut respond = Self {
+            plain: String::new(),
             name: String::new(),
             pair_names: [String::new(), String::new()],
             limit_prefix: Box::default(),
@@ -471,7 +480,7 @@ impl Respond {
             policy: HeaderValue::from_static(""),
             hooks: Hooks::default(),
         };
-        respond.set_name("\"default\"".to_owned());
+        respond.set_name("default").expect("a valid name");
         respond
     }
 
@@ -480,8 +489,20 @@ impl Respond {
         &self.name
     }
 
-    /// Sets the name, an RFC 9651 String (from [`sf_string`]).
-    pub(super) fn set_name(&mut self, name: String) {
+    /// The policy's name as given.
+    pub(super) fn plain_name(&self) -> &str {
+        &self.plain
+    }
+
+    /// Sets the policy's name.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] if a structured field cannot carry it
+    /// ([`sf_string`]).
+    pub(super) fn set_name(&mut self, plain: &str) -> Result<(), ConfigError> {
+        let name = sf_string(plain)?;
+        self.plain = plain.to_owned();
         let bare = &name[..name.len() - 1];
         self.pair_names = [format!("{bare}-1\""), format!("{bare}-2\"")];
         let mut policy = Line::new();
@@ -495,6 +516,7 @@ impl Respond {
         self.policy = policy.value();
         self.limit_prefix = [name.as_bytes(), b";r="].concat().into_boxed_slice();
         self.name = name;
+        Ok(())
     }
 
     /// The headers for decision `d`, with the partition key `pk` (an RFC
@@ -633,6 +655,7 @@ impl Respond {
         if let Refusal::Limited {
             decision,
             retry_after,
+            ..
         } = refusal
         {
             let headers = response.headers_mut();
@@ -728,7 +751,7 @@ mod tests {
         assert_eq!(line.value().len(), 507);
         let mut respond = Respond::new(Quota::new(10, Duration::from_secs(60)));
         assert_eq!(respond.policy, "\"default\";q=10;w=60");
-        respond.set_name(sf_string("api").unwrap());
+        respond.set_name("api").unwrap();
         assert_eq!(respond.name(), "\"api\"");
         assert_eq!(respond.policy, "\"api\";q=10;w=60");
         assert_eq!(respond.pair_names, ["\"api-1\"", "\"api-2\""]);

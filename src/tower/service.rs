@@ -190,6 +190,7 @@ where
             Refusal::Limited {
                 decision: &decision,
                 retry_after,
+                policy: respond.plain_name(),
             },
             &parts,
             pk.as_deref(),
