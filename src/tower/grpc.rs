@@ -12,7 +12,7 @@ use http::request::Parts;
 use http::{HeaderValue, Response, StatusCode};
 
 use super::refusal::Refusal;
-use super::response::base64;
+use super::sf::base64;
 
 /// gRPC status codes the layer answers with.
 mod code {
@@ -88,7 +88,7 @@ pub(super) fn response(refusal: &Refusal<'_>, request: &Parts, message: &str) ->
             let mut violation = Message::default();
             let quota = format!(
                 "{limit} requests per {} s",
-                super::response::window_seconds(window)
+                super::sf::window_seconds(window)
             );
             violation.bytes(2, quota.as_bytes());
             violation.bytes(5, id.as_bytes());

@@ -182,6 +182,7 @@ mod key;
 mod refusal;
 mod response;
 mod service;
+mod sf;
 
 use core::fmt;
 use core::time::Duration;
@@ -376,7 +377,7 @@ where
     /// ```
     #[must_use]
     pub fn retry_jitter(mut self, max: Duration) -> Self {
-        self.respond().jitter = response::seconds_up(max);
+        self.respond().jitter = sf::seconds_up(max);
         self
     }
 

@@ -106,7 +106,7 @@ impl Refusal<'_> {
                 ..
             } => {
                 let retry = retry_after.as_secs();
-                if retry >= super::response::SF_INTEGER_MAX {
+                if retry >= super::sf::SF_INTEGER_MAX {
                     "The rate limit is exhausted for longer than the server can say.".into()
                 } else {
                     // The quota that refused: the client's own, as the
@@ -114,7 +114,7 @@ impl Refusal<'_> {
                     format!(
                         "The rate limit of {} requests per {} s is exhausted; retry in {retry} s.",
                         decision.limit(),
-                        super::response::window_seconds(decision.window())
+                        super::sf::window_seconds(decision.window())
                     )
                     .into()
                 }

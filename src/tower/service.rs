@@ -16,7 +16,7 @@ use pin_project_lite::pin_project;
 
 use super::key::{Extraction, KeyExtractor};
 use super::refusal::Refusal;
-use super::response::{self, Respond, Stamp};
+use super::response::{Respond, Stamp};
 use super::Shared;
 use crate::check::{AsyncCheck, CheckError};
 use crate::decision::Decision;
@@ -116,7 +116,7 @@ where
         let pk = shared
             .partition_key
             .as_ref()
-            .map(|f| response::sf_bytes(&f(&key)));
+            .map(|f| super::sf::sf_bytes(&f(&key)));
         let mut check = shared.limiter.check(&key, 1);
         // An in-process limiter's decision is ready at once: act on it now.
         // The no-op waker is never woken; a pending check is polled again,
