@@ -449,9 +449,9 @@ pub(crate) fn describe<T: Transitions>(
         allowed,
         limit: algorithm.limit(word, now),
         remaining,
-        retry_after: Decision::wait(retry_after),
-        replenish_after: Decision::wait(replenish_after),
-        window: core::time::Duration::from_nanos(algorithm.window(word, now)),
+        retry_after,
+        replenish_after,
+        window: algorithm.window(word, now),
         pair: algorithm.each(word, now).map(|figures| {
             figures.map(|f| LimitFigures::new(f.limit, f.remaining, f.replenish_after, f.window))
         }),

@@ -421,9 +421,9 @@ impl LogState {
             allowed,
             limit: log.limit(),
             remaining: free,
-            retry_after: Decision::wait(retry_after),
-            replenish_after: Decision::wait(replenish_after),
-            window: core::time::Duration::from_nanos(log.window()),
+            retry_after,
+            replenish_after,
+            window: log.window(),
             pair: None,
         }
     }
@@ -516,7 +516,7 @@ impl Algorithm for SlidingWindowLog {
             // What a check would leave: `cost` more slots taken until
             // `now + window`, so the quota grows no later than then.
             d.remaining = free - cost;
-            let window = core::time::Duration::from_nanos(self.window());
+            let window = self.window();
             d.replenish_after = if free >= self.limit() {
                 window
             } else {

@@ -596,7 +596,7 @@ fn describe_within<A: Transitions>(
     }
     let mut decision = describe(quota, applied, now, 0)?;
     decision.allowed = false;
-    decision.retry_after = Decision::wait(NEVER);
+    decision.retry_after = NEVER;
     Some(decision)
 }
 
