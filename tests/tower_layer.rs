@@ -878,3 +878,20 @@ fn a_global_key_is_one_budget_for_everyone() {
         assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
     });
 }
+
+#[test]
+fn the_decision_extension_can_be_turned_off() {
+    run(async {
+        let clock = ManualClock::new();
+        for (on, body) in [(true, "r=1 t=30s"), (false, "unchecked")] {
+            let service = RateLimitLayer::new(bucket(2, 60, &clock), PeerIp::new())
+                .decision_extension(on)
+                .layer(service_fn(echo));
+            let r = send(&service, from("192.0.2.1:1", &[])).await;
+            assert_eq!(r.status(), StatusCode::OK);
+            assert_eq!(r.body(), body);
+            // The headers say the same either way.
+            assert_eq!(limit_of(&r), (1, 30));
+        }
+    });
+}

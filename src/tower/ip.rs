@@ -154,6 +154,7 @@ impl Peer {
     }
 
     /// The key for a client address: IPv4 as is, IPv6 reduced to its prefix.
+    #[inline]
     fn key(&self, ip: IpAddr) -> IpAddr {
         group(ip, self.ipv6_prefix)
     }
@@ -285,6 +286,7 @@ impl Default for PeerIp {
 impl KeyExtractor for PeerIp {
     type Key = IpAddr;
 
+    #[inline]
     fn extract(&self, request: &Parts) -> Extraction<IpAddr> {
         match self.peer.address(request) {
             Ok(ip) => Extraction::Key(self.peer.key(ip)),

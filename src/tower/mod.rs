@@ -41,7 +41,8 @@
 //!   admits without counting), which carries none: any figure would be
 //!   a guess; `pk` and the legacy `X-RateLimit-*` headers are
 //!   optional. The [`Decision`](crate::Decision) is put in the request's
-//!   extensions for the handler.
+//!   extensions for the handler (unless turned off with
+//!   [`decision_extension`](RateLimitLayer::decision_extension)).
 //! - **Headers that tell the whole truth.** `q` and `w` are those of the
 //!   quota that decided (a tier's, or one changed with `set_quota`), and
 //!   `w` is rounded **up** to whole seconds, so `q` per `w` never states
@@ -238,6 +239,7 @@ impl<C, E: KeyExtractor + fmt::Debug> fmt::Debug for Shared<C, E> {
             .field("admitted_headers", &self.respond.admitted)
             .field("legacy_headers", &self.respond.legacy)
             .field("retry_jitter_s", &self.respond.jitter)
+            .field("decision_extension", &self.respond.extension)
             .field("skip_if", &self.skip.is_some())
             .field("hooks", &self.respond.hooks)
             .field("partition_key", &self.partition_key.is_some())
@@ -378,6 +380,33 @@ where
     #[must_use]
     pub fn retry_jitter(mut self, max: Duration) -> Self {
         self.respond().jitter = sf::seconds_up(max);
+        self
+    }
+
+    /// Whether an admitted request carries its [`Decision`](crate::Decision)
+    /// in its extensions, for the handler to read (axum's
+    /// `Extension<Decision>`): on unless turned off. Off saves an
+    /// allocation and a map insertion per admitted request, for servers
+    /// whose handlers never read it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::tower::{PeerIp, RateLimitLayer};
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .key_type::<std::net::IpAddr>()
+    ///     .build()?;
+    /// let layer = RateLimitLayer::new(limiter, PeerIp::new()).decision_extension(false);
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn decision_extension(mut self, on: bool) -> Self {
+        self.respond().extension = on;
         self
     }
 

@@ -11,9 +11,7 @@ use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, Response};
 
 use super::refusal::Refusal;
-use super::sf::{
-    names, seconds_up, sf_string, window_seconds, write_decimal, Decimal, Line, SF_INTEGER_MAX,
-};
+use super::sf::{names, seconds_up, sf_string, window_seconds, Decimal, Line, SF_INTEGER_MAX};
 use crate::check::{CheckError, Quota};
 use crate::decision::Decision;
 use crate::error::ConfigError;
@@ -80,12 +78,16 @@ fn short_limit(prefix: &[u8], r: u64, t: u64) -> Option<HeaderValue> {
     if prefix.len() > buf.len() - 43 {
         return None;
     }
-    buf[..prefix.len()].copy_from_slice(prefix);
-    let mut len = prefix.len();
-    len += write_decimal(&mut buf[len..], r.min(SF_INTEGER_MAX));
-    buf[len..len + 3].copy_from_slice(b";t=");
-    len += 3;
-    len += write_decimal(&mut buf[len..], t);
+    let mut len = 0;
+    for part in [
+        prefix,
+        Decimal::new(r.min(SF_INTEGER_MAX)).as_bytes(),
+        b";t=",
+        Decimal::new(t).as_bytes(),
+    ] {
+        buf[len..len + part.len()].copy_from_slice(part);
+        len += part.len();
+    }
     // Printable ASCII: a name checked by `sf_string`, and digits.
     Some(HeaderValue::from_bytes(&buf[..len]).expect("rate-limit headers are printable ASCII"))
 }
@@ -117,6 +119,9 @@ pub(super) struct Respond {
     pub(super) legacy: bool,
     /// The most whole seconds added at random to a 429's `Retry-After`.
     pub(super) jitter: u64,
+    /// Whether an admitted request carries its `Decision` in its
+    /// extensions.
+    pub(super) extension: bool,
     /// `RateLimit-Policy` for `quota` without a partition key, rendered
     /// once: most responses send it, and a clone costs no allocation.
     policy: HeaderValue,
@@ -145,21 +150,44 @@ impl Stamp {
     /// requests remaining, and a `Retry-After` earlier than this layer's
     /// `t` with `r=0` is put back to it.
     pub(super) fn apply(self, headers: &mut HeaderMap) {
-        let (policy, limit) = match free_suffix(headers, &self.policy) {
-            None => (self.policy, self.limit),
-            Some(n) => (with_suffix(&self.policy, n), with_suffix(&self.limit, n)),
+        let Stamp {
+            policy,
+            limit,
+            legacy,
+            hold,
+        } = self;
+        // The common case, no inner layer: each header looked up once.
+        let mut limit = Some(limit);
+        let stacked = match headers.entry(RATELIMIT_POLICY) {
+            Entry::Vacant(slot) => {
+                slot.insert(policy);
+                if let Entry::Vacant(slot) = headers.entry(RATELIMIT) {
+                    slot.insert(limit.take().expect("not taken yet"));
+                    None
+                } else {
+                    // Only `RateLimit` was set before: join from scratch.
+                    headers.remove(RATELIMIT_POLICY)
+                }
+            }
+            Entry::Occupied(_) => Some(policy),
         };
-        join(headers, RATELIMIT_POLICY, policy);
-        join(headers, RATELIMIT, limit);
-        if self.hold > 0 {
+        if let (Some(policy), Some(limit)) = (stacked, limit) {
+            let (policy, limit) = match free_suffix(headers, &policy) {
+                None => (policy, limit),
+                Some(n) => (with_suffix(&policy, n), with_suffix(&limit, n)),
+            };
+            join(headers, RATELIMIT_POLICY, policy);
+            join(headers, RATELIMIT, limit);
+        }
+        if hold > 0 {
             let theirs = headers
                 .get(RETRY_AFTER)
                 .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-            if theirs.is_some_and(|theirs| theirs < self.hold) {
-                headers.insert(RETRY_AFTER, HeaderValue::from(self.hold));
+            if theirs.is_some_and(|theirs| theirs < hold) {
+                headers.insert(RETRY_AFTER, HeaderValue::from(hold));
             }
         }
-        if let Some(legacy) = self.legacy {
+        if let Some(legacy) = legacy {
             let [limit, remaining, reset] = *legacy;
             let fewer = headers
                 .get(X_REMAINING)
@@ -268,6 +296,7 @@ impl Respond {
             admitted: AdmittedHeaders::Always,
             legacy: false,
             jitter: 0,
+            extension: true,
             policy: HeaderValue::from_static(""),
             hooks: Hooks::default(),
         };
@@ -428,6 +457,8 @@ impl Respond {
     /// The response to `request` for `refusal`: the user's, or the
     /// default; with the rate-limit headers and `Retry-After` if the
     /// limiter refused, and `pk` the partition key.
+    #[cold]
+    #[inline(never)]
     pub(super) fn refuse<R: From<String>>(
         &self,
         refusal: Refusal<'_>,

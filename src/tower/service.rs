@@ -87,7 +87,7 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let (parts, body) = request.into_parts();
+        let (mut parts, body) = request.into_parts();
         let shared = &*self.shared;
         if shared.skip.as_ref().is_some_and(|skip| skip(&parts)) {
             return ResponseFuture::calling(
@@ -118,14 +118,19 @@ where
             .as_ref()
             .map(|f| super::sf::sf_bytes(&f(&key)));
         let mut check = shared.limiter.check(&key, 1);
-        // An in-process limiter's decision is ready at once: act on it now.
+        // An in-process limiter's decision is ready at once: act on it now,
+        // reading it where the check left it rather than moving it out.
         // The no-op waker is never woken; a pending check is polled again,
         // with the task's waker, by the response future.
         let mut noop = Context::from_waker(Waker::noop());
-        match Pin::new(&mut check).poll(&mut noop) {
-            Poll::Ready(result) => {
-                decided(&mut self.inner, result, parts, body, &shared.respond, pk)
-            }
+        match &Pin::new(&mut check).poll(&mut noop) {
+            Poll::Ready(result) => match judge(result, &mut parts, &shared.respond, pk) {
+                Ok(stamp) => ResponseFuture::calling(
+                    self.inner.call(Request::from_parts(parts, body)),
+                    stamp,
+                ),
+                Err(refused) => ResponseFuture::ready(refused),
+            },
             Poll::Pending => {
                 // The readied inner service goes with the request; this
                 // service keeps a clone, which it readies on its next call.
@@ -161,46 +166,42 @@ struct Waiting<S, B> {
     pk: Option<String>,
 }
 
-/// Acts on a decision: refuse, or stamp the request and call `inner`.
-fn decided<S, B, R>(
-    inner: &mut S,
-    result: Result<Decision, CheckError>,
-    mut parts: Parts,
-    body: B,
+/// Acts on a decision: the headers for the inner service's response (and
+/// the decision in the request's extensions), or the layer's refusal. The
+/// request's head is borrowed, not moved, so that it is copied no more
+/// than its way through `into_parts` and `from_parts` needs.
+#[inline(always)]
+fn judge<R: From<String>>(
+    result: &Result<Decision, CheckError>,
+    parts: &mut Parts,
     respond: &Respond,
     pk: Option<String>,
-) -> ResponseFuture<S, B>
-where
-    S: Service<Request<B>, Response = Response<R>>,
-    R: From<String>,
-{
+) -> Result<Option<Stamp>, Response<R>> {
     let decision = match result {
         Ok(decision) => decision,
         Err(error) => {
-            return ResponseFuture::ready(respond.refuse(
-                Refusal::Unavailable { error: &error },
-                &parts,
-                None,
-            ))
+            return Err(respond.refuse(Refusal::Unavailable { error }, parts, None));
         }
     };
     if decision.is_denied() {
-        let retry_after = Duration::from_secs(respond.retry_after(&decision));
-        return ResponseFuture::ready(respond.refuse(
+        let retry_after = Duration::from_secs(respond.retry_after(decision));
+        return Err(respond.refuse(
             Refusal::Limited {
-                decision: &decision,
+                decision,
                 retry_after,
                 policy: respond.plain_name(),
             },
-            &parts,
+            parts,
             pk.as_deref(),
         ));
     }
     let stamp = respond
-        .stamps_admitted(&decision)
-        .then(|| respond.stamp(&decision, pk.as_deref()));
-    parts.extensions.insert(decision);
-    ResponseFuture::calling(inner.call(Request::from_parts(parts, body)), stamp)
+        .stamps_admitted(decision)
+        .then(|| respond.stamp(decision, pk.as_deref()));
+    if respond.extension {
+        parts.extensions.insert(*decision);
+    }
+    Ok(stamp)
 }
 
 pin_project! {
@@ -257,6 +258,34 @@ impl<S: Service<Request<B>>, B> fmt::Debug for ResponseFuture<S, B> {
     }
 }
 
+/// The pending check's end: the decision acted on, once it is in. Out of
+/// line, to keep the response future's common path (the inner service's
+/// response) short.
+#[inline(never)]
+fn checked<S, B, R>(
+    waiting: &mut Option<Box<Waiting<S, B>>>,
+    cx: &mut Context<'_>,
+) -> Poll<ResponseFuture<S, B>>
+where
+    S: Service<Request<B>, Response = Response<R>>,
+    R: From<String>,
+{
+    let pending = waiting.as_mut().expect("polled after completion");
+    let result = ready!(Pin::new(&mut pending.check).poll(cx));
+    let Waiting {
+        mut inner,
+        mut parts,
+        body,
+        respond,
+        pk,
+        ..
+    } = *waiting.take().expect("checked above");
+    Poll::Ready(match judge(&result, &mut parts, &respond, pk) {
+        Ok(stamp) => ResponseFuture::calling(inner.call(Request::from_parts(parts, body)), stamp),
+        Err(refused) => ResponseFuture::ready(refused),
+    })
+}
+
 impl<S, B, R> Future for ResponseFuture<S, B>
 where
     S: Service<Request<B>, Response = Response<R>>,
@@ -269,25 +298,19 @@ where
         loop {
             match state.as_mut().project() {
                 StateProj::Checking { waiting } => {
-                    let pending = waiting.as_mut().expect("polled after completion");
-                    let result = ready!(Pin::new(&mut pending.check).poll(cx));
-                    let Waiting {
-                        mut inner,
-                        parts,
-                        body,
-                        respond,
-                        pk,
-                        ..
-                    } = *waiting.take().expect("checked above");
-                    let next = decided(&mut inner, result, parts, body, &respond, pk);
+                    let next = ready!(checked(waiting, cx));
                     state.set(next.state);
                 }
                 StateProj::Calling { future, stamp } => {
-                    let mut response = ready!(future.poll(cx))?;
-                    if let Some(stamp) = stamp.take() {
-                        stamp.apply(response.headers_mut());
+                    // The response is stamped where the inner future left
+                    // it, in the output, rather than moved out and back.
+                    let mut output = future.poll(cx);
+                    if let Poll::Ready(Ok(response)) = &mut output {
+                        if let Some(stamp) = stamp.take() {
+                            stamp.apply(response.headers_mut());
+                        }
                     }
-                    return Poll::Ready(Ok(response));
+                    return output;
                 }
                 StateProj::Ready { response } => {
                     return Poll::Ready(Ok(response.take().expect("polled after completion")))
