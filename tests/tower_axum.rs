@@ -5,6 +5,8 @@
 // `cargo test --features axum`; the loom models skip it.
 #![cfg(not(feature = "loom"))]
 
+mod serve;
+
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -14,24 +16,10 @@ use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
-use tokio::net::{TcpListener, TcpSocket};
+use serve::serve;
+use tokio::net::TcpSocket;
 use tollgate::tower::{PeerIp, RateLimitLayer, TrustedProxyIp};
 use tollgate::{ManualClock, TokenBucket};
-
-/// Serves `app` on 127.0.0.1:0 with connect info; its address.
-async fn serve(app: Router) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
-    addr
-}
 
 /// One GET over a fresh connection from the loopback address `from`: its
 /// status and body.

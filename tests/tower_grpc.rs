@@ -9,6 +9,8 @@
 // `cargo test --features axum`; the loom models skip it.
 #![cfg(not(feature = "loom"))]
 
+mod serve;
+
 use std::convert::Infallible;
 use std::future::{ready, Ready};
 use std::net::{IpAddr, SocketAddr};
@@ -19,6 +21,7 @@ use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
+use serve::serve;
 use tokio::net::{TcpListener, TcpStream};
 use tollgate::tower::{HeaderKey, PeerIp, RateLimitLayer};
 use tollgate::{AsyncCheck, CheckError, Decision, FixedWindow, ManualClock, Quota};
@@ -279,19 +282,4 @@ async fn the_example_app_refuses_the_fourth_call() {
         .unwrap();
     assert!((1..=20).contains(&delay.as_secs()), "{delay:?}");
     assert_eq!(http_get(addr).await, StatusCode::TOO_MANY_REQUESTS);
-}
-
-/// Serves `app` on 127.0.0.1:0 with connect info; the address.
-async fn serve(app: axum::Router) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
-    addr
 }

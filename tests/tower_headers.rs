@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use tollgate::tower::{is_preflight, Extraction, KeyFn, RateLimitLayer};
-use tollgate::{FixedWindow, ManualClock, TokenBucket};
+use tollgate::{FixedWindow, Limiter, ManualClock, TokenBucket};
 use tower::{service_fn, Layer, Service, ServiceExt};
 
 type Body = String;
@@ -85,24 +85,41 @@ fn figures(response: &Response<Body>, name: &str, keys: [&str; 2]) -> Vec<(Strin
         .collect()
 }
 
+/// A fixed window of `limit` per `secs` on `clock`.
+fn window(clock: &ManualClock, limit: u64, secs: u64) -> Limiter<FixedWindow, String, ManualClock> {
+    FixedWindow::builder()
+        .limit(limit)
+        .window(Duration::from_secs(secs))
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
+/// Every request is the one client "c", as a function.
+fn client(_: &http::request::Parts) -> Extraction<String> {
+    Extraction::Key(String::from("c"))
+}
+
+type Named = RateLimitLayer<
+    Limiter<FixedWindow, String, ManualClock>,
+    KeyFn<fn(&http::request::Parts) -> Extraction<String>>,
+>;
+
+/// A layer over one client, named `name`.
+fn named(limiter: Limiter<FixedWindow, String, ManualClock>, name: &str) -> Named {
+    let client: fn(&http::request::Parts) -> Extraction<String> = client;
+    RateLimitLayer::new(limiter, KeyFn::new(client))
+        .policy_name(name)
+        .unwrap()
+}
+
 #[test]
 fn stacked_layers_each_keep_their_list_member() {
     run(async {
         let clock = ManualClock::new();
-        let window = |limit, secs| {
-            FixedWindow::builder()
-                .limit(limit)
-                .window(Duration::from_secs(secs))
-                .clock(clock.clone())
-                .build()
-                .unwrap()
-        };
-        let inner = RateLimitLayer::new(window(2, 60), one_client())
-            .policy_name("permin")
-            .unwrap();
-        let outer = RateLimitLayer::new(window(100, 3600), one_client())
-            .policy_name("perhr")
-            .unwrap();
+        let window = |limit, secs| window(&clock, limit, secs);
+        let inner = named(window(2, 60), "permin");
+        let outer = named(window(100, 3600), "perhr");
         let service = outer.layer(inner.layer(service_fn(ok)));
         let policies = vec![
             ("permin".to_owned(), [2, 60]),
@@ -385,20 +402,9 @@ fn huge_quotas_are_capped_to_structured_field_integers() {
 fn retry_after_is_never_earlier_than_an_exhausted_outer_item() {
     run(async {
         let clock = ManualClock::new();
-        let window = |limit, secs| {
-            FixedWindow::builder()
-                .limit(limit)
-                .window(Duration::from_secs(secs))
-                .clock(clock.clone())
-                .build()
-                .unwrap()
-        };
-        let inner = RateLimitLayer::new(window(1, 60), one_client())
-            .policy_name("permin")
-            .unwrap();
-        let outer = RateLimitLayer::new(window(2, 3600), one_client())
-            .policy_name("perhr")
-            .unwrap();
+        let window = |limit, secs| window(&clock, limit, secs);
+        let inner = named(window(1, 60), "permin");
+        let outer = named(window(2, 3600), "perhr");
         let service = outer.layer(inner.layer(service_fn(ok)));
         assert_eq!(send(&service).await.status(), StatusCode::OK);
         // The outer layer admits (and charges) its last unit; the inner
@@ -421,12 +427,8 @@ fn retry_after_is_never_earlier_than_an_exhausted_outer_item() {
         assert_eq!(later.headers()["retry-after"], "3540");
 
         // With units left in the outer item, the inner item's wait stands.
-        let inner = RateLimitLayer::new(window(1, 60), one_client())
-            .policy_name("permin")
-            .unwrap();
-        let outer = RateLimitLayer::new(window(100, 3600), one_client())
-            .policy_name("perhr")
-            .unwrap();
+        let inner = named(window(1, 60), "permin");
+        let outer = named(window(100, 3600), "perhr");
         let service = outer.layer(inner.layer(service_fn(ok)));
         let _ = send(&service).await;
         let refused = send(&service).await;
@@ -443,14 +445,7 @@ fn retry_after_is_never_earlier_than_an_exhausted_outer_item() {
 fn stacked_layers_with_one_name_get_distinct_items() {
     run(async {
         let clock = ManualClock::new();
-        let window = |limit, secs| {
-            FixedWindow::builder()
-                .limit(limit)
-                .window(Duration::from_secs(secs))
-                .clock(clock.clone())
-                .build()
-                .unwrap()
-        };
+        let window = |limit, secs| window(&clock, limit, secs);
         let pair = || {
             FixedWindow::builder()
                 .limit(3)
