@@ -7,8 +7,6 @@ use core::borrow::Borrow;
 use core::fmt;
 use core::hash::Hash;
 
-use core::time::Duration;
-
 use crate::cell::{Algorithm, Life, Mortal, Tier};
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
@@ -312,9 +310,9 @@ where
             allowed: false,
             limit: algorithm.capacity(),
             remaining: 0,
-            retry_after: Decision::wait(algorithm.horizon()),
-            replenish_after: Decision::wait(algorithm.horizon()),
-            window: Duration::from_nanos(algorithm.quota_granted().1),
+            retry_after: algorithm.horizon(),
+            replenish_after: algorithm.horizon(),
+            window: algorithm.quota_granted().1,
             pair: None,
         }
     }

@@ -420,8 +420,6 @@ where
     }
 }
 
-/// The figures for a decision: what is left after it, when a denied
-/// request would pass, and when the quota next grows.
 /// A peek at `word`: whether a request of `cost` would be admitted (and
 /// if not, when it would be), with the figures of the quota as it stands,
 /// since a peek takes nothing. `cost` is at most the capacity.
@@ -429,11 +427,13 @@ pub(crate) fn look<T: Transitions>(algorithm: &T, word: T::Word, now: u64, cost:
     let mut decision = describe(algorithm, Applied::Admitted(word), now, 0).expect("a live word");
     if algorithm.admit(word, now, cost).is_none() {
         decision.allowed = false;
-        decision.retry_after = Decision::wait(algorithm.retry_after(word, now, cost));
+        decision.retry_after = algorithm.retry_after(word, now, cost);
     }
     decision
 }
 
+/// The figures for a decision: what is left after it, when a denied
+/// request would pass, and when the quota next grows.
 pub(crate) fn describe<T: Transitions>(
     algorithm: &T,
     applied: Applied<T::Word>,
@@ -457,9 +457,9 @@ pub(crate) fn describe<T: Transitions>(
         allowed,
         limit: algorithm.limit(word, now),
         remaining,
-        retry_after: Decision::wait(retry_after),
-        replenish_after: Decision::wait(replenish_after),
-        window: core::time::Duration::from_nanos(algorithm.window(word, now)),
+        retry_after,
+        replenish_after,
+        window: algorithm.window(word, now),
         pair: algorithm.each(word, now).map(|figures| {
             figures.map(|f| LimitFigures::new(f.limit, f.remaining, f.replenish_after, f.window))
         }),

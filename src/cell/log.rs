@@ -421,9 +421,9 @@ impl LogState {
             allowed,
             limit: log.limit(),
             remaining: free,
-            retry_after: Decision::wait(retry_after),
-            replenish_after: Decision::wait(replenish_after),
-            window: core::time::Duration::from_nanos(log.window()),
+            retry_after,
+            replenish_after,
+            window: log.window(),
             pair: None,
         }
     }

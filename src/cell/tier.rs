@@ -536,7 +536,7 @@ where
             let mut decision =
                 describe(quota, Applied::Admitted(word), now, 0).expect("a live word");
             decision.allowed = false;
-            decision.retry_after = Decision::wait(NEVER);
+            decision.retry_after = NEVER;
             decision
         })
     }
@@ -618,7 +618,7 @@ fn describe_within<A: Transitions>(
     }
     let mut decision = describe(quota, applied, now, 0)?;
     decision.allowed = false;
-    decision.retry_after = Decision::wait(NEVER);
+    decision.retry_after = NEVER;
     Some(decision)
 }
 

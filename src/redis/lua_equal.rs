@@ -191,8 +191,7 @@ fn read(conn: &mut ::redis::Connection, spec: &Spec, key: &str) -> Raw {
 fn expect(spec: &Spec, raw: &Raw, now_us: u64, cost: u64) -> (Decision, Option<Raw>) {
     let now = now_us * 1_000;
     let round = |mut d: Decision| {
-        d.retry_after = round_up_to_us(d.retry_after);
-        d.replenish_after = round_up_to_us(d.replenish_after);
+        d.map_waits(round_up_to_us);
         d
     };
     fn step<A: WordAlgorithm>(ns: &A, word: u64, now: u64, cost: u64) -> Applied {
@@ -285,15 +284,14 @@ fn expect(spec: &Spec, raw: &Raw, now_us: u64, cost: u64) -> (Decision, Option<R
             } else {
                 wait(&live, remaining + 1)
             };
-            let d = Decision {
+            let d = Decision::new(
                 allowed,
-                limit: *limit,
+                *limit,
                 remaining,
-                retry_after: Duration::from_nanos(retry_after),
-                replenish_after: Duration::from_nanos(replenish_after),
-                window: Duration::from_micros(*window_us),
-                pair: None,
-            };
+                Duration::from_nanos(retry_after),
+                Duration::from_nanos(replenish_after),
+                Duration::from_micros(*window_us),
+            );
             // The script trims expired entries whatever it decides.
             live.sort_unstable();
             (d, Some(Raw::Log(live)))

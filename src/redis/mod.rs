@@ -347,15 +347,14 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                 cache.denied(&full[inner.prefix.len()..][..client], now, cost)
             {
                 bump(&inner.counters.denied_locally);
-                return RedisCheck::ready(Ok(Decision {
-                    allowed: false,
-                    limit: capacity,
-                    remaining: left,
-                    retry_after: wait,
-                    replenish_after: wait,
-                    window: tier.spec.window(),
-                    pair: None,
-                }));
+                return RedisCheck::ready(Ok(Decision::new(
+                    false,
+                    capacity,
+                    left,
+                    wait,
+                    wait,
+                    tier.spec.window(),
+                )));
             }
         }
         let probe_due = match inner.breaker.gate(now) {
@@ -484,15 +483,14 @@ impl<A: RedisAlgorithm> Inner<A> {
             FailPolicy::FailOpen => {
                 bump(&self.counters.fail_open);
                 let limit = tier.spec.capacity();
-                Ok(Decision {
-                    allowed: true,
+                Ok(Decision::new(
+                    true,
                     limit,
-                    remaining: limit,
-                    retry_after: Duration::ZERO,
-                    replenish_after: Duration::ZERO,
-                    window: tier.spec.window(),
-                    pair: None,
-                })
+                    limit,
+                    Duration::ZERO,
+                    Duration::ZERO,
+                    tier.spec.window(),
+                ))
             }
             FailPolicy::FailClosed => {
                 bump(&self.counters.fail_closed);
@@ -546,9 +544,9 @@ impl<A: RedisAlgorithm> Inner<A> {
         let left = decision.remaining;
         if left <= LEFT_MAX
             && left < decision.limit
-            && decision.replenish_after >= Duration::from_millis(1)
+            && decision.replenish_after() >= Duration::from_millis(1)
         {
-            let wait = u64::try_from(decision.replenish_after.as_nanos()).unwrap_or(u64::MAX);
+            let wait = u64::try_from(decision.replenish_after().as_nanos()).unwrap_or(u64::MAX);
             cache.deny(client, sent.saturating_add(wait.min(REACH)), left);
         } else {
             cache.forget(client);

@@ -414,8 +414,7 @@ impl Spec {
             Self::Log { .. } | Self::Pair { .. } => None,
         };
         let mut decision = decision.ok_or(DecodeError::Range("a dead word"))?;
-        decision.retry_after = round_up_to_us(decision.retry_after);
-        decision.replenish_after = round_up_to_us(decision.replenish_after);
+        decision.map_waits(round_up_to_us);
         Ok(decision)
     }
 }
@@ -461,8 +460,7 @@ impl Spec {
         };
         let mut decision =
             describe(ns, applied, now * 1_000, cost).ok_or(DecodeError::Range("a dead word"))?;
-        decision.retry_after = round_up_to_us(decision.retry_after);
-        decision.replenish_after = round_up_to_us(decision.replenish_after);
+        decision.map_waits(round_up_to_us);
         Ok(decision)
     }
 
@@ -553,15 +551,14 @@ fn log_decision(
     let free = limit.saturating_sub(used);
     let retry_after = if allowed { 0 } else { wait(instant(3)?) };
     let replenish_after = if free >= limit { 0 } else { wait(instant(2)?) };
-    Ok(Decision {
+    Ok(Decision::new(
         allowed,
         limit,
-        remaining: free,
-        retry_after: Duration::from_micros(retry_after),
-        replenish_after: Duration::from_micros(replenish_after),
-        window: Duration::from_micros(window),
-        pair: None,
-    })
+        free,
+        Duration::from_micros(retry_after),
+        Duration::from_micros(replenish_after),
+        Duration::from_micros(window),
+    ))
 }
 
 /// A wait rounded up to whole microseconds: the first instant at which a
