@@ -1,6 +1,6 @@
 //! tollgate under contention, side by side with a map of per-client mutexes
 //! (`mutex-map`), one global mutex (`global-mutex`) and governor's
-//! keyed limiter. `cargo run --release --example compare` runs the same
+//! keyed limiter. `cargo run --release -p compare` runs the same
 //! workloads in under a minute and prints ratios; this suite is the slower,
 //! criterion-grade version of it.
 //!
@@ -39,10 +39,11 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
-// The baselines and the workloads are shared with `examples/compare.rs`,
-// which includes the same files, so the two can never measure different
-// things. They are not part of the library, and cargo has no other way to
-// share code between a bench target and an example.
+// The baselines and the workloads are shared with the comparison runner
+// (`compare/src/main.rs`), which includes the same files, so the two can
+// never measure different things. They are not part of the library, and
+// cargo has no other way to share code between a bench target and another
+// package's binary.
 #[path = "support/baselines.rs"]
 mod baselines;
 #[path = "support/workload.rs"]

@@ -13,7 +13,7 @@
 //!   overflow policy. Every held client is busy (a frozen clock), so the
 //!   policy applies on every request.
 //!
-//! A standalone bench; the compare runner (`examples/compare.rs`) belongs to
+//! A standalone bench; the compare runner (`compare/src/main.rs`) belongs to
 //! another change.
 
 use std::hint::black_box;

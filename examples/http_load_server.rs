@@ -3,19 +3,28 @@
 //! limiter's share of a real HTTP request's cost can be measured.
 //!
 //! ```text
-//! cargo run --release --features tower --example http_load_server -- \
+//! cargo run --release --features axum --example http_load_server -- \
 //!     [--addr 127.0.0.1:0] \
-//!     --mode bare|tollgate|tollgate-no-headers|governor \
+//!     --mode bare|bare-headers|tollgate|tollgate-no-headers|tollgate-minimal|governor \
 //!     --scenario allowed|deny [--workers N]
 //! ```
 //!
 //! - `--mode bare`: `GET /` answers `ok`, with no limiter.
+//! - `--mode bare-headers`: the same handler returning, beside `ok`, the
+//!   `RateLimit-Policy` and `RateLimit` values tollgate sends here, made
+//!   once: what carrying the two fields costs axum and hyper, with
+//!   nothing decided or rendered per request.
 //! - `--mode tollgate`: the same handler behind tollgate's
-//!   [`RateLimitLayer`] with a token bucket keyed by [`PeerIp`], as it
-//!   ships (rate-limit headers on every response).
+//!   [`RateLimitLayer`] with a token bucket keyed by [`PeerIp`] (which
+//!   reads axum's `ConnectInfo` with the `axum` feature), as it ships
+//!   (rate-limit headers on every response, the `Decision` in the
+//!   request's extensions).
 //! - `--mode tollgate-no-headers`: the same, with
 //!   `AdmittedHeaders::Never`: headers only on refusals, like
 //!   tower_governor's default.
+//! - `--mode tollgate-minimal`: the same, also without the `Decision` in
+//!   the request's extensions (`decision_extension(false)`): no more than
+//!   tower_governor gives the handler.
 //! - `--mode governor`: the same handler behind tower_governor's
 //!   `GovernorLayer` with the equivalent quota keyed by its
 //!   `PeerIpKeyExtractor`, as it ships (no headers on admitted responses).
@@ -32,22 +41,25 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use axum::extract::ConnectInfo;
 use axum::routing::get;
 use axum::Router;
+use http::{HeaderName, HeaderValue};
 use tollgate::tower::{AdmittedHeaders, PeerIp, RateLimitLayer};
 use tollgate::TokenBucket;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
 
 const USAGE: &str = "usage: http_load_server [--addr HOST:PORT] \
-    --mode bare|tollgate|tollgate-no-headers|governor --scenario allowed|deny [--workers N]";
+    --mode bare|bare-headers|tollgate|tollgate-no-headers|tollgate-minimal|governor \
+    --scenario allowed|deny [--workers N]";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Bare,
+    BareHeaders,
     Tollgate,
     TollgateNoHeaders,
+    TollgateMinimal,
     Governor,
 }
 
@@ -97,8 +109,10 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Settings, String> {
             "--mode" => {
                 settings.mode = match value.as_str() {
                     "bare" => Mode::Bare,
+                    "bare-headers" => Mode::BareHeaders,
                     "tollgate" => Mode::Tollgate,
                     "tollgate-no-headers" => Mode::TollgateNoHeaders,
+                    "tollgate-minimal" => Mode::TollgateMinimal,
                     "governor" => Mode::Governor,
                     _ => return Err(bad()),
                 }
@@ -125,24 +139,45 @@ async fn ok() -> &'static str {
     "ok"
 }
 
+/// The handler of `bare-headers`: `ok`, with the two fields tollgate
+/// sends in the `allowed` scenario, made once.
+async fn ok_with_headers() -> ([(HeaderName, HeaderValue); 2], &'static str) {
+    const POLICY: HeaderValue = HeaderValue::from_static("\"default\";q=1000000000;w=1");
+    const LIMIT: HeaderValue = HeaderValue::from_static("\"default\";r=999999999;t=1");
+    (
+        [
+            (HeaderName::from_static("ratelimit-policy"), POLICY),
+            (HeaderName::from_static("ratelimit"), LIMIT),
+        ],
+        "ok",
+    )
+}
+
 fn app(mode: Mode, scenario: Scenario) -> Router {
     let router = Router::new().route("/", get(ok));
     let (burst, period) = scenario.quota();
     match mode {
         Mode::Bare => router,
-        Mode::Tollgate | Mode::TollgateNoHeaders => {
+        Mode::BareHeaders => Router::new().route("/", get(ok_with_headers)),
+        Mode::Tollgate | Mode::TollgateNoHeaders | Mode::TollgateMinimal => {
             let limiter = TokenBucket::builder()
                 .rate(1, period)
                 .capacity(u64::from(burst))
                 .key_type::<IpAddr>()
                 .build()
                 .expect("a valid token bucket");
-            let peer = PeerIp::new().peer_from(|c: &ConnectInfo<SocketAddr>| c.0.ip());
-            let layer = RateLimitLayer::new(limiter, peer);
-            if mode == Mode::TollgateNoHeaders {
-                return router.layer(layer.admitted_headers(AdmittedHeaders::Never));
+            let layer = RateLimitLayer::new(limiter, PeerIp::new());
+            match mode {
+                Mode::TollgateNoHeaders => {
+                    router.layer(layer.admitted_headers(AdmittedHeaders::Never))
+                }
+                Mode::TollgateMinimal => router.layer(
+                    layer
+                        .admitted_headers(AdmittedHeaders::Never)
+                        .decision_extension(false),
+                ),
+                _ => router.layer(layer),
             }
-            router.layer(layer)
         }
         Mode::Governor => {
             let config = GovernorConfigBuilder::default()

@@ -163,6 +163,13 @@ impl Mortal for WordCell {
         }
     }
 
+    fn retire_sealed(&self, seal: tollgate::__loom::Seal) -> bool {
+        match self {
+            Self::Real(cell) => cell.retire_sealed(seal),
+            Self::Racy(_) => unreachable!("a racy cell moves as a handle, never retired so"),
+        }
+    }
+
     fn refresh(&self, newer: Self) {
         match (self, newer) {
             (Self::Real(cell), Self::Real(newer)) => cell.refresh(newer),

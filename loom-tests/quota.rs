@@ -4,7 +4,7 @@
 //! new quota table is published, then every client's cell is carried over
 //! as a table rebuild moves it (its word copied and converted to the new
 //! quota, into a new cell that names the new quota, and the old cell then
-//! marked moved by one exchange from the word converted), then the old
+//! forwarded by one exchange from the word converted), then the old
 //! table is retired. A check reads the quota its cell names *inside* its
 //! transition, after the word's `Acquire` load, so it decides an old word
 //! under the old quota and a carried word under the new one.
@@ -46,7 +46,7 @@ fn every(ns: u64) -> TokenBucket {
 }
 
 /// The limiter's side of bringing a client in, with room for everyone.
-struct Coming<'a>(&'a Tiered<TokenBucket>);
+pub(crate) struct Coming<'a>(pub(crate) &'a Tiered<TokenBucket>);
 
 impl Newcomer<String, TierCell, bool> for Coming<'_> {
     fn now(&self) -> u64 {

@@ -4,12 +4,15 @@
 //! table, and a check may still hold a reference into the old one: it
 //! looked the client up just before the move. The rebuild links the new
 //! table from the old one, then moves each entry: it copies the cell's
-//! state (`Mortal::relocate`), places the copy in the new table, and marks
-//! the old cell moved by one exchange from the very state copied
-//! (`Mortal::forward`); if a check changed the state first, the exchange
-//! fails and the move copies again into the same slot. A check through the
-//! old copy either lands before the exchange (and is copied) or fails
-//! against the tombstone, and its thread finds the copy through the link.
+//! state (`Mortal::relocate`), places the copy in the new table, and
+//! forwards the old cell by one exchange from the very state copied
+//! (`Mortal::forward`, to a mark of its own); if a check changed the state
+//! first, the exchange fails and the move copies again into the same slot.
+//! A check through the old copy either lands before the exchange (and is
+//! copied) or fails against the mark, and its thread finds the copy
+//! through the link. (The other writers of the word racing a move, and a
+//! lookup rule that follows the link from any dead cell, are model 18's:
+//! `moving.rs`.)
 //! A log is a handle to state that never moves, and is moved as it is.
 //!
 //! The models run the crate's own protocol (`check_or_insert`) over the

@@ -16,14 +16,17 @@
 //! caller's closure runs; and a
 //! writers' lock, held by inserts, removals and a whole rebuild, as the
 //! shard's lock is. A lookup takes the steps the table's does (the link
-//! loaded before the search of a table; a live cell found there is the
-//! client's; a dead one or a miss sends it on to the linked table), and
+//! loaded before the search of a table; a forwarded cell found there, or a
+//! miss, sends it on to the linked table; any other cell, live or dead, is
+//! the client's), and
 //! [`StandIn::relocate`] moves an entry in the table's steps (link the new
-//! table; copy; place the copy; mark the old cell moved by `forward`;
-//! retag the old slot; publish the new table), each a separate loom step,
+//! table; copy; place the copy; forward the old cell by `forward`; retag
+//! the old slot; or, for a cell found dead, give the copy up, report the
+//! cell to `on_dead` and retag its slot deleted; publish the new table),
+//! each a separate loom step,
 //! so a model stalls the move between any two of them. (The table retags
 //! a group's old slots with one store once the whole group has moved, so
-//! a moved slot may read `FULL`, over its tombstone, for longer than one
+//! a moved slot may read `FULL`, over its forwarded cell, for longer than one
 //! step; other entries' moves in between touch no state of this key's, so
 //! the separate retag step models that window too.)
 //!
@@ -33,6 +36,10 @@
 //! the writers' lock only if it is free, and otherwise leaves the dead
 //! entry in place, as `Map::try_remove_if` does; [`StandIn::hold_writers`]
 //! stands for a writer stalled holding that lock.
+//!
+//! A stand-in made [`StandIn::dead_means_moved`] looks clients up by the
+//! broken rule the models must catch: a lookup goes on to the linked table
+//! from any dead cell, as if every dead cell were forwarded.
 
 use std::borrow::Borrow;
 use std::collections::hash_map::{Entry, HashMap};
@@ -43,7 +50,7 @@ use std::sync::TryLockError;
 
 use loom::sync::{Mutex, MutexGuard};
 use loom::thread::ThreadId;
-use tollgate::__loom::{Index, Lapse, Mortal, Purge, Relocation, Seal};
+use tollgate::__loom::{Index, Lapse, Life, Mortal, Purge, Relocation, Seal};
 
 type Table<V> = HashMap<String, StdArc<V>>;
 
@@ -76,6 +83,9 @@ pub(crate) struct StandIn<V> {
     /// Break the contract: `insert` replaces a present key instead of
     /// handing the value back. Only the broken twins set this.
     replace_on_insert: bool,
+    /// Break the lookup: go on to the linked table from any dead cell, not
+    /// only a forwarded one. Only the broken twins set this.
+    dead_means_moved: bool,
 }
 
 impl<V> StandIn<V> {
@@ -91,7 +101,15 @@ impl<V> StandIn<V> {
             waiters: std::sync::Mutex::new(Vec::new()),
             left: AtomicBool::new(false),
             replace_on_insert,
+            dead_means_moved: false,
         }
+    }
+
+    /// This map, looking clients up by the broken rule: a dead cell sends
+    /// a lookup on to the linked table, as a forwarded one does.
+    pub(crate) fn dead_means_moved(mut self) -> Self {
+        self.dead_means_moved = true;
+        self
     }
 
     /// A map holding `cell` for `key`.
@@ -149,7 +167,10 @@ impl<V> StandIn<V> {
 
 impl<V: Mortal> StandIn<V> {
     /// The cell `key`'s client has now, by the table's lookup
-    /// (`Map::locate`).
+    /// (`Map::locate`): a forwarded cell (any dead one, by the broken rule)
+    /// found in a table with a link is followed; any other cell, or one
+    /// found with no link seen, is returned (one forwarded since is the
+    /// caller's to look past).
     fn locate<Q>(&self, key: &Q) -> Option<StdArc<V>>
     where
         String: Borrow<Q>,
@@ -166,10 +187,17 @@ impl<V: Mortal> StandIn<V> {
                     index + 1 < state.tables.len(),
                 )
             };
+            let moved = |cell: &V| {
+                if self.dead_means_moved {
+                    cell.is_dead()
+                } else {
+                    cell.is_forwarded()
+                }
+            };
             match found {
-                Some(cell) if !linked || !cell.is_dead() => return Some(cell),
-                _ if linked => index += 1,
+                Some(cell) if linked && moved(&cell) => index += 1,
                 Some(cell) => return Some(cell),
+                None if linked => index += 1,
                 None => {
                     let current = self.state.lock().unwrap().current;
                     if current == start {
@@ -263,8 +291,21 @@ impl<V: Mortal> StandIn<V> {
     pub(crate) fn relocate_with(
         &self,
         key: &str,
+        relocate: impl FnMut(&V) -> Relocation<V>,
+        forward: impl FnMut(&V, Seal) -> bool,
+    ) {
+        self.relocate_leaving(key, relocate, forward, |_| {});
+    }
+
+    /// As [`StandIn::relocate_with`], with `on_dead` run on a cell the move
+    /// finds dead (the rebuild's, which gives back the room it holds),
+    /// before its slot is retagged deleted.
+    pub(crate) fn relocate_leaving(
+        &self,
+        key: &str,
         mut relocate: impl FnMut(&V) -> Relocation<V>,
         mut forward: impl FnMut(&V, Seal) -> bool,
+        mut on_dead: impl FnMut(&V),
     ) {
         let writers = self.writers.lock().unwrap();
         // Link the new table, and find the entry.
@@ -283,10 +324,11 @@ impl<V: Mortal> StandIn<V> {
                 match relocate(&cell) {
                     Relocation::Dead => {
                         // Any copy placed is given up; the dead entry stays
-                        // behind, marked deleted.
+                        // behind, reported, then marked deleted.
                         if placed.is_some() {
                             step(&mut |state| drop(state.tables[new].remove(key)));
                         }
+                        on_dead(&cell);
                         step(&mut |state| drop(state.tables[old].remove(key)));
                         break;
                     }
@@ -388,6 +430,24 @@ impl<V: Mortal> StandIn<V> {
     }
 }
 
+impl<V: Mortal> StandIn<V> {
+    /// Whether `key`'s client's cell is dead, as `Map::remove_dead` tells
+    /// it: a cell found forwarded (since the lookup loaded its table's
+    /// link) is looked past, by a second lookup.
+    fn dead<Q>(&self, key: &Q) -> bool
+    where
+        String: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        loop {
+            match self.locate(key).map(|cell| cell.life()) {
+                Some(Life::Forwarded) => {}
+                found => return matches!(found, Some(Life::Evicted | Life::Refused)),
+            }
+        }
+    }
+}
+
 impl<V: Mortal> Purge<String, V> for StandIn<V> {
     /// As `Map::remove_if`: only a dead cell is removed, so a key whose
     /// client's cell is alive is answered without the writers' lock.
@@ -397,7 +457,7 @@ impl<V: Mortal> Purge<String, V> for StandIn<V> {
         String: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if !self.locate(key).is_some_and(|cell| cell.is_dead()) {
+        if !self.dead(key) {
             return false;
         }
         self.remove_locked(key, condition)
@@ -411,7 +471,7 @@ impl<V: Mortal> Purge<String, V> for StandIn<V> {
         String: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if !self.locate(key).is_some_and(|cell| cell.is_dead()) {
+        if !self.dead(key) {
             return Some(false);
         }
         self.try_remove_locked(key, condition)

@@ -3,13 +3,14 @@
 //! new booking `B2` on the fresh state, on a token bucket client of
 //! capacity 1 (1 token per 10 ns, the clock frozen at 0), through the
 //! crate's own stamps (`__loom::Renewals`, one stripe): the booking reads
-//! its stamp before its exchange, the cancel holds the stripe from its
-//! stamp test to the end of its exchange, and the reset never waits for
-//! it: it resets in place (a fresh state in the same cell) in the exchange
-//! that marks the stripe and sees no cancel holding it, or, if a cancel
-//! holds it, forgets the client instead (the cell retired between two
+//! its stamp before its exchange, the cancel finds the client's cell and
+//! then counts itself in progress on the stripe from its stamp test to the
+//! end of its exchange, and the reset never waits for it: it resets in
+//! place (a fresh state in the same cell) in the exchange that marks the
+//! stripe and sees no cancel in progress, or, if one is, forgets the client
+//! instead (the cell retired between two
 //! marks, as `Limiter::remove` does), and the client's next request brings
-//! in a fresh cell. The cancel finds the client's cell as it stands.
+//! in a fresh cell.
 //!
 //! After the reset, `B1` starts over exactly as `B2` does (spend the token,
 //! book the next), so the fresh state comes round to the very word `B1`
@@ -22,8 +23,8 @@
 //!
 //! Broken twins (written here, not in the crate): the cancel by the tail
 //! rule alone, the rule before stamps; a cancel that tests the stamp but
-//! does not hold the stripe until its exchange is done; and a reset in
-//! place that marks the stripe whether or not a cancel holds it.
+//! is not counted in progress until its exchange is done; and a reset in
+//! place that marks the stripe whether or not a cancel is in progress.
 
 use std::sync::atomic::{AtomicBool as StdAtomicBool, Ordering::Relaxed};
 use std::sync::Arc as StdArc;
@@ -77,8 +78,10 @@ impl Client {
     }
 }
 
-/// The cancel as `Limiter::give_back` makes it: the stripe held, the
-/// client's cell looked up, the stamp tested, the tail rule applied.
+/// The cancel as `Limiter::give_back` makes it: the client's cell looked
+/// up first, then the stamp tested and the tail rule applied, counted in
+/// progress on the stripe from the test to the end of the exchange; a
+/// cell found retired is looked past once (`act_on_live`'s second look).
 fn cancel(
     algorithm: &TokenBucket,
     renewals: &Renewals,
@@ -86,10 +89,14 @@ fn cancel(
     booked: &(Ticket, u64),
 ) -> bool {
     let (ticket, stamp) = booked;
-    renewals.cancel(HASH, *stamp, |current| {
+    for _ in 0..2 {
         let cell = client.cell();
-        current() && algorithm.unreserve(cell, NOW, ticket) == Some(true)
-    })
+        if let Some(gave) = renewals.cancel(HASH, *stamp, || algorithm.unreserve(cell, NOW, ticket))
+        {
+            return gave;
+        }
+    }
+    false
 }
 
 /// The broken twin: the tail rule on whatever state the client holds.
@@ -126,7 +133,7 @@ fn forget(algorithm: &TokenBucket, renewals: &Renewals, client: &Client) -> bool
     retired
 }
 
-/// `Limiter::reset`: in place unless a cancel holds the stripe, else by
+/// `Limiter::reset`: in place unless a cancel is in progress, else by
 /// forgetting. True iff it reset in place.
 fn reset(algorithm: &TokenBucket, renewals: &Renewals, client: &Client) -> bool {
     renewals.renew_in_place(
@@ -143,7 +150,7 @@ fn reset(algorithm: &TokenBucket, renewals: &Renewals, client: &Client) -> bool 
 }
 
 /// The third broken twin: a reset in place between two marks, as a
-/// retirement is marked, whether or not a cancel holds the stripe.
+/// retirement is marked, whether or not a cancel is in progress.
 fn reset_over_a_cancel(algorithm: &TokenBucket, renewals: &Renewals, client: &Client) -> bool {
     renewals.renew(HASH, || {
         assert_eq!(algorithm.reset(&client.cells[0], NOW), Some(true));
@@ -222,7 +229,7 @@ fn a_cancel_racing_a_reset_and_a_new_booking_touches_only_its_own_state() {
     // Given back when the cancel lands before the reset (on the state it
     // booked on, which the reset then forgets); nothing otherwise. The
     // reset went both ways: in place, and by forgetting the client while
-    // the cancel held the stripe (never waiting for it).
+    // the cancel was in progress (never waiting for it).
     let (_, min, max, ways) =
         cancel_racing_reset_and_booking("tickets/cancel_vs_reset", cancel, reset);
     assert_eq!((min, max), (0, 1), "both outcomes reached");

@@ -107,6 +107,10 @@ impl Mortal for RacyCell {
         unreachable!("a racy cell moves as a handle, never forwarded")
     }
 
+    fn retire_sealed(&self, _seal: tollgate::__loom::Seal) -> bool {
+        unreachable!("a racy cell moves as a handle, never retired so")
+    }
+
     fn refresh(&self, _newer: Self) {
         unreachable!("a racy cell moves as a handle, never refreshed")
     }

@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-FEATURES="${MSRV_FEATURES:-tower,tokio,redis}"
+FEATURES="${MSRV_FEATURES:-tower,axum,tokio,redis}"
 
 cargo metadata --format-version 1 --locked --features "$FEATURES" |
   python3 -c '

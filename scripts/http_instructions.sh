@@ -9,13 +9,14 @@
 #
 #   bash scripts/http_instructions.sh
 #
-# Settings (environment): MODES ("bare tollgate tollgate-no-headers
-# governor"), SCENARIOS ("allowed"), ROUNDS (2), SHORT (3s), LONG (9s),
+# Settings (environment): MODES ("bare bare-headers tollgate
+# tollgate-no-headers tollgate-minimal governor"), SCENARIOS ("allowed"),
+# ROUNDS (2), SHORT (3s), LONG (9s),
 # SERVER (a server binary to use instead of building this tree's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-MODES=${MODES:-"bare tollgate tollgate-no-headers governor"}
+MODES=${MODES:-"bare bare-headers tollgate tollgate-no-headers tollgate-minimal governor"}
 SCENARIOS=${SCENARIOS:-allowed}
 ROUNDS=${ROUNDS:-2}
 SHORT=${SHORT:-3s}
@@ -25,7 +26,7 @@ for tool in valgrind wrk; do
     command -v "$tool" >/dev/null || { echo "$tool is not installed" >&2; exit 1; }
 done
 if [ -z "${SERVER:-}" ]; then
-    cargo build --release --features tower --example http_load_server >&2
+    cargo build --release --features axum --example http_load_server >&2
     SERVER="${CARGO_TARGET_DIR:-target}/release/examples/http_load_server"
 fi
 

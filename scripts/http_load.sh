@@ -8,7 +8,8 @@
 # Settings (environment): ROUNDS (5), DURATION (6s), WARMUP (1s),
 # CONNECTIONS (32), WRK_THREADS (1), SCENARIOS ("allowed deny"),
 # MODES ("bare tollgate governor"; also tollgate-no-headers, the layer with
-# AdmittedHeaders::Never), SERVER_CPU (0), WRK_CPU (1).
+# AdmittedHeaders::Never, and tollgate-minimal, without the Decision in the
+# request's extensions too), SERVER_CPU (0), WRK_CPU (1).
 #
 # With two or more CPUs and `taskset`, the server is pinned to SERVER_CPU
 # (its tokio runtime then has one worker) and wrk to WRK_CPU, so that each
@@ -49,7 +50,7 @@ if ! command -v wrk >/dev/null; then
 fi
 
 log "== building the server (release)"
-cargo build --release --features tower --example http_load_server >&2
+cargo build --release --features axum --example http_load_server >&2
 server_bin="${CARGO_TARGET_DIR:-target}/release/examples/http_load_server"
 
 server_pin=()

@@ -19,6 +19,7 @@ use crate::error::ConfigError;
 use crate::limiter::{Limiter, TierBy};
 use crate::memory::{AutoSweep, Memory, Overflow};
 
+mod direct;
 mod tiers;
 pub use tiers::Tierable;
 
@@ -628,13 +629,16 @@ impl<A, K, C> Builder<A, K, C> {
     /// Without it (the default), idle clients are still forgotten as new
     /// ones arrive: whenever a new client fills a shard's table, the
     /// rebuild that makes room leaves behind the clients idle for a whole
-    /// horizon instead of moving them, so a map that only ever grows by
-    /// new clients holds at most about twice the clients active within the
-    /// last two horizons (1.5 times measured), plus a few slots per shard. Paced slices
-    /// tighten that to about `slice / (slice − every)` times the clients
-    /// that are not idle, plus those that became idle since the cursor
-    /// last passed, at the cost of `slice / every` entries visited per new
-    /// client. [`build`](Builder::build) requires `every ≥ 1` and
+    /// horizon instead of moving them, and at most once a horizon a new
+    /// client passes over the whole map. So after any call the map holds
+    /// no more clients than made a request within the three horizons
+    /// before the latest new client arrived, or since, plus 512 (see the
+    /// [memory guide](crate::guide::memory), "The bound", for exactly what
+    /// is bounded, and when to call [`Limiter::sweep`]). During a flood of
+    /// new clients, paced slices keep the map within about
+    /// `slice / (slice − every)` times the clients that are not idle, plus
+    /// those that became idle since the cursor last passed, at the cost of
+    /// `slice / every` entries visited per new client. [`build`](Builder::build) requires `every ≥ 1` and
     /// `slice ≥ 2 · every`.
     ///
     /// # Examples
@@ -658,9 +662,10 @@ impl<A, K, C> Builder<A, K, C> {
         self
     }
 
-    /// Turns incremental sweeping off, both the rebuilds' and any paced
-    /// slices ([`auto_sweep`](Builder::auto_sweep)): only
-    /// [`Limiter::sweep`] and a full cap forget clients. Without a
+    /// Turns incremental sweeping off: the rebuilds', the new clients'
+    /// passes over the map, and any paced slices
+    /// ([`auto_sweep`](Builder::auto_sweep)): only [`Limiter::sweep`] and
+    /// a full cap forget clients. Without a
     /// [`max_clients`](Builder::max_clients) cap, the map then grows until
     /// `sweep` is called.
     ///

@@ -33,14 +33,58 @@ pub struct Decision {
     pub(crate) allowed: bool,
     pub(crate) limit: u64,
     pub(crate) remaining: u64,
-    pub(crate) retry_after: Duration,
-    pub(crate) replenish_after: Duration,
-    pub(crate) window: Duration,
+    // The waits and the window in nanoseconds, as the algorithms compute
+    // them (a wait of `NEVER` reads as `Duration::MAX`), rather than as
+    // `Duration`s: 120 bytes in all instead of 144, so that the moves of
+    // a decision on its way to a caller (and the HTTP layer's into the
+    // request's extensions) stay inline copies.
+    /// Nanoseconds, or the algorithms' "never".
+    pub(crate) retry_after: u64,
+    /// Nanoseconds, or the algorithms' "never".
+    pub(crate) replenish_after: u64,
+    /// Nanoseconds.
+    pub(crate) window: u64,
     /// For two limits held together, each limit's own figures.
     pub(crate) pair: Option<[LimitFigures; 2]>,
 }
 
 impl Decision {
+    /// A decision on one limit from `Duration`s (the Redis limiters'),
+    /// each wait of 2<sup>64</sup> − 1 ns or more (584 years) being
+    /// "never".
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn new(
+        allowed: bool,
+        limit: u64,
+        remaining: u64,
+        retry_after: Duration,
+        replenish_after: Duration,
+        window: Duration,
+    ) -> Self {
+        Self {
+            allowed,
+            limit,
+            remaining,
+            retry_after: Self::nanos(retry_after),
+            replenish_after: Self::nanos(replenish_after),
+            window: Self::nanos(window),
+            pair: None,
+        }
+    }
+
+    /// `d` in nanoseconds, saturating at "never".
+    fn nanos(d: Duration) -> u64 {
+        u64::try_from(d.as_nanos()).unwrap_or(crate::algorithm::NEVER)
+    }
+
+    /// Applies `f` to both waits (the Redis limiters round them to whole
+    /// microseconds).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn map_waits(&mut self, f: impl Fn(Duration) -> Duration) {
+        self.retry_after = Self::nanos(f(self.retry_after()));
+        self.replenish_after = Self::nanos(f(self.replenish_after()));
+    }
+
     /// A wait of `nanos` as a [`Duration`], with the algorithms' "never"
     /// as [`Duration::MAX`].
     pub(crate) fn wait(nanos: u64) -> Duration {
@@ -51,7 +95,8 @@ impl Decision {
         }
     }
 
-    /// Whether the request was admitted (for a peek: would be admitted).
+    /// Whether the request was admitted (for a peek: would be admitted by
+    /// a check made now).
     #[must_use]
     pub fn is_allowed(&self) -> bool {
         self.allowed
@@ -70,8 +115,23 @@ impl Decision {
         self.limit
     }
 
-    /// How many unit-cost requests the client could make right now, after
-    /// this decision took effect (the `remaining` of a `RateLimit` header).
+    /// How many unit-cost requests the client could make right now (the
+    /// `remaining` of a `RateLimit` header): for a check, after it took
+    /// effect (an admission has been taken); for a peek, which takes
+    /// nothing, as the quota stands.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder().rate(3, Duration::from_secs(60)).build()?;
+    /// assert_eq!(limiter.peek("alice").remaining(), 3, "held now");
+    /// assert_eq!(limiter.check("alice").remaining(), 2, "left after this check");
+    /// assert_eq!(limiter.peek("alice").remaining(), 2);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
     #[must_use]
     pub fn remaining(&self) -> u64 {
         self.remaining
@@ -86,7 +146,7 @@ impl Decision {
     /// the clock's origin, 292 years), which no reading reaches.
     #[must_use]
     pub fn retry_after(&self) -> Duration {
-        self.retry_after
+        Self::wait(self.retry_after)
     }
 
     /// How long until the client's quota next grows, if nothing else
@@ -128,7 +188,7 @@ impl Decision {
     /// ```
     #[must_use]
     pub fn replenish_after(&self) -> Duration {
-        self.replenish_after
+        Self::wait(self.replenish_after)
     }
 
     /// The window of the quota that decided, over which it grants
@@ -153,7 +213,7 @@ impl Decision {
     /// ```
     #[must_use]
     pub fn window(&self) -> Duration {
-        self.window
+        Duration::from_nanos(self.window)
     }
 
     /// For a client held to two limits at once ([`Both`](crate::Both)),
@@ -253,5 +313,35 @@ impl LimitFigures {
     #[must_use]
     pub fn window(&self) -> Duration {
         Duration::from_nanos(self.window)
+    }
+}
+
+#[cfg(all(test, not(feature = "loom")))]
+mod tests {
+    use super::*;
+
+    /// Moves of up to 128 bytes are inline copies on x86-64 rather than
+    /// calls to `memcpy`: a decision is moved several times on its way
+    /// from the check to a caller (the HTTP layer's, into a request's
+    /// extensions).
+    #[test]
+    fn a_decision_fits_in_128_bytes() {
+        assert!(core::mem::size_of::<Decision>() <= 128);
+        assert!(core::mem::size_of::<Result<Decision, crate::CheckError>>() <= 128);
+    }
+
+    #[test]
+    fn waits_beyond_u64_nanoseconds_are_never() {
+        let secs = |s| Duration::from_secs(s);
+        let d = Decision::new(false, 5, 0, Duration::MAX, secs(u64::MAX / 2), secs(60));
+        assert_eq!(d.retry_after(), Duration::MAX);
+        assert_eq!(d.replenish_after(), Duration::MAX);
+        assert_eq!(d.window(), secs(60));
+        let mut d = Decision::new(false, 5, 0, secs(3), Duration::from_nanos(1_500), secs(60));
+        d.map_waits(|w| w * 2);
+        assert_eq!(
+            (d.retry_after(), d.replenish_after()),
+            (secs(6), Duration::from_nanos(3_000))
+        );
     }
 }

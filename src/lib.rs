@@ -1,30 +1,77 @@
-//! Lock-free, per-client rate limiting.
+//! Per-client rate limiting, checked in-process on every request.
 //!
-//! A server calls [`RateLimiter::allow_request`] on every request, for every
-//! client (API key, user id, IP address). Each client's state is one packed
-//! 64-bit word in a lock-free map, updated by compare-and-swap: no lock on
-//! the check path of a tracked client, no wait for another thread even
-//! while the map rebuilds its tables, and a denied request writes nothing.
+//! A server calls [`Limiter::check`] (or [`RateLimiter::allow_request`]) on
+//! every request, for every client (API key, user id, IP address). Each
+//! client's state lives in a table of the limiter's own and is updated by
+//! compare-and-swap: one 64-bit word for the token bucket and both window
+//! counters, two words exchanged as one for a client held to two limits
+//! ([`Both`]), and one slot per admission for the sliding window log (a
+//! client with a tier of its own keeps a word naming its quota beside its
+//! state, [`Tiered`]). A check on a client the limiter holds takes no lock
+//! and never waits for another thread, even while the table rebuilds, and
+//! a denied request writes nothing. A client's first request inserts it
+//! under a lock per shard of the table, and two limits at once stay
+//! lock-free where the CPU has a 128-bit compare-and-swap
+//! ([`Both::is_lock_free`]: x86-64, AArch64).
 //!
 //! ```
 //! use std::time::Duration;
-//! use tollgate::{RateLimiter, SlidingWindowCounter, TokenBucket};
+//! use tollgate::{TokenBucket, TokenBucketLimiter};
 //!
-//! // Swapping the algorithm changes the constructor, never the call site.
-//! let allow_bursts = std::env::args().count() > 99;
-//! let limiter: Box<dyn RateLimiter> = if allow_bursts {
-//!     Box::new(TokenBucket::builder().rate(100, Duration::from_secs(60)).build()?)
-//! } else {
-//!     Box::new(SlidingWindowCounter::builder().limit(100).window(Duration::from_secs(60)).build()?)
-//! };
-//! assert!(limiter.allow_request("alice"));
-//! # Ok::<(), tollgate::ConfigError>(())
+//! /// A request handler's first step: `Err(wait)` means answer
+//! /// 429 Too Many Requests, with `Retry-After: wait`.
+//! fn admit(limiter: &TokenBucketLimiter, api_key: &str) -> Result<(), Duration> {
+//!     let decision = limiter.check(api_key);
+//!     if decision.is_allowed() {
+//!         Ok(())
+//!     } else {
+//!         Err(decision.retry_after())
+//!     }
+//! }
+//!
+//! fn main() -> Result<(), tollgate::ConfigError> {
+//!     // 100 requests an hour per API key, in bursts of up to 10.
+//!     let limiter = TokenBucket::builder()
+//!         .rate(100, Duration::from_secs(3600))
+//!         .capacity(10)
+//!         .build()?;
+//!     for _ in 0..10 {
+//!         assert!(admit(&limiter, "key-1").is_ok());
+//!     }
+//!     let wait = admit(&limiter, "key-1").unwrap_err();
+//!     assert!(wait <= Duration::from_secs(36)); // one token's refill
+//!     assert!(admit(&limiter, "key-2").is_ok()); // each key has its own budget
+//!     Ok(())
+//! }
 //! ```
+//!
+//! The [`guide`] walks through every feature with examples: the
+//! [algorithms](guide::algorithms), [two limits at
+//! once](guide::several_limits), [tiers and quotas that change at run
+//! time](guide::tiers), [booking ahead](guide::reservations), [reset and
+//! remove](guide::reset_and_remove), [memory and the cap](guide::memory),
+//! [bad input](guide::bad_input), [HTTP servers](guide::http) and
+//! [Redis](guide::redis). The HTTP layer is the [`tower`] module and the
+//! Redis-backed limiters the [`redis`] module, each behind its feature.
+//!
+//! # Features
+//!
+//! | feature | what it brings | extra dependencies |
+//! |---|---|---|
+//! | *(none)* | the in-process limiters: [`TokenBucket`], [`SlidingWindowCounter`], [`SlidingWindowLog`], [`FixedWindow`], pairs, tiers, reservations, and [`DirectLimiter`] | `crossbeam-epoch`, `crossbeam-utils`, `quanta`, `foldhash`, `portable-atomic` |
+//! | `tower` | [`tower::RateLimitLayer`] for axum, tonic and hyper: client-IP and API-key extraction, IETF `RateLimit` headers, `429` with `Retry-After` | `tower`, `http`, `pin-project-lite` |
+//! | `tokio` | `Limiter::until_ready`: book a request and sleep until it may proceed | `tokio` (`time` only) |
+//! | `redis` | [`redis::RedisLimiter`]: the same limiters with their state in Redis 7+, shared by every replica | `redis`, `tokio` |
+//!
+//! (`loom` is for the crate's own model checking, `cargo test --features
+//! loom`: never enable it in a build.)
 //!
 //! # Algorithms
 //!
 //! - [`TokenBucket`]: bursts up to a capacity, continuous refill (GCRA).
-//! - [`SlidingWindowCounter`]: the weighted two-window estimate.
+//! - [`SlidingWindowCounter`]: an estimate of the count over the last
+//!   window (the previous window's count weighted by its overlap, plus the
+//!   current one's), computed exactly.
 //! - [`SlidingWindowLog`]: the exact count over the last window, one
 //!   timestamp per admission.
 //! - [`FixedWindow`]: a count per clock-aligned window.
@@ -55,7 +102,10 @@
 //!
 //! # Eviction
 //!
-//! A client whose state has become *idle* (a full bucket, windows that have
+//! What bounds a limiter's memory is a hard cap, [`Builder::max_clients`]
+//! (never more than `n` clients held, however many new ids arrive, and
+//! concurrent inserts never overshoot it), and forgetting idle clients. A
+//! client whose state has become *idle* (a full bucket, windows that have
 //! fully passed, an empty log) carries no information: it decides every
 //! future request exactly as a fresh client would. Forgetting it changes no
 //! decision, so a limiter forgets idle clients:
@@ -63,10 +113,14 @@
 //! - incrementally, with no background thread: when a new client fills a
 //!   shard's table, the rebuild that makes room leaves behind the clients
 //!   idle for a whole horizon instead of moving them, and sizes the new
-//!   table for the rest, so a server that only ever calls `allow_request`
-//!   stays bounded under a flood of unique ids ([`Builder::auto_sweep`]
-//!   adds a paced sweep that keeps the map tighter still);
-//! - all at once, on [`Limiter::sweep`].
+//!   table for the rest; and at most once a horizon a new client passes
+//!   over the whole map. So while new ids keep arriving the table holds
+//!   the recently active clients rather than every id ever seen, and a
+//!   flood is forgotten once new clients arrive again (the bound, and
+//!   figures, in [`guide::memory`]; [`Builder::auto_sweep`] adds a paced
+//!   sweep that keeps the map tighter still);
+//! - all at once, on [`Limiter::sweep`]: afterwards the limiter holds no
+//!   client that was idle when the sweep visited it.
 //!
 //! Eviction never loses or doubles an admission. The evictor retires an
 //! idle state by a compare-and-swap to a tombstone value that no algorithm
@@ -104,24 +158,62 @@
 //!
 //! # HTTP servers
 //!
-//! With the `tower` feature, `tower::RateLimitLayer` puts any limiter in
+//! With the `tower` feature, [`tower::RateLimitLayer`] puts any limiter in
 //! front of a tower service (axum, tonic, hyper with tower): keys from the
 //! peer address, trusted proxies' `X-Forwarded-For`, an API key header or a
-//! closure; `429` with `Retry-After` and the IETF `RateLimit` headers.
+//! closure; `429` with `Retry-After` and the IETF `RateLimit` headers. See
+//! the [`tower`] module and [`guide::http`].
 //!
 //! # Beyond one machine
 //!
 //! With the `redis` feature, `Builder::redis` moves a limiter's state to
-//! Redis (`tollgate::redis`), so that every replica shares each client's
+//! Redis (the [`redis`] module), so that every replica shares each client's
 //! budget; such a limiter is asked through [`AsyncCheck`], which every
 //! in-process [`Limiter`] implements too.
+//!
+//! # One budget for everyone
+//!
+//! When the limit is not per client (calls to an upstream API, a job's
+//! writes), [`Builder::build_direct`] makes a [`DirectLimiter`]: the same
+//! algorithms and [`Decision`]s, with no clients, its state one cell
+//! beside its settings, with no table and no key to hash.
 //!
 //! # Layers
 //!
 //! clock → algorithm (pure transitions of the word) → atomic cell (the one
 //! CAS loop) → keyed store → the public limiter. `docs/DESIGN.md` in the
 //! repository has the bit layouts and the measurements behind each choice.
+//!
 
+// The modules behind a feature link to themselves when built with it (as
+// on docs.rs), and to docs.rs otherwise.
+#![cfg_attr(feature = "tower", doc = "[`tower`]: crate::tower")]
+#![cfg_attr(
+    feature = "tower",
+    doc = "[`tower::RateLimitLayer`]: crate::tower::RateLimitLayer"
+)]
+#![cfg_attr(
+    not(feature = "tower"),
+    doc = "[`tower`]: https://docs.rs/tollgate/latest/tollgate/tower/index.html"
+)]
+#![cfg_attr(
+    not(feature = "tower"),
+    doc = "[`tower::RateLimitLayer`]: https://docs.rs/tollgate/latest/tollgate/tower/struct.RateLimitLayer.html"
+)]
+#![cfg_attr(feature = "redis", doc = "[`redis`]: crate::redis")]
+#![cfg_attr(
+    feature = "redis",
+    doc = "[`redis::RedisLimiter`]: crate::redis::RedisLimiter"
+)]
+#![cfg_attr(
+    not(feature = "redis"),
+    doc = "[`redis`]: https://docs.rs/tollgate/latest/tollgate/redis/index.html"
+)]
+#![cfg_attr(
+    not(feature = "redis"),
+    doc = "[`redis::RedisLimiter`]: https://docs.rs/tollgate/latest/tollgate/redis/struct.RedisLimiter.html"
+)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![warn(
@@ -162,7 +254,7 @@ pub use check::{AsyncCheck, CheckError, CheckErrorKind, Quota};
 pub use clock::{Clock, CoarseClock, InstantClock, ManualClock, MonotonicClock};
 pub use decision::{Decision, LimitFigures};
 pub use error::{ConfigError, CostError, ReserveError};
-pub use limiter::{Limiter, RateLimiter, TierAlgorithm};
+pub use limiter::{DirectLimiter, Limiter, RateLimiter, TierAlgorithm};
 pub use memory::{Overflow, Stats};
 pub use reservation::{Reservable, Reservation};
 
@@ -279,6 +371,9 @@ const _: () = {
     send_sync::<Reservation<'static, Tiered<Both<TokenBucket, FixedWindow>>, u64>>();
     send_sync::<Reservation<'static, SlidingWindowLog, String, ManualClock>>();
     send_sync::<Box<dyn RateLimiter>>();
+    send_sync::<DirectLimiter<TokenBucket>>();
+    send_sync::<DirectLimiter<SlidingWindowLog, ManualClock>>();
+    send_sync::<DirectLimiter<Both<TokenBucket, FixedWindow>, CoarseClock>>();
     send_sync::<Decision>();
     send_sync::<Quota>();
     send_sync::<CheckError>();

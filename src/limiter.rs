@@ -7,8 +7,6 @@ use core::borrow::Borrow;
 use core::fmt;
 use core::hash::Hash;
 
-use core::time::Duration;
-
 use crate::cell::{Algorithm, Life, Mortal, Tier};
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
@@ -18,9 +16,11 @@ use crate::reservation::Renewals;
 use crate::store::{check_or_insert, DefaultHasher, Store};
 
 mod booking;
+mod direct;
 mod memory;
 mod tiers;
 
+pub use direct::DirectLimiter;
 use memory::Arrival;
 pub use tiers::TierAlgorithm;
 
@@ -73,20 +73,26 @@ pub trait RateLimiter<K: ?Sized = str>: Send + Sync {
 /// client the limiter tracks is lock-free and never waits for another
 /// thread, a rebuild of the map's tables included: one clock read, one map
 /// lookup that writes nothing shared, and one compare-and-swap of the
-/// client's state word (for the log, of one slot) if the request is
-/// admitted. So are [`peek`](Limiter::peek) and bookings, and
+/// client's state word (for the log, of one slot; for two limits, of the
+/// pair's two words at once, lock-free where
+/// [`Both::is_lock_free`](crate::Both::is_lock_free) says so) if the request
+/// is admitted. So are [`peek`](Limiter::peek) and bookings, and
 /// [`reset`](Limiter::reset) and [`remove`](Limiter::remove) never wait for
-/// another thread either. A client's first request (or its first since it
+/// another thread either. Such a check runs no code of yours but the key's
+/// `Hash` and `Eq` and the clock: the keys of clients the map no longer
+/// holds are dropped by the threads that insert, remove or sweep clients. A client's first request (or its first since it
 /// was forgotten) inserts it, under a lock per shard of the map that only
 /// inserts, removals of dead entries, sweeps and rebuilds take.
 ///
 /// Share it between threads by reference or in an `Arc`.
 ///
-/// Its memory stays bounded: clients whose state has become idle (equal to
-/// a fresh client's) are forgotten, a slice at a time as new clients arrive,
-/// or all at once by [`sweep`](Limiter::sweep), without changing any
-/// decision; and [`max_clients`](crate::Builder::max_clients) sets a hard
-/// cap. See "Eviction" in the crate documentation.
+/// Its memory is bounded by [`max_clients`](crate::Builder::max_clients), a
+/// hard cap on the clients held, and by forgetting clients whose state has
+/// become idle (equal to a fresh client's), without changing any decision:
+/// as new clients arrive (as they fill the table, and in a pass over it
+/// at most once a horizon), or all at once by [`sweep`](Limiter::sweep).
+/// See "Eviction" in the crate documentation, and the
+/// [memory guide](crate::guide::memory) for the bound.
 ///
 /// # Examples
 ///
@@ -123,6 +129,17 @@ pub struct Limiter<A: Algorithm, K = String, C = MonotonicClock> {
     renewals: Renewals,
 }
 
+/// `Ok` if `algorithm` could ever admit `cost` (at most its capacity, or
+/// limit), else the [`CostError`] a check of that cost answers.
+fn within_capacity<A: Algorithm>(algorithm: &A, cost: u64) -> Result<(), CostError> {
+    let capacity = algorithm.capacity();
+    if cost > capacity {
+        Err(CostError { cost, capacity })
+    } else {
+        Ok(())
+    }
+}
+
 /// A tiered limiter's resolver: a new client's tier from its key.
 pub(crate) type TierBy<K> = Box<dyn Fn(&K) -> Tier + Send + Sync>;
 
@@ -138,7 +155,7 @@ where
             clock,
             store: Store::with_hasher(DefaultHasher::default(), memory.max_clients.is_some()),
             memory,
-            counters: Counters::default(),
+            counters: Counters::new(&memory),
             tier_by: None,
             control: std::sync::Mutex::new(()),
             renewals: Renewals::new(),
@@ -293,15 +310,21 @@ where
             allowed: false,
             limit: algorithm.capacity(),
             remaining: 0,
-            retry_after: Decision::wait(algorithm.horizon()),
-            replenish_after: Decision::wait(algorithm.horizon()),
-            window: Duration::from_nanos(algorithm.quota_granted().1),
+            retry_after: algorithm.horizon(),
+            replenish_after: algorithm.horizon(),
+            window: algorithm.quota_granted().1,
             pair: None,
         }
     }
 
-    /// What [`check`](Limiter::check) would decide now, without recording
-    /// anything, and without creating state for an unknown client.
+    /// Whether [`check`](Limiter::check) would admit now (and if not,
+    /// when it would), with the client's quota as it stands, recording
+    /// nothing and creating no state for an unknown client.
+    ///
+    /// A peek takes nothing, so its [`remaining`](Decision::remaining) is
+    /// what the client holds now: a check that admits leaves one fewer.
+    /// Its [`replenish_after`](Decision::replenish_after) likewise reads
+    /// the quota as it stands.
     ///
     /// # Examples
     ///
@@ -310,24 +333,28 @@ where
     /// use tollgate::FixedWindow;
     ///
     /// let limiter = FixedWindow::builder()
-    ///     .limit(1)
-    ///     .window(Duration::from_secs(1))
+    ///     .limit(3)
+    ///     .window(Duration::from_secs(60))
     ///     .build()?;
     /// assert!(limiter.peek("alice").is_allowed());
-    /// assert!(limiter.peek("alice").is_allowed());
-    /// assert_eq!(limiter.len(), 0);
+    /// assert_eq!(limiter.len(), 0, "a peek creates no state");
+    ///
+    /// assert!(limiter.allow_request("alice"));
+    /// let peeked = limiter.peek("alice");
+    /// assert_eq!(peeked.remaining(), 2, "two left now");
+    /// assert_eq!(limiter.check("alice").remaining(), 1, "one left after a check");
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn peek<Q>(&self, client_id: &Q) -> Decision
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         self.peek_cost(client_id, 1)
     }
 
-    /// What [`check_n`](Limiter::check_n) would decide now, recording
-    /// nothing.
+    /// Whether [`check_n`](Limiter::check_n) would admit now, recording
+    /// nothing, with the quota as it stands (as [`peek`](Limiter::peek)).
     ///
     /// # Errors
     ///
@@ -347,7 +374,7 @@ where
     pub fn peek_n<Q>(&self, client_id: &Q, cost: u64) -> Result<Decision, CostError>
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         if cost == 0 {
             // Nothing to admit: allowed, with the quota as it stands.
@@ -360,7 +387,7 @@ where
     fn peek_cost<Q>(&self, client_id: &Q, cost: u64) -> Decision
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let now = self.clock.now_nanos();
         let algorithm = &self.algorithm;
@@ -377,7 +404,20 @@ where
         {
             return Self::refused(algorithm, now);
         }
-        algorithm.peek(&algorithm.new_cell(), now, cost)
+        algorithm.peek(&self.unknown_cell(client_id), now, cost)
+    }
+
+    /// The state a client the limiter does not hold would start with: a
+    /// fresh cell in the tier the resolver gives it (if the limiter has
+    /// one), as its first check would make it.
+    fn unknown_cell<Q>(&self, client_id: &Q) -> A::Cell
+    where
+        Q: ToOwned<Owned = K> + ?Sized,
+    {
+        match &self.tier_by {
+            None => self.algorithm.new_cell(),
+            Some(tier_by) => self.algorithm.fresh_in(tier_by(&client_id.to_owned()), 0),
+        }
     }
 
     /// Runs `f` on the client's cell, or on a fresh one if the client is
@@ -385,22 +425,17 @@ where
     fn read<Q, R>(&self, client_id: &Q, f: impl Fn(&A, &A::Cell, u64) -> R) -> R
     where
         K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let now = self.clock.now_nanos();
         let algorithm = &self.algorithm;
         self.store
             .get(client_id, |cell| f(algorithm, cell, now))
-            .unwrap_or_else(|| f(algorithm, &algorithm.new_cell(), now))
+            .unwrap_or_else(|| f(algorithm, &self.unknown_cell(client_id), now))
     }
 
     fn check_cost(&self, cost: u64) -> Result<(), CostError> {
-        let capacity = self.algorithm.capacity();
-        if cost > capacity {
-            Err(CostError { cost, capacity })
-        } else {
-            Ok(())
-        }
+        within_capacity(&self.algorithm, cost)
     }
 
     /// The number of clients the limiter holds state for (counting any

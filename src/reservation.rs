@@ -24,12 +24,21 @@
 //!   and a cancel that finds the new state found it after the first mark,
 //!   so it sees the stamp changed.
 //! - a reset in place writes a fresh state into the same cell, so it and
-//!   a cancel exclude each other for that instant: the cancel holds the
-//!   stamp's lock bit from its check to the end of its exchange, and the
-//!   reset marks the stamp only while the bit is clear. A reset never
-//!   waits for the bit: if a cancel holds it, the reset retires the state
-//!   instead (it forgets the client, as a removal does), which needs no
-//!   exclusion.
+//!   a cancel exclude each other for that instant: the cancel counts itself
+//!   in progress on the stamp's stripe from its stamp test to the end of
+//!   its exchange, and the reset marks the stamp only while no cancel is in
+//!   progress. A reset never waits for a cancel: if one is in progress, the
+//!   reset retires the state instead (it forgets the client, as a removal
+//!   does), which needs no exclusion. Cancels never exclude each other
+//!   (their exchanges on the state are compare-and-swaps), so any number
+//!   may be in progress at once, and none waits for another.
+//!
+//! A cancel runs no user code while it is counted in progress: it hashes
+//! the key, looks the client's state up and reads the clock first, and
+//! only then tests its stamp and makes its exchange. So a key's `Hash` or a
+//! clock that stalls holds up only its own cancel, never a reset (which
+//! would otherwise forget the stripe's clients for as long) or another
+//! cancel.
 //!
 //! Stamps are kept per stripe of clients (by the key's hash), not per
 //! client, so a client's state stays one word; a replacement therefore
@@ -37,7 +46,8 @@
 //! its stripe (they give nothing back, the safe direction). Neither a
 //! check nor an idle eviction touches the stamps: a client with a booking
 //! pending is never idle, and a cancel reads the clock, past the
-//! evictions' readings, only once it has found the state.
+//! evictions' readings, only once it has found the state (each time it
+//! finds one, if it must look again).
 //!
 //! This module sits below the limiter: a reservation reaches the limiter
 //! it was made on only through [`Booker`], which the limiter implements.
@@ -50,7 +60,7 @@ use core::time::Duration;
 use crate::algorithm::{Both, FixedWindow, SlidingWindowLog, Ticket, TokenBucket};
 use crate::cell::{Algorithm, Tiered};
 use crate::clock::{Clock, MonotonicClock};
-use crate::sync::{AtomicU64, Backoff, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 
 /// An algorithm that books requests ahead
 /// ([`Limiter::reserve`](crate::Limiter::reserve) and, with the `tokio`
@@ -284,6 +294,12 @@ where
     /// (one in 256 by the key's hash; every client for a quota change):
     /// they give nothing back, the safe direction.
     ///
+    /// A cancel never waits for another thread: not for a reset, nor for
+    /// another cancel (of this client or any other), however long that
+    /// one is held up. If over a thousand cancels are in progress at the
+    /// same instant on its stripe, it gives nothing back, the safe
+    /// direction.
+    ///
     /// A [`SlidingWindowLog`](crate::SlidingWindowLog) gives back by its
     /// slots instead: each slot the booking claimed that no later booking
     /// has claimed from it gets back the expiry it held before, and `cancel`
@@ -355,15 +371,19 @@ where
 }
 
 /// The stamp of a client's state at a booking: its stripe's word with the
-/// lock bit cleared ([`Renewals`]).
+/// count of cancels in progress cleared ([`Renewals`]).
 pub(crate) type Stamp = u64;
 
 /// The stamps of the limiter's clients' states, one word per stripe of
-/// clients (picked by the key's hash). Bit 0 is the lock a cancel holds (a
-/// reset finding it held does not reset in place); bits 1 to 15 count the
-/// replacements under way; bits 16 and up count the replacements begun and
-/// ended. A stamp is current iff no replacement has begun since it was
-/// read; one read while a replacement was under way is never current.
+/// clients (picked by the key's hash). Bits 0 to 9 count the cancels in
+/// progress on the stripe (a reset finding any does not reset in place);
+/// bits 10 to 24 count the replacements under way; bits 25 and up count
+/// the replacements begun and ended. A stamp is current iff no replacement
+/// has begun since it was read; one read while a replacement was under way
+/// is never current. The count of replacements wraps after 2^39 of them in
+/// one stripe: a booking still pending after that many could meet its
+/// stamp again, and then only the tail rule stands between it and a state
+/// that has come round to its very word.
 ///
 /// Public (but unreachable outside `--features loom`) for the loom model of
 /// a cancel racing a reset.
@@ -379,16 +399,17 @@ impl Renewals {
     /// Stripes: enough that a replacement ends few other clients' bookings'
     /// cancellability, few enough to be 2 KiB per limiter.
     const STRIPES: usize = 256;
-    /// A cancel holds it from its check to the end of its exchange; a reset
-    /// that finds it held resets by retiring the state instead.
-    const LOCK: u64 = 1;
-    /// Bits 1 to 15: replacements under way.
-    const BUSY: u64 = 0xfffe;
+    /// Bits 0 to 9: the cancels in progress, each from its stamp test to the
+    /// end of its exchange; a reset that finds any resets by retiring the
+    /// state instead. One more is one added.
+    const CANCELS: u64 = 0x3ff;
+    /// Bits 10 to 24: replacements under way.
+    const BUSY: u64 = 0x7fff << 10;
     /// A replacement begins: one more under way, one more begun.
-    const BEGIN: u64 = (1 << 16) + (1 << 1);
+    const BEGIN: u64 = (1 << 25) + (1 << 10);
     /// A replacement ends: one fewer under way, one more count (as a wrapping
-    /// add: `+ (1 << 16) - (1 << 1)`).
-    const END: u64 = (1 << 16) - (1 << 1);
+    /// add: `+ (1 << 25) - (1 << 10)`).
+    const END: u64 = (1 << 25) - (1 << 10);
 
     /// Stamps for a limiter's clients, none renewed yet.
     pub fn new() -> Self {
@@ -415,7 +436,7 @@ impl Renewals {
         // Acquire: pairs with the Release half of every mark (`renew`'s),
         // so a stamp that counts a replacement's end is read after that
         // replacement wrote the state this booking's exchange then finds.
-        self.stripe(hash).load(Ordering::Acquire) & !Self::LOCK
+        self.stripe(hash).load(Ordering::Acquire) & !Self::CANCELS
     }
 
     /// Runs `replace`, which retires the state of the client hashed `hash`
@@ -426,7 +447,7 @@ impl Renewals {
         // AcqRel: the Release half orders this mark before the retirement
         // that follows (a cancel that finds the state which replaces the
         // retired one reads this mark or a later one); the Acquire half
-        // orders the retirement after every cancel's unlock read here.
+        // orders the retirement after every cancel's leaving read here.
         stripe.fetch_add(Self::BEGIN, Ordering::AcqRel);
         // Ended however `replace` leaves (a key's `Hash` may panic): a
         // replacement left under way would keep the stripe's stamps from
@@ -437,11 +458,11 @@ impl Renewals {
 
     /// As [`Renewals::renew`] for a replacement in place (a reset, which
     /// writes a fresh state into the same cell): marks the stamp in the
-    /// same exchange that sees no cancel on the stripe holding the lock,
-    /// and runs `in_place` between the marks, so no cancel's check and
-    /// exchange can straddle the write. Never waits for a cancel: if one
-    /// holds the lock, marks nothing and runs `instead`, which must replace
-    /// the state by retiring it (forget the client, through
+    /// same exchange that sees no cancel in progress on the stripe, and
+    /// runs `in_place` between the marks, so no cancel's test and exchange
+    /// can straddle the write. Never waits for a cancel: if one is in
+    /// progress, marks nothing and runs `instead`, which must replace the
+    /// state by retiring it (forget the client, through
     /// [`Renewals::renew`]), so that the cancel's exchange fails on the
     /// retired state.
     pub fn renew_in_place<R>(
@@ -451,17 +472,17 @@ impl Renewals {
         instead: impl FnOnce() -> R,
     ) -> R {
         let stripe = self.stripe(hash);
-        // Acquire: pairs with the Release of a cancel's unlock, so that
+        // Acquire: pairs with the Release of a cancel's leaving, so that
         // cancel's exchange happens before the reset's write.
         let mut seen = stripe.load(Ordering::Acquire);
         loop {
-            if seen & Self::LOCK != 0 {
+            if seen & Self::CANCELS != 0 {
                 return instead();
             }
             // AcqRel on success: as in `renew`, and Acquire as the load
             // above; Acquire on failure: as the load above. A failure means
-            // another thread changed the stripe (a mark, a lock, an
-            // unlock), or a spurious one: look again, never waiting.
+            // another thread changed the stripe (a mark, a cancel coming or
+            // leaving), or a spurious one: look again, never waiting.
             match stripe.compare_exchange_weak(
                 seen,
                 seen.wrapping_add(Self::BEGIN),
@@ -487,61 +508,69 @@ impl Renewals {
         replace()
     }
 
-    /// Runs `cancel` iff `stamp` is current for the client hashed `hash`,
-    /// holding the stripe's lock while it runs, so that no reset in place
-    /// lands inside it; `false` without running it otherwise. `cancel` is
-    /// handed a test of the stamp to make once it has found the client's
-    /// state and before its exchange: a retiring replacement may still
-    /// begin meanwhile (and then that exchange fails on the retired state,
-    /// and the test fails on the state that replaced it).
+    /// Runs `exchange`, a cancel's exchange on the state of the client
+    /// hashed `hash` that it has already found, iff `stamp` is still
+    /// current, counted among the stripe's cancels in progress while it
+    /// runs, so that no reset in place lands between the test and the
+    /// exchange; `Some(false)` without running it otherwise. A retiring
+    /// replacement may still begin meanwhile: then the exchange fails on
+    /// the retired state (and answers `None`, as `exchange` does on a state
+    /// not alive), and the test fails on the state that replaced it.
+    ///
+    /// Never waits for another thread: any number of cancels may be in
+    /// progress at once, and a reset never holds anything a cancel needs.
+    /// Its one compare-and-swap fails only when another thread has changed
+    /// the stripe meanwhile. Run no user code in `exchange`: a cancel that
+    /// stalled there would make the stripe's resets forget their clients
+    /// instead of resetting them, for as long as it stalls. If 1 023
+    /// cancels are in progress on the stripe already, gives nothing back
+    /// (`Some(false)`), the safe direction.
     pub fn cancel(
         &self,
         hash: u64,
         stamp: Stamp,
-        cancel: impl FnOnce(&dyn Fn() -> bool) -> bool,
-    ) -> bool {
+        exchange: impl FnOnce() -> Option<bool>,
+    ) -> Option<bool> {
         if stamp & Self::BUSY != 0 {
-            return false;
+            return Some(false);
         }
         let stripe = self.stripe(hash);
-        let backoff = Backoff::new();
+        // Acquire: pairs with the Release half of a retiring replacement's
+        // first mark, ordered before the retirement: a cancel that found
+        // the state replacing the retired one reads this mark or a later
+        // one, and its test fails.
+        let mut seen = stripe.load(Ordering::Acquire);
         loop {
-            // AcqRel on success: Acquire orders the cancel after the last
-            // mark (and the last unlock); Release is not needed by a lock
-            // but costs nothing. Acquire on failure: to read the stamp.
-            match stripe.compare_exchange_weak(
-                stamp,
-                stamp | Self::LOCK,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
+            if seen & !Self::CANCELS != stamp || seen & Self::CANCELS == Self::CANCELS {
+                return Some(false);
+            }
+            // AcqRel on success: Acquire as the load above; Release orders
+            // nothing a reset needs (it pairs with the leaving's Release)
+            // but costs nothing. Acquire on failure: as the load above. A
+            // failure means another thread changed the stripe (a mark, a
+            // cancel coming or leaving), or a spurious one: test again.
+            match stripe.compare_exchange_weak(seen, seen + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
                 Ok(_) => break,
-                Err(seen) if seen & !Self::LOCK != stamp => return false,
-                // Another cancel holds the lock (or the exchange failed
-                // spuriously): the stamp is still current, wait.
-                Err(_) => backoff.snooze(),
+                Err(now) => seen = now,
             }
         }
-        // Acquire: pairs with the Release half of a retiring replacement's
-        // first mark, ordered before the retirement; a cancel that found
-        // the state replacing the retired one reads this mark or a later one.
-        let current = || stripe.load(Ordering::Acquire) & !Self::LOCK == stamp;
-        // Unlocked however `cancel` leaves, so that resets go back to
+        // Counted out however `exchange` leaves, so that resets go back to
         // resetting in place.
-        let _unlock = Mark(stripe, Self::LOCK.wrapping_neg());
-        cancel(&current)
+        let _leave = Mark(stripe, 1u64.wrapping_neg());
+        exchange()
     }
 }
 
-/// Adds its value to a stripe when dropped: the end of a replacement, or a
-/// cancel's unlock.
+/// Adds its value to a stripe when dropped (wrapping): the end of a
+/// replacement, or a cancel's leaving.
 struct Mark<'a>(&'a AtomicU64, u64);
 
 impl Drop for Mark<'_> {
     fn drop(&mut self) {
         // Release: pairs with the Acquire in `Renewals::stamp` (a
         // replacement's end: a booking that counts it books on the
-        // replacing state) and in `renew_in_place` (an unlock: the cancel's
+        // replacing state) and in `renew_in_place` (a cancel's leaving: its
         // exchange happens before the reset's write).
         self.0.fetch_add(self.1, Ordering::Release);
     }
@@ -550,5 +579,121 @@ impl Drop for Mark<'_> {
 impl Default for Renewals {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(all(test, not(feature = "loom")))]
+mod tests {
+    use super::*;
+
+    /// A cancel in progress (here: inside another's exchange, as if that
+    /// one were descheduled there) never makes a second one wait, on the
+    /// same stripe, nor a reset; the stripe is left as it was found.
+    #[test]
+    fn cancels_share_their_stripe_and_a_reset_never_waits_for_them() {
+        let renewals = Renewals::with_stripes(1);
+        let stamp = renewals.stamp(0);
+        let (outer, inner, reset) = std::thread::scope(|scope| {
+            let worker = scope.spawn(|| {
+                let mut inner = None;
+                let mut reset = None;
+                let outer = renewals.cancel(0, stamp, || {
+                    inner = renewals.cancel(0, stamp, || Some(true));
+                    reset = Some(renewals.renew_in_place(0, || "in place", || "instead"));
+                    Some(true)
+                });
+                (outer, inner, reset)
+            });
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !worker.is_finished() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "a cancel waited for a cancel in progress on its stripe"
+                );
+                std::thread::yield_now();
+            }
+            worker.join().unwrap()
+        });
+        assert_eq!(outer, Some(true));
+        assert_eq!(
+            inner,
+            Some(true),
+            "the second cancel ran while the first was in progress"
+        );
+        assert_eq!(
+            reset,
+            Some("instead"),
+            "a reset meeting a cancel in progress retires"
+        );
+        // The reset marked nothing; both cancels counted themselves out.
+        assert_eq!(renewals.stamp(0), stamp);
+        assert_eq!(renewals.stripes[0].load(Ordering::Relaxed), stamp);
+        assert_eq!(
+            renewals.renew_in_place(0, || "in place", || "instead"),
+            "in place"
+        );
+        assert_ne!(
+            renewals.stamp(0),
+            stamp,
+            "a reset in place renews the stamp"
+        );
+        assert_eq!(renewals.cancel(0, stamp, || Some(true)), Some(false));
+    }
+
+    /// A stamp read while a replacement is under way is never current, and
+    /// one read before a replacement began is not current after it.
+    #[test]
+    fn a_cancel_acts_only_on_a_current_stamp() {
+        let renewals = Renewals::with_stripes(1);
+        let before = renewals.stamp(0);
+        let (during, during_cancel) = renewals.renew(0, || {
+            let during = renewals.stamp(0);
+            (during, renewals.cancel(0, during, || Some(true)))
+        });
+        assert_eq!(during_cancel, Some(false), "a replacement was under way");
+        assert_eq!(renewals.cancel(0, during, || Some(true)), Some(false));
+        assert_eq!(renewals.cancel(0, before, || Some(true)), Some(false));
+        let after = renewals.stamp(0);
+        assert_eq!(
+            renewals.cancel(0, after, || None),
+            None,
+            "the exchange's answer"
+        );
+        assert_eq!(renewals.cancel(0, after, || Some(true)), Some(true));
+        // Every stripe renewed by a quota change.
+        let renewals = Renewals::with_stripes(4);
+        let stamps: Vec<_> = (0..4u64).map(|i| renewals.stamp(i << 24)).collect();
+        renewals.renew_all(|| ());
+        for (i, stamp) in stamps.into_iter().enumerate() {
+            assert_eq!(
+                renewals.cancel((i as u64) << 24, stamp, || Some(true)),
+                Some(false)
+            );
+        }
+    }
+
+    /// With the count of cancels in progress full, one more gives nothing
+    /// back rather than carry into the count of replacements.
+    #[test]
+    fn a_cancel_past_the_most_in_progress_gives_nothing_back() {
+        let renewals = Renewals::with_stripes(1);
+        let stamp = renewals.stamp(0);
+        renewals.stripes[0].fetch_add(Renewals::CANCELS - 1, Ordering::Relaxed);
+        // The last one that fits.
+        assert_eq!(
+            renewals.cancel(0, stamp, || {
+                assert_eq!(
+                    renewals.cancel(0, stamp, || Some(true)),
+                    Some(false),
+                    "one too many"
+                );
+                Some(true)
+            }),
+            Some(true)
+        );
+        renewals.stripes[0].fetch_sub(Renewals::CANCELS - 1, Ordering::Relaxed);
+        assert_eq!(renewals.stripes[0].load(Ordering::Relaxed), stamp);
+        assert_eq!(renewals.stamp(0), stamp, "no replacement counted");
+        assert_eq!(renewals.cancel(0, stamp, || Some(true)), Some(true));
     }
 }

@@ -481,8 +481,9 @@ fn fixed_window_at_the_end_of_time_reports_never() {
     assert!(!limiter.allow_request("k"));
 }
 
-/// A peek reports what a check would decide: for a new client at a full
-/// `DenyNew` cap, the same denial.
+/// A peek reports what a check would decide for a new client at a full
+/// cap (under `DenyNew`, the same denial), with the quota as it stands: a
+/// check that admits leaves one fewer than the peek reports.
 #[test]
 fn peek_agrees_with_check_for_a_new_client_at_a_full_cap() {
     for policy in [
@@ -501,6 +502,16 @@ fn peek_agrees_with_check_for_a_new_client_at_a_full_cap() {
         assert!(limiter.allow_request("alice"));
         let peeked = limiter.peek("bob");
         let checked = limiter.check("bob");
-        assert_eq!(peeked, checked, "{policy:?}");
+        assert_eq!(peeked.is_allowed(), checked.is_allowed(), "{policy:?}");
+        assert_eq!(peeked.retry_after(), checked.retry_after(), "{policy:?}");
+        let taken = u64::from(checked.is_allowed());
+        assert_eq!(
+            peeked.remaining(),
+            checked.remaining() + taken,
+            "{policy:?}"
+        );
+        if policy == Overflow::DenyNew {
+            assert_eq!(peeked, checked);
+        }
     }
 }

@@ -176,8 +176,13 @@ fn decisions_say_when_the_quota_next_grows() {
         (fresh.remaining(), fresh.replenish_after()),
         (3, Duration::ZERO)
     );
-    // A peek reports what the check would leave: one token short, back in 2 s.
-    assert_eq!(limiter.peek("a").replenish_after(), Duration::from_secs(2));
+    // A peek takes nothing: the bucket it reports is still full, with
+    // nothing to wait for (a check would leave it one token short).
+    let peeked = limiter.peek("a");
+    assert_eq!(
+        (peeked.remaining(), peeked.replenish_after()),
+        (3, Duration::ZERO)
+    );
     let first = limiter.check("a");
     assert!(first.is_allowed());
     assert_eq!(first.replenish_after(), Duration::from_secs(2));
@@ -199,8 +204,12 @@ fn decisions_say_when_the_quota_next_grows() {
         .clock(clock.clone())
         .build()
         .unwrap();
-    // An empty log: a peek would take a slot until the window has passed.
-    assert_eq!(log.peek("b").replenish_after(), Duration::from_secs(10));
+    // An empty log: a peek takes no slot, and reports it empty.
+    let peeked = log.peek("b");
+    assert_eq!(
+        (peeked.remaining(), peeked.replenish_after()),
+        (2, Duration::ZERO)
+    );
     assert!(log.check("b").is_allowed());
     clock.advance(Duration::from_secs(4));
     let second = log.check("b");

@@ -164,8 +164,8 @@ fn the_binding_limit_is_reported() {
         .build()
         .unwrap();
     let fresh = limiter.peek("a");
-    // What is left after the request it peeks at.
-    assert_eq!((fresh.limit(), fresh.remaining()), (2, 1));
+    // The quota as it stands: both limits full, the bucket's 2 the less.
+    assert_eq!((fresh.limit(), fresh.remaining()), (2, 2));
     assert!(limiter.allow_request("a") && limiter.allow_request("a"));
     let denied = limiter.check("a");
     assert_eq!(denied.limit(), 2);
@@ -220,7 +220,7 @@ fn pair_clients_are_swept_only_when_both_limits_are_idle() {
     assert!(fresh.is_allowed());
     assert_eq!(
         (fresh.limit(), fresh.remaining()),
-        (1, 0),
+        (1, 1),
         "the bucket binds"
     );
     assert!(limiter.remove("b"));

@@ -174,7 +174,7 @@ fn peek_neither_consumes_nor_inserts() {
     for _ in 0..3 {
         let d = limiter.peek("a");
         assert!(d.is_allowed());
-        assert_eq!(d.remaining(), 0, "a peek reports what a check would leave");
+        assert_eq!(d.remaining(), 1, "a peek reports the quota as it stands");
     }
     assert!(limiter.is_empty());
     assert!(limiter.allow_request("a"));

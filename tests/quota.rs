@@ -89,9 +89,12 @@ fn agree_across_changes<M: Model, L>(
                 clock.set(Duration::from_nanos(now));
                 let retry = model.retry_after(now, cost);
                 let got = check(&limiter, client, cost, peek);
-                let mut copy = model.clone();
-                let model = if peek { &mut copy } else { model };
-                let allowed = model.admit(now, cost);
+                // A peek admits on a copy, and reports the quota as it stands.
+                let allowed = if peek {
+                    model.clone().admit(now, cost)
+                } else {
+                    model.admit(now, cost)
+                };
                 let ctx = format!("act {i} {act:?} at {now} ns under quota {quota}");
                 assert_eq!(got.is_allowed(), allowed, "decision, {ctx}");
                 assert_eq!(got.remaining(), model.remaining(now), "remaining, {ctx}");

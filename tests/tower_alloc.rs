@@ -144,7 +144,14 @@ fn allocations_per_admitted_request() {
                 .layer(service_fn(ok)),
         )
         .await;
-        println!("allocations per request: bare {bare}, layer {layered}, layer without admitted headers {headerless}");
+        let minimal = per_request(
+            RateLimitLayer::new(limiter(), PeerIp::new())
+                .admitted_headers(tollgate::tower::AdmittedHeaders::Never)
+                .decision_extension(false)
+                .layer(service_fn(ok)),
+        )
+        .await;
+        println!("allocations per request: bare {bare}, layer {layered}, layer without admitted headers {headerless}, and without the decision extension {minimal}");
         // The figures docs/PERFORMANCE.md states: the handler's own two
         // (its response's header map), and the layer's: the `RateLimit`
         // value and the `Decision` put in the request's extensions
@@ -152,6 +159,7 @@ fn allocations_per_admitted_request() {
         assert_eq!(bare, 2.0);
         assert_eq!(layered - bare, 2.0, "with headers");
         assert_eq!(headerless - bare, 1.0, "without admitted headers");
+        assert_eq!(minimal - bare, 0.0, "without the decision extension too");
     });
 }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use tollgate::tower::{is_preflight, Extraction, KeyFn, RateLimitLayer};
-use tollgate::{FixedWindow, ManualClock, TokenBucket};
+use tollgate::{FixedWindow, Limiter, ManualClock, TokenBucket};
 use tower::{service_fn, Layer, Service, ServiceExt};
 
 type Body = String;
@@ -85,24 +85,41 @@ fn figures(response: &Response<Body>, name: &str, keys: [&str; 2]) -> Vec<(Strin
         .collect()
 }
 
+/// A fixed window of `limit` per `secs` on `clock`.
+fn window(clock: &ManualClock, limit: u64, secs: u64) -> Limiter<FixedWindow, String, ManualClock> {
+    FixedWindow::builder()
+        .limit(limit)
+        .window(Duration::from_secs(secs))
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
+/// Every request is the one client "c", as a function.
+fn client(_: &http::request::Parts) -> Extraction<String> {
+    Extraction::Key(String::from("c"))
+}
+
+type Named = RateLimitLayer<
+    Limiter<FixedWindow, String, ManualClock>,
+    KeyFn<fn(&http::request::Parts) -> Extraction<String>>,
+>;
+
+/// A layer over one client, named `name`.
+fn named(limiter: Limiter<FixedWindow, String, ManualClock>, name: &str) -> Named {
+    let client: fn(&http::request::Parts) -> Extraction<String> = client;
+    RateLimitLayer::new(limiter, KeyFn::new(client))
+        .policy_name(name)
+        .unwrap()
+}
+
 #[test]
 fn stacked_layers_each_keep_their_list_member() {
     run(async {
         let clock = ManualClock::new();
-        let window = |limit, secs| {
-            FixedWindow::builder()
-                .limit(limit)
-                .window(Duration::from_secs(secs))
-                .clock(clock.clone())
-                .build()
-                .unwrap()
-        };
-        let inner = RateLimitLayer::new(window(2, 60), one_client())
-            .policy_name("permin")
-            .unwrap();
-        let outer = RateLimitLayer::new(window(100, 3600), one_client())
-            .policy_name("perhr")
-            .unwrap();
+        let window = |limit, secs| window(&clock, limit, secs);
+        let inner = named(window(2, 60), "permin");
+        let outer = named(window(100, 3600), "perhr");
         let service = outer.layer(inner.layer(service_fn(ok)));
         let policies = vec![
             ("permin".to_owned(), [2, 60]),
@@ -329,5 +346,210 @@ fn retry_jitter_spreads_retries_never_before_t() {
             seen.insert(retry);
         }
         assert!(seen.len() > 1, "{seen:?}");
+    });
+}
+
+/// Quotas beyond RFC 9651's integers (15 digits): `q` and `r` are capped
+/// at 999 999 999 999 999, stating no more than is enforced, and every
+/// field still parses.
+#[test]
+fn huge_quotas_are_capped_to_structured_field_integers() {
+    run(async {
+        const SF_MAX: i64 = 999_999_999_999_999;
+        for limit in [SF_MAX as u64, SF_MAX as u64 + 2, 1 << 60] {
+            // A bucket of `limit` tokens, refilled one a nanosecond.
+            let bucket = || {
+                TokenBucket::builder()
+                    .rate(1, Duration::from_nanos(1))
+                    .capacity(limit)
+                    .clock(ManualClock::new())
+                    .build()
+                    .unwrap()
+            };
+            let responses = [
+                send(&RateLimitLayer::new(bucket(), one_client()).layer(service_fn(ok))).await,
+                send(
+                    &RateLimitLayer::new(bucket(), one_client())
+                        .partition_key(|_: &String| b"p".to_vec())
+                        .layer(service_fn(ok)),
+                )
+                .await,
+            ];
+            for response in responses {
+                let want_q = (limit as i64).min(SF_MAX);
+                let want_r = ((limit - 1) as i64).min(SF_MAX);
+                let w = limit.div_ceil(1_000_000_000) as i64;
+                assert_eq!(
+                    figures(&response, "ratelimit-policy", ["q", "w"]),
+                    vec![("default".to_owned(), [want_q, w])],
+                    "limit {limit}"
+                );
+                assert_eq!(
+                    figures(&response, "ratelimit", ["r", "t"])[0].1[0],
+                    want_r,
+                    "limit {limit}"
+                );
+            }
+        }
+    });
+}
+
+/// An outer layer that admitted a request with its last unit, which an
+/// inner layer then refused: the client must wait for the outer item's
+/// `t` too, so `Retry-After` is never earlier than the `t` of any item
+/// with `r=0`. An item with units left does not hold the client back.
+#[test]
+fn retry_after_is_never_earlier_than_an_exhausted_outer_item() {
+    run(async {
+        let clock = ManualClock::new();
+        let window = |limit, secs| window(&clock, limit, secs);
+        let inner = named(window(1, 60), "permin");
+        let outer = named(window(2, 3600), "perhr");
+        let service = outer.layer(inner.layer(service_fn(ok)));
+        assert_eq!(send(&service).await.status(), StatusCode::OK);
+        // The outer layer admits (and charges) its last unit; the inner
+        // refuses.
+        let refused = send(&service).await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            figures(&refused, "ratelimit", ["r", "t"]),
+            vec![
+                ("permin".to_owned(), [0, 60]),
+                ("perhr".to_owned(), [0, 3600])
+            ]
+        );
+        assert_eq!(refused.headers()["retry-after"], "3600");
+        // Had the client come back after the inner item's 60 s, the outer
+        // layer would have refused it.
+        clock.advance(Duration::from_secs(60));
+        let later = send(&service).await;
+        assert_eq!(later.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(later.headers()["retry-after"], "3540");
+
+        // With units left in the outer item, the inner item's wait stands.
+        let inner = named(window(1, 60), "permin");
+        let outer = named(window(100, 3600), "perhr");
+        let service = outer.layer(inner.layer(service_fn(ok)));
+        let _ = send(&service).await;
+        let refused = send(&service).await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.headers()["retry-after"], "60");
+    });
+}
+
+/// Stacked layers left at the default name: an outer layer whose item
+/// names an inner layer has taken appends the first free suffix (`-2`,
+/// `-3`, ...) to them, so every item in the list has its own name and
+/// each `RateLimit` item matches its policy.
+#[test]
+fn stacked_layers_with_one_name_get_distinct_items() {
+    run(async {
+        let clock = ManualClock::new();
+        let window = |limit, secs| window(&clock, limit, secs);
+        let pair = || {
+            FixedWindow::builder()
+                .limit(3)
+                .window(Duration::from_secs(1))
+                .and(
+                    FixedWindow::builder()
+                        .limit(5)
+                        .window(Duration::from_secs(60)),
+                )
+                .clock(clock.clone())
+                .build()
+                .unwrap()
+        };
+        let three = RateLimitLayer::new(window(10, 60), one_client())
+            .layer(RateLimitLayer::new(window(20, 3600), one_client()).layer(
+                RateLimitLayer::new(window(30, 86_400), one_client()).layer(service_fn(ok)),
+            ));
+        let response = send(&three).await;
+        assert_eq!(
+            figures(&response, "ratelimit-policy", ["q", "w"]),
+            vec![
+                ("default".to_owned(), [30, 86_400]),
+                ("default-2".to_owned(), [20, 3600]),
+                ("default-3".to_owned(), [10, 60]),
+            ]
+        );
+        assert_eq!(
+            figures(&response, "ratelimit", ["r", "t"]),
+            vec![
+                ("default".to_owned(), [29, 86_400]),
+                ("default-2".to_owned(), [19, 3600]),
+                ("default-3".to_owned(), [9, 60]),
+            ]
+        );
+        // A pair inside a single limit of the same name: "default-1" and
+        // "default-2" are taken, and "default" is free.
+        let mixed = RateLimitLayer::new(window(10, 60), one_client())
+            .layer(RateLimitLayer::new(pair(), one_client()).layer(service_fn(ok)));
+        let response = send(&mixed).await;
+        let names: Vec<String> = figures(&response, "ratelimit-policy", ["q", "w"])
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(names, ["default-1", "default-2", "default"]);
+        // The other way round: no name is taken twice either.
+        let mixed = RateLimitLayer::new(pair(), one_client())
+            .layer(RateLimitLayer::new(window(10, 60), one_client()).layer(service_fn(ok)));
+        let response = send(&mixed).await;
+        let limits = figures(&response, "ratelimit", ["r", "t"]);
+        let names: Vec<&str> = limits.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["default", "default-1", "default-2"]);
+        // A pair outside a pair: the outer pair's items become
+        // "default-1-2" and "default-2-2".
+        let pairs = RateLimitLayer::new(pair(), one_client())
+            .layer(RateLimitLayer::new(pair(), one_client()).layer(service_fn(ok)));
+        let response = send(&pairs).await;
+        let policies = figures(&response, "ratelimit-policy", ["q", "w"]);
+        let names: Vec<&str> = policies.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["default-1", "default-2", "default-1-2", "default-2-2"]
+        );
+        let limits = figures(&response, "ratelimit", ["r", "t"]);
+        let limit_names: Vec<&str> = limits.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(limit_names, names);
+    });
+}
+
+/// A limiter that admits without counting: what a Redis limiter under
+/// `FailPolicy::FailOpen` does while Redis is away (its decision reports
+/// the whole quota left).
+#[derive(Debug)]
+struct Uncounted(tollgate::Limiter<FixedWindow, String, ManualClock>);
+
+impl tollgate::AsyncCheck<String> for Uncounted {
+    type Future = std::future::Ready<Result<tollgate::Decision, tollgate::CheckError>>;
+    fn check(&self, key: &String, _: u64) -> Self::Future {
+        std::future::ready(Ok(self.0.check_n(key, 0).unwrap()))
+    }
+    fn quota(&self) -> tollgate::Quota {
+        self.0.quota()
+    }
+}
+
+/// An admission that spent nothing carries no rate-limit headers: `r=q`
+/// and `t=0` would claim a quota nobody counted.
+#[test]
+fn an_admission_that_spent_nothing_claims_nothing() {
+    run(async {
+        let limiter = FixedWindow::builder()
+            .limit(5)
+            .window(Duration::from_secs(60))
+            .clock(ManualClock::new())
+            .build()
+            .unwrap();
+        let service = RateLimitLayer::new(Uncounted(limiter), one_client())
+            .legacy_headers(true)
+            .layer(service_fn(ok));
+        for _ in 0..10 {
+            let response = send(&service).await;
+            assert_eq!(response.status(), StatusCode::OK);
+            for name in ["ratelimit", "ratelimit-policy", "x-ratelimit-remaining"] {
+                assert!(!response.headers().contains_key(name), "{name}");
+            }
+        }
     });
 }

@@ -9,7 +9,9 @@ use std::net::{IpAddr, SocketAddr};
 
 use http::{HeaderName, Request, StatusCode};
 use proptest::prelude::*;
-use tollgate::tower::{Cidr, Extraction, ForwardedHeader, HeaderKey, KeyExtractor, TrustedProxyIp};
+use tollgate::tower::{
+    Cidr, Extraction, ForwardedHeader, HeaderKey, KeyExtractor, MissingKey, TrustedProxyIp,
+};
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -195,34 +197,141 @@ fn render(elements: &[Vec<Pair>], ows: &[bool]) -> String {
     out
 }
 
-/// The reference walk: each element's single `for` address (or none),
-/// read from the right; the rightmost untrusted address, or the nearest
-/// trusted one where the chain ends or stops.
-fn expected(elements: &[Vec<Pair>], peer: IpAddr) -> IpAddr {
-    let trusted = |a: IpAddr| match a {
+/// Whether the tests' proxies (10.0.0.0/8, fd00::/8) are trusted.
+fn trusted(a: IpAddr) -> bool {
+    match a {
         IpAddr::V4(v4) => v4.octets()[0] == 10,
         IpAddr::V6(v6) => v6.segments()[0] >> 8 == 0xfd,
-    };
+    }
+}
+
+/// The reference walk over hops read right to left (`None`: not an
+/// address): the first untrusted address, or the nearest trusted one
+/// where the walk stops at a hop that is not an address or after 20
+/// hops. The flag says whether the walk decided within `hops` (rather
+/// than running past the left end of them).
+fn walk(hops: impl Iterator<Item = Option<IpAddr>>, peer: IpAddr) -> (IpAddr, bool) {
     let mut nearest = peer;
-    for (hops, element) in elements.iter().rev().enumerate() {
-        if hops == 20 {
-            break;
+    for (n, hop) in hops.enumerate() {
+        if n == 20 {
+            return (nearest, true);
         }
+        match hop {
+            Some(a) if trusted(a) => nearest = a,
+            Some(a) => return (a, true),
+            None => return (nearest, true),
+        }
+    }
+    (nearest, false)
+}
+
+/// The reference walk over generated elements: each element's single
+/// `for` address, or none.
+fn reference(elements: &[Vec<Pair>], peer: IpAddr) -> (IpAddr, bool) {
+    let hops = elements.iter().rev().map(|element| {
         let fors: Vec<&Pair> = element
             .iter()
             .filter(|p| matches!(p, Pair::For(..) | Pair::Hidden(_)))
             .collect();
-        let addr = match fors.as_slice() {
-            [Pair::For(a, _)] => *a,
-            _ => return nearest,
-        };
-        if trusted(addr) {
-            nearest = addr;
-        } else {
-            return addr;
+        match fors.as_slice() {
+            [Pair::For(a, _)] => Some(*a),
+            _ => None,
         }
+    });
+    walk(hops, peer)
+}
+
+fn expected(elements: &[Vec<Pair>], peer: IpAddr) -> IpAddr {
+    reference(elements, peer).0
+}
+
+/// Bytes a client might write in its own part of `Forwarded`: pieces of
+/// the grammar in any order, quotes and escapes unbalanced, and a few
+/// arbitrary bytes.
+fn garbage() -> impl Strategy<Value = Vec<u8>> {
+    (
+        prop::collection::vec(
+            prop_oneof![
+                Just("for="),
+                Just("host="),
+                Just("\""),
+                Just("\\"),
+                Just(","),
+                Just(";"),
+                Just("="),
+                Just(" "),
+                Just("6.6.6.6"),
+                Just("[2001:db8::1]"),
+                Just(":80"),
+                Just(":_x"),
+                Just("unknown"),
+                Just("_hid"),
+                Just("x"),
+                Just("10.0.0.9"),
+            ],
+            0..24,
+        ),
+        prop::collection::vec(any::<u8>(), 0..8),
+    )
+        .prop_map(|(pieces, tail)| {
+            let mut bytes = pieces.concat().into_bytes();
+            bytes.extend(tail.into_iter().filter(|b| *b >= 0x20 && *b != 0x7f));
+            bytes
+        })
+}
+
+/// Whether `key` is named in `header` right after a `for=`.
+fn named_after_for(header: &[u8], key: IpAddr) -> bool {
+    let text = String::from_utf8_lossy(header).to_ascii_lowercase();
+    let named = [key.to_string(), format!("[{key}")].iter().any(|form| {
+        text.contains(&format!("for={form}"))
+            || text.contains(&format!("for=\"{form}"))
+            || text.contains(&format!("for=\"\\{form}"))
+    });
+    let v6 = text.contains("for=[2001:db8::1]") || text.contains("for=\"[2001:db8::1]");
+    named || (key == ip("2001:db8::") && v6)
+}
+
+/// One `X-Forwarded-For` entry, as generated.
+#[derive(Debug, Clone)]
+enum Entry {
+    /// An address, in one of the forms proxies write.
+    Addr(IpAddr, u8),
+    /// Bytes that are no address: no digit, no `:` and no `,`, and may
+    /// hold bytes that are not ASCII.
+    Junk(Vec<u8>),
+}
+
+fn entry() -> impl Strategy<Value = Entry> {
+    prop_oneof![
+        (address(), any::<u8>()).prop_map(|(a, f)| Entry::Addr(a, f)),
+        prop::collection::vec(
+            prop_oneof![
+                prop::sample::select(b"abcxyz_-. \t\"\\;=[]".to_vec()),
+                0x80u8..=0xff,
+            ],
+            0..6
+        )
+        .prop_map(Entry::Junk),
+    ]
+}
+
+fn render_entry(entry: &Entry) -> Vec<u8> {
+    match entry {
+        Entry::Addr(IpAddr::V4(v4), form) => match form % 3 {
+            0 => format!("{v4}"),
+            1 => format!("{v4}:8080"),
+            _ => format!("  {v4}\t"),
+        }
+        .into_bytes(),
+        Entry::Addr(IpAddr::V6(v6), form) => match form % 3 {
+            0 => format!("{v6}"),
+            1 => format!("[{v6}]"),
+            _ => format!(" [{v6}]:443"),
+        }
+        .into_bytes(),
+        Entry::Junk(bytes) => bytes.clone(),
     }
-    nearest
 }
 
 fn group(a: IpAddr) -> IpAddr {
@@ -252,29 +361,248 @@ proptest! {
         prop_assert_eq!(got, Extraction::Key(group(expected(&elements, ip("10.0.0.1")))), "{}", header);
     }
 
+    /// Garbage on the client's own lines, and left of the elements on the
+    /// line its proxies append to: wherever the reference walk over the
+    /// well-formed elements decides, the key is what it decides; where it
+    /// runs into the client's garbage, the key is the nearest proxy or an
+    /// address the header names after `for=`.
+    #[test]
+    fn forwarded_keys_ignore_garbage_in_the_clients_own_part(
+        client in prop::option::of((address(), any::<u8>())),
+        elements in prop::collection::vec(prop::collection::vec(pair(), 1..4), 1..6),
+        ows in prop::collection::vec(any::<bool>(), 1..4),
+        own in garbage(),
+        own_lines in prop::collection::vec(garbage(), 0..3),
+    ) {
+        let mut elements = elements;
+        if let Some((a, form)) = client {
+            elements.insert(0, vec![Pair::For(a, form)]);
+        }
+        let mut line = own.clone();
+        line.extend_from_slice(if ows[0] { b", " } else { b"," });
+        line.extend_from_slice(render(&elements, &ows).as_bytes());
+        let mut lines: Vec<&[u8]> = own_lines.iter().map(Vec::as_slice).collect();
+        lines.push(&line);
+        let got = forwarded_key("10.0.0.1:443", &lines);
+        let Extraction::Key(key) = got else { panic!("{got:?}") };
+        let (walked, decided) = reference(&elements, ip("10.0.0.1"));
+        let shown = String::from_utf8_lossy(&lines.concat()).into_owned();
+        if decided {
+            prop_assert_eq!(key, group(walked), "{}", shown);
+        } else {
+            let named = lines.iter().any(|l| named_after_for(l, key));
+            prop_assert!(key == group(walked) || named, "{} from {}", key, shown);
+        }
+    }
+
+    /// `X-Forwarded-For` lines of addresses and junk (bytes that are not
+    /// ASCII included) in any order: the key is exactly the reference
+    /// walk's over the entries, the last line's last entry first.
+    #[test]
+    fn x_forwarded_for_keys_match_the_reference_walk(
+        lines in prop::collection::vec(prop::collection::vec(entry(), 1..5), 1..4),
+        spaced in any::<bool>(),
+    ) {
+        let rendered: Vec<Vec<u8>> = lines
+            .iter()
+            .map(|entries| {
+                let parts: Vec<Vec<u8>> = entries.iter().map(render_entry).collect();
+                parts.join(if spaced { &b", "[..] } else { &b","[..] })
+            })
+            .collect();
+        let refs: Vec<&[u8]> = rendered.iter().map(Vec::as_slice).collect();
+        let got = x_forwarded_for_key("10.0.0.1:443", &refs);
+        let hops = lines.iter().flatten().rev().map(|e| match e {
+            Entry::Addr(a, _) => Some(*a),
+            Entry::Junk(_) => None,
+        });
+        let (want, _) = walk(hops, ip("10.0.0.1"));
+        prop_assert_eq!(got, Extraction::Key(group(want)), "{:?}", rendered);
+    }
+
     /// Any bytes at all: the key is the proxy or an address the header
     /// names right after `for=`; never one from a `host` value alone.
     #[test]
-    fn any_forwarded_bytes_yield_the_proxy_or_a_for_value(
-        pieces in prop::collection::vec(prop_oneof![
-            Just("for="), Just("host="), Just("\""), Just("\\"), Just(","), Just(";"),
-            Just("="), Just(" "), Just("6.6.6.6"), Just("[2001:db8::1]"), Just(":80"),
-            Just(":_x"), Just("unknown"), Just("_hid"), Just("x"), Just("10.0.0.9"),
-        ], 0..24),
-        tail in prop::collection::vec(any::<u8>(), 0..8),
-    ) {
-        let mut header: Vec<u8> = pieces.concat().into_bytes();
-        header.extend(tail.iter().filter(|b| **b >= 0x20 && **b != 0x7f));
+    fn any_forwarded_bytes_yield_the_proxy_or_a_for_value(header in garbage()) {
         let got = forwarded_key("10.0.0.1:443", &[&header]);
         let Extraction::Key(key) = got else { panic!("{got:?}") };
         if key != ip("10.0.0.1") {
-            let text = String::from_utf8_lossy(&header).to_ascii_lowercase();
-            let named = [key.to_string(), format!("[{key}")]
-                .iter()
-                .any(|form| text.contains(&format!("for={form}")) || text.contains(&format!("for=\"{form}"))
-                    || text.contains(&format!("for=\"\\{form}")));
-            let v6 = text.contains("for=[2001:db8::1]") || text.contains("for=\"[2001:db8::1]");
-            prop_assert!(named || (key == ip("2001:db8::") && v6), "{key} from {text:?}");
+            prop_assert!(
+                named_after_for(&header, key),
+                "{} from {:?}",
+                key,
+                String::from_utf8_lossy(&header)
+            );
+        }
+    }
+}
+
+/// The key `TrustedProxyIp` (trusting 10.0.0.0/8 and fd00::/8, reading
+/// `X-Forwarded-For`) gives a request from `peer` with these lines.
+fn x_forwarded_for_key(peer: &str, lines: &[&[u8]]) -> Extraction<IpAddr> {
+    let extractor =
+        TrustedProxyIp::new(["10.0.0.0/8".parse().unwrap(), "fd00::/8".parse().unwrap()]);
+    let mut request = Request::get("/").body(()).unwrap();
+    for line in lines {
+        request.headers_mut().append(
+            "x-forwarded-for",
+            http::HeaderValue::from_bytes(line).unwrap(),
+        );
+    }
+    let peer: SocketAddr = peer.parse().unwrap();
+    request.extensions_mut().insert(peer);
+    let (parts, ()) = request.into_parts();
+    extractor.extract(&parts)
+}
+
+/// A client behind a proxy that appends `, <client>` to the client's own
+/// `X-Forwarded-For` line (as nginx does) cannot move its key by garbling
+/// its own entries: a byte that is not ASCII, garbage, or an address,
+/// left of the entry the proxy wrote, changes nothing.
+#[test]
+fn garbage_in_the_clients_own_x_forwarded_for_entries_changes_nothing() {
+    let client = Extraction::Key(ip("203.0.113.9"));
+    for own in [
+        &b"\xff"[..],
+        b"1.1.1.1 \xc3\xa9",
+        b"\xe2\x80\x8b6.6.6.6",
+        b"not an address",
+        b"6.6.6.6",
+        b"",
+    ] {
+        let mut line = own.to_vec();
+        line.extend_from_slice(b", 203.0.113.9");
+        assert_eq!(
+            x_forwarded_for_key("10.0.0.1:443", &[&line]),
+            client,
+            "{}",
+            String::from_utf8_lossy(&line)
+        );
+        // Through two proxies, the second appending the first's address.
+        line.extend_from_slice(b", 10.0.0.2");
+        assert_eq!(x_forwarded_for_key("10.0.0.1:443", &[&line]), client);
+        // The client's garbage on a line of its own, the proxy's line after.
+        assert_eq!(
+            x_forwarded_for_key("10.0.0.1:443", &[own, b"203.0.113.9"]),
+            client
+        );
+    }
+    // Garbage right of the client's entry is the proxies' own: the walk
+    // stops there and keys by the nearest proxy.
+    assert_eq!(
+        x_forwarded_for_key("10.0.0.1:443", &[b"203.0.113.9, \xff"]),
+        Extraction::Key(ip("10.0.0.1"))
+    );
+}
+
+/// `Forwarded` is read from the trusted end, each line on its own: a
+/// syntax error in the client's own elements or lines never hides the
+/// element a proxy wrote after them.
+#[test]
+fn a_forwarded_syntax_error_in_the_clients_part_changes_nothing() {
+    let client = Extraction::Key(ip("203.0.113.9"));
+    for own in [
+        "for=\"1.2.3.4",
+        "for=1.2.3.4 x",
+        "junk",
+        "for=",
+        "=x",
+        "for=\"1.2.3.4\\\"",
+        "\"",
+        "for=1.2.3.4;;host=\"a,b",
+        "for=6.6.6.6",
+    ] {
+        let line = format!("{own}, for=203.0.113.9");
+        assert_eq!(
+            forwarded_key("10.0.0.1:443", &[line.as_bytes()]),
+            client,
+            "{line}"
+        );
+        let line = format!("{own}, for=203.0.113.9;proto=https, for=10.0.0.2");
+        assert_eq!(
+            forwarded_key("10.0.0.1:443", &[line.as_bytes()]),
+            client,
+            "{line}"
+        );
+        assert_eq!(
+            forwarded_key("10.0.0.1:443", &[own.as_bytes(), b"for=203.0.113.9"]),
+            client,
+            "{own:?} on a line of its own"
+        );
+    }
+    // A quoted value of the proxy's own element still holds commas.
+    assert_eq!(
+        forwarded_key(
+            "10.0.0.1:443",
+            &[b"junk\", for=203.0.113.9;host=\"x, for=6.6.6.6\""]
+        ),
+        client
+    );
+}
+
+fn api_key_of(extractor: &HeaderKey, lines: &[&[u8]]) -> Extraction<String> {
+    let mut request = Request::get("/").body(()).unwrap();
+    for line in lines {
+        request
+            .headers_mut()
+            .append("x-api-key", http::HeaderValue::from_bytes(line).unwrap());
+    }
+    let (parts, ()) = request.into_parts();
+    extractor.extract(&parts)
+}
+
+/// HTTP/2 does not strip the whitespace around a field value: a padded
+/// key is the same client as the bare one, not a new budget.
+#[test]
+fn a_padded_api_key_is_the_same_client() {
+    let api_key = HeaderKey::new(HeaderName::from_static("x-api-key"));
+    for padded in [&b"k-1"[..], b" k-1", b"k-1 ", b"\tk-1", b" \t k-1\t "] {
+        assert_eq!(
+            api_key_of(&api_key, &[padded]),
+            Extraction::Key("k-1".to_owned()),
+            "{:?}",
+            String::from_utf8_lossy(padded)
+        );
+    }
+    // Inner whitespace is part of the key.
+    assert_eq!(
+        api_key_of(&api_key, &[b" k 1 "]),
+        Extraction::Key("k 1".to_owned())
+    );
+    // The bound applies to the key as stored, without its padding.
+    let short = api_key.max_len(3);
+    assert_eq!(
+        api_key_of(&short, &[b"   k-1   "]),
+        Extraction::Key("k-1".to_owned())
+    );
+}
+
+/// A request with the key header twice is ambiguous: refused with 400
+/// whatever the lines hold and whatever `MissingKey` says, so that an
+/// empty first line can never let a keyed request through unlimited.
+#[test]
+fn a_repeated_api_key_header_is_refused_never_skipped() {
+    for missing in [
+        MissingKey::Skip,
+        MissingKey::Unauthorized,
+        MissingKey::BadRequest,
+    ] {
+        let api_key = HeaderKey::new(HeaderName::from_static("x-api-key")).on_missing(missing);
+        for lines in [
+            &[&b""[..], b"k-1"][..],
+            &[b" ", b"k-1"],
+            &[b"k-1", b""],
+            &[b"k-1", b"k-1"],
+            &[b"k-1", b"k-2"],
+            &[b"", b""],
+        ] {
+            match api_key_of(&api_key, lines) {
+                Extraction::Reject(r) => {
+                    assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{missing:?} {lines:?}");
+                    assert!(r.detail().contains("more than once"), "{}", r.detail());
+                }
+                other => panic!("{missing:?} {lines:?}: {other:?}"),
+            }
         }
     }
 }

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use http::{HeaderName, Request, Response, StatusCode};
 use tollgate::tower::{
-    AdmittedHeaders, Cidr, Extraction, ForwardedHeader, HeaderKey, KeyFn, MissingKey, PeerIp,
-    RateLimitLayer, TrustedProxyIp,
+    AdmittedHeaders, Cidr, Extraction, ForwardedHeader, GlobalKey, HeaderKey, KeyFn, MissingKey,
+    PeerIp, RateLimitLayer, TrustedProxyIp,
 };
 use tollgate::{
     AsyncCheck, CheckError, Decision, FixedWindow, Limiter, ManualClock, Quota, TokenBucket,
@@ -327,14 +327,19 @@ fn an_untrusted_peer_is_keyed_by_itself_whatever_its_headers_say() {
 fn distinct_clients_behind_a_trusted_proxy_get_distinct_keys() {
     run(async {
         let clock = ManualClock::new();
-        for header in [ForwardedHeader::XForwardedFor, ForwardedHeader::Forwarded] {
+        for header in [
+            ForwardedHeader::XForwardedFor,
+            ForwardedHeader::Forwarded,
+            ForwardedHeader::XRealIp,
+        ] {
             let service = proxied(&clock, 1, header);
             let name = match header {
                 ForwardedHeader::XForwardedFor => "x-forwarded-for",
                 ForwardedHeader::Forwarded => "forwarded",
+                ForwardedHeader::XRealIp => "x-real-ip",
             };
             let value = |ip: &str| match header {
-                ForwardedHeader::XForwardedFor => ip.to_owned(),
+                ForwardedHeader::XForwardedFor | ForwardedHeader::XRealIp => ip.to_owned(),
                 ForwardedHeader::Forwarded if ip.contains(':') => {
                     format!("for=\"[{ip}]:4711\";proto=https")
                 }
@@ -368,7 +373,7 @@ fn distinct_clients_behind_a_trusted_proxy_get_distinct_keys() {
 fn malformed_forwarding_headers_have_a_bounded_outcome() {
     run(async {
         let clock = ManualClock::new();
-        use ForwardedHeader::{Forwarded, XForwardedFor};
+        use ForwardedHeader::{Forwarded, XForwardedFor, XRealIp};
         // (header, value, the key it must fall under). The walk stops at the
         // first entry that is not an address and keys by the nearest
         // trusted hop (here the proxy, 10.0.0.1), and reads at most 20
@@ -401,6 +406,10 @@ fn malformed_forwarding_headers_have_a_bounded_outcome() {
                 "10.0.0.9, ".repeat(5_000) + "10.0.0.8",
                 "10.0.0.9",
             ),
+            (XRealIp, "203.0.113.7".into(), "203.0.113.7"),
+            (XRealIp, "10.0.0.5".into(), "10.0.0.5"),
+            (XRealIp, "203.0.113.7, 6.6.6.6".into(), "10.0.0.1"),
+            (XRealIp, "garbage".into(), "10.0.0.1"),
             (Forwarded, "for=unknown".into(), "10.0.0.1"),
             (
                 Forwarded,
@@ -409,9 +418,11 @@ fn malformed_forwarding_headers_have_a_bounded_outcome() {
             ),
             (Forwarded, ";;;==;".into(), "10.0.0.1"),
             (Forwarded, "proto=https".into(), "10.0.0.1"),
-            // An unbalanced quote: the field does not parse past it, so
-            // the walk stops there, at the proxy.
-            (Forwarded, "for=\"1.2.3.4, for=5.6.7.8".into(), "10.0.0.1"),
+            // An unbalanced quote spoils only what lies left of it: the
+            // element right of it, which a proxy appended, is read.
+            (Forwarded, "for=\"1.2.3.4, for=5.6.7.8".into(), "5.6.7.8"),
+            // Right of the client's element, it stops the walk there.
+            (Forwarded, "for=5.6.7.8, for=\"1.2.3.4".into(), "10.0.0.1"),
             // One huge element naming `for` 10 000 times: no one address.
             (Forwarded, "for=10.0.0.4;".repeat(10_000), "10.0.0.1"),
             // 20 000 elements: the rightmost 20 are read.
@@ -425,6 +436,7 @@ fn malformed_forwarding_headers_have_a_bounded_outcome() {
             let name = match header {
                 XForwardedFor => "x-forwarded-for",
                 Forwarded => "forwarded",
+                XRealIp => "x-real-ip",
             };
             // Limit 1: after the request, its key has nothing left, which a
             // request keyed by `expected` itself (its own peer address, no
@@ -511,7 +523,40 @@ fn a_request_without_a_peer_address_is_a_clear_error() {
         let service = peer_ip_service(bucket(1, 60, &clock));
         let r = send(&service, Request::new(String::new())).await;
         assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
-        assert!(r.body().contains("connect info"), "{}", r.body());
+        // The message names the fix: how to serve axum with connect info,
+        // and the way to name another extension.
+        for fix in [
+            "into_make_service_with_connect_info::<SocketAddr>()",
+            "peer_from",
+        ] {
+            assert!(r.body().contains(fix), "{fix} not in {}", r.body());
+        }
+        if cfg!(not(feature = "axum")) {
+            assert!(r.body().contains("`axum` feature"), "{}", r.body());
+        }
+        // A named extension that is missing is named.
+        #[derive(Clone)]
+        struct Conn(Option<SocketAddr>);
+        let named = RateLimitLayer::new(
+            bucket(1, 60, &clock),
+            PeerIp::new().peer_from(|c: &Conn| c.0),
+        )
+        .layer(service_fn(echo));
+        let r = send(&named, Request::new(String::new())).await;
+        assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(r.body().contains("tower_layer::"), "{}", r.body());
+        assert!(r.body().contains("Conn extension"), "{}", r.body());
+        let mut unknown = Request::new(String::new());
+        unknown.extensions_mut().insert(Conn(None));
+        assert_eq!(
+            send(&named, unknown).await.status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+        let mut known = Request::new(String::new());
+        known
+            .extensions_mut()
+            .insert(Conn(Some("192.0.2.9:1".parse().unwrap())));
+        assert_eq!(send(&named, known).await.status(), StatusCode::OK);
     });
 }
 
@@ -683,8 +728,9 @@ fn a_check_that_completes_later_and_one_that_fails() {
         let service = RateLimitLayer::new(down, PeerIp::new()).layer(service_fn(echo));
         let r = send(&service, from("192.0.2.1:1", &[])).await;
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        // The cause is the operator's (`on_check_error`), not the client's.
         assert!(
-            r.body().contains("the store is unreachable"),
+            !r.body().contains("the store is unreachable"),
             "{}",
             r.body()
         );
@@ -803,5 +849,49 @@ fn a_denial_that_never_passes_is_a_429_with_the_longest_retry_after() {
         let retry: u64 = header(&denied, "retry-after").unwrap().parse().unwrap();
         assert_eq!(retry, 999_999_999_999_999, "the largest sf-integer");
         assert!(!denied.body().starts_with("r="), "the handler did not run");
+    });
+}
+
+#[test]
+fn a_global_key_is_one_budget_for_everyone() {
+    run(async {
+        let clock = ManualClock::new();
+        let everyone = TokenBucket::builder()
+            .rate(3, Duration::from_secs(60))
+            .key_type::<()>()
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let service = RateLimitLayer::new(everyone, GlobalKey).layer(service_fn(echo));
+        let mut statuses = Vec::new();
+        for peer in [
+            "192.0.2.1:1",
+            "192.0.2.2:1",
+            "[2001:db8::1]:1",
+            "192.0.2.3:1",
+        ] {
+            statuses.push(send(&service, from(peer, &[])).await.status().as_u16());
+        }
+        assert_eq!(statuses, [200, 200, 200, 429]);
+        // A request with no peer address at all is limited too.
+        let r = send(&service, Request::new(String::new())).await;
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    });
+}
+
+#[test]
+fn the_decision_extension_can_be_turned_off() {
+    run(async {
+        let clock = ManualClock::new();
+        for (on, body) in [(true, "r=1 t=30s"), (false, "unchecked")] {
+            let service = RateLimitLayer::new(bucket(2, 60, &clock), PeerIp::new())
+                .decision_extension(on)
+                .layer(service_fn(echo));
+            let r = send(&service, from("192.0.2.1:1", &[])).await;
+            assert_eq!(r.status(), StatusCode::OK);
+            assert_eq!(r.body(), body);
+            // The headers say the same either way.
+            assert_eq!(limit_of(&r), (1, 30));
+        }
     });
 }

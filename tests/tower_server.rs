@@ -6,6 +6,7 @@
 // Plain `cargo test --features tower` runs this suite; the loom models skip it.
 #![cfg(not(feature = "loom"))]
 
+mod serve;
 #[allow(dead_code)]
 #[path = "../examples/server.rs"]
 mod server;
@@ -17,25 +18,14 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::TcpSocket;
 use tollgate::ManualClock;
 
 /// Starts the example's app for `settings` on 127.0.0.1:0; its address.
 async fn start(args: &[&str], clock: ManualClock) -> SocketAddr {
     let settings = server::Settings::parse(args.iter().map(|s| s.to_string())).unwrap();
     let limiter = settings.limiter(clock).unwrap();
-    let app = server::app(limiter, &settings.trust_proxy);
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        .unwrap();
-    });
-    addr
+    serve::serve(server::app(limiter, &settings.trust_proxy)).await
 }
 
 /// One GET over a fresh connection from the loopback address `from`, with

@@ -1,7 +1,8 @@
 //! What the contention benchmarks measure, shared by `benches/contention.rs`
-//! (criterion) and `examples/compare.rs` (the quick comparison runner) so the
-//! two can never disagree: the implementations, the algorithms, the quotas,
-//! the scenarios and the timed multi-threaded loop.
+//! (criterion) and `compare/src/main.rs` (the comparison runner, `cargo run
+//! --release -p compare`) so the two can never disagree: the
+//! implementations, the algorithms, the quotas, the scenarios and the timed
+//! multi-threaded loop.
 //!
 //! Adding an algorithm (the sliding window log, say) takes a variant in
 //! [`Algo`], an entry in [`ALGOS`], a line each in [`Algo::name`],
@@ -29,8 +30,8 @@ use std::time::{Duration, Instant};
 
 use governor::clock::FakeRelativeClock;
 use tollgate::{
-    Algorithm, Both, Builder, FixedWindow, Limiter, ManualClock, Overflow, RateLimiter,
-    SlidingWindowCounter, SlidingWindowLog, Stats, TokenBucket,
+    Algorithm, Both, Builder, DirectLimiter, FixedWindow, Limiter, ManualClock, Overflow,
+    RateLimiter, SlidingWindowCounter, SlidingWindowLog, Stats, TokenBucket,
 };
 
 use crate::baselines::{
@@ -146,6 +147,13 @@ pub enum Impl {
     /// lookups and two exchanges, and a denial by the second still charges
     /// the first.
     TwoLimiters,
+    /// tollgate's limiter with no clients (`Builder::build_direct`): one
+    /// budget, the token bucket. Runs only in [`Scenario::Direct`].
+    TollgateDirect,
+    /// governor's direct (unkeyed) limiter as it ships:
+    /// `RateLimiter::direct`, its quanta clock. Runs only in
+    /// [`Scenario::Direct`].
+    GovernorDirect,
 }
 
 impl Impl {
@@ -156,13 +164,15 @@ impl Impl {
             Impl::GlobalMutex(_) => "global-mutex",
             Impl::Governor => "governor",
             Impl::TwoLimiters => "two-limiters",
+            Impl::TollgateDirect => "tollgate-direct",
+            Impl::GovernorDirect => "governor-direct",
         }
     }
 
     pub fn algo(self) -> Algo {
         match self {
             Impl::Tollgate(a) | Impl::MutexMap(a) | Impl::GlobalMutex(a) => a,
-            Impl::Governor => Algo::TokenBucket,
+            Impl::Governor | Impl::TollgateDirect | Impl::GovernorDirect => Algo::TokenBucket,
             Impl::TwoLimiters => Algo::TwoBuckets,
         }
     }
@@ -201,11 +211,23 @@ pub fn tiered_impls() -> Vec<Impl> {
     vec![Impl::Tollgate(Algo::TieredBucket)]
 }
 
+/// What [`Scenario::Direct`] runs: the two direct limiters, and tollgate's
+/// keyed token bucket on one hot key, the way to hold one budget without a
+/// direct limiter.
+pub fn direct_impls() -> Vec<Impl> {
+    vec![
+        Impl::TollgateDirect,
+        Impl::GovernorDirect,
+        Impl::Tollgate(Algo::TokenBucket),
+    ]
+}
+
 /// Every implementation `--impls` may name.
 pub fn all_impls() -> Vec<Impl> {
     let mut all = impls();
     all.extend(two_limit_impls());
     all.extend(tiered_impls());
+    all.extend([Impl::TollgateDirect, Impl::GovernorDirect]);
     all
 }
 
@@ -266,6 +288,10 @@ pub enum Scenario {
     /// governor's `retain_recent`: not a check at all. The `insert` quotas,
     /// on a hand-driven clock. Not in [`SCENARIOS`].
     Sweep,
+    /// One budget for every thread, never exhausted (the `hot_allowed`
+    /// quota): the direct limiters, against tollgate's keyed limiter on
+    /// one hot key ([`direct_impls`]). Not in [`SCENARIOS`].
+    Direct,
 }
 
 pub const SCENARIOS: &[Scenario] = &[
@@ -278,6 +304,9 @@ pub const SCENARIOS: &[Scenario] = &[
 
 /// The eviction measurements, which only the runner makes.
 pub const EVICTION_SCENARIOS: &[Scenario] = &[Scenario::InsertCapped, Scenario::Sweep];
+
+/// The direct limiters' scenario, which only the runner makes.
+pub const DIRECT_SCENARIOS: &[Scenario] = &[Scenario::Direct];
 
 const HOUR: Duration = Duration::from_secs(3600);
 const SECOND: Duration = Duration::from_secs(1);
@@ -292,13 +321,14 @@ impl Scenario {
             Scenario::Insert => "insert",
             Scenario::InsertCapped => "insert_capped",
             Scenario::Sweep => "sweep",
+            Scenario::Direct => "direct",
         }
     }
 
     fn bucket(self) -> Spec {
         match self {
             // One token per nanosecond and a second's burst: never empty.
-            Scenario::HotAllowed => Spec::Rate {
+            Scenario::HotAllowed | Scenario::Direct => Spec::Rate {
                 tokens: 1_000_000_000,
                 per: SECOND,
                 capacity: 1_000_000_000,
@@ -330,7 +360,7 @@ impl Scenario {
             // the largest limit shrinks with the window: a 1 s window holds at
             // most 32 767. Only a tiny window admits ~10^8 checks a second;
             // 3 per 16 ns keeps the hot key on the admit path.
-            Scenario::HotAllowed => Spec::Window {
+            Scenario::HotAllowed | Scenario::Direct => Spec::Window {
                 limit: 3,
                 window: Duration::from_nanos(16),
             },
@@ -380,7 +410,7 @@ impl Scenario {
 
     fn fixed(self) -> Spec {
         match self {
-            Scenario::HotAllowed => Spec::Window {
+            Scenario::HotAllowed | Scenario::Direct => Spec::Window {
                 limit: 1_000_000,
                 window: Duration::from_millis(1),
             },
@@ -887,7 +917,11 @@ pub fn make_stale<K: Key>(imp: Impl) -> Box<dyn Stale<K>> {
             );
             Box::new(StaleGovernor { limiter, clock })
         }
-        Impl::MutexMap(_) | Impl::GlobalMutex(_) | Impl::TwoLimiters => {
+        Impl::MutexMap(_)
+        | Impl::GlobalMutex(_)
+        | Impl::TwoLimiters
+        | Impl::TollgateDirect
+        | Impl::GovernorDirect => {
             panic!("{} has no sweep", imp.label())
         }
     }
@@ -994,6 +1028,35 @@ pub fn make<K: Key>(imp: Impl, scenario: Scenario) -> Arc<dyn Subject<K>> {
             unreachable!("no mutex port of the log or of two limits: has_seed_port is false")
         }
         Impl::Governor => wrap(Governor::<K>::new(rate(spec))),
+        Impl::TollgateDirect => {
+            let (tokens, per, capacity) = rate(spec);
+            let builder = TokenBucket::builder().rate(tokens, per).capacity(capacity);
+            wrap(Direct(builder.build_direct().unwrap()))
+        }
+        Impl::GovernorDirect => wrap(GovernorDirect(governor::RateLimiter::direct(
+            governor_quota(rate(spec)),
+        ))),
+    }
+}
+
+/// tollgate's direct limiter, checked with whatever key the load holds:
+/// it has no clients, and the key is never read.
+struct Direct(DirectLimiter<TokenBucket>);
+
+impl<K: Key> RateLimiter<K> for Direct {
+    #[inline]
+    fn allow_request(&self, _: &K) -> bool {
+        self.0.allow()
+    }
+}
+
+/// governor's direct limiter as it ships, likewise.
+struct GovernorDirect(governor::DefaultDirectRateLimiter);
+
+impl<K: Key> RateLimiter<K> for GovernorDirect {
+    #[inline]
+    fn allow_request(&self, _: &K) -> bool {
+        self.0.check().is_ok()
     }
 }
 
@@ -1036,7 +1099,7 @@ pub fn prepare<K: Key>(subject: &dyn Subject<K>, scenario: Scenario, data: &Data
         })
     };
     match scenario {
-        Scenario::HotAllowed | Scenario::HotDenied => {
+        Scenario::HotAllowed | Scenario::HotDenied | Scenario::Direct => {
             let _ = subject.allow(&data.hot);
             let _ = subject.allow(&data.hot);
         }
@@ -1095,7 +1158,7 @@ impl<K: Key> Data<K> {
     /// The load of `scenario` for `ops` checks per thread.
     pub fn load(&self, scenario: Scenario, ops: u64) -> Load<K> {
         match scenario {
-            Scenario::HotAllowed | Scenario::HotDenied => Load::Hot {
+            Scenario::HotAllowed | Scenario::HotDenied | Scenario::Direct => Load::Hot {
                 key: self.hot.clone(),
                 ops,
             },

@@ -70,7 +70,7 @@ pub struct FixedWindow {
 impl FixedWindow {
     pub(crate) fn new(limit: u64, window: Duration) -> Result<Self, ConfigError> {
         // The largest word is 2^64 − 2^count_bits (the index never fills
-        // its bits), and the top four words say a cell is not alive, so the
+        // its bits), and the top five words say a cell is not alive, so the
         // count needs two bits: windows of 1 and 2 ns have fewer. Checked
         // first, with the window's own upper bound, so that any window the
         // error allows builds.

@@ -44,14 +44,24 @@ pub(crate) const REFUSED: u64 = u64::MAX - 1;
 /// The word of a new client's cell while one thread takes room for it.
 pub(crate) const CLAIMED: u64 = u64::MAX - 2;
 
-/// The word of a new client's cell before it has room. The smallest of the
-/// four words that say a cell is not alive: every word at or above it is
-/// one of them, and no algorithm ever produces one (each algorithm's tests
-/// prove that its largest reachable word is at most [`WORD_MAX`]).
+/// The word of a new client's cell before it has room.
 pub(crate) const UNBORN: u64 = u64::MAX - 3;
 
+/// The word of a cell whose state a table rebuild has moved to a copy in
+/// the new table: the copy stands for the client, and a lookup that meets
+/// this word follows the table's link to it. Distinct from the tombstone,
+/// which says the client's state is gone.
+pub(crate) const FORWARDED: u64 = u64::MAX - 4;
+
+/// The smallest of the five words that say a cell is not alive
+/// ([`FORWARDED`], [`UNBORN`], [`CLAIMED`], [`REFUSED`], [`TOMBSTONE`]):
+/// every word at or above it is one of them, and no algorithm ever
+/// produces one (each algorithm's tests prove that its largest reachable
+/// word is at most [`WORD_MAX`]).
+pub(crate) const NOT_ALIVE: u64 = FORWARDED;
+
 /// The largest word an algorithm may produce.
-pub(crate) const WORD_MAX: u64 = UNBORN - 1;
+pub(crate) const WORD_MAX: u64 = NOT_ALIVE - 1;
 
 /// The word of a client never seen before, for every word algorithm: an
 /// empty history. Each algorithm's tests prove that 0 decodes to its fresh

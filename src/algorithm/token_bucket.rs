@@ -24,8 +24,8 @@
 //! # Ranges
 //!
 //! `now` is clamped to [`NOW_MAX`] = 2<sup>63</sup> − 1, and the builder keeps
-//! `capacity · interval ≤ NOW_MAX − 3`, so TAT never exceeds
-//! [`WORD_MAX`] = 2<sup>64</sup> − 5 (the four words above it say that a
+//! `capacity · interval ≤ NOW_MAX − 4`, so TAT never exceeds
+//! [`WORD_MAX`] = 2<sup>64</sup> − 6 (the five words above it say that a
 //! cell is not alive) and no step overflows.
 //!
 //! # Rounding
@@ -92,7 +92,7 @@ impl TokenBucket {
             per,
             (1, max_per),
             "ns",
-            "the rate's period must be at least 1 ns and at most 2^63 - 1 ns (292 years), and one token's share of it at most 2^63 - 4 ns",
+            "the rate's period must be at least 1 ns and at most 2^63 - 1 ns (292 years), and one token's share of it at most 2^63 - 5 ns",
         )?;
         ConfigError::check_range(
             "rate",
@@ -109,7 +109,7 @@ impl TokenBucket {
             u128::from(capacity),
             (1, u128::from(REFILL_MAX / interval)),
             "tokens",
-            "the time to refill a full bucket, capacity × (per / tokens), must fit in 2^63 - 4 ns",
+            "the time to refill a full bucket, capacity × (per / tokens), must fit in 2^63 - 5 ns",
         )?;
         Ok(Self { interval, capacity })
     }
@@ -272,7 +272,7 @@ mod tests {
         let widest = bucket(1, REFILL_MAX, 1);
         let top = widest.admit(FRESH, u64::MAX, 1).unwrap();
         assert_eq!(top, WORD_MAX);
-        assert!(top < crate::algorithm::UNBORN);
+        assert!(top < crate::algorithm::NOT_ALIVE);
     }
 
     #[test]

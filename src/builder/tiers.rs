@@ -218,6 +218,14 @@ impl<A, K, C> Builder<A, K, C> {
     /// wins). A tier with no quota of its own ([`tier`](Builder::tier)) is
     /// held to tier 0's.
     ///
+    /// So a change in what the resolver reads (a key upgraded in your own
+    /// records) does not reach a client the limiter holds by itself: call
+    /// [`Limiter::retier`](crate::Limiter::retier) for that client, which
+    /// runs the resolver again and moves it, its state converted. A peek
+    /// at a client the limiter does not hold (or
+    /// [`tier_of`](crate::Limiter::tier_of) it) asks the resolver too,
+    /// and keeps nothing.
+    ///
     /// The resolver sets the limiter's key type to the one it takes (so
     /// [`key_type`](Builder::key_type) is not needed with it, and may come
     /// before or after it).

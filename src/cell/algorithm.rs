@@ -126,8 +126,9 @@ pub trait Algorithm: Send + Sync + 'static {
     fn decide(&self, cell: &Self::Cell, now: u64, cost: u64) -> Option<Decision>;
 
     #[doc(hidden)]
-    /// The decision `decide` would make, recording nothing. A dead cell
-    /// reads as a fresh one.
+    /// Whether `decide` would admit, and its `retry_after` if not, with
+    /// the quota as it stands (the figures of [`Algorithm::quota`]),
+    /// recording nothing. A dead cell reads as a fresh one.
     fn peek(&self, cell: &Self::Cell, now: u64, cost: u64) -> Decision;
 
     #[doc(hidden)]
@@ -253,12 +254,7 @@ macro_rules! one_cas_loop {
         }
 
         fn peek(&self, cell: &Self::Cell, now: u64, cost: u64) -> Decision {
-            let word = cell.live_word();
-            let applied = match Transitions::admit(self, word, now, cost) {
-                Some(next) => Applied::Admitted(next),
-                None => Applied::Denied(word),
-            };
-            describe(self, applied, now, cost).expect("a live word is never dead")
+            look(self, cell.live_word(), now, cost)
         }
 
         fn quota(&self, cell: &Self::Cell, now: u64) -> Decision {
@@ -424,6 +420,19 @@ where
     }
 }
 
+/// A peek at `word`: whether a request of `cost` would be admitted (and
+/// if not, when it would be), with the figures of the quota as it stands,
+/// since a peek takes nothing. `cost` is at most the capacity; a cost of
+/// 0 is admitted.
+pub(crate) fn look<T: Transitions>(algorithm: &T, word: T::Word, now: u64, cost: u64) -> Decision {
+    let mut decision = describe(algorithm, Applied::Admitted(word), now, 0).expect("a live word");
+    if cost > 0 && algorithm.admit(word, now, cost).is_none() {
+        decision.allowed = false;
+        decision.retry_after = algorithm.retry_after(word, now, cost);
+    }
+    decision
+}
+
 /// The figures for a decision: what is left after it, when a denied
 /// request would pass, and when the quota next grows.
 pub(crate) fn describe<T: Transitions>(
@@ -449,9 +458,9 @@ pub(crate) fn describe<T: Transitions>(
         allowed,
         limit: algorithm.limit(word, now),
         remaining,
-        retry_after: Decision::wait(retry_after),
-        replenish_after: Decision::wait(replenish_after),
-        window: core::time::Duration::from_nanos(algorithm.window(word, now)),
+        retry_after,
+        replenish_after,
+        window: algorithm.window(word, now),
         pair: algorithm.each(word, now).map(|figures| {
             figures.map(|f| LimitFigures::new(f.limit, f.remaining, f.replenish_after, f.window))
         }),

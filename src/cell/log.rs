@@ -421,9 +421,9 @@ impl LogState {
             allowed,
             limit: log.limit(),
             remaining: free,
-            retry_after: Decision::wait(retry_after),
-            replenish_after: Decision::wait(replenish_after),
-            window: core::time::Duration::from_nanos(log.window()),
+            retry_after,
+            replenish_after,
+            window: log.window(),
             pair: None,
         }
     }
@@ -458,6 +458,12 @@ impl Mortal for LogCell {
     /// Never called: a handle is moved as it is, with no copy to forward.
     fn forward(&self, _seal: Seal) -> bool {
         true
+    }
+
+    /// Never called, as for `forward`: a lapsed log is retired by
+    /// `Lapse::retire_if_lapsed`.
+    fn retire_sealed(&self, _seal: Seal) -> bool {
+        false
     }
 
     /// Never called, as for `forward`.
@@ -509,21 +515,9 @@ impl Algorithm for SlidingWindowLog {
             return self.peek(&self.new_cell(), now, cost);
         }
         let now = cell.judged_at(now);
-        let free = cell.free(self, now);
-        let allowed = free >= cost;
-        let mut d = cell.describe(self, allowed, now, cost);
-        if allowed {
-            // What a check would leave: `cost` more slots taken until
-            // `now + window`, so the quota grows no later than then.
-            d.remaining = free - cost;
-            let window = core::time::Duration::from_nanos(self.window());
-            d.replenish_after = if free >= self.limit() {
-                window
-            } else {
-                d.replenish_after.min(window)
-            };
-        }
-        d
+        let allowed = cell.free(self, now) >= cost;
+        // The figures of the log as it stands: a peek takes no slot.
+        cell.describe(self, allowed, now, cost)
     }
 
     fn quota(&self, cell: &LogCell, now: u64) -> Decision {
@@ -623,7 +617,7 @@ mod tests {
         assert_eq!(l.try_admit(&cell, 110, 1), None);
         assert_eq!(l.decide(&cell, 110, 2), None);
         // A retired log reads as a fresh one.
-        assert_eq!(l.peek(&cell, 110, 2).remaining(), 0);
+        assert_eq!(l.peek(&cell, 110, 2).remaining(), 2);
         assert!(l.peek(&cell, 110, 2).is_allowed());
         assert_eq!(l.quota(&cell, 110).remaining(), 2);
     }

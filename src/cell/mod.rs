@@ -41,14 +41,25 @@
 //! alive: every racer for a new client's first request sees the same
 //! outcome, and the client gets one budget (see `crate::store`).
 //!
-//! A [`StateCell`] keeps its life in its word: the four words above
+//! A [`StateCell`] keeps its life in its word: the five words above
 //! [`WORD_MAX`](crate::algorithm::WORD_MAX), which no algorithm produces,
-//! say unborn, claimed, refused and evicted, so the check's one comparison
-//! (`word >= UNBORN`) covers birth and eviction alike, and a cell is still
-//! one 64-bit word. A log keeps it in a separate birth word beside its
-//! `life` word (`log.rs`).
+//! say forwarded (moved by a table rebuild), unborn, claimed, refused and
+//! evicted, so the check's one comparison (`word >= NOT_ALIVE`) covers
+//! birth, eviction and moves alike, and a cell is still one 64-bit word. A
+//! log keeps it in a separate birth word beside its `life` word (`log.rs`).
+//!
+//! # Moves
+//!
+//! A table rebuild moves a word cell's state to a copy and then marks the
+//! old cell *forwarded* ([`Mortal::forward`]: one exchange from the very
+//! state copied to [`FORWARDED`](crate::algorithm::FORWARDED)), a mark of
+//! its own, distinct from the tombstone: a lookup follows the table's link
+//! from a forwarded cell only, and a retired or refused cell, which no move
+//! carries, stays the client's entry, dead, until it is removed.
 
-use crate::algorithm::{join, Wide, CLAIMED, FRESH, REFUSED, TOMBSTONE, UNBORN};
+use crate::algorithm::{
+    join, Wide, CLAIMED, FORWARDED, FRESH, NOT_ALIVE, REFUSED, TOMBSTONE, UNBORN,
+};
 use crate::sync::{AtomicU128, AtomicU64, Backoff, Ordering};
 
 mod algorithm;
@@ -58,7 +69,7 @@ mod tier;
 pub use algorithm::Algorithm;
 #[cfg_attr(not(feature = "loom"), allow(unreachable_pub))]
 pub use algorithm::Booking;
-pub(crate) use algorithm::{book, cancel, describe};
+pub(crate) use algorithm::{book, cancel, describe, look};
 
 #[cfg(feature = "loom")]
 pub use tier::TierCell;
@@ -81,6 +92,10 @@ pub enum Life {
     /// Never came alive: it found no room, and the overflow policy answered
     /// for its client instead. It holds no room.
     Refused,
+    /// A table rebuild moved its state to a copy in the new table, which
+    /// stands for the client now and holds its room; a lookup that meets
+    /// this cell follows the table's link to the copy.
+    Forwarded,
 }
 
 /// A cell that eviction can retire, and that may be inserted unborn.
@@ -106,11 +121,19 @@ pub trait Mortal {
     /// exchange found.
     fn refuse(&self) -> Result<(), Life>;
 
-    /// Whether the cell is gone for good (evicted or refused): no check will
-    /// ever be applied to it again, and any thread may remove it from the
-    /// map.
+    /// Whether the cell is gone for good (evicted, refused or forwarded):
+    /// no check will ever be applied to it again. Any thread may remove an
+    /// evicted or refused cell's entry from the map; a forwarded cell's
+    /// entry is the rebuild's, which retags it moved.
     fn is_dead(&self) -> bool {
-        matches!(self.life(), Life::Evicted | Life::Refused)
+        matches!(self.life(), Life::Evicted | Life::Refused | Life::Forwarded)
+    }
+
+    /// Whether a table rebuild moved this cell's state to a copy
+    /// ([`Mortal::forward`]): the copy, in the table the rebuild links,
+    /// stands for the client.
+    fn is_forwarded(&self) -> bool {
+        self.life() == Life::Forwarded
     }
 
     /// Whether the cell holds a unit of the store's room: from its birth
@@ -130,16 +153,27 @@ pub trait Mortal {
     where
         Self: Sized;
 
-    /// Marks this cell moved if it still holds the state `seal` names (one
-    /// exchange from it to the tombstone): true iff it did. A check that
-    /// changed the state first makes this fail, and the mover reads the
-    /// cell again; a check that comes after fails against the tombstone
-    /// and looks the client up again, finding the copy.
+    /// Marks this cell forwarded if it still holds the state `seal` names
+    /// (one exchange from it to the forwarding mark): true iff it did. A
+    /// check that changed the state first (or a removal that retired the
+    /// cell, or a claim or refusal of an unborn one) makes this fail, and
+    /// the mover reads the cell again; a check that comes after fails
+    /// against the mark and looks the client up again, following the
+    /// table's link to the copy, which no thread reaches before this
+    /// exchange.
     fn forward(&self, seal: Seal) -> bool;
+
+    /// Retires this cell if it still holds the state `seal` names (one
+    /// exchange from it to the tombstone, as an eviction's): true iff it
+    /// did. For a rebuild that forgets a lapsed client instead of moving
+    /// it: the cell then stays the client's entry, dead, and the rebuild
+    /// leaves it behind.
+    fn retire_sealed(&self, seal: Seal) -> bool;
 
     /// Puts `newer`'s state into this copy, made by an earlier
     /// [`relocate`](Mortal::relocate) that a check overtook, before any
-    /// other thread can reach it.
+    /// other thread can reach it (no thread reaches a copy before the
+    /// [`forward`](Mortal::forward) that hands it the client).
     fn refresh(&self, newer: Self)
     where
         Self: Sized;
@@ -182,12 +216,12 @@ pub trait Packed: Wide + Copy + Eq + core::fmt::Debug + Send + Sync + 'static {
     /// A fresh state: every word 0.
     const FRESH: Self;
 
-    /// The word whose four top values say the cell is not alive.
+    /// The word whose five top values say the cell is not alive.
     fn life_word(self) -> u64;
 
-    /// The state that says `life` (one of [`UNBORN`], [`CLAIMED`],
-    /// [`REFUSED`], [`TOMBSTONE`]): that value in the life word, 0 in the
-    /// rest.
+    /// The state that says `life` (one of [`FORWARDED`], [`UNBORN`],
+    /// [`CLAIMED`], [`REFUSED`], [`TOMBSTONE`]): that value in the life
+    /// word, 0 in the rest.
     fn not_alive(life: u64) -> Self;
 
     #[doc(hidden)]
@@ -272,9 +306,9 @@ packed!(u128, AtomicU128, join(FRESH, FRESH), |w| w as u64, |life| {
 #[doc(hidden)]
 #[derive(Debug)]
 pub struct StateCell<W: Packed = u64> {
-    /// A live state (life word below [`UNBORN`]), or one of the four states
-    /// of a cell that is not alive: [`UNBORN`], [`CLAIMED`], [`REFUSED`],
-    /// [`TOMBSTONE`] (evicted), in the life word.
+    /// A live state (life word below [`NOT_ALIVE`]), or one of the five
+    /// states of a cell that is not alive: [`FORWARDED`], [`UNBORN`],
+    /// [`CLAIMED`], [`REFUSED`], [`TOMBSTONE`] (evicted), in the life word.
     word: W::Atomic,
 }
 
@@ -324,7 +358,7 @@ impl<W: Packed> StateCell<W> {
     /// Brings a cell this thread claimed to life with `word`: only the
     /// claimer writes a claimed word, so a store suffices.
     fn bear(&self, word: W) {
-        debug_assert!(word.life_word() < UNBORN);
+        debug_assert!(word.life_word() < NOT_ALIVE);
         // Release: pairs with the Acquire loads of the word (`load`, and the
         // failure side of every exchange), as an admission's exchange does.
         W::store(&self.word, word, Ordering::Release);
@@ -369,9 +403,10 @@ impl<W: Packed> StateCell<W> {
     #[inline]
     pub(crate) fn apply(&self, transition: impl Fn(W) -> Option<W>) -> Applied<W> {
         let current = self.load();
-        // The one comparison eviction and birth add: a cell that is not
-        // alive (unborn, claimed, refused, evicted) is never admitted on.
-        if current.life_word() >= UNBORN {
+        // The one comparison eviction, birth and moves add: a cell that is
+        // not alive (forwarded, unborn, claimed, refused, evicted) is never
+        // admitted on.
+        if current.life_word() >= NOT_ALIVE {
             return Applied::Dead;
         }
         let Some(next) = transition(current) else {
@@ -400,7 +435,7 @@ impl<W: Packed> StateCell<W> {
     fn apply_contended(&self, mut current: W, transition: impl Fn(W) -> Option<W>) -> Applied<W> {
         let backoff = Backoff::new();
         loop {
-            if current.life_word() >= UNBORN {
+            if current.life_word() >= NOT_ALIVE {
                 return Applied::Dead;
             }
             let Some(next) = transition(current) else {
@@ -430,7 +465,7 @@ impl<W: Packed> StateCell<W> {
         let word = self.load();
         // AcqRel/Acquire: as in `apply`. The exchange fails if any check
         // admitted since the load, so an admission is never retired.
-        word.life_word() < UNBORN
+        word.life_word() < NOT_ALIVE
             && is_idle(word)
             && W::compare_exchange(
                 &self.word,
@@ -448,7 +483,7 @@ impl<W: Packed> StateCell<W> {
     /// retired it.
     pub(crate) fn retire(&self) -> bool {
         let mut word = self.load();
-        while word.life_word() < UNBORN {
+        while word.life_word() < NOT_ALIVE {
             // AcqRel/Acquire: as in `apply`.
             match W::compare_exchange(
                 &self.word,
@@ -469,7 +504,7 @@ impl<W: Packed> StateCell<W> {
     /// a fresh one, which is what its idle word was equivalent to.
     fn live_word(&self) -> W {
         match self.load() {
-            word if word.life_word() >= UNBORN => W::FRESH,
+            word if word.life_word() >= NOT_ALIVE => W::FRESH,
             word => word,
         }
     }
@@ -482,6 +517,7 @@ fn life_of(word: u64) -> Life {
         CLAIMED => Life::Claimed,
         REFUSED => Life::Refused,
         TOMBSTONE => Life::Evicted,
+        FORWARDED => Life::Forwarded,
         _ => Life::Live,
     }
 }
@@ -511,7 +547,10 @@ impl<W: Packed> Mortal for StateCell<W> {
         loop {
             let word = self.load();
             match word.life_word() {
-                TOMBSTONE | REFUSED => return Relocation::Dead,
+                // A forwarded cell's slot is retagged moved in the step
+                // that forwards it, so no move meets one; were it met, its
+                // copy already stands for the client.
+                TOMBSTONE | REFUSED | FORWARDED => return Relocation::Dead,
                 CLAIMED => backoff.snooze(),
                 _ => {
                     return Relocation::Moved(
@@ -526,28 +565,45 @@ impl<W: Packed> Mortal for StateCell<W> {
     }
 
     fn forward(&self, seal: Seal) -> bool {
+        self.seal_to(seal, FORWARDED)
+    }
+
+    fn retire_sealed(&self, seal: Seal) -> bool {
+        self.seal_to(seal, TOMBSTONE)
+    }
+
+    fn refresh(&self, newer: Self) {
+        // Relaxed: no other thread reaches this copy before the `forward`
+        // that hands it the client (Release), which this store precedes: a
+        // lookup follows the table's link only from a forwarded cell (or a
+        // slot retagged moved after it), and the copy's slot is given up,
+        // retagged moved, before the old slot leaves `FULL` any other way.
+        W::store(&self.word, newer.load(), Ordering::Relaxed);
+    }
+}
+
+impl<W: Packed> StateCell<W> {
+    /// The exchange of [`Mortal::forward`] and [`Mortal::retire_sealed`]:
+    /// from the very state `seal` names to the life word `to`.
+    fn seal_to(&self, seal: Seal, to: u64) -> bool {
         // AcqRel: Release publishes the copy, written before this exchange
         // (its slot, and any `refresh`), to a check whose Acquire load sees
-        // the tombstone and then looks the client up again; Acquire, as in
-        // `apply`. The exchange succeeds only from the very word the copy
-        // holds, so an admission made through this cell after the copy was
-        // taken makes it fail, and the mover copies again. Acquire on
-        // failure: as in `load`.
+        // the forwarding mark and then follows the table's link (and, for
+        // a retirement, the eviction's reading recorded before it); Acquire,
+        // as in `apply`. The exchange succeeds only from the very word the
+        // copy holds, so an admission (or a retirement, a claim, a refusal)
+        // made through this cell after the copy was taken makes it fail,
+        // and the mover reads the cell again. Acquire on failure: as in
+        // `load`.
         W::compare_exchange(
             &self.word,
             W::narrow(seal.0),
-            W::not_alive(TOMBSTONE),
+            W::not_alive(to),
             false,
             Ordering::AcqRel,
             Ordering::Acquire,
         )
         .is_ok()
-    }
-
-    fn refresh(&self, newer: Self) {
-        // Relaxed: no other thread reaches this copy before the `forward`
-        // that publishes it (Release), which this store precedes.
-        W::store(&self.word, newer.load(), Ordering::Relaxed);
     }
 }
 
@@ -681,9 +737,54 @@ mod tests {
         assert_eq!(cell.life(), Life::Live, "a copy changes nothing");
         assert!(cell.forward(seal));
         assert!(!cell.forward(seal), "forwarded once");
-        assert_eq!(cell.life(), Life::Evicted);
+        assert_eq!(cell.life(), Life::Forwarded);
+        assert!(cell.is_dead() && cell.is_forwarded() && !cell.holds_room());
         assert_eq!(cell.live_word(), join(FRESH, FRESH));
         assert!(moved.try_retire(|w| w == next));
         assert!(moved.is_dead());
+    }
+
+    #[test]
+    fn a_forwarded_cell_is_told_apart_from_a_retired_one() {
+        // Forwarded from the state copied: the copy stands for the client.
+        let cell = StateCell::new(7);
+        let Relocation::Moved(_, seal) = cell.relocate() else {
+            panic!("a live cell moves");
+        };
+        assert!(cell.forward(seal));
+        assert_eq!(cell.life(), Life::Forwarded);
+        assert!(
+            !cell.retire() && !cell.retire_sealed(seal),
+            "moved, not retired"
+        );
+        assert_eq!(cell.apply(|w| Some(w + 1)), Applied::Dead);
+        assert!(matches!(cell.relocate(), Relocation::Dead));
+        // Retired (a removal) after the copy was taken: the forward fails,
+        // and the cell reads as evicted, never as forwarded.
+        let cell = StateCell::new(7);
+        let Relocation::Moved(_, seal) = cell.relocate() else {
+            panic!("a live cell moves");
+        };
+        assert!(cell.retire());
+        assert!(!cell.forward(seal));
+        assert_eq!(cell.life(), Life::Evicted);
+        assert!(!cell.is_forwarded() && cell.holds_room());
+        // An unborn cell refused after its copy was taken: likewise.
+        let cell = StateCell::<u64>::unborn();
+        let Relocation::Moved(_, seal) = cell.relocate() else {
+            panic!("an unborn cell moves");
+        };
+        assert_eq!(cell.refuse(), Ok(()));
+        assert!(!cell.forward(seal));
+        assert_eq!(cell.life(), Life::Refused);
+        // A lapsed client is retired from the state the move read, and
+        // reads as evicted.
+        let cell = StateCell::new(7);
+        let Relocation::Moved(_, seal) = cell.relocate() else {
+            panic!("a live cell moves");
+        };
+        assert!(cell.retire_sealed(seal));
+        assert!(!cell.forward(seal));
+        assert_eq!(cell.life(), Life::Evicted);
     }
 }

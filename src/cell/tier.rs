@@ -24,14 +24,14 @@
 //! live cell is carried, exactly as a rebuild moves it, to a new cell that
 //! names its tier's entry in the new table, its word converted by the
 //! algorithm's rule (`Transitions::convert`) from the quota its old cell
-//! named; the old cell is then marked moved by one exchange from the very
+//! named; the old cell is then forwarded by one exchange from the very
 //! word converted (a check that changed it first makes the rebuild convert
 //! again). Only then is the old table retired, to the epoch collector:
 //!
 //! - a check on the old cell decides under the old quota; if the cell is
-//!   marked moved meanwhile, the check's exchange fails against the
-//!   tombstone and it looks the client up again, finding the carried cell,
-//!   which it decides under the new quota;
+//!   forwarded meanwhile, the check's exchange fails against the
+//!   forwarding mark and it looks the client up again, finding the carried
+//!   cell, which it decides under the new quota;
 //! - every access to a cell runs under the store's epoch guard (lookups,
 //!   inserts and rebuilds pin, and so does the check of a client admitted
 //!   untracked), so a thread that still holds an old cell was pinned before
@@ -46,9 +46,9 @@
 use core::fmt;
 
 use super::{
-    describe, Algorithm, Applied, Booking, Life, Mortal, Packed, Relocation, Seal, StateCell,
+    describe, look, Algorithm, Applied, Booking, Life, Mortal, Packed, Relocation, Seal, StateCell,
 };
-use crate::algorithm::{FromParams, Params, Transitions, NEVER, UNBORN};
+use crate::algorithm::{FromParams, Params, Transitions, NEVER, NOT_ALIVE};
 use crate::decision::Decision;
 use crate::error::ConfigError;
 use crate::sync::{AtomicU64, Ordering, Published};
@@ -215,10 +215,23 @@ where
     /// read, so that the move marks the old cell moved only if no check
     /// changed it since ([`Mortal::forward`]). To be called while the
     /// table the cell names is alive (inside [`Tiered::change`]'s
-    /// `carry_all`, which runs under the store's lock for the cell's shard).
+    /// `carry_all`, or a rebuild under the limiter's one-change-at-a-time
+    /// lock, which runs under the store's lock for the cell's shard).
     pub(crate) fn carry(
         &self,
         cell: &TierCell<A::Word>,
+        now: impl FnOnce() -> u64,
+    ) -> Relocation<TierCell<A::Word>> {
+        self.carry_to(cell, None, now)
+    }
+
+    /// As [`Tiered::carry`], moving the client to `tier` if given (a
+    /// client's move between tiers: its state converted from its old
+    /// tier's quota to the new one's by the same rule as a quota change).
+    pub(crate) fn carry_to(
+        &self,
+        cell: &TierCell<A::Word>,
+        tier: Option<Tier>,
         now: impl FnOnce() -> u64,
     ) -> Relocation<TierCell<A::Word>> {
         let Relocation::Moved(state, seal) = cell.state.relocate() else {
@@ -229,20 +242,21 @@ where
         // slot) published with it, so it names the quota that word was
         // written under.
         let old = cell.quota.load(Ordering::Relaxed);
-        let tier = tier_of(old);
+        let tier = tier.unwrap_or_else(|| tier_of(old));
         let pinned = self.table.pin();
         let to = pinned.load().quota(tier);
         let new = Self::quota_word(tier, to);
         let word = state.load();
-        if word.life_word() >= UNBORN || old == new {
+        if word.life_word() >= NOT_ALIVE || old == new {
             // Not alive yet (its claimer names the quota when it is born),
             // or written under the current quota already.
             return Relocation::Moved(TierCell::with(state, new), seal);
         }
         let from = cell.written_under::<A>(old);
         if from == to {
-            // This client's own quota did not change (another tier's did):
-            // its state stays exactly as it is, bookings included.
+            // This client's own quota did not change (another tier's did,
+            // or it moved to a tier held to the same quota): its state
+            // stays exactly as it is, bookings included.
             return Relocation::Moved(TierCell::with(state, new), seal);
         }
         let word = from.convert(word, now(), to);
@@ -363,6 +377,10 @@ impl<W: Packed> Mortal for TierCell<W> {
         self.state.forward(seal)
     }
 
+    fn retire_sealed(&self, seal: Seal) -> bool {
+        self.state.retire_sealed(seal)
+    }
+
     fn refresh(&self, newer: Self) {
         // Relaxed: as in `StateCell::refresh`; the quota word first, though
         // no thread reads either before the `forward` that publishes both.
@@ -412,7 +430,7 @@ where
     /// or, for a cell not alive, on the fresh word and its tier's quota now.
     fn read<R>(&self, cell: &TierCell<A::Word>, f: impl FnOnce(A::Word, &A) -> R) -> R {
         let word = cell.state.load();
-        if word.life_word() < UNBORN {
+        if word.life_word() < NOT_ALIVE {
             if let Some(quota) = cell.quota::<A>() {
                 return f(word, quota);
             }
@@ -511,11 +529,15 @@ where
 
     fn peek(&self, cell: &Self::Cell, now: u64, cost: u64) -> Decision {
         self.read(cell, |word, quota| {
-            let applied = match admit_within(quota, word, now, cost) {
-                Some(next) => Applied::Admitted(next),
-                None => Applied::Denied(word),
-            };
-            describe_within(quota, applied, now, cost).expect("a live word is never dead")
+            if cost <= quota.capacity() {
+                return look(quota, word, now, cost);
+            }
+            // Above the client's own tier's capacity: never admitted.
+            let mut decision =
+                describe(quota, Applied::Admitted(word), now, 0).expect("a live word");
+            decision.allowed = false;
+            decision.retry_after = NEVER;
+            decision
         })
     }
 
@@ -562,7 +584,7 @@ where
     /// moved, and the booking's exchange then fails: the limiter looks
     /// again.
     fn reserve(&self, cell: &Self::Cell, now: u64, cost: u64, max_wait: u64) -> Option<Booking> {
-        if cell.state.load().life_word() >= UNBORN {
+        if cell.state.load().life_word() >= NOT_ALIVE {
             return None;
         }
         let quota = cell.quota::<A>()?;
@@ -602,7 +624,7 @@ fn describe_within<A: Transitions>(
     };
     let mut decision = describe(quota, Applied::Admitted(word), now, 0)?;
     decision.allowed = false;
-    decision.retry_after = Decision::wait(NEVER);
+    decision.retry_after = NEVER;
     Some(decision)
 }
 

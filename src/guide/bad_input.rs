@@ -16,7 +16,10 @@
 //!   one above the capacity is a `ReserveError::Cost`, and one that would
 //!   be ready only after the last instant is `ReserveError::TooLong` with a
 //!   wait of `Duration::MAX`, with nothing charged.
-//! - **Floods of unique ids.** Memory stays bounded (see
+//! - **Floods of unique ids.** A cap
+//!   ([`max_clients(n)`](crate::Builder::max_clients)) holds the limiter to
+//!   `n` clients whatever arrives, and idle clients are forgotten as new
+//!   ones fill the table and by [`sweep`](crate::Limiter::sweep) (see
 //!   [`memory`](super::memory)).
 //!
 //! ```

@@ -2,8 +2,13 @@
 //!
 //! A per-client map that only grows is a memory leak, and a denial of
 //! service for anyone who can mint client ids (an IPv6 /64, fresh API
-//! keys). tollgate keeps its map bounded by itself: no background thread,
-//! no call to remember.
+//! keys). Two things bound tollgate's map: a hard cap, if you set one
+//! ([`max_clients(n)`](crate::Builder::max_clients): never more than `n`
+//! clients, however many new ids arrive), and forgetting idle clients, as
+//! new clients arrive (no background thread; see "The bound" for exactly
+//! what that bounds, and when to call `sweep`) and on
+//! [`sweep`](crate::Limiter::sweep), after which no client that was idle
+//! is held.
 //!
 //! # Bytes per client
 //!
@@ -20,21 +25,78 @@
 //! that have fully passed, an empty log) carries no information: forgetting
 //! it changes no decision, ever. tollgate forgets such clients in two ways:
 //!
-//! - **As new clients arrive.** When a new client fills a shard's table,
-//!   the rebuild that makes room for it leaves behind the clients that
-//!   have been idle for at least the state's own lifetime (a bucket's full
-//!   refill time, two windows, one window), instead of moving them, and
-//!   sizes the new table for the rest; a client that comes back soon is
-//!   not forgotten and re-inserted over and over. Forgetting a client
-//!   there costs less than moving it, so this sweep is nearly free. A
-//!   server that only ever calls `allow_request` stays bounded: the map
-//!   holds at most about twice the clients active within the last two
-//!   such lifetimes (1.5 times measured), plus a few slots per shard. For a tighter map,
-//!   add a paced sweep with [`auto_sweep`](crate::Builder::auto_sweep)
-//!   (every `every` new clients, `slice` entries visited); turn both off
-//!   with [`no_auto_sweep`](crate::Builder::no_auto_sweep).
+//! - **As new clients arrive.** A new client's request pays for the
+//!   forgetting, in two ways; a known client's check never does:
+//!   - when its insert fills a shard's table, the rebuild that makes room
+//!     leaves behind the clients that have been idle for at least the
+//!     state's own lifetime (its *horizon*: a bucket's full refill time,
+//!     two windows for the sliding window counter, one window for the
+//!     fixed window and the log), instead of moving them, and sizes the
+//!     new table for the rest. Forgetting a client there costs less than
+//!     moving it.
+//!   - at most once per horizon, the first new client to arrive makes one
+//!     pass over the whole map (if it holds more than 512 clients),
+//!     forgetting every client idle for a horizon already, and rebuilding
+//!     smaller each table left under a quarter full: tables that no longer
+//!     fill up (after a burst, new clients only trickle in) do not keep
+//!     their lapsed clients. Checks go on during the pass and never wait
+//!     for it, but the request that makes it takes as long as the pass:
+//!     one visit per held client, shard by shard (about 16 ns per `u64`
+//!     client, `docs/PERFORMANCE.md`).
+//!
+//!   A client idle for less than a horizon is kept: one that comes back
+//!   soon is not forgotten and re-inserted over and over. For a tighter
+//!   map, add a paced sweep with [`auto_sweep`](crate::Builder::auto_sweep)
+//!   (every `every` new clients, `slice` entries visited); turn all of this
+//!   off with [`no_auto_sweep`](crate::Builder::no_auto_sweep).
 //! - **On demand.** [`sweep`](crate::Limiter::sweep) visits the whole map
-//!   and returns how many clients it removed.
+//!   and returns how many clients it removed: it forgets every client idle
+//!   at that instant.
+//!
+//! # The bound
+//!
+//! Without a cap, after any call, the limiter holds no more clients
+//! ([`len`](crate::Limiter::len)) than made a request within the three
+//! horizons before the latest new client arrived, or since, plus 512 (8
+//! per shard of its map); a booking counts as a request at the instant it
+//! is due. (With several threads: once the pass that arrival set off is
+//! over.) So while new clients keep arriving the map follows the clients
+//! active lately, and a flood of one-off ids costs memory for about three
+//! horizons of them. The memory follows the count: the pass rebuilds
+//! smaller each table it leaves under a quarter full (tables of up to 32
+//! slots keep their size), and the old table is freed a few requests
+//! later, once no thread can still be reading it.
+//!
+//! What is bounded is counted in calls, not in time: no thread runs, so
+//! after a burst of new clients followed by silence, or by known clients
+//! only, the map keeps the burst's clients until the next new client
+//! arrives (whose request then makes the pass). To forget them without
+//! waiting for one, call [`sweep`](crate::Limiter::sweep), every horizon or
+//! so from a timer you already have, say: it leaves only the clients not
+//! idle at that instant. With [`no_auto_sweep`](crate::Builder::no_auto_sweep)
+//! no arrival forgets anyone, and the map grows until `sweep` is called
+//! or a cap binds.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{ManualClock, TokenBucket};
+//!
+//! let clock = ManualClock::new();
+//! let limiter = TokenBucket::builder()
+//!     .rate(10, Duration::from_secs(1)) // a horizon of 1 s
+//!     .key_type::<u64>()
+//!     .clock(clock.clone())
+//!     .build()?;
+//! for id in 0..10_000 {
+//!     assert!(limiter.allow_request(&id)); // a burst of one-off clients
+//! }
+//! clock.advance(Duration::from_secs(5));
+//! assert!(limiter.allow_request(&7)); // a known client: nothing forgotten
+//! assert_eq!(limiter.len(), 10_000);
+//! assert!(limiter.allow_request(&10_000)); // a new one: the burst goes
+//! assert_eq!(limiter.len(), 2);
+//! # Ok::<(), tollgate::ConfigError>(())
+//! ```
 //!
 //! Neither loses or doubles an admission: the sweep retires an idle state
 //! by a compare-and-swap to a tombstone value before removing it, and a

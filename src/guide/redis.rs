@@ -106,7 +106,6 @@
 //! |---|---|---|---|---|
 //! | Waits (`retry_after`, `replenish_after`, a booking's wait) | to the nanosecond | rounded up to the microsecond | a script reads time in µs; the next instant it can admit | every comparison in `differ` rounds the in-process wait up |
 //! | The answer of `reset` and `remove` | whether the limiter held the client (a reset one is still held) | whether Redis held a key (deleted now; a key also expires when idle) | Redis deletes the key | `reset_answers_whether_a_key_was_deleted` |
-//! | A `peek`, or a check of cost 0, of a client the limiter does not hold | judged under tier 0's quota | judged under its tier's quota, as a check would be | the in-process limiter makes a fresh cell of tier 0 for it (a defect of the in-process limiter) | `an_unheld_clients_peek_is_judged_by_its_own_tier_on_redis` |
 //! | Cancelling a booking after another client's `reset` or `remove` | gives nothing back if that client shares its stripe (1 in 256) | gives back by the tail rule alone | the in-process limiter tracks replacements per stripe to keep a state one word | `a_reset_of_another_client_never_ends_a_bookings_cancel_on_redis` |
 //! | Cancelling a sliding log's booking some of whose entries a later booking claimed | puts back, in each slot it still holds, that slot's old expiry | puts back the entries it replaced, the latest-expiring first | slots have positions in-process; Redis's entries do not | `log_bookings_are_served_in_the_order_they_were_made` |
 //!

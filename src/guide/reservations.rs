@@ -50,8 +50,12 @@
 //! each client's state one word, this is tracked per stripe of clients (1
 //! in 256, by the key's hash): replacing one client's state also makes the
 //! pending bookings of the other clients of its stripe give nothing back
-//! (the safe direction), and a quota change does so for every client. Once
-//! its time has come, a reservation is consumed: dropping it does nothing.
+//! (the safe direction), and a quota change does so for every client. A
+//! cancel never waits for another thread: not for a reset, nor for another
+//! cancel, however long that one is held up (a reservation dropped on an
+//! async worker never stalls on another task's slow key `Hash` or clock).
+//! Once its time has come, a reservation is consumed: dropping it does
+//! nothing.
 //!
 //! Call [`commit`](crate::Reservation::commit) when you act on a
 //! reservation. Dropping an uncommitted one cancels it if the limiter's

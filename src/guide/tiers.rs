@@ -1,10 +1,13 @@
 //! Quotas per client, and quotas that change at run time.
 //!
 //! Clients can have quotas of their own: give each tier its quota, and a
-//! resolver that puts each new client in a tier. The resolver runs once,
-//! when the client's state is created; the tier is remembered with the
-//! state, and a check on a known client neither calls it again nor takes a
-//! lock.
+//! resolver that puts each new client in a tier. The resolver runs when
+//! the client's state is created (its first request, or its first since it
+//! was forgotten) and when you call
+//! [`Limiter::retier`](crate::Limiter::retier); the tier is remembered
+//! with the state, and a check on a known client neither calls it again
+//! nor takes a lock. So when a client's plan changes in your own records,
+//! call `retier` for it: the limiter holds it in its old tier until then.
 //!
 //! ```
 //! use std::time::Duration;
@@ -36,6 +39,37 @@
 //! assert_eq!(limiter.check("pro-ann").limit(), 2000);
 //! # Ok::<(), tollgate::ConfigError>(())
 //! ```
+//!
+//! # Moving a client to another tier
+//!
+//! ```
+//! use std::collections::HashMap;
+//! use std::sync::{Arc, RwLock};
+//! use std::time::Duration;
+//! use tollgate::TokenBucket;
+//!
+//! // The plans in your own records, which the resolver reads.
+//! let plans: Arc<RwLock<HashMap<String, u16>>> = Arc::default();
+//! let records = Arc::clone(&plans);
+//! let limiter = TokenBucket::builder()
+//!     .rate(10, Duration::from_secs(1))
+//!     .tier(1, TokenBucket::builder().rate(100, Duration::from_secs(1)))
+//!     .tier_by(move |key: &String| records.read().unwrap().get(key).copied().unwrap_or(0))
+//!     .build()?;
+//! assert_eq!(limiter.check("ann").limit(), 10);
+//!
+//! // Ann upgrades: the limiter still holds her in tier 0 ...
+//! plans.write().unwrap().insert("ann".to_owned(), 1);
+//! assert_eq!(limiter.check("ann").limit(), 10);
+//! // ... until she is moved, keeping what she has spent.
+//! assert_eq!(limiter.retier("ann"), 1);
+//! assert_eq!(limiter.check("ann").limit(), 100);
+//! # Ok::<(), tollgate::ConfigError>(())
+//! ```
+//!
+//! A move converts the client's state by the rule below, as one step in
+//! its history, and, like a quota change, costs a pass over the clients
+//! held.
 //!
 //! The builder takes its settings in any order: `.tier(..)` before
 //! `.rate(..)`, and `.tier_by(..)` before or after `.key_type::<K>()` (the
@@ -71,8 +105,10 @@
 //! - **Linearizable.** Each client's change is one step in its history: a
 //!   check lands wholly before it, under the old quota, or wholly after,
 //!   under the new one.
-//! - **Checks do not wait.** `set_quota` takes a lock that serialises
-//!   changes; checks never take it.
+//! - **Checks do not wait.** `set_quota` and `retier` take a lock that
+//!   serialises changes; checks never take it. (A new client's first
+//!   request is inserted under a lock per shard of the table, which a
+//!   change holds while it carries that shard.)
 //! - **Bookings.** A booking made before its own tier's quota changes
 //!   keeps its ready time; its charge is carried with the rest of the state
 //!   (at most one new bucket or window of it), and cancelling it
@@ -96,4 +132,5 @@
 //! A tiered client holds one more `u64` (its tier, and the address of the
 //! quota its state was written under). A check on a known client reads its
 //! quota through that word, for about one instruction more than a plain
-//! limiter's check. `set_quota` visits every client once, shard by shard.
+//! limiter's check. `set_quota` and `retier` visit every client once,
+//! shard by shard.

@@ -208,20 +208,19 @@ where
     /// its live copy in the new table; an evicted one's replacement fails
     /// the stamp's test. The clock is read once the state is found, no
     /// earlier than any eviction judged (so after the booking's time if
-    /// an idle eviction forgot the state it was booked on).
+    /// an idle eviction forgot the state it was booked on). Both the
+    /// look-up (the key's `Hash` and `Eq`) and the clock run before the
+    /// cancel counts itself in progress on its stripe of stamps, so no user
+    /// code runs while it is (see `crate::reservation`).
     pub(crate) fn give_back(&self, client: &K, ticket: &Ticket, stamp: Stamp) -> bool {
         let algorithm = &self.algorithm;
         let hash = self.store.hash_of(client);
-        self.renewals.cancel(hash, stamp, |current| {
-            act_on_live(&self.store, client, |cell| {
-                if !current() {
-                    return Some(false);
-                }
-                let now = self.counters.not_before(self.clock.now_nanos());
-                algorithm.unreserve(cell, now, ticket)
-            })
-            .unwrap_or(false)
+        act_on_live(&self.store, client, |cell| {
+            let now = self.counters.not_before(self.clock.now_nanos());
+            self.renewals
+                .cancel(hash, stamp, || algorithm.unreserve(cell, now, ticket))
         })
+        .unwrap_or(false)
     }
 
     /// `client_id`'s hash under the store's randomly seeded hasher:

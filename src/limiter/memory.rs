@@ -132,10 +132,12 @@ where
     /// a client the sweep keeps never waits for it: a check that races the
     /// removal of its own client's entry is applied either to the entry
     /// before it is retired (which then is not idle, and stays) or to a
-    /// fresh one afterwards, inserted as a new client's is. Inserting threads already
-    /// forget lapsed clients as the map's tables fill up (see
+    /// fresh one afterwards, inserted as a new client's is. New clients
+    /// already forget lapsed clients as they arrive (see
     /// [`auto_sweep`](crate::Builder::auto_sweep)), so calling this is
-    /// optional.
+    /// optional; call it to forget idle clients when no new client
+    /// arrives, after a burst (see the [memory guide](crate::guide::memory),
+    /// "The bound").
     ///
     /// # Examples
     ///
@@ -161,16 +163,61 @@ where
     /// ```
     pub fn sweep(&self) -> usize {
         let now = self.clock.now_nanos();
+        self.sweep_at(now, now, 0)
+    }
+
+    /// A full pass over the map at the reading `now`, forgetting the clients
+    /// already idle at `idle_by` (≤ `now`; idle then means idle at `now`
+    /// too), and shrinking the tables of more than `small` slots left under
+    /// a quarter full; returns how many entries it removed, dead ones
+    /// included.
+    fn sweep_at(&self, now: u64, idle_by: u64, small: usize) -> usize {
         self.counters.evicting(now);
         let algorithm = &self.algorithm;
         let mut retired = 0;
-        let removed = self.store.sweep(|cell| {
-            let gone = algorithm.try_evict(cell, now);
+        let removed = self.store.sweep(small, |cell| {
+            let gone = algorithm.try_evict(cell, idle_by);
             retired += u64::from(gone);
             gone
         });
         Counters::add(&self.counters.evicted_idle, retired);
         usize::try_from(removed).unwrap_or(usize::MAX)
+    }
+
+    /// The sweeping a new client arriving at the reading `floor` does: its
+    /// share of the paced sweep, if the limiter has one (see
+    /// [`auto_sweep`](crate::Builder::auto_sweep)); and, at most once a
+    /// horizon, a pass over the whole map that forgets every client idle a
+    /// whole horizon already. The pass is what bounds the map by the
+    /// clients active lately, whatever the pattern of arrivals: a table
+    /// that never fills again (after a burst, new clients only trickle in)
+    /// would otherwise keep its lapsed clients (see the memory guide).
+    #[cold]
+    #[inline(never)]
+    fn sweep_for_newcomer(&self, floor: u64) {
+        let horizon = self.algorithm.horizon();
+        // Only clients idle for a whole horizon already: one idle for less
+        // may well be back, and forgetting it, though it changes no
+        // decision, would cost it a fresh insert.
+        let lapsed = floor.saturating_sub(horizon);
+        if let Some(pace) = self.memory.auto_sweep {
+            if self.counters.next_insert() % pace.every == pace.every - 1 {
+                Counters::add(&self.counters.auto_sweeps, 1);
+                let _ = self.sweep_slice(floor, lapsed, pace.slice);
+            }
+        }
+        if self.memory.sweep_on_rebuild
+            && self
+                .counters
+                .claim_pass(floor, horizon, self.memory.auto_sweep.is_some())
+        {
+            // A map this small may keep its lapsed clients: the pass's
+            // visit of every shard would cost more than they do.
+            if self.store.len() > Memory::PASS_SPARES {
+                Counters::add(&self.counters.auto_sweeps, 1);
+                let _ = self.sweep_at(floor, lapsed, Memory::PASS_KEEPS_SLOTS);
+            }
+        }
     }
 }
 
@@ -271,19 +318,13 @@ where
         floor.saturating_sub(limiter.algorithm.horizon())
     }
 
-    /// Every new client pays its share of the paced sweep, if the limiter
-    /// has one (see [`auto_sweep`](crate::Builder::auto_sweep)).
+    /// A new client's share of sweeping: nothing, on the way in, unless a
+    /// pass over the map has come due or the limiter has a paced sweep
+    /// (see [`Limiter::sweep_for_newcomer`]).
+    #[inline]
     fn pace(&self, floor: u64) {
-        let limiter = self.limiter;
-        if let Some(pace) = limiter.memory.auto_sweep {
-            if limiter.counters.next_insert() % pace.every == pace.every - 1 {
-                Counters::add(&limiter.counters.auto_sweeps, 1);
-                // Only clients idle for a whole horizon already: one idle
-                // for less may well be back, and forgetting it, though it
-                // changes no decision, would cost it a fresh insert.
-                let lapsed = floor.saturating_sub(limiter.algorithm.horizon());
-                let _ = limiter.sweep_slice(floor, lapsed, pace.slice);
-            }
+        if self.limiter.counters.sweep_due(floor) {
+            self.limiter.sweep_for_newcomer(floor);
         }
     }
 }

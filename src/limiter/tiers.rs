@@ -5,6 +5,7 @@
 
 use core::borrow::Borrow;
 use core::hash::Hash;
+use core::ptr;
 
 use super::Limiter;
 use crate::algorithm::{
@@ -160,6 +161,74 @@ where
     {
         A::known_tier(self, client_id).unwrap_or_else(|| self.resolve_tier(&client_id.to_owned()))
     }
+
+    /// Runs the tier resolver ([`tier_by`](crate::Builder::tier_by)) for
+    /// `client_id` again, and moves the client to the tier it answers now:
+    /// for a client whose plan changed in your own records (an API key
+    /// upgraded from free to pro). Returns that tier.
+    ///
+    /// The resolver runs when a client's state is created (its first
+    /// request, or its first since it was forgotten: removed, or evicted
+    /// once idle), for a peek at or [`tier_of`](Limiter::tier_of) a client
+    /// the limiter does not hold, and here; never on a check of a client it
+    /// holds. A change in your records reaches such a client only through
+    /// this call (or [`remove`](Limiter::remove), which forgets its state
+    /// instead).
+    ///
+    /// A client the limiter holds in another tier keeps its history,
+    /// converted to the new tier's quota by the rule
+    /// [`set_quota`](Limiter::set_quota) follows (a token bucket keeps the
+    /// tokens it is missing, at most a whole new bucket; a window keeps
+    /// what it counted, at most the new limit), as one step in its
+    /// history: a check lands wholly before the move, under the old tier,
+    /// or wholly after, under the new one. Checks never wait for it. A
+    /// client already in that tier, or not held at all (its next request
+    /// runs the resolver anyway), is left as it is. Cancelling a
+    /// reservation the client booked before the move gives nothing back.
+    ///
+    /// A move carries the client as a quota change carries every client:
+    /// it rebuilds the store's tables, shard by shard under each shard's
+    /// insert lock, so it costs a pass over every client held (as
+    /// `set_quota` does). Moves and quota changes are made one at a time.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::collections::HashSet;
+    /// use std::sync::{Arc, RwLock};
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, TokenBucket};
+    ///
+    /// // Your own records of who pays.
+    /// let pro: Arc<RwLock<HashSet<String>>> = Arc::default();
+    /// let plans = Arc::clone(&pro);
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(2, Duration::from_secs(60))
+    ///     .tier(1, TokenBucket::builder().rate(10, Duration::from_secs(60)))
+    ///     .tier_by(move |key: &String| u16::from(plans.read().unwrap().contains(key)))
+    ///     .clock(ManualClock::new())
+    ///     .build()?;
+    ///
+    /// assert!(limiter.allow_request("ann"));
+    /// pro.write().unwrap().insert("ann".to_owned());
+    /// // The resolver ran at Ann's first request: the upgrade is not seen yet.
+    /// assert_eq!(limiter.check("ann").limit(), 2);
+    ///
+    /// assert_eq!(limiter.retier("ann"), 1);
+    /// // Ann spent 2 tokens as a free client; she keeps having spent them.
+    /// assert_eq!(limiter.peek("ann").remaining(), 8);
+    /// assert_eq!(limiter.check("ann").limit(), 10);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn retier<Q>(&self, client_id: &Q) -> Tier
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let tier = self.resolve_tier(&client_id.to_owned());
+        A::move_client(self, client_id, tier);
+        tier
+    }
 }
 
 /// An algorithm that each tier of a [`Tiered`] limiter can run, whose
@@ -210,6 +279,16 @@ pub trait TierAlgorithm: Clone + PartialEq + Send + Sync + 'static {
         K: Borrow<Q> + Hash + Eq + Clone + Send + Sync + 'static,
         Q: Hash + Eq + ?Sized,
         C: Clock;
+
+    /// Moves a client the limiter holds alive to `tier`, converting its
+    /// state.
+    #[doc(hidden)]
+    fn move_client<K, C, Q>(limiter: &Limiter<Tiered<Self>, K, C>, client_id: &Q, tier: Tier)
+    where
+        Tiered<Self>: Algorithm,
+        K: Borrow<Q> + Hash + Eq + Clone + Send + Sync + 'static,
+        Q: Hash + Eq + ?Sized,
+        C: Clock;
 }
 
 // One impl per algorithm rather than a blanket impl over the crate's
@@ -248,6 +327,18 @@ macro_rules! tier_algorithm {
                     .get(client_id, |cell| (cell.life() == Life::Live).then(|| cell.tier()))
                     .flatten()
             }
+
+            fn move_client<K, C, Q>(
+                limiter: &Limiter<Tiered<Self>, K, C>,
+                client_id: &Q,
+                tier: Tier,
+            ) where
+                K: Borrow<Q> + Hash + Eq + Clone + Send + Sync + 'static,
+                Q: Hash + Eq + ?Sized,
+                C: Clock,
+            {
+                move_client(limiter, client_id, tier);
+            }
         }
     };
 }
@@ -264,6 +355,69 @@ tier_algorithm!(
         <Both<A, B> as Transitions>::Word: Packed,
 );
 
+/// Takes the limiter's one-change-at-a-time lock.
+fn one_at_a_time<A: Algorithm, K, C>(limiter: &Limiter<A, K, C>) -> std::sync::MutexGuard<'_, ()> {
+    // A change that panicked midway (a key's `Hash`, say) left some
+    // clients under the table before it, which then stays allocated
+    // for them; this change carries them over like every other client.
+    limiter.control.lock().unwrap_or_else(|poisoned| {
+        limiter.control.clear_poison();
+        poisoned.into_inner()
+    })
+}
+
+/// Moves `client_id`'s client, if the limiter holds it alive in another
+/// tier, to `tier` ([`Limiter::retier`]): a rebuild of the store that
+/// carries that one cell to the new tier, its state converted, and moves
+/// every other cell as it is.
+fn move_client<A, K, C, Q>(limiter: &Limiter<Tiered<A>, K, C>, client_id: &Q, tier: Tier)
+where
+    A: Transitions + FromParams + Clone + PartialEq,
+    A::Word: Packed,
+    K: Borrow<Q> + Hash + Eq + Clone + Send + Sync + 'static,
+    Q: Hash + Eq + ?Sized,
+    C: Clock,
+{
+    // One at a time with quota changes: every live cell names the current
+    // quota table while no change is under way, so the one carried here is
+    // converted from the quota its state was written under.
+    let _one_at_a_time = one_at_a_time(limiter);
+    let algorithm = &limiter.algorithm;
+    // Pinned throughout, so that the table holding the cell found stays
+    // allocated: no other cell can come to live at its address while the
+    // rebuild below looks for it by address.
+    let _pinned = crossbeam_epoch::pin();
+    loop {
+        let found = limiter.store.get(client_id, |cell| {
+            (cell.life() == Life::Live && cell.tier() != tier).then(|| ptr::from_ref(cell))
+        });
+        // Not held (its next request runs the resolver), or held in `tier`.
+        let Some(Some(target)) = found else {
+            return;
+        };
+        let mut carried = false;
+        // The client's state is replaced: bookings made on the old one give
+        // nothing back (see `crate::reservation`).
+        limiter
+            .renewals
+            .renew(limiter.store.hash_of(client_id), || {
+                limiter.store.rebuild_all(|cell| {
+                    if ptr::eq(cell, target) {
+                        carried = true;
+                        algorithm.carry_to(cell, Some(tier), || limiter.clock.now_nanos())
+                    } else {
+                        cell.relocate()
+                    }
+                });
+            });
+        if carried {
+            return;
+        }
+        // An insert rebuilt the client's shard between the lookup and the
+        // rebuild's visit to it, moving the cell: look it up again.
+    }
+}
+
 /// Gives `tier` the quota `quota`, carrying every client over
 /// ([`Limiter::set_quota`]).
 fn change_quota<A, K, C>(limiter: &Limiter<Tiered<A>, K, C>, tier: Tier, quota: A)
@@ -273,13 +427,7 @@ where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock,
 {
-    // A change that panicked midway (a key's `Hash`, say) left some
-    // clients under the table before it, which then stays allocated
-    // for them; this change carries them over like every other client.
-    let _one_at_a_time = limiter.control.lock().unwrap_or_else(|poisoned| {
-        limiter.control.clear_poison();
-        poisoned.into_inner()
-    });
+    let _one_at_a_time = one_at_a_time(limiter);
     let algorithm = &limiter.algorithm;
     // Windows start on the Unix epoch's multiples, as the limiter's own.
     let mut quota = quota;

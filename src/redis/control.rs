@@ -10,9 +10,12 @@ use super::{Mode, RedisAlgorithm, RedisCheck, RedisKey, RedisLimiter};
 use crate::check::{CheckError, CheckErrorKind};
 
 impl<A: RedisAlgorithm> RedisLimiter<A> {
-    /// What [`check`](Self::check) would decide now, recording nothing
-    /// (one round trip; the deny shortcut is not consulted). A client
-    /// Redis holds nothing for peeks as fresh, and stays absent.
+    /// Whether [`check`](Self::check) would admit now (and if not, when it
+    /// would), recording nothing, with the client's quota as it stands:
+    /// [`remaining`](crate::Decision::remaining) is what is left now, not what a
+    /// check would leave (one round trip; the deny shortcut is not
+    /// consulted). A client Redis holds nothing for peeks as fresh, and
+    /// stays absent.
     ///
     /// # Errors
     ///
@@ -45,8 +48,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         self.decide(key, 1, Mode::Peek)
     }
 
-    /// What [`check_n`](Self::check_n) would decide now, recording
-    /// nothing.
+    /// Whether [`check_n`](Self::check_n) would admit now, recording
+    /// nothing, with the quota as it stands (as [`peek`](Self::peek)).
     ///
     /// # Errors
     ///
@@ -62,7 +65,9 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     ///
     /// # async fn run(conn: redis::aio::ConnectionManager) -> Result<(), Box<dyn std::error::Error>> {
     /// let limiter = TokenBucket::builder().rate(5, Duration::from_secs(1)).redis(conn, "p").build()?;
-    /// assert_eq!(limiter.peek_n("alice", 5).await?.remaining(), 0);
+    /// let peeked = limiter.peek_n("alice", 5).await?;
+    /// assert!(peeked.is_allowed());
+    /// assert_eq!(peeked.remaining(), 5, "a peek takes nothing");
     /// assert_eq!(limiter.check_n("alice", 2).await?.remaining(), 3);
     /// # Ok(())
     /// # }

@@ -16,8 +16,8 @@ use super::guard::{bump, Gate};
 use super::shortcut::Entry;
 use super::spec::{Ns, Spec};
 use super::state::{
-    decision, decode_fast, expiry_ms, fresh_decision, log_decision, round_figures, value_of,
-    DecodeError, Fast, Stored,
+    decision, decode_fast, expiry_ms, fresh_decision, log_decision, peek_decision, round_figures,
+    value_of, DecodeError, Fast, Stored,
 };
 use super::tier::Judged;
 use super::{failure, FailPolicy, Inner, Mode, RedisAlgorithm, RedisKey, RedisLimiter};
@@ -290,15 +290,14 @@ impl<A: RedisAlgorithm> Inner<A> {
                     return None;
                 }
                 let wait = super::state::round_up_to_us(Duration::from_nanos(free_at - at));
-                Some(Decision {
-                    allowed: false,
+                Some(Decision::new(
+                    false,
                     limit,
-                    remaining: left,
-                    retry_after: wait,
-                    replenish_after: wait,
-                    window: Duration::from_micros(window_us),
-                    pair: None,
-                })
+                    left,
+                    wait,
+                    wait,
+                    Duration::from_micros(window_us),
+                ))
             }
             _ => None,
         }
@@ -341,7 +340,7 @@ impl<A: RedisAlgorithm> Inner<A> {
         };
         if request.beyond {
             answer.decision.allowed = false;
-            answer.decision.retry_after = Duration::MAX;
+            answer.decision.retry_after = crate::algorithm::NEVER;
         }
         Ok(answer)
     }
@@ -363,7 +362,7 @@ impl<A: RedisAlgorithm> Inner<A> {
             .await?;
         let decision = log_decision(&reply, window_us, limit)?;
         let now = u64::try_from(reply[4]).unwrap_or(0);
-        let replenish = u64::try_from(decision.replenish_after.as_nanos()).unwrap_or(u64::MAX);
+        let replenish = decision.replenish_after;
         Ok(Answer {
             seen: Seen::Log {
                 left: decision.remaining,
@@ -395,10 +394,16 @@ impl<A: RedisAlgorithm> Inner<A> {
                 .await?;
             match decode_fast(&spec, &reply)? {
                 Fast::Decided { allowed, word, now } => {
+                    let decision = match request.mode {
+                        Mode::Check => decision(&ns, allowed, word, now, cost),
+                        // The peek script answers with the state as it
+                        // stands.
+                        Mode::Peek => peek_decision(&ns, word, now, cost),
+                    };
                     return Ok(Answer {
-                        decision: decision(&ns, allowed, word, now, cost),
+                        decision,
                         seen: Seen::Word { word, now },
-                    })
+                    });
                 }
                 Fast::Convert => {
                     // Boxed: the slow path's state stays out of every check's future.
@@ -433,12 +438,18 @@ impl<A: RedisAlgorithm> Inner<A> {
         };
         let allowed = cost == 0 || admitted.is_some();
         let after = admitted.unwrap_or(word);
+        if request.mode == Mode::Peek {
+            return Ok(Some(Answer {
+                decision: peek_decision(&ns, word, now, cost),
+                seen: Seen::Word { word, now },
+            }));
+        }
         let answer = Answer {
             decision: decision(&ns, allowed, after, now, cost),
             seen: Seen::Word { word: after, now },
         };
         let own = settled.is_some_and(|s| s.own);
-        if request.mode == Mode::Peek || (admitted.is_none() && !own) {
+        if admitted.is_none() && !own {
             return Ok(Some(answer));
         }
         let new = self.stamped(&request.judged, &spec, after, serial);
@@ -514,7 +525,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                 let mut d = fresh_decision(&request.spec());
                 if request.beyond {
                     d.allowed = false;
-                    d.retry_after = Duration::MAX;
+                    d.retry_after = crate::algorithm::NEVER;
                 }
                 Ok(d)
             }

@@ -148,15 +148,6 @@ fn disturb<A: crate::cell::Algorithm>(bookings: &mut [Held<'_, A>], c: usize) {
     }
 }
 
-/// Whether a peek, or a check of cost 0 (which in-process is a peek), of
-/// client `c` is one the two limiters answer differently by design: the
-/// in-process limiter judges a client it does not hold under tier 0's
-/// quota, not its tier's (see the table of differences, and
-/// `an_unheld_clients_peek_is_judged_by_its_own_tier_on_redis`).
-fn unheld(held: &[bool], c: usize) -> bool {
-    tier_of(CLIENTS[c].as_bytes()) != 0 && !held[c]
-}
-
 /// An algorithm family: its quotas, as data that builds either limiter.
 trait Family {
     type A: RedisAlgorithm
@@ -334,29 +325,18 @@ where
                     .tier_by(tier_of),
                 &clock,
             );
-            // The clients the in-process limiter holds (see `unheld`).
-            let mut held = [false; CLIENTS.len()];
             let mut bookings: Vec<Held<'_, Tiered<F::A>>> = Vec::new();
             for (step, op) in ops.iter().enumerate() {
                 let client = |i: usize| CLIENTS[i];
                 match *op {
                     Op::Advance(us) => clock.advance(Duration::from_micros(us)),
-                    Op::Check { client: c, cost: 0 } if unheld(&held, c) => {
-                        let cost = 0;
-                        let _ = rt.block_on(there.check_n(client(c), cost));
-                    }
                     Op::Check { client: c, cost } => {
-                        let answer = here.check_n(client(c), cost);
-                        held[c] |= cost > 0 && answer.is_ok();
                         same(
                             step,
                             op,
-                            answer,
+                            here.check_n(client(c), cost),
                             rt.block_on(there.check_n(client(c), cost)),
                         )?;
-                    }
-                    Op::Peek { client: c, cost } if unheld(&held, c) => {
-                        let _ = rt.block_on(there.peek_n(client(c), cost));
                     }
                     Op::Peek { client: c, cost } => same(
                         step,
@@ -371,7 +351,6 @@ where
                     }
                     Op::Remove(c) => {
                         disturb(&mut bookings, c);
-                        held[c] = false;
                         let _ = here.remove(client(c));
                         rt.block_on(there.remove(client(c))).unwrap();
                     }
@@ -386,7 +365,6 @@ where
                     } => {
                         let max_wait = max_wait.map_or(Duration::MAX, Duration::from_micros);
                         let both = F::book(&here, &there, &rt, client(c), cost, max_wait);
-                        held[c] |= cost > 0 && both.0.is_ok();
                         booked(step, op, c, both, &mut bookings)?;
                     }
                     Op::Settle { booking, cancel } => {
@@ -674,12 +652,10 @@ fn reset_answers_whether_a_key_was_deleted() {
     assert!(!rt.block_on(there.reset("a")).unwrap(), "on Redis: no key");
 }
 
-/// A peek of a client the in-process limiter does not hold is judged
-/// in-process under tier 0's quota, not its tier's (the in-process
-/// limiter makes a fresh cell of tier 0 for it); on Redis, under its
-/// tier's, as a check would.
+/// A peek of a client neither limiter holds yet is judged under its
+/// tier's quota, as a check would be, in-process as on Redis.
 #[test]
-fn an_unheld_clients_peek_is_judged_by_its_own_tier_on_redis() {
+fn an_unheld_clients_peek_is_judged_by_its_own_tier() {
     let Some(server) = Server::start() else {
         return;
     };
@@ -704,7 +680,7 @@ fn an_unheld_clients_peek_is_judged_by_its_own_tier_on_redis() {
         &clock,
     );
     there.set_quota(1, builder(5)).unwrap();
-    assert_eq!(here.peek("pro-x").limit(), 2, "in-process: tier 0's");
+    assert_eq!(here.peek("pro-x").limit(), 5, "in-process: its tier's");
     assert_eq!(rt.block_on(there.peek("pro-x")).unwrap().limit(), 5);
     assert_eq!(here.check("pro-x").limit(), 5, "a check: its tier's");
 }

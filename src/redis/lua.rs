@@ -162,7 +162,8 @@ fn state_vars(half: &Half, x: &str, n: &str) -> Vec<String> {
 /// the reader writes (`settings|tier:generation|writer.`) and the call's
 /// number. The reply: `{-1}` for a state to
 /// convert; else the outcome (1 or 0), each limit's state (after the
-/// admission, or as read after any rollover) and `now`.
+/// admission, or as read after any rollover; a peek's always as read) and
+/// `now`.
 pub(super) fn word_script(spec: &Spec, clock: &str, write: bool) -> String {
     let halves = spec.halves();
     let base = 2 * halves.len();
@@ -266,11 +267,19 @@ end
             id = base + 3,
         ));
     }
-    lua.push_str(&format!(
-        "if allowed then return {{1, {}, now}} end\nreturn {{0, {}, now}}\n",
-        next.join(", "),
-        cur.join(", ")
-    ));
+    if write {
+        lua.push_str(&format!(
+            "if allowed then return {{1, {}, now}} end\nreturn {{0, {}, now}}\n",
+            next.join(", "),
+            cur.join(", ")
+        ));
+    } else {
+        // A peek takes nothing: the state as it stands either way.
+        lua.push_str(&format!(
+            "return {{allowed and 1 or 0, {}, now}}\n",
+            cur.join(", ")
+        ));
+    }
     lua
 }
 
@@ -310,7 +319,7 @@ return {{1, now}}
 /// A sorted set of admissions scored by their instant, trimmed to the
 /// window (also by a peek: an expired entry says nothing). `ARGV`: window
 /// (µs), limit, cost, and the call's token. Reply: allowed, entries after
-/// the decision, the instant of the entry whose expiry next makes room
+/// the decision (a peek's: as they stand), the instant of the entry whose expiry next makes room
 /// (the oldest, or with more entries than the limit, written under a
 /// larger quota, the one whose expiry brings them below it; or -1), the
 /// instant of the entry whose expiry frees room for a denied cost (or
@@ -330,8 +339,8 @@ if cost == 0 or used + cost <= limit then
   if cost > 0 and {write} then
     add(now, cost)
     redis.call('PEXPIREAT', key, fmt('%d', math.floor((now + w) / 1000) + 1))
+    used = used + cost
   end
-  used = used + cost
 else
   kth = score(cost - (limit - used) - 1)
   if kth == false then {bad} end

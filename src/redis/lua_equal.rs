@@ -29,7 +29,7 @@ use super::testing::{gap, on_clock, runner, runtime, Server};
 use super::RedisLimiter;
 use crate::algorithm::{SlidingWindowLog, Transitions};
 use crate::builder::Builder;
-use crate::cell::{describe, Applied};
+use crate::cell::{describe, look, Applied};
 use crate::decision::Decision;
 use crate::{FixedWindow, SlidingWindowCounter, TokenBucket};
 
@@ -81,7 +81,12 @@ fn expect(state: State, reader: &Spec, now: u64, step: &Step) -> (Decision, Stat
         None if allowed => Applied::Admitted(view),
         None => Applied::Denied(view),
     };
-    let mut d = describe(&ns, applied, now_ns, step.cost).unwrap();
+    // A peek, as in-process: the check's outcome, the state's figures.
+    let mut d = if step.peek {
+        look(&ns, view, now_ns, step.cost)
+    } else {
+        describe(&ns, applied, now_ns, step.cost).unwrap()
+    };
     round_figures(&mut d);
     let left = match admitted {
         Some(after) if !step.peek => Some((after, *reader)),
@@ -309,7 +314,7 @@ fn the_sliding_log_script_decides_as_the_in_process_log() {
                 // Entries whose expiry has passed are gone (trimmed by
                 // peeks too).
                 entries.retain(|&t| !log.is_free((t + window) * 1_000, now * 1_000));
-                let want = log_expect(&log, &entries, now, s.cost, window, limit);
+                let want = log_expect(&log, &entries, now, s, window, limit);
                 let got = if s.peek {
                     rt.block_on(limiters[s.by].peek_n("c", s.cost))
                 } else {
@@ -336,15 +341,17 @@ fn the_sliding_log_script_decides_as_the_in_process_log() {
         .unwrap();
 }
 
-/// The in-process log's decision over `entries` (µs instants, all live).
+/// The in-process log's decision over `entries` (µs instants, all live):
+/// a check's, or a peek's (whose figures are the entries' as they stand).
 fn log_expect(
     log: &SlidingWindowLog,
     entries: &[u64],
     now: u64,
-    cost: u64,
+    step: &Step,
     window: u64,
     limit: u64,
 ) -> Decision {
+    let cost = step.cost;
     let now_ns = now * 1_000;
     let used = entries.len() as u64;
     let allowed = cost == 0 || used + cost <= limit;
@@ -359,7 +366,7 @@ fn log_expect(
     };
     let retry_after = if allowed { 0 } else { wait(entries, cost) };
     let mut after = entries.to_vec();
-    if allowed {
+    if allowed && !step.peek {
         after.extend((0..cost).map(|_| now));
     }
     let remaining = limit.saturating_sub(after.len() as u64);
@@ -368,13 +375,12 @@ fn log_expect(
     } else {
         wait(&after, remaining + 1)
     };
-    Decision {
+    Decision::new(
         allowed,
         limit,
         remaining,
-        retry_after: Duration::from_nanos(retry_after),
-        replenish_after: Duration::from_nanos(replenish_after),
-        window: Duration::from_micros(window),
-        pair: None,
-    }
+        Duration::from_nanos(retry_after),
+        Duration::from_nanos(replenish_after),
+        Duration::from_micros(window),
+    )
 }

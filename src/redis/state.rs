@@ -15,7 +15,7 @@ use core::time::Duration;
 
 use super::spec::{word_of, Half, Ns, Spec, WordSpec, EXACT_MAX, SPAN_MAX_US};
 use crate::algorithm::{SlidingWindowLog, Transitions};
-use crate::cell::{describe, Applied};
+use crate::cell::{describe, look, Applied};
 use crate::decision::Decision;
 
 /// Why a reply could not become a decision.
@@ -145,10 +145,18 @@ pub(crate) fn decision(ns: &Ns, allowed: bool, word: u128, now: u64, cost: u64) 
     d
 }
 
+/// A peek of `cost` on `word` at `now` (µs), as the in-process limiter's
+/// peek: whether a check would admit it (and when it would, if not), with
+/// the figures of the state as it stands, rounded up to whole µs.
+pub(crate) fn peek_decision(ns: &Ns, word: u128, now: u64, cost: u64) -> Decision {
+    let mut d = look(ns, word, now * 1_000, cost);
+    round_figures(&mut d);
+    d
+}
+
 /// Rounds a decision's waits up to whole microseconds.
 pub(crate) fn round_figures(d: &mut Decision) {
-    d.retry_after = round_up_to_us(d.retry_after);
-    d.replenish_after = round_up_to_us(d.replenish_after);
+    d.map_waits(round_up_to_us);
 }
 
 /// A wait rounded up to whole microseconds: the first instant at which a
@@ -291,15 +299,14 @@ pub(crate) fn log_decision(
     let free = limit.saturating_sub(used);
     let retry_after = if allowed { 0 } else { wait(instant(3)?) };
     let replenish_after = if free >= limit { 0 } else { wait(instant(2)?) };
-    Ok(Decision {
+    Ok(Decision::new(
         allowed,
         limit,
-        remaining: free,
-        retry_after: Duration::from_micros(retry_after),
-        replenish_after: Duration::from_micros(replenish_after),
-        window: Duration::from_micros(window),
-        pair: None,
-    })
+        free,
+        Duration::from_micros(retry_after),
+        Duration::from_micros(replenish_after),
+        Duration::from_micros(window),
+    ))
 }
 
 /// The fresh decision of a limiter that knows nothing of the client:
@@ -314,15 +321,14 @@ pub(crate) fn fresh_decision(spec: &Spec) -> Decision {
         }
         None => {
             let limit = spec.capacity();
-            Decision {
-                allowed: true,
+            Decision::new(
+                true,
                 limit,
-                remaining: limit,
-                retry_after: Duration::ZERO,
-                replenish_after: Duration::ZERO,
-                window: spec.window(),
-                pair: None,
-            }
+                limit,
+                Duration::ZERO,
+                Duration::ZERO,
+                spec.window(),
+            )
         }
     }
 }

@@ -165,10 +165,11 @@ where
     }
 
     /// Runs `f` on the cell for `key`, if the key has one. Allocates nothing,
-    /// takes no lock and never waits. A cell that reads as dead is looked
-    /// past once: if a table rebuild moved it just after the lookup found
-    /// it, the second lookup finds the live copy; a cell still dead the
-    /// second time is the client's, and `f` runs on it.
+    /// takes no lock and never waits. A cell found forwarded (a table
+    /// rebuild moved it just after the lookup found it) is looked past:
+    /// the next lookup, made after the forward, follows the table's link to
+    /// the live copy. Any other cell is the client's, dead or alive, and
+    /// `f` runs on it.
     #[inline]
     pub(crate) fn get<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
     where
@@ -176,18 +177,13 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let mut f = Some(f);
-        let mut dead: Option<*const V> = None;
         loop {
             let found = self.with(key, |cell| {
-                let at = core::ptr::from_ref(cell);
-                if cell.is_dead() && dead != Some(at) {
-                    return Err(at);
-                }
-                Ok((f.take().expect("runs once"))(cell))
+                (!cell.is_forwarded()).then(|| (f.take().expect("runs once"))(cell))
             });
             match found {
-                Ok(Ok(answer)) => return Some(answer),
-                Ok(Err(at)) => dead = Some(at),
+                Ok(Some(answer)) => return Some(answer),
+                Ok(None) => {}
                 Err(_) => return None,
             }
         }
@@ -266,30 +262,31 @@ where
 
     /// Visits every entry once and removes those for which `evict` is true
     /// (it must retire the cell first) or whose cell is already dead, giving
-    /// back the room of each shard's removed entries before that shard's
-    /// lock is released, then shrinks tables left mostly empty. Returns how
-    /// many were removed.
-    pub(crate) fn sweep(&self, mut evict: impl FnMut(&V) -> bool) -> u64 {
-        // Units to give back for the shard being swept: one shared
-        // `fetch_sub` per shard instead of one per entry. Still before the
-        // shard's lock is released, so a thread that finds one of these
-        // entries gone (having taken that lock after the removal) also
-        // finds its room free, as `leaving` promises.
+    /// back the room of each group of slots' removed entries in one step,
+    /// before they are removed, then shrinks tables left mostly empty,
+    /// except those of at most `small` slots (see `Map::retain`). Returns
+    /// how many were removed.
+    pub(crate) fn sweep(&self, small: usize, mut evict: impl FnMut(&V) -> bool) -> u64 {
+        // Units to give back for the group of slots being swept: one shared
+        // `fetch_sub` per group with removals instead of one per entry.
+        // Still before the group's removals are made, so a thread that
+        // finds one of these entries gone (a lookup, which takes no lock)
+        // also finds its room free, as `leaving` promises.
         let freed = Cell::new(0);
-        let leaving = |cell: &V| {
-            if cell.holds_room() {
-                freed.set(freed.get() + 1);
-            }
-        };
         self.map.retain(
+            small,
             |_, cell| {
                 let gone = evict(cell) || cell.is_dead();
-                if gone {
-                    leaving(cell);
+                if gone && cell.holds_room() {
+                    freed.set(freed.get() + 1);
                 }
                 gone
             },
-            leaving,
+            // A dead entry a shrinking rebuild leaves behind gives its room
+            // back at once, as an insert's rebuild does.
+            |cell| {
+                self.leaving(cell, false);
+            },
             || self.release(freed.replace(0)),
         )
     }
@@ -748,7 +745,7 @@ mod tests {
         // Client 1 is evicted, its entry still in the map; the sweep
         // retires client 2; clients 3 and 4 stay.
         assert_eq!(store.get(&1, StateCell::retire), Some(true));
-        let removed = store.sweep(|cell| cell.load() == 2 && cell.retire());
+        let removed = store.sweep(0, |cell| cell.load() == 2 && cell.retire());
         assert_eq!(removed, 2);
         assert_eq!(store.len(), 2, "both removed entries gave their room back");
         assert_eq!(store.get(&1, StateCell::load), None);

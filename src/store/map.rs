@@ -11,7 +11,11 @@
 //! control byte is `EMPTY`, `DELETED`, `MOVED`, or `FULL` with seven bits
 //! of the key's hash. Probing is linear, by groups of eight slots, from a
 //! home group picked by the hash's low bits (multiply-shift, so a table may
-//! have any number of groups, and grow by less than double).
+//! have any number of groups, and grow by less than double). A shard's lock
+//! and the counts it guards are in `shard.rs`; rebuilds in `migrate.rs`;
+//! the walks that visit many entries under each shard's lock (a full
+//! sweep, sweep slices and samples, a quota change's rebuild of every
+//! shard) in `walk.rs`.
 //!
 //! # Readers
 //!
@@ -53,12 +57,19 @@
 //! 1. the key is hashed (a `Hash` that stalls here holds up only the
 //!    rebuild: every entry is live in one table or the other);
 //! 2. a word cell's state is copied ([`Mortal::relocate`]) into a slot of
-//!    the new table, published with its tag;
-//! 3. the old cell is marked moved ([`Mortal::forward`]): one exchange of
-//!    its word, from the very word copied, to the tombstone. A check that
-//!    changed the word first makes the exchange fail, and the rebuild copies
-//!    the newer word into the same slot and tries again; a check that comes
-//!    after fails against the tombstone, and looks the client up again;
+//!    the new table, published with its tag, where no reader looks for it
+//!    yet: a reader goes on to the new table only from a forwarded cell or
+//!    a slot that no longer holds the key (below);
+//! 3. the old cell is marked forwarded ([`Mortal::forward`]): one exchange
+//!    of its word, from the very word copied, to the forwarding mark, which
+//!    hands the client to the copy. A check that changed the word first
+//!    makes the exchange fail, and the rebuild copies the newer word into
+//!    the same slot and tries again; a check that comes after fails against
+//!    the mark, and looks the client up again, following the link to the
+//!    copy. A removal that retired the cell first (or a claim or refusal of
+//!    an unborn one) makes the exchange fail for good: the cell is dead, so
+//!    the copy, which no reader has reached, is given up (its slot marked
+//!    `MOVED`, owning nothing), and the dead entry is left behind;
 //! 4. the old slot's tag becomes `MOVED`, which hands the key and value to
 //!    the new table.
 //!
@@ -66,141 +77,67 @@
 //! group's control word, its `FULL` lanes taken from a bitmask, and one
 //! store of the word once each of the group's entries has moved (or been
 //! left behind), with every retag at once. Until that store a moved
-//! entry's slot still reads `FULL` over a cell marked moved, which readers
-//! treat as dead. The store is made on unwind too, so a panic half way
-//! through a group leaves no moved entry tagged `FULL`, and the rebuild
-//! that finishes the job moves none twice.
+//! entry's slot still reads `FULL` over a forwarded cell, which readers
+//! pass by for the linked table. The store is made on unwind too, so a
+//! panic half way through a group leaves no moved entry tagged `FULL`, and
+//! the rebuild that finishes the job moves none twice.
 //!
-//! A reader searches the old table first: a live cell there is the
-//! client's; a dead one (moved, or dead and left behind) or a miss sends it
-//! to the linked table. A log, a handle to state that does not move, is
+//! A reader searches the old table first: a forwarded cell there, or a
+//! miss, sends it to the linked table; any other cell is the client's,
+//! live, or dead and left behind by the rebuild (a dead cell is never
+//! forwarded, so a client removed during the move never reaches the copy
+//! the move gave up). A log, a handle to state that does not move, is
 //! moved bit for bit, and both copies name the same state. Dead entries are
 //! left behind, and their room is given back through the caller's
-//! `on_dead`. Once every entry is moved, the new table is published in the
-//! shard with a `Release` store and the old one is handed to the epoch
-//! collector, which frees it (with the keys and values it still owns, in
-//! one pass) once no reader can hold a reference into it. The writer hands
-//! it over (flushes its thread's epoch bag) as it lets the lock go, outside
-//! the lock: a retired table is freed within a few more pins, not left in
-//! the bag until dozens more retirements fill it (which, with the 64
-//! shards growing together, kept up to a generation of old tables in
-//! memory). A panic in a
+//! `on_dead` before their slots are retagged `DELETED`: a check that meets
+//! such an entry waits for the shard's lock to remove it, and then finds
+//! its room free. Once every entry is moved, the new table is published in the
+//! shard with a `Release` store and the old one is retired (`reclaim.rs`):
+//! the epoch collector is asked only to mark it expired once no reader can
+//! hold a reference into it, and the map's own writers free it (with the
+//! keys and values it still owns, in one pass) as they let a shard's lock
+//! go, outside the lock. A reader never frees a table, so a lookup runs no
+//! key's `Drop`: a check on a tracked client runs no user code but its own
+//! key's `Hash` and `Eq` (and, above the map, the clock). The writer that
+//! retired a table flushes its thread's epoch bag as it lets the lock go,
+//! so the table expires within a few more pins, not after dozens more
+//! retirements have filled the bag (which, with the 64 shards growing
+//! together, kept up to a generation of old tables in memory). A panic in a
 //! key's `Hash` half way leaves both tables consistent; the next writer to
 //! take the shard's lock finishes the rebuild.
 
 #![allow(unsafe_code)]
 
 mod migrate;
+mod reclaim;
+mod shard;
 mod table;
 #[cfg(test)]
 mod tests;
+mod walk;
 
 use core::borrow::Borrow;
 use core::fmt;
 use core::hash::{BuildHasher, Hash};
-use core::mem::ManuallyDrop;
 use core::ptr;
-use std::sync::{MutexGuard, PoisonError, TryLockError};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard};
 use crossbeam_utils::CachePadded;
 
+use self::reclaim::Retired;
+use self::shard::Shard;
 pub(crate) use self::table::SHARDS;
-use self::table::{lowest, max_used, Counts, Table, DELETED, FULL, HIGH, LANES, SHARD_BITS};
+use self::table::{max_used, Counts, Table, DELETED, SHARD_BITS};
+pub(crate) use self::walk::{Cursor, Visit};
 use crate::cell::{Life, Mortal, Relocation};
 use crate::store::Lapse;
 use crate::sync::{Mutex, Ordering, PlainAtomicU64};
-
-/// A shard's lock held, with its counts; on release the live count is
-/// published for [`Map::len`], and a table retired under the lock is
-/// flushed to the epoch collector (see [`Locked::drop`]).
-struct Locked<'a> {
-    /// Dropped (the lock released) only in [`Locked::drop`].
-    counts: ManuallyDrop<MutexGuard<'a, Counts>>,
-    entries: &'a PlainAtomicU64,
-}
-
-impl core::ops::Deref for Locked<'_> {
-    type Target = Counts;
-
-    fn deref(&self) -> &Counts {
-        &self.counts
-    }
-}
-
-impl core::ops::DerefMut for Locked<'_> {
-    fn deref_mut(&mut self) -> &mut Counts {
-        &mut self.counts
-    }
-}
-
-impl Drop for Locked<'_> {
-    /// Publishes the live count and releases the lock; then, if a rebuild
-    /// retired a table under it, flushes this thread's epoch bag, so that
-    /// the collector frees the table (its dead keys dropped, user code)
-    /// once no reader can hold it, outside the lock, rather than after
-    /// dozens more retirements have filled the bag.
-    fn drop(&mut self) {
-        // Relaxed: read only by `Map::len`, which promises no ordering.
-        self.entries
-            .store(self.counts.live as u64, Ordering::Relaxed);
-        let retired = core::mem::take(&mut self.counts.retired);
-        // SAFETY: dropped once, here, and not touched again.
-        unsafe { ManuallyDrop::drop(&mut self.counts) };
-        // Not while unwinding: a deferred drop that panicked then would
-        // abort; the bag is flushed by a later retirement, or when full.
-        if retired && !std::thread::panicking() {
-            flush_retired();
-        }
-    }
-}
-
-/// Hands this thread's deferred frees (a retired table among them) to the
-/// epoch collector, which frees what no reader can reach any more.
-#[cold]
-#[inline(never)]
-fn flush_retired() {
-    epoch::pin().flush();
-}
-
-struct Shard<K, V> {
-    /// Writers only: inserts, removals, sweeps and rebuilds. Readers never
-    /// take it.
-    lock: Mutex<Counts>,
-    /// The live entries, as the lock's counts last had them: published by
-    /// every writer as it lets go of the lock, so that [`Map::len`] can sum
-    /// the shards without taking any lock.
-    entries: PlainAtomicU64,
-    /// The current table; null until the shard's first insert.
-    table: Atomic<Table<K, V>>,
-}
 
 /// What a lookup that missed leaves for an insert of the same key: the
 /// key's hash, and the lookup's pin, held on (see [`Map::lookup`]).
 pub(crate) struct Miss {
     hash: u64,
     guard: Guard,
-}
-
-/// What a sample's visitor makes of an entry (see [`Map::sample`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Visit {
-    /// Leave it.
-    Keep,
-    /// Remove it now (the visitor has retired its cell).
-    Remove,
-    /// Leave it, as a candidate for the walk's pick, ranked: the lowest is
-    /// picked.
-    Rank(u64),
-}
-
-/// Where a walk over the map (a sweep slice) stands: a shard and a slot
-/// index in its table. Any value is valid: a table rebuilt since only moves
-/// the walk.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct Cursor {
-    shard: usize,
-    slot: usize,
 }
 
 /// A concurrent map from `K` to `V`, with values that stay where a reader
@@ -210,6 +147,8 @@ pub(crate) struct Map<K, V, S> {
     /// always in range, so a lookup needs no bounds check.
     shards: Box<[CachePadded<Shard<K, V>>; SHARDS]>,
     hasher: S,
+    /// Tables rebuilds retired, freed by the map's writers (`reclaim.rs`).
+    retired: Retired<K, V>,
 }
 
 impl<K, V, S> Map<K, V, S>
@@ -232,6 +171,7 @@ where
                 .try_into()
                 .unwrap_or_else(|_| unreachable!("SHARDS shards")),
             hasher,
+            retired: Retired::new(),
         }
     }
 
@@ -243,62 +183,6 @@ where
     #[inline]
     fn shard(&self, hash: u64) -> &Shard<K, V> {
         &self.shards[(hash >> (64 - SHARD_BITS)) as usize]
-    }
-
-    /// Takes a shard's lock, waiting for its holder. A panic under it (in
-    /// a caller's closure, the key's `Hash`, or a rebuild's `relocate`) may
-    /// have left the counts stale, or a rebuild unfinished: see
-    /// [`Map::recover`].
-    fn lock<'a>(&self, shard: &'a Shard<K, V>, guard: &Guard) -> Locked<'a> {
-        let counts = shard
-            .lock
-            .lock()
-            .unwrap_or_else(|poisoned| self.recover(shard, poisoned, guard));
-        Locked {
-            counts: ManuallyDrop::new(counts),
-            entries: &shard.entries,
-        }
-    }
-
-    /// Takes a shard's lock if no other thread holds it: `None` at once
-    /// otherwise, never waiting. A poisoned lock is held by no one, and is
-    /// recovered as [`Map::lock`] does.
-    fn try_lock<'a>(&self, shard: &'a Shard<K, V>, guard: &Guard) -> Option<Locked<'a>> {
-        let counts = match shard.lock.try_lock() {
-            Ok(counts) => counts,
-            Err(TryLockError::WouldBlock) => return None,
-            Err(TryLockError::Poisoned(poisoned)) => self.recover(shard, poisoned, guard),
-        };
-        Some(Locked {
-            counts: ManuallyDrop::new(counts),
-            entries: &shard.entries,
-        })
-    }
-
-    /// A shard's lock, poisoned by a panic under it: the rebuild it left
-    /// unfinished is finished (see [`Map::finish_abandoned`]) and the
-    /// counts are counted again from the table.
-    fn recover<'a>(
-        &self,
-        shard: &Shard<K, V>,
-        poisoned: PoisonError<MutexGuard<'a, Counts>>,
-        guard: &Guard,
-    ) -> MutexGuard<'a, Counts> {
-        let mut counts = poisoned.into_inner();
-        if let Some(table) = Self::current(shard, guard) {
-            let (table, retired) = match table.next(guard) {
-                Some(_) => (self.finish_abandoned(shard, table, guard), true),
-                None => (table, false),
-            };
-            *counts = Counts {
-                retired,
-                ..table.count()
-            };
-        } else {
-            *counts = Counts::default();
-        }
-        shard.lock.clear_poison();
-        counts
     }
 
     /// The live entries of every shard, as their writers last published
@@ -386,9 +270,12 @@ where
             && Self::current(shard, guard).is_some_and(|current| ptr::eq(current, table))
     }
 
-    /// The value `key`'s client has now: the live copy if a rebuild is
-    /// moving the shard's entries (see "Rebuilds" in the module docs), or
-    /// a dead one no rebuild carries. `None` if the key is absent.
+    /// The value `key`'s client has now: the copy a rebuild forwarded its
+    /// cell to, if one did (see "Rebuilds" in the module docs), or the cell
+    /// the table holds, live or dead; or, rarely, a cell forwarded after
+    /// the search loaded its table's link, which a second lookup (made
+    /// after the forward, which came after the link) follows. `None` if the
+    /// key is absent.
     #[cold]
     #[inline(never)]
     fn locate<'g, Q>(&self, hash: u64, key: &Q, guard: &'g Guard) -> Option<&'g V>
@@ -405,19 +292,26 @@ where
             // sees every entry it moves (see `Table::next`).
             let next = table.next(guard);
             match (table.find(hash, key), next) {
-                (Some((_, (_, value))), None) => return Some(value),
-                // Not moved yet: the old copy is the client's.
-                (Some((_, (_, value))), Some(_)) if !value.is_dead() => return Some(value),
-                // Moved (the old copy reads as dead once the new one stands
-                // for the client), or dead and left behind, or absent here:
-                // what the rebuild carried is in the next table.
-                (_, Some(next)) => table = next,
+                // Forwarded: the copy stands for the client, in the table
+                // the rebuild links.
+                (Some((_, (_, value))), Some(next)) if value.is_forwarded() => table = next,
+                // Not moved: the client's, live or dead. A dead cell that no
+                // move carries (retired, or refused) stays the client's
+                // entry until it is removed; the copy a move may have placed
+                // for it is given up, never reached. (With no link seen, a
+                // cell is returned unread: one forwarded since the link was
+                // loaded is the caller's to look past, as `remove_dead`
+                // does.)
+                (Some((_, (_, value))), _) => return Some(value),
+                // Moved (the slot retagged once its cell was forwarded), or
+                // absent here: what the rebuild carried is in the next
+                // table.
+                (None, Some(next)) => table = next,
                 (None, None) => {
                     // A miss with no link seen. A `MOVED` tag the search
                     // read (Acquire) was stored after the link, which is
                     // visible now: search this table again, the link loaded
-                    // first (a search before it may have missed an entry
-                    // the move has copied but not yet forwarded).
+                    // first.
                     if table.next(guard).is_some() {
                         continue;
                     }
@@ -508,11 +402,12 @@ where
     /// shard's lock.
     ///
     /// A word cell is judged on the state the move reads anyway (the copy):
-    /// if it has lapsed, the move marks the cell moved from that state
-    /// without placing the copy, and the tombstone it leaves is the one a
-    /// sweep's retirement leaves, so the client is forgotten by the very
-    /// exchange that would have moved it. A handle is retired by `lapsed`
-    /// itself.
+    /// if it has lapsed, the move retires the cell from that state without
+    /// placing the copy ([`Mortal::retire_sealed`], the exchange a forward
+    /// would have made, to the tombstone a sweep's retirement leaves), so
+    /// the client is forgotten by the exchange that would have moved it,
+    /// and its entry is left behind, its room given back. A handle is
+    /// retired by `lapsed` itself.
     #[cold]
     #[inline(never)]
     fn rebuild_lapsing<'g>(
@@ -535,7 +430,7 @@ where
                 Relocation::Moved(copy, seal)
                     if copy.life() == Life::Live
                         && lapsed.has_lapsed(copy)
-                        && value.forward(*seal) =>
+                        && value.retire_sealed(*seal) =>
                 {
                     // Retired from the lapsed state: left behind, as dead.
                     lapsed.retired();
@@ -607,11 +502,16 @@ where
         let hash = self.hash(key);
         let shard = self.shard(hash);
         let guard = epoch::pin();
-        // A cell forwarded after its table's link was loaded reads as dead
-        // here; its forward (seen by this Acquire load of the word) came
-        // after the link, so a second lookup follows the link to the copy.
-        let dead = || self.locate(hash, key, &guard).is_some_and(Mortal::is_dead);
-        if !(dead() && dead()) {
+        let dead = loop {
+            match self.locate(hash, key, &guard).map(Mortal::life) {
+                // Forwarded after the lookup loaded its table's link: the
+                // forward (seen by this Acquire load of the word) came after
+                // the link, so a second lookup follows it to the copy.
+                Some(Life::Forwarded) => {}
+                found => break matches!(found, Some(Life::Evicted | Life::Refused)),
+            }
+        };
+        if !dead {
             return Some(false);
         }
         // Dead: a cell stays dead, so the entry is still dead, or gone, when
@@ -634,289 +534,6 @@ where
         table.mark(index, DELETED);
         counts.live -= 1;
         Some(true)
-    }
-
-    /// Visits every live entry, removing those for which `remove` (run
-    /// under the shard's lock) is true, then rebuilds each shard left less
-    /// than a quarter full, or frees its table if it is empty. `on_dead` is
-    /// as in [`Map::insert`]. `shard_done` runs after each shard, still
-    /// under its lock (a caller can settle there, in one step, what it
-    /// counted for the shard's removals). Returns how many entries `remove`
-    /// removed.
-    pub(crate) fn retain(
-        &self,
-        mut remove: impl FnMut(&K, &V) -> bool,
-        mut on_dead: impl FnMut(&V),
-        mut shard_done: impl FnMut(),
-    ) -> u64 {
-        let guard = epoch::pin();
-        let mut removed = 0;
-        for shard in self.shards.iter() {
-            let mut counts = self.lock(shard, &guard);
-            let Some(table) = Self::current(shard, &guard) else {
-                continue;
-            };
-            for index in 0..table.capacity() {
-                if table.tag(index) & FULL == 0 {
-                    continue;
-                }
-                // SAFETY: the slot is FULL.
-                let (key, value) = unsafe { table.entry(index) };
-                if remove(key, value) {
-                    table.mark(index, DELETED);
-                    counts.live -= 1;
-                    removed += 1;
-                }
-            }
-            if counts.live * 4 < table.capacity() && counts.used > counts.live {
-                let room_for = counts.live;
-                self.rebuild(
-                    shard,
-                    &mut counts,
-                    room_for,
-                    &mut on_dead,
-                    V::relocate,
-                    &guard,
-                );
-            }
-            shard_done();
-        }
-        removed
-    }
-
-    /// Rebuilds every shard's table, one shard at a time under its lock,
-    /// putting `relocate`'s answer in each entry's place: how a change of
-    /// quota carries every client's state over (see `cell::tier`). `on_dead`
-    /// is as in [`Map::insert`].
-    pub(crate) fn rebuild_all(
-        &self,
-        mut relocate: impl FnMut(&V) -> Relocation<V>,
-        mut on_dead: impl FnMut(&V),
-    ) {
-        let guard = epoch::pin();
-        for shard in self.shards.iter() {
-            let mut counts = self.lock(shard, &guard);
-            if Self::current(shard, &guard).is_none() {
-                continue;
-            }
-            let room_for = counts.live;
-            self.rebuild(
-                shard,
-                &mut counts,
-                room_for,
-                &mut on_dead,
-                &mut relocate,
-                &guard,
-            );
-        }
-    }
-
-    /// Visits live entries from `cursor`, shard by shard, until `visit`
-    /// has seen `budget` of them or the walk reaches the end of the map
-    /// (the cursor then goes back to the start), removing those for which
-    /// `visit` (run under the shard's lock) is true. Returns how many it
-    /// removed.
-    ///
-    /// It reads at most `budget` + [`SHARDS`] control words, skipping a
-    /// group with no live slot in one step and a shard with no table
-    /// without its lock, so a slice over a sparse map costs little more
-    /// than one over a dense one and still reaches its entries.
-    pub(crate) fn sweep_slice(
-        &self,
-        cursor: &mut Cursor,
-        budget: u64,
-        mut visit: impl FnMut(&K, &V) -> bool,
-    ) -> u64 {
-        let visit = |key: &K, value: &V| {
-            if visit(key, value) {
-                Visit::Remove
-            } else {
-                Visit::Keep
-            }
-        };
-        self.walk(cursor, budget, false, visit, |_, _| false).0
-    }
-
-    /// A position drawn from `draw` (uniform bits): the shard its top bits
-    /// pick, and the slot its low 32 bits place in proportion to that
-    /// shard's table.
-    pub(crate) fn cursor_at(&self, draw: u64) -> Cursor {
-        let shard = (draw >> (64 - SHARD_BITS)) as usize;
-        let guard = epoch::pin();
-        let capacity = Self::current(&self.shards[shard], &guard).map_or(0, Table::capacity);
-        Cursor {
-            shard,
-            slot: ((u64::from(draw as u32) * capacity as u64) >> 32) as usize,
-        }
-    }
-
-    /// Visits up to `budget` live entries from `cursor` (which it then
-    /// leaves past the last entry visited), going round the map at most
-    /// once, removing those for which `visit` (run under the shard's lock)
-    /// answers [`Visit::Remove`]. Of those it ranks ([`Visit::Rank`]),
-    /// `pick` then runs on the one ranked lowest, under its shard's lock,
-    /// and the entry is removed if `pick` is true (it must retire the cell
-    /// first). Returns how many entries `visit` removed, and whether `pick`
-    /// removed one.
-    ///
-    /// The walk usually ends in the shard of the entry picked, under the
-    /// lock it found the entry under: the entry is then picked through the
-    /// reference the walk holds, with no second lookup. Otherwise (the
-    /// entry is in a shard the walk has left, or in the first shard of a
-    /// walk round the map, which it locks afresh at the end) the entry is
-    /// offered to `pick` only if its slot still holds it: its table is
-    /// still the shard's and its tag still `FULL` (a slot is never
-    /// refilled, and the guard, pinned for the whole walk, keeps the
-    /// table's address from being reused).
-    pub(crate) fn sample(
-        &self,
-        cursor: &mut Cursor,
-        budget: u64,
-        visit: impl FnMut(&K, &V) -> Visit,
-        pick: impl FnOnce(&K, &V) -> bool,
-    ) -> (u64, bool) {
-        self.walk(cursor, budget, true, visit, pick)
-    }
-
-    /// The walk of [`Map::sweep_slice`] and [`Map::sample`]: with `round`,
-    /// at the end of the map it goes on from the start, up to where it
-    /// began.
-    fn walk(
-        &self,
-        cursor: &mut Cursor,
-        budget: u64,
-        round: bool,
-        mut visit: impl FnMut(&K, &V) -> Visit,
-        pick: impl FnOnce(&K, &V) -> bool,
-    ) -> (u64, bool) {
-        let guard = epoch::pin();
-        let start = *cursor;
-        let mut wrapped = false;
-        let mut seen = 0;
-        let mut removed = 0;
-        // One more word than shards: a walk round the map reads its first
-        // shard's table twice.
-        let mut words = budget.saturating_add(SHARDS as u64 + 1);
-        // The entry ranked lowest so far: its rank, shard, table and slot.
-        let mut best: Option<(u64, usize, *const Table<K, V>, usize)> = None;
-        'walk: while seen < budget {
-            let Some(shard) = self.shards.get(cursor.shard) else {
-                *cursor = Cursor::default();
-                break;
-            };
-            // Back where a walk round the map began: up to its first slot.
-            let last = wrapped && cursor.shard == start.shard;
-            if Self::current(shard, &guard).is_some() {
-                let mut counts = self.lock(shard, &guard);
-                let table = Self::current(shard, &guard).expect("tables are never unpublished");
-                let end = if last {
-                    start.slot.min(table.capacity())
-                } else {
-                    table.capacity()
-                };
-                let mut ended = false;
-                'shard: while cursor.slot < end {
-                    if seen == budget || words == 0 {
-                        ended = true;
-                        break;
-                    }
-                    let group = cursor.slot / LANES;
-                    // Relaxed: as in `put`.
-                    let word = table.ctrl[group].load(Ordering::Relaxed);
-                    words -= 1;
-                    let mut live = word & HIGH & (u64::MAX << (cursor.slot % LANES * 8));
-                    if (group + 1) * LANES > end {
-                        // Only the lanes below `end`.
-                        live &= !(u64::MAX << (end % LANES * 8));
-                    }
-                    cursor.slot = (group + 1) * LANES;
-                    while live != 0 {
-                        let index = group * LANES + lowest(live);
-                        live &= live - 1;
-                        seen += 1;
-                        // SAFETY: the slot is FULL.
-                        let (key, value) = unsafe { table.entry(index) };
-                        match visit(key, value) {
-                            Visit::Keep => {}
-                            Visit::Remove => {
-                                table.mark(index, DELETED);
-                                counts.live -= 1;
-                                removed += 1;
-                            }
-                            Visit::Rank(rank) => {
-                                if best.is_none_or(|(lowest, ..)| rank < lowest) {
-                                    best = Some((rank, cursor.shard, ptr::from_ref(table), index));
-                                }
-                            }
-                        }
-                        if seen == budget {
-                            cursor.slot = index + 1;
-                            ended = true;
-                            break 'shard;
-                        }
-                    }
-                }
-                if ended || last {
-                    // The walk ends in this shard: if the entry ranked
-                    // lowest is here, pick it before letting the lock go.
-                    // Unless found under this very lock (a walk round the
-                    // map comes back to its first shard under a lock taken
-                    // afresh), the slot must still hold it, as below.
-                    if let Some((_, _, was, index)) = best.filter(|&(_, at, ..)| at == cursor.shard)
-                    {
-                        let held = ptr::eq(table, was) && table.tag(index) & FULL != 0;
-                        let picked = held && Self::pick(table, index, &mut counts, pick);
-                        return (removed, picked);
-                    }
-                    break 'walk;
-                }
-            } else if last {
-                break;
-            }
-            cursor.shard += 1;
-            cursor.slot = 0;
-            if cursor.shard == self.shards.len() {
-                // The end of the map: the next slice starts over, and a walk
-                // round the map goes on from there.
-                *cursor = Cursor::default();
-                if !round || wrapped {
-                    break;
-                }
-                wrapped = true;
-            }
-        }
-        let Some((_, at, was, index)) = best else {
-            return (removed, false);
-        };
-        // A shard the walk has left: lock it again.
-        let shard = &self.shards[at];
-        let mut counts = self.lock(shard, &guard);
-        let picked = Self::current(shard, &guard).is_some_and(|table| {
-            ptr::eq(table, was)
-                && table.tag(index) & FULL != 0
-                && Self::pick(table, index, &mut counts, pick)
-        });
-        (removed, picked)
-    }
-
-    /// Removes the entry in slot `index` of `table` if `pick` is true of
-    /// it. The caller holds the shard's lock, `table` is its current table,
-    /// and the slot is `FULL`.
-    fn pick(
-        table: &Table<K, V>,
-        index: usize,
-        counts: &mut Locked<'_>,
-        pick: impl FnOnce(&K, &V) -> bool,
-    ) -> bool {
-        // SAFETY: the slot is FULL (the caller's promise), and stays so
-        // while the caller holds the shard's lock.
-        let (key, value) = unsafe { table.entry(index) };
-        let gone = pick(key, value);
-        if gone {
-            table.mark(index, DELETED);
-            counts.live -= 1;
-        }
-        gone
     }
 }
 

@@ -8,9 +8,10 @@
 //! one hot key touch only that slot's line, and never wait for another
 //! thread, a table rebuild included. A slot is never refilled while a
 //! reader could hold a reference into it, and a table being replaced marks
-//! each word it moves as moved, by one exchange from the very word it
+//! each word it moves as forwarded, by one exchange from the very word it
 //! copied, so a compare-and-swap through a stale reference fails instead
-//! of landing in a copy. `docs/DESIGN.md` ("Keyed
+//! of landing in a copy, and no thread reaches the copy before that
+//! exchange. `docs/DESIGN.md` ("Keyed
 //! store") has the measurements behind this design.
 //!
 //! Keys are hashed with a randomly seeded hasher, because clients choose
@@ -30,10 +31,13 @@
 //! its reading to the eviction's and inserts a fresh cell, so it never
 //! depends on the evictor finishing. Since a dead cell stays dead, "remove if dead" never
 //! removes a live entry, whoever runs it and however late. A cell a table's
-//! rebuild has moved reads as dead through its old copy, and the check that
-//! meets it goes round the same way, to find the live copy in the new table
-//! (where "remove if dead" sees it alive, and leaves it without taking any
-//! lock).
+//! rebuild has moved reads as forwarded through its old copy, and the check
+//! that meets it goes round the same way, to find the live copy in the new
+//! table (where "remove if dead" sees it alive, and leaves it without
+//! taking any lock). A retired or refused cell is never forwarded: while a
+//! rebuild holds its shard it is still the client's entry, dead, and a
+//! check that meets it waits for the rebuild to leave it behind (giving
+//! its room back) before bringing the client in afresh.
 
 mod keyed;
 mod map;
@@ -120,10 +124,11 @@ pub trait Index<K, V> {
 #[allow(unreachable_pub)]
 pub trait Lapse<V> {
     /// Whether the state a move read from a client's cell, held in `copy`
-    /// (which no other thread can reach), has lapsed. The move then marks
-    /// the cell moved from that very state without placing the copy, which
-    /// retires it (the same exchange a sweep's retirement makes, and it
-    /// fails the same way if a check changed the state first).
+    /// (which no other thread can reach), has lapsed. The move then retires
+    /// the cell from that very state ([`Mortal::retire_sealed`]: the
+    /// tombstone a sweep's retirement leaves, by an exchange that fails the
+    /// same way if a check changed the state first) without placing the
+    /// copy, and leaves the entry behind.
     fn has_lapsed(&mut self, copy: &V) -> bool;
 
     /// For a cell the move carries as it is (a handle to state that does
@@ -318,8 +323,8 @@ where
 enum Acted<R> {
     /// The action answered.
     Done(R),
-    /// The cell is dead (evicted, refused, or moved by a rebuild while this
-    /// thread looked): remove it if it is still there, and look again.
+    /// The cell is dead (evicted, refused, or forwarded by a rebuild while
+    /// this thread looked): remove it if it is still there, and look again.
     Dead,
     /// The cell is not alive yet: a new client, already fresh.
     Unborn,
@@ -327,8 +332,8 @@ enum Acted<R> {
 
 /// Runs `act` on the live cell the map holds for `key`: `act` answers
 /// `None` if it found the cell not alive, having changed nothing. A dead
-/// cell (retired, or moved by a table rebuild) is looked past: removed if
-/// it is still the key's entry, and the key looked up again, so an action
+/// cell (retired, or forwarded by a table rebuild) is looked past: removed
+/// if it is still the key's entry, and the key looked up again, so an action
 /// on a client the map holds is never lost to a concurrent rebuild or
 /// eviction. Returns `None` if the key has no cell, only one not alive yet
 /// (a new client coming in, which is fresh anyway), or only a dead one
@@ -530,8 +535,8 @@ where
         match settled {
             Settled::Answer(answer) => return answer,
             Settled::Dead => {
-                // Nothing removed: the cell this thread met was moved by a
-                // table rebuild (or removed by another thread), so look
+                // Nothing removed: the cell this thread met was forwarded by
+                // a table rebuild (or removed by another thread), so look
                 // again rather than insert, which would wait for the
                 // rebuild's lock.
                 absent = index.remove_if(key, V::is_dead);
@@ -593,7 +598,8 @@ where
                     None => Settled::Dead,
                 };
             }
-            Life::Evicted | Life::Refused => return Settled::Dead,
+            // Forwarded: the live copy is in the table the rebuild links.
+            Life::Evicted | Life::Refused | Life::Forwarded => return Settled::Dead,
             Life::Claimed => {
                 // Its claimer is between two of its own steps (taking room
                 // and writing the fresh state): wait those few instructions,

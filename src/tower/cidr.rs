@@ -6,6 +6,7 @@ use core::str::FromStr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// `ip` canonical, and if IPv6, with every bit past `prefix` cleared.
+#[inline]
 pub(super) fn group(ip: IpAddr, prefix: u8) -> IpAddr {
     match ip.to_canonical() {
         IpAddr::V4(v4) => IpAddr::V4(v4),

@@ -1,8 +1,12 @@
 //! The addresses proxies write: nodes (`192.0.2.1:80`, `[2001:db8::1]`,
-//! `"192.0.2.43:_p7"`), and RFC 7239's `Forwarded` field, parsed as its
+//! `"192.0.2.43:_p7"`), and the headers that carry them, read as hops
+//! from the trusted end (right to left, the last line first):
+//! `X-Forwarded-For` entry by entry, `X-Real-IP` line by line, and RFC
+//! 7239's `Forwarded` element by element, each element parsed as its
 //! grammar says, with quoted strings and quoted pairs, so that a quoted
 //! value (a `host=` carrying the client's own Host header) can never pass
-//! for a `for=` parameter.
+//! for a `for=` parameter. Whatever a client writes left of the hops
+//! its proxies append can spoil only its own hops.
 
 use std::net::{IpAddr, Ipv6Addr};
 
@@ -38,37 +42,122 @@ pub(super) fn parse_node(node: &[u8]) -> Option<IpAddr> {
     (numeric || obfuscated).then_some(ip)
 }
 
-/// One `Forwarded` element, as the walk sees it.
+/// One hop of a forwarding header, as the walk sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Hop {
-    /// The element's one `for=` names this address.
+    /// The hop names this address (for `Forwarded`, in its one `for=`).
     Addr(IpAddr),
-    /// No address: no `for=`, more than one, `unknown`, an obfuscated
-    /// node, or a syntax error (after which the field is not read on).
+    /// No address: garbage, `unknown`, an obfuscated node, a `Forwarded`
+    /// element with no `for=` or two, or one that does not parse.
     Other,
 }
 
-/// The elements of a `Forwarded` field value, left to right (RFC 7239
-/// section 4, with RFC 9110's list rules: optional whitespace around `,`
-/// and `;`, and empty list elements ignored). A value may be a token (read
-/// leniently: `:`, `[` and `]` allowed, as some proxies write ports
-/// unquoted) or a quoted string, whose `\` escapes the next byte.
-#[derive(Debug)]
-pub(super) struct Elements<'a> {
-    s: &'a [u8],
-    i: usize,
-    done: bool,
+impl Hop {
+    fn of(node: Option<IpAddr>) -> Self {
+        node.map_or(Hop::Other, Hop::Addr)
+    }
 }
 
-impl<'a> Elements<'a> {
-    pub(super) fn new(s: &'a [u8]) -> Self {
-        Self {
-            s,
-            i: 0,
-            done: false,
-        }
-    }
+/// The hops of `X-Forwarded-For` lines, right to left: the last line
+/// first, each line's entries from its end. Each entry is read on its
+/// own, so bytes that are not ASCII in one entry make that entry, and no
+/// other, not an address.
+pub(super) fn x_forwarded_for<'a>(
+    lines: impl DoubleEndedIterator<Item = &'a [u8]> + 'a,
+) -> impl Iterator<Item = Hop> + 'a {
+    lines.rev().flat_map(|line| {
+        line.rsplit(|&b| b == b',')
+            .map(|entry| Hop::of(parse_node(entry.trim_ascii())))
+    })
+}
 
+/// The hops of `X-Real-IP` lines, right to left: each line is one
+/// address.
+pub(super) fn x_real_ip<'a>(
+    lines: impl DoubleEndedIterator<Item = &'a [u8]> + 'a,
+) -> impl Iterator<Item = Hop> + 'a {
+    lines
+        .rev()
+        .map(|line| Hop::of(parse_node(line.trim_ascii())))
+}
+
+/// The hops of `Forwarded` lines, right to left: the last line first, and
+/// each line's elements from its end (see [`Segments`]), each parsed on
+/// its own (see [`element`]). Empty list elements are skipped, as RFC
+/// 9110's list rules say.
+pub(super) fn forwarded<'a>(
+    lines: impl DoubleEndedIterator<Item = &'a [u8]> + 'a,
+) -> impl Iterator<Item = Hop> + 'a {
+    lines
+        .rev()
+        .flat_map(|line| Segments::new(line).filter_map(element))
+}
+
+/// A `Forwarded` line's list elements, right to left: each ends at the
+/// nearest comma to its left that is outside any quoted string, as read
+/// from the right (a `"` opens or closes a quoted string unless an odd
+/// number of `\` precede it). For a well-formed line these are exactly
+/// the elements a left-to-right parse finds; where the line is broken,
+/// it is broken only in the elements left of the break, which the client
+/// wrote, and the elements right of it, which proxies appended, are still
+/// found whole.
+#[derive(Debug)]
+pub(super) struct Segments<'a> {
+    /// What is left to split: the line up to the last comma cut.
+    rest: Option<&'a [u8]>,
+}
+
+impl<'a> Segments<'a> {
+    pub(super) fn new(line: &'a [u8]) -> Self {
+        Self { rest: Some(line) }
+    }
+}
+
+impl<'a> Iterator for Segments<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let s = self.rest?;
+        let mut quoted = false;
+        for i in (0..s.len()).rev() {
+            match s[i] {
+                b'"' => {
+                    let escapes = s[..i].iter().rev().take_while(|&&b| b == b'\\').count();
+                    if escapes % 2 == 0 {
+                        quoted = !quoted;
+                    }
+                }
+                b',' if !quoted => {
+                    self.rest = Some(&s[..i]);
+                    return Some(&s[i + 1..]);
+                }
+                _ => {}
+            }
+        }
+        self.rest = None;
+        Some(s)
+    }
+}
+
+/// One `Forwarded` list element (RFC 7239 section 4: pairs separated by
+/// `;`, with RFC 9110's optional whitespace around them): `None` if it is
+/// empty, otherwise what it names. A value may be a token (read
+/// leniently: `:`, `[` and `]` allowed, as some proxies write ports
+/// unquoted) or a quoted string, whose `\` escapes the next byte.
+pub(super) fn element(segment: &[u8]) -> Option<Hop> {
+    let mut parser = Parser { s: segment, i: 0 };
+    parser.skip_ows();
+    parser.peek()?;
+    Some(parser.element().unwrap_or(Hop::Other))
+}
+
+/// A left-to-right reader of one element.
+struct Parser<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Parser<'a> {
     fn peek(&self) -> Option<u8> {
         self.s.get(self.i).copied()
     }
@@ -115,15 +204,16 @@ impl<'a> Elements<'a> {
         }
     }
 
-    /// One element, its start next (whitespace skipped); `Err` on a
-    /// syntax error.
+    /// The element, its first pair next; `Err` on a syntax error, which
+    /// includes anything left after the element (such as a comma the
+    /// split took for quoted).
     fn element(&mut self) -> Result<Hop, ()> {
         let mut fors = 0;
         let mut addr = None;
         loop {
             self.skip_ows();
             match self.peek() {
-                None | Some(b',') => break,
+                None => break,
                 Some(b';') => {
                     self.i += 1;
                     continue;
@@ -152,7 +242,7 @@ impl<'a> Elements<'a> {
                 addr = parse_node(value);
             }
             self.skip_ows();
-            if !matches!(self.peek(), None | Some(b';' | b',')) {
+            if !matches!(self.peek(), None | Some(b';')) {
                 return Err(());
             }
         }
@@ -160,37 +250,6 @@ impl<'a> Elements<'a> {
             (1, Some(ip)) => Hop::Addr(ip),
             _ => Hop::Other,
         })
-    }
-}
-
-impl Iterator for Elements<'_> {
-    type Item = Hop;
-
-    fn next(&mut self) -> Option<Hop> {
-        while !self.done {
-            self.skip_ows();
-            match self.peek() {
-                None => self.done = true,
-                // An empty list element: ignored.
-                Some(b',') => self.i += 1,
-                Some(_) => {
-                    let hop = self.element();
-                    match hop {
-                        Ok(hop) => {
-                            if self.peek() == Some(b',') {
-                                self.i += 1;
-                            }
-                            return Some(hop);
-                        }
-                        Err(()) => {
-                            self.done = true;
-                            return Some(Hop::Other);
-                        }
-                    }
-                }
-            }
-        }
-        None
     }
 }
 
@@ -240,8 +299,48 @@ mod tests {
         s.parse().unwrap()
     }
 
+    /// The hops of one `Forwarded` line, left to right.
     fn hops(s: &str) -> Vec<Hop> {
-        Elements::new(s.as_bytes()).collect()
+        let mut hops: Vec<Hop> = forwarded([s.as_bytes()].into_iter()).collect();
+        hops.reverse();
+        hops
+    }
+
+    #[test]
+    fn segments_split_at_commas_outside_quotes_from_the_right() {
+        let split = |s: &str| -> Vec<String> {
+            Segments::new(s.as_bytes())
+                .map(|seg| String::from_utf8(seg.to_vec()).unwrap())
+                .collect()
+        };
+        assert_eq!(split("a, b"), [" b", "a"]);
+        assert_eq!(split("a=\"x,y\", b"), [" b", "a=\"x,y\""]);
+        // An escaped quote does not close the string; an escaped
+        // backslash before a quote does not escape it.
+        assert_eq!(split("a=\"x\\\",y\",b"), ["b", "a=\"x\\\",y\""]);
+        assert_eq!(split("a=\"x\\\\\",b"), ["b", "a=\"x\\\\\""]);
+        assert_eq!(split(""), [""]);
+        assert_eq!(split(",,"), ["", "", ""]);
+        // A quote left open from the right: the rest is one segment.
+        assert_eq!(split("a,b\",c"), ["c", "a,b\""]);
+    }
+
+    #[test]
+    fn x_forwarded_for_entries_are_read_one_by_one() {
+        let lines: [&[u8]; 2] = [b"\xff, 192.0.2.1", b"junk,[2001:db8::1]:80 "];
+        let hops: Vec<Hop> = x_forwarded_for(lines.into_iter()).collect();
+        assert_eq!(
+            hops,
+            [
+                Hop::Addr(ip("2001:db8::1")),
+                Hop::Other,
+                Hop::Addr(ip("192.0.2.1")),
+                Hop::Other
+            ]
+        );
+        let real: Vec<Hop> =
+            x_real_ip([&b" 192.0.2.1 "[..], b"1.1.1.1, 2.2.2.2"].into_iter()).collect();
+        assert_eq!(real, [Hop::Other, Hop::Addr(ip("192.0.2.1"))]);
     }
 
     #[test]
@@ -284,13 +383,26 @@ mod tests {
         assert_eq!(hops("by=192.0.2.1"), [Hop::Other]);
         assert_eq!(hops("for=1.2.3.4;for=1.2.3.4"), [Hop::Other]);
         assert_eq!(hops(""), []);
-        // Syntax errors end the field.
+        // A syntax error spoils its own element only.
         assert_eq!(hops("for=\"192.0.2.1"), [Hop::Other]);
-        assert_eq!(hops("for=1.2.3.4 x, for=5.6.7.8"), [Hop::Other]);
-        assert_eq!(hops("for=, for=5.6.7.8"), [Hop::Other]);
+        assert_eq!(
+            hops("for=1.2.3.4 x, for=5.6.7.8"),
+            [Hop::Other, a("5.6.7.8")]
+        );
+        assert_eq!(hops("for=, for=5.6.7.8"), [Hop::Other, a("5.6.7.8")]);
         assert_eq!(
             hops("for=1.1.1.1, =x, for=5.6.7.8"),
-            [a("1.1.1.1"), Hop::Other]
+            [a("1.1.1.1"), Hop::Other, a("5.6.7.8")]
+        );
+        // An unbalanced quote swallows what lies left of it, never what
+        // lies right of it.
+        assert_eq!(
+            hops("for=\"1.2.3.4, for=5.6.7.8"),
+            [Hop::Other, a("5.6.7.8")]
+        );
+        assert_eq!(
+            hops("x=\"a, for=1.1.1.1\", for=5.6.7.8"),
+            [Hop::Other, a("5.6.7.8")]
         );
         let long = format!("for=\"{}\"", "1".repeat(100));
         assert_eq!(hops(&long), [Hop::Other]);

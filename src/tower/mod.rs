@@ -13,33 +13,59 @@
 //!   connection and per route) check one budget per client. Give different
 //!   routes different limiters with axum's `route_layer`.
 //! - **Keys that cannot be spoofed.** [`PeerIp`] keys by the connection's
-//!   address, grouping IPv6 by /64 and treating IPv4-mapped IPv6 as IPv4.
-//!   [`TrustedProxyIp`] reads `X-Forwarded-For` or `Forwarded` only from
-//!   trusted proxies, and takes the rightmost address that is not a proxy,
-//!   so a client that writes its own leftmost entry changes nothing.
+//!   address, grouping IPv6 by /64 and treating IPv4-mapped IPv6 as IPv4;
+//!   with the `axum` cargo feature it reads axum's `ConnectInfo` by itself.
+//!   [`TrustedProxyIp`] reads `X-Forwarded-For`, `Forwarded` or
+//!   `X-Real-IP` only from trusted proxies, from their end, and takes the
+//!   rightmost address that is not a proxy, so whatever a client writes in
+//!   its own entries changes nothing.
 //!   [`HeaderKey`] keys by an API key, answering a request without one with
 //!   401 or 400, or letting it through, as configured: never a 500.
+//!   [`GlobalKey`] puts every request under one key: one budget for all.
 //!   [`KeyFn`] takes a closure, and [`RateLimitLayer::skip_if`] exempts
 //!   requests such as health checks.
 //! - **Standard answers.** A denied request gets `429 Too Many Requests`
 //!   with `Retry-After` in whole seconds rounded **up** (a 0.9 s wait is
 //!   sent as `1`, never `0`), never earlier than the `RateLimit` header's
-//!   `t`, and an `application/problem+json` body. Admitted responses carry
+//!   `t` (of any item with `r=0`), and an `application/problem+json`
+//!   body. A check that fails gets
+//!   `503 Service Unavailable`, whose body says nothing of the cause;
+//!   operators hear it through
+//!   [`on_check_error`](RateLimitLayer::on_check_error).
+//!   [`respond_with`](RateLimitLayer::respond_with) builds all these
+//!   responses instead, with the [`Decision`](crate::Decision), the
+//!   [`CheckError`] or the [`Rejection`] in hand. Admitted responses carry
 //!   the headers always, never, or only near the limit
-//!   ([`AdmittedHeaders`]); `pk` and the legacy `X-RateLimit-*` headers are
-//!   optional. The [`Decision`] is put in the request's
-//!   extensions for the handler.
+//!   ([`AdmittedHeaders`]), except an admission that spent nothing (a
+//!   Redis limiter under `FailPolicy::FailOpen` while Redis is away
+//!   admits without counting), which carries none: any figure would be
+//!   a guess; `pk` and the legacy `X-RateLimit-*` headers are
+//!   optional. The [`Decision`](crate::Decision) is put in the request's
+//!   extensions for the handler (unless turned off with
+//!   [`decision_extension`](RateLimitLayer::decision_extension)).
 //! - **Headers that tell the whole truth.** `q` and `w` are those of the
 //!   quota that decided (a tier's, or one changed with `set_quota`), and
 //!   `w` is rounded **up** to whole seconds, so `q` per `w` never states
 //!   more than is enforced: a window of 1.4 s is `w=2`, and any window
 //!   under a second is `w=1`. A client held to two limits
 //!   ([`Both`](crate::Both)) sees two items, `"<name>-1"` and
-//!   `"<name>-2"`, each with its own `q`, `w`, `r` and `t`. Layers stacked
-//!   on one route append their items to one list, the inner layer's
-//!   first, so a refusal keeps the refusing policy's item (with `r=0`)
-//!   beside the others. [`retry_jitter`](RateLimitLayer::retry_jitter)
-//!   spreads the retries of clients refused together.
+//!   `"<name>-2"`, each with its own `q`, `w`, `r` and `t`.
+//!   [`retry_jitter`](RateLimitLayer::retry_jitter) spreads the retries of
+//!   clients refused together.
+//! - **Stacked layers** (say, a per-minute layer inside a per-hour one)
+//!   append their items to one list, the inner layer's first, so a
+//!   refusal keeps the refusing policy's item (with `r=0`) beside the
+//!   others. Items never share a name: where an inner layer has taken an
+//!   outer layer's item name (both left at `"default"`, say), the outer
+//!   layer appends the first free suffix to its own (`"default-2"`). Each
+//!   layer charges in order, outermost first: a request the outer layer
+//!   admits has spent a unit of its quota even if an inner layer then
+//!   refuses it (the headers say so, with the outer item's `r` one
+//!   lower), so put the tighter limit outermost where that matters.
+//!   `Retry-After` is never earlier than the `t` of any item with `r=0`:
+//!   an outer layer that admitted a request with its last unit puts an
+//!   inner layer's earlier `Retry-After` back to its own `t`, since the
+//!   client would be refused again before then.
 //! - **CORS preflights** are limited like any request unless exempted
 //!   with [`skip_if`](RateLimitLayer::skip_if)`(`[`is_preflight`]`)`.
 //!
@@ -84,6 +110,58 @@
 //! # }
 //! ```
 //!
+//! # gRPC
+//!
+//! A gRPC client expects a gRPC status, not an HTTP `429` with a JSON
+//! body (tonic reads one as a protocol error). For a request whose
+//! `content-type` is `application/grpc` (or `application/grpc+proto`,
+//! `application/grpc-web`, ...), the layer's own answers are what a gRPC
+//! server sends: HTTP `200`, the request's content type, and the status in
+//! the headers with an empty body (a "trailers-only" response):
+//!
+//! - a refusal by the limiter is `grpc-status: 8` (`RESOURCE_EXHAUSTED`),
+//!   the problem detail as `grpc-message`, and `grpc-status-details-bin`, a
+//!   `google.rpc.Status` with a `google.rpc.RetryInfo` (the retry delay,
+//!   `Retry-After`'s whole seconds) and a `google.rpc.QuotaFailure` (one
+//!   violation per limit with nothing left: `quota_id` the policy's item
+//!   name, `quota_value` its `q`, `description` "`q` requests per `w` s"),
+//!   plus `grpc-retry-pushback-ms` for clients with a retry policy;
+//! - a failed check is `14` (`UNAVAILABLE`), saying nothing of the cause;
+//! - an extractor's rejection maps its status: `401` to `UNAUTHENTICATED`,
+//!   `400` and `431` to `INVALID_ARGUMENT`, `403` to `PERMISSION_DENIED`,
+//!   `500` to `INTERNAL`.
+//!
+//! The rate-limit fields travel as metadata: `RateLimit-Policy` and
+//! `RateLimit` (and the legacy headers, if on) are response headers, so
+//! on an admitted call they are its initial metadata
+//! (`tonic::Response::metadata`), and on a refusal they sit beside the
+//! status in the trailers-only response (`tonic::Status::metadata`), with
+//! `Retry-After`. [`respond_with`](RateLimitLayer::respond_with) replaces
+//! these like the HTTP answers ([`Refusal::default_response`] gives the
+//! default).
+//!
+//! Servers that run axum and tonic side by side put both on one router
+//! (tonic's `Routes::into_axum_router`) behind one layer, so a client's
+//! budget is one whichever way it calls; `examples/grpc.rs` does that and
+//! calls itself both ways:
+//!
+//! ```text
+//! cargo run --features axum --example grpc
+//! ```
+//!
+//! tonic's own server takes the layer too. The layer builds its answers in
+//! the inner service's body type (`From<String>`), which tonic's body is
+//! not, so convert it to axum's (or any such type) inside the layer, and
+//! name the extension tonic keeps the peer address in:
+//!
+//! ```ignore
+//! use tonic::transport::server::TcpConnectInfo;
+//! let layer = tower::ServiceBuilder::new()
+//!     .layer(RateLimitLayer::new(limiter, PeerIp::new().peer_from(TcpConnectInfo::remote_addr)))
+//!     .map_response(|r: http::Response<tonic::body::Body>| r.map(axum::body::Body::new));
+//! tonic::transport::Server::builder().layer(layer).add_service(my_service).serve(addr).await?;
+//! ```
+//!
 //! # A limiter in another process
 //!
 //! The layer asks its limiter only through
@@ -99,32 +177,33 @@
 
 mod cidr;
 mod forwarded;
+mod grpc;
+mod ip;
 mod key;
+mod refusal;
 mod response;
+mod service;
+mod sf;
 
 use core::fmt;
-use core::future::Future;
-use core::mem;
-use core::pin::Pin;
-use core::task::{ready, Context, Poll, Waker};
 use core::time::Duration;
 use std::sync::Arc;
 
-use ::tower::{Layer, Service};
+use ::tower::Layer;
 use http::request::Parts;
-use http::{Request, Response, StatusCode};
-use pin_project_lite::pin_project;
+use http::Response;
 
 pub use cidr::{Cidr, CidrError};
+pub use ip::{ForwardedHeader, PeerAddr, PeerIp, TrustedProxyIp};
 pub use key::{
-    Extraction, ForwardedHeader, HeaderKey, KeyExtractor, KeyFn, LongKey, MissingKey, PeerIp,
-    Rejection, TrustedProxyIp,
+    Extraction, GlobalKey, HeaderKey, KeyExtractor, KeyFn, LongKey, MissingKey, Rejection,
 };
+pub use refusal::Refusal;
 pub use response::AdmittedHeaders;
-use response::{problem, Respond, Stamp};
+use response::Respond;
+pub use service::{RateLimitService, ResponseFuture};
 
 use crate::check::{AsyncCheck, CheckError};
-use crate::decision::Decision;
 use crate::error::ConfigError;
 
 type SkipFn = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
@@ -160,7 +239,9 @@ impl<C, E: KeyExtractor + fmt::Debug> fmt::Debug for Shared<C, E> {
             .field("admitted_headers", &self.respond.admitted)
             .field("legacy_headers", &self.respond.legacy)
             .field("retry_jitter_s", &self.respond.jitter)
+            .field("decision_extension", &self.respond.extension)
             .field("skip_if", &self.skip.is_some())
+            .field("hooks", &self.respond.hooks)
             .field("partition_key", &self.partition_key.is_some())
             .finish_non_exhaustive()
     }
@@ -183,7 +264,8 @@ impl<C, E: KeyExtractor + fmt::Debug> fmt::Debug for Shared<C, E> {
 ///
 /// ```ignore
 /// let api = RateLimitLayer::new(api_limiter, HeaderKey::new(HeaderName::from_static("x-api-key")));
-/// let login = RateLimitLayer::new(login_limiter, PeerIp::new().peer_from(|c: &ConnectInfo<SocketAddr>| c.0.ip()));
+/// // With the `axum` feature, PeerIp reads axum's ConnectInfo by itself.
+/// let login = RateLimitLayer::new(login_limiter, PeerIp::new());
 /// let app = Router::new()
 ///     .route("/api/{*rest}", get(api_handler).route_layer(api))
 ///     .route("/login", post(login_handler).route_layer(login))
@@ -252,8 +334,7 @@ where
     /// [`ConfigError`] naming `policy_name` if `name` holds a character
     /// that is not printable ASCII, which a structured field cannot carry.
     pub fn policy_name(mut self, name: &str) -> Result<Self, ConfigError> {
-        let name = response::sf_string(name)?;
-        self.respond().set_name(name);
+        self.respond().set_name(name)?;
         Ok(self)
     }
 
@@ -298,7 +379,34 @@ where
     /// ```
     #[must_use]
     pub fn retry_jitter(mut self, max: Duration) -> Self {
-        self.respond().jitter = response::seconds_up(max);
+        self.respond().jitter = sf::seconds_up(max);
+        self
+    }
+
+    /// Whether an admitted request carries its [`Decision`](crate::Decision)
+    /// in its extensions, for the handler to read (axum's
+    /// `Extension<Decision>`): on unless turned off. Off saves an
+    /// allocation and a map insertion per admitted request, for servers
+    /// whose handlers never read it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::tower::{PeerIp, RateLimitLayer};
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .key_type::<std::net::IpAddr>()
+    ///     .build()?;
+    /// let layer = RateLimitLayer::new(limiter, PeerIp::new()).decision_extension(false);
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn decision_extension(mut self, on: bool) -> Self {
+        self.respond().extension = on;
         self
     }
 
@@ -334,6 +442,83 @@ where
     #[must_use]
     pub fn skip_if(mut self, f: impl Fn(&Parts) -> bool + Send + Sync + 'static) -> Self {
         self.shared().skip = Some(Arc::new(f));
+        self
+    }
+
+    /// Builds the responses the layer sends itself, instead of its
+    /// default `application/problem+json` ones: the `429` when the limiter
+    /// refuses, the `503` when it cannot decide, and the extractor's
+    /// rejections (`400`, `401`, `431`, `500`). `f` gets the [`Refusal`]
+    /// (with the [`Decision`](crate::Decision), the
+    /// [`CheckError`] or the [`Rejection`] in hand) and the request's head,
+    /// and may fall back on [`Refusal::default_response`]. Its response's
+    /// body is converted into the service's body type (`From<String>`).
+    ///
+    /// Whatever `f` returns for a refusal by the limiter, the layer then
+    /// sets `RateLimit-Policy`, `RateLimit` (and the legacy headers, if on)
+    /// and `Retry-After` on it, so that they stay true.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use http::{Response, StatusCode};
+    /// use tollgate::tower::{HeaderKey, RateLimitLayer, Refusal};
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder().rate(10, Duration::from_secs(1)).build()?;
+    /// let key = HeaderKey::new(http::HeaderName::from_static("x-api-key"));
+    /// let layer = RateLimitLayer::new(limiter, key).respond_with(|refusal, request| {
+    ///     match refusal {
+    ///         Refusal::Limited { retry_after, .. } => {
+    ///             let mut response = Response::new(format!("slow down: {} s", retry_after.as_secs()));
+    ///             *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    ///             response
+    ///         }
+    ///         other => other.default_response(request),
+    ///     }
+    /// });
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn respond_with(
+        mut self,
+        f: impl Fn(&Refusal<'_>, &Parts) -> Response<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.respond().hooks.respond_with = Some(Arc::new(f));
+        self
+    }
+
+    /// Calls `f` with every [`CheckError`] (a store out of reach, a reply
+    /// it could not read) and the head of the request it failed, before
+    /// the layer answers `503`: the operator's view of the cause, which
+    /// the response itself never shows the client (it may quote a
+    /// store's reply, the limiter's key names, the client's own key).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::tower::{PeerIp, RateLimitLayer};
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .key_type::<std::net::IpAddr>()
+    ///     .build()?;
+    /// let layer = RateLimitLayer::new(limiter, PeerIp::new()).on_check_error(|error, request| {
+    ///     eprintln!("rate limit check for {} failed: {error}", request.uri.path());
+    /// });
+    /// # let _ = layer;
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn on_check_error(
+        mut self,
+        f: impl Fn(&CheckError, &Parts) + Send + Sync + 'static,
+    ) -> Self {
+        self.respond().hooks.on_check_error = Some(Arc::new(f));
         self
     }
 
@@ -400,263 +585,6 @@ impl<S, C, E: KeyExtractor> Layer<S> for RateLimitLayer<C, E> {
     type Service = RateLimitService<S, C, E>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimitService {
-            inner,
-            shared: Arc::clone(&self.shared),
-        }
-    }
-}
-
-/// The service [`RateLimitLayer`] wraps around an inner service. Clones
-/// share the layer's limiter.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use http::{Request, Response};
-/// use tollgate::tower::{KeyFn, Extraction, RateLimitLayer};
-/// use tollgate::SlidingWindowCounter;
-/// use tower::{service_fn, Layer};
-///
-/// let limiter = SlidingWindowCounter::builder().limit(5).window(Duration::from_secs(1)).build()?;
-/// let everyone = KeyFn::new(|_: &http::request::Parts| Extraction::Key(String::from("all")));
-/// let service = RateLimitLayer::new(limiter, everyone).layer(service_fn(|_: Request<String>| async {
-///     Ok::<_, std::convert::Infallible>(Response::new(String::new()))
-/// }));
-/// let _clone = service.clone(); // the same five requests per second
-/// # Ok::<(), tollgate::ConfigError>(())
-/// ```
-pub struct RateLimitService<S, C, E: KeyExtractor> {
-    inner: S,
-    shared: Arc<Shared<C, E>>,
-}
-
-impl<S: Clone, C, E: KeyExtractor> Clone for RateLimitService<S, C, E> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            shared: Arc::clone(&self.shared),
-        }
-    }
-}
-
-impl<S: fmt::Debug, C, E: KeyExtractor + fmt::Debug> fmt::Debug for RateLimitService<S, C, E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimitService")
-            .field("inner", &self.inner)
-            .field("limit", &self.shared)
-            .finish()
-    }
-}
-
-impl<S, C, E, B, R> Service<Request<B>> for RateLimitService<S, C, E>
-where
-    S: Service<Request<B>, Response = Response<R>> + Clone,
-    C: AsyncCheck<E::Key>,
-    E: KeyExtractor,
-    R: From<String>,
-{
-    type Response = Response<R>;
-    type Error = S::Error;
-    type Future = ResponseFuture<S, B>;
-
-    #[inline]
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request<B>) -> Self::Future {
-        let (parts, body) = request.into_parts();
-        let shared = &*self.shared;
-        if shared.skip.as_ref().is_some_and(|skip| skip(&parts)) {
-            return ResponseFuture::calling(
-                self.inner.call(Request::from_parts(parts, body)),
-                None,
-            );
-        }
-        let key = match shared.extractor.extract(&parts) {
-            Extraction::Key(key) => key,
-            Extraction::Skip => {
-                return ResponseFuture::calling(
-                    self.inner.call(Request::from_parts(parts, body)),
-                    None,
-                )
-            }
-            Extraction::Reject(rejection) => {
-                return ResponseFuture::ready(problem(rejection.status(), rejection.detail()))
-            }
-        };
-        let pk = shared
-            .partition_key
-            .as_ref()
-            .map(|f| response::sf_bytes(&f(&key)));
-        let mut check = shared.limiter.check(&key, 1);
-        // An in-process limiter's decision is ready at once: act on it now.
-        // The no-op waker is never woken; a pending check is polled again,
-        // with the task's waker, by the response future.
-        let mut noop = Context::from_waker(Waker::noop());
-        match Pin::new(&mut check).poll(&mut noop) {
-            Poll::Ready(result) => {
-                decided(&mut self.inner, result, parts, body, &shared.respond, pk)
-            }
-            Poll::Pending => {
-                // The readied inner service goes with the request; this
-                // service keeps a clone, which it readies on its next call.
-                let clone = self.inner.clone();
-                let readied = mem::replace(&mut self.inner, clone);
-                ResponseFuture {
-                    state: State::Checking {
-                        waiting: Some(Box::new(Waiting {
-                            check: Box::new(check),
-                            inner: readied,
-                            parts,
-                            body,
-                            respond: Arc::clone(&shared.respond),
-                            pk,
-                        })),
-                    },
-                }
-            }
-        }
-    }
-}
-
-type CheckFuture = Box<dyn Future<Output = Result<Decision, CheckError>> + Send + Unpin>;
-
-/// A request whose check is still pending, with the inner service readied
-/// for it.
-struct Waiting<S, B> {
-    check: CheckFuture,
-    inner: S,
-    parts: Parts,
-    body: B,
-    respond: Arc<Respond>,
-    pk: Option<String>,
-}
-
-/// Acts on a decision: refuse, or stamp the request and call `inner`.
-fn decided<S, B, R>(
-    inner: &mut S,
-    result: Result<Decision, CheckError>,
-    mut parts: Parts,
-    body: B,
-    respond: &Respond,
-    pk: Option<String>,
-) -> ResponseFuture<S, B>
-where
-    S: Service<Request<B>, Response = Response<R>>,
-    R: From<String>,
-{
-    let decision = match result {
-        Ok(decision) => decision,
-        Err(err) => {
-            return ResponseFuture::ready(problem(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &err.to_string(),
-            ))
-        }
-    };
-    if decision.is_denied() {
-        return ResponseFuture::ready(respond.too_many(&decision, pk.as_deref()));
-    }
-    let stamp = respond
-        .stamps_admitted(&decision)
-        .then(|| respond.stamp(&decision, pk.as_deref()));
-    parts.extensions.insert(decision);
-    ResponseFuture::calling(inner.call(Request::from_parts(parts, body)), stamp)
-}
-
-pin_project! {
-    /// The response future of a [`RateLimitService`]: the inner service's
-    /// response with the rate-limit headers added, or the layer's own
-    /// `429` or rejection.
-    pub struct ResponseFuture<S, B>
-    where
-        S: Service<Request<B>>,
-    {
-        #[pin]
-        state: State<S, B>,
-    }
-}
-
-pin_project! {
-    #[project = StateProj]
-    enum State<S, B>
-    where
-        S: Service<Request<B>>,
-    {
-        Checking { waiting: Option<Box<Waiting<S, B>>> },
-        Calling { #[pin] future: S::Future, stamp: Option<Stamp> },
-        Ready { response: Option<S::Response> },
-    }
-}
-
-impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
-    fn calling(future: S::Future, stamp: Option<Stamp>) -> Self {
-        Self {
-            state: State::Calling { future, stamp },
-        }
-    }
-
-    fn ready(response: S::Response) -> Self {
-        Self {
-            state: State::Ready {
-                response: Some(response),
-            },
-        }
-    }
-}
-
-impl<S: Service<Request<B>>, B> fmt::Debug for ResponseFuture<S, B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match self.state {
-            State::Checking { .. } => "checking",
-            State::Calling { .. } => "calling",
-            State::Ready { .. } => "ready",
-        };
-        f.debug_struct("ResponseFuture")
-            .field("state", &state)
-            .finish()
-    }
-}
-
-impl<S, B, R> Future for ResponseFuture<S, B>
-where
-    S: Service<Request<B>, Response = Response<R>>,
-    R: From<String>,
-{
-    type Output = Result<Response<R>, S::Error>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut state = self.project().state;
-        loop {
-            match state.as_mut().project() {
-                StateProj::Checking { waiting } => {
-                    let pending = waiting.as_mut().expect("polled after completion");
-                    let result = ready!(Pin::new(&mut pending.check).poll(cx));
-                    let Waiting {
-                        mut inner,
-                        parts,
-                        body,
-                        respond,
-                        pk,
-                        ..
-                    } = *waiting.take().expect("checked above");
-                    let next = decided(&mut inner, result, parts, body, &respond, pk);
-                    state.set(next.state);
-                }
-                StateProj::Calling { future, stamp } => {
-                    let mut response = ready!(future.poll(cx))?;
-                    if let Some(stamp) = stamp.take() {
-                        stamp.apply(response.headers_mut());
-                    }
-                    return Poll::Ready(Ok(response));
-                }
-                StateProj::Ready { response } => {
-                    return Poll::Ready(Ok(response.take().expect("polled after completion")))
-                }
-            }
-        }
+        RateLimitService::new(inner, Arc::clone(&self.shared))
     }
 }

@@ -1,19 +1,46 @@
-//! The responses and headers the layer writes: draft-ietf-httpapi-ratelimit-
-//! headers-11's `RateLimit-Policy` and `RateLimit` (RFC 9651 structured
-//! fields), `Retry-After`, and RFC 9457 problem bodies.
+//! The headers the layer writes: draft-ietf-httpapi-ratelimit-headers-11's
+//! `RateLimit-Policy` and `RateLimit` (RFC 9651 structured fields) and
+//! `Retry-After`; and what the layer answers when it refuses a request.
 
-use core::fmt::Write as _;
+use core::fmt;
 use core::time::Duration;
+use std::sync::Arc;
 
-use http::header::{Entry, CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use http::header::{Entry, RETRY_AFTER};
+use http::request::Parts;
+use http::{HeaderMap, HeaderName, HeaderValue, Response};
 
-use crate::check::Quota;
+use super::refusal::Refusal;
+use super::sf::{names, seconds_up, sf_string, window_seconds, Decimal, Line, SF_INTEGER_MAX};
+use crate::check::{CheckError, Quota};
 use crate::decision::Decision;
 use crate::error::ConfigError;
 
+/// Builds the layer's own responses: [`RateLimitLayer::respond_with`](super::RateLimitLayer::respond_with).
+pub(super) type RespondFn = Arc<dyn Fn(&Refusal<'_>, &Parts) -> Response<String> + Send + Sync>;
+/// Hears of failed checks: [`RateLimitLayer::on_check_error`](super::RateLimitLayer::on_check_error).
+pub(super) type ErrorFn = Arc<dyn Fn(&CheckError, &Parts) + Send + Sync>;
+
+/// The user's hooks into the layer's refusals.
+#[derive(Clone, Default)]
+pub(super) struct Hooks {
+    pub(super) respond_with: Option<RespondFn>,
+    pub(super) on_check_error: Option<ErrorFn>,
+}
+
+impl fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hooks")
+            .field("respond_with", &self.respond_with.is_some())
+            .field("on_check_error", &self.on_check_error.is_some())
+            .finish()
+    }
+}
+
 /// When admitted responses carry the `RateLimit` and `RateLimit-Policy`
-/// headers. A `429` always carries them.
+/// headers. A `429` always carries them; an admission that spent nothing
+/// (the limiter admitted without counting, as a Redis limiter under
+/// `FailPolicy::FailOpen` does while Redis is away) never does.
 ///
 /// # Examples
 ///
@@ -36,119 +63,11 @@ pub enum AdmittedHeaders {
     NearLimit(u64),
 }
 
-/// The largest integer an RFC 9651 structured field holds.
-const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
-
 pub(super) const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 pub(super) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 const X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 const X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 const X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
-const PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
-
-/// `d` in whole seconds, rounded up, at most [`SF_INTEGER_MAX`]: a client
-/// that waits this long has waited at least `d`.
-pub(super) fn seconds_up(d: Duration) -> u64 {
-    let whole = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
-    whole.min(SF_INTEGER_MAX)
-}
-
-/// The `RateLimit-Policy` window: the quota's window in whole seconds,
-/// rounded **up** (at least 1), so that `q` per `w` never states a quota
-/// larger than the one enforced: a window of 1.4 s is advertised as
-/// `w=2`, one of 300 ms as `w=1`.
-fn window_seconds(window: Duration) -> u64 {
-    seconds_up(window).max(1)
-}
-
-/// `name` as an RFC 9651 String: quoted, `"` and `\` escaped.
-pub(super) fn sf_string(name: &str) -> Result<String, ConfigError> {
-    let mut out = String::with_capacity(name.len() + 2);
-    out.push('"');
-    for c in name.chars() {
-        if !(' '..='~').contains(&c) {
-            return Err(ConfigError::OutOfRange {
-                field: "policy_name",
-                value: u128::from(u32::from(c)),
-                min: 0x20,
-                max: 0x7e,
-                unit: "character code",
-                reason: "a structured-field string holds printable ASCII only",
-            });
-        }
-        if c == '"' || c == '\\' {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out.push('"');
-    Ok(out)
-}
-
-/// RFC 9651 Byte Sequence: `:base64:`, padded.
-pub(super) fn sf_bytes(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4 + 2);
-    out.push(':');
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
-        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[(n >> shift) as usize & 63]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out.push(':');
-    out
-}
-
-/// `n` in decimal, on the stack.
-struct Decimal {
-    digits: [u8; 20],
-    start: usize,
-}
-
-impl Decimal {
-    fn new(mut n: u64) -> Self {
-        let mut digits = [0; 20];
-        let mut start = digits.len();
-        loop {
-            start -= 1;
-            digits[start] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                return Self { digits, start };
-            }
-        }
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        &self.digits[self.start..]
-    }
-}
-
-/// Writes `n` in decimal at the start of `out` (at least 20 bytes long);
-/// returns how many bytes it wrote.
-fn write_decimal(out: &mut [u8], mut n: u64) -> usize {
-    let mut len = 1;
-    let mut rest = n / 10;
-    while rest > 0 {
-        len += 1;
-        rest /= 10;
-    }
-    for slot in out[..len].iter_mut().rev() {
-        *slot = b'0' + (n % 10) as u8;
-        n /= 10;
-    }
-    len
-}
 
 /// `RateLimit` for one limit without a partition key, the common case:
 /// `prefix` (the name and `;r=`), `r`, `;t=`, `t`, written into one
@@ -159,61 +78,18 @@ fn short_limit(prefix: &[u8], r: u64, t: u64) -> Option<HeaderValue> {
     if prefix.len() > buf.len() - 43 {
         return None;
     }
-    buf[..prefix.len()].copy_from_slice(prefix);
-    let mut len = prefix.len();
-    len += write_decimal(&mut buf[len..], r);
-    buf[len..len + 3].copy_from_slice(b";t=");
-    len += 3;
-    len += write_decimal(&mut buf[len..], t);
+    let mut len = 0;
+    for part in [
+        prefix,
+        Decimal::new(r.min(SF_INTEGER_MAX)).as_bytes(),
+        b";t=",
+        Decimal::new(t).as_bytes(),
+    ] {
+        buf[len..len + part.len()].copy_from_slice(part);
+        len += part.len();
+    }
     // Printable ASCII: a name checked by `sf_string`, and digits.
     Some(HeaderValue::from_bytes(&buf[..len]).expect("rate-limit headers are printable ASCII"))
-}
-
-/// A header value written on the stack and copied once into its
-/// `HeaderValue`: one allocation of exactly its length. Long values (long
-/// names, partition keys, an inner layer's list) spill to the heap.
-struct Line {
-    stack: [u8; 192],
-    len: usize,
-    heap: Vec<u8>,
-}
-
-impl Line {
-    fn new() -> Self {
-        Self {
-            stack: [0; 192],
-            len: 0,
-            heap: Vec::new(),
-        }
-    }
-
-    fn put(&mut self, bytes: &[u8]) -> &mut Self {
-        if self.heap.is_empty() && self.len + bytes.len() <= self.stack.len() {
-            self.stack[self.len..self.len + bytes.len()].copy_from_slice(bytes);
-            self.len += bytes.len();
-        } else {
-            if self.heap.is_empty() {
-                self.heap.extend_from_slice(&self.stack[..self.len]);
-            }
-            self.heap.extend_from_slice(bytes);
-        }
-        self
-    }
-
-    fn bytes(&self) -> &[u8] {
-        if self.heap.is_empty() {
-            &self.stack[..self.len]
-        } else {
-            &self.heap
-        }
-    }
-
-    fn value(&self) -> HeaderValue {
-        // Every header this module writes is printable ASCII: quoted names
-        // are checked by `sf_string`, the rest are digits and base64, and
-        // an inner layer's value was a valid header value already.
-        HeaderValue::from_bytes(self.bytes()).expect("rate-limit headers are valid header values")
-    }
 }
 
 /// One limit as the headers state it.
@@ -229,8 +105,10 @@ struct Item {
 /// shared by its services and their futures.
 #[derive(Debug, Clone)]
 pub(super) struct Respond {
-    /// The policy's name as an RFC 9651 String, and the names of the two
-    /// items of a client held to two limits (`"name-1"`, `"name-2"`).
+    /// The policy's name as given, as an RFC 9651 String, and the names
+    /// of the two items of a client held to two limits (`"name-1"`,
+    /// `"name-2"`).
+    plain: String,
     name: String,
     pair_names: [String; 2],
     /// `name;r=`, the start of every one-limit `RateLimit` value.
@@ -241,9 +119,13 @@ pub(super) struct Respond {
     pub(super) legacy: bool,
     /// The most whole seconds added at random to a 429's `Retry-After`.
     pub(super) jitter: u64,
+    /// Whether an admitted request carries its `Decision` in its
+    /// extensions.
+    pub(super) extension: bool,
     /// `RateLimit-Policy` for `quota` without a partition key, rendered
     /// once: most responses send it, and a clone costs no allocation.
     policy: HeaderValue,
+    pub(super) hooks: Hooks,
 }
 
 /// The headers for one decision, made before the inner service runs and
@@ -255,17 +137,57 @@ pub(super) struct Stamp {
     /// Boxed: most layers send none, and the stamp waits in every
     /// response future.
     legacy: Option<Box<[HeaderValue; 3]>>,
+    /// With no request left (`r=0`), the seconds until there is one (`t`):
+    /// no `Retry-After` on the response may be earlier. 0 otherwise.
+    hold: u64,
 }
 
 impl Stamp {
     /// Sets the headers on a response. Where an inner layer has set them
     /// already, this layer's list members join its own (one list, inner
-    /// layer's first), and the legacy headers keep whichever layer has
-    /// fewer requests remaining.
+    /// layer's first, this layer's items renamed if an inner item has
+    /// their name), the legacy headers keep whichever layer has fewer
+    /// requests remaining, and a `Retry-After` earlier than this layer's
+    /// `t` with `r=0` is put back to it.
     pub(super) fn apply(self, headers: &mut HeaderMap) {
-        join(headers, RATELIMIT_POLICY, self.policy);
-        join(headers, RATELIMIT, self.limit);
-        if let Some(legacy) = self.legacy {
+        let Stamp {
+            policy,
+            limit,
+            legacy,
+            hold,
+        } = self;
+        // The common case, no inner layer: each header looked up once.
+        let mut limit = Some(limit);
+        let stacked = match headers.entry(RATELIMIT_POLICY) {
+            Entry::Vacant(slot) => {
+                slot.insert(policy);
+                if let Entry::Vacant(slot) = headers.entry(RATELIMIT) {
+                    slot.insert(limit.take().expect("not taken yet"));
+                    None
+                } else {
+                    // Only `RateLimit` was set before: join from scratch.
+                    headers.remove(RATELIMIT_POLICY)
+                }
+            }
+            Entry::Occupied(_) => Some(policy),
+        };
+        if let (Some(policy), Some(limit)) = (stacked, limit) {
+            let (policy, limit) = match free_suffix(headers, &policy) {
+                None => (policy, limit),
+                Some(n) => (with_suffix(&policy, n), with_suffix(&limit, n)),
+            };
+            join(headers, RATELIMIT_POLICY, policy);
+            join(headers, RATELIMIT, limit);
+        }
+        if hold > 0 {
+            let theirs = headers
+                .get(RETRY_AFTER)
+                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+            if theirs.is_some_and(|theirs| theirs < hold) {
+                headers.insert(RETRY_AFTER, HeaderValue::from(hold));
+            }
+        }
+        if let Some(legacy) = legacy {
             let [limit, remaining, reset] = *legacy;
             let fewer = headers
                 .get(X_REMAINING)
@@ -280,6 +202,66 @@ impl Stamp {
             }
         }
     }
+}
+
+/// `None` if none of `ours`'s item names is among the names of the
+/// `RateLimit-Policy` and `RateLimit` items already in `headers`;
+/// otherwise the first `n` from 2 on for which none of the names with
+/// `-n` appended is.
+fn free_suffix(headers: &HeaderMap, ours: &HeaderValue) -> Option<u64> {
+    let taken: Vec<&[u8]> = headers
+        .get_all(RATELIMIT_POLICY)
+        .iter()
+        .chain(headers.get_all(RATELIMIT).iter())
+        .flat_map(|line| names(line.as_bytes()))
+        .collect();
+    if taken.is_empty() {
+        return None;
+    }
+    let clash = |n: Option<u64>| {
+        names(ours.as_bytes()).any(|name| {
+            let mut renamed = Line::new();
+            put_name(&mut renamed, name, n);
+            taken.contains(&renamed.bytes())
+        })
+    };
+    if !clash(None) {
+        return None;
+    }
+    // Each taken name rules out at most one `n`.
+    (2..).map(Some).find(|&n| !clash(n)).flatten()
+}
+
+/// `name` (an RFC 9651 String, quotes included) with `-n` appended inside
+/// its quotes, if `n` is given.
+fn put_name(line: &mut Line, name: &[u8], n: Option<u64>) {
+    match n {
+        None => {
+            line.put(name);
+        }
+        Some(n) => {
+            line.put(&name[..name.len() - 1])
+                .put(b"-")
+                .put(Decimal::new(n).as_bytes())
+                .put(b"\"");
+        }
+    }
+}
+
+/// This layer's `value`, each item's name with `-n` appended.
+fn with_suffix(value: &HeaderValue, n: u64) -> HeaderValue {
+    let bytes = value.as_bytes();
+    let mut line = Line::new();
+    let mut at = 0;
+    for name in names(bytes) {
+        // `name` is a slice of `bytes`: copy up to it, then it renamed.
+        let start = name.as_ptr() as usize - bytes.as_ptr() as usize;
+        line.put(&bytes[at..start]);
+        put_name(&mut line, name, Some(n));
+        at = start + name.len();
+    }
+    line.put(&bytes[at..]);
+    line.value()
 }
 
 /// Adds `value`'s list members to header `name`.
@@ -306,6 +288,7 @@ impl Respond {
     /// admitted response, no legacy headers.
     pub(super) fn new(quota: Quota) -> Self {
         let mut respond = Self {
+            plain: String::new(),
             name: String::new(),
             pair_names: [String::new(), String::new()],
             limit_prefix: Box::default(),
@@ -313,9 +296,11 @@ impl Respond {
             admitted: AdmittedHeaders::Always,
             legacy: false,
             jitter: 0,
+            extension: true,
             policy: HeaderValue::from_static(""),
+            hooks: Hooks::default(),
         };
-        respond.set_name("\"default\"".to_owned());
+        respond.set_name("default").expect("a valid name");
         respond
     }
 
@@ -324,8 +309,20 @@ impl Respond {
         &self.name
     }
 
-    /// Sets the name, an RFC 9651 String (from [`sf_string`]).
-    pub(super) fn set_name(&mut self, name: String) {
+    /// The policy's name as given.
+    pub(super) fn plain_name(&self) -> &str {
+        &self.plain
+    }
+
+    /// Sets the policy's name.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] if a structured field cannot carry it
+    /// ([`sf_string`]).
+    pub(super) fn set_name(&mut self, plain: &str) -> Result<(), ConfigError> {
+        let name = sf_string(plain)?;
+        self.plain = plain.to_owned();
         let bare = &name[..name.len() - 1];
         self.pair_names = [format!("{bare}-1\""), format!("{bare}-2\"")];
         let mut policy = Line::new();
@@ -339,6 +336,7 @@ impl Respond {
         self.policy = policy.value();
         self.limit_prefix = [name.as_bytes(), b";r="].concat().into_boxed_slice();
         self.name = name;
+        Ok(())
     }
 
     /// The headers for decision `d`, with the partition key `pk` (an RFC
@@ -351,6 +349,11 @@ impl Respond {
                 HeaderValue::from(seconds_up(d.replenish_after())),
             ])
         });
+        let hold = if d.remaining() == 0 {
+            seconds_up(d.replenish_after())
+        } else {
+            0
+        };
         // The common case: one limit, the layer's own quota, no partition
         // key. The policy is the one rendered when the layer was made.
         if pk.is_none()
@@ -364,6 +367,7 @@ impl Respond {
                     policy: self.policy.clone(),
                     limit,
                     legacy,
+                    hold,
                 };
             }
         }
@@ -411,20 +415,28 @@ impl Respond {
             policy,
             limit: limit.value(),
             legacy,
+            hold,
         }
     }
 
     /// Whether an admitted response with decision `d` carries the headers.
+    /// An admission that spent nothing (the whole quota left after a unit
+    /// check: a limiter that admitted without counting, as a Redis limiter
+    /// under `FailPolicy::FailOpen` does while Redis is away) carries none,
+    /// since no figure about the client's quota would be true.
     pub(super) fn stamps_admitted(&self, d: &Decision) -> bool {
-        match self.admitted {
-            AdmittedHeaders::Always => true,
-            AdmittedHeaders::Never => false,
-            AdmittedHeaders::NearLimit(at_most) => d.remaining() <= at_most,
-        }
+        let counted = d.remaining() < d.limit();
+        counted
+            && match self.admitted {
+                AdmittedHeaders::Always => true,
+                AdmittedHeaders::Never => false,
+                AdmittedHeaders::NearLimit(at_most) => d.remaining() <= at_most,
+            }
     }
 
-    /// The `429 Too Many Requests` for a denied decision.
-    pub(super) fn too_many<R: From<String>>(&self, d: &Decision, pk: Option<&str>) -> Response<R> {
+    /// The `Retry-After` of a refusal with decision `d`, in whole
+    /// seconds.
+    pub(super) fn retry_after(&self, d: &Decision) -> u64 {
         // Rounded up, and never before the quota grows (`t`): a client that
         // waits `Retry-After` seconds is not refused again for the same
         // reason. At least 1 on a 429.
@@ -434,26 +446,44 @@ impl Respond {
         // Spread over the next `jitter` seconds, so that clients refused
         // together (at the end of a fixed window, say) do not all return
         // at once; only ever later than the quota grows.
-        let retry = match self.jitter {
+        match self.jitter {
             0 => retry,
             jitter => retry
                 .saturating_add(random_below(jitter + 1))
                 .min(SF_INTEGER_MAX),
+        }
+    }
+
+    /// The response to `request` for `refusal`: the user's, or the
+    /// default; with the rate-limit headers and `Retry-After` if the
+    /// limiter refused, and `pk` the partition key.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn refuse<R: From<String>>(
+        &self,
+        refusal: Refusal<'_>,
+        request: &Parts,
+        pk: Option<&str>,
+    ) -> Response<R> {
+        if let (Refusal::Unavailable { error }, Some(hear)) = (refusal, &self.hooks.on_check_error)
+        {
+            hear(error, request);
+        }
+        let response = match &self.hooks.respond_with {
+            Some(respond) => respond(&refusal, request),
+            None => refusal.default_response(request),
         };
-        let detail = if retry == SF_INTEGER_MAX {
-            "The rate limit is exhausted for longer than the server can say.".to_owned()
-        } else {
-            // The quota that refused: the client's own, as the headers say.
-            format!(
-                "The rate limit of {} requests per {} s is exhausted; retry in {retry} s.",
-                d.limit(),
-                window_seconds(d.window())
-            )
-        };
-        let mut response = problem(StatusCode::TOO_MANY_REQUESTS, &detail);
-        let headers = response.headers_mut();
-        self.stamp(d, pk).apply(headers);
-        headers.insert(RETRY_AFTER, HeaderValue::from(retry));
+        let mut response = response.map(R::from);
+        if let Refusal::Limited {
+            decision,
+            retry_after,
+            ..
+        } = refusal
+        {
+            let headers = response.headers_mut();
+            self.stamp(decision, pk).apply(headers);
+            headers.insert(RETRY_AFTER, HeaderValue::from(retry_after.as_secs()));
+        }
         response
     }
 }
@@ -462,7 +492,7 @@ impl Respond {
 fn put_policy(line: &mut Line, name: &str, q: u64, w: Duration, pk: Option<&str>) {
     line.put(name.as_bytes())
         .put(b";q=")
-        .put(Decimal::new(q).as_bytes())
+        .put(Decimal::new(q.min(SF_INTEGER_MAX)).as_bytes())
         .put(b";w=")
         .put(Decimal::new(window_seconds(w)).as_bytes());
     if let Some(pk) = pk {
@@ -474,7 +504,7 @@ fn put_policy(line: &mut Line, name: &str, q: u64, w: Duration, pk: Option<&str>
 fn put_limit(line: &mut Line, name: &str, item: Item, pk: Option<&str>) {
     line.put(name.as_bytes())
         .put(b";r=")
-        .put(Decimal::new(item.r).as_bytes())
+        .put(Decimal::new(item.r.min(SF_INTEGER_MAX)).as_bytes())
         .put(b";t=")
         .put(Decimal::new(seconds_up(item.t)).as_bytes());
     if let Some(pk) = pk {
@@ -502,115 +532,43 @@ fn random_below(n: u64) -> u64 {
     })
 }
 
-/// An RFC 9457 `application/problem+json` response.
-pub(super) fn problem<R: From<String>>(status: StatusCode, detail: &str) -> Response<R> {
-    let mut body = String::with_capacity(96 + detail.len());
-    body.push_str("{\"type\":\"about:blank\",\"title\":");
-    json_string(&mut body, status.canonical_reason().unwrap_or("Error"));
-    let _ = write!(body, ",\"status\":{},\"detail\":", status.as_u16());
-    json_string(&mut body, detail);
-    body.push('}');
-    let mut response = Response::new(R::from(body));
-    *response.status_mut() = status;
-    response.headers_mut().insert(CONTENT_TYPE, PROBLEM_JSON);
-    response
-}
-
-/// Appends `s` as a JSON string.
-fn json_string(out: &mut String, s: &str) {
-    let plain = |b: u8| b >= 0x20 && b != b'"' && b != b'\\';
-    if s.bytes().all(plain) {
-        // Nearly every string the layer writes: copied whole.
-        out.reserve(s.len() + 2);
-        out.push('"');
-        out.push_str(s);
-        out.push('"');
-        return;
-    }
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn seconds_round_up_and_saturate() {
-        assert_eq!(seconds_up(Duration::ZERO), 0);
-        assert_eq!(seconds_up(Duration::from_nanos(1)), 1);
-        assert_eq!(seconds_up(Duration::from_millis(900)), 1);
-        assert_eq!(seconds_up(Duration::from_secs(1)), 1);
-        assert_eq!(seconds_up(Duration::from_millis(1_001)), 2);
-        assert_eq!(seconds_up(Duration::MAX), SF_INTEGER_MAX);
-        assert_eq!(window_seconds(Duration::from_millis(100)), 1);
-        assert_eq!(window_seconds(Duration::ZERO), 1);
-        assert_eq!(window_seconds(Duration::from_nanos(60_000_000_004)), 61);
-        assert_eq!(window_seconds(Duration::from_millis(1_400)), 2);
-        assert_eq!(window_seconds(Duration::MAX), SF_INTEGER_MAX);
-    }
-
-    #[test]
-    fn decimals_and_values() {
-        for n in [0, 7, 10, 99, 100, 1_000_000_000, SF_INTEGER_MAX, u64::MAX] {
-            assert_eq!(Decimal::new(n).as_bytes(), n.to_string().as_bytes());
-            let mut out = [0; 20];
-            let len = write_decimal(&mut out, n);
-            assert_eq!(&out[..len], n.to_string().as_bytes());
-        }
+    fn short_values_and_the_rendered_policy() {
         assert_eq!(
             short_limit(b"\"a\";r=", 9, u64::MAX).unwrap(),
             "\"a\";r=9;t=18446744073709551615"
         );
         assert!(short_limit(&[b'x'; 54], 0, 0).is_none());
         assert!(short_limit(&[b'x'; 53], u64::MAX, u64::MAX).is_some());
-        let mut line = Line::new();
-        line.put(b"\"a\"").put(b";r=").put(b"").put(b"9");
-        assert_eq!(line.value(), "\"a\";r=9");
-        let long = [b'x'; 500];
-        line.put(&long);
-        assert_eq!(line.value().len(), 507);
         let mut respond = Respond::new(Quota::new(10, Duration::from_secs(60)));
         assert_eq!(respond.policy, "\"default\";q=10;w=60");
-        respond.set_name(sf_string("api").unwrap());
+        respond.set_name("api").unwrap();
         assert_eq!(respond.name(), "\"api\"");
         assert_eq!(respond.policy, "\"api\";q=10;w=60");
         assert_eq!(respond.pair_names, ["\"api-1\"", "\"api-2\""]);
     }
 
     #[test]
-    fn structured_strings_and_bytes() {
-        assert_eq!(sf_string("default").unwrap(), "\"default\"");
-        assert_eq!(sf_string("a\"b\\c").unwrap(), "\"a\\\"b\\\\c\"");
-        assert_eq!(sf_string("é").unwrap_err().field(), "policy_name");
-        assert_eq!(sf_string("tab\t").unwrap_err().field(), "policy_name");
-        assert_eq!(sf_bytes(b""), "::");
-        assert_eq!(sf_bytes(b"f"), ":Zg==:");
-        assert_eq!(sf_bytes(b"fo"), ":Zm8=:");
-        assert_eq!(sf_bytes(b"foo"), ":Zm9v:");
-        assert_eq!(sf_bytes(b"foobar"), ":Zm9vYmFy:");
-        assert_eq!(sf_bytes(&[0xff, 0xfe]), "://4=:");
-    }
-
-    #[test]
-    fn problem_bodies_are_escaped_json() {
-        let r: Response<String> = problem(StatusCode::BAD_REQUEST, "a \"quoted\"\nline\\");
-        assert_eq!(r.status(), 400);
-        assert_eq!(r.headers()[CONTENT_TYPE], "application/problem+json");
+    fn list_members_are_renamed() {
+        let ours = HeaderValue::from_static("\"p-1\";q=3;w=1, \"p-2\";q=5;w=60");
         assert_eq!(
-            r.body(),
-            "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\
-             \"detail\":\"a \\\"quoted\\\"\\u000aline\\\\\"}"
+            with_suffix(&ours, 2),
+            "\"p-1-2\";q=3;w=1, \"p-2-2\";q=5;w=60"
         );
+        let mut headers = HeaderMap::new();
+        assert_eq!(free_suffix(&headers, &ours), None);
+        headers.insert(
+            RATELIMIT_POLICY,
+            HeaderValue::from_static("\"p-2\";q=1;w=1"),
+        );
+        headers.insert(RATELIMIT, HeaderValue::from_static("\"p-1-2\";r=0;t=1"));
+        assert_eq!(free_suffix(&headers, &ours), Some(3));
+        headers.insert(RATELIMIT_POLICY, HeaderValue::from_static("\"q\";q=1;w=1"));
+        headers.insert(RATELIMIT, HeaderValue::from_static("\"q\";r=0;t=1"));
+        assert_eq!(free_suffix(&headers, &ours), None);
     }
 }

@@ -25,8 +25,8 @@ pub mod strategies;
 use std::time::Duration;
 
 use tollgate::{
-    Algorithm, Both, Builder, Decision, FixedWindow, Limiter, ManualClock, SlidingWindowCounter,
-    SlidingWindowLog, TokenBucket,
+    Algorithm, Both, Builder, Decision, DirectLimiter, FixedWindow, Limiter, ManualClock,
+    SlidingWindowCounter, SlidingWindowLog, TokenBucket,
 };
 
 /// One client's state in an exact model.
@@ -409,6 +409,10 @@ pub trait Subject: std::fmt::Debug {
     fn limiter(&self, clock: ManualClock) -> Limiter<Self::Algo, u64, ManualClock> {
         self.builder(clock).build().unwrap()
     }
+    /// A limiter with no clients (`build_direct`) of this configuration.
+    fn direct(&self, clock: ManualClock) -> DirectLimiter<Self::Algo, ManualClock> {
+        self.builder(clock).build_direct().unwrap()
+    }
     fn model(&self) -> Self::Model;
     /// The most admissions possible over `[0, elapsed]` from fresh state:
     /// the "never over-admits" bound for concurrent tests.
@@ -507,11 +511,14 @@ pub struct Step {
 
 /// Runs `steps` through a limiter and through one model per client, and
 /// checks that they agree decision by decision: admitted or not, remaining
-/// quota, and retry-after.
+/// quota, and retry-after. Each client also has a direct limiter of its own
+/// (`build_direct`), which must decide exactly as the keyed one.
 pub fn agree_with_model<S: Subject>(subject: &S, steps: &[Step]) {
     let clock = ManualClock::new();
     let limiter = subject.limiter(clock.clone());
     let mut models: std::collections::HashMap<u64, S::Model> = Default::default();
+    let mut directs: std::collections::HashMap<u64, DirectLimiter<S::Algo, ManualClock>> =
+        Default::default();
     let mut now = 0u64;
     for (i, step) in steps.iter().enumerate() {
         let model = models.entry(step.client).or_insert_with(|| subject.model());
@@ -530,16 +537,28 @@ pub fn agree_with_model<S: Subject>(subject: &S, steps: &[Step]) {
         } else {
             limiter.check_n(&step.client, cost).unwrap()
         };
-        // A peek answers what a check would, on a copy of the state.
-        let mut peeked = model.clone();
-        let model = if step.peek { &mut peeked } else { model };
-        let expected = model.admit(now, cost);
+        let direct = directs
+            .entry(step.client)
+            .or_insert_with(|| subject.direct(clock.clone()));
+        let direct_got = if step.peek {
+            direct.peek_n(cost).unwrap()
+        } else {
+            direct.check_n(cost).unwrap()
+        };
+        // A peek answers whether a check would admit, on a copy of the
+        // state, and reports the quota as it stands, taking nothing.
+        let expected = if step.peek {
+            model.clone().admit(now, cost)
+        } else {
+            model.admit(now, cost)
+        };
         let ctx = || {
             format!(
                 "step {i} {step:?} at {now} ns, config {subject:?}",
                 subject = std::any::type_name::<S>()
             )
         };
+        assert_eq!(direct_got, got, "the direct limiter, {}", ctx());
         assert_eq!(got.is_allowed(), expected, "decision, {}", ctx());
         assert_eq!(
             got.remaining(),

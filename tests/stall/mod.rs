@@ -83,3 +83,32 @@ impl Hash for Client {
         self.0.hash(state);
     }
 }
+
+/// A client id whose key hashes to one constant, so that every client
+/// shares one shard (and one probe sequence: the table keeps them in the
+/// order they came, and a rebuild moves them in that order), each hash
+/// counting toward the stall.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OneShard(pub u64);
+
+impl Hash for OneShard {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        count();
+        0u8.hash(state);
+    }
+}
+
+/// Fills a cap of `clients` with clients `0..clients` (each spends a unit),
+/// then has a newcomer denied: the short look for idle clients made at a
+/// full cap finds none, so the next one is skipped (it would wait for a
+/// shard a test holds). Returns the clients denied so far.
+pub fn fill_the_cap<A: tollgate::Algorithm, C: tollgate::Clock>(
+    limiter: &tollgate::Limiter<A, OneShard, C>,
+    clients: u64,
+) -> u64 {
+    for id in 0..clients {
+        assert!(limiter.allow_request(&OneShard(id)));
+    }
+    assert!(!limiter.allow_request(&OneShard(u64::MAX)));
+    limiter.stats().denied_new
+}

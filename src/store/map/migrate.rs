@@ -12,9 +12,12 @@ use crate::cell::{Mortal, Relocation};
 use crate::sync::{Ordering, PlainAtomicU64};
 
 /// A copy of an entry placed in the new table before its old cell is
-/// marked moved: given up on (its slot marked `MOVED`, owning nothing) if
-/// the move ends otherwise, a panic in `relocate` included, so the entry is
-/// never owned by both tables.
+/// forwarded: given up on (its slot marked `MOVED`, owning nothing) if the
+/// move ends otherwise (the old cell retired or refused meanwhile, or a
+/// panic in `relocate`), so the entry is never owned by both tables. No
+/// reader reaches the copy before the forward: a lookup goes on to the new
+/// table only from a forwarded cell, or from a slot that no longer holds
+/// the key, and the old slot is retagged only after the copy is given up.
 struct Placed<'a, K, V> {
     table: &'a Table<K, V>,
     index: Option<usize>,
@@ -50,7 +53,7 @@ impl Drop for Retag<'_> {
     fn drop(&mut self) {
         // Release: as in `Table::mark`: a reader that sees a `MOVED` tag
         // (Acquire, in `Table::find`) sees the copy placed and the old cell
-        // marked moved before it, though none depends on it.
+        // forwarded before it, though none depends on it.
         self.ctrl.store(self.word, Ordering::Release);
     }
 }
@@ -115,8 +118,8 @@ where
     ///
     /// Each group's control word is read once, and written once, when its
     /// last entry has left: until then a moved entry's old slot still reads
-    /// `FULL`, over a cell marked moved, which readers treat as dead and
-    /// pass by for the linked table (see `Map::locate`). The write is made
+    /// `FULL`, over a forwarded cell, which readers pass by for the linked
+    /// table (see `Map::locate`). The write is made
     /// on unwind too ([`Retag`]), so a panic in a key's `Hash` (or in
     /// `relocate`) half way through a group leaves each entry owned by one
     /// table, and the rebuild that finishes the job moves none twice.
@@ -157,11 +160,14 @@ where
     ///
     /// The key's hash comes first (a `Hash` that panics or stalls leaves
     /// the entry where readers find it). A word cell's copy is placed in
-    /// the new table, then the old cell is marked moved by one exchange from
+    /// the new table, then the old cell is forwarded by one exchange from
     /// the very state the copy was made from ([`Mortal::forward`]): a check
     /// that changed the state first makes the exchange fail, and the move
     /// copies the newer state into the same slot and tries again; a check
-    /// that comes after fails against the mark and finds the copy. A handle
+    /// that comes after fails against the mark and finds the copy. A cell
+    /// retired or refused meanwhile makes it fail too, and the next read
+    /// finds it dead: the copy, which no reader can have reached, is given
+    /// up. A handle
     /// ([`Relocation::Same`]) moves bit for bit. A dead cell stays behind:
     /// reported to `on_dead` and marked deleted, or, with no `on_dead` (a
     /// rebuild finished after a panic, which cannot tell whom to report
@@ -256,11 +262,11 @@ where
         // Release: pairs with the Acquire load in `Map::current`, publishing
         // the new table and every slot moved into it.
         shard.table.store(new, Ordering::Release);
-        // SAFETY: the old table is unreachable from the shard now; readers
-        // that still hold it reach the new one through its link. The
-        // collector frees it once every guard pinned before this point is
-        // dropped, and no reader pinned later can reach it.
-        unsafe { guard.defer_destroy(old) };
+        // Unreachable from the shard now; readers that still hold it reach
+        // the new one through its link. Freed by a writer of this map once
+        // every guard pinned before this point is dropped (no reader pinned
+        // later can reach it).
+        self.retired.retire(old, guard);
         // SAFETY: as in `rebuild`.
         unsafe { new.deref() }
     }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Barrier;
 use std::thread;
 
-use super::table::{groups_for, max_used, zero_bytes, LANES, MOVED, SHARD_BITS};
+use super::table::{groups_for, max_used, zero_bytes, FULL, LANES, MOVED, SHARD_BITS};
 use super::*;
 use crate::cell::{Life, StateCell};
 
@@ -120,7 +120,7 @@ fn removal_needs_the_condition_and_a_removed_key_can_come_back() {
 }
 
 #[test]
-fn a_rebuild_marks_the_copy_a_reader_holds_moved_and_carries_its_word() {
+fn a_rebuild_forwards_the_copy_a_reader_holds_and_carries_its_word() {
     let map = map();
     assert!(put(&map, "target".into(), 41));
     let others = neighbours(&map, "target", 64);
@@ -129,7 +129,7 @@ fn a_rebuild_marks_the_copy_a_reader_holds_moved_and_carries_its_word() {
         for (i, key) in others.iter().enumerate() {
             assert!(put(&map, key.clone(), i as u64));
         }
-        assert_eq!(old.life(), Life::Evicted, "the old copy is marked moved");
+        assert_eq!(old.life(), Life::Forwarded, "the old copy is forwarded");
         assert_eq!(word(&map, "target"), Some(41), "the new copy has the word");
     })
     .ok()
@@ -263,23 +263,28 @@ fn a_rebuild_never_forgets_an_unborn_cell() {
     assert_eq!(life, Some(Life::Unborn), "moved as it was, never retired");
 }
 
+/// Each shard's table's slots (0 for a shard with none).
+fn capacities(map: &TestMap) -> Vec<usize> {
+    map.shards
+        .iter()
+        .map(|shard| TestMap::current(shard, &epoch::pin()).map_or(0, Table::capacity))
+        .collect()
+}
+
 #[test]
 fn retain_removes_what_it_is_told_and_shrinks_what_is_left() {
     let map = map();
     for i in 0..N {
         assert!(put(&map, format!("client-{i}"), i));
     }
-    let capacity = || -> usize {
-        map.shards
-            .iter()
-            .map(|shard| {
-                Map::<String, StateCell, foldhash::fast::FixedState>::current(shard, &epoch::pin())
-                    .map_or(0, Table::capacity)
-            })
-            .sum()
-    };
+    let capacity = || -> usize { capacities(&map).into_iter().sum() };
     let before = capacity();
-    let removed = map.retain(|_, cell| cell.load() % 10 != 0, |_| unreachable!(), || ());
+    let removed = map.retain(
+        0,
+        |_, cell| cell.load() % 10 != 0,
+        |_| unreachable!(),
+        || (),
+    );
     assert_eq!(removed, N - N.div_ceil(10));
     // Shrunk: to under half the entries there were, or, where the
     // shards held only a few each (a small N), to one group per shard.
@@ -294,6 +299,29 @@ fn retain_removes_what_it_is_told_and_shrinks_what_is_left() {
         let expected = (i % 10 == 0).then_some(i);
         assert_eq!(word(&map, &format!("client-{i}")), expected);
     }
+}
+
+/// A table of at most `small` slots keeps its size however empty
+/// `retain` leaves it; a larger one is shrunk.
+#[test]
+fn retain_leaves_small_tables_their_size() {
+    let map = map();
+    for i in 0..N {
+        assert!(put(&map, format!("client-{i}"), i));
+    }
+    let before = capacities(&map);
+    let largest = *before.iter().max().unwrap();
+    let _ = map.retain(largest, |_, _| true, |_| unreachable!(), || ());
+    assert_eq!(capacities(&map), before, "no table above {largest} slots");
+    assert_eq!(map.len(), 0);
+    let _ = map.retain(0, |_, _| true, |_| unreachable!(), || ());
+    assert!(
+        capacities(&map)
+            .iter()
+            .zip(&before)
+            .all(|(after, was)| after < was || *was <= LANES),
+        "emptied tables shrink once `small` allows"
+    );
 }
 
 #[test]
@@ -351,17 +379,17 @@ fn readers_racing_inserts_and_removals_see_only_whole_entries() {
                     assert!(map
                         .insert(None, key.clone(), StateCell::new(i), NO_SWEEP, dead, |_| ())
                         .is_ok());
-                    // A copy another thread's rebuild marked moved just
-                    // after the lookup found it reads as the tombstone:
+                    // A copy another thread's rebuild forwarded just after
+                    // the lookup found it reads as the forwarding mark:
                     // look again, and find the live copy.
                     let mut read = word(map, &key);
-                    while read == Some(crate::algorithm::TOMBSTONE) {
+                    while read == Some(crate::algorithm::FORWARDED) {
                         std::hint::spin_loop();
                         read = word(map, &key);
                     }
                     assert_eq!(read, Some(i));
                     if i % 3 == 0 {
-                        // A copy another thread's rebuild marked moved
+                        // A copy another thread's rebuild forwarded
                         // meanwhile cannot be retired: look again, and find
                         // the live copy.
                         while !map
@@ -385,7 +413,7 @@ fn readers_racing_inserts_and_removals_see_only_whole_entries() {
                 let key = format!("t{t}-{i}");
                 if let Ok(word) = map.get(key.as_str(), StateCell::load) {
                     assert!(
-                        word == i || word >= crate::algorithm::UNBORN,
+                        word == i || word >= crate::algorithm::NOT_ALIVE,
                         "{key}: {word}"
                     );
                 }
@@ -731,7 +759,7 @@ impl Drop for Counted {
 }
 
 #[test]
-fn a_retired_table_is_freed_without_waiting_for_dozens_more() {
+fn a_retired_table_expires_without_waiting_for_dozens_more_and_a_writer_frees_it() {
     let map: Map<Counted, StateCell, foldhash::fast::FixedState> =
         Map::with_hasher(foldhash::fast::FixedState::with_seed(7));
     assert!(map
@@ -748,7 +776,7 @@ fn a_retired_table_is_freed_without_waiting_for_dozens_more() {
         .ok()
         .expect("present");
     // One rebuild of the dead key's shard leaves it behind in the retired
-    // table, which drops it when the collector frees the table.
+    // table, which drops it when the table is freed.
     let shard_of = |key: u64| map.hash(&Counted(key, false)) >> (64 - SHARD_BITS);
     let mut reported = 0;
     for key in (1..).filter(|&key| shard_of(key) == shard_of(0)) {
@@ -767,16 +795,38 @@ fn a_retired_table_is_freed_without_waiting_for_dozens_more() {
         }
     }
     assert_eq!(reported, 1, "one rebuild left the dead entry behind");
-    // Pins alone (no flush here): the collector frees what was handed to
-    // it once every thread has moved on. A table kept in this thread's own
+    // Pins alone (no flush here): once every thread has moved on, the
+    // collector marks the table expired. A table kept in this thread's own
     // bag would wait there until dozens more were retired.
     let pins = if cfg!(miri) { 5_000 } else { 1_000_000 };
     for _ in 0..pins {
-        // Relaxed: set by this thread's own frees.
-        if COUNTED_DROPS.load(Ordering::Relaxed) == 1 {
+        if map.retired.any_expired() {
             break;
         }
         drop(epoch::pin());
     }
-    assert_eq!(COUNTED_DROPS.load(Ordering::Relaxed), 1, "freed once");
+    assert!(map.retired.any_expired(), "the retired table expired");
+    // Relaxed: set by this thread's own frees.
+    assert_eq!(
+        COUNTED_DROPS.load(Ordering::Relaxed),
+        0,
+        "a reader's pin never frees a retired table"
+    );
+    // The map's next writer frees it.
+    assert!(map
+        .insert(
+            None,
+            Counted(u64::MAX, false),
+            StateCell::new(0),
+            NO_SWEEP,
+            |_| (),
+            |_| ()
+        )
+        .is_ok());
+    assert_eq!(
+        COUNTED_DROPS.load(Ordering::Relaxed),
+        1,
+        "freed once, by a writer"
+    );
+    assert!(!map.retired.any_expired());
 }

@@ -4,14 +4,19 @@
 //! type, and the sweep's):
 //!
 //! ```text
-//! cargo run --release --example compare                  # markdown table
-//! cargo run --release --example compare -- --memory      # + bytes per client at 1M clients
-//! cargo run --release --example compare -- --json        # one JSON object per line
-//! cargo run --release --example compare -- --threads 1,2,4,8
-//! cargo run --release --example compare -- --quick       # seconds; checks it all works (CI)
-//! cargo run --release --example compare -- --scenarios insert,insert_capped,sweep
-//! cargo run --release --example compare -- --keys IpAddr   # every scenario keyed by IpAddr
+//! cargo run --release -p compare                # markdown table
+//! cargo run --release -p compare -- --memory    # + bytes per client at 1M clients
+//! cargo run --release -p compare -- --json      # one JSON object per line
+//! cargo run --release -p compare -- --threads 1,2,4,8
+//! cargo run --release -p compare -- --quick     # seconds; checks it all works (CI)
+//! cargo run --release -p compare -- --scenarios insert,insert_capped,sweep
+//! cargo run --release -p compare -- --keys IpAddr   # every scenario keyed by IpAddr
 //! ```
+//!
+//! A workspace member of its own (`compare/`), so that the command builds
+//! tollgate, governor and foldhash only; the binary is
+//! `target/release/compare` (for callgrind:
+//! `--toggle-collect='compare::workload::drive*'`).
 //!
 //! Keys are `String`, `u64` and `IpAddr` (IPv6, as a server keys by
 //! address); without `--keys`, `IpAddr` runs only the headline scenarios at
@@ -20,7 +25,9 @@
 //! Besides the checks, it measures what bounding memory costs:
 //! `insert_capped`, new clients against a full `max_clients` cap under each
 //! overflow policy, and `sweep`, one full `sweep()` of a map of idle clients
-//! against governor's `retain_recent()`.
+//! against governor's `retain_recent()`. And `direct`, one budget for
+//! every thread: tollgate's `DirectLimiter` against governor's direct
+//! limiter and tollgate's own keyed limiter on one hot key.
 //!
 //! Every number is the median of several rounds; within a round the
 //! implementations take turns, so a noisy moment hurts them all alike.
@@ -35,22 +42,22 @@ use std::time::{Duration, Instant};
 // The baselines and workloads are shared with `benches/contention.rs`, which
 // includes the same files: cargo cannot share a module between a bench and an
 // example any other way, and neither belongs in the library.
-#[path = "../benches/support/baselines.rs"]
+#[path = "../../benches/support/baselines.rs"]
 mod baselines;
-#[path = "../benches/support/workload.rs"]
+#[path = "../../benches/support/workload.rs"]
 mod workload;
 
 use workload::{
-    all_impls, fresh_keys, fresh_keys_from, impls, in_parallel, make, make_capped, make_stale,
-    prepare, Algo, Data, Impl, Key, Load, Policy, Pool, Sample, Scenario, Subject,
-    EVICTION_SCENARIOS, POLICIES, SCENARIOS,
+    all_impls, direct_impls, fresh_keys, fresh_keys_from, impls, in_parallel, make, make_capped,
+    make_stale, prepare, Algo, Data, Impl, Key, Load, Policy, Pool, Sample, Scenario, Subject,
+    DIRECT_SCENARIOS, EVICTION_SCENARIOS, POLICIES, SCENARIOS,
 };
 
 const HELP: &str = "\
 compare: tollgate against a map of per-client mutexes, a global mutex and governor
 
 USAGE:
-    cargo run --release --example compare -- [OPTIONS]
+    cargo run --release -p compare -- [OPTIONS]
 
 OPTIONS:
     --threads LIST   thread counts to run, comma-separated [default: 1,2,4]
@@ -83,7 +90,10 @@ OPTIONS:
                      tokens per hour, one exchange) and two-limiters (two
                      limiters checked one after the other); so does
                      tollgate/tiered-token-bucket (`Builder::reconfigurable`:
-                     the scenario's bucket, its quota changeable at run time)
+                     the scenario's bucket, its quota changeable at run time).
+                     The direct scenario runs tollgate-direct,
+                     governor-direct and tollgate/token-bucket (on one hot
+                     key), or those of them named here
     --keys LIST      only these key types: String, u64, IpAddr (IPv6
                      addresses in 2001:db8::/32). Without --keys all three
                      run, but IpAddr only in hot_allowed, hot_denied,
@@ -105,9 +115,11 @@ implementation is filled once per key type, and --quick uses 10k), insert
 (every check a new client), insert_capped (every check a new client, tollgate
 holding max_clients(100000) clients none of which is idle, once per
 overflow policy), sweep (one full sweep of 400k idle clients, tollgate's
-sweep() against governor's retain_recent(), single-threaded). The two
-eviction scenarios run at most 3 rounds: filling their maps is slow. Keys:
-String, u64 and IpAddr (see --keys).
+sweep() against governor's retain_recent(), single-threaded), direct (one
+budget for every thread: tollgate's DirectLimiter against governor's direct
+limiter and tollgate's keyed limiter on one hot key). The two eviction
+scenarios run at most 3 rounds: filling their maps is slow. Keys: String,
+u64 and IpAddr (see --keys).
 
 ns/op is the cost of one check as each thread sees it (wall time x threads /
 checks); Mops/s is all threads together. A ratio `x mutex-map` of 3.0 means
@@ -116,7 +128,7 @@ a fixed thread count).
 
 On a shared machine, give the run the cores (as root): other sessions'
 compilers can otherwise take one in the middle of a two-thread round:
-    setsid bash -c 'echo -19 > /proc/self/autogroup; exec cargo run --release --example compare'
+    setsid bash -c 'echo -19 > /proc/self/autogroup; exec cargo run --release -p compare'
 ";
 
 /// Wall time aimed at for one timed run.
@@ -149,6 +161,8 @@ struct Options {
     quick: bool,
     scenarios: Vec<Scenario>,
     impls: Vec<Impl>,
+    /// Whether `--impls` was given: see [`Options::direct`].
+    impls_given: bool,
     keys: Vec<&'static str>,
     /// Whether `--keys` was given: see [`Options::for_key`].
     keys_given: bool,
@@ -187,6 +201,15 @@ impl Options {
         (!o.scenarios.is_empty() && !o.impls.is_empty()).then_some(o)
     }
 
+    /// What the `direct` scenario runs: without `--impls`, the two direct
+    /// limiters and tollgate's hot key; with it, those of them it names.
+    fn direct(&self) -> Vec<Impl> {
+        direct_impls()
+            .into_iter()
+            .filter(|i| !self.impls_given || self.impls.contains(i))
+            .collect()
+    }
+
     /// Each key type selected, with what runs for it.
     fn plan(&self) -> Vec<(&'static str, Options)> {
         self.keys
@@ -199,10 +222,12 @@ impl Options {
 /// Every key type, in the order they run and print.
 const KEYS: &[&str] = &["String", "u64", "IpAddr"];
 
-/// The check scenarios, then the eviction measurements.
+/// The check scenarios, the direct limiters', then the eviction
+/// measurements.
 fn all_scenarios() -> Vec<Scenario> {
     SCENARIOS
         .iter()
+        .chain(DIRECT_SCENARIOS)
         .chain(EVICTION_SCENARIOS)
         .copied()
         .collect()
@@ -257,6 +282,7 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
         quick: false,
         scenarios: all_scenarios(),
         impls: impls(),
+        impls_given: false,
         keys: KEYS.to_vec(),
         keys_given: false,
         ops: None,
@@ -296,6 +322,7 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
                 o.impls = select("--impls", &list, &all_impls(), |i, w| {
                     i.name() == w || i.label() == w
                 })?;
+                o.impls_given = true;
             }
             "--keys" => {
                 let list = value("--keys")?;
@@ -455,8 +482,16 @@ fn run_key<K: Key>(
         0
     };
     let data = Data::<K>::sized(sizes.clients, many);
-    let all = &o.impls;
+    let direct = o.direct();
     for &scenario in &o.scenarios {
+        let all = if scenario == Scenario::Direct {
+            &direct
+        } else {
+            &o.impls
+        };
+        if all.is_empty() {
+            continue;
+        }
         match scenario {
             Scenario::InsertCapped => {
                 run_capped(o, sizes, &data, pools, progress, rows, problems);
@@ -889,6 +924,44 @@ fn print_tiered(rows: &[Row]) {
     );
 }
 
+/// The direct limiters, if they ran: tollgate's against governor's and
+/// against tollgate's keyed limiter on one hot key.
+fn print_direct(rows: &[Row]) {
+    let ran: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.scenario == Scenario::Direct && r.imp == Impl::TollgateDirect)
+        .collect();
+    if ran.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "| scenario | key | threads | tollgate direct ns/op | governor direct ns/op | × governor direct | tollgate hot key ns/op | × hot key | allowed |"
+    );
+    println!("|---|---|--:|--:|--:|--:|--:|--:|--:|");
+    for r in ran {
+        let ours = r.sample.ns_per_op();
+        let governor = find(rows, r, Impl::GovernorDirect);
+        let keyed = find(rows, r, Impl::Tollgate(Algo::TokenBucket));
+        println!(
+            "| {} | {} | {} | {:.1} | {} | {} | {} | {} | {:.0}% |",
+            r.scenario.name(),
+            r.key,
+            r.threads,
+            ours,
+            cell(governor),
+            ratio(governor, ours),
+            cell(keyed),
+            ratio(keyed, ours),
+            r.sample.allowed_ratio() * 100.0,
+        );
+    }
+    println!();
+    println!(
+        "Direct: one budget for every thread, never exhausted (the hot_allowed bucket). tollgate's `DirectLimiter` (`Builder::build_direct`), governor's `RateLimiter::direct`, and tollgate's keyed limiter checking one hot key of the row's key type (the direct limiters never read the key). × X: X's ns/op over tollgate direct's."
+    );
+}
+
 /// The `insert_capped` and `sweep` tables, if either ran.
 fn print_eviction(rows: &[Row], sizes: &Sizes, cap: usize) {
     let at = |scenario: Scenario, imp: Impl, policy: Option<Policy>, key: &str, threads: usize| {
@@ -1174,6 +1247,7 @@ fn check(o: &Options, rows: &[Row], memory: &[Memory], problems: &[String]) -> R
         .count();
     let expected_cells = KEYS.len()
         * (SCENARIOS.len() * all.len() * o.threads.len()
+            + direct_impls().len() * o.threads.len()
             + tollgates * POLICIES.len() * o.threads.len()
             + tollgates
             + 1);
@@ -1197,7 +1271,7 @@ fn check(o: &Options, rows: &[Row], memory: &[Memory], problems: &[String]) -> R
             Scenario::Insert | Scenario::Uniform | Scenario::Uniform1M => {
                 r.sample.allowed == r.sample.ops
             }
-            Scenario::HotAllowed => allowed > 0.5,
+            Scenario::HotAllowed | Scenario::Direct => allowed > 0.5,
             Scenario::InsertCapped => match r.policy {
                 Some(Policy::DenyNew) => r.sample.allowed == 0,
                 Some(_) => r.sample.allowed == r.sample.ops,
@@ -1292,6 +1366,7 @@ fn main() -> ExitCode {
                 Scenario::InsertCapped if tollgate_algos(ko).is_empty() => 0,
                 Scenario::Sweep if sweep_impls(ko).is_empty() => 0,
                 Scenario::Sweep => sizes.sweep_rounds,
+                Scenario::Direct if ko.direct().is_empty() => 0,
                 _ => o.threads.len(),
             })
         })
@@ -1360,6 +1435,7 @@ fn main() -> ExitCode {
             print_two_limits(&rows);
             print_tiered(&rows);
         }
+        print_direct(&rows);
         print_eviction(&rows, &sizes, sizes.clients);
         if !mem.is_empty() {
             println!();

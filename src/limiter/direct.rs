@@ -1,0 +1,261 @@
+//! One budget for every caller: [`DirectLimiter`], a limiter with no
+//! clients, whose state is one cell beside its settings and clock, with no
+//! table to look it up in.
+
+use core::fmt;
+
+use crossbeam_utils::CachePadded;
+
+use crate::cell::Algorithm;
+use crate::clock::{Clock, MonotonicClock};
+use crate::decision::Decision;
+use crate::error::CostError;
+
+/// A limiter with one budget for every caller (a whole service's calls to
+/// an upstream API, a background job's writes), on the same algorithms and
+/// [`Decision`]s as a keyed [`Limiter`](crate::Limiter), with no clients:
+/// its state is one cell (for the word algorithms, one 64-bit word; for two
+/// limits held together, two words updated as one), with no table and no
+/// key to hash.
+///
+/// Build one with the same builder as a keyed limiter, ending in
+/// [`build_direct`](crate::Builder::build_direct). A check reads the clock
+/// once and, if it admits, makes one compare-and-swap of the state; a
+/// denial writes nothing. Checks never take a lock or wait for another
+/// thread. Share it by reference or in an `Arc`.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::TokenBucket;
+///
+/// // At most 100 calls a second to the upstream, in bursts of up to 10.
+/// let upstream = TokenBucket::builder()
+///     .rate(100, Duration::from_secs(1))
+///     .capacity(10)
+///     .build_direct()?;
+/// let sent = (0..50).filter(|_| upstream.allow()).count();
+/// assert!((10..50).contains(&sent));
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+pub struct DirectLimiter<A: Algorithm, C = MonotonicClock> {
+    /// On a cache line of its own: a check's exchange of it leaves the
+    /// settings and the clock, which every check reads, where other cores
+    /// keep them.
+    cell: CachePadded<A::Cell>,
+    algorithm: A,
+    clock: C,
+}
+
+impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
+    pub(crate) fn new(algorithm: A, clock: C) -> Self {
+        Self {
+            cell: CachePadded::new(algorithm.new_cell()),
+            algorithm,
+            clock,
+        }
+    }
+
+    /// Whether one request may proceed now. An admitted request is
+    /// recorded; a denied one changes nothing. The fastest check: it
+    /// computes no figures for a [`Decision`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::FixedWindow;
+    ///
+    /// let limiter = FixedWindow::builder()
+    ///     .limit(2)
+    ///     .window(Duration::from_secs(60))
+    ///     .build_direct()?;
+    /// assert!(limiter.allow());
+    /// assert!(limiter.allow());
+    /// assert!(!limiter.allow());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[inline]
+    #[must_use]
+    pub fn allow(&self) -> bool {
+        let now = self.clock.now_nanos();
+        // Never `None`: the cell is never retired (nothing evicts, resets
+        // or moves it), so it is alive for the limiter's whole life.
+        self.algorithm.try_admit(&self.cell, now, 1) == Some(true)
+    }
+
+    /// Checks one request and says how much quota is left and, if denied,
+    /// when to retry.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(2, Duration::from_secs(1))
+    ///     .build_direct()?;
+    /// assert_eq!(limiter.check().remaining(), 1);
+    /// assert_eq!(limiter.check().remaining(), 0);
+    /// let denied = limiter.check();
+    /// assert!(denied.is_denied());
+    /// assert!(denied.retry_after() > Duration::ZERO);
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[inline]
+    pub fn check(&self) -> Decision {
+        self.decide(1)
+    }
+
+    /// Checks a request that costs `cost` units at once: all of it is
+    /// admitted or none. A cost of 0 is always admitted and records
+    /// nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`CostError`] if `cost` exceeds the capacity (token bucket) or limit
+    /// (windows), since such a request could never be admitted.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .build_direct()?;
+    /// assert!(limiter.check_n(7).unwrap().is_allowed());
+    /// assert!(limiter.check_n(7).unwrap().is_denied());
+    /// assert!(limiter.check_n(11).is_err());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn check_n(&self, cost: u64) -> Result<Decision, CostError> {
+        if cost == 0 {
+            return self.peek_n(0);
+        }
+        self.check_cost(cost)?;
+        Ok(self.decide(cost))
+    }
+
+    fn decide(&self, cost: u64) -> Decision {
+        let now = self.clock.now_nanos();
+        self.algorithm
+            .decide(&self.cell, now, cost)
+            .expect("a direct limiter's cell is never retired")
+    }
+
+    /// What [`check`](DirectLimiter::check) would decide now, recording
+    /// nothing: whether it would admit, and when to retry if not, with the
+    /// quota as it stands ([`remaining`](Decision::remaining) is what is
+    /// left now, not what a check would leave).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::FixedWindow;
+    ///
+    /// let limiter = FixedWindow::builder()
+    ///     .limit(3)
+    ///     .window(Duration::from_secs(60))
+    ///     .build_direct()?;
+    /// assert!(limiter.allow());
+    /// let peeked = limiter.peek();
+    /// assert!(peeked.is_allowed());
+    /// assert_eq!(peeked.remaining(), 2, "two left now");
+    /// assert_eq!(limiter.check().remaining(), 1, "and one after a check");
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn peek(&self) -> Decision {
+        self.peek_cost(1)
+    }
+
+    /// What [`check_n`](DirectLimiter::check_n) would decide now,
+    /// recording nothing, with the quota as it stands.
+    ///
+    /// # Errors
+    ///
+    /// [`CostError`] if `cost` exceeds the capacity or limit.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder().rate(5, Duration::from_secs(1)).build_direct()?;
+    /// assert!(limiter.peek_n(5).unwrap().is_allowed());
+    /// assert!(limiter.peek_n(6).is_err());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn peek_n(&self, cost: u64) -> Result<Decision, CostError> {
+        if cost == 0 {
+            // Nothing to admit: allowed, with the quota as it stands.
+            let now = self.clock.now_nanos();
+            return Ok(self.algorithm.quota(&self.cell, now));
+        }
+        self.check_cost(cost)?;
+        Ok(self.peek_cost(cost))
+    }
+
+    fn peek_cost(&self, cost: u64) -> Decision {
+        let now = self.clock.now_nanos();
+        self.algorithm.peek(&self.cell, now, cost)
+    }
+
+    fn check_cost(&self, cost: u64) -> Result<(), CostError> {
+        super::within_capacity(&self.algorithm, cost)
+    }
+
+    /// The algorithm and its validated settings.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder().rate(5, Duration::from_secs(1)).build_direct()?;
+    /// println!("{:?}", limiter.algorithm());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn algorithm(&self) -> &A {
+        &self.algorithm
+    }
+
+    /// The clock the limiter reads.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{ManualClock, TokenBucket};
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(1, Duration::from_secs(1))
+    ///     .clock(ManualClock::new())
+    ///     .build_direct()?;
+    /// assert!(limiter.allow());
+    /// assert!(!limiter.allow());
+    /// limiter.clock().advance(Duration::from_secs(1));
+    /// assert!(limiter.allow());
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+}
+
+impl<A: Algorithm + fmt::Debug, C: fmt::Debug> fmt::Debug for DirectLimiter<A, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DirectLimiter")
+            .field("algorithm", &self.algorithm)
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}

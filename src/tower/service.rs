@@ -1,0 +1,321 @@
+//! The service a [`RateLimitLayer`](super::RateLimitLayer) makes, and its
+//! response future: key, check, then call the inner service or answer.
+
+use core::fmt;
+use core::future::Future;
+use core::mem;
+use core::pin::Pin;
+use core::task::{ready, Context, Poll, Waker};
+use core::time::Duration;
+use std::sync::Arc;
+
+use ::tower::Service;
+use http::request::Parts;
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+
+use super::key::{Extraction, KeyExtractor};
+use super::refusal::Refusal;
+use super::response::{Respond, Stamp};
+use super::Shared;
+use crate::check::{AsyncCheck, CheckError};
+use crate::decision::Decision;
+
+/// The service [`RateLimitLayer`](super::RateLimitLayer) wraps around an inner service. Clones
+/// share the layer's limiter.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use http::{Request, Response};
+/// use tollgate::tower::{KeyFn, Extraction, RateLimitLayer};
+/// use tollgate::SlidingWindowCounter;
+/// use tower::{service_fn, Layer};
+///
+/// let limiter = SlidingWindowCounter::builder().limit(5).window(Duration::from_secs(1)).build()?;
+/// let everyone = KeyFn::new(|_: &http::request::Parts| Extraction::Key(String::from("all")));
+/// let service = RateLimitLayer::new(limiter, everyone).layer(service_fn(|_: Request<String>| async {
+///     Ok::<_, std::convert::Infallible>(Response::new(String::new()))
+/// }));
+/// let _clone = service.clone(); // the same five requests per second
+/// # Ok::<(), tollgate::ConfigError>(())
+/// ```
+pub struct RateLimitService<S, C, E: KeyExtractor> {
+    inner: S,
+    shared: Arc<Shared<C, E>>,
+}
+
+impl<S, C, E: KeyExtractor> RateLimitService<S, C, E> {
+    pub(super) fn new(inner: S, shared: Arc<Shared<C, E>>) -> Self {
+        Self { inner, shared }
+    }
+}
+
+impl<S: Clone, C, E: KeyExtractor> Clone for RateLimitService<S, C, E> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: fmt::Debug, C, E: KeyExtractor + fmt::Debug> fmt::Debug for RateLimitService<S, C, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitService")
+            .field("inner", &self.inner)
+            .field("limit", &self.shared)
+            .finish()
+    }
+}
+
+impl<S, C, E, B, R> Service<Request<B>> for RateLimitService<S, C, E>
+where
+    S: Service<Request<B>, Response = Response<R>> + Clone,
+    C: AsyncCheck<E::Key>,
+    E: KeyExtractor,
+    R: From<String>,
+{
+    type Response = Response<R>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, B>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let (mut parts, body) = request.into_parts();
+        let shared = &*self.shared;
+        if shared.skip.as_ref().is_some_and(|skip| skip(&parts)) {
+            return ResponseFuture::calling(
+                self.inner.call(Request::from_parts(parts, body)),
+                None,
+            );
+        }
+        let key = match shared.extractor.extract(&parts) {
+            Extraction::Key(key) => key,
+            Extraction::Skip => {
+                return ResponseFuture::calling(
+                    self.inner.call(Request::from_parts(parts, body)),
+                    None,
+                )
+            }
+            Extraction::Reject(rejection) => {
+                return ResponseFuture::ready(shared.respond.refuse(
+                    Refusal::Rejected {
+                        rejection: &rejection,
+                    },
+                    &parts,
+                    None,
+                ))
+            }
+        };
+        let pk = shared
+            .partition_key
+            .as_ref()
+            .map(|f| super::sf::sf_bytes(&f(&key)));
+        let mut check = shared.limiter.check(&key, 1);
+        // An in-process limiter's decision is ready at once: act on it now,
+        // reading it where the check left it rather than moving it out.
+        // The no-op waker is never woken; a pending check is polled again,
+        // with the task's waker, by the response future.
+        let mut noop = Context::from_waker(Waker::noop());
+        match &Pin::new(&mut check).poll(&mut noop) {
+            Poll::Ready(result) => match judge(result, &mut parts, &shared.respond, pk) {
+                Ok(stamp) => ResponseFuture::calling(
+                    self.inner.call(Request::from_parts(parts, body)),
+                    stamp,
+                ),
+                Err(refused) => ResponseFuture::ready(refused),
+            },
+            Poll::Pending => {
+                // The readied inner service goes with the request; this
+                // service keeps a clone, which it readies on its next call.
+                let clone = self.inner.clone();
+                let readied = mem::replace(&mut self.inner, clone);
+                ResponseFuture {
+                    state: State::Checking {
+                        waiting: Some(Box::new(Waiting {
+                            check: Box::new(check),
+                            inner: readied,
+                            parts,
+                            body,
+                            respond: Arc::clone(&shared.respond),
+                            pk,
+                        })),
+                    },
+                }
+            }
+        }
+    }
+}
+
+type CheckFuture = Box<dyn Future<Output = Result<Decision, CheckError>> + Send + Unpin>;
+
+/// A request whose check is still pending, with the inner service readied
+/// for it.
+struct Waiting<S, B> {
+    check: CheckFuture,
+    inner: S,
+    parts: Parts,
+    body: B,
+    respond: Arc<Respond>,
+    pk: Option<String>,
+}
+
+/// Acts on a decision: the headers for the inner service's response (and
+/// the decision in the request's extensions), or the layer's refusal. The
+/// request's head is borrowed, not moved, so that it is copied no more
+/// than its way through `into_parts` and `from_parts` needs.
+#[inline(always)]
+fn judge<R: From<String>>(
+    result: &Result<Decision, CheckError>,
+    parts: &mut Parts,
+    respond: &Respond,
+    pk: Option<String>,
+) -> Result<Option<Stamp>, Response<R>> {
+    let decision = match result {
+        Ok(decision) => decision,
+        Err(error) => {
+            return Err(respond.refuse(Refusal::Unavailable { error }, parts, None));
+        }
+    };
+    if decision.is_denied() {
+        let retry_after = Duration::from_secs(respond.retry_after(decision));
+        return Err(respond.refuse(
+            Refusal::Limited {
+                decision,
+                retry_after,
+                policy: respond.plain_name(),
+            },
+            parts,
+            pk.as_deref(),
+        ));
+    }
+    let stamp = respond
+        .stamps_admitted(decision)
+        .then(|| respond.stamp(decision, pk.as_deref()));
+    if respond.extension {
+        parts.extensions.insert(*decision);
+    }
+    Ok(stamp)
+}
+
+pin_project! {
+    /// The response future of a [`RateLimitService`]: the inner service's
+    /// response with the rate-limit headers added, or the layer's own
+    /// `429` or rejection.
+    pub struct ResponseFuture<S, B>
+    where
+        S: Service<Request<B>>,
+    {
+        #[pin]
+        state: State<S, B>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, B>
+    where
+        S: Service<Request<B>>,
+    {
+        Checking { waiting: Option<Box<Waiting<S, B>>> },
+        Calling { #[pin] future: S::Future, stamp: Option<Stamp> },
+        Ready { response: Option<S::Response> },
+    }
+}
+
+impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
+    fn calling(future: S::Future, stamp: Option<Stamp>) -> Self {
+        Self {
+            state: State::Calling { future, stamp },
+        }
+    }
+
+    fn ready(response: S::Response) -> Self {
+        Self {
+            state: State::Ready {
+                response: Some(response),
+            },
+        }
+    }
+}
+
+impl<S: Service<Request<B>>, B> fmt::Debug for ResponseFuture<S, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.state {
+            State::Checking { .. } => "checking",
+            State::Calling { .. } => "calling",
+            State::Ready { .. } => "ready",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .finish()
+    }
+}
+
+/// The pending check's end: the decision acted on, once it is in. Out of
+/// line, to keep the response future's common path (the inner service's
+/// response) short.
+#[inline(never)]
+fn checked<S, B, R>(
+    waiting: &mut Option<Box<Waiting<S, B>>>,
+    cx: &mut Context<'_>,
+) -> Poll<ResponseFuture<S, B>>
+where
+    S: Service<Request<B>, Response = Response<R>>,
+    R: From<String>,
+{
+    let pending = waiting.as_mut().expect("polled after completion");
+    let result = ready!(Pin::new(&mut pending.check).poll(cx));
+    let Waiting {
+        mut inner,
+        mut parts,
+        body,
+        respond,
+        pk,
+        ..
+    } = *waiting.take().expect("checked above");
+    Poll::Ready(match judge(&result, &mut parts, &respond, pk) {
+        Ok(stamp) => ResponseFuture::calling(inner.call(Request::from_parts(parts, body)), stamp),
+        Err(refused) => ResponseFuture::ready(refused),
+    })
+}
+
+impl<S, B, R> Future for ResponseFuture<S, B>
+where
+    S: Service<Request<B>, Response = Response<R>>,
+    R: From<String>,
+{
+    type Output = Result<Response<R>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.project().state;
+        loop {
+            match state.as_mut().project() {
+                StateProj::Checking { waiting } => {
+                    let next = ready!(checked(waiting, cx));
+                    state.set(next.state);
+                }
+                StateProj::Calling { future, stamp } => {
+                    // The response is stamped where the inner future left
+                    // it, in the output, rather than moved out and back.
+                    let mut output = future.poll(cx);
+                    if let Poll::Ready(Ok(response)) = &mut output {
+                        if let Some(stamp) = stamp.take() {
+                            stamp.apply(response.headers_mut());
+                        }
+                    }
+                    return output;
+                }
+                StateProj::Ready { response } => {
+                    return Poll::Ready(Ok(response.take().expect("polled after completion")))
+                }
+            }
+        }
+    }
+}

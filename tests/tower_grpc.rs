@@ -1,0 +1,285 @@
+//! The layer in front of gRPC: a real tonic server and a real tonic client
+//! on loopback. A refused call is `RESOURCE_EXHAUSTED` with the retry
+//! delay the client decodes (`tonic_types::StatusExt`), a failed check
+//! `UNAVAILABLE` that quotes nothing internal, an extractor's rejection a
+//! fitting code; the rate-limit fields travel as metadata. And one limiter
+//! shared by an axum route and a tonic service on one port draws from one
+//! budget. A `ManualClock`, a few calls each, loopback only.
+
+// `cargo test --features axum`; the loom models skip it.
+#![cfg(not(feature = "loom"))]
+
+mod serve;
+
+use std::convert::Infallible;
+use std::future::{ready, Ready};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use axum::routing::get;
+use bytes::Bytes;
+use http::StatusCode;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use serve::serve;
+use tokio::net::{TcpListener, TcpStream};
+use tollgate::tower::{HeaderKey, PeerIp, RateLimitLayer};
+use tollgate::{AsyncCheck, CheckError, Decision, FixedWindow, ManualClock, Quota};
+use tonic::transport::server::{TcpConnectInfo, TcpIncoming};
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+use tonic_types::StatusExt;
+use tower::ServiceBuilder;
+
+/// The example's service: `/tollgate.example.Echo/Say` echoes its
+/// message, raw bytes through a pass-through codec, without codegen.
+#[allow(dead_code)]
+#[path = "../examples/grpc.rs"]
+mod example;
+
+use example::Echo;
+
+/// One call of `Say` over `channel`, with `metadata`.
+async fn say(
+    channel: &Channel,
+    metadata: &[(&'static str, &'static str)],
+) -> Result<tonic::Response<Bytes>, Status> {
+    let mut request = tonic::Request::new(Bytes::from_static(b"hello"));
+    for (name, value) in metadata {
+        request.metadata_mut().insert(*name, value.parse().unwrap());
+    }
+    example::say(channel, request).await
+}
+
+async fn channel(addr: SocketAddr) -> Channel {
+    Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .unwrap()
+}
+
+fn window(limit: u64, clock: &ManualClock) -> tollgate::Limiter<FixedWindow, IpAddr, ManualClock> {
+    FixedWindow::builder()
+        .limit(limit)
+        .window(Duration::from_secs(60))
+        .key_type::<IpAddr>()
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
+/// Serves `Echo` with tonic's own server, behind `layer` (whose inner
+/// service answers in axum's body type, which the layer builds its own
+/// responses in); the address.
+async fn tonic_server<L>(layer: L) -> SocketAddr
+where
+    L: tower::Layer<
+            tower::util::MapResponse<
+                tonic::service::Routes,
+                fn(http::Response<tonic::body::Body>) -> http::Response<axum::body::Body>,
+            >,
+        > + Clone
+        + Send
+        + 'static,
+    L::Service: tower::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<axum::body::Body>,
+            Error = Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    <L::Service as tower::Service<http::Request<tonic::body::Body>>>::Future: Send,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let to_axum: fn(http::Response<tonic::body::Body>) -> http::Response<axum::body::Body> =
+        |r| r.map(axum::body::Body::new);
+    let stack = ServiceBuilder::new().layer(layer).map_response(to_axum);
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .layer(stack)
+            .add_service(Echo)
+            .serve_with_incoming(TcpIncoming::from(listener))
+            .await
+            .unwrap();
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_refused_call_is_resource_exhausted_with_a_retry_delay() {
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::new(
+        window(2, &clock),
+        PeerIp::new().peer_from(TcpConnectInfo::remote_addr),
+    )
+    .policy_name("calls")
+    .unwrap();
+    let addr = tonic_server(layer).await;
+    let channel = channel(addr).await;
+    for remaining in ["1", "0"] {
+        let ok = say(&channel, &[]).await.unwrap();
+        assert_eq!(ok.get_ref(), &Bytes::from_static(b"hello"));
+        // The rate-limit fields travel as the response's metadata.
+        let metadata = ok.metadata();
+        assert_eq!(
+            metadata.get("ratelimit").unwrap(),
+            &format!("\"calls\";r={remaining};t=60")
+        );
+        assert_eq!(
+            metadata.get("ratelimit-policy").unwrap(),
+            "\"calls\";q=2;w=60"
+        );
+    }
+    let status = say(&channel, &[]).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("The rate limit of 2 requests per 60 s is exhausted"),
+        "{}",
+        status.message()
+    );
+    let retry = status.get_details_retry_info().expect("RetryInfo");
+    assert_eq!(retry.retry_delay, Some(Duration::from_secs(60)));
+    let quota = status.get_details_quota_failure().expect("QuotaFailure");
+    assert_eq!(quota.violations.len(), 1);
+    assert_eq!(quota.violations[0].quota_id, "calls");
+    assert_eq!(quota.violations[0].quota_value, 2);
+    assert_eq!(quota.violations[0].description, "2 requests per 60 s");
+    // The rate-limit fields and the wait, as the status's metadata.
+    let metadata = status.metadata();
+    assert_eq!(metadata.get("ratelimit").unwrap(), "\"calls\";r=0;t=60");
+    assert_eq!(metadata.get("retry-after").unwrap(), "60");
+    assert_eq!(metadata.get("grpc-retry-pushback-ms").unwrap(), "60000");
+
+    // The window turns: admitted again.
+    clock.advance(Duration::from_secs(60));
+    assert!(say(&channel, &[]).await.is_ok());
+}
+
+/// A limiter whose store is down, saying so with internals.
+#[derive(Debug)]
+struct Down;
+
+impl AsyncCheck<IpAddr> for Down {
+    type Future = Ready<Result<Decision, CheckError>>;
+    fn check(&self, _: &IpAddr, _: u64) -> Self::Future {
+        ready(Err(CheckError::new(
+            "NOSCRIPT sha 3f1c0a9e key rl:{api-key-s3cr3t}",
+        )))
+    }
+    fn quota(&self) -> Quota {
+        Quota::new(10, Duration::from_secs(60))
+    }
+}
+
+#[tokio::test]
+async fn a_failed_check_is_unavailable_and_a_rejection_has_its_code() {
+    let addr = tonic_server(RateLimitLayer::new(
+        Down,
+        PeerIp::new().peer_from(TcpConnectInfo::remote_addr),
+    ))
+    .await;
+    let status = say(&channel(addr).await, &[]).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    for internal in ["NOSCRIPT", "3f1c0a9e", "s3cr3t"] {
+        assert!(!status.message().contains(internal), "{}", status.message());
+    }
+    assert!(status.get_details_retry_info().is_none());
+
+    let clock = ManualClock::new();
+    let keyed = FixedWindow::builder()
+        .limit(1)
+        .window(Duration::from_secs(60))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let api_key = HeaderKey::new(http::HeaderName::from_static("x-api-key"));
+    let addr = tonic_server(RateLimitLayer::new(keyed, api_key)).await;
+    let channel = channel(addr).await;
+    let status = say(&channel, &[]).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    assert!(
+        status.message().contains("x-api-key"),
+        "{}",
+        status.message()
+    );
+    assert!(say(&channel, &[("x-api-key", "k")]).await.is_ok());
+    let status = say(&channel, &[("x-api-key", "k")]).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+}
+
+// ---------------------------------------------------------------------------
+// axum and tonic on one port, one limiter.
+
+async fn http_get(server: SocketAddr) -> StatusCode {
+    let stream = TcpStream::connect(server).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let request = http::Request::get("/hello")
+        .header("host", server.to_string())
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(10), sender.send_request(request))
+        .await
+        .expect("a response within 10 s")
+        .unwrap();
+    let status = response.status();
+    let _ = response.into_body().collect().await;
+    status
+}
+
+#[tokio::test]
+async fn an_axum_route_and_a_tonic_service_on_one_port_share_one_budget() {
+    let clock = ManualClock::new();
+    let grpc = tonic::service::Routes::new(Echo).into_axum_router();
+    let app = axum::Router::new()
+        .route("/hello", get(|| async { "hello" }))
+        .merge(grpc)
+        .layer(RateLimitLayer::new(window(4, &clock), PeerIp::new()));
+    let addr = serve(app).await;
+    let channel = channel(addr).await;
+    // Four in all, whichever way they come.
+    assert_eq!(http_get(addr).await, StatusCode::OK);
+    let ok = say(&channel, &[]).await.unwrap();
+    assert_eq!(
+        ok.metadata().get("ratelimit").unwrap(),
+        "\"default\";r=2;t=60"
+    );
+    assert_eq!(http_get(addr).await, StatusCode::OK);
+    assert!(say(&channel, &[]).await.is_ok());
+    // Then neither way.
+    let status = say(&channel, &[]).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert_eq!(
+        status.get_details_retry_info().unwrap().retry_delay,
+        Some(Duration::from_secs(60))
+    );
+    assert_eq!(http_get(addr).await, StatusCode::TOO_MANY_REQUESTS);
+}
+
+/// The example's own app (three calls a minute per client, a real clock),
+/// as its `main` runs it.
+#[tokio::test]
+async fn the_example_app_refuses_the_fourth_call() {
+    let addr = serve(example::app(3)).await;
+    let channel = channel(addr).await;
+    assert_eq!(http_get(addr).await, StatusCode::OK);
+    assert!(say(&channel, &[]).await.is_ok());
+    assert!(say(&channel, &[]).await.is_ok());
+    let status = say(&channel, &[]).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    let delay = status
+        .get_details_retry_info()
+        .unwrap()
+        .retry_delay
+        .unwrap();
+    assert!((1..=20).contains(&delay.as_secs()), "{delay:?}");
+    assert_eq!(http_get(addr).await, StatusCode::TOO_MANY_REQUESTS);
+}
