@@ -241,6 +241,8 @@ pub mod redis;
 mod reservation;
 mod store;
 mod sync;
+#[cfg(feature = "metrics")]
+mod telemetry;
 #[cfg(feature = "tower")]
 pub mod tower;
 #[cfg(feature = "tokio")]

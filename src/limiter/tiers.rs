@@ -428,6 +428,8 @@ where
     C: Clock,
 {
     let _one_at_a_time = one_at_a_time(limiter);
+    #[cfg(feature = "tracing")]
+    let granted = FromParams::granted(&quota);
     let algorithm = &limiter.algorithm;
     // Every client's state is carried into a new one: no booking made
     // before the change gives anything back after it.
@@ -438,4 +440,6 @@ where
                 .rebuild_all(|cell| algorithm.carry(cell, || limiter.clock.now_nanos()));
         });
     });
+    #[cfg(feature = "tracing")]
+    limiter.quota_changed(tier, granted);
 }
