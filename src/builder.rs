@@ -98,7 +98,7 @@ impl<A, K, C> Builder<A, K, C> {
     /// The algorithm settings alone, for a second limit or a tier's quota
     /// (whose clock, memory settings and resolver would not apply): an
     /// error naming the first such setting given.
-    fn quota_params(self) -> Result<Params, ConfigError> {
+    pub(crate) fn quota_params(self) -> Result<Params, ConfigError> {
         if let Some(conflict) = self.conflict {
             return Err(conflict);
         }
@@ -128,6 +128,26 @@ impl<A, K, C> Builder<A, K, C> {
             );
         }
         Ok(self.params)
+    }
+}
+
+/// What a Redis limiter's builder needs to know of this one's settings
+/// that it would not apply.
+#[cfg(feature = "redis")]
+impl<A, K, C> Builder<A, K, C> {
+    /// The setting given where it would not apply, if any.
+    pub(crate) fn conflict(&self) -> Option<ConfigError> {
+        self.conflict.clone()
+    }
+
+    /// Whether a clock was given.
+    pub(crate) fn has_clock(&self) -> bool {
+        self.clock.is_ok()
+    }
+
+    /// Whether a resolver of tiers was given.
+    pub(crate) fn has_tier_by(&self) -> bool {
+        self.tier_by.is_some()
     }
 }
 
@@ -368,8 +388,9 @@ impl<A, K, C> Builder<A, K, C> {
         self
     }
 
-    /// The window's length. Windows are aligned to the clock's origin:
-    /// window `k` covers `[k·window, (k+1)·window)`. Required.
+    /// The window's length. Windows start on whole multiples of it in Unix
+    /// time (an hourly window resets on the hour), as on Redis: see
+    /// [`Clock::unix_origin`]. Required.
     ///
     /// # Examples
     ///
@@ -786,9 +807,11 @@ where
             }
         };
         let name = valid_name(self.name)?;
-        let algorithm = A::from_settings(&self.params)?;
-        let memory = self.memory.validate()?;
         let clock = self.clock.unwrap_or_else(|make| make());
+        let mut params = self.params;
+        params.on_origin(crate::clock::unix_nanos(clock.unix_origin()));
+        let algorithm = A::from_settings(&params)?;
+        let memory = self.memory.validate()?;
         Ok(Limiter::new(algorithm, clock, memory)
             .with_tier_by(tier_by)
             .named(name))

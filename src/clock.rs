@@ -14,8 +14,11 @@ use crate::sync::{Arc, AtomicU64, Ordering};
 /// A source of monotonic time in nanoseconds.
 ///
 /// Readings are nanoseconds since an origin of the clock's choosing; only
-/// differences between readings matter, and windows are aligned to the origin
-/// (window `k` covers `[k·W, (k+1)·W)`).
+/// differences between readings matter, except for where windows start:
+/// the fixed window's and the sliding window counter's windows start on
+/// whole multiples of their length in Unix time, as their Redis limiters'
+/// do. A limiter learns where its clock's origin lies in Unix time from
+/// [`unix_origin`](Clock::unix_origin), once, when it is built.
 ///
 /// # Contract
 ///
@@ -47,6 +50,30 @@ use crate::sync::{Arc, AtomicU64, Ordering};
 pub trait Clock: Send + Sync {
     /// Nanoseconds since this clock's origin.
     fn now_nanos(&self) -> u64;
+
+    /// The Unix time at which this clock read 0, read once by a limiter
+    /// when it is built: a window of `W` starts wherever the Unix time is a
+    /// whole multiple of `W`. [`MonotonicClock`], [`InstantClock`] and
+    /// [`CoarseClock`] read the system's wall clock when they are made, so
+    /// their windows start on the Unix epoch's multiples (the clock's own
+    /// rate then rules: a wall clock stepped or slewed later does not move
+    /// them). The default, zero, takes the readings themselves as Unix
+    /// time: a [`ManualClock`]'s windows start on multiples of their
+    /// length from its 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Clock, ManualClock, MonotonicClock};
+    ///
+    /// assert_eq!(ManualClock::new().unix_origin(), Duration::ZERO);
+    /// // 2020-09-13, long past.
+    /// assert!(MonotonicClock::new().unix_origin() > Duration::from_secs(1_600_000_000));
+    /// ```
+    fn unix_origin(&self) -> Duration {
+        Duration::ZERO
+    }
 }
 
 // std's `Arc` in both builds: under `--features loom`, `crate::sync::Arc` is
@@ -56,6 +83,10 @@ impl<C: Clock + ?Sized> Clock for std::sync::Arc<C> {
     fn now_nanos(&self) -> u64 {
         (**self).now_nanos()
     }
+
+    fn unix_origin(&self) -> Duration {
+        (**self).unix_origin()
+    }
 }
 
 impl<C: Clock + ?Sized> Clock for &C {
@@ -63,6 +94,23 @@ impl<C: Clock + ?Sized> Clock for &C {
     fn now_nanos(&self) -> u64 {
         (**self).now_nanos()
     }
+
+    fn unix_origin(&self) -> Duration {
+        (**self).unix_origin()
+    }
+}
+
+/// A Unix time in ns, as the algorithms count it (saturating in 2554).
+pub(crate) fn unix_nanos(unix: Duration) -> u64 {
+    u64::try_from(unix.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The system's wall clock now, as time since the Unix epoch (zero for a
+/// wall clock set before it).
+fn unix_now() -> Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
 }
 
 /// The default clock: the CPU's time-stamp counter through [`quanta`], scaled
@@ -105,6 +153,7 @@ impl<C: Clock + ?Sized> Clock for &C {
 pub struct MonotonicClock {
     clock: quanta::Clock,
     origin: u64,
+    unix: Duration,
 }
 
 impl MonotonicClock {
@@ -115,7 +164,11 @@ impl MonotonicClock {
         tests::MONOTONIC_CLOCKS_MADE.with(|made| made.set(made.get() + 1));
         let clock = quanta::Clock::new();
         let origin = clock.raw();
-        Self { clock, origin }
+        Self {
+            clock,
+            origin,
+            unix: unix_now(),
+        }
     }
 }
 
@@ -137,6 +190,10 @@ impl Clock for MonotonicClock {
         // `delta_as_nanos` returns 0 rather than wrapping if the counter ever
         // reads below the origin (a TSC skewed between sockets).
         self.clock.delta_as_nanos(self.origin, self.clock.raw())
+    }
+
+    fn unix_origin(&self) -> Duration {
+        self.unix
     }
 }
 
@@ -183,6 +240,7 @@ pub struct CoarseClock {
 struct Coarse {
     nanos: AtomicU64,
     resolution: Duration,
+    unix: Duration,
 }
 
 impl CoarseClock {
@@ -224,6 +282,7 @@ impl CoarseClock {
         let shared = Arc::new(Coarse {
             nanos: AtomicU64::new(source.now_nanos()),
             resolution,
+            unix: source.unix_origin(),
         });
         let ours = shared.clone();
         std::thread::Builder::new()
@@ -282,6 +341,10 @@ impl Clock for CoarseClock {
         // Relaxed: see the store in `new`.
         self.shared.nanos.load(Ordering::Relaxed)
     }
+
+    fn unix_origin(&self) -> Duration {
+        self.shared.unix
+    }
 }
 
 /// [`std::time::Instant`] as a [`Clock`]: the OS monotonic clock, slower to
@@ -298,6 +361,7 @@ impl Clock for CoarseClock {
 #[derive(Debug, Clone, Copy)]
 pub struct InstantClock {
     origin: std::time::Instant,
+    unix: Duration,
 }
 
 impl InstantClock {
@@ -306,6 +370,7 @@ impl InstantClock {
     pub fn new() -> Self {
         Self {
             origin: std::time::Instant::now(),
+            unix: unix_now(),
         }
     }
 }
@@ -320,6 +385,10 @@ impl Clock for InstantClock {
     #[inline]
     fn now_nanos(&self) -> u64 {
         u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn unix_origin(&self) -> Duration {
+        self.unix
     }
 }
 

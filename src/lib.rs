@@ -92,7 +92,8 @@
 //! A limiter reads its [`Clock`] once per check; [`MonotonicClock`] (the
 //! CPU's time-stamp counter) is the default, [`CoarseClock`] trades up to
 //! its resolution of accuracy for a reading that is one load from memory,
-//! and [`ManualClock`] drives time by hand in tests. Windows are aligned to the clock's origin. Inside a
+//! and [`ManualClock`] drives time by hand in tests. Windows start on the
+//! Unix epoch's multiples of their length ([`Clock::unix_origin`]). Inside a
 //! client's state time never runs backwards: if a user clock steps back, a
 //! windowed algorithm treats the reading as the start of the window it last
 //! recorded, and the token bucket simply sees a bucket no fuller than

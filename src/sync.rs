@@ -36,6 +36,12 @@ pub(crate) use self::loom_shim::{in_model, Arc, AtomicU128, AtomicU64};
 #[cfg(not(feature = "loom"))]
 pub(crate) use portable_atomic::AtomicU128;
 
+/// The fences of the Redis deny shortcut's sequence lock
+/// (`redis::shortcut`): std's in every build, since no loom model runs
+/// the Redis limiters.
+#[cfg(feature = "redis")]
+pub(crate) use std::sync::atomic::fence;
+
 /// Whether the 128-bit atomic behind a two-limit client is lock-free on
 /// this machine (it is wherever `cmpxchg16b` or its equivalent exists).
 pub(crate) fn pair_is_lock_free() -> bool {

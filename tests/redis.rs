@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis_server::{builders, prefix, runtime, Server, HOUR};
+use redis_server::{builders, prefix, runtime, Cluster, Server, HOUR};
 use tollgate::redis::{FailPolicy, RedisAlgorithm, RedisConnection, RedisLimiter};
 use tollgate::{AsyncCheck, CheckErrorKind, Decision, FixedWindow, SlidingWindowLog, TokenBucket};
 
@@ -144,47 +144,12 @@ fn across_processes(target: &str, label: &str) {
 /// clients whose slots live on different nodes each get their own budget.
 #[test]
 fn exactly_the_quota_across_processes_on_a_cluster() {
-    let cluster_args = ["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"];
-    let Some(first) = Server::start_with(&cluster_args) else {
+    let Some(cluster) = Cluster::start(3, 0) else {
         return;
     };
-    let nodes = [
-        first,
-        Server::start_with(&cluster_args).unwrap(),
-        Server::start_with(&cluster_args).unwrap(),
-    ];
-    let addresses: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port))
-        .collect();
-    let created = Command::new("redis-cli")
-        .args(["--cluster", "create"])
-        .args(&addresses)
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("redis-cli runs");
-    assert!(created.success(), "redis-cli --cluster create failed");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    for node in &nodes {
-        loop {
-            let info: String = redis::cmd("CLUSTER")
-                .arg("INFO")
-                .query(&mut node.sync())
-                .unwrap();
-            if info.contains("cluster_state:ok") {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the cluster did not come up: {info}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+    let nodes = &cluster.nodes;
     nodes[0].away_from_hour_boundary(Duration::from_secs(60));
-    let urls: Vec<String> = nodes.iter().map(Server::url).collect();
+    let urls = cluster.urls();
     across_processes(&format!("cluster:{}", urls.join(",")), "cluster");
 
     // Clients spread over the nodes: each its own budget, wherever its slot.
@@ -215,7 +180,7 @@ fn exactly_the_quota_across_processes_on_a_cluster() {
         }
     });
     let mut slots_used = 0;
-    for node in &nodes {
+    for node in nodes {
         let keys: Vec<String> = redis::cmd("KEYS")
             .arg("*spread*")
             .query(&mut node.sync())
@@ -327,29 +292,30 @@ fn every_key_expires_when_its_state_is_idle() {
     let Some(server) = Server::start() else {
         return;
     };
-    runtime().block_on(async {
+    let keys = runtime().block_on(async {
         let conn = server.manager().await;
         let (tb, swc, fw, swl) = builders(&conn, &prefix("ttl"), 10, Duration::from_secs(100));
-        let _ = tb.build().unwrap().check("c").await.unwrap();
-        let _ = swc.build().unwrap().check("c").await.unwrap();
-        let _ = fw.build().unwrap().check("c").await.unwrap();
-        let _ = swl.build().unwrap().check("c").await.unwrap();
+        let (tb, swc, fw, swl) = (
+            tb.build().unwrap(),
+            swc.build().unwrap(),
+            fw.build().unwrap(),
+            swl.build().unwrap(),
+        );
+        let _ = tb.check("c").await.unwrap();
+        let _ = swc.check("c").await.unwrap();
+        let _ = fw.check("c").await.unwrap();
+        let _ = swl.check("c").await.unwrap();
+        [tb.key("c"), swc.key("c"), fw.key("c"), swl.key("c")]
     });
     let mut c = server.sync();
-    let p = prefix("ttl");
     // One token of a bucket of 10 per 100 s refills in 10 s; a fixed window
     // ends within 100 s, the counter's weighs on the next one, the log's
     // entry leaves after 100 s. The expiry is the idle instant rounded up
     // to the millisecond, and `PTTL` counts from the current millisecond,
     // so a key set and read within one may show 1 ms more.
-    for (tag, most) in [
-        ("tb", 10_000),
-        ("fw", 100_000),
-        ("swc", 200_000),
-        ("swl", 100_000),
-    ] {
-        let key = format!("{p}:{tag}:{{c}}");
-        let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut c).unwrap();
+    for (key, most) in keys.iter().zip([10_000, 200_000, 100_000, 100_000]) {
+        let ttl: i64 = redis::cmd("PTTL").arg(key).query(&mut c).unwrap();
+        let key = String::from_utf8_lossy(key);
         assert!(ttl > 0 && ttl <= most + 1, "{key}: {ttl} ms");
     }
 }
@@ -478,6 +444,11 @@ fn a_paused_server_trips_the_timeout() {
         let started = Instant::now();
         assert!(open.check("x").await.unwrap().is_allowed());
         assert!(started.elapsed() < Duration::from_millis(600));
+        // The check that timed out ran once the pause was over: recorded,
+        // which errs toward denying (the limit is 2; it was the second).
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        let d = closed.check("x").await.unwrap();
+        assert_eq!((d.is_denied(), d.remaining()), (true, 0), "{d:?}");
     });
 }
 
@@ -487,31 +458,7 @@ fn junk_under_a_key_is_a_clear_error_for_that_client_only() {
         return;
     };
     let rt = runtime();
-    let p = prefix("junk");
     let mut c = server.sync();
-    let junk: [(&str, &[&str]); 5] = [
-        ("tb", &["SET", "{victim}", "hello"]),
-        ("tb", &["SET", "{negative}", "-5"]),
-        ("fw", &["SET", "{victim}", "7"]),
-        ("fw", &["HSET", "{half}", "k", "12"]),
-        (
-            "swc",
-            &["HSET", "{victim}", "k", "1", "c", "many", "p", "0"],
-        ),
-    ];
-    for (tag, cmd) in junk {
-        let key = format!("{p}:{tag}:{}", cmd[1]);
-        let _: () = redis::cmd(cmd[0])
-            .arg(&key)
-            .arg(&cmd[2..])
-            .query(&mut c)
-            .unwrap();
-    }
-    let _: () = redis::cmd("ZADD")
-        .arg(format!("{p}:swl:{{victim}}"))
-        .arg(&["99999999999999999999", "x"][..])
-        .query(&mut c)
-        .unwrap();
     rt.block_on(async {
         let conn = server.manager().await;
         let (tb, swc, fw, swl) = builders(&conn, &prefix("junk"), 5, HOUR);
@@ -519,19 +466,45 @@ fn junk_under_a_key_is_a_clear_error_for_that_client_only() {
         let swc = swc.fail_policy(FailPolicy::FailClosed).build().unwrap();
         let fw = fw.fail_policy(FailPolicy::FailClosed).build().unwrap();
         let swl = swl.fail_policy(FailPolicy::FailOpen).build().unwrap();
+        let junk: [(Vec<u8>, &[&str]); 6] = [
+            (tb.key("victim"), &["SET", "hello"]),
+            (tb.key("negative"), &["SET", "tb:720000000:5|0:0|o.1|-5|0"]),
+            (fw.key("victim"), &["HSET", "k", "7"]),
+            (fw.key("half"), &["SET", "fw:3600000000:5|0:0|o.1|12"]),
+            (fw.key("bare"), &["SET", "12|1"]),
+            (
+                swc.key("victim"),
+                &["SET", "swc:3600000000:5|0:0|o.1|1|many|0"],
+            ),
+        ];
+        for (key, cmd) in junk {
+            let _: () = redis::cmd(cmd[0])
+                .arg(key)
+                .arg(&cmd[1..])
+                .query(&mut c)
+                .unwrap();
+        }
+        let _: () = redis::cmd("ZADD")
+            .arg(swl.key("victim"))
+            .arg(&["99999999999999999999", "x"][..])
+            .query(&mut c)
+            .unwrap();
         for (client, err) in [
             ("victim", tb.check("victim").await.unwrap_err()),
             ("negative", tb.check("negative").await.unwrap_err()),
             ("victim", fw.check("victim").await.unwrap_err()),
             ("half", fw.check("half").await.unwrap_err()),
+            ("bare", fw.check("bare").await.unwrap_err()),
             ("victim", swc.check("victim").await.unwrap_err()),
         ] {
             assert_eq!(err.kind(), CheckErrorKind::Corrupt, "{client}: {err}");
             assert!(err.to_string().contains(client), "names the key: {err}");
         }
-        let d = swl.check("victim").await.unwrap();
-        assert!(d.is_allowed(), "fail open on junk");
-        assert_eq!(swl.stats().fail_open, 1);
+        // FailOpen admits only when Redis cannot be reached: junk under
+        // the key is an error, never an admission.
+        let err = swl.check("victim").await.unwrap_err();
+        assert_eq!(err.kind(), CheckErrorKind::Corrupt, "{err}");
+        assert_eq!((swl.stats().fail_open, swl.stats().fail_closed), (0, 1));
         // Other clients are unaffected: no backoff, Redis answers them.
         for l in [&tb as &dyn Probe, &fw, &swc, &swl] {
             l.fresh_client_is_admitted_by_redis().await;

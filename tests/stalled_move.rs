@@ -152,13 +152,11 @@ fn a_client_removed_during_its_move_gets_one_fresh_budget() {
             admitted, CAPACITY,
             "after remove(k), k was admitted {admitted} times; the exact algorithm allows {CAPACITY}"
         );
-        // A peek's `remaining` counts what would be left once the request
-        // peeked at were admitted: a fresh client shows `CAPACITY - 1`.
+        // A peek's `remaining` is the quota as it stands: a fresh client
+        // shows `CAPACITY`.
         assert_eq!(
-            peeked,
-            CAPACITY - 1,
-            "peek right after remove(k): remaining {peeked} (a fresh client would show {})",
-            CAPACITY - 1
+            peeked, CAPACITY,
+            "peek right after remove(k): remaining {peeked} (a fresh client would show {CAPACITY})"
         );
     });
 }

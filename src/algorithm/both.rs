@@ -320,6 +320,11 @@ impl<A: WordAlgorithm, B: WordAlgorithm> super::Transitions for Both<A, B> {
         self.first.reserves() && self.second.reserves()
     }
 
+    fn align(&mut self, origin: u64) {
+        self.first.align(origin);
+        self.second.align(origin);
+    }
+
     fn each(&self, pair: u128, now: u64) -> Option<[Figures; 2]> {
         Some([
             figures(&self.first, first(pair), now),

@@ -113,6 +113,29 @@ impl FixedWindow {
     pub(crate) fn window_ns(&self) -> u64 {
         self.windows.width()
     }
+
+    /// The word holding `count` in window `index`, if both fit (a state
+    /// read from outside the process, such as from Redis): a count above
+    /// the limit is a closed window with bookings in the next, up to
+    /// twice the limit where the limit books ahead.
+    #[cfg(feature = "redis")]
+    pub(crate) fn word(&self, index: u64, count: u64) -> Option<u64> {
+        let most = if self.reserves() {
+            2 * self.limit
+        } else {
+            self.limit
+        };
+        (count <= most && index <= NOW_MAX / self.windows.width()).then(|| self.pack(index, count))
+    }
+
+    /// The window index and the count a word holds, as recorded.
+    #[cfg(feature = "redis")]
+    pub(crate) fn parts(&self, word: u64) -> (u64, u64) {
+        (
+            word >> self.count_bits,
+            word & ((1u64 << self.count_bits) - 1),
+        )
+    }
 }
 
 impl fmt::Debug for FixedWindow {
@@ -175,6 +198,10 @@ impl WordAlgorithm for FixedWindow {
 
     fn window(&self) -> u64 {
         self.windows.width()
+    }
+
+    fn align(&mut self, origin: u64) {
+        self.windows = self.windows.aligned(origin);
     }
 
     /// The count of the window `now` falls in is kept, at most the new
@@ -284,6 +311,23 @@ mod tests {
         assert_eq!(f.admit(w, 199, 1), None);
         assert!(f.is_idle(w, 200));
         assert!(f.is_idle(FRESH, u64::MAX));
+    }
+
+    #[test]
+    fn windows_start_on_the_unix_epochs_multiples() {
+        // The clock read 0 at the Unix time 2 500 ns: windows of 1 000 ns
+        // start at the readings 500, 1 500, …; window 0 is cut short.
+        let mut f = fw(1, 1_000);
+        f.align(2_500);
+        let w = f.admit(FRESH, 0, 1).unwrap();
+        assert_eq!(f.admit(w, 499, 1), None);
+        assert_eq!(f.retry_after(w, 0, 1), 500);
+        assert_eq!(f.idle_at(w), 500);
+        assert!(f.admit(w, 500, 1).is_some());
+        let w = f.admit(FRESH, 1_499, 1).unwrap();
+        assert_eq!(f.retry_after(w, 1_499, 1), 1);
+        // The same quota, whatever the origin.
+        assert_eq!(f, fw(1, 1_000));
     }
 
     #[test]

@@ -128,6 +128,13 @@ pub trait WordAlgorithm: Send + Sync + 'static {
     /// that much. A state idle at `now` becomes one idle under `to`.
     fn convert(&self, word: u64, now: u64, to: &Self) -> u64;
 
+    /// Sets the windows for a clock that reads 0 at the Unix time
+    /// `origin` (ns), so that they start on whole multiples of their
+    /// length in Unix time. Nothing for an algorithm without windows.
+    fn align(&mut self, origin: u64) {
+        let _ = origin;
+    }
+
     /// Whether [`WordAlgorithm::reserve`] is implemented for this
     /// configuration: whether a client may book a request that conforms
     /// only later.
@@ -222,6 +229,11 @@ pub trait Transitions: Send + Sync + 'static {
     /// As [`WordAlgorithm::reserves`].
     fn reserves(&self) -> bool;
 
+    /// As [`WordAlgorithm::align`] (for [`Both`], each limit's).
+    fn align(&mut self, origin: u64) {
+        let _ = origin;
+    }
+
     /// As [`WordAlgorithm::reserve`], over the packed state.
     fn reserve(&self, word: Self::Word, now: u64, cost: u64) -> Reserve<Self::Word>;
 
@@ -280,6 +292,10 @@ impl<A: WordAlgorithm> Transitions for A {
 
     fn reserves(&self) -> bool {
         WordAlgorithm::reserves(self)
+    }
+
+    fn align(&mut self, origin: u64) {
+        WordAlgorithm::align(self, origin);
     }
 
     fn reserve(&self, word: u64, now: u64, cost: u64) -> Reserve {

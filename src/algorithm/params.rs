@@ -17,6 +17,11 @@ pub struct Params {
     pub(crate) window: Option<Duration>,
     /// The second limit's settings, for [`Both`].
     pub(crate) second: Option<Box<Params>>,
+    /// The Unix time (ns) at which the limiter's clock reads 0: the fixed
+    /// window's and the sliding window counter's windows start on whole
+    /// multiples of their length in Unix time (see
+    /// [`Clock::unix_origin`](crate::Clock::unix_origin)).
+    pub(crate) origin: u64,
     /// Further tiers' settings, for [`Tiered`](crate::Tiered): tier 0 is
     /// these settings themselves.
     pub(crate) tiers: Vec<(u16, Params)>,
@@ -25,6 +30,18 @@ pub struct Params {
 impl Params {
     fn required<T>(value: Option<T>, field: &'static str) -> Result<T, ConfigError> {
         value.ok_or(ConfigError::Missing { field })
+    }
+
+    /// These settings for a clock that reads 0 at the Unix time `origin`
+    /// (ns): every limit's and every tier's.
+    pub(crate) fn on_origin(&mut self, origin: u64) {
+        self.origin = origin;
+        if let Some(second) = self.second.as_mut() {
+            second.on_origin(origin);
+        }
+        for (_, tier) in &mut self.tiers {
+            tier.on_origin(origin);
+        }
     }
 }
 
@@ -59,7 +76,9 @@ impl FromParams for TokenBucket {
 impl FromParams for SlidingWindowCounter {
     fn from_params(p: &Params) -> Result<Self, ConfigError> {
         let limit = Params::required(p.limit, "limit")?;
-        SlidingWindowCounter::new(limit, Params::required(p.window, "window")?)
+        let mut counter = SlidingWindowCounter::new(limit, Params::required(p.window, "window")?)?;
+        counter.align(p.origin);
+        Ok(counter)
     }
 
     fn granted(&self) -> (u64, u64) {
@@ -70,7 +89,9 @@ impl FromParams for SlidingWindowCounter {
 impl FromParams for FixedWindow {
     fn from_params(p: &Params) -> Result<Self, ConfigError> {
         let limit = Params::required(p.limit, "limit")?;
-        FixedWindow::new(limit, Params::required(p.window, "window")?)
+        let mut window = FixedWindow::new(limit, Params::required(p.window, "window")?)?;
+        window.align(p.origin);
+        Ok(window)
     }
 
     fn granted(&self) -> (u64, u64) {

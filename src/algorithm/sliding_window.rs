@@ -170,6 +170,14 @@ impl SlidingWindowCounter {
         fits.then(|| self.pack(Counts { index, curr, prev }))
     }
 
+    /// The window index and the two counts a word holds, as recorded
+    /// (a state written outside the process, such as to Redis).
+    #[cfg(feature = "redis")]
+    pub(crate) fn parts(&self, word: u64) -> (u64, u64, u64) {
+        let c = self.unpack(word);
+        (c.index, c.curr, c.prev)
+    }
+
     /// The window's length, ns.
     pub(crate) fn window_ns(&self) -> u64 {
         self.windows.width()
@@ -224,13 +232,13 @@ impl WordAlgorithm for SlidingWindowCounter {
 
     fn retry_after(&self, word: u64, now: u64, cost: u64) -> u64 {
         let (c, pos) = self.at(word, now);
-        let now = self.windows.start(pos.index) + pos.offset;
+        let now = self.windows.instant(pos.index, pos.offset);
         let at = match self.first_pass(c.curr, c.prev, pos.offset, cost) {
-            Some(e) => self.windows.start(pos.index) + e,
+            Some(e) => self.windows.instant(pos.index, e),
             None => match self.first_pass(0, c.curr, 0, cost) {
                 // Saturating: the next window may start past `NOW_MAX`, in
                 // which case `until` reports that it never comes.
-                Some(e) => self.windows.start(pos.index + 1).saturating_add(e),
+                Some(e) => self.windows.instant(pos.index + 1, e),
                 // An empty window admits any cost up to the limit at once.
                 None => self.windows.start(pos.index + 2),
             },
@@ -245,6 +253,10 @@ impl WordAlgorithm for SlidingWindowCounter {
 
     fn window(&self) -> u64 {
         self.windows.width()
+    }
+
+    fn align(&mut self, origin: u64) {
+        self.windows = self.windows.aligned(origin);
     }
 
     /// With the same window, both counts are kept, each at most the new
@@ -305,6 +317,22 @@ mod tests {
             assert_eq!(s.remaining(FRESH, now), 5);
             assert_eq!(s.retry_after(FRESH, now, 5), 0);
         }
+    }
+
+    #[test]
+    fn windows_start_on_the_unix_epochs_multiples() {
+        // The clock read 0 at the Unix time 250 ns: windows of 100 ns start
+        // at the readings 50, 150, …
+        let mut s = swc(2, 100);
+        s.align(250);
+        let w = s.admit(FRESH, 0, 2).unwrap();
+        // Window 1 (from 50) lets one in once the first weighs under 1.
+        assert_eq!(s.retry_after(w, 0, 1), 51);
+        // At offset 50 of the next window: 2 · 0.5 = 1 < 2 admits one.
+        let w = s.admit(w, 100, 1).unwrap();
+        assert_eq!(s.admit(w, 100, 1), None);
+        assert!(s.is_idle(w, 250));
+        assert!(!s.is_idle(w, 249));
     }
 
     #[test]

@@ -7,15 +7,30 @@ use core::time::Duration;
 use super::{clamp_now, NOW_MAX};
 use crate::error::ConfigError;
 
-/// Windows of `width` ns aligned to the clock's origin: window `k` covers
-/// `[k·width, (k+1)·width)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Windows of `width` ns aligned to the Unix epoch: with the clock reading
+/// 0 at a Unix time `phase` past a multiple of `width` (ns), window `k`
+/// covers the readings `[k·width − phase, (k+1)·width − phase)`, so that
+/// every window starts on a multiple of its length in Unix time (window 0
+/// is cut short by the clock's origin).
+#[derive(Debug, Clone, Copy)]
 pub(super) struct Windows {
     width: u64,
     /// Bits that hold every index up to `NOW_MAX / width` with room to spare,
     /// so that a packed index is never all ones (the all-ones word stays free).
     index_bits: u32,
+    /// Less than `width`.
+    phase: u64,
 }
+
+/// The same windows, whatever the clock's origin: a limiter's quotas all
+/// share its clock, so two quotas of one length are the same quota.
+impl PartialEq for Windows {
+    fn eq(&self, other: &Self) -> bool {
+        self.width == other.width
+    }
+}
+
+impl Eq for Windows {}
 
 /// Where a reading falls, relative to the window a word last recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +57,20 @@ impl Windows {
         let max_index = NOW_MAX / width;
         // max_index + 1 ≤ 2^63, so this is at most 64 and at least 1.
         let index_bits = u64::BITS - (max_index + 1).leading_zeros();
-        Ok(Self { width, index_bits })
+        Ok(Self {
+            width,
+            index_bits,
+            phase: 0,
+        })
+    }
+
+    /// These windows for a clock that reads 0 at the Unix time `origin`
+    /// (ns).
+    pub(super) fn aligned(self, origin: u64) -> Self {
+        Self {
+            phase: origin % self.width,
+            ..self
+        }
     }
 
     pub(super) fn width(&self) -> u64 {
@@ -54,9 +82,21 @@ impl Windows {
         u64::BITS - self.index_bits
     }
 
+    /// The reading at which window `index` starts (0 for the window the
+    /// clock's origin cuts short).
     pub(super) fn start(&self, index: u64) -> u64 {
-        // index ≤ NOW_MAX / width + 2, so this is at most NOW_MAX + 2·width.
-        index.saturating_mul(self.width)
+        self.instant(index, 0)
+    }
+
+    /// The reading `offset` ns into window `index`, 0 if that lies before
+    /// the clock's origin.
+    pub(super) fn instant(&self, index: u64, offset: u64) -> u64 {
+        // index ≤ NOW_MAX / width + 2, so this is at most NOW_MAX + 3·width
+        // before saturating.
+        index
+            .saturating_mul(self.width)
+            .saturating_add(offset)
+            .saturating_sub(self.phase)
     }
 
     /// Locates `now` against the recorded window `recorded`. A reading from
@@ -64,7 +104,7 @@ impl Windows {
     /// the recorded window's start, the most conservative instant in it.
     #[inline]
     pub(super) fn locate(&self, recorded: u64, now: u64) -> Position {
-        let now = clamp_now(now);
+        let now = clamp_now(clamp_now(now).saturating_add(self.phase));
         let index = now / self.width;
         if index < recorded {
             return Position {

@@ -422,10 +422,11 @@ where
 
 /// A peek at `word`: whether a request of `cost` would be admitted (and
 /// if not, when it would be), with the figures of the quota as it stands,
-/// since a peek takes nothing. `cost` is at most the capacity.
+/// since a peek takes nothing. `cost` is at most the capacity; a cost of
+/// 0 is admitted.
 pub(crate) fn look<T: Transitions>(algorithm: &T, word: T::Word, now: u64, cost: u64) -> Decision {
     let mut decision = describe(algorithm, Applied::Admitted(word), now, 0).expect("a live word");
-    if algorithm.admit(word, now, cost).is_none() {
+    if cost > 0 && algorithm.admit(word, now, cost).is_none() {
         decision.allowed = false;
         decision.retry_after = algorithm.retry_after(word, now, cost);
     }

@@ -616,7 +616,13 @@ fn describe_within<A: Transitions>(
     if cost <= quota.capacity() {
         return describe(quota, applied, now, cost);
     }
-    let mut decision = describe(quota, applied, now, 0)?;
+    // Figured as a cost of 0, which every state admits: no algorithm is
+    // asked for the wait of a cost of 0, which it does not define.
+    let word = match applied {
+        Applied::Admitted(word) | Applied::Denied(word) => word,
+        Applied::Dead => return None,
+    };
+    let mut decision = describe(quota, Applied::Admitted(word), now, 0)?;
     decision.allowed = false;
     decision.retry_after = NEVER;
     Some(decision)
@@ -628,6 +634,62 @@ mod tests {
 
     use super::*;
     use crate::{ManualClock, TokenBucket};
+
+    /// A cost above a client's tier's limit (within another tier's) is
+    /// denied for good, for every algorithm: the sliding window counter,
+    /// which defines no wait for a cost of 0, is not asked for one.
+    #[test]
+    fn a_cost_above_the_tiers_limit_is_denied_for_every_algorithm() {
+        let second = Duration::from_secs(1);
+        let counter = |limit| {
+            crate::SlidingWindowCounter::builder()
+                .limit(limit)
+                .window(second)
+        };
+        let limiter = counter(2)
+            .tier(1, counter(1))
+            .tier_by(|key: &String| Tier::from(key.starts_with("pro-")))
+            .clock(ManualClock::new())
+            .build()
+            .unwrap();
+        let d = limiter.check_n("pro-a", 2).unwrap();
+        assert!(d.is_denied(), "{d:?}");
+        assert_eq!((d.limit(), d.remaining()), (1, 1));
+        assert_eq!(d.retry_after(), Duration::MAX);
+        assert!(limiter.check_n("b", 2).unwrap().is_allowed());
+    }
+
+    /// A quota set at run time starts its windows where the limiter's
+    /// start: on the Unix epoch's multiples, for a clock whose origin lies
+    /// 2 500 ns past the epoch.
+    #[test]
+    fn a_quota_set_at_run_time_shares_the_limiters_windows() {
+        struct Late(ManualClock);
+        impl crate::Clock for Late {
+            fn now_nanos(&self) -> u64 {
+                self.0.now_nanos()
+            }
+            fn unix_origin(&self) -> Duration {
+                Duration::from_nanos(2_500)
+            }
+        }
+        let window = |limit| {
+            crate::FixedWindow::builder()
+                .limit(limit)
+                .window(Duration::from_nanos(1_000))
+        };
+        let limiter = window(1)
+            .reconfigurable()
+            .clock(Late(ManualClock::new()))
+            .build()
+            .unwrap();
+        assert!(limiter.allow_request("a"));
+        assert_eq!(limiter.check("a").retry_after(), Duration::from_nanos(500));
+        limiter.set_quota(0, window(2)).unwrap();
+        assert!(limiter.allow_request("b"));
+        assert!(limiter.allow_request("b"));
+        assert_eq!(limiter.check("b").retry_after(), Duration::from_nanos(500));
+    }
 
     /// Checks on threads racing quota changes: every check reads the quota
     /// its cell names, each change retires the table before it, and no

@@ -11,22 +11,109 @@
 //! ```
 //!
 //! - **Setup.** Redis 7 or later (the scripts read `TIME`, which needs
-//!   effect replication, Redis 7's default).
-//! - **Semantics.** The same decisions as in-process for the same quota, on
-//!   Redis's clock: one round trip per check (a Lua script by `EVALSHA`),
-//!   windows aligned to the Unix epoch, time counted in whole microseconds.
-//!   Every key expires when its state becomes idle, and keys carry the
-//!   client as a Redis Cluster hash tag, so a cluster connection works too.
-//! - **When Redis fails** (timeout, unreachable, an error, or a key
-//!   holding something else): `FailOpen` admits, `FailClosed` returns the
-//!   error (the tower layer answers 503), `Local` decides with an
-//!   in-process limiter of the same quota. After a failure, checks skip
-//!   Redis for a backoff that doubles with each failed probe, and only one
-//!   probe at a time goes through, so an outage never becomes a retry
-//!   storm; when Redis is back the limiter recovers by itself.
-//! - **Deny shortcut.** A client that Redis left with nothing is denied in
-//!   the process, with no round trip, until its quota next grows: a flood
-//!   of denied requests costs Redis almost nothing.
+//!   effect replication, Redis 7's default), one server or a cluster.
+//! - **One semantics.** A Redis limiter decides as the in-process limiter
+//!   of the same settings: the same decisions and the same figures
+//!   (remaining, retry-after, replenish-after, limit, window, a pair's
+//!   figures for each limit), on Redis's clock, in whole microseconds. The
+//!   Lua scripts decide the common case; everything else (a quota change,
+//!   a booking, a state written under other settings) runs the in-process
+//!   algorithms' own code on the state read from Redis and writes the
+//!   result back by compare-and-set. A differential test runs the same
+//!   operation sequences (checks, peeks, resets, removals, quota changes
+//!   of every kind, tiers, pairs, bookings and their cancellation) through
+//!   both and compares every answer; the differences that stay are in the
+//!   table below.
+//! - **Keys.** One key per client, `<prefix>:{<client>}:<tag>`, the prefix
+//!   and the client's bytes escaped so that no client id can move its key
+//!   to another slot of a cluster, empty the hash tag, or reach another
+//!   client's or prefix's key. Every key expires when its state becomes
+//!   idle.
+//! - **Control.** `peek`, `reset`, `remove`, tiers (`tier_by`,
+//!   `set_quota`), two limits at once (`and`, `and_rate`), and bookings
+//!   (`reserve`, `reserve_n`, `until_ready`, `RedisReservation::cancel`),
+//!   as in-process, for every process sharing the Redis.
+//! - **Deny shortcut.** A client that Redis left with little is kept in the
+//!   process for at most a second, and a request its state denies is
+//!   denied there, with the figures Redis would have given: a flood of
+//!   denied requests costs Redis almost nothing. This process's `reset`,
+//!   `remove` and `set_quota` forget every entry made before them.
 //! - **One interface.** [`AsyncCheck`](crate::AsyncCheck) is the interface
 //!   that in-process and Redis limiters share, and the tower layer takes
 //!   either.
+//!
+//! # When Redis fails
+//!
+//! Each sentence here is a test's assertion (named in brackets, in the
+//! repository's `tests/` and `src/redis/`).
+//!
+//! - A check that Redis does not answer within the timeout, or that cannot
+//!   reach Redis, is answered by the fail policy: `FailOpen` admits it
+//!   with the full quota (a pair: both limits full), `FailClosed` returns
+//!   the error (the tower layer answers `503`), `Local` decides it with an
+//!   in-process limiter of the same quotas
+//!   (`redis_down_each_policy_answers_in_time_then_recovers_by_itself`,
+//!   `a_paused_server_trips_the_timeout`,
+//!   `the_tower_layer_takes_a_redis_limiter`,
+//!   `a_pair_reports_both_limits_when_denied_locally_or_failing_open`).
+//! - After such a failure, checks skip Redis for a backoff that doubles
+//!   with each failed probe, one probe at a time, so an outage never
+//!   becomes a retry storm; when Redis is back the limiter recovers by
+//!   itself (`one_probe_at_a_time_with_capped_exponential_backoff`,
+//!   `redis_down_each_policy_answers_in_time_then_recovers_by_itself`,
+//!   `a_probe_dropped_before_its_first_poll_lets_the_next_one_go`).
+//! - A check that timed out may still be recorded when Redis gets to it,
+//!   which errs toward denying (`a_paused_server_trips_the_timeout`).
+//! - A value under a client's key that the limiter cannot read (another
+//!   program's, or of another type) fails that client's checks only, and
+//!   is never admitted by `FailOpen`: `FailOpen` and `FailClosed` answer
+//!   with the error (`Corrupt`), `Local` decides in process; other clients
+//!   are answered by Redis, with no backoff
+//!   (`junk_under_a_key_is_a_clear_error_for_that_client_only`,
+//!   `a_foreign_value_is_never_admitted_under_fail_open`).
+//! - No client id or prefix can split a key from its slot: a pair on a
+//!   cluster limits every id (`a_pair_on_a_cluster_limits_every_client_id`,
+//!   `nested_prefixes_never_share_a_key`).
+//! - A script Redis lost (a restart, `SCRIPT FLUSH`) is sent again, and
+//!   counted (`round_trips_count_every_command_sent`).
+//! - A state deleted behind the limiter's back (a `FLUSHALL`) is believed
+//!   by the deny shortcut for at most a second
+//!   (`the_shortcut_outlives_a_vanished_state_by_at_most_a_second`); a
+//!   `reset` by this process, even racing a check in flight, leaves
+//!   nothing behind (`a_reset_forgets_a_denial_written_by_a_check_in_flight`).
+//! - A failover of a cluster's primary to its replica under load loses no
+//!   admission and admits nothing twice
+//!   (`a_failover_under_load_admits_nothing_over_the_quota`).
+//! - A quota set while Redis is down changes the `Local` fallback's quota,
+//!   keeping each client's state there
+//!   (`set_quota_during_an_outage_keeps_the_fallback_state`); a booking
+//!   made while Redis is down is ready at once and charges nothing under
+//!   `FailOpen`, fails under `FailClosed`, and is booked by the fallback
+//!   under `Local` (`each_fail_policy_answers_a_booking_while_redis_is_down`).
+//! - Replicas whose settings differ (a rolling deploy that changes a limit,
+//!   a rate or a window) keep limiting: each converts the other's state to
+//!   its own, and never lowers what a client spent
+//!   (`a_window_changed_under_one_prefix_stays_limited`,
+//!   `a_lower_limit_denies_a_count_above_it_and_a_higher_one_admits_the_rest`,
+//!   and the replicas proptest `lua_equal`).
+//!
+//! # What differs from the in-process limiters
+//!
+//! One process, one limiter, the same operations: the differential test
+//! (`src/redis/differ.rs`) finds no other difference than these.
+//!
+//! | What | In-process | On Redis | Why | Shown by |
+//! |---|---|---|---|---|
+//! | Waits (`retry_after`, `replenish_after`, a booking's wait) | to the nanosecond | rounded up to the microsecond | a script reads time in µs; the next instant it can admit | every comparison in `differ` rounds the in-process wait up |
+//! | The answer of `reset` and `remove` | whether the limiter held the client (a reset one is still held) | whether Redis held a key (deleted now; a key also expires when idle) | Redis deletes the key | `reset_answers_whether_a_key_was_deleted` |
+//! | Cancelling a booking after another client's `reset` or `remove` | gives nothing back if that client shares its stripe (1 in 256) | gives back by the tail rule alone | the in-process limiter tracks replacements per stripe to keep a state one word | `a_reset_of_another_client_never_ends_a_bookings_cancel_on_redis` |
+//! | Cancelling a sliding log's booking some of whose entries a later booking claimed | puts back, in each slot it still holds, that slot's old expiry | puts back the entries it replaced, the latest-expiring first | slots have positions in-process; Redis's entries do not | `log_bookings_are_served_in_the_order_they_were_made` |
+//!
+//! Beyond one process there is no in-process counterpart, and these hold:
+//! a quota change is carried over at its instant as this process reads
+//! Redis's clock (within a round trip); a check in flight when its quota
+//! changes is converted at the change's instant, or later; a client that
+//! the resolver moves to another tier is converted at its first request
+//! there; more than 64 quota changes between two requests of a client
+//! convert it once, at the request; and the deny shortcut's figures are
+//! those of the state this process last saw.

@@ -150,6 +150,22 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        self.book_n(client_id, cost, max_wait)
+    }
+
+    /// [`reserve_n`](Self::reserve_n) for any algorithm: one that cannot
+    /// book ahead answers [`ReserveError::Unsupported`] (the Redis
+    /// limiter's fallback, whose algorithm is known only at run time).
+    pub(crate) fn book_n<Q>(
+        &self,
+        client_id: &Q,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Reservation<'_, A, K, C>, ReserveError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         if !self.algorithm.can_reserve() {
             return Err(ReserveError::Unsupported);
         }

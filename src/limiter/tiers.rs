@@ -431,6 +431,9 @@ where
     #[cfg(feature = "tracing")]
     let granted = FromParams::granted(&quota);
     let algorithm = &limiter.algorithm;
+    // Windows start on the Unix epoch's multiples, as the limiter's own.
+    let mut quota = quota;
+    quota.align(crate::clock::unix_nanos(limiter.clock.unix_origin()));
     // Every client's state is carried into a new one: no booking made
     // before the change gives anything back after it.
     limiter.renewals.renew_all(|| {

@@ -5,18 +5,28 @@ use core::marker::PhantomData;
 use core::time::Duration;
 use std::sync::Arc;
 
+use core::hash::{BuildHasher, Hash, Hasher};
+
 use ::redis::aio::{ConnectionLike, ConnectionManager};
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::{Cmd, Pipeline, RedisFuture, Script, Value};
+use ::redis::{Cmd, Pipeline, RedisFuture, Value};
 
+use super::call::{Calls, Clock, Script};
+use super::fallback::Settings;
 use super::guard::{Breaker, Counters};
+use super::key::Layout;
+use super::lua::{
+    cas_script, log_book_script, log_cancel_script, log_script, read_script, word_script, CLOCK,
+};
 use super::shortcut::DenyCache;
+use super::spec::Spec;
 use super::tier::{Resolver, Tiers};
-use super::{FailPolicy, Inner, RedisAlgorithm, RedisLimiter};
+use super::{FailPolicy, Inner, RedisAlgorithm, RedisLimiter, Scripts};
 use crate::algorithm::Params;
 use crate::builder::Builder;
 use crate::error::ConfigError;
 use crate::memory::Memory;
+use crate::sync::AtomicU64;
 
 impl<A, K, C> Builder<A, K, C> {
     /// Keeps the state in Redis instead of this process: the limiter that
@@ -30,8 +40,15 @@ impl<A, K, C> Builder<A, K, C> {
     /// `conn` is a [`ConnectionManager`], which multiplexes every check
     /// over one connection and reconnects by itself after Redis comes
     /// back, or a [`ClusterConnection`] for Redis Cluster, which sends each
-    /// check to the node holding its client's slot (every key of one
-    /// client carries the client as its hash tag); see [`RedisConnection`].
+    /// check to the node holding its client's slot (a client's one key
+    /// carries the client as its hash tag); see [`RedisConnection`].
+    ///
+    /// A setting of this builder that a Redis limiter would not apply is
+    /// reported by [`RedisBuilder::build`] as
+    /// [`ConfigError::Conflict`], as in-process: a clock (time is
+    /// Redis's), a resolver of tiers given here (give it to
+    /// [`RedisBuilder::tier_by`], which takes the client's bytes), and a
+    /// second limit's clock or memory setting (`and.clock`).
     ///
     /// # Examples
     ///
@@ -59,9 +76,11 @@ impl<A, K, C> Builder<A, K, C> {
         conn: impl Into<RedisConnection>,
         prefix: impl Into<String>,
     ) -> RedisBuilder<A> {
+        let conflict = self.redis_conflict();
         RedisBuilder {
             params: self.params,
             memory: self.memory,
+            conflict,
             conn: conn.into(),
             prefix: prefix.into(),
             timeout: Duration::from_millis(100),
@@ -78,10 +97,10 @@ impl<A, K, C> Builder<A, K, C> {
 /// Sentinel's address) through a [`ConnectionManager`], or Redis Cluster
 /// through a [`ClusterConnection`]. [`Builder::redis`] takes either.
 ///
-/// Every key a check touches belongs to one client and carries that client
-/// as its hash tag (`{prefix}:{tag}:{<client>}`), so each check's script
-/// runs on the one node that holds the client's slot, and a cluster shares
-/// each client's budget exactly as one server does.
+/// Every check touches one key, its client's, which carries the client as
+/// its hash tag (`<prefix>:{<client>}:<tag>`), so each check's script runs
+/// on the one node that holds the client's slot, and a cluster shares each
+/// client's budget exactly as one server does.
 ///
 /// # Examples
 ///
@@ -190,13 +209,15 @@ impl ConnectionLike for RedisConnection {
 pub struct RedisBuilder<A> {
     params: Params,
     memory: Memory,
+    /// A setting of the builder that would not apply, reported by `build`.
+    conflict: Option<ConfigError>,
     conn: RedisConnection,
     prefix: String,
     timeout: Duration,
     policy: FailPolicy,
     backoff: (Duration, Duration),
     shortcut: Option<usize>,
-    pub(super) tier_by: Option<Resolver>,
+    pub(super) tier_by: Option<Arc<Resolver>>,
     _algorithm: PhantomData<fn() -> A>,
 }
 
@@ -256,17 +277,20 @@ impl<A> RedisBuilder<A> {
         self
     }
 
-    /// The local deny shortcut's table: `slots` entries of 8 bytes, rounded
-    /// up to a power of two (default 4 096, 32 KiB). When Redis leaves a
-    /// client with few units (at most 255, and fewer than its limit), a
-    /// request from it that costs more is denied in this process, without
-    /// a round trip, until its quota next grows
-    /// ([`Decision::replenish_after`](crate::Decision::replenish_after),
-    /// counted from when the check was sent, so never past the real
-    /// instant) and for at most one second, so that a state deleted from
-    /// Redis (a `FLUSHALL`) is believed at most that long. Such a denial
-    /// reports that wait as its `retry_after`. [`build`](Self::build)
-    /// requires 1 to 2<sup>24</sup> slots.
+    /// The local deny shortcut's table: `slots` entries of 48 bytes,
+    /// rounded up to a power of two (default 4 096, 192 KiB). When Redis
+    /// leaves a client with few units (at most 255, and fewer than its
+    /// limit), the state it returned is kept here for at most one second;
+    /// a request from that client that the state denies is denied in this
+    /// process, without a round trip, with the figures the in-process
+    /// limiter computes on that state, judged at an instant no earlier
+    /// than Redis's clock (the shortcut never outlasts the real denial).
+    /// A state deleted from Redis behind the limiter's back (a `FLUSHALL`,
+    /// another process's `reset`) is believed at most that second;
+    /// this limiter's own `reset`, `remove` and `set_quota` forget every
+    /// entry made before them. For the sliding window log, only a request
+    /// of one unit more than is left is denied here.
+    /// [`build`](Self::build) requires 1 to 2<sup>20</sup> slots.
     ///
     /// # Examples
     ///
@@ -310,7 +334,9 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
     ///
     /// # Errors
     ///
-    /// Every error of [`Builder::build`] for the algorithm's settings, and
+    /// Every error of [`Builder::build`] for the algorithm's settings;
+    /// [`ConfigError::Conflict`] for a setting of the builder the Redis
+    /// limiter would not apply (see [`Builder::redis`]); and
     /// [`ConfigError::OutOfRange`] naming the setting when:
     ///
     /// - `window` is not a whole number of microseconds, or is longer than
@@ -340,6 +366,23 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
     /// # }
     /// ```
     pub fn build(self) -> Result<RedisLimiter<A>, ConfigError> {
+        self.build_on(Clock::new())
+    }
+
+    /// A limiter whose scripts and local bookkeeping read `clock` (the
+    /// crate's tests).
+    #[cfg(test)]
+    pub(crate) fn build_on_test_clock(
+        self,
+        clock: crate::clock::ManualClock,
+    ) -> Result<RedisLimiter<A>, ConfigError> {
+        self.build_on(Clock::Test(clock))
+    }
+
+    fn build_on(self, clock: Clock) -> Result<RedisLimiter<A>, ConfigError> {
+        if let Some(conflict) = self.conflict {
+            return Err(conflict);
+        }
         let algorithm = A::from_params(&self.params)?;
         let spec = algorithm.spec()?;
         let memory = self.memory.validate()?;
@@ -367,33 +410,112 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
                 ConfigError::check_range(
                     "deny_shortcut",
                     slots as u128,
-                    (1, 1 << 24),
+                    (1, 1 << 20),
                     "slots",
-                    "the deny shortcut's table holds 8 bytes per slot",
+                    "the deny shortcut's table holds 48 bytes per slot",
                 )?;
                 Some(DenyCache::new(slots.next_power_of_two()))
             }
         };
-        let local = self.policy == FailPolicy::Local;
-        let tiers = Tiers::new(algorithm, self.tier_by, memory, local)?;
-        let mut prefix = self.prefix.into_bytes();
-        prefix.extend_from_slice(format!(":{}:{{", spec.tag()).as_bytes());
+        let fallback = match self.policy {
+            FailPolicy::Local => Some(A::fallback(&Settings {
+                params: self.params.clone(),
+                memory,
+                resolver: self.tier_by.clone(),
+            })?),
+            _ => None,
+        };
+        let owner = owner_id();
+        let tiers = Tiers::new::<A>(self.params, self.tier_by, owner.clone())?;
+        let scripts = scripts(&spec, &clock);
+        let offset = unix_ns().wrapping_sub(clock.local_ns());
         Ok(RedisLimiter {
             inner: Arc::new(Inner {
-                scripts: [
-                    Script::new(&spec.source()),
-                    Script::new(&spec.peek_source()),
-                ],
-                sources: [spec.source(), spec.peek_source()],
-                conn: self.conn,
-                prefix,
+                calls: Calls {
+                    conn: self.conn,
+                    clock,
+                    counters: Counters::default(),
+                },
+                scripts,
+                layout: Layout::new(&self.prefix, &spec.tag()),
                 tiers,
+                fallback,
                 timeout: self.timeout,
                 policy: self.policy,
                 breaker: Breaker::new(first, max),
-                counters: Counters::default(),
                 shortcut,
+                owner,
+                serial: AtomicU64::new(0),
+                offset: AtomicU64::new(offset),
+                _algorithm: PhantomData,
             }),
+        })
+    }
+}
+
+/// A limiter's scripts, for its spec, on its clock.
+fn scripts(spec: &Spec, clock: &Clock) -> Scripts {
+    #[cfg(test)]
+    let at = if clock.reads_redis() {
+        CLOCK
+    } else {
+        super::lua::TEST_CLOCK
+    };
+    #[cfg(not(test))]
+    let at = {
+        debug_assert!(clock.reads_redis());
+        CLOCK
+    };
+    match spec {
+        Spec::Log { .. } => Scripts {
+            check: Script::new(log_script(at, true)),
+            peek: Script::new(log_script(at, false)),
+            read: Script::new(log_book_script(at)),
+            cas: Script::new(log_cancel_script(at)),
+        },
+        _ => Scripts {
+            check: Script::new(word_script(spec, at, true)),
+            peek: Script::new(word_script(spec, at, false)),
+            read: Script::new(read_script(at)),
+            cas: Script::new(cas_script(at)),
+        },
+    }
+}
+
+/// The Unix time now, ns.
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// A limiter's id, written with every state it writes: 16 hex digits of a
+/// randomly keyed hash of the time and this process.
+fn owner_id() -> String {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    unix_ns().hash(&mut hasher);
+    std::process::id().hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
+}
+
+impl<A, K, C> Builder<A, K, C> {
+    /// The first setting of this builder a Redis limiter would not apply.
+    fn redis_conflict(&self) -> Option<ConfigError> {
+        self.conflict().or_else(|| {
+            let conflict = |field, reason| Some(ConfigError::Conflict { field, reason });
+            if self.has_clock() {
+                conflict(
+                    "clock",
+                    "a Redis limiter reads Redis's clock: give no clock to its builder",
+                )
+            } else if self.has_tier_by() {
+                conflict(
+                    "tier_by",
+                    "a Redis limiter's tiers are resolved from the client's bytes: give the resolver to `RedisBuilder::tier_by`",
+                )
+            } else {
+                None
+            }
         })
     }
 }

@@ -5,8 +5,6 @@
 use core::future::Future;
 use std::sync::Arc;
 
-use ::redis::Cmd;
-
 use super::guard::bump;
 use super::{Mode, RedisAlgorithm, RedisCheck, RedisKey, RedisLimiter};
 use crate::check::{CheckError, CheckErrorKind};
@@ -81,11 +79,12 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// Puts `key` back to a fresh state for every process sharing the
     /// Redis, as if it had never made a request: its key is deleted. The
     /// answer is whether Redis held a state for it (a state is held while
-    /// it carries information: see the module's docs on expiry). This
-    /// process's deny shortcut forgets the client at once; other
-    /// processes' shortcuts may deny it for at most one second more. The
-    /// in-process limiter of [`FailPolicy::Local`](super::FailPolicy::Local)
-    /// forgets it too.
+    /// it carries information: see the module's docs on expiry). Once the
+    /// reset has returned, this process's deny shortcut holds nothing made
+    /// before it (a check in flight during the reset included); other
+    /// processes' shortcuts may deny the client for at most one second
+    /// more. The in-process limiter of
+    /// [`FailPolicy::Local`](super::FailPolicy::Local) forgets it too.
     ///
     /// A check racing with the reset is decided wholly before it (and
     /// forgotten with the rest) or wholly after, on the fresh state: Redis
@@ -122,35 +121,27 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         key: &K,
     ) -> impl Future<Output = Result<bool, CheckError>> + Send + 'static {
         let inner = Arc::clone(&self.inner);
-        let mut full = Vec::with_capacity(inner.prefix.len() + 32);
-        full.extend_from_slice(&inner.prefix);
-        key.write_key(&mut full);
-        let client = full[inner.prefix.len()..].to_vec();
-        full.push(b'}');
-        let keys = inner.tiers.get(0).spec.keys(&full);
+        let client = super::key::client_bytes(key);
+        let key = inner.layout.key(&client);
         async move {
-            let mut conn = inner.conn.clone();
-            let mut cmd = Cmd::new();
-            cmd.arg("DEL").arg(keys);
-            bump(&inner.counters.round_trips);
-            let reply =
-                tokio::time::timeout(inner.timeout, cmd.query_async::<u64>(&mut conn)).await;
-            if let Some(cache) = &inner.shortcut {
-                cache.forget(&client);
+            let reply = tokio::time::timeout(inner.timeout, inner.calls.delete(&key)).await;
+            if let Some(local) = &inner.fallback {
+                local.remove(&client);
             }
-            for tier in inner.tiers.all() {
-                if let Some(local) = &tier.local {
-                    local.remove(&client);
-                }
+            // After the delete (or its failure, which may still have
+            // deleted): every entry made from a reading before it is
+            // forgotten, a check in flight included.
+            if let Some(cache) = &inner.shortcut {
+                cache.renew();
             }
             match reply {
-                Ok(Ok(deleted)) => Ok(deleted > 0),
+                Ok(Ok(deleted)) => Ok(deleted),
                 Ok(Err(err)) => {
-                    bump(&inner.counters.errors);
-                    Err(CheckError::with_kind(super::classify(&err), err))
+                    bump(&inner.calls.counters.errors);
+                    Err(CheckError::with_kind(super::decide::classify(&err), err))
                 }
                 Err(_elapsed) => {
-                    bump(&inner.counters.timeouts);
+                    bump(&inner.calls.counters.timeouts);
                     Err(CheckError::with_kind(
                         CheckErrorKind::Timeout,
                         format!("Redis did not answer within {:?}", inner.timeout),

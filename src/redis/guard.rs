@@ -3,7 +3,6 @@
 //! exponential backoff between probes; and the limiter's counters.
 
 use core::time::Duration;
-use std::time::Instant;
 
 use crate::sync::{AtomicU64, Ordering};
 
@@ -20,11 +19,11 @@ pub(crate) enum Gate {
     Down(Duration),
 }
 
-/// The breaker: `down_until` (ns since `origin`, 0 while up), a probe flag,
-/// and the count of consecutive failed probes that sets the backoff.
+/// The breaker: `down_until` (ns on the limiter's local clock, 0 while
+/// up), a probe flag, and the count of consecutive failed probes that sets
+/// the backoff.
 #[derive(Debug)]
 pub(crate) struct Breaker {
-    origin: Instant,
     down_until: AtomicU64,
     probing: AtomicU64,
     failures: AtomicU64,
@@ -36,19 +35,12 @@ impl Breaker {
     pub(crate) fn new(base: Duration, max: Duration) -> Self {
         let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX / 4);
         Self {
-            origin: Instant::now(),
             down_until: AtomicU64::new(0),
             probing: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             base: ns(base).max(1),
             max: ns(max).max(1),
         }
-    }
-
-    /// Nanoseconds since the breaker was made: the local clock of the
-    /// breaker and of the deny shortcut.
-    pub(crate) fn now(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX / 4)
     }
 
     pub(crate) fn gate(&self, now: u64) -> Gate {
@@ -172,8 +164,10 @@ pub struct RedisStats {
     pub probes: u64,
     /// Checks admitted by [`FailPolicy::FailOpen`](super::FailPolicy::FailOpen).
     pub fail_open: u64,
-    /// Checks answered with an error by
-    /// [`FailPolicy::FailClosed`](super::FailPolicy::FailClosed).
+    /// Checks answered with an error: by
+    /// [`FailPolicy::FailClosed`](super::FailPolicy::FailClosed), and by
+    /// [`FailPolicy::FailOpen`](super::FailPolicy::FailOpen) for a failure
+    /// other than Redis being unreachable or slow.
     pub fail_closed: u64,
     /// Checks decided by the in-process limiter of
     /// [`FailPolicy::Local`](super::FailPolicy::Local).

@@ -1,13 +1,42 @@
-//! The four algorithms' Lua: the prelude every script starts with, the
-//! clocks, each algorithm's `decide` function, and the entry points of a
-//! check and a peek. See `script` for the units and exactness, and `pair`
-//! for two limits held together.
+//! The scripts' Lua, generated from a [`Spec`]: the prelude every script
+//! starts with, the clocks, the fast path of a check or peek for a word
+//! algorithm (one limit or a pair, in one key), the generic read and
+//! compare-and-set of the slow path, and the sliding window log's scripts.
+//!
+//! # A word algorithm's key
+//!
+//! One string per client, whatever the number of limits, fields joined by
+//! `|`:
+//!
+//! ```text
+//! <settings>|<tier>:<generation>|<writer>.<call>|<state>|<state>…
+//! ```
+//!
+//! - `settings`: the settings the state was written under
+//!   ([`Spec::stamp`]); `tier:generation`, the generation of the writer's
+//!   quota for the client's tier;
+//! - `writer.call`: the writing limiter's id and the number of the call
+//!   that wrote it, so that no two writes leave the same value (a booking's
+//!   cancel, which writes back only over the very value the booking left,
+//!   is the tail rule, and a key reset and made again never matches);
+//! - the state: a bucket's TAT in whole µs and the ns beyond (0 to 999); a
+//!   window's index and count (and the previous window's count); a pair's
+//!   first limit's, then its second's.
+//!
+//! # The fast path
+//!
+//! A check or peek reads the key. A state written under the reader's
+//! settings (by any process: the settings equal and, if this limiter
+//! wrote it, under its current quota) is decided in the script; any other
+//! is answered `{-1}`, and the limiter converts it in Rust by the
+//! in-process rules ([`super::state`]) and writes it back by
+//! compare-and-set. Every write sets the key (`SET … PXAT`) to expire at
+//! the instant its state becomes idle, rounded up to the millisecond.
+
+use super::spec::{Half, Spec, WordSpec};
 
 /// The helper every script starts with: an integer parser that tells
-/// absent from junk. Two more are written as
-/// calls in the bodies and expanded in place by [`expand`], since each
-/// `local function` is a closure allocated on every call: `s(n)`, a whole
-/// number's exact digits, and `bad(key, what)`, the error reply.
+/// absent (`nil`) from junk (`false`).
 pub(super) const PRELUDE: &str = r"
 local function int(v)
   if not v then return nil end
@@ -17,10 +46,10 @@ local function int(v)
   end
   return n
 end
+local fmt = string.format
 ";
 
-/// Exact floor division, for the window index; a script that needs it
-/// (the windows) gets it after [`PRELUDE`].
+/// Exact floor division, for the window index.
 pub(super) const FDIV: &str = r"
 local function fdiv(a, b)
   local q = math.floor(a / b)
@@ -35,203 +64,393 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 ";
 
-/// The clock of the test wrapper: the instant is the script's last
-/// argument, so that a test can drive a script through any sequence of
-/// instants (long idle gaps, window edges) and compare it with the
-/// in-process algorithm at the same instants.
+/// The clock of a limiter on a test clock: the instant is the script's
+/// last argument, so that a test can drive the scripts through any
+/// sequence of instants and compare them with the in-process limiters on
+/// a `ManualClock`.
 #[cfg(test)]
 pub(super) const TEST_CLOCK: &str = r"
 local now = tonumber(ARGV[#ARGV])
 ";
 
-// Every expiry is an instant in ms, `floor(t / 1000) + 1` for the µs
-// instant `t` at which the state becomes idle: the double division may
-// round up, never down past `t / 1000`, so the key never expires before
-// its state is idle (at most 2 ms after).
-//
-// Each algorithm is a function `decide(key, a, b, cost, write)`: `a` and
-// `b` the two settings of `Spec::args`, `write` false to decide without
-// recording (a peek). It returns the reply, or an error reply for junk
-// under the key.
-
-/// GCRA on one string key holding the TAT. Settings: interval (µs),
-/// capacity. Reply: allowed, TAT (stored, or as read), now. A TAT further
-/// ahead than a full bucket's refill (written under a larger quota) is
-/// read as that refill: the bucket is empty.
-pub(super) const TOKEN_BUCKET: &str = r"
-local function decide(key, interval, cap, cost, write)
-  local tat = int(redis.call('GET', key))
-  if tat == false then return bad(key, 'not a whole number of microseconds') end
-  if tat == nil then tat = 0 end
-  if tat > now + cap * interval then tat = now + cap * interval end
-  if cost == 0 then return {1, tat, now} end
-  local base = math.max(tat, now)
-  if base - now <= (cap - cost) * interval then
-    local new = base + cost * interval
-    if write then redis.call('SET', key, s(new), 'PXAT', s(math.floor(new / 1000) + 1)) end
-    return {1, new, now}
-  end
-  return {0, tat, now}
-end
-";
-
-/// A hash of the window index `k` and its count `c`. Settings: window
-/// (µs), limit. Reply: allowed, k, c (after rollover), now. A count above
-/// the limit (written under a larger quota) is read as the limit.
-pub(super) const FIXED_WINDOW: &str = r"
-local function decide(key, w, limit, cost, write)
-  local v = redis.call('HMGET', key, 'k', 'c')
-  local k, c = int(v[1]), int(v[2])
-  if k == false or c == false or (k == nil) ~= (c == nil) then return bad(key, 'fields k and c must be whole numbers') end
-  local idx = fdiv(now, w)
-  if k == nil or idx > k then k, c = idx, 0 end
-  if c > limit then c = limit end
-  if cost == 0 then return {1, k, c, now} end
-  if c + cost <= limit then
-    c = c + cost
-    if write then
-      redis.call('HSET', key, 'k', s(k), 'c', s(c))
-      redis.call('PEXPIREAT', key, s(math.floor((k + 1) * w / 1000) + 1))
-    end
-    return {1, k, c, now}
-  end
-  return {0, k, c, now}
-end
-";
-
-/// A hash of the window index `k`, its count `c` and the previous
-/// window's `p`. Settings: window (µs), limit. Reply: allowed, k, c, p
-/// (after rollover), now. Counts above the limit (written under a larger
-/// quota) are read as the limit.
-pub(super) const SLIDING_WINDOW: &str = r"
-local function decide(key, w, limit, cost, write)
-  local v = redis.call('HMGET', key, 'k', 'c', 'p')
-  local k, c, p = int(v[1]), int(v[2]), int(v[3])
-  if k == false or c == false or p == false or (k == nil) ~= (c == nil) or (k == nil) ~= (p == nil) then
-    return bad(key, 'fields k, c and p must be whole numbers')
-  end
-  local idx = fdiv(now, w)
-  local e = 0
-  if k == nil then k, c, p = idx, 0, 0 end
-  if idx >= k then
-    if idx == k + 1 then p, c = c, 0 elseif idx > k + 1 then p, c = 0, 0 end
-    k = idx
-    e = now - idx * w
-  end
-  if c > limit then c = limit end
-  if p > limit then p = limit end
-  if cost == 0 then return {1, k, c, p, now} end
-  local need = c + cost - 1
-  if need < limit and need * w < limit * w - p * (w - e) then
-    c = c + cost
-    if write then
-      redis.call('HSET', key, 'k', s(k), 'c', s(c), 'p', s(p))
-      redis.call('PEXPIREAT', key, s(math.floor((k + 2) * w / 1000) + 1))
-    end
-    return {1, k, c, p, now}
-  end
-  return {0, k, c, p, now}
-end
-";
-
-/// A sorted set of admissions scored by their instant, trimmed to the
-/// window (also by a peek: an expired entry says nothing). Settings:
-/// window (µs), limit. Reply: allowed, entries after the decision, the
-/// instant of the entry whose expiry next makes room (the oldest, or with
-/// more entries than the limit, written under a larger quota, the one
-/// whose expiry brings them below it; or -1), the instant of the entry
-/// whose expiry frees room for a denied cost (or -1), now. Entries are
-/// added 500 at a time, so that a cost up to the largest limit stays
-/// within Lua's stack.
-pub(super) const SLIDING_LOG: &str = r"
-local function decide(key, w, limit, cost, write)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', s(now - w))
-  local used = redis.call('ZCARD', key)
-  local held = used
-  local function score(i)
-    if i >= held then return now end
-    local r = redis.call('ZRANGE', key, i, i, 'WITHSCORES')
-    local n = int(r[2])
-    if n == false or n == nil then return false end
-    return n
-  end
-  if used > 0 and score(used - 1) == false then
-    return bad(key, 'a score that is not a whole number of microseconds')
-  end
-  local allowed, kth = 0, -1
-  if cost == 0 or used + cost <= limit then
-    allowed = 1
-    if cost > 0 and write then
-      local at, i = s(now), 1
-      while i <= cost do
-        local args = {}
-        for j = i, math.min(cost, i + 499) do
-          args[#args + 1] = at
-          args[#args + 1] = at .. ':' .. s(used + j)
-        end
-        redis.call('ZADD', key, unpack(args))
-        i = i + 500
-      end
-      redis.call('PEXPIREAT', key, s(math.floor((now + w) / 1000) + 1))
-    end
-    used = used + cost
-  else
-    kth = score(cost - (limit - used) - 1)
-    if kth == false then return bad(key, 'a score that is not a whole number of microseconds') end
-  end
-  local oldest = -1
-  if used > 0 then
-    oldest = score(math.max(0, used - limit))
-    if oldest == false then return bad(key, 'a score that is not a whole number of microseconds') end
-  end
-  return {allowed, used, oldest, kth, now}
-end
-";
-
-/// Expands the bodies' `s(…)` and `bad(key, …)` in place (see
-/// [`PRELUDE`]).
-pub(super) fn expand(body: &str) -> String {
-    let mut out = String::with_capacity(body.len() * 2);
-    let mut rest = body;
-    while let Some(i) = rest.find("s(") {
-        // `s(` as a whole word: not the end of a longer name.
-        let whole = rest[..i]
-            .chars()
-            .next_back()
-            .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'));
-        out.push_str(&rest[..i]);
-        out.push_str(if whole {
-            "string.format('%.0f', "
-        } else {
-            "s("
-        });
-        rest = &rest[i + 2..];
-    }
-    out.push_str(rest);
-    out.replace(
-        "bad(key, ",
-        "redis.error_reply('TOLLGATE the value under ' .. key .. ' is not a tollgate state: ' .. ",
+/// The error reply for a value the limiter did not write (`what` goes in
+/// a single-quoted Lua string: no quotes in it).
+fn bad(what: &str) -> String {
+    debug_assert!(!what.contains('\''));
+    format!(
+        "return redis.error_reply('TOLLGATE the value under ' .. KEYS[1] .. ' is not a tollgate state: {what}')"
     )
 }
 
-/// A single limit's script body: its `decide` function's body run as the
-/// script itself (one closure fewer per call), its parameters taken from
-/// `KEYS` and `ARGV`, recording if `write`.
-pub(super) fn inline(body: &str, write: bool) -> String {
-    let body = expand(body);
-    let header_end = body.find(")\n").map_or(0, |i| i + 2);
-    let header = &body[..header_end];
-    let params = header
-        .split_once("local function decide(")
-        .map_or("", |(_, p)| p.trim_end_matches(")\n"));
-    let names: Vec<&str> = params.split(", ").collect();
-    // The function's last line is its `end`.
-    let inner = body[header_end..]
-        .trim_end()
-        .strip_suffix("end")
-        .unwrap_or(&body[header_end..]);
+/// The Lua deciding one limit's state (read into `x1`, `x2`, … by the
+/// entry point) for `cost` at `now`, and leaving: `ok<x>` (whether the
+/// limit admits), the current state after any rollover, the state after
+/// an admission (`n…<x>`), and `idle<x>`, the µs instant at which the
+/// admitted state becomes idle. `<x>` is the pair's suffix; `a<x>`, `b<x>`
+/// the limit's settings.
+fn half_lua(half: &Half, x: &str) -> String {
+    let body = match half.ns {
+        WordSpec::Bucket(_) => {
+            r"
+local t#, r# = (x#1 or 0), (x#2 or 0)
+if r# > 999 then BAD end
+local ok#, nt#, nr# = cost == 0, t#, r#
+if cost > 0 then
+  local d, tol = t# - now, (b# - cost) * a#
+  if d < tol or (d == tol and r# == 0) then
+    ok# = true
+    if t# >= now then nt# = t# + cost * a# else nt#, nr# = now + cost * a#, 0 end
+  end
+end
+local idle# = nt#
+if nr# > 0 then idle# = nt# + 1 end
+"
+        }
+        WordSpec::Fixed(_) => {
+            r"
+local k#, c# = x#1, x#2
+local idx = fdiv(now, a#)
+if k# == nil then k#, c# = idx, 0
+elseif idx == k# + 1 then k#, c# = idx, math.max(c# - b#, 0)
+elseif idx > k# + 1 then k#, c# = idx, 0 end
+local ok# = cost == 0 or c# + cost <= b#
+local nk#, nc# = k#, c# + cost
+local idle# = (nk# + 1) * a#
+if nc# > b# then idle# = (nk# + 2) * a# end
+"
+        }
+        WordSpec::Sliding(_) => {
+            r"
+local k#, c#, p# = x#1, x#2, x#3
+local idx, e# = fdiv(now, a#), 0
+if k# == nil then k#, c#, p# = idx, 0, 0 end
+if idx >= k# then
+  if idx == k# + 1 then p#, c# = c#, 0 elseif idx > k# + 1 then p#, c# = 0, 0 end
+  k#, e# = idx, now - idx * a#
+end
+local ok# = cost == 0
+if cost > 0 then
+  local need = c# + cost - 1
+  ok# = need < b# and need * a# < b# * a# - p# * (a# - e#)
+end
+local nk#, nc#, np# = k#, c# + cost, p#
+local idle# = (nk# + 2) * a#
+"
+        }
+    };
+    body.replace(
+        "BAD",
+        &bad("a TAT with more than 999 ns past its microseconds"),
+    )
+    .replace('#', x)
+}
+
+/// The state variables of one limit, current (`n` = "") or after an
+/// admission (`n` = "n"), in the order the value and the reply list them.
+fn state_vars(half: &Half, x: &str, n: &str) -> Vec<String> {
+    let names: &[&str] = match half.ns {
+        WordSpec::Bucket(_) => &["t", "r"],
+        WordSpec::Fixed(_) => &["k", "c"],
+        WordSpec::Sliding(_) => &["k", "c", "p"],
+    };
+    names.iter().map(|f| format!("{n}{f}{x}")).collect()
+}
+
+/// A word algorithm's check (`write`) or peek: see the module docs.
+///
+/// `ARGV`: each limit's two settings, then `cost`, the head of the values
+/// the reader writes (`settings|tier:generation|writer.`) and the call's
+/// number. The reply: `{-1}` for a state to
+/// convert; else the outcome (1 or 0), each limit's state (after the
+/// admission, or as read after any rollover; a peek's always as read) and
+/// `now`.
+pub(super) fn word_script(spec: &Spec, clock: &str, write: bool) -> String {
+    let halves = spec.halves();
+    let base = 2 * halves.len();
+    let widths: Vec<usize> = halves.iter().map(|(h, _)| h.fields().len()).collect();
+    let mut lua = String::from("\nlocal fmt = string.format\n");
+    if halves
+        .iter()
+        .any(|(h, _)| !matches!(h.ns, WordSpec::Bucket(_)))
+    {
+        lua.push_str(FDIV);
+    }
+    lua.push_str(clock);
+    lua.push_str(&format!(
+        "local key = KEYS[1]\nlocal cost, HEAD = tonumber(ARGV[{c}]), ARGV[{h}]\n",
+        c = base + 1,
+        h = base + 2,
+    ));
+    // Every state field's variable, `x<suffix><n>`.
+    let fields: Vec<String> = halves
+        .iter()
+        .zip(&widths)
+        .flat_map(|((_, x), &w)| (1..=w).map(move |i| format!("x{x}{i}")))
+        .collect();
+    let pattern = format!("^%d+|{}$", vec!["(%d+)"; fields.len()].join("|"));
+    let reads = format!(
+        "{vars} = {nums}\n  if {over} then {bad} end",
+        vars = fields.join(", "),
+        nums = fields
+            .iter()
+            .map(|f| format!("tonumber({f})"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        over = fields
+            .iter()
+            .map(|f| format!("{f} > 9007199254740991"))
+            .collect::<Vec<_>>()
+            .join(" or "),
+        bad = bad("a number out of range"),
+    );
+    lua.push_str(&format!(
+        r"local v = redis.call('GET', key)
+local at
+if v then
+  if string.find(v, HEAD, 1, true) == 1 then
+    at = #HEAD + 1
+  else
+    -- Another writer's state: read as it is if of the same settings.
+    local s, o = string.match(HEAD, '^([^|]*)|[^|]*|([^|]*)%.$')
+    if string.find(v, s .. '|', 1, true) ~= 1 then return {{-1}} end
+    local w, i = string.match(v, '^[^|]*|[^|]*|([^|.]*)%.()')
+    if w == nil or w == o then return {{-1}} end
+    at = i
+  end
+end
+local {vars}
+if at then
+  {vars} = string.match(v, '{pattern}', at)
+  if {first} == nil then {bad} end
+  {reads}
+end
+",
+        vars = fields.join(", "),
+        first = fields[0],
+        bad = bad("its fields are not whole numbers"),
+    ));
+    for (i, (half, x)) in halves.iter().enumerate() {
+        lua.push_str(&format!(
+            "local a{x}, b{x} = tonumber(ARGV[{}]), tonumber(ARGV[{}])\n",
+            2 * i + 1,
+            2 * i + 2
+        ));
+        lua.push_str(&half_lua(half, x));
+    }
+    let oks = halves
+        .iter()
+        .map(|(_, x)| format!("ok{x}"))
+        .collect::<Vec<_>>()
+        .join(" and ");
+    lua.push_str(&format!("local allowed = {oks}\n"));
+    let mut next = Vec::new();
+    let mut cur = Vec::new();
+    for (half, x) in &halves {
+        next.extend(state_vars(half, x, "n"));
+        cur.extend(state_vars(half, x, ""));
+    }
+    if write {
+        let idle = match halves.as_slice() {
+            [(_, x)] => format!("idle{x}"),
+            _ => "math.max(idle1, idle2)".into(),
+        };
+        let value = next
+            .iter()
+            .map(|v| format!("fmt('%d', {v})"))
+            .collect::<Vec<_>>()
+            .join(" .. '|' .. ");
+        lua.push_str(&format!(
+            r"if allowed and cost > 0 then
+  redis.call('SET', key, HEAD .. ARGV[{id}] .. '|' .. {value}, 'PXAT', math.floor({idle} / 1000) + 1)
+end
+",
+            id = base + 3,
+        ));
+    }
+    if write {
+        lua.push_str(&format!(
+            "if allowed then return {{1, {}, now}} end\nreturn {{0, {}, now}}\n",
+            next.join(", "),
+            cur.join(", ")
+        ));
+    } else {
+        // A peek takes nothing: the state as it stands either way.
+        lua.push_str(&format!(
+            "return {{allowed and 1 or 0, {}, now}}\n",
+            cur.join(", ")
+        ));
+    }
+    lua
+}
+
+/// The slow path's read: the key's value (`nil` if absent) and `now`:
+/// `{now, value}`.
+pub(super) fn read_script(clock: &str) -> String {
     format!(
-        "\nlocal {} = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), {write}\n{inner}",
-        names.join(", ")
+        r"{clock}
+return {{now, redis.call('GET', KEYS[1])}}
+"
+    )
+}
+
+/// The slow path's compare-and-set. `ARGV`: the value expected (`''`: no
+/// key), an instant (µs) the write must come before (or `-1`), the new
+/// value (`''`: delete the key) and its expiry (ms). The reply: `{1, now}`
+/// written, `{0, now}` the value changed since it was read, `{2, now}`
+/// too late.
+pub(super) fn cas_script(clock: &str) -> String {
+    format!(
+        r"{clock}
+local key = KEYS[1]
+local v = redis.call('GET', key)
+if (v or '') ~= ARGV[1] then return {{0, now}} end
+local before = tonumber(ARGV[2])
+if before >= 0 and now >= before then return {{2, now}} end
+if ARGV[3] == '' then
+  redis.call('DEL', key)
+else
+  redis.call('SET', key, ARGV[3], 'PXAT', ARGV[4])
+end
+return {{1, now}}
+"
+    )
+}
+
+/// A sorted set of admissions scored by their instant, trimmed to the
+/// window (also by a peek: an expired entry says nothing). `ARGV`: window
+/// (µs), limit, cost, and the call's token. Reply: allowed, entries after
+/// the decision (a peek's: as they stand), the instant of the entry whose expiry next makes room
+/// (the oldest, or with more entries than the limit, written under a
+/// larger quota, the one whose expiry brings them below it; or -1), the
+/// instant of the entry whose expiry frees room for a denied cost (or
+/// -1), now. Entries are added 500 at a time, so that a cost up to the
+/// largest limit stays within Lua's stack. Members are
+/// `<instant>:<token>:<n>`: the token is unique to the call (the limiter's
+/// id and the call's number), so no entry ever replaces another.
+pub(super) fn log_script(clock: &str, write: bool) -> String {
+    let bad = bad("a score that is not a whole number of microseconds");
+    format!(
+        r"{PRELUDE}{clock}
+local key, w, limit, cost = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+{LOG_HEAD}
+local allowed, kth = 0, -1
+if cost == 0 or used + cost <= limit then
+  allowed = 1
+  if cost > 0 and {write} then
+    add(now, cost)
+    redis.call('PEXPIREAT', key, fmt('%d', math.floor((now + w) / 1000) + 1))
+    used = used + cost
+  end
+else
+  kth = score(cost - (limit - used) - 1)
+  if kth == false then {bad} end
+end
+local oldest = -1
+if used > 0 then
+  oldest = score(math.max(0, used - limit))
+  if oldest == false then {bad} end
+end
+return {{allowed, used, oldest, kth, now}}
+"
+    )
+}
+
+/// What every log script starts with: the trim, the count, `score(i)`
+/// (the `i`-th entry's instant, `now` past the end, `false` for junk) and
+/// `add(at, n)` (`n` entries at `at`, named with the call's token).
+const LOG_HEAD: &str = r"
+redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', now - w))
+local used = redis.call('ZCARD', key)
+local held = used
+local function score(i)
+  if i >= held then return now end
+  local r = redis.call('ZRANGE', key, i, i, 'WITHSCORES')
+  local n = int(r[2])
+  if n == false or n == nil then return false end
+  return n
+end
+local function add(at, n)
+  local s, i = fmt('%d', at), 1
+  while i <= n do
+    local args = {}
+    for j = i, math.min(n, i + 499) do
+      args[#args + 1] = s
+      args[#args + 1] = s .. ':' .. ARGV[4] .. ':' .. j
+    end
+    redis.call('ZADD', key, unpack(args))
+    i = i + 500
+  end
+end
+if used > 0 and score(used - 1) == false then
+  return redis.error_reply('TOLLGATE the value under ' .. KEYS[1] .. ' is not a tollgate state: a score that is not a whole number of microseconds')
+end
+";
+
+/// A log's booking (see `book`). `ARGV`: window (µs), limit, cost, the
+/// call's token, the longest wait (µs, or -1 for any). A cost that fits
+/// is admitted now; one that does not claims the entries whose expiries
+/// free room for it (the earliest) and adds its own at the instant the
+/// last of them expires. Reply: `{1, ready, now, member, score, …}` (the
+/// entries it took out) if booked; `{0, ready, now}` if it would wait
+/// longer than allowed (or `ready` -1: never).
+pub(super) fn log_book_script(clock: &str) -> String {
+    let bad = bad("a score that is not a whole number of microseconds");
+    format!(
+        r"{PRELUDE}{clock}
+local key, w, limit, cost = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local most = tonumber(ARGV[5])
+{LOG_HEAD}
+if used + cost <= limit then
+  add(now, cost)
+  redis.call('PEXPIREAT', key, fmt('%d', math.floor((now + w) / 1000) + 1))
+  return {{1, now, now}}
+end
+local taken = cost - (limit - used)
+local last = score(taken - 1)
+if last == false then {bad} end
+local ready = last + w
+if most >= 0 and ready - now > most then return {{0, ready, now}} end
+local out = {{1, ready, now}}
+local old = redis.call('ZRANGE', key, 0, taken - 1, 'WITHSCORES')
+for i = 1, #old do out[#out + 1] = old[i] end
+redis.call('ZREMRANGEBYRANK', key, 0, taken - 1)
+add(ready, cost)
+redis.call('PEXPIREAT', key, fmt('%d', math.floor((ready + w) / 1000) + 1))
+return out
+"
+    )
+}
+
+/// A log booking's cancellation. `ARGV`: the booking's ready instant
+/// (µs), its token, its cost, the number of entries it took out, then
+/// those entries, member and score. Before the ready instant, each entry the booking added that is
+/// still there (no later booking has claimed it) is taken out, and the
+/// entry it replaced put back. Reply: `{given back}` (entries), `{-1}`
+/// too late.
+pub(super) fn log_cancel_script(clock: &str) -> String {
+    format!(
+        r"{PRELUDE}{clock}
+local key = KEYS[1]
+local ready, token, cost = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+if now >= ready then return {{-1}} end
+local at = fmt('%d', ready)
+local given, taken = 0, tonumber(ARGV[4])
+for j = 1, cost do
+  local member = at .. ':' .. token .. ':' .. j
+  if redis.call('ZSCORE', key, member) then
+    redis.call('ZREM', key, member)
+    given = given + 1
+    -- The entries it replaced: the j-th, and with more taken out than
+    -- added (a state of a larger quota), the first of them with the first.
+    local from, to = j, j
+    if j == 1 then from = 1; to = taken - cost + 1 end
+    if j > 1 then from = j + taken - cost; to = from end
+    for i = math.max(from, 1), math.min(to, taken) do
+      redis.call('ZADD', key, ARGV[4 + 2 * i], ARGV[3 + 2 * i])
+    end
+  end
+end
+return {{given}}
+"
     )
 }

@@ -2,13 +2,14 @@
 //! points at the same Redis: the `redis` feature.
 //!
 //! Build one from the same builder as an in-process limiter, adding the
-//! connection and a key prefix with [`Builder::redis`](crate::Builder::redis); the quota's
-//! semantics are the algorithm's own (see the crate's docs). Each check is
-//! one round trip: a Lua script, sent by `EVALSHA` (and loaded again if
-//! Redis lost it), that reads Redis's own clock (`TIME`), decides, writes
-//! the new state with an expiry at the instant it becomes idle, and
-//! answers. The limiter is asked through [`AsyncCheck`], like every
-//! limiter, so it plugs into the HTTP layer of the `tower` feature as it is.
+//! connection and a key prefix with [`Builder::redis`](crate::Builder::redis);
+//! it decides as the in-process limiter of the same settings does (see
+//! "One semantics" below). Each check is one round trip: a Lua script,
+//! sent by `EVALSHA` (and loaded again if Redis lost it), that reads
+//! Redis's own clock (`TIME`), decides, writes the new state with an
+//! expiry at the instant it becomes idle, and answers. The limiter is
+//! asked through [`AsyncCheck`], like every limiter, so it plugs into the
+//! HTTP layer of the `tower` feature as it is.
 //!
 //! ```no_run
 //! # // `no_run`: it needs a Redis server on localhost.
@@ -35,22 +36,27 @@
 //!
 //! # Keys
 //!
-//! A client's state is one key, `{prefix}:{tag}:{{client}}`, where `tag`
-//! names the algorithm (`tb`, `fw`, `swc`, `swl`) and the client's bytes
-//! are a Redis Cluster hash tag: each client's key maps to one slot, and
-//! clients spread over the cluster. Every write sets the key to expire when
-//! its state becomes idle (a full bucket, a window that has passed, an
-//! empty log), so Redis holds only clients that still carry information.
+//! A client's state is one key, `<prefix>:{<client>}:<tag>`, where `tag`
+//! names the algorithm (`tb`, `fw`, `swc`, `swl`, or a pair's two joined
+//! by `+`): [`RedisLimiter::key`] names it. The client's bytes are a Redis
+//! Cluster hash tag, so each client's key maps to one slot and clients
+//! spread over the cluster. The prefix and the client's bytes are escaped
+//! (`%`, `{` and `}` as `%25`, `%7B` and `%7D`; an empty client as `%`),
+//! so the tag is never empty, no client id can change the slot or reach
+//! another client's key, and no two prefixes share a key. Every write sets
+//! the key to expire when its state becomes idle (a full bucket, a window
+//! that has passed, an empty log), so Redis holds only clients that still
+//! carry information.
 //!
 //! # Time and exactness
 //!
 //! Time is Redis's (`TIME`), so every process agrees on it whatever its own
-//! clock says, and windows are aligned to the Unix epoch. Lua counts in
-//! doubles, so the scripts count whole microseconds: a window must be a
-//! whole number of µs, a token's interval is rounded up to one (erring
-//! toward denying, as the in-process bucket rounds to the ns), and the
-//! builder rejects any setting that would take a stored value past
-//! 2<sup>53</sup> (see [`RedisBuilder::build`]).
+//! clock says, and windows start on the Unix epoch, as the in-process
+//! limiters' do. Lua counts in doubles, so the scripts count whole
+//! microseconds: a window must be a whole number of µs, a token's interval
+//! is rounded up to one (erring toward denying, as the in-process bucket
+//! rounds to the ns), and the builder rejects any setting that would take
+//! a stored value past 2<sup>53</sup> (see [`RedisBuilder::build`]).
 //!
 //! # When Redis fails
 //!
@@ -58,12 +64,14 @@
 //! [`FailPolicy`], and the limiter backs off: until the backoff is over,
 //! checks skip Redis and go straight to the policy, then one probe at a
 //! time goes through, doubling the backoff (up to a cap) each time it
-//! fails. Only a failure to reach Redis backs off. A state under a
-//! client's key that the limiter did not write is that client's problem
-//! only: its checks fail ([`CheckErrorKind::Corrupt`], answered by the
-//! policy) without backing off, until the key is deleted or expires; an
-//! error reply about one request ([`CheckErrorKind::Other`]) is answered
-//! by the policy for that request alone.
+//! fails. Only a failure to reach Redis backs off, and only such a
+//! failure ([`CheckErrorKind::Timeout`], [`CheckErrorKind::Unavailable`])
+//! is admitted by [`FailPolicy::FailOpen`]. A value under a client's key
+//! that the limiter cannot read ([`CheckErrorKind::Corrupt`]: another
+//! program's value, or a value of another type) and an error reply about
+//! one request ([`CheckErrorKind::Other`]) fail that client's checks only,
+//! without backing off: `FailClosed` and `FailOpen` answer them with the
+//! error, `Local` decides them in process.
 //!
 //! # Control, tiers and pairs
 //!
@@ -71,57 +79,77 @@
 //! [`peek`](RedisLimiter::peek), [`reset`](RedisLimiter::reset) and
 //! [`remove`](RedisLimiter::remove) a client (for every process sharing
 //! the Redis), put clients in tiers ([`RedisBuilder::tier_by`],
-//! [`RedisLimiter::set_quota`]), and hold two limits at once, atomically
-//! in one script (a builder made with `and` or `and_rate`).
+//! [`RedisLimiter::set_quota`]), hold two limits at once, atomically in
+//! one key (a builder made with `and` or `and_rate`), and book requests
+//! ahead ([`RedisLimiter::reserve_n`], [`RedisLimiter::until_ready`],
+//! [`RedisReservation::cancel`]).
+//!
+//! # One semantics
+//!
+//! The scripts decide the common case; a quota change, a booking and a
+//! state written under other settings run the in-process algorithms' own
+//! code on the state read from Redis, written back by compare-and-set. The
+//! guide's Redis page ([`crate::guide::redis`]) lists what a fault does
+//! to decisions, each with its test, and the few differences from the
+//! in-process limiters that stay.
 //!
 //! # Replicas with different quotas
 //!
-//! A replica reads a state written under another limit (a rolling deploy)
-//! as the in-process limiters' `set_quota` converts one: counts above its
-//! limit count as its limit, so a lower limit denies a client that spent
-//! more than it, and a higher one admits the difference. The sliding
-//! window log keeps every entry and denies until enough of them expire.
-//! A change of window for the fixed window or the sliding window counter
-//! is not converted: give the new window a new prefix.
+//! Every state is stamped with the settings it was written under. A
+//! replica that reads a state written under other settings (a rolling
+//! deploy that changed the limit, the rate or the window) converts it as
+//! the in-process limiters' `set_quota` does, once, and writes it back:
+//! what the client spent above a lower limit counts as that limit, a
+//! higher limit admits the difference, a bucket keeps the tokens it is
+//! missing, and a window's counts move to the new window. The sliding
+//! window log keeps every entry and judges them by the reader's limit and
+//! window.
 
+mod book;
 mod builder;
+mod call;
 mod control;
+mod decide;
+#[cfg(all(test, not(feature = "loom")))]
+mod differ;
+mod fallback;
 mod guard;
 mod key;
 mod lua;
 #[cfg(all(test, not(feature = "loom")))]
 mod lua_equal;
 mod pair;
-mod peek;
-mod script;
 mod shortcut;
+mod spec;
+mod state;
+#[cfg(all(test, not(feature = "loom")))]
+mod testing;
 mod tier;
 
 use core::fmt;
-use core::future::Future;
-use core::pin::Pin;
-use core::task::{Context, Poll};
+use core::marker::PhantomData;
 use core::time::Duration;
 use std::sync::Arc;
 
-use ::redis::{Cmd, ErrorKind, RedisError, RedisResult, Script, ServerErrorKind};
-
+pub use book::{RedisReservation, RedisReserveError};
 pub use builder::{RedisBuilder, RedisConnection};
+pub use decide::RedisCheck;
+use guard::Breaker;
 pub use guard::RedisStats;
-use guard::{bump, Breaker, Counters, Gate};
+use key::Layout;
 pub use key::RedisKey;
-use script::Spec;
-use shortcut::{DenyCache, LEFT_MAX, REACH};
+use shortcut::DenyCache;
+use spec::Spec;
 
 use crate::algorithm::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 use crate::cell::Algorithm;
 use crate::check::{AsyncCheck, CheckError, CheckErrorKind, Quota};
-use crate::decision::Decision;
-use crate::error::{ConfigError, CostError};
+use crate::error::ConfigError;
+use crate::sync::{AtomicU64, Ordering};
 
 /// What a Redis limiter answers when Redis does not: it timed out, could
-/// not be reached, refused the command, or holds a state under the
-/// client's key that the limiter did not write.
+/// not be reached, refused the command, or holds a value under the
+/// client's key that the limiter cannot read.
 ///
 /// # Examples
 ///
@@ -133,18 +161,25 @@ use crate::error::{ConfigError, CostError};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum FailPolicy {
-    /// Admit the request. The decision reports the full quota
-    /// (`remaining == limit`, both waits zero), since nothing is known.
+    /// Admit the request when Redis timed out or could not be reached
+    /// ([`Timeout`](CheckErrorKind::Timeout),
+    /// [`Unavailable`](CheckErrorKind::Unavailable)). The decision reports
+    /// the full quota (`remaining == limit`, both waits zero; a pair's two
+    /// limits each full), since nothing is known. Any other failure (a
+    /// value the limiter cannot read, an error reply, a reply not
+    /// understood) is answered with the [`CheckError`], as under
+    /// `FailClosed`: it would recur on every request of that client, and
+    /// admitting it would lift its limit.
     FailOpen,
     /// Answer the check with the [`CheckError`] (kind
     /// [`Timeout`](CheckErrorKind::Timeout),
     /// [`Unavailable`](CheckErrorKind::Unavailable),
-    /// [`Corrupt`](CheckErrorKind::Corrupt) or
+    /// [`Corrupt`](CheckErrorKind::Corrupt),
     /// [`Protocol`](CheckErrorKind::Protocol) or
     /// [`Other`](CheckErrorKind::Other)): the HTTP layer answers
     /// `503 Service Unavailable`.
     FailClosed,
-    /// Decide with an in-process limiter of the same quota, one per
+    /// Decide with an in-process limiter of the same quotas, one per
     /// process: while Redis is down each replica enforces the quota on its
     /// own, so a client gets at most the quota per replica. The default:
     /// an outage of the limiter's store neither takes the service down nor
@@ -155,14 +190,22 @@ pub enum FailPolicy {
 
 mod sealed {
     /// How an algorithm runs in Redis. Sealed: only tollgate's four
-    /// algorithms implement it.
+    /// algorithms and their pairs implement it.
     #[allow(unreachable_pub)] // a sealed supertrait, named only here
     pub trait Sealed: crate::algorithm::FromParams {
+        /// The settings as the scripts run them.
         fn spec(&self) -> Result<super::Spec, crate::ConfigError>;
+
+        /// The in-process limiter of `FailPolicy::Local`.
+        fn fallback(
+            settings: &super::fallback::Settings,
+        ) -> Result<Box<dyn super::fallback::Fallback>, crate::ConfigError>;
     }
 }
 
-/// An algorithm that a [`RedisLimiter`] can run: all four of tollgate's.
+/// An algorithm that a [`RedisLimiter`] can run: all four of tollgate's,
+/// and two of the token bucket, the fixed window and the sliding window
+/// counter held together.
 ///
 /// # Examples
 ///
@@ -172,30 +215,33 @@ mod sealed {
 /// ```
 pub trait RedisAlgorithm: Algorithm + sealed::Sealed {}
 
-impl sealed::Sealed for TokenBucket {
-    fn spec(&self) -> Result<Spec, ConfigError> {
-        Spec::bucket(self)
-    }
-}
-impl RedisAlgorithm for TokenBucket {}
+macro_rules! word_algorithm {
+    ($algorithm:ty, $spec:ident) => {
+        impl sealed::Sealed for $algorithm {
+            fn spec(&self) -> Result<Spec, ConfigError> {
+                Spec::$spec(self)
+            }
 
-impl sealed::Sealed for FixedWindow {
-    fn spec(&self) -> Result<Spec, ConfigError> {
-        Spec::fixed(self)
-    }
+            fn fallback(
+                settings: &fallback::Settings,
+            ) -> Result<Box<dyn fallback::Fallback>, ConfigError> {
+                fallback::tiered::<Self>(settings)
+            }
+        }
+        impl RedisAlgorithm for $algorithm {}
+    };
 }
-impl RedisAlgorithm for FixedWindow {}
-
-impl sealed::Sealed for SlidingWindowCounter {
-    fn spec(&self) -> Result<Spec, ConfigError> {
-        Spec::sliding(self)
-    }
-}
-impl RedisAlgorithm for SlidingWindowCounter {}
+word_algorithm!(TokenBucket, bucket);
+word_algorithm!(FixedWindow, fixed);
+word_algorithm!(SlidingWindowCounter, sliding);
 
 impl sealed::Sealed for SlidingWindowLog {
     fn spec(&self) -> Result<Spec, ConfigError> {
         Spec::log(self)
+    }
+
+    fn fallback(settings: &fallback::Settings) -> Result<Box<dyn fallback::Fallback>, ConfigError> {
+        fallback::LogFallback::boxed(settings)
     }
 }
 impl RedisAlgorithm for SlidingWindowLog {}
@@ -246,7 +292,7 @@ impl<A: Algorithm> fmt::Debug for RedisLimiter<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisLimiter")
             .field("spec", &self.inner.tiers.get(0).spec)
-            .field("prefix", &String::from_utf8_lossy(&self.inner.prefix))
+            .field("layout", &self.inner.layout)
             .field("timeout", &self.inner.timeout)
             .field("policy", &self.inner.policy)
             .finish_non_exhaustive()
@@ -256,26 +302,79 @@ impl<A: Algorithm> fmt::Debug for RedisLimiter<A> {
 /// What a round trip does: check (decide and record) or peek (decide).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
-    Check = 0,
-    Peek = 1,
+    Check,
+    Peek,
 }
 
-struct Inner<A: Algorithm> {
-    /// The scripts' hashes, for `EVALSHA`, by [`Mode`].
-    scripts: [Script; 2],
-    /// The scripts' sources, sent by `EVAL` when Redis lost them.
-    sources: [String; 2],
-    conn: RedisConnection,
-    /// `{prefix}:{tag}:{`: a key is this, the client's bytes, and `}`.
-    prefix: Vec<u8>,
-    /// Each tier's quota, and the in-process limiter of
-    /// [`FailPolicy::Local`] for it, keyed by the client's bytes.
-    tiers: tier::Tiers<A>,
+/// A limiter's scripts (see `lua`): a check and a peek, and for a word
+/// algorithm the slow path's read and compare-and-set, for the log its
+/// booking and cancellation.
+struct Scripts {
+    check: call::Script,
+    peek: call::Script,
+    /// Read, or the log's booking.
+    read: call::Script,
+    /// Compare-and-set, or the log's cancellation.
+    cas: call::Script,
+}
+
+impl Scripts {
+    /// The script deciding a request in `mode`.
+    fn decide(&self, mode: Mode) -> &call::Script {
+        match mode {
+            Mode::Check => &self.check,
+            Mode::Peek => &self.peek,
+        }
+    }
+}
+
+struct Inner<A> {
+    calls: call::Calls,
+    scripts: Scripts,
+    layout: Layout,
+    /// Each tier's quota, and the history of quota changes.
+    tiers: tier::Tiers,
+    /// The in-process limiter of [`FailPolicy::Local`].
+    fallback: Option<Box<dyn fallback::Fallback>>,
     timeout: Duration,
     policy: FailPolicy,
     breaker: Breaker,
-    counters: Counters,
     shortcut: Option<DenyCache>,
+    /// This limiter's id, written with every state it writes.
+    owner: String,
+    /// Calls made, numbered: the incarnation of a key a call creates.
+    serial: AtomicU64,
+    /// Redis's clock less the local clock (ns, wrapping), as the latest
+    /// reply read it: an estimate of Redis's clock no earlier than it.
+    offset: AtomicU64,
+    _algorithm: PhantomData<fn() -> A>,
+}
+
+impl<A> Inner<A> {
+    /// A token unique to a call: this limiter's id and the call's number.
+    fn token(&self) -> String {
+        // Relaxed: a number unique to this call, nothing more.
+        let serial = self.serial.fetch_add(1, Ordering::Relaxed);
+        format!("{}.{serial}", self.owner)
+    }
+
+    /// Redis's clock now, in ns, as this process estimates it (see
+    /// `offset`).
+    fn redis_now(&self) -> u64 {
+        // Relaxed: an estimate, published by nothing.
+        let offset = self.offset.load(Ordering::Relaxed);
+        self.calls.clock.local_ns().wrapping_add(offset)
+    }
+
+    /// Notes a reply judged at `judged` (µs on Redis's clock) for a call
+    /// sent at `sent` (ns on the local clock).
+    fn judged(&self, sent: u64, judged: u64) {
+        // Relaxed: see `redis_now`.
+        self.offset.store(
+            judged.saturating_mul(1_000).wrapping_sub(sent),
+            Ordering::Relaxed,
+        );
+    }
 }
 
 impl<A: RedisAlgorithm> RedisLimiter<A> {
@@ -283,9 +382,10 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     ///
     /// # Errors
     ///
-    /// Only under [`FailPolicy::FailClosed`]: a [`CheckError`] when Redis
-    /// timed out, could not be reached, or holds something else under the
-    /// client's key (see [`CheckErrorKind`]).
+    /// A [`CheckError`] when Redis fails and the [`FailPolicy`] answers
+    /// with it: under `FailClosed` for any failure, under `FailOpen` for a
+    /// failure other than Redis being unreachable or slow (see the
+    /// module's docs), under `Local` never.
     ///
     /// # Examples
     ///
@@ -296,12 +396,15 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
 
     /// Checks a request that costs `cost` units at once: all of it is
     /// admitted or none. A cost of 0 is admitted and records nothing (it
-    /// still asks Redis, for the figures).
+    /// still asks Redis, for the figures). As in-process, a cost above the
+    /// client's tier's capacity but within another tier's is denied, and
+    /// would never pass.
     ///
     /// # Errors
     ///
     /// [`CheckErrorKind::Cost`] (with no round trip) if `cost` exceeds the
-    /// capacity or limit, and the errors of [`check`](Self::check).
+    /// capacity or limit of every tier, and the errors of
+    /// [`check`](Self::check).
     ///
     /// # Examples
     ///
@@ -326,113 +429,28 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         self.decide(key, cost, Mode::Check)
     }
 
-    /// A check or a peek.
-    fn decide<K: RedisKey + ?Sized>(&self, key: &K, cost: u64, mode: Mode) -> RedisCheck {
-        let inner = &self.inner;
-        bump(&inner.counters.checks);
-        let mut full = Vec::with_capacity(inner.prefix.len() + 32);
-        full.extend_from_slice(&inner.prefix);
-        key.write_key(&mut full);
-        let client = full.len() - inner.prefix.len();
-        full.push(b'}');
-        let tier = inner.tiers.of(&full[inner.prefix.len()..][..client]);
-        let capacity = tier.spec.capacity();
-        if cost > capacity {
-            let err = CostError { cost, capacity };
-            return RedisCheck::ready(Err(CheckError::with_kind(CheckErrorKind::Cost, err)));
-        }
-        let now = inner.breaker.now();
-        if let Some(cache) = inner.shortcut.as_ref().filter(|_| mode == Mode::Check) {
-            if let Some((wait, left)) =
-                cache.denied(&full[inner.prefix.len()..][..client], now, cost)
-            {
-                bump(&inner.counters.denied_locally);
-                return RedisCheck::ready(Ok(Decision::new(
-                    false,
-                    capacity,
-                    left,
-                    wait,
-                    wait,
-                    tier.spec.window(),
-                )));
-            }
-        }
-        let probe_due = match inner.breaker.gate(now) {
-            Gate::Pass => false,
-            Gate::Probe => true,
-            Gate::Down(wait) => {
-                let err = CheckError::with_kind(
-                    CheckErrorKind::Unavailable,
-                    format!("Redis failed recently; the next probe goes in {wait:?}"),
-                );
-                return RedisCheck::ready(inner.fallback(&tier, &full, client, cost, mode, err));
-            }
-        };
-        let inner = Arc::clone(inner);
-        RedisCheck(State::Waiting(Box::pin(async move {
-            // The probe flag is taken here, at the first poll, and the
-            // guard that gives it back exists from that instant: a future
-            // dropped before its first poll never took it.
-            let probe = probe_due && inner.breaker.take_probe();
-            if probe_due && !probe {
-                let err = CheckError::with_kind(
-                    CheckErrorKind::Unavailable,
-                    "Redis failed recently; another check is probing it",
-                );
-                return inner.fallback(&tier, &full, client, cost, mode, err);
-            }
-            if probe {
-                bump(&inner.counters.probes);
-            }
-            let mut abandon = ProbeGuard(probe.then_some(&inner.breaker));
-            let reply =
-                tokio::time::timeout(inner.timeout, inner.call(&tier.spec, &full, cost, mode))
-                    .await;
-            abandon.0 = None;
-            let err = match reply {
-                Ok(Ok(reply)) => match tier.spec.decode_reply(mode, &reply, cost) {
-                    Ok(decision) => {
-                        inner.breaker.succeeded(probe);
-                        if mode == Mode::Check {
-                            inner.remember(&full, client, now, &decision);
-                        }
-                        return Ok(decision);
-                    }
-                    Err(err) => {
-                        inner.breaker.succeeded(probe);
-                        bump(&inner.counters.errors);
-                        let key = String::from_utf8_lossy(&full);
-                        CheckError::with_kind(
-                            CheckErrorKind::Corrupt,
-                            format!("{err} (under the key {key})"),
-                        )
-                    }
-                },
-                Ok(Err(err)) => {
-                    bump(&inner.counters.errors);
-                    let kind = classify(&err);
-                    if kind == CheckErrorKind::Unavailable {
-                        inner.breaker.failed(probe, inner.breaker.now());
-                        CheckError::with_kind(kind, err)
-                    } else {
-                        // About this request or this client's key only:
-                        // Redis answered, so it is up.
-                        inner.breaker.succeeded(probe);
-                        let key = String::from_utf8_lossy(&full);
-                        CheckError::with_kind(kind, format!("{err} (under the key {key})"))
-                    }
-                }
-                Err(_elapsed) => {
-                    bump(&inner.counters.timeouts);
-                    inner.breaker.failed(probe, inner.breaker.now());
-                    CheckError::with_kind(
-                        CheckErrorKind::Timeout,
-                        format!("Redis did not answer within {:?}", inner.timeout),
-                    )
-                }
-            };
-            inner.fallback(&tier, &full, client, cost, mode, err)
-        })))
+    /// The Redis key that holds `client`'s state (see the module's docs on
+    /// keys): for inspecting it, or for operations of your own.
+    ///
+    /// # Examples
+    ///
+    /// `no_run`: it needs a Redis server on localhost.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// # async fn run(conn: redis::aio::ConnectionManager) -> Result<(), tollgate::ConfigError> {
+    /// let limiter = TokenBucket::builder().rate(10, Duration::from_secs(1)).redis(conn, "api").build()?;
+    /// assert_eq!(limiter.key("alice"), b"api:{alice}:tb");
+    /// assert_eq!(limiter.key("a{b}"), b"api:{a%7Bb%7D}:tb");
+    /// assert_eq!(limiter.key(""), b"api:{%}:tb");
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn key<K: RedisKey + ?Sized>(&self, client: &K) -> Vec<u8> {
+        self.inner.layout.key(&key::client_bytes(client))
     }
 
     /// The quota this limiter grants, as for an in-process limiter of the
@@ -464,143 +482,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     ///
     /// See [`RedisLimiter`].
     pub fn stats(&self) -> RedisStats {
-        self.inner.counters.snapshot()
-    }
-}
-
-impl<A: RedisAlgorithm> Inner<A> {
-    /// The fail policy's answer to a check that Redis could not make.
-    fn fallback(
-        &self,
-        tier: &tier::TierQuota<A>,
-        full: &[u8],
-        client: usize,
-        cost: u64,
-        mode: Mode,
-        err: CheckError,
-    ) -> Result<Decision, CheckError> {
-        match self.policy {
-            FailPolicy::FailOpen => {
-                bump(&self.counters.fail_open);
-                let limit = tier.spec.capacity();
-                Ok(Decision::new(
-                    true,
-                    limit,
-                    limit,
-                    Duration::ZERO,
-                    Duration::ZERO,
-                    tier.spec.window(),
-                ))
-            }
-            FailPolicy::FailClosed => {
-                bump(&self.counters.fail_closed);
-                Err(err)
-            }
-            FailPolicy::Local => {
-                bump(&self.counters.fail_local);
-                let local = tier.local.as_ref().ok_or(err)?;
-                let client = &full[self.prefix.len()..][..client];
-                match mode {
-                    Mode::Check => local.check_n(client, cost),
-                    Mode::Peek => local.peek_n(client, cost),
-                }
-                .map_err(|err| CheckError::with_kind(CheckErrorKind::Cost, err))
-            }
-        }
-    }
-
-    /// One check's script: `EVALSHA`, and if Redis lost the script, the
-    /// script itself by `EVAL` (which also loads it again). Each command
-    /// sent counts as a round trip.
-    async fn call(&self, spec: &Spec, full: &[u8], cost: u64, mode: Mode) -> RedisResult<Vec<i64>> {
-        let mut conn = self.conn.clone();
-        let mut cmd = Cmd::new();
-        cmd.arg("EVALSHA")
-            .arg(self.scripts[mode as usize].get_hash());
-        spec.push_call(&mut cmd, full, cost);
-        bump(&self.counters.round_trips);
-        match cmd.query_async(&mut conn).await {
-            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                let mut cmd = Cmd::new();
-                cmd.arg("EVAL").arg(&self.sources[mode as usize]);
-                spec.push_call(&mut cmd, full, cost);
-                bump(&self.counters.round_trips);
-                cmd.query_async(&mut conn).await
-            }
-            reply => reply,
-        }
-    }
-
-    /// Feeds the deny shortcut: a client left with `remaining` units (at
-    /// most [`LEFT_MAX`], and fewer than the capacity) is sure to be
-    /// denied every larger cost until its quota next grows, counted from
-    /// `sent`, when the check left (Redis's reading came later, so the
-    /// shortcut never outlasts the real denial), and at most [`REACH`],
-    /// so that a state that vanished from Redis is believed at most that
-    /// long.
-    fn remember(&self, full: &[u8], client: usize, sent: u64, decision: &Decision) {
-        let Some(cache) = &self.shortcut else { return };
-        let client = &full[self.prefix.len()..][..client];
-        let left = decision.remaining;
-        if left <= LEFT_MAX
-            && left < decision.limit
-            && decision.replenish_after() >= Duration::from_millis(1)
-        {
-            let wait = u64::try_from(decision.replenish_after().as_nanos()).unwrap_or(u64::MAX);
-            cache.deny(client, sent.saturating_add(wait.min(REACH)), left);
-        } else {
-            cache.forget(client);
-        }
-    }
-}
-
-/// The kind of a failed round trip. Only a failure to reach Redis
-/// ([`CheckErrorKind::Unavailable`]: the connection, a server loading,
-/// failing over or out of its cluster) makes the limiter back off. An
-/// error about one client's key (a value of the wrong type, or one the
-/// scripts refuse) is [`CheckErrorKind::Corrupt`]; any other error reply
-/// (about this request, such as a script error) is
-/// [`CheckErrorKind::Other`], and a reply not understood
-/// [`CheckErrorKind::Protocol`]: Redis answered, so it is up.
-fn classify(err: &RedisError) -> CheckErrorKind {
-    if let Some("TOLLGATE" | "WRONGTYPE") = err.code() {
-        return CheckErrorKind::Corrupt;
-    }
-    if err.is_io_error()
-        || err.is_connection_refusal()
-        || err.is_connection_dropped()
-        || err.is_timeout()
-    {
-        return CheckErrorKind::Unavailable;
-    }
-    match err.kind() {
-        ErrorKind::Parse | ErrorKind::UnexpectedReturnType => CheckErrorKind::Protocol,
-        ErrorKind::Server(
-            ServerErrorKind::BusyLoading
-            | ServerErrorKind::TryAgain
-            | ServerErrorKind::ClusterDown
-            | ServerErrorKind::MasterDown
-            | ServerErrorKind::ReadOnly
-            | ServerErrorKind::Moved
-            | ServerErrorKind::Ask,
-        )
-        | ErrorKind::Io
-        | ErrorKind::AuthenticationFailed
-        | ErrorKind::ClusterConnectionNotFound
-        | ErrorKind::Client
-        | ErrorKind::InvalidClientConfig => CheckErrorKind::Unavailable,
-        _ => CheckErrorKind::Other,
-    }
-}
-
-/// Lets another probe go if this one's future is dropped unfinished.
-struct ProbeGuard<'a>(Option<&'a Breaker>);
-
-impl Drop for ProbeGuard<'_> {
-    fn drop(&mut self) {
-        if let Some(breaker) = self.0 {
-            breaker.abandoned();
-        }
+        self.inner.calls.counters.snapshot()
     }
 }
 
@@ -616,52 +498,8 @@ impl<A: RedisAlgorithm, K: RedisKey + ?Sized> AsyncCheck<K> for RedisLimiter<A> 
     }
 }
 
-type Waiting = Pin<Box<dyn Future<Output = Result<Decision, CheckError>> + Send>>;
-
-enum State {
-    /// Decided without Redis (the shortcut, a cost error, the fail policy
-    /// while Redis is down); taken by the first poll.
-    Ready(Option<Result<Decision, CheckError>>),
-    /// A round trip.
-    Waiting(Waiting),
-}
-
-/// The future of a [`RedisLimiter`] check: ready at once when decided
-/// without Redis, otherwise when Redis answers or the timeout passes.
-///
-/// # Examples
-///
-/// See [`RedisLimiter`].
-#[must_use = "a check does nothing unless awaited"]
-pub struct RedisCheck(State);
-
-impl RedisCheck {
-    fn ready(result: Result<Decision, CheckError>) -> Self {
-        Self(State::Ready(Some(result)))
-    }
-}
-
-impl fmt::Debug for RedisCheck {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match &self.0 {
-            State::Ready(_) => "ready",
-            State::Waiting(_) => "waiting for Redis",
-        };
-        f.debug_tuple("RedisCheck").field(&state).finish()
-    }
-}
-
-impl Future for RedisCheck {
-    type Output = Result<Decision, CheckError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match &mut self.0 {
-            State::Ready(result) => Poll::Ready(result.take().unwrap_or_else(|| {
-                Err(CheckError::new(
-                    "a rate-limit check was polled after it completed",
-                ))
-            })),
-            State::Waiting(future) => future.as_mut().poll(cx),
-        }
-    }
+/// A [`CheckError`] of `kind` about `key`.
+fn failure(kind: CheckErrorKind, key: &[u8], cause: impl fmt::Display) -> CheckError {
+    let key = String::from_utf8_lossy(key);
+    CheckError::with_kind(kind, format!("{cause} (under the key {key})"))
 }

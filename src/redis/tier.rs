@@ -1,95 +1,306 @@
-//! Tiers on Redis: a resolver run on each request's client names its
-//! tier, and the tier's quota goes to the script with the request. Every
-//! tier of a limiter shares each client's one key, so a client that moves
-//! between tiers keeps what it spent, read under its new quota as any
-//! quota change is (see the module's docs).
+//! Tiers and quota changes on Redis.
+//!
+//! A resolver run on each request's client names its tier, and the tier's
+//! quota goes to the script with the request. Every tier of a limiter
+//! shares each client's one key.
+//!
+//! # Quota changes
+//!
+//! An in-process limiter's `set_quota` carries every client's state over
+//! to the new quota at the instant of the change. A Redis limiter cannot
+//! visit every key, so it converts each state when it next meets it, with
+//! the same rule at the same instants: every state is stamped with the
+//! settings it was written under, the writer's id and the generation of
+//! the writer's quota for the client's tier; the limiter keeps the last
+//! [`HISTORY`] changes with the instant each was made (on Redis's clock,
+//! as this process reads it); and a state stamped with an older
+//! generation of this limiter is carried through each later change of its
+//! tier, at that change's instant, exactly as the in-process limiter
+//! carried it (a limit lowered then raised again clamps the state once
+//! and keeps it). A state written by another process under other settings
+//! (a rolling deploy) is converted once, when it is read. Either way the
+//! converted state is written back before the request is decided on it.
 
 use core::time::Duration;
+use std::borrow::Cow;
+use std::collections::VecDeque;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use super::script::Spec;
+use super::spec::{Ns, Spec};
+use super::state::{DecodeError, Stored};
 use super::{RedisAlgorithm, RedisBuilder, RedisLimiter};
-use crate::algorithm::FromParams;
+use crate::algorithm::{FromParams, Params, Transitions};
 use crate::builder::Builder;
-use crate::cell::Algorithm;
 use crate::check::Quota;
-use crate::clock::MonotonicClock;
 use crate::error::ConfigError;
-use crate::limiter::Limiter;
-use crate::memory::Memory;
 use crate::Tier;
 
 /// The resolver of [`RedisBuilder::tier_by`].
-pub(super) type Resolver = Box<dyn Fn(&[u8]) -> Tier + Send + Sync>;
+pub(super) type Resolver = dyn Fn(&[u8]) -> Tier + Send + Sync;
 
-/// One tier's quota: the script's settings, the quota, and the in-process
-/// limiter of [`FailPolicy::Local`](super::FailPolicy::Local) for it.
-pub(super) struct TierQuota<A: Algorithm> {
+/// How many quota changes a limiter remembers to carry states through.
+pub(crate) const HISTORY: usize = 64;
+
+/// One tier's quota: the script's settings, the quota, the settings as
+/// given, and the generation at which it was set.
+#[derive(Debug)]
+pub(super) struct TierQuota {
     pub(super) spec: Spec,
+    /// The spec's stamp, as every state written under it carries.
+    pub(super) stamp: String,
     pub(super) quota: Quota,
-    pub(super) local: Option<Limiter<A, Vec<u8>>>,
+    pub(super) params: Params,
+    pub(super) generation: u64,
+    /// The tier it was set for, and the head of the values written under
+    /// it for a client of that tier (`settings|writer|tier:generation|`).
+    tier: Tier,
+    head: String,
+}
+
+/// A change: its generation, its instant (µs on Redis's clock, as this
+/// process read it), and every tier's settings after it.
+#[derive(Debug)]
+struct Change {
+    generation: u64,
+    at: u64,
+    specs: Vec<Option<Spec>>,
+}
+
+impl Change {
+    /// The settings `tier` was held to after this change.
+    fn of(&self, tier: Tier) -> Spec {
+        self.specs
+            .get(usize::from(tier))
+            .copied()
+            .flatten()
+            .or(self.specs[0])
+            .expect("tier 0 is always set")
+    }
+}
+
+struct Table {
+    quotas: Vec<Option<Arc<TierQuota>>>,
+    generation: u64,
+    history: VecDeque<Change>,
+    max_capacity: u64,
 }
 
 /// The tiers' quotas, indexed by tier; tier 0 always set. Read on every
 /// request (an uncontended read lock, against a round trip), written by
 /// [`RedisLimiter::set_quota`].
-pub(super) struct Tiers<A: Algorithm> {
-    table: RwLock<Vec<Option<Arc<TierQuota<A>>>>>,
-    resolver: Option<Resolver>,
-    /// The memory settings of each tier's in-process limiter, and whether
-    /// to make one.
-    memory: Memory,
-    local: bool,
+pub(super) struct Tiers {
+    table: RwLock<Table>,
+    pub(super) resolver: Option<Arc<Resolver>>,
+    /// The limiter's id, in every value it writes.
+    owner: String,
 }
 
-impl<A: RedisAlgorithm> Tiers<A> {
-    pub(super) fn new(
-        algorithm: A,
-        resolver: Option<Resolver>,
-        memory: Memory,
-        local: bool,
+/// What a request is judged by: its tier, the tier's quota, and the
+/// largest cost any tier admits.
+pub(super) struct Judged {
+    pub(super) tier: Tier,
+    pub(super) quota: Arc<TierQuota>,
+    pub(super) max_capacity: u64,
+}
+
+impl Judged {
+    /// The head of the values written for this request's client:
+    /// `settings|tier:generation|writer.` (made once per quota for the
+    /// tier it was set for).
+    pub(super) fn head(&self) -> Cow<'_, str> {
+        let quota = &self.quota;
+        if self.tier == quota.tier {
+            Cow::Borrowed(&quota.head)
+        } else {
+            let writer = quota.head.rsplit('|').next().unwrap_or(".");
+            let writer = writer.strip_suffix('.').unwrap_or(writer);
+            Cow::Owned(head(&quota.stamp, writer, self.tier, quota.generation))
+        }
+    }
+}
+
+/// The head of the values a limiter writes:
+/// `settings|tier:generation|writer.` (the call's number follows).
+fn head(stamp: &str, writer: &str, tier: Tier, generation: u64) -> String {
+    format!("{stamp}|{tier}:{generation}|{writer}.")
+}
+
+impl Tiers {
+    pub(super) fn new<A: RedisAlgorithm>(
+        params: Params,
+        resolver: Option<Arc<Resolver>>,
+        owner: String,
     ) -> Result<Self, ConfigError> {
-        let first = Self::quota_for(algorithm, &memory, local)?;
+        let mut first = quota_for::<A>(params, 0)?;
+        first.head = head(&first.stamp, &owner, 0, 0);
+        let max_capacity = first.spec.capacity();
         Ok(Self {
-            table: RwLock::new(vec![Some(Arc::new(first))]),
+            table: RwLock::new(Table {
+                quotas: vec![Some(Arc::new(first))],
+                generation: 0,
+                history: VecDeque::new(),
+                max_capacity,
+            }),
             resolver,
-            memory,
-            local,
+            owner,
         })
     }
 
-    fn quota_for(algorithm: A, memory: &Memory, local: bool) -> Result<TierQuota<A>, ConfigError> {
-        let spec = algorithm.spec()?;
-        let quota = {
-            let (limit, window) = FromParams::granted(&algorithm);
-            Quota::new(limit, Duration::from_nanos(window))
-        };
-        let local = local.then(|| Limiter::new(algorithm, MonotonicClock::new(), *memory));
-        Ok(TierQuota { spec, quota, local })
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Table> {
+        // A writer that panicked left the table whole (it swaps one slot).
+        self.table.read().unwrap_or_else(PoisonError::into_inner)
     }
-}
 
-impl<A: Algorithm> Tiers<A> {
-    /// The quota of `client`'s tier: its own, or tier 0's if it has none.
-    pub(super) fn of(&self, client: &[u8]) -> Arc<TierQuota<A>> {
+    /// What `client`'s requests are judged by now.
+    pub(super) fn judge(&self, client: &[u8]) -> Judged {
         let tier = self.resolver.as_ref().map_or(0, |resolve| resolve(client));
-        self.get(tier)
+        let table = self.read();
+        Judged {
+            tier,
+            quota: Arc::clone(effective(&table.quotas, tier)),
+            max_capacity: table.max_capacity,
+        }
+    }
+
+    /// The number of quota changes made: a booking made before the last
+    /// one gives nothing back.
+    pub(super) fn generation(&self) -> u64 {
+        self.read().generation
     }
 
     /// Tier `tier`'s quota, or tier 0's.
-    pub(super) fn get(&self, tier: Tier) -> Arc<TierQuota<A>> {
-        // A writer that panicked left the table whole (it swaps one slot).
-        let table = self.table.read().unwrap_or_else(PoisonError::into_inner);
-        let own = table.get(usize::from(tier)).and_then(Option::as_ref);
-        // Tier 0 is set by `new` and never cleared.
-        Arc::clone(own.or(table[0].as_ref()).expect("tier 0 is always set"))
+    pub(super) fn get(&self, tier: Tier) -> Arc<TierQuota> {
+        Arc::clone(effective(&self.read().quotas, tier))
     }
 
-    /// Every tier's quota that is set.
-    pub(super) fn all(&self) -> Vec<Arc<TierQuota<A>>> {
-        let table = self.table.read().unwrap_or_else(PoisonError::into_inner);
-        table.iter().flatten().cloned().collect()
+    /// Gives `tier` the quota `quota`, made at `at` (µs on Redis's clock).
+    fn set(&self, tier: Tier, quota: TierQuota, at: u64) {
+        let mut table = self.table.write().unwrap_or_else(PoisonError::into_inner);
+        let slot = usize::from(tier);
+        if table.quotas.len() <= slot {
+            table.quotas.resize_with(slot + 1, || None);
+        }
+        let generation = table.generation + 1;
+        table.generation = generation;
+        table.quotas[slot] = Some(Arc::new(TierQuota {
+            generation,
+            tier,
+            head: head(&quota.stamp, &self.owner, tier, generation),
+            ..quota
+        }));
+        table.max_capacity = table
+            .quotas
+            .iter()
+            .flatten()
+            .map(|q| q.spec.capacity())
+            .max()
+            .unwrap_or(0);
+        // The instants of the changes never go back, whatever the clock.
+        let at = table.history.back().map_or(at, |last| at.max(last.at));
+        let specs = table
+            .quotas
+            .iter()
+            .map(|q| q.as_ref().map(|q| q.spec))
+            .collect();
+        table.history.push_back(Change {
+            generation,
+            at,
+            specs,
+        });
+        if table.history.len() > HISTORY {
+            table.history.pop_front();
+        }
     }
+
+    /// `stored`'s state carried over to the quota the request is judged
+    /// by, as the in-process limiter would have carried it; `None` for a
+    /// key with no state. See the module docs.
+    pub(super) fn settle(
+        &self,
+        judged: &Judged,
+        stored: &Stored,
+        owner: &str,
+    ) -> Result<Option<Settled>, DecodeError> {
+        let reader = judged.quota.spec;
+        let Some(stamp) = stored.stamp() else {
+            return Ok(stored
+                .word(&reader)?
+                .map(|word| Settled { word, own: true }));
+        };
+        let mut spec = reader.parse_stamp(stamp).ok_or(DecodeError::Range(
+            "a stamp naming no settings of this algorithm",
+        ))?;
+        let Some(mut word) = stored.word(&spec)? else {
+            return Ok(None);
+        };
+        let ns = |spec: &Spec| -> Ns { spec.ns().expect("a word algorithm") };
+        let now = stored.now;
+        let (writer, generation) = stored.writer();
+        let own = writer == Some(owner);
+        let parsed = generation
+            .and_then(|g| g.split_once(':'))
+            .and_then(|(t, g)| Some((t.parse::<Tier>().ok()?, g.parse::<u64>().ok()?)));
+        if let (true, Some((tier, since))) = (own, parsed) {
+            let table = self.read();
+            // Every change after the state's generation is remembered.
+            let whole = table
+                .history
+                .front()
+                .is_none_or(|c| c.generation <= since + 1);
+            if whole {
+                for change in table.history.iter().filter(|c| c.generation > since) {
+                    let to = change.of(tier);
+                    if to != spec {
+                        // Never after the reading.
+                        let at = change.at.min(now) * 1_000;
+                        word = ns(&spec).convert(word, at, &ns(&to));
+                        spec = to;
+                    }
+                }
+            }
+        }
+        if spec != reader {
+            word = ns(&spec).convert(word, now * 1_000, &ns(&reader));
+        }
+        Ok(Some(Settled { word, own }))
+    }
+}
+
+/// A stored state carried over to a request's quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Settled {
+    /// The state under the request's quota.
+    pub(super) word: u128,
+    /// Whether this limiter wrote it (or no one did): its conversion is
+    /// one of this limiter's quota changes, written back whatever the
+    /// request's fate. Another writer's state, under other settings, is
+    /// written back converted only with an admission, which leaves no
+    /// count above the reader's limit to clamp: a reader with a lower
+    /// limit never lowers what a client spent.
+    pub(super) own: bool,
+}
+
+/// The quota `tier` is held to: its own, or tier 0's.
+fn effective(quotas: &[Option<Arc<TierQuota>>], tier: Tier) -> &Arc<TierQuota> {
+    let own = quotas.get(usize::from(tier)).and_then(Option::as_ref);
+    // Tier 0 is set by `new` and never cleared.
+    own.or(quotas[0].as_ref()).expect("tier 0 is always set")
+}
+
+/// A tier's quota from its settings.
+fn quota_for<A: RedisAlgorithm>(params: Params, generation: u64) -> Result<TierQuota, ConfigError> {
+    let algorithm = A::from_params(&params)?;
+    let spec = algorithm.spec()?;
+    let (limit, window) = FromParams::granted(&algorithm);
+    Ok(TierQuota {
+        spec,
+        stamp: spec.stamp(),
+        tier: 0,
+        head: String::new(),
+        quota: Quota::new(limit, Duration::from_nanos(window)),
+        params,
+        generation,
+    })
 }
 
 impl<A> RedisBuilder<A> {
@@ -123,54 +334,54 @@ impl<A> RedisBuilder<A> {
     /// ```
     #[must_use]
     pub fn tier_by(mut self, resolver: impl Fn(&[u8]) -> Tier + Send + Sync + 'static) -> Self {
-        self.tier_by = Some(Box::new(resolver));
+        self.tier_by = Some(Arc::new(resolver));
         self
     }
 }
 
 impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// Sets tier `tier`'s quota, for the requests judged from now on by
-    /// this limiter (other processes keep their own quotas). A client's
-    /// state stays in Redis as it is, and is read under the new quota as
-    /// any quota change is: what it spent above a lower limit counts as
-    /// that limit. The window of a fixed window, a sliding window counter
-    /// or a log must not change (the stored window index would mean
-    /// another window, and a log trimmed to a shorter window forgets
-    /// entries a longer one still counts): give a new window a new
-    /// limiter and prefix.
+    /// this limiter (other processes keep their own quotas), as an
+    /// in-process limiter's `set_quota` does: each client's state is
+    /// carried over by the algorithm's rule (see
+    /// [`Limiter::set_quota`](crate::Limiter::set_quota)) at the instant of
+    /// the change, when the limiter next meets it. The quota of the
+    /// [`FailPolicy::Local`](super::FailPolicy::Local) fallback changes
+    /// with it, keeping each client's state there too. A sliding window
+    /// log keeps every entry (it has no conversion), read under the new
+    /// limit and window.
     ///
     /// # Errors
     ///
     /// Every error of [`RedisBuilder::build`] for the quota's settings, the
-    /// field named `tier.<field>`; [`ConfigError::OutOfRange`]
-    /// (`tier.window`) for a window that differs from tier 0's.
+    /// field named `tier.<field>`; [`ConfigError::Conflict`]
+    /// (`tier.clock`, `tier.memory`, `tier.tier_by`) for a setting of the
+    /// limiter given to a quota, as in-process. Nothing changes.
     ///
     /// # Examples
     ///
     /// See [`RedisBuilder::tier_by`].
     pub fn set_quota<K, C>(&self, tier: Tier, quota: Builder<A, K, C>) -> Result<(), ConfigError> {
-        let tiers = &self.inner.tiers;
-        let algorithm = A::from_params(&quota.params).map_err(ConfigError::in_tier)?;
-        let new = Tiers::quota_for(algorithm, &tiers.memory, tiers.local)
-            .map_err(ConfigError::in_tier)?;
-        let base = tiers.get(0).spec;
-        if !base.shares_windows(&new.spec) {
-            let us = |spec: &Spec| u128::from(spec.args()[0]);
-            return Err(ConfigError::OutOfRange {
-                field: "tier.window",
-                value: us(&new.spec),
-                min: us(&base),
-                max: us(&base),
-                unit: "µs",
-                reason: "every tier of a Redis limiter shares each client's window index, so shares the window",
-            });
+        let params = quota.quota_params().map_err(ConfigError::in_tier)?;
+        let new = quota_for::<A>(params, 0).map_err(ConfigError::in_tier)?;
+        let inner = &self.inner;
+        if let Some(local) = &inner.fallback {
+            local.set_quota(tier, &new.params);
         }
-        let mut table = tiers.table.write().unwrap_or_else(|p| p.into_inner());
-        let slot = usize::from(tier);
-        if table.len() <= slot {
-            table.resize_with(slot + 1, || None);
+        // The change's instant on Redis's clock, as this process reads it
+        // (no earlier than it), and past every check in flight: one sent
+        // before the change is judged under the old quota, and its state
+        // converted after it, as if it had come first.
+        let in_flight = if inner.calls.clock.reads_redis() {
+            inner.timeout
+        } else {
+            Duration::ZERO
+        };
+        let at = inner.redis_now() + u64::try_from(in_flight.as_nanos()).unwrap_or(0);
+        inner.tiers.set(tier, new, at / 1_000);
+        if let Some(cache) = &inner.shortcut {
+            cache.renew();
         }
-        table[slot] = Some(Arc::new(new));
         Ok(())
     }
 

@@ -142,6 +142,17 @@ impl Server {
             .unwrap()
     }
 
+    /// A connection that waits for Redis's answers for up to 10 s: for a
+    /// test that pauses the server, on a loaded machine.
+    pub async fn patient_manager(&self) -> ConnectionManager {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(10)));
+        ConnectionManager::new_with_config(redis::Client::open(self.url()).unwrap(), config)
+            .await
+            .unwrap()
+    }
+
     /// Sleeps past the next hour boundary of Redis's clock if it is less
     /// than `margin` away, so that an hour-long window cannot roll over
     /// during a test.
@@ -204,4 +215,112 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
+}
+
+/// A Redis Cluster on loopback: `primaries` primaries, each with
+/// `replicas` replicas, made by `redis-cli --cluster create`, and torn
+/// down (every node killed) when dropped.
+pub struct Cluster {
+    pub nodes: Vec<Server>,
+}
+
+impl Cluster {
+    /// Starts the nodes and waits until every one reports
+    /// `cluster_state:ok` and every primary has its replicas; `None` (after
+    /// saying why) without a `redis-server`, as [`Server::start`].
+    pub fn start(primaries: usize, replicas: usize) -> Option<Self> {
+        let args = ["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"];
+        let first = Server::start_with(&args)?;
+        let mut nodes = vec![first];
+        for _ in 1..primaries * (1 + replicas) {
+            nodes.push(Server::start_with(&args).expect("redis-server starts"));
+        }
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let created = std::process::Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli runs");
+        assert!(created.success(), "redis-cli --cluster create failed");
+        let cluster = Self { nodes };
+        cluster.wait_until_ok(primaries * (1 + replicas), Duration::from_secs(30));
+        cluster.wait_for_replicas(Duration::from_secs(30));
+        Some(cluster)
+    }
+
+    /// Waits until every replica's link to its primary is up and its first
+    /// sync is over.
+    pub fn wait_for_replicas(&self, patience: Duration) {
+        let deadline = Instant::now() + patience;
+        for node in &self.nodes {
+            loop {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query(&mut node.sync())
+                    .unwrap();
+                let replica = info.contains("role:slave");
+                if !replica
+                    || (info.contains("master_link_status:up")
+                        && info.contains("master_sync_in_progress:0"))
+                {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "a replica did not sync: {info}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
+    /// Whether `node` is a primary now.
+    pub fn is_primary(node: &Server) -> bool {
+        let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut node.sync()).unwrap();
+        matches!(&role[0], redis::Value::BulkString(r) if r == b"master")
+    }
+
+    /// Waits until every node says `cluster_state:ok` and knows `nodes`
+    /// nodes, each primary with its replicas attached.
+    pub fn wait_until_ok(&self, nodes: usize, patience: Duration) {
+        let deadline = Instant::now() + patience;
+        for node in &self.nodes {
+            loop {
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut node.sync())
+                    .unwrap();
+                let known = format!("cluster_known_nodes:{nodes}");
+                if info.contains("cluster_state:ok") && info.contains(&known) {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the cluster did not come up: {info}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
+    /// Every node's URL, for a `ClusterClient`.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(Server::url).collect()
+    }
+
+    /// A cluster connection that follows failovers.
+    pub async fn connection(&self) -> redis::cluster_async::ClusterConnection {
+        redis::cluster::ClusterClientBuilder::new(self.urls())
+            .connection_timeout(Duration::from_millis(500))
+            .response_timeout(Duration::from_secs(2))
+            .retries(8)
+            .build()
+            .unwrap()
+            .get_async_connection()
+            .await
+            .unwrap()
+    }
 }

@@ -1,0 +1,139 @@
+//! The call layer: how a Redis limiter runs one script on one key.
+//!
+//! Every round trip a limiter makes goes through [`Calls::eval`]: the
+//! script is sent by its hash (`EVALSHA`), and if Redis has lost it
+//! (`NOSCRIPT`: a restart, a failover, `SCRIPT FLUSH`) sent whole by
+//! `EVAL`, which loads it again. Each command sent counts one round trip
+//! in [`RedisStats`](super::RedisStats). A call names exactly one key, so
+//! that on Redis Cluster it goes to the node holding that key's slot.
+//!
+//! Scripts read Redis's clock (`TIME`) themselves. A limiter built on a
+//! test clock (the crate's own tests only) instead passes the instant, in
+//! µs, as each script's last argument; its local clock (the breaker's and
+//! the deny shortcut's) is then the same clock, so that a test runs the
+//! whole limiter on one manual clock.
+
+use ::redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script as Hashed, ServerErrorKind};
+
+use super::builder::RedisConnection;
+use super::guard::{bump, Counters};
+
+/// A script: its source, and its hash for `EVALSHA`.
+pub(crate) struct Script {
+    hash: String,
+    source: String,
+}
+
+impl Script {
+    pub(crate) fn new(source: String) -> Self {
+        Self {
+            hash: Hashed::new(&source).get_hash().to_owned(),
+            source,
+        }
+    }
+}
+
+impl core::fmt::Debug for Script {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_tuple("Script").field(&self.hash).finish()
+    }
+}
+
+/// The clock a limiter's scripts and its local bookkeeping read.
+#[derive(Debug, Clone)]
+pub(crate) enum Clock {
+    /// Scripts read `TIME`; locally, a monotonic clock from when the
+    /// limiter was built.
+    Redis(std::time::Instant),
+    /// One manual clock for both: its reading (µs) is each script's last
+    /// argument.
+    #[cfg(test)]
+    Test(crate::clock::ManualClock),
+}
+
+impl Clock {
+    pub(crate) fn new() -> Self {
+        Self::Redis(std::time::Instant::now())
+    }
+
+    /// Nanoseconds on the local clock: since the limiter was built, or the
+    /// test clock's reading.
+    pub(crate) fn local_ns(&self) -> u64 {
+        match self {
+            Self::Redis(origin) => {
+                u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX / 4)
+            }
+            #[cfg(test)]
+            Self::Test(clock) => crate::clock::Clock::now_nanos(clock),
+        }
+    }
+
+    /// The instant (µs) a script is told to judge at, if it is told one.
+    fn script_now(&self) -> Option<u64> {
+        match self {
+            Self::Redis(_) => None,
+            #[cfg(test)]
+            Self::Test(clock) => Some(crate::clock::Clock::now_nanos(clock) / 1_000),
+        }
+    }
+
+    /// Whether the scripts read `TIME` (else the test clock's argument).
+    pub(crate) fn reads_redis(&self) -> bool {
+        matches!(self, Self::Redis(_))
+    }
+}
+
+/// What a limiter needs to make calls: the connection, the clock, and the
+/// counters each command sent is counted in.
+pub(crate) struct Calls {
+    pub(crate) conn: RedisConnection,
+    pub(crate) clock: Clock,
+    pub(crate) counters: Counters,
+}
+
+impl Calls {
+    /// Runs `script` on `key` with the arguments `args` appends (and the
+    /// test clock's instant after them): `EVALSHA`, then `EVAL` if Redis
+    /// lost the script.
+    pub(crate) async fn eval<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        key: &[u8],
+        args: impl Fn(&mut Cmd),
+    ) -> RedisResult<T> {
+        let mut conn = self.conn.clone();
+        let command = |name: &str, body: &str| {
+            // Room for a check's arguments at once: no regrowth per call.
+            let mut cmd = Cmd::with_capacity(12, 160 + key.len() + body.len());
+            cmd.arg(name).arg(body).arg(1).arg(key);
+            args(&mut cmd);
+            if let Some(now) = self.clock.script_now() {
+                cmd.arg(now);
+            }
+            cmd
+        };
+        bump(&self.counters.round_trips);
+        match command("EVALSHA", &script.hash)
+            .query_async(&mut conn)
+            .await
+        {
+            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                bump(&self.counters.round_trips);
+                command("EVAL", &script.source).query_async(&mut conn).await
+            }
+            reply => reply,
+        }
+    }
+
+    /// Deletes `key` (a reset or a removal): whether it held a state.
+    pub(crate) async fn delete(&self, key: &[u8]) -> RedisResult<bool> {
+        let mut conn = self.conn.clone();
+        bump(&self.counters.round_trips);
+        let deleted: u64 = Cmd::new()
+            .arg("DEL")
+            .arg(key)
+            .query_async(&mut conn)
+            .await?;
+        Ok(deleted > 0)
+    }
+}

@@ -1,0 +1,650 @@
+//! A check's way through a Redis limiter: the deny shortcut, the breaker,
+//! one round trip (and for a state written under other settings, the slow
+//! path that converts it), the figures, and the fail policy's answer when
+//! Redis fails.
+
+use core::fmt;
+use core::future::Future;
+use core::pin::Pin;
+use core::task::{Context, Poll};
+use core::time::Duration;
+use std::sync::Arc;
+
+use ::redis::{ErrorKind, RedisError, ServerErrorKind};
+
+use super::guard::{bump, Gate};
+use super::shortcut::Entry;
+use super::spec::{Ns, Spec};
+use super::state::{
+    decision, decode_fast, expiry_ms, fresh_decision, log_decision, peek_decision, round_figures,
+    value_of, DecodeError, Fast, Stored,
+};
+use super::tier::Judged;
+use super::{failure, FailPolicy, Inner, Mode, RedisAlgorithm, RedisKey, RedisLimiter};
+use crate::algorithm::{join, Transitions};
+use crate::cell::{describe, Applied};
+use crate::check::{CheckError, CheckErrorKind};
+use crate::decision::Decision;
+use crate::error::CostError;
+use crate::sync::Ordering;
+
+/// How many times a check tries again when the client's state changes
+/// between the slow path's read and its write.
+pub(super) const ATTEMPTS: usize = 8;
+
+/// One request, as the limiter carries it from the check to the answer.
+pub(super) struct Request {
+    pub(super) judged: Judged,
+    pub(super) client: Vec<u8>,
+    pub(super) key: Vec<u8>,
+    /// The cost asked.
+    pub(super) cost: u64,
+    /// Whether the cost exceeds the client's tier's capacity (but not
+    /// every tier's): denied, and judged at cost 0 for the figures.
+    pub(super) beyond: bool,
+    pub(super) mode: Mode,
+    /// The deny shortcut's key for the client, under the generation read
+    /// before the request was sent.
+    pub(super) cache_key: Option<u64>,
+}
+
+impl Request {
+    /// The cost the scripts judge.
+    fn judged_cost(&self) -> u64 {
+        if self.beyond {
+            0
+        } else {
+            self.cost
+        }
+    }
+
+    fn spec(&self) -> Spec {
+        self.judged.quota.spec
+    }
+}
+
+/// Why a round trip gave no decision.
+pub(super) enum Failure {
+    Redis(RedisError),
+    Decode(DecodeError),
+    /// The client's state changed between every read and write.
+    Contended,
+}
+
+impl From<RedisError> for Failure {
+    fn from(err: RedisError) -> Self {
+        Self::Redis(err)
+    }
+}
+
+impl From<DecodeError> for Failure {
+    fn from(err: DecodeError) -> Self {
+        Self::Decode(err)
+    }
+}
+
+/// What a compare-and-set did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Cas {
+    Written,
+    /// The fields no longer held what was expected.
+    Changed,
+    /// The instant it had to come before had passed.
+    TooLate,
+}
+
+/// What a check learned of the client's state, for the deny shortcut.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Seen {
+    /// A word algorithm's state, judged at `now` (µs).
+    Word { word: u128, now: u64 },
+    /// A log's units left, until `free_at` (ns), judged at `now` (µs).
+    Log { left: u64, free_at: u64, now: u64 },
+}
+
+/// A decision and what it saw.
+pub(super) struct Answer {
+    pub(super) decision: Decision,
+    pub(super) seen: Seen,
+}
+
+impl<A: RedisAlgorithm> RedisLimiter<A> {
+    /// A check or a peek.
+    pub(super) fn decide<K: RedisKey + ?Sized>(
+        &self,
+        key: &K,
+        cost: u64,
+        mode: Mode,
+    ) -> RedisCheck {
+        let inner = &self.inner;
+        bump(&inner.calls.counters.checks);
+        let client = super::key::client_bytes(key);
+        let judged = inner.tiers.judge(&client);
+        if cost > judged.max_capacity {
+            let err = CostError {
+                cost,
+                capacity: judged.max_capacity,
+            };
+            return RedisCheck::ready(Err(CheckError::with_kind(CheckErrorKind::Cost, err)));
+        }
+        let beyond = cost > judged.quota.spec.capacity();
+        let cache_key = inner
+            .shortcut
+            .as_ref()
+            .map(|cache| cache.key(cache.generation(), judged.tier, &client));
+        let request = Request {
+            key: inner.layout.key(&client),
+            judged,
+            client,
+            cost,
+            beyond,
+            mode,
+            cache_key,
+        };
+        let now = inner.calls.clock.local_ns();
+        if mode == Mode::Check && !beyond {
+            if let Some(decision) = inner.local_denial(&request, now) {
+                bump(&inner.calls.counters.denied_locally);
+                return RedisCheck::ready(Ok(decision));
+            }
+        }
+        let probe_due = match inner.gate(now) {
+            Ok(probe_due) => probe_due,
+            Err(err) => return RedisCheck::ready(inner.fallback(&request, err)),
+        };
+        let inner = Arc::clone(inner);
+        RedisCheck(State::Waiting(Box::pin(async move {
+            let reply = inner
+                .guarded(probe_due, &request.key, inner.round_trip(&request))
+                .await;
+            match reply {
+                Ok((answer, sent)) => {
+                    let now = match answer.seen {
+                        Seen::Word { now, .. } | Seen::Log { now, .. } => now,
+                    };
+                    inner.judged(sent, now);
+                    if mode == Mode::Check {
+                        inner.remember(&request, sent, &answer);
+                    }
+                    Ok(answer.decision)
+                }
+                Err(err) => inner.fallback(&request, err),
+            }
+        })))
+    }
+}
+
+impl<A> Inner<A> {
+    /// Whether a request may go to Redis now (`Ok`, and whether it is due
+    /// to probe), or the breaker holds it back.
+    pub(super) fn gate(&self, now: u64) -> Result<bool, CheckError> {
+        match self.breaker.gate(now) {
+            Gate::Pass => Ok(false),
+            Gate::Probe => Ok(true),
+            Gate::Down(wait) => Err(CheckError::with_kind(
+                CheckErrorKind::Unavailable,
+                format!("Redis failed recently; the next probe goes in {wait:?}"),
+            )),
+        }
+    }
+
+    /// Runs a request's round trips (`work`, on the client's `key`) under
+    /// the breaker and the timeout: the result and the instant (local ns)
+    /// they began, or the error, counted, with the breaker told whether
+    /// Redis answered.
+    pub(super) async fn guarded<T>(
+        &self,
+        probe_due: bool,
+        key: &[u8],
+        work: impl Future<Output = Result<T, Failure>>,
+    ) -> Result<(T, u64), CheckError> {
+        // The probe flag is taken here, at the first poll, and the guard
+        // that gives it back exists from that instant: a future dropped
+        // before its first poll never took it.
+        let probe = probe_due && self.breaker.take_probe();
+        if probe_due && !probe {
+            return Err(CheckError::with_kind(
+                CheckErrorKind::Unavailable,
+                "Redis failed recently; another check is probing it",
+            ));
+        }
+        let counters = &self.calls.counters;
+        if probe {
+            bump(&counters.probes);
+        }
+        let mut abandon = ProbeGuard(probe.then_some(&self.breaker));
+        let sent = self.calls.clock.local_ns();
+        let reply = tokio::time::timeout(self.timeout, work).await;
+        abandon.0 = None;
+        Err(match reply {
+            Ok(Ok(value)) => {
+                self.breaker.succeeded(probe);
+                return Ok((value, sent));
+            }
+            Ok(Err(Failure::Decode(err))) => {
+                self.breaker.succeeded(probe);
+                bump(&counters.errors);
+                failure(CheckErrorKind::Corrupt, key, err)
+            }
+            Ok(Err(Failure::Contended)) => {
+                self.breaker.succeeded(probe);
+                bump(&counters.errors);
+                failure(
+                    CheckErrorKind::Other,
+                    key,
+                    "the client's state changed under every attempt to convert it",
+                )
+            }
+            Ok(Err(Failure::Redis(err))) => {
+                bump(&counters.errors);
+                let kind = classify(&err);
+                if kind == CheckErrorKind::Unavailable {
+                    self.breaker.failed(probe, self.calls.clock.local_ns());
+                    CheckError::with_kind(kind, err)
+                } else {
+                    // About this request or this client's key only:
+                    // Redis answered, so it is up.
+                    self.breaker.succeeded(probe);
+                    failure(kind, key, err)
+                }
+            }
+            Err(_elapsed) => {
+                bump(&counters.timeouts);
+                self.breaker.failed(probe, self.calls.clock.local_ns());
+                CheckError::with_kind(
+                    CheckErrorKind::Timeout,
+                    format!("Redis did not answer within {:?}", self.timeout),
+                )
+            }
+        })
+    }
+}
+
+impl<A: RedisAlgorithm> Inner<A> {
+    /// The deny shortcut's answer: a denial made here, if the state Redis
+    /// last returned for the client denies the request (see `shortcut`).
+    fn local_denial(&self, request: &Request, now: u64) -> Option<Decision> {
+        let cache = self.shortcut.as_ref()?;
+        let entry = cache.lookup(request.cache_key?, now)?;
+        let at = entry.judge_at(now);
+        let spec = request.spec();
+        let cost = request.cost;
+        match (spec, spec.ns()) {
+            (_, Some(ns)) => {
+                let word = match spec {
+                    Spec::Two(..) => join(entry.a, entry.b),
+                    _ => u128::from(entry.a),
+                };
+                if cost == 0 || ns.admit(word, at, cost).is_some() {
+                    return None;
+                }
+                let mut d = describe(&ns, Applied::Denied(word), at, cost)?;
+                round_figures(&mut d);
+                Some(d)
+            }
+            (Spec::Log { window_us, limit }, None) => {
+                // Exact for a cost one above what is left: it waits for the
+                // quota's next growth, the instant the entry keeps.
+                let (left, free_at) = (entry.a, entry.b);
+                if cost != left + 1 || at >= free_at {
+                    return None;
+                }
+                let wait = super::state::round_up_to_us(Duration::from_nanos(free_at - at));
+                Some(Decision::new(
+                    false,
+                    limit,
+                    left,
+                    wait,
+                    wait,
+                    Duration::from_micros(window_us),
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    /// Feeds the deny shortcut: a state that leaves little (at most 255
+    /// units, fewer than the capacity) is kept, judged at Redis's reading;
+    /// any other forgets the client.
+    fn remember(&self, request: &Request, sent: u64, answer: &Answer) {
+        let (Some(cache), Some(key)) = (&self.shortcut, request.cache_key) else {
+            return;
+        };
+        let d = &answer.decision;
+        if d.remaining > 0xFF || d.remaining >= request.spec().capacity() {
+            cache.forget(key);
+            return;
+        }
+        let entry = match answer.seen {
+            Seen::Word { word, now } => Entry {
+                sent,
+                judged: now * 1_000,
+                a: word as u64,
+                b: (word >> 64) as u64,
+            },
+            Seen::Log { left, free_at, now } => Entry {
+                sent,
+                judged: now * 1_000,
+                a: left,
+                b: free_at,
+            },
+        };
+        cache.store(key, entry);
+    }
+
+    /// One request's round trip(s).
+    async fn round_trip(&self, request: &Request) -> Result<Answer, Failure> {
+        let mut answer = match request.spec() {
+            Spec::Log { window_us, limit } => self.log_trip(request, window_us, limit).await?,
+            spec => self.word_trip(request, spec).await?,
+        };
+        if request.beyond {
+            answer.decision.allowed = false;
+            answer.decision.retry_after = crate::algorithm::NEVER;
+        }
+        Ok(answer)
+    }
+
+    /// The sliding window log's check or peek.
+    async fn log_trip(
+        &self,
+        request: &Request,
+        window_us: u64,
+        limit: u64,
+    ) -> Result<Answer, Failure> {
+        let cost = request.judged_cost();
+        let token = self.token();
+        let reply: Vec<i64> = self
+            .calls
+            .eval(self.scripts.decide(request.mode), &request.key, |cmd| {
+                cmd.arg(window_us).arg(limit).arg(cost).arg(&token);
+            })
+            .await?;
+        let decision = log_decision(&reply, window_us, limit)?;
+        let now = u64::try_from(reply[4]).unwrap_or(0);
+        let replenish = decision.replenish_after;
+        Ok(Answer {
+            seen: Seen::Log {
+                left: decision.remaining,
+                free_at: (now * 1_000).saturating_add(replenish),
+                now,
+            },
+            decision,
+        })
+    }
+
+    /// A word algorithm's check or peek: the fast path, and the slow path
+    /// for a state to convert.
+    async fn word_trip(&self, request: &Request, spec: Spec) -> Result<Answer, Failure> {
+        let ns = spec.ns().expect("a word algorithm");
+        let script = self.scripts.decide(request.mode);
+        let cost = request.judged_cost();
+        let head = request.judged.head();
+        for _ in 0..ATTEMPTS {
+            // Relaxed: a number unique to this call, nothing more.
+            let serial = self.serial.fetch_add(1, Ordering::Relaxed);
+            let reply: Vec<i64> = self
+                .calls
+                .eval(script, &request.key, |cmd| {
+                    for (half, _) in spec.halves() {
+                        cmd.arg(half.a).arg(half.b);
+                    }
+                    cmd.arg(cost).arg(&*head).arg(serial);
+                })
+                .await?;
+            match decode_fast(&spec, &reply)? {
+                Fast::Decided { allowed, word, now } => {
+                    let decision = match request.mode {
+                        Mode::Check => decision(&ns, allowed, word, now, cost),
+                        // The peek script answers with the state as it
+                        // stands.
+                        Mode::Peek => peek_decision(&ns, word, now, cost),
+                    };
+                    return Ok(Answer {
+                        decision,
+                        seen: Seen::Word { word, now },
+                    });
+                }
+                Fast::Convert => {
+                    // Boxed: the slow path's state stays out of every check's future.
+                    if let Some(answer) = Box::pin(self.convert(request, spec, ns, serial)).await? {
+                        return Ok(answer);
+                    }
+                }
+            }
+        }
+        Err(Failure::Contended)
+    }
+
+    /// The slow path: reads the client's state, carries it over to the
+    /// request's quota (see `tier`), decides on it, and (for a check)
+    /// writes it back if it has not changed since: `None` if it has.
+    async fn convert(
+        &self,
+        request: &Request,
+        spec: Spec,
+        ns: Ns,
+        serial: u64,
+    ) -> Result<Option<Answer>, Failure> {
+        let stored = self.read(&request.key).await?;
+        let settled = self.tiers.settle(&request.judged, &stored, &self.owner)?;
+        let word = settled.map_or_else(|| ns.fresh_at(0), |s| s.word);
+        let now = stored.now;
+        let cost = request.judged_cost();
+        let admitted = if cost == 0 {
+            None
+        } else {
+            ns.admit(word, now * 1_000, cost)
+        };
+        let allowed = cost == 0 || admitted.is_some();
+        let after = admitted.unwrap_or(word);
+        if request.mode == Mode::Peek {
+            return Ok(Some(Answer {
+                decision: peek_decision(&ns, word, now, cost),
+                seen: Seen::Word { word, now },
+            }));
+        }
+        let answer = Answer {
+            decision: decision(&ns, allowed, after, now, cost),
+            seen: Seen::Word { word: after, now },
+        };
+        let own = settled.is_some_and(|s| s.own);
+        if admitted.is_none() && !own {
+            return Ok(Some(answer));
+        }
+        let new = self.stamped(&request.judged, &spec, after, serial);
+        let written = self
+            .cas(
+                &request.key,
+                &stored.value,
+                &new,
+                None,
+                expiry_ms(&ns, after),
+            )
+            .await?;
+        Ok((written == Cas::Written).then_some(answer))
+    }
+
+    /// The slow path's read of a word algorithm's key.
+    pub(super) async fn read(&self, key: &[u8]) -> Result<Stored, Failure> {
+        let (now, value): (u64, Option<String>) =
+            self.calls.eval(&self.scripts.read, key, |_| {}).await?;
+        Ok(Stored { now, value })
+    }
+
+    /// The value of `word` under `judged`'s quota, written by this
+    /// limiter's call `serial`.
+    pub(super) fn stamped(&self, judged: &Judged, spec: &Spec, word: u128, serial: u64) -> String {
+        value_of(&judged.head(), serial, spec, word)
+    }
+
+    /// Writes `new` under `key` (`""` deletes the key) iff it still holds
+    /// `expected` (`None`: no key), and, given `before` (µs), only before
+    /// that instant; the key then expires at `expiry` (ms).
+    pub(super) async fn cas(
+        &self,
+        key: &[u8],
+        expected: &Option<String>,
+        new: &str,
+        before: Option<u64>,
+        expiry: u64,
+    ) -> Result<Cas, Failure> {
+        // A state idle at every instant is no state: the key goes.
+        let new = if expiry == 0 { "" } else { new };
+        let (code, _now): (u64, u64) = self
+            .calls
+            .eval(&self.scripts.cas, key, |cmd| {
+                cmd.arg(expected.as_deref().unwrap_or(""))
+                    .arg(before.map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX)))
+                    .arg(new)
+                    .arg(expiry);
+            })
+            .await?;
+        Ok(match code {
+            1 => Cas::Written,
+            2 => Cas::TooLate,
+            _ => Cas::Changed,
+        })
+    }
+
+    /// The fail policy's answer to a request that Redis could not decide.
+    pub(super) fn fallback(
+        &self,
+        request: &Request,
+        err: CheckError,
+    ) -> Result<Decision, CheckError> {
+        let counters = &self.calls.counters;
+        match self.policy {
+            FailPolicy::FailOpen
+                if matches!(
+                    err.kind(),
+                    CheckErrorKind::Timeout | CheckErrorKind::Unavailable
+                ) =>
+            {
+                bump(&counters.fail_open);
+                let mut d = fresh_decision(&request.spec());
+                if request.beyond {
+                    d.allowed = false;
+                    d.retry_after = crate::algorithm::NEVER;
+                }
+                Ok(d)
+            }
+            FailPolicy::FailOpen | FailPolicy::FailClosed => {
+                bump(&counters.fail_closed);
+                Err(err)
+            }
+            FailPolicy::Local => {
+                bump(&counters.fail_local);
+                let local = self.fallback.as_ref().ok_or(err)?;
+                local
+                    .decide(
+                        &request.client,
+                        request.judged.tier,
+                        request.cost,
+                        request.mode == Mode::Peek,
+                    )
+                    .map_err(|err| CheckError::with_kind(CheckErrorKind::Cost, err))
+            }
+        }
+    }
+}
+
+/// The kind of a failed round trip. Only a failure to reach Redis
+/// ([`CheckErrorKind::Unavailable`]: the connection, a server loading,
+/// failing over or out of its cluster) makes the limiter back off. An
+/// error about one client's key (a value of the wrong type, or one the
+/// scripts refuse) is [`CheckErrorKind::Corrupt`]; any other error reply
+/// (about this request, such as a script error, or keys in different
+/// slots) is [`CheckErrorKind::Other`], and a reply not understood
+/// [`CheckErrorKind::Protocol`]: Redis answered, so it is up.
+pub(super) fn classify(err: &RedisError) -> CheckErrorKind {
+    if let Some("TOLLGATE" | "WRONGTYPE") = err.code() {
+        return CheckErrorKind::Corrupt;
+    }
+    if err.is_io_error()
+        || err.is_connection_refusal()
+        || err.is_connection_dropped()
+        || err.is_timeout()
+    {
+        return CheckErrorKind::Unavailable;
+    }
+    match err.kind() {
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType => CheckErrorKind::Protocol,
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ReadOnly
+            | ServerErrorKind::Moved
+            | ServerErrorKind::Ask,
+        )
+        | ErrorKind::Io
+        | ErrorKind::AuthenticationFailed
+        | ErrorKind::ClusterConnectionNotFound
+        | ErrorKind::Client
+        | ErrorKind::InvalidClientConfig => CheckErrorKind::Unavailable,
+        _ => CheckErrorKind::Other,
+    }
+}
+
+/// Lets another probe go if this one's future is dropped unfinished.
+struct ProbeGuard<'a>(Option<&'a super::Breaker>);
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(breaker) = self.0 {
+            breaker.abandoned();
+        }
+    }
+}
+
+type Waiting = Pin<Box<dyn Future<Output = Result<Decision, CheckError>> + Send>>;
+
+enum State {
+    /// Decided without Redis (the shortcut, a cost error, the fail policy
+    /// while Redis is down); taken by the first poll.
+    Ready(Option<Result<Decision, CheckError>>),
+    /// A round trip.
+    Waiting(Waiting),
+}
+
+/// The future of a [`RedisLimiter`] check: ready at once when decided
+/// without Redis, otherwise when Redis answers or the timeout passes.
+///
+/// # Examples
+///
+/// See [`RedisLimiter`].
+#[must_use = "a check does nothing unless awaited"]
+pub struct RedisCheck(State);
+
+impl RedisCheck {
+    pub(super) fn ready(result: Result<Decision, CheckError>) -> Self {
+        Self(State::Ready(Some(result)))
+    }
+}
+
+impl fmt::Debug for RedisCheck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.0 {
+            State::Ready(_) => "ready",
+            State::Waiting(_) => "waiting for Redis",
+        };
+        f.debug_tuple("RedisCheck").field(&state).finish()
+    }
+}
+
+impl Future for RedisCheck {
+    type Output = Result<Decision, CheckError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.0 {
+            State::Ready(result) => Poll::Ready(result.take().unwrap_or_else(|| {
+                Err(CheckError::new(
+                    "a rate-limit check was polled after it completed",
+                ))
+            })),
+            State::Waiting(future) => future.as_mut().poll(cx),
+        }
+    }
+}

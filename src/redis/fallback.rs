@@ -1,0 +1,246 @@
+//! The in-process limiter of [`FailPolicy::Local`](super::FailPolicy::Local):
+//! one per Redis limiter, holding each client by its bytes, with the same
+//! tiers and quotas, so that while Redis is down this process enforces
+//! the quota on its own.
+//!
+//! For the algorithms whose in-process limiters change quotas at run time
+//! (the token bucket, the fixed window, the sliding window counter, and a
+//! pair of them) it is a tiered in-process limiter, and a quota set on
+//! the Redis limiter is set on it too: each client's state is carried
+//! over by the in-process rule, as `Limiter::set_quota` carries it. The
+//! sliding window log's in-process state has no such conversion: its
+//! fallback keeps a limiter per tier, kept as it is when a tier's quota is
+//! set to the same settings, and started afresh when they change.
+
+use core::time::Duration;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use super::tier::Resolver;
+use crate::algorithm::{FromParams, Params, SlidingWindowLog};
+use crate::cell::{Algorithm, Packed, Tier, Tiered};
+use crate::clock::{unix_nanos, Clock, MonotonicClock};
+use crate::decision::Decision;
+use crate::error::{ConfigError, CostError, ReserveError};
+use crate::limiter::{Limiter, TierAlgorithm};
+use crate::memory::Memory;
+
+/// What the Redis limiter asks of its fallback.
+#[allow(unreachable_pub)] // named only through a sealed trait's method
+pub trait Fallback: Send + Sync {
+    /// Decides a request of `cost` from `client` of `tier` (recording it
+    /// unless `peek`).
+    fn decide(
+        &self,
+        client: &[u8],
+        tier: Tier,
+        cost: u64,
+        peek: bool,
+    ) -> Result<Decision, CostError>;
+
+    /// Books a request of `cost` from `client` (of `tier`), committed at
+    /// once: the wait.
+    fn reserve(
+        &self,
+        client: &[u8],
+        tier: Tier,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Duration, ReserveError>;
+
+    /// Gives `tier` the quota of `params` (validated already).
+    fn set_quota(&self, tier: Tier, params: &Params);
+
+    /// Forgets `client`.
+    fn remove(&self, client: &[u8]);
+}
+
+/// A decision of `limiter` for `client` (recording it unless `peek`).
+fn decide_on<A: Algorithm>(
+    limiter: &Limiter<A, Vec<u8>>,
+    client: &[u8],
+    cost: u64,
+    peek: bool,
+) -> Result<Decision, CostError> {
+    if peek {
+        limiter.peek_n(client, cost)
+    } else {
+        limiter.check_n(client, cost)
+    }
+}
+
+/// A booking by `limiter` for `client`, committed at once: its wait.
+fn book_on<A: Algorithm>(
+    limiter: &Limiter<A, Vec<u8>>,
+    client: &[u8],
+    cost: u64,
+    max_wait: Duration,
+) -> Result<Duration, ReserveError> {
+    let booked = limiter.book_n(client, cost, max_wait)?;
+    let wait = booked.wait();
+    booked.commit();
+    Ok(wait)
+}
+
+/// What a fallback is made from: tier 0's settings, the memory settings
+/// and the resolver of tiers.
+#[allow(unreachable_pub)] // named only through a sealed trait's method
+pub struct Settings {
+    pub(crate) params: Params,
+    pub(crate) memory: Memory,
+    pub(crate) resolver: Option<Arc<Resolver>>,
+}
+
+impl core::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Settings")
+            .field("params", &self.params)
+            .field("memory", &self.memory)
+            .field("tiers", &self.resolver.is_some())
+            .finish()
+    }
+}
+
+/// The resolver as the in-process limiter's: the client's tier from its
+/// bytes.
+fn tier_by(resolver: Option<&Arc<Resolver>>) -> Option<crate::limiter::TierBy<Vec<u8>>> {
+    resolver.map(|resolve| {
+        let resolve = Arc::clone(resolve);
+        Box::new(move |client: &Vec<u8>| resolve(client)) as crate::limiter::TierBy<Vec<u8>>
+    })
+}
+
+/// A tiered in-process limiter of `A`, with tier 0 at `params`.
+pub(crate) fn tiered<A>(settings: &Settings) -> Result<Box<dyn Fallback>, ConfigError>
+where
+    A: TierAlgorithm + FromParams + crate::algorithm::Transitions,
+    A::Word: Packed,
+    Tiered<A>: Algorithm,
+{
+    let clock = MonotonicClock::new();
+    // Windows start on the Unix epoch's multiples, as on Redis.
+    let mut params = settings.params.clone();
+    params.on_origin(unix_nanos(clock.unix_origin()));
+    let algorithm = Tiered::<A>::from_params(&params)?;
+    let limiter = Limiter::new(algorithm, clock, settings.memory);
+    Ok(Box::new(
+        limiter.with_tier_by(tier_by(settings.resolver.as_ref())),
+    ))
+}
+
+impl<A> Fallback for Limiter<Tiered<A>, Vec<u8>>
+where
+    A: TierAlgorithm + FromParams + crate::algorithm::Transitions,
+    A::Word: Packed,
+    Tiered<A>: Algorithm,
+{
+    fn decide(
+        &self,
+        client: &[u8],
+        _tier: Tier,
+        cost: u64,
+        peek: bool,
+    ) -> Result<Decision, CostError> {
+        decide_on(self, client, cost, peek)
+    }
+
+    fn reserve(
+        &self,
+        client: &[u8],
+        _tier: Tier,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Duration, ReserveError> {
+        book_on(self, client, cost, max_wait)
+    }
+
+    fn set_quota(&self, tier: Tier, params: &Params) {
+        if let Ok(quota) = A::from_params(params) {
+            // The algorithm's own value: nothing left to validate.
+            let _ = Limiter::set_quota(self, tier, quota);
+        }
+    }
+
+    fn remove(&self, client: &[u8]) {
+        Limiter::remove(self, client);
+    }
+}
+
+/// One tier's log, and its in-process limiter.
+type LogTier = (SlidingWindowLog, Arc<Limiter<SlidingWindowLog, Vec<u8>>>);
+
+/// The sliding window log's fallback: a limiter per tier.
+pub(crate) struct LogFallback {
+    tiers: RwLock<Vec<Option<LogTier>>>,
+    memory: Memory,
+    resolver: Option<Arc<Resolver>>,
+}
+
+impl LogFallback {
+    pub(crate) fn boxed(settings: &Settings) -> Result<Box<dyn Fallback>, ConfigError> {
+        let log = SlidingWindowLog::from_params(&settings.params)?;
+        let limiter = Arc::new(Limiter::new(log, MonotonicClock::new(), settings.memory));
+        Ok(Box::new(Self {
+            tiers: RwLock::new(vec![Some((log, limiter))]),
+            memory: settings.memory,
+            resolver: settings.resolver.clone(),
+        }))
+    }
+
+    /// The limiter of `client`'s tier (`tier` without a resolver).
+    fn limiter(&self, client: &[u8], tier: Tier) -> Arc<Limiter<SlidingWindowLog, Vec<u8>>> {
+        let tier = self
+            .resolver
+            .as_ref()
+            .map_or(tier, |resolve| resolve(client));
+        // A writer that panicked left the table whole (it swaps one slot).
+        let table = self.tiers.read().unwrap_or_else(PoisonError::into_inner);
+        let own = table.get(usize::from(tier)).and_then(Option::as_ref);
+        let (_, limiter) = own.or(table[0].as_ref()).expect("tier 0 is always set");
+        Arc::clone(limiter)
+    }
+}
+
+impl Fallback for LogFallback {
+    fn decide(
+        &self,
+        client: &[u8],
+        tier: Tier,
+        cost: u64,
+        peek: bool,
+    ) -> Result<Decision, CostError> {
+        decide_on(&self.limiter(client, tier), client, cost, peek)
+    }
+
+    fn reserve(
+        &self,
+        client: &[u8],
+        tier: Tier,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Duration, ReserveError> {
+        book_on(&self.limiter(client, tier), client, cost, max_wait)
+    }
+
+    fn set_quota(&self, tier: Tier, params: &Params) {
+        let Ok(log) = SlidingWindowLog::from_params(params) else {
+            return;
+        };
+        let mut table = self.tiers.write().unwrap_or_else(PoisonError::into_inner);
+        let slot = usize::from(tier);
+        if table.len() <= slot {
+            table.resize_with(slot + 1, || None);
+        }
+        if table[slot].as_ref().is_some_and(|(same, _)| *same == log) {
+            return;
+        }
+        let limiter = Arc::new(Limiter::new(log, MonotonicClock::new(), self.memory));
+        table[slot] = Some((log, limiter));
+    }
+
+    fn remove(&self, client: &[u8]) {
+        let table = self.tiers.read().unwrap_or_else(PoisonError::into_inner);
+        for (_, limiter) in table.iter().flatten() {
+            limiter.remove(client);
+        }
+    }
+}

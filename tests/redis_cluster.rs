@@ -1,0 +1,167 @@
+//! The Redis limiters on a Redis Cluster of three primaries started on
+//! loopback by the test itself (see `redis_server::Cluster`): every client
+//! id keeps its limit whatever bytes it holds, and a failover under load
+//! admits nothing over the quota.
+
+mod redis_server;
+
+use std::time::Duration;
+
+use redis_server::{prefix, runtime, Cluster, HOUR};
+use tollgate::redis::FailPolicy;
+use tollgate::{FixedWindow, TokenBucket};
+
+/// Client ids and prefixes that hold Redis Cluster's hash-tag braces (or
+/// nothing at all) are each held to their limit by a pair on a cluster:
+/// no id can leave a key without its tag, split a client over two slots,
+/// or make Redis refuse the script.
+#[test]
+fn a_pair_on_a_cluster_limits_every_client_id() {
+    let Some(cluster) = Cluster::start(3, 0) else {
+        return;
+    };
+    cluster.nodes[0].away_from_hour_boundary(Duration::from_secs(60));
+    runtime().block_on(async {
+        let conn = cluster.connection().await;
+        for p in [prefix("ids"), format!("{}{{}}", prefix("ids")), "{".into()] {
+            let limiter = FixedWindow::builder()
+                .limit(3)
+                .window(HOUR)
+                .and(TokenBucket::builder().rate(10, HOUR))
+                .redis(conn.clone(), &p)
+                .fail_policy(FailPolicy::FailOpen)
+                .build()
+                .unwrap();
+            for client in ["", "}", "}abc", "{", "{}", "a{b}c", "%", "plain"] {
+                let mut admitted = 0;
+                for _ in 0..10 {
+                    admitted += u32::from(limiter.check(client).await.unwrap().is_allowed());
+                }
+                assert_eq!(
+                    admitted,
+                    3,
+                    "prefix {p:?}, client {client:?}: {:?}",
+                    limiter.stats()
+                );
+            }
+            let s = limiter.stats();
+            assert_eq!((s.errors, s.fail_open), (0, 0), "prefix {p:?}: {s:?}");
+        }
+    });
+}
+
+/// Three primaries, each with a replica; a pair limiter hammered by 8
+/// tasks over 16 clients, each with more quota than the load spends;
+/// mid-load, a replica takes over its primary (`CLUSTER FAILOVER`, which
+/// waits for the replica to catch up). Checks that fail meanwhile are
+/// errors (`FailClosed`), never admissions; and once the load is over,
+/// topping each client up admits exactly what its limit leaves: no
+/// admission was lost with the old primary, none made twice. The cluster
+/// takes about a second to start and the failover about one more.
+#[test]
+fn a_failover_under_load_admits_nothing_over_the_quota() {
+    const CLIENTS: usize = 16;
+    const LIMIT: u64 = 100;
+    let Some(cluster) = Cluster::start(3, 1) else {
+        return;
+    };
+    cluster.nodes[0].away_from_hour_boundary(Duration::from_secs(120));
+    let rt = runtime();
+    let limiter = rt.block_on(async {
+        FixedWindow::builder()
+            .limit(LIMIT)
+            .window(HOUR)
+            .and(TokenBucket::builder().rate(1_000, HOUR))
+            .redis(cluster.connection().await, prefix("failover"))
+            .fail_policy(FailPolicy::FailClosed)
+            .timeout(Duration::from_secs(2))
+            .backoff(Duration::from_millis(10), Duration::from_millis(100))
+            .no_deny_shortcut()
+            .build()
+            .unwrap()
+    });
+    let replica = cluster
+        .nodes
+        .iter()
+        .find(|n| !Cluster::is_primary(n))
+        .expect("a replica");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (admitted, errors, checks) = rt.block_on(async {
+        let tasks: Vec<_> = (0..8)
+            .map(|task| {
+                let limiter = limiter.clone();
+                let stop = stop.clone();
+                tokio::spawn(async move {
+                    let mut admitted = [0u64; CLIENTS];
+                    let (mut errors, mut checks) = (0u64, 0u64);
+                    let mut i = task;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let c = i % CLIENTS;
+                        i += 1;
+                        checks += 1;
+                        match limiter.check(format!("client-{c}").as_str()).await {
+                            Ok(d) => admitted[c] += u64::from(d.is_allowed()),
+                            Err(_) => errors += 1,
+                        }
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    (admitted, errors, checks)
+                })
+            })
+            .collect();
+        // Mid-load: the replica takes over. A manual failover that timed
+        // out (a loaded machine) leaves it a replica: it is asked again,
+        // at most twice more. The load goes on until it is a primary, and
+        // a little after.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut asked = 0;
+        let mut deadline = std::time::Instant::now();
+        while !Cluster::is_primary(replica) {
+            if std::time::Instant::now() >= deadline {
+                assert!(asked < 3, "no failover after {asked} requests");
+                let _: () = redis::cmd("CLUSTER")
+                    .arg("FAILOVER")
+                    .query(&mut replica.sync())
+                    .unwrap();
+                asked += 1;
+                deadline = std::time::Instant::now() + Duration::from_secs(6);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut admitted = [0u64; CLIENTS];
+        let (mut errors, mut checks) = (0, 0);
+        for task in tasks {
+            let (a, e, n) = task.await.unwrap();
+            for (total, n) in admitted.iter_mut().zip(a) {
+                *total += n;
+            }
+            errors += e;
+            checks += n;
+        }
+        (admitted, errors, checks)
+    });
+    cluster.wait_until_ok(6, Duration::from_secs(20));
+    for (c, n) in admitted.iter().enumerate() {
+        assert!(*n <= LIMIT, "client-{c}: {n} admitted, limit {LIMIT}");
+    }
+    // Every admission made is in Redis: topping each client up admits
+    // exactly what is left.
+    rt.block_on(async {
+        for (c, n) in admitted.iter().enumerate() {
+            let client = format!("client-{c}");
+            let mut more = 0;
+            loop {
+                match limiter.check(client.as_str()).await {
+                    Ok(d) if d.is_allowed() => more += 1,
+                    Ok(_) => break,
+                    // Still settling: the breaker backs off, then probes.
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+            assert_eq!(n + more, LIMIT, "client-{c}: {n} under load, {more} after");
+        }
+    });
+    eprintln!("failover: {checks} checks under load, {errors} failed (none admitted)");
+}
