@@ -288,3 +288,55 @@ fn an_outage_is_counted_exactly_on_every_path() {
         assert_eq!(of("local fallback ended"), local, "{}", l.name());
     }
 }
+
+/// The deny shortcut: once Redis answered that alice has nothing left,
+/// her next checks (within the shortcut's reach of a second) are denied
+/// here, each a shortcut hit and no round trip.
+#[test]
+fn shortcut_denials_are_counted_as_such() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let _ = prom::recorder();
+    server.away_from_hour_boundary(Duration::from_secs(60));
+    let rt = runtime();
+    let conn = rt.block_on(server.manager());
+    let limiter = FixedWindow::builder()
+        .limit(LIMIT)
+        .window(HOUR)
+        .name("shortcut")
+        .redis(conn, prefix("shortcut"))
+        .build()
+        .unwrap();
+    let admitted = rt.block_on(async {
+        let mut n = 0;
+        for _ in 0..10 {
+            n += u64::from(limiter.check("alice").await.unwrap().is_allowed());
+        }
+        n
+    });
+    assert_eq!(admitted, LIMIT);
+    limiter.publish_metrics();
+    let f = |n: u64| Some(n as f64);
+    assert_eq!(checks("shortcut", "redis", "admitted"), f(LIMIT));
+    assert_eq!(checks("shortcut", "redis", "denied"), f(0));
+    assert_eq!(checks("shortcut", "shortcut", "denied"), f(10 - LIMIT));
+    assert_eq!(
+        scraped("tollgate_redis_shortcut_hits_total", "shortcut", &[]),
+        f(10 - LIMIT)
+    );
+    // One command per check that went to Redis, and one more that loaded
+    // the script.
+    assert_eq!(
+        scraped("tollgate_redis_round_trips_total", "shortcut", &[]),
+        f(LIMIT + 1)
+    );
+    assert_eq!(
+        scraped(
+            "tollgate_decisions_total",
+            "shortcut",
+            &[("outcome", "denied")]
+        ),
+        f(10 - LIMIT)
+    );
+}
