@@ -50,9 +50,10 @@
 //! once](guide::several_limits), [tiers and quotas that change at run
 //! time](guide::tiers), [booking ahead](guide::reservations), [reset and
 //! remove](guide::reset_and_remove), [memory and the cap](guide::memory),
-//! [bad input](guide::bad_input), [HTTP servers](guide::http) and
-//! [Redis](guide::redis). The HTTP layer is the [`tower`] module and the
-//! Redis-backed limiters the [`redis`] module, each behind its feature.
+//! [bad input](guide::bad_input), [HTTP servers](guide::http),
+//! [Redis](guide::redis) and [observability](guide::observability). The
+//! HTTP layer is the [`tower`] module and the Redis-backed limiters the
+//! [`redis`] module, each behind its feature.
 //!
 //! # Features
 //!
