@@ -3,7 +3,7 @@
 //! injected: Redis up, a key the limiter cannot read, Redis killed, Redis
 //! back. Scraped from a real recorder (`metrics-exporter-prometheus`),
 //! events recorded by a subscriber of this file's own.
-//! `cargo test --features redis,metrics,tracing --test redis_metrics`.
+//! `cargo test --features redis,metrics,tracing,tower --test redis_metrics`.
 //!
 //! Without a `redis-server` binary the test prints why and passes, unless
 //! `CI=true`, where a missing server fails it.
@@ -339,4 +339,83 @@ fn shortcut_denials_are_counted_as_such() {
         ),
         f(10 - LIMIT)
     );
+}
+
+/// The HTTP layer in front of a Redis limiter whose server is killed: the
+/// layer's requests and its own responses, and the limiter's checks, as
+/// the traffic was (publishing the layer publishes its limiter).
+#[test]
+fn the_layer_in_front_of_redis_counts_an_outage() {
+    use std::convert::Infallible;
+    use tollgate::tower::{Extraction, KeyFn, RateLimitLayer};
+    use tower::{service_fn, Layer, ServiceExt};
+
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    let _ = prom::recorder();
+    server.away_from_hour_boundary(Duration::from_secs(60));
+    let rt = runtime();
+    let conn = rt.block_on(server.manager());
+    let limiter = FixedWindow::builder()
+        .limit(3)
+        .window(HOUR)
+        .name("layer-redis")
+        .redis(conn, prefix("layer-redis"))
+        .timeout(Duration::from_millis(500))
+        .fail_policy(FailPolicy::FailClosed)
+        .no_deny_shortcut()
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::new(
+        limiter,
+        KeyFn::new(|_: &http::request::Parts| Extraction::Key("c".to_owned())),
+    );
+    let service = layer
+        .clone()
+        .layer(service_fn(|_: http::Request<String>| async {
+            Ok::<_, Infallible>(http::Response::new(String::new()))
+        }));
+    let send = |n: usize| {
+        let service = service.clone();
+        rt.block_on(async move {
+            let mut statuses = Vec::new();
+            for _ in 0..n {
+                let request = http::Request::get("/").body(String::new()).unwrap();
+                let response = service.clone().oneshot(request).await.unwrap();
+                statuses.push(response.status().as_u16());
+            }
+            statuses
+        })
+    };
+    assert_eq!(send(5), [200, 200, 200, 429, 429]);
+    server.stop();
+    assert_eq!(send(4), [503, 503, 503, 503]);
+    layer.publish_metrics();
+
+    let name = "layer-redis";
+    let f = |n: u64| Some(n as f64);
+    let requests = |outcome| {
+        scraped(
+            "tollgate_layer_requests_total",
+            name,
+            &[("transport", "http"), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(requests("admitted"), f(3));
+    assert_eq!(requests("limited"), f(2));
+    assert_eq!(requests("unavailable"), f(4));
+    let status = |status| {
+        scraped(
+            "tollgate_layer_responses_total",
+            name,
+            &[("transport", "http"), ("status", status)],
+        )
+    };
+    assert_eq!(status("429"), f(2));
+    assert_eq!(status("503"), f(4));
+    assert_eq!(checks(name, "redis", "admitted"), f(3));
+    assert_eq!(checks(name, "redis", "denied"), f(2));
+    assert_eq!(checks(name, "fail_closed", "refused"), f(4));
+    assert_eq!(scraped("tollgate_redis_breaker_open", name, &[]), f(1));
 }
