@@ -554,8 +554,13 @@ where
     /// use tollgate::tower::{GlobalKey, RateLimitLayer};
     /// use tollgate::TokenBucket;
     ///
-    /// let limiter = TokenBucket::builder().rate(10, Duration::from_secs(1)).name("api").build()?;
-    /// let layer = RateLimitLayer::new(limiter, GlobalKey::new());
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .name("api")
+    ///     .key_type::<()>()
+    ///     .build()?;
+    /// let layer = RateLimitLayer::new(limiter, GlobalKey);
+    /// assert_eq!(layer.limiter().name(), "api");
     /// // In the handler of a scrape, before rendering:
     /// layer.publish_metrics();
     /// # Ok::<(), tollgate::ConfigError>(())
