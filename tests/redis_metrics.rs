@@ -272,6 +272,10 @@ fn an_outage_is_counted_exactly_on_every_path() {
         );
     }
 
+    // A quota change applied, on one of them: an event of its own.
+    open.set_quota(0, FixedWindow::builder().limit(LIMIT + 1).window(HOUR))
+        .unwrap();
+
     // Events: the breaker's opening and closing once per limiter, and the
     // local fallback's start and end for the `Local` one.
     let seen = events.0.lock().unwrap().clone();
@@ -286,6 +290,8 @@ fn an_outage_is_counted_exactly_on_every_path() {
         let local = usize::from(l.name() == local.name());
         assert_eq!(of("local fallback started"), local, "{}", l.name());
         assert_eq!(of("local fallback ended"), local, "{}", l.name());
+        let changed = usize::from(l.name() == open.name());
+        assert_eq!(of("quota changed"), changed, "{}", l.name());
     }
 }
 
@@ -418,4 +424,39 @@ fn the_layer_in_front_of_redis_counts_an_outage() {
     assert_eq!(checks(name, "redis", "denied"), f(2));
     assert_eq!(checks(name, "fail_closed", "refused"), f(4));
     assert_eq!(scraped("tollgate_redis_breaker_open", name, &[]), f(1));
+}
+
+/// A booking made through Redis is an admission of its cost, one refused
+/// (the wait too long) a denial, as for an in-process limiter.
+#[test]
+fn bookings_are_decisions() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let _ = prom::recorder();
+    let rt = runtime();
+    let conn = rt.block_on(server.manager());
+    let limiter = tollgate::TokenBucket::builder()
+        .rate(3, HOUR)
+        .name("bookings")
+        .redis(conn, prefix("bookings"))
+        .no_deny_shortcut()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let first = limiter.reserve_n("a", 2, Duration::ZERO).await.unwrap();
+        first.commit();
+        assert!(limiter
+            .reserve_n("a", 2, Duration::from_secs(1))
+            .await
+            .is_err());
+        let later = limiter.reserve_n("a", 2, HOUR).await.unwrap();
+        later.commit();
+    });
+    limiter.publish_metrics();
+    let f = |n: u64| Some(n as f64);
+    assert_eq!(checks("bookings", "redis", "admitted"), f(2));
+    assert_eq!(checks("bookings", "redis", "denied"), f(1));
+    let units = |outcome| scraped("tollgate_units_total", "bookings", &[("outcome", outcome)]);
+    assert_eq!((units("admitted"), units("denied")), (f(4), f(2)));
 }

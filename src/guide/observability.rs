@@ -45,9 +45,10 @@
 //! | `tollgate_layer_requests_total` | counter | `limiter`, `transport` (`http`, `grpc`), `outcome` (`admitted`, `limited`, `unavailable`, `rejected`, `skipped`) | every request through the HTTP layer: handed on, refused by the limiter, refused because the check failed, rejected by the key extractor, let through unchecked (`skip_if`, or an extractor's `Skip`) |
 //! | `tollgate_layer_responses_total` | counter | `limiter`, `transport`, `status` | each response the layer sent itself, by the status it carried: the HTTP status (`429`, `503`, `401`...), or for a gRPC call its `grpc-status` (`8`, `14`...) |
 //!
-//! A [Redis limiter](crate::redis::RedisLimiter) counts its checks in
-//! `tollgate_decisions_total` and `tollgate_units_total` too, whatever
-//! answered them (Redis, the deny shortcut, the fail policy), and adds:
+//! A [Redis limiter](crate::redis::RedisLimiter) counts its checks and
+//! bookings in `tollgate_decisions_total` and `tollgate_units_total` too,
+//! whatever answered them (Redis, the deny shortcut, the fail policy), and
+//! adds:
 //!
 //! | series | kind | labels | what it counts |
 //! |---|---|---|---|
@@ -156,3 +157,4 @@
 //! | `WARN` | `local fallback started` | | with it, under [`FailPolicy::Local`](crate::redis::FailPolicy::Local): the in-process limiter decides from now on |
 //! | `INFO` | `redis breaker closed` | `policy` | Redis answered again after the breaker opened |
 //! | `INFO` | `local fallback ended` | | with it, under `Local`: Redis decides again |
+//! | `INFO` | `quota changed` | `tier`, `limit`, `window_ns` | [`RedisLimiter::set_quota`](crate::redis::RedisLimiter::set_quota) applied a quota to a tier, in this process |

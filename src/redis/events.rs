@@ -3,6 +3,8 @@
 //! `limiter` field, its name.
 
 use super::{FailPolicy, Inner};
+use crate::cell::Tier;
+use crate::check::Quota;
 
 impl<A> Inner<A> {
     /// The breaker opened: a `WARN` event, `"redis breaker opened"`, with
@@ -41,5 +43,20 @@ impl<A> Inner<A> {
                 "local fallback ended"
             );
         }
+    }
+
+    /// [`set_quota`](super::RedisLimiter::set_quota) applied a quota to
+    /// tier `tier` (in this process): an `INFO` event, `"quota changed"`,
+    /// with the tier and the new quota's limit and window (in
+    /// nanoseconds), as an in-process limiter's.
+    pub(super) fn quota_changed(&self, tier: Tier, quota: Quota) {
+        tracing::info!(
+            target: "tollgate",
+            limiter = %self.name,
+            tier,
+            limit = quota.limit(),
+            window_ns = u64::try_from(quota.window().as_nanos()).unwrap_or(u64::MAX),
+            "quota changed"
+        );
     }
 }
