@@ -53,9 +53,11 @@ where
     /// limiter's clock (the first check of each second does), so a
     /// limiter in use reaches the recorder with no call; call this before
     /// rendering a scrape for figures exact to the last check, or when
-    /// checks have stopped. Counts are kept per thread, so a check never
-    /// writes a line another thread counts on; see the
-    /// [observability guide](crate::guide::observability) for the series.
+    /// checks have stopped. Counts are kept per thread (for up to 64
+    /// threads counting at once; any beyond share one more set of
+    /// counters), so a check writes no line another thread counts on; see
+    /// the [observability guide](crate::guide::observability) for the
+    /// series.
     ///
     /// # Examples
     ///
