@@ -9,7 +9,11 @@
 //! client with a tier of its own keeps a word naming its quota beside its
 //! state, [`Tiered`]). A check on a client the limiter holds takes no lock
 //! and never waits for another thread, even while the table rebuilds, and
-//! a denied request writes nothing. A client's first request inserts it
+//! a denied request writes nothing to the client's state (with the
+//! `metrics` feature, the one check a second that publishes the counts
+//! runs the installed recorder's code; see the
+//! [observability guide](crate::guide::observability)). A client's first
+//! request inserts it
 //! under a lock per shard of the table, and two limits at once stay
 //! lock-free where the CPU has a 128-bit compare-and-swap
 //! ([`Both::is_lock_free`]: x86-64, AArch64).

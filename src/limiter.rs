@@ -87,8 +87,10 @@ pub trait RateLimiter<K: ?Sized = str>: Send + Sync {
 /// [`reset`](Limiter::reset) and [`remove`](Limiter::remove) never wait for
 /// another thread either. Such a check runs no code of yours but the key's
 /// `Hash` and `Eq` and the clock: the keys of clients the map no longer
-/// holds are dropped by the threads that insert, remove or sweep clients. A client's first request (or its first since it
-/// was forgotten) inserts it, under a lock per shard of the map that only
+/// holds are dropped by the threads that insert, remove or sweep clients
+/// (with the `metrics` feature, the one check a second that publishes the
+/// counts also runs the installed recorder's code). A client's first
+/// request (or its first since it was forgotten) inserts it, under a lock per shard of the map that only
 /// inserts, removals of dead entries, sweeps and rebuilds take.
 ///
 /// Share it between threads by reference or in an `Arc`.
