@@ -12,7 +12,7 @@ import sys
 
 ORDER = [
     "sync", "error", "clock", "algorithm", "decision", "cell", "store",
-    "memory", "reservation", "limiter", "check", "builder",
+    "memory", "telemetry", "reservation", "limiter", "check", "builder",
     "wait", "tower", "redis",
 ]
 # Not layers: the crate root, the loom models' window into the crate, and

@@ -9,6 +9,7 @@ use core::fmt;
 use core::hash::Hash;
 use core::marker::PhantomData;
 use core::time::Duration;
+use std::borrow::Cow;
 
 use crate::algorithm::{
     Both, FixedWindow, Params, SlidingWindowCounter, SlidingWindowLog, TokenBucket,
@@ -61,6 +62,8 @@ pub struct Builder<A, K = String, C = MonotonicClock> {
     tier_by: Option<Box<dyn Any + Send + Sync>>,
     /// A setting given where it would not apply, reported by `build`.
     conflict: Option<ConfigError>,
+    /// The limiter's name, if given ([`Builder::name`]).
+    pub(crate) name: Option<Cow<'static, str>>,
     _algorithm: PhantomData<fn() -> (A, K)>,
 }
 
@@ -72,6 +75,7 @@ impl<A> Builder<A> {
             clock: Err(MonotonicClock::new),
             tier_by: None,
             conflict: None,
+            name: None,
             _algorithm: PhantomData,
         }
     }
@@ -86,6 +90,7 @@ impl<A, K, C> Builder<A, K, C> {
             clock: self.clock,
             tier_by: self.tier_by,
             conflict: self.conflict,
+            name: self.name,
             _algorithm: PhantomData,
         }
     }
@@ -114,6 +119,12 @@ impl<A, K, C> Builder<A, K, C> {
             return conflict(
                 "tier_by",
                 "tiers are the limiter's: give the resolver to its builder",
+            );
+        }
+        if self.name.is_some() {
+            return conflict(
+                "name",
+                "the name is the limiter's: give it to the limiter's builder",
             );
         }
         Ok(self.params)
@@ -512,6 +523,7 @@ impl<A, K, C> Builder<A, K, C> {
             clock: Ok(clock),
             tier_by: self.tier_by,
             conflict: self.conflict,
+            name: self.name,
             _algorithm: PhantomData,
         }
     }
@@ -695,6 +707,53 @@ impl<A, K, C> Builder<A, K, C> {
         self.memory.sweep_on_rebuild = false;
         self
     }
+
+    /// Names the limiter: the `limiter` label of its series with the
+    /// `metrics` feature, and the `limiter` field of its events with the
+    /// `tracing` feature (see the [observability
+    /// guide](crate::guide::observability)). Any non-empty string, used as
+    /// given; [`build`](Builder::build) rejects an empty one. A limiter
+    /// given no name is named `"default"`, in every release; limiters that
+    /// share a name add up in its series.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let login = TokenBucket::builder()
+    ///     .rate(5, Duration::from_secs(60))
+    ///     .name("login")
+    ///     .build()?;
+    /// assert_eq!(login.name(), "login");
+    /// let api = TokenBucket::builder().rate(100, Duration::from_secs(1)).build()?;
+    /// assert_eq!(api.name(), "default");
+    ///
+    /// let err = TokenBucket::builder().rate(1, Duration::from_secs(1)).name("").build().unwrap_err();
+    /// assert_eq!(err.field(), "name");
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn name(mut self, name: impl Into<Cow<'static, str>>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+}
+
+/// A builder's name, validated: the one given, or `"default"`.
+pub(crate) fn valid_name(
+    name: Option<Cow<'static, str>>,
+) -> Result<Cow<'static, str>, ConfigError> {
+    let name = name.unwrap_or(Cow::Borrowed("default"));
+    ConfigError::check_range(
+        "name",
+        name.len() as u128,
+        (1, u128::from(u64::MAX)),
+        "bytes",
+        "a limiter's name labels its series and events: it must not be empty",
+    )?;
+    Ok(name)
 }
 
 impl<A, K, C> Builder<A, K, C>
@@ -747,12 +806,15 @@ where
                 })
             }
         };
+        let name = valid_name(self.name)?;
         let clock = self.clock.unwrap_or_else(|make| make());
         let mut params = self.params;
         params.on_origin(crate::clock::unix_nanos(clock.unix_origin()));
         let algorithm = A::from_settings(&params)?;
         let memory = self.memory.validate()?;
-        Ok(Limiter::new(algorithm, clock, memory).with_tier_by(tier_by))
+        Ok(Limiter::new(algorithm, clock, memory)
+            .with_tier_by(tier_by)
+            .named(name))
     }
 }
 
@@ -763,6 +825,7 @@ impl<A, K, C: fmt::Debug> fmt::Debug for Builder<A, K, C> {
             .field("params", &self.params)
             .field("memory", &self.memory)
             .field("clock", &self.clock.as_ref().ok())
+            .field("name", &self.name)
             .finish()
     }
 }

@@ -84,6 +84,21 @@ pub trait AsyncCheck<K: ?Sized>: Send + Sync + 'static {
     /// The quota this limiter grants per window: the `q` and `w` of a
     /// `RateLimit-Policy` header.
     fn quota(&self) -> Quota;
+
+    /// The limiter's name, as its builder's
+    /// [`name`](crate::Builder::name) gave it: the `limiter` label of the
+    /// HTTP layer's series (with the `metrics` feature). `"default"`
+    /// unless implemented.
+    fn name(&self) -> &str {
+        "default"
+    }
+
+    /// Publishes the limiter's counts through the `metrics` crate's
+    /// facade ([`Limiter::publish_metrics`]); the HTTP layer's
+    /// `publish_metrics` calls it. Does nothing unless implemented. Needs
+    /// the `metrics` feature.
+    #[cfg(feature = "metrics")]
+    fn publish_metrics(&self) {}
 }
 
 impl<A, K, C> AsyncCheck<K> for Limiter<A, K, C>
@@ -108,6 +123,15 @@ where
     fn quota(&self) -> Quota {
         Limiter::quota(self)
     }
+
+    fn name(&self) -> &str {
+        Limiter::name(self)
+    }
+
+    #[cfg(feature = "metrics")]
+    fn publish_metrics(&self) {
+        Limiter::publish_metrics(self);
+    }
 }
 
 impl<K: ?Sized, T: AsyncCheck<K> + ?Sized> AsyncCheck<K> for Arc<T> {
@@ -120,6 +144,15 @@ impl<K: ?Sized, T: AsyncCheck<K> + ?Sized> AsyncCheck<K> for Arc<T> {
 
     fn quota(&self) -> Quota {
         T::quota(self)
+    }
+
+    fn name(&self) -> &str {
+        T::name(self)
+    }
+
+    #[cfg(feature = "metrics")]
+    fn publish_metrics(&self) {
+        T::publish_metrics(self);
     }
 }
 

@@ -9,7 +9,11 @@
 //! client with a tier of its own keeps a word naming its quota beside its
 //! state, [`Tiered`]). A check on a client the limiter holds takes no lock
 //! and never waits for another thread, even while the table rebuilds, and
-//! a denied request writes nothing. A client's first request inserts it
+//! a denied request writes nothing to the client's state (with the
+//! `metrics` feature, the one check a second that publishes the counts
+//! runs the installed recorder's code; see the
+//! [observability guide](crate::guide::observability)). A client's first
+//! request inserts it
 //! under a lock per shard of the table, and two limits at once stay
 //! lock-free where the CPU has a 128-bit compare-and-swap
 //! ([`Both::is_lock_free`]: x86-64, AArch64).
@@ -50,9 +54,10 @@
 //! once](guide::several_limits), [tiers and quotas that change at run
 //! time](guide::tiers), [booking ahead](guide::reservations), [reset and
 //! remove](guide::reset_and_remove), [memory and the cap](guide::memory),
-//! [bad input](guide::bad_input), [HTTP servers](guide::http) and
-//! [Redis](guide::redis). The HTTP layer is the [`tower`] module and the
-//! Redis-backed limiters the [`redis`] module, each behind its feature.
+//! [bad input](guide::bad_input), [HTTP servers](guide::http),
+//! [Redis](guide::redis) and [observability](guide::observability). The
+//! HTTP layer is the [`tower`] module and the Redis-backed limiters the
+//! [`redis`] module, each behind its feature.
 //!
 //! # Features
 //!
@@ -242,6 +247,8 @@ pub mod redis;
 mod reservation;
 mod store;
 mod sync;
+#[cfg(feature = "metrics")]
+mod telemetry;
 #[cfg(feature = "tower")]
 pub mod tower;
 #[cfg(feature = "tokio")]

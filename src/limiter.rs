@@ -6,6 +6,7 @@
 use core::borrow::Borrow;
 use core::fmt;
 use core::hash::Hash;
+use std::borrow::Cow;
 
 use crate::cell::{Algorithm, Life, Mortal, Tier};
 use crate::clock::{Clock, MonotonicClock};
@@ -14,10 +15,16 @@ use crate::error::CostError;
 use crate::memory::{Counters, Memory, Overflow, Stats};
 use crate::reservation::Renewals;
 use crate::store::{check_or_insert, DefaultHasher, Store};
+#[cfg(feature = "metrics")]
+use crate::telemetry::Decisions;
 
 mod booking;
 mod direct;
+#[cfg(feature = "tracing")]
+mod events;
 mod memory;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod tiers;
 
 pub use direct::DirectLimiter;
@@ -80,8 +87,10 @@ pub trait RateLimiter<K: ?Sized = str>: Send + Sync {
 /// [`reset`](Limiter::reset) and [`remove`](Limiter::remove) never wait for
 /// another thread either. Such a check runs no code of yours but the key's
 /// `Hash` and `Eq` and the clock: the keys of clients the map no longer
-/// holds are dropped by the threads that insert, remove or sweep clients. A client's first request (or its first since it
-/// was forgotten) inserts it, under a lock per shard of the map that only
+/// holds are dropped by the threads that insert, remove or sweep clients
+/// (with the `metrics` feature, the one check a second that publishes the
+/// counts also runs the installed recorder's code). A client's first
+/// request (or its first since it was forgotten) inserts it, under a lock per shard of the map that only
 /// inserts, removals of dead entries, sweeps and rebuilds take.
 ///
 /// Share it between threads by reference or in an `Arc`.
@@ -127,6 +136,16 @@ pub struct Limiter<A: Algorithm, K = String, C = MonotonicClock> {
     /// The stamps that keep a reservation's cancel to the state it booked
     /// on (see `crate::reservation`).
     renewals: Renewals,
+    /// The builder's [`name`](crate::Builder::name), or `"default"`.
+    name: Cow<'static, str>,
+    /// The checks' counts, kept per thread, and their publication.
+    #[cfg(feature = "metrics")]
+    decisions: Decisions,
+    /// The reading of the latest new client that found the cap reached
+    /// ([`Limiter::overflow`]), or `u64::MAX` before the first: an event
+    /// marks the first of each run of them.
+    #[cfg(feature = "tracing")]
+    cap_reached_at: crate::sync::PlainAtomicU64,
 }
 
 /// `Ok` if `algorithm` could ever admit `cost` (at most its capacity, or
@@ -137,6 +156,40 @@ fn within_capacity<A: Algorithm>(algorithm: &A, cost: u64) -> Result<(), CostErr
         Err(CostError { cost, capacity })
     } else {
         Ok(())
+    }
+}
+
+/// What a recording check answers, as the `metrics` feature counts it:
+/// whether it admitted.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) trait Outcome {
+    fn admitted(&self) -> Option<bool>;
+}
+
+impl Outcome for bool {
+    #[inline]
+    fn admitted(&self) -> Option<bool> {
+        Some(*self)
+    }
+}
+
+impl Outcome for Decision {
+    #[inline]
+    fn admitted(&self) -> Option<bool> {
+        Some(self.allowed)
+    }
+}
+
+/// A booking: made, or refused (too long a wait, a full limiter). One the
+/// algorithm cannot make is no decision.
+impl<T> Outcome for Result<T, crate::error::ReserveError> {
+    #[inline]
+    fn admitted(&self) -> Option<bool> {
+        match self {
+            Ok(_) => Some(true),
+            Err(crate::error::ReserveError::Unsupported) => None,
+            Err(_) => Some(false),
+        }
     }
 }
 
@@ -159,7 +212,18 @@ where
             tier_by: None,
             control: std::sync::Mutex::new(()),
             renewals: Renewals::new(),
+            name: Cow::Borrowed("default"),
+            #[cfg(feature = "metrics")]
+            decisions: Decisions::new(),
+            #[cfg(feature = "tracing")]
+            cap_reached_at: crate::sync::PlainAtomicU64::new(u64::MAX),
         }
+    }
+
+    /// Sets the limiter's name.
+    pub(crate) fn named(mut self, name: Cow<'static, str>) -> Self {
+        self.name = name;
+        self
     }
 
     /// Sets the resolver of a new client's tier.
@@ -175,11 +239,13 @@ where
 
     /// Runs `op` on the client's live cell (creating it if need be) at the
     /// clock's reading: the one path every recording check takes. `refuse`
-    /// answers for a new client that a full limiter denies.
+    /// answers for a new client that a full limiter denies. `cost` is what
+    /// the decision is counted as, with the `metrics` feature.
     #[inline]
-    fn run<Q, R>(
+    fn run<Q, R: Outcome>(
         &self,
         client_id: &Q,
+        cost: u64,
         op: impl Fn(&A, &A::Cell, u64) -> Option<R>,
         refuse: impl Fn(&A, u64) -> R,
     ) -> R
@@ -189,7 +255,7 @@ where
     {
         let now = self.clock.now_nanos();
         let algorithm = &self.algorithm;
-        check_or_insert(
+        let outcome = check_or_insert(
             &self.store,
             client_id,
             now,
@@ -199,7 +265,12 @@ where
                 reading: now,
                 refuse,
             },
-        )
+        );
+        #[cfg(feature = "metrics")]
+        self.count(&outcome, cost, now);
+        #[cfg(not(feature = "metrics"))]
+        let _ = cost;
+        outcome
     }
 
     /// Whether `client_id` may make one request now; see
@@ -226,6 +297,7 @@ where
     {
         self.run(
             client_id,
+            1,
             |algorithm, cell, now| algorithm.try_admit(cell, now, 1),
             |_, _| false,
         )
@@ -257,6 +329,7 @@ where
     {
         self.run(
             client_id,
+            1,
             |algorithm, cell, now| algorithm.decide(cell, now, 1),
             Self::refused,
         )
@@ -297,6 +370,7 @@ where
         self.check_cost(cost)?;
         Ok(self.run(
             client_id,
+            cost,
             |algorithm, cell, now| algorithm.decide(cell, now, cost),
             Self::refused,
         ))
@@ -506,6 +580,24 @@ where
         self.counters.snapshot(self.len())
     }
 
+    /// The limiter's name: the one given to its builder
+    /// ([`name`](crate::Builder::name)), or `"default"`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder().rate(5, Duration::from_secs(1)).name("api").build()?;
+    /// assert_eq!(limiter.name(), "api");
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The algorithm and its validated settings.
     ///
     /// # Examples
@@ -561,6 +653,7 @@ where
 impl<A: Algorithm + fmt::Debug, K, C: fmt::Debug> fmt::Debug for Limiter<A, K, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
+            .field("name", &self.name)
             .field("algorithm", &self.algorithm)
             .field("clock", &self.clock)
             .field("tier_by", &self.tier_by.as_ref().map(|_| "Fn(&K) -> Tier"))

@@ -57,8 +57,9 @@ impl<A: Algorithm, K, C: Clock> Builder<A, K, C> {
                 "a direct limiter has no clients to put in tiers: tiers apply to `build` only",
             );
         }
+        let name = super::valid_name(self.name)?;
         let algorithm = A::from_settings(&self.params)?;
         let clock = self.clock.unwrap_or_else(|make| make());
-        Ok(DirectLimiter::new(algorithm, clock))
+        Ok(DirectLimiter::new(algorithm, clock).named(name))
     }
 }

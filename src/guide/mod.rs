@@ -15,6 +15,8 @@
 //!   gives.
 //! - [`http`]: the tower layer for axum, tonic and hyper.
 //! - [`redis`]: one budget per client shared by every replica.
+//! - [`observability`]: the series a limiter publishes (`metrics`), and
+//!   its events (`tracing`).
 //!
 //! The repository's `docs/` folder has the measurements
 //! (`docs/PERFORMANCE.md`), the model checking (`docs/VERIFICATION.md`) and
@@ -24,6 +26,7 @@ pub mod algorithms;
 pub mod bad_input;
 pub mod http;
 pub mod memory;
+pub mod observability;
 pub mod redis;
 pub mod reservations;
 pub mod reset_and_remove;

@@ -178,6 +178,7 @@ where
         let hash = self.store.hash_of(client_id);
         let (booked, now) = self.run(
             client_id,
+            cost,
             |algorithm, cell, now| {
                 // The stamp of the state found, read before the booking's
                 // exchange on it (see `crate::reservation`).

@@ -3,6 +3,7 @@
 //! table to look it up in.
 
 use core::fmt;
+use std::borrow::Cow;
 
 use crossbeam_utils::CachePadded;
 
@@ -10,6 +11,8 @@ use crate::cell::Algorithm;
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::CostError;
+#[cfg(feature = "metrics")]
+use crate::telemetry::Decisions;
 
 /// A limiter with one budget for every caller (a whole service's calls to
 /// an upstream API, a background job's writes), on the same algorithms and
@@ -46,6 +49,11 @@ pub struct DirectLimiter<A: Algorithm, C = MonotonicClock> {
     cell: CachePadded<A::Cell>,
     algorithm: A,
     clock: C,
+    /// The builder's [`name`](crate::Builder::name), or `"default"`.
+    name: Cow<'static, str>,
+    /// The checks' counts, kept per thread, and their publication.
+    #[cfg(feature = "metrics")]
+    decisions: Decisions,
 }
 
 impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
@@ -54,7 +62,86 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
             cell: CachePadded::new(algorithm.new_cell()),
             algorithm,
             clock,
+            name: Cow::Borrowed("default"),
+            #[cfg(feature = "metrics")]
+            decisions: Decisions::new(),
         }
+    }
+
+    /// Sets the limiter's name.
+    pub(crate) fn named(mut self, name: Cow<'static, str>) -> Self {
+        self.name = name;
+        self
+    }
+
+    /// Counts a decision on `cost` units made at `now` (the `metrics`
+    /// feature), and publishes if a publication is due.
+    #[inline]
+    fn count(&self, admitted: bool, cost: u64, now: u64) {
+        #[cfg(feature = "metrics")]
+        {
+            self.decisions.record(admitted, cost);
+            if self.decisions.due(now) {
+                self.publish_due(now);
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (admitted, cost, now);
+    }
+
+    #[cfg(feature = "metrics")]
+    #[cold]
+    #[inline(never)]
+    fn publish_due(&self, now: u64) {
+        if self.decisions.claim(now) {
+            let _ = self.decisions.publish(&self.name, false);
+        }
+    }
+
+    /// Publishes the limiter's counts through the `metrics` crate's facade,
+    /// as [`Limiter::publish_metrics`](crate::Limiter::publish_metrics)
+    /// does: what its checks counted since the last publication. Checks
+    /// publish by themselves at most once a second of the limiter's clock.
+    /// Needs the `metrics` feature.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let upstream = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .name("upstream")
+    ///     .build_direct()?;
+    /// assert!(upstream.allow());
+    /// upstream.publish_metrics();
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[cfg(feature = "metrics")]
+    pub fn publish_metrics(&self) {
+        let _ = self.decisions.publish(&self.name, true);
+    }
+
+    /// The limiter's name: the one given to its builder
+    /// ([`name`](crate::Builder::name)), or `"default"`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// let upstream = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .name("upstream")
+    ///     .build_direct()?;
+    /// assert_eq!(upstream.name(), "upstream");
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// Whether one request may proceed now. An admitted request is
@@ -82,7 +169,9 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
         let now = self.clock.now_nanos();
         // Never `None`: the cell is never retired (nothing evicts, resets
         // or moves it), so it is alive for the limiter's whole life.
-        self.algorithm.try_admit(&self.cell, now, 1) == Some(true)
+        let admitted = self.algorithm.try_admit(&self.cell, now, 1) == Some(true);
+        self.count(admitted, 1, now);
+        admitted
     }
 
     /// Checks one request and says how much quota is left and, if denied,
@@ -142,9 +231,12 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
 
     fn decide(&self, cost: u64) -> Decision {
         let now = self.clock.now_nanos();
-        self.algorithm
+        let decision = self
+            .algorithm
             .decide(&self.cell, now, cost)
-            .expect("a direct limiter's cell is never retired")
+            .expect("a direct limiter's cell is never retired");
+        self.count(decision.allowed, cost, now);
+        decision
     }
 
     /// What [`check`](DirectLimiter::check) would decide now, recording
@@ -254,6 +346,7 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
 impl<A: Algorithm + fmt::Debug, C: fmt::Debug> fmt::Debug for DirectLimiter<A, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DirectLimiter")
+            .field("name", &self.name)
             .field("algorithm", &self.algorithm)
             .field("clock", &self.clock)
             .finish_non_exhaustive()

@@ -28,6 +28,8 @@ where
     #[cold]
     #[inline(never)]
     pub(super) fn overflow(&self, now: u64) -> bool {
+        #[cfg(feature = "tracing")]
+        self.cap_reached(now);
         let max = self.memory.max_clients;
         if self.counters.full_scan_due() {
             let retired = self.sweep_slice(now, now, Memory::FULL_SLICE);

@@ -428,6 +428,8 @@ where
     C: Clock,
 {
     let _one_at_a_time = one_at_a_time(limiter);
+    #[cfg(feature = "tracing")]
+    let granted = FromParams::granted(&quota);
     let algorithm = &limiter.algorithm;
     // Windows start on the Unix epoch's multiples, as the limiter's own.
     let mut quota = quota;
@@ -441,4 +443,6 @@ where
                 .rebuild_all(|cell| algorithm.carry(cell, || limiter.clock.now_nanos()));
         });
     });
+    #[cfg(feature = "tracing")]
+    limiter.quota_changed(tier, granted);
 }

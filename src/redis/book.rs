@@ -29,6 +29,8 @@ use ::redis::Value;
 
 use super::decide::{Cas, Failure};
 use super::guard::bump;
+#[cfg(feature = "metrics")]
+use super::metrics::{Outcome, Path};
 use super::spec::{Spec, WordSpec, EXACT_MAX};
 use super::state::{expiry_ms, round_up_to_us, DecodeError};
 use super::tier::Judged;
@@ -663,11 +665,17 @@ impl<A: RedisAlgorithm> Inner<A> {
             Err(err) => Err(err),
         };
         match booked {
-            Ok((Booked::TooLong(wait), _)) => Err(ReserveError::TooLong {
-                wait: round_up_to_us(Decision::wait(wait)),
+            Ok((Booked::TooLong(wait), _)) => {
+                #[cfg(feature = "metrics")]
+                self.answered(Path::Redis, Outcome::Denied, cost);
+                Err(ReserveError::TooLong {
+                    wait: round_up_to_us(Decision::wait(wait)),
+                }
+                .into())
             }
-            .into()),
             Ok((Booked::Granted { ready, now, ticket }, sent)) => {
+                #[cfg(feature = "metrics")]
+                self.answered(Path::Redis, Outcome::Admitted, cost);
                 self.judged(sent, now);
                 // The state changed: whatever the shortcut kept is stale.
                 if let Some(cache) = &self.shortcut {
@@ -698,6 +706,8 @@ impl<A: RedisAlgorithm> Inner<A> {
                         ) =>
                     {
                         bump(&counters.fail_open);
+                        #[cfg(feature = "metrics")]
+                        self.answered(Path::FailOpen, Outcome::Admitted, cost);
                         Ok(ready_now(None))
                     }
                     FailPolicy::Local => {
@@ -710,7 +720,20 @@ impl<A: RedisAlgorithm> Inner<A> {
                             judged.tier,
                             cost,
                             Duration::from_nanos(max_wait),
-                        )?;
+                        );
+                        #[cfg(feature = "metrics")]
+                        self.answered(
+                            Path::Local,
+                            match &wait {
+                                Ok(_) => Outcome::Admitted,
+                                Err(ReserveError::TooLong { .. } | ReserveError::Full { .. }) => {
+                                    Outcome::Denied
+                                }
+                                Err(_) => Outcome::Refused,
+                            },
+                            cost,
+                        );
+                        let wait = wait?;
                         Ok(RedisReservation {
                             wait,
                             ready_at: now
@@ -722,6 +745,19 @@ impl<A: RedisAlgorithm> Inner<A> {
                     }
                     _ => {
                         bump(&counters.fail_closed);
+                        #[cfg(feature = "metrics")]
+                        self.answered(
+                            if matches!(
+                                err.kind(),
+                                CheckErrorKind::Timeout | CheckErrorKind::Unavailable
+                            ) {
+                                Path::FailClosed
+                            } else {
+                                Path::KeyRefused
+                            },
+                            Outcome::Refused,
+                            cost,
+                        );
                         Err(err.into())
                     }
                 }

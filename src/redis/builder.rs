@@ -88,6 +88,7 @@ impl<A, K, C> Builder<A, K, C> {
             backoff: (Duration::from_millis(100), Duration::from_secs(5)),
             shortcut: Some(4_096),
             tier_by: None,
+            name: self.name,
             _algorithm: PhantomData,
         }
     }
@@ -218,6 +219,8 @@ pub struct RedisBuilder<A> {
     backoff: (Duration, Duration),
     shortcut: Option<usize>,
     pub(super) tier_by: Option<Arc<Resolver>>,
+    /// The builder's [`name`](crate::Builder::name).
+    name: Option<std::borrow::Cow<'static, str>>,
     _algorithm: PhantomData<fn() -> A>,
 }
 
@@ -383,6 +386,7 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
         if let Some(conflict) = self.conflict {
             return Err(conflict);
         }
+        let name = crate::builder::valid_name(self.name)?;
         let algorithm = A::from_params(&self.params)?;
         let spec = algorithm.spec()?;
         let memory = self.memory.validate()?;
@@ -447,6 +451,9 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
                 owner,
                 serial: AtomicU64::new(0),
                 offset: AtomicU64::new(offset),
+                name,
+                #[cfg(feature = "metrics")]
+                answers: super::metrics::Answers::new(),
                 _algorithm: PhantomData,
             }),
         })

@@ -119,6 +119,7 @@ impl Calls {
         {
             Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 bump(&self.counters.round_trips);
+                bump(&self.counters.script_reloads);
                 command("EVAL", &script.source).query_async(&mut conn).await
             }
             reply => reply,

@@ -13,6 +13,8 @@ use std::sync::Arc;
 use ::redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use super::guard::{bump, Gate};
+#[cfg(feature = "metrics")]
+use super::metrics::{Outcome, Path};
 use super::shortcut::Entry;
 use super::spec::{Ns, Spec};
 use super::state::{
@@ -145,6 +147,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         if mode == Mode::Check && !beyond {
             if let Some(decision) = inner.local_denial(&request, now) {
                 bump(&inner.calls.counters.denied_locally);
+                #[cfg(feature = "metrics")]
+                inner.answered(Path::Shortcut, Outcome::Denied, cost);
                 return RedisCheck::ready(Ok(decision));
             }
         }
@@ -165,6 +169,16 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                     inner.judged(sent, now);
                     if mode == Mode::Check {
                         inner.remember(&request, sent, &answer);
+                        #[cfg(feature = "metrics")]
+                        inner.answered(
+                            Path::Redis,
+                            if answer.decision.allowed {
+                                Outcome::Admitted
+                            } else {
+                                Outcome::Denied
+                            },
+                            cost,
+                        );
                     }
                     Ok(answer.decision)
                 }
@@ -218,16 +232,16 @@ impl<A> Inner<A> {
         abandon.0 = None;
         Err(match reply {
             Ok(Ok(value)) => {
-                self.breaker.succeeded(probe);
+                self.redis_up(probe);
                 return Ok((value, sent));
             }
             Ok(Err(Failure::Decode(err))) => {
-                self.breaker.succeeded(probe);
+                self.redis_up(probe);
                 bump(&counters.errors);
                 failure(CheckErrorKind::Corrupt, key, err)
             }
             Ok(Err(Failure::Contended)) => {
-                self.breaker.succeeded(probe);
+                self.redis_up(probe);
                 bump(&counters.errors);
                 failure(
                     CheckErrorKind::Other,
@@ -239,24 +253,46 @@ impl<A> Inner<A> {
                 bump(&counters.errors);
                 let kind = classify(&err);
                 if kind == CheckErrorKind::Unavailable {
-                    self.breaker.failed(probe, self.calls.clock.local_ns());
+                    self.redis_down(probe);
                     CheckError::with_kind(kind, err)
                 } else {
                     // About this request or this client's key only:
                     // Redis answered, so it is up.
-                    self.breaker.succeeded(probe);
+                    self.redis_up(probe);
                     failure(kind, key, err)
                 }
             }
             Err(_elapsed) => {
                 bump(&counters.timeouts);
-                self.breaker.failed(probe, self.calls.clock.local_ns());
+                self.redis_down(probe);
                 CheckError::with_kind(
                     CheckErrorKind::Timeout,
                     format!("Redis did not answer within {:?}", self.timeout),
                 )
             }
         })
+    }
+}
+
+impl<A> Inner<A> {
+    /// Redis answered: tells the breaker, and counts (and reports, with the
+    /// `tracing` feature) its closing if it was open.
+    fn redis_up(&self, probe: bool) {
+        if self.breaker.succeeded(probe) {
+            bump(&self.calls.counters.breaker_closed);
+            #[cfg(feature = "tracing")]
+            self.breaker_closed();
+        }
+    }
+
+    /// Redis failed to answer: tells the breaker, and counts (and reports,
+    /// with the `tracing` feature) its opening if it was closed.
+    fn redis_down(&self, probe: bool) {
+        if self.breaker.failed(probe, self.calls.clock.local_ns()) {
+            bump(&self.calls.counters.breaker_opened);
+            #[cfg(feature = "tracing")]
+            self.breaker_opened();
+        }
     }
 }
 
@@ -513,6 +549,32 @@ impl<A: RedisAlgorithm> Inner<A> {
         request: &Request,
         err: CheckError,
     ) -> Result<Decision, CheckError> {
+        #[cfg(feature = "metrics")]
+        let down = matches!(
+            err.kind(),
+            CheckErrorKind::Timeout | CheckErrorKind::Unavailable
+        );
+        let answer = self.policy_answer(request, err);
+        #[cfg(feature = "metrics")]
+        if request.mode == Mode::Check {
+            let path = match self.policy {
+                FailPolicy::Local => Path::Local,
+                FailPolicy::FailOpen if down => Path::FailOpen,
+                _ if down => Path::FailClosed,
+                _ => Path::KeyRefused,
+            };
+            let outcome = match &answer {
+                Ok(d) if d.allowed => Outcome::Admitted,
+                Ok(_) => Outcome::Denied,
+                Err(_) => Outcome::Refused,
+            };
+            self.answered(path, outcome, request.cost);
+        }
+        answer
+    }
+
+    /// [`fallback`](Self::fallback), uncounted.
+    fn policy_answer(&self, request: &Request, err: CheckError) -> Result<Decision, CheckError> {
         let counters = &self.calls.counters;
         match self.policy {
             FailPolicy::FailOpen

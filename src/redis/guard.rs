@@ -74,28 +74,49 @@ impl Breaker {
             .is_ok()
     }
 
-    /// Redis answered: it is up.
-    pub(crate) fn succeeded(&self, probe: bool) {
+    /// Redis answered: it is up. True for the one call that closed the
+    /// breaker (it was open).
+    pub(crate) fn succeeded(&self, probe: bool) -> bool {
+        let mut closed = false;
+        // Relaxed: a hint that spares the common case (up) a write; the
+        // swap below decides.
         if self.down_until.load(Ordering::Relaxed) != 0 {
             self.failures.store(0, Ordering::Relaxed);
-            self.down_until.store(0, Ordering::Release);
+            // Release: pairs with the Acquire load in `gate`, as the store
+            // it replaces did. A swap, so that of two calls that find the
+            // breaker open only one counts its closing.
+            closed = self.down_until.swap(0, Ordering::Release) != 0;
         }
         if probe {
             self.probing.store(0, Ordering::Release);
         }
+        closed
+    }
+
+    /// Whether the breaker is open (Redis failed and has not answered
+    /// since).
+    #[cfg(feature = "metrics")]
+    pub(crate) fn is_open(&self) -> bool {
+        // Relaxed: a reading for a gauge, publishing nothing.
+        self.down_until.load(Ordering::Relaxed) != 0
     }
 
     /// Redis failed a check: down for the next backoff. A failed probe
     /// doubles the backoff (up to the cap); of the checks in flight when
-    /// Redis goes down, only the first to fail sets it.
-    pub(crate) fn failed(&self, probe: bool, now: u64) {
+    /// Redis goes down, only the first to fail sets it. True for the one
+    /// call that opened the breaker (it was closed).
+    pub(crate) fn failed(&self, probe: bool, now: u64) -> bool {
         if probe {
             let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
-            self.down_until.store(
+            // Release: pairs with the Acquire load in `gate`. A swap, so
+            // that a probe failing after another check closed the breaker
+            // counts its opening again.
+            let was = self.down_until.swap(
                 now.saturating_add(self.backoff(failures)).max(1),
                 Ordering::Release,
             );
             self.probing.store(0, Ordering::Release);
+            was == 0
         } else if self
             .down_until
             .compare_exchange(
@@ -107,6 +128,9 @@ impl Breaker {
             .is_ok()
         {
             self.failures.store(1, Ordering::Relaxed);
+            true
+        } else {
+            false
         }
     }
 
@@ -172,6 +196,14 @@ pub struct RedisStats {
     /// Checks decided by the in-process limiter of
     /// [`FailPolicy::Local`](super::FailPolicy::Local).
     pub fail_local: u64,
+    /// Scripts sent whole because Redis had lost them (a restart, a
+    /// failover, `SCRIPT FLUSH`), which loads them again.
+    pub script_reloads: u64,
+    /// Times the breaker opened: Redis failed while it was up, and checks
+    /// went to the fail policy until a probe found it back.
+    pub breaker_opened: u64,
+    /// Times the breaker closed: Redis answered again after it opened.
+    pub breaker_closed: u64,
 }
 
 /// The live counters behind [`RedisStats`].
@@ -186,6 +218,9 @@ pub(crate) struct Counters {
     pub(crate) fail_open: AtomicU64,
     pub(crate) fail_closed: AtomicU64,
     pub(crate) fail_local: AtomicU64,
+    pub(crate) script_reloads: AtomicU64,
+    pub(crate) breaker_opened: AtomicU64,
+    pub(crate) breaker_closed: AtomicU64,
 }
 
 /// Counts one event. Relaxed: the counters publish nothing but themselves.
@@ -206,6 +241,9 @@ impl Counters {
             fail_open: read(&self.fail_open),
             fail_closed: read(&self.fail_closed),
             fail_local: read(&self.fail_local),
+            script_reloads: read(&self.script_reloads),
+            breaker_opened: read(&self.breaker_opened),
+            breaker_closed: read(&self.breaker_closed),
         }
     }
 }
@@ -220,8 +258,11 @@ mod tests {
     fn one_probe_at_a_time_with_capped_exponential_backoff() {
         let b = Breaker::new(Duration::from_millis(10), Duration::from_millis(35));
         assert_eq!(b.gate(0), Gate::Pass);
-        b.failed(false, 0);
-        b.failed(false, 0); // a second in-flight failure changes nothing
+        assert!(b.failed(false, 0), "opened");
+        assert!(
+            !b.failed(false, 0),
+            "a second in-flight failure changes nothing"
+        );
         assert_eq!(b.gate(5 * MS), Gate::Down(Duration::from_millis(5)));
         assert_eq!(b.gate(10 * MS), Gate::Probe);
         assert_eq!(b.gate(10 * MS), Gate::Probe, "nothing taken yet");
@@ -232,11 +273,11 @@ mod tests {
             Gate::Down(Duration::ZERO),
             "one probe at a time"
         );
-        b.failed(true, 10 * MS);
+        assert!(!b.failed(true, 10 * MS), "still open");
         assert_eq!(b.gate(10 * MS), Gate::Down(Duration::from_millis(20)));
         assert_eq!(b.gate(30 * MS), Gate::Probe);
         assert!(b.take_probe());
-        b.failed(true, 30 * MS);
+        assert!(!b.failed(true, 30 * MS));
         assert_eq!(
             b.gate(30 * MS),
             Gate::Down(Duration::from_millis(35)),
@@ -251,9 +292,10 @@ mod tests {
             "a dropped probe lets another go"
         );
         assert!(b.take_probe());
-        b.succeeded(true);
+        assert!(b.succeeded(true), "closed");
+        assert!(!b.succeeded(false), "closed once");
         assert_eq!(b.gate(65 * MS), Gate::Pass);
-        b.failed(false, 70 * MS);
+        assert!(b.failed(false, 70 * MS), "opened again");
         assert_eq!(
             b.gate(70 * MS),
             Gate::Down(Duration::from_millis(10)),

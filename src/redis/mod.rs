@@ -112,12 +112,16 @@ mod control;
 mod decide;
 #[cfg(all(test, not(feature = "loom")))]
 mod differ;
+#[cfg(feature = "tracing")]
+mod events;
 mod fallback;
 mod guard;
 mod key;
 mod lua;
 #[cfg(all(test, not(feature = "loom")))]
 mod lua_equal;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod pair;
 mod shortcut;
 mod spec;
@@ -347,6 +351,12 @@ struct Inner<A> {
     /// Redis's clock less the local clock (ns, wrapping), as the latest
     /// reply read it: an estimate of Redis's clock no earlier than it.
     offset: AtomicU64,
+    /// The builder's [`name`](crate::Builder::name), or `"default"`.
+    name: std::borrow::Cow<'static, str>,
+    /// The checks' answers, by path and outcome, and their publication
+    /// (the `metrics` feature).
+    #[cfg(feature = "metrics")]
+    answers: metrics::Answers,
     _algorithm: PhantomData<fn() -> A>,
 }
 
@@ -484,6 +494,32 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     pub fn stats(&self) -> RedisStats {
         self.inner.calls.counters.snapshot()
     }
+
+    /// The limiter's name: the one given to its builder
+    /// ([`name`](crate::Builder::name)), or `"default"`.
+    ///
+    /// # Examples
+    ///
+    /// `no_run`: it needs a Redis server on localhost.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// # async fn run(conn: redis::aio::ConnectionManager) -> Result<(), tollgate::ConfigError> {
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .name("login")
+    ///     .redis(conn, "login")
+    ///     .build()?;
+    /// assert_eq!(limiter.name(), "login");
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
 }
 
 impl<A: RedisAlgorithm, K: RedisKey + ?Sized> AsyncCheck<K> for RedisLimiter<A> {
@@ -495,6 +531,15 @@ impl<A: RedisAlgorithm, K: RedisKey + ?Sized> AsyncCheck<K> for RedisLimiter<A> 
 
     fn quota(&self) -> Quota {
         self.inner.tiers.get(0).quota
+    }
+
+    fn name(&self) -> &str {
+        RedisLimiter::name(self)
+    }
+
+    #[cfg(feature = "metrics")]
+    fn publish_metrics(&self) {
+        RedisLimiter::publish_metrics(self);
     }
 }
 

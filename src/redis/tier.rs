@@ -382,6 +382,8 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         if let Some(cache) = &inner.shortcut {
             cache.renew();
         }
+        #[cfg(feature = "tracing")]
+        inner.quota_changed(tier, inner.tiers.get(tier).quota);
         Ok(())
     }
 

@@ -260,6 +260,12 @@ where
         usize::try_from(held).unwrap_or(usize::MAX)
     }
 
+    /// The removed entries the map's tables still hold (see `Map::removed`).
+    #[cfg(feature = "metrics")]
+    pub(crate) fn awaiting_removal(&self) -> u64 {
+        self.map.removed()
+    }
+
     /// Visits every entry once and removes those for which `evict` is true
     /// (it must retire the cell first) or whose cell is already dead, giving
     /// back the room of each group of slots' removed entries in one step,

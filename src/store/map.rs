@@ -164,6 +164,8 @@ where
                     CachePadded::new(Shard {
                         lock: Mutex::new(Counts::default()),
                         entries: PlainAtomicU64::new(0),
+                        #[cfg(feature = "metrics")]
+                        removed: PlainAtomicU64::new(0),
                         table: Atomic::null(),
                     })
                 })
@@ -193,6 +195,17 @@ where
             // Relaxed: a count that publishes nothing; each shard's lock
             // orders its own writers' stores.
             .map(|shard| shard.entries.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// The removed entries whose keys and cells the tables still hold, until
+    /// a rebuild of their shard, as their writers last published them.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn removed(&self) -> u64 {
+        self.shards
+            .iter()
+            // Relaxed: as in `len`.
+            .map(|shard| shard.removed.load(Ordering::Relaxed))
             .sum()
     }
 

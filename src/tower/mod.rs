@@ -180,6 +180,8 @@ mod forwarded;
 mod grpc;
 mod ip;
 mod key;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod refusal;
 mod response;
 mod service;
@@ -307,7 +309,12 @@ where
     /// [`stats`](crate::Limiter::stats), say), or use
     /// [`limiter`](RateLimitLayer::limiter).
     pub fn new(limiter: C, extractor: E) -> Self {
-        let respond = Respond::new(limiter.quota());
+        #[allow(unused_mut)]
+        let mut respond = Respond::new(limiter.quota());
+        #[cfg(feature = "metrics")]
+        {
+            respond.requests = Arc::new(metrics::Requests::new(limiter.name()));
+        }
         Self {
             shared: Arc::new(Shared {
                 limiter: Arc::new(limiter),
@@ -526,6 +533,42 @@ where
     #[must_use]
     pub fn limiter(&self) -> &C {
         &self.shared.limiter
+    }
+
+    /// Publishes the layer's counts (requests by transport and outcome,
+    /// its own responses by status) and its limiter's
+    /// ([`AsyncCheck::publish_metrics`]) through the `metrics` crate's
+    /// facade, to whichever recorder is installed. Needs the `metrics`
+    /// feature.
+    ///
+    /// The layer publishes by itself at most once a second while requests
+    /// pass, as its limiter does; call this before rendering a scrape for
+    /// figures exact to the last request. Clones of the layer, and every
+    /// service it made, share the counts. See the [observability
+    /// guide](crate::guide::observability) for the series.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::tower::{GlobalKey, RateLimitLayer};
+    /// use tollgate::TokenBucket;
+    ///
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .name("api")
+    ///     .key_type::<()>()
+    ///     .build()?;
+    /// let layer = RateLimitLayer::new(limiter, GlobalKey);
+    /// assert_eq!(layer.limiter().name(), "api");
+    /// // In the handler of a scrape, before rendering:
+    /// layer.publish_metrics();
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[cfg(feature = "metrics")]
+    pub fn publish_metrics(&self) {
+        self.shared.respond.requests.publish(true);
+        self.shared.limiter.publish_metrics();
     }
 }
 

@@ -126,6 +126,9 @@ pub(super) struct Respond {
     /// once: most responses send it, and a clone costs no allocation.
     policy: HeaderValue,
     pub(super) hooks: Hooks,
+    /// The layer's counts (the `metrics` feature).
+    #[cfg(feature = "metrics")]
+    pub(super) requests: Arc<super::metrics::Requests>,
 }
 
 /// The headers for one decision, made before the inner service runs and
@@ -299,6 +302,8 @@ impl Respond {
             extension: true,
             policy: HeaderValue::from_static(""),
             hooks: Hooks::default(),
+            #[cfg(feature = "metrics")]
+            requests: Arc::new(super::metrics::Requests::new("default")),
         };
         respond.set_name("default").expect("a valid name");
         respond
@@ -484,6 +489,8 @@ impl Respond {
             self.stamp(decision, pk).apply(headers);
             headers.insert(RETRY_AFTER, HeaderValue::from(retry_after.as_secs()));
         }
+        #[cfg(feature = "metrics")]
+        self.requests.responded(request, &response);
         response
     }
 }

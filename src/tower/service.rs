@@ -15,6 +15,8 @@ use http::{Request, Response};
 use pin_project_lite::pin_project;
 
 use super::key::{Extraction, KeyExtractor};
+#[cfg(feature = "metrics")]
+use super::metrics::Outcome;
 use super::refusal::Refusal;
 use super::response::{Respond, Stamp};
 use super::Shared;
@@ -90,6 +92,8 @@ where
         let (mut parts, body) = request.into_parts();
         let shared = &*self.shared;
         if shared.skip.as_ref().is_some_and(|skip| skip(&parts)) {
+            #[cfg(feature = "metrics")]
+            shared.respond.requests.count(&parts, Outcome::Skipped);
             return ResponseFuture::calling(
                 self.inner.call(Request::from_parts(parts, body)),
                 None,
@@ -98,19 +102,23 @@ where
         let key = match shared.extractor.extract(&parts) {
             Extraction::Key(key) => key,
             Extraction::Skip => {
+                #[cfg(feature = "metrics")]
+                shared.respond.requests.count(&parts, Outcome::Skipped);
                 return ResponseFuture::calling(
                     self.inner.call(Request::from_parts(parts, body)),
                     None,
-                )
+                );
             }
             Extraction::Reject(rejection) => {
+                #[cfg(feature = "metrics")]
+                shared.respond.requests.count(&parts, Outcome::Rejected);
                 return ResponseFuture::ready(shared.respond.refuse(
                     Refusal::Rejected {
                         rejection: &rejection,
                     },
                     &parts,
                     None,
-                ))
+                ));
             }
         };
         let pk = shared
@@ -180,9 +188,20 @@ fn judge<R: From<String>>(
     let decision = match result {
         Ok(decision) => decision,
         Err(error) => {
+            #[cfg(feature = "metrics")]
+            respond.requests.count(parts, Outcome::Unavailable);
             return Err(respond.refuse(Refusal::Unavailable { error }, parts, None));
         }
     };
+    #[cfg(feature = "metrics")]
+    respond.requests.count(
+        parts,
+        if decision.is_denied() {
+            Outcome::Limited
+        } else {
+            Outcome::Admitted
+        },
+    );
     if decision.is_denied() {
         let retry_after = Duration::from_secs(respond.retry_after(decision));
         return Err(respond.refuse(

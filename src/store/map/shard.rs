@@ -24,6 +24,10 @@ pub(super) struct Locked<'a, K, V> {
     /// Dropped (the lock released) only in [`Locked::drop`].
     counts: ManuallyDrop<MutexGuard<'a, Counts>>,
     entries: &'a PlainAtomicU64,
+    /// The shard's removed entries still in its table, published as the
+    /// lock is let go (the `metrics` feature's gauge).
+    #[cfg(feature = "metrics")]
+    removed: &'a PlainAtomicU64,
     retired: &'a Retired<K, V>,
 }
 
@@ -52,6 +56,14 @@ impl<K, V> Drop for Locked<'_, K, V> {
         // Relaxed: read only by `Map::len`, which promises no ordering.
         self.entries
             .store(self.counts.live as u64, Ordering::Relaxed);
+        // Relaxed: as above, for `Map::removed`. Slots used but not live:
+        // removed entries, whose keys and cells the table keeps until the
+        // shard is rebuilt (and copies a move gave up).
+        #[cfg(feature = "metrics")]
+        self.removed.store(
+            self.counts.used.saturating_sub(self.counts.live) as u64,
+            Ordering::Relaxed,
+        );
         let retired = core::mem::take(&mut self.counts.retired);
         // SAFETY: dropped once, here, and not touched again.
         unsafe { ManuallyDrop::drop(&mut self.counts) };
@@ -86,6 +98,10 @@ pub(super) struct Shard<K, V> {
     /// every writer as it lets go of the lock, so that [`Map::len`] can sum
     /// the shards without taking any lock.
     pub(super) entries: PlainAtomicU64,
+    /// The removed entries its table still holds, as the lock's counts last
+    /// had them: published with `entries`, for [`Map::removed`].
+    #[cfg(feature = "metrics")]
+    pub(super) removed: PlainAtomicU64,
     /// The current table; null until the shard's first insert.
     pub(super) table: Atomic<Table<K, V>>,
 }
@@ -108,6 +124,8 @@ where
         Locked {
             counts: ManuallyDrop::new(counts),
             entries: &shard.entries,
+            #[cfg(feature = "metrics")]
+            removed: &shard.removed,
             retired: &self.retired,
         }
     }
@@ -128,6 +146,8 @@ where
         Some(Locked {
             counts: ManuallyDrop::new(counts),
             entries: &shard.entries,
+            #[cfg(feature = "metrics")]
+            removed: &shard.removed,
             retired: &self.retired,
         })
     }
