@@ -16,7 +16,8 @@ use super::fallback::Settings;
 use super::guard::{Breaker, Counters};
 use super::key::Layout;
 use super::lua::{
-    cas_script, log_book_script, log_cancel_script, log_script, read_script, word_script, CLOCK,
+    batch_script, cas_script, log_book_script, log_cancel_script, log_script, read_script,
+    word_script, CLOCK,
 };
 use super::shortcut::DenyCache;
 use super::spec::Spec;
@@ -87,6 +88,7 @@ impl<A, K, C> Builder<A, K, C> {
             policy: FailPolicy::default(),
             backoff: (Duration::from_millis(100), Duration::from_secs(5)),
             shortcut: Some(4_096),
+            coalesce: true,
             tier_by: None,
             _algorithm: PhantomData,
         }
@@ -217,6 +219,7 @@ pub struct RedisBuilder<A> {
     policy: FailPolicy,
     backoff: (Duration, Duration),
     shortcut: Option<usize>,
+    coalesce: bool,
     pub(super) tier_by: Option<Arc<Resolver>>,
     _algorithm: PhantomData<fn() -> A>,
 }
@@ -231,6 +234,7 @@ impl<A> fmt::Debug for RedisBuilder<A> {
             .field("policy", &self.policy)
             .field("backoff", &self.backoff)
             .field("shortcut", &self.shortcut)
+            .field("coalesce", &self.coalesce)
             .finish_non_exhaustive()
     }
 }
@@ -324,6 +328,46 @@ impl<A> RedisBuilder<A> {
     #[must_use]
     pub fn no_deny_shortcut(mut self) -> Self {
         self.shortcut = None;
+        self
+    }
+
+    /// Whether checks of one client coalesce (default on). While a check
+    /// of a client is in flight, the further checks of that client on this
+    /// limiter wait, and the next call carries all of them: one script
+    /// decides them in the order they were made, each exactly as a call of
+    /// its own would have in the batch's place (the same outcome and
+    /// figures; faults answered per check by the fail policy). A hot
+    /// client then costs a round trip per batch rather than per check.
+    /// Checks of different clients, peeks, bookings and the sliding window
+    /// log's checks go one call each either way.
+    ///
+    /// A check that waits for a batch waits at most the
+    /// [`timeout`](Self::timeout) in all, then is answered by the fail
+    /// policy (and counted in `timeouts`). The batches of a client go from
+    /// a task spawned on the tokio runtime of the check that was in
+    /// flight. Turn it off for one call per check.
+    ///
+    /// # Examples
+    ///
+    /// `no_run`: it needs a Redis server on localhost.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// # async fn run(conn: redis::aio::ConnectionManager) -> Result<(), tollgate::ConfigError> {
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(10, Duration::from_secs(1))
+    ///     .redis(conn, "one-call-each")
+    ///     .coalesce(false)
+    ///     .build()?;
+    /// # let _ = limiter;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn coalesce(mut self, on: bool) -> Self {
+        self.coalesce = on;
         self
     }
 }
@@ -444,6 +488,8 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
                 policy: self.policy,
                 breaker: Breaker::new(first, max),
                 shortcut,
+                coalesce: (self.coalesce && super::coalesce::coalesces(&spec))
+                    .then(super::coalesce::InFlight::new),
                 owner,
                 serial: AtomicU64::new(0),
                 offset: AtomicU64::new(offset),
@@ -472,12 +518,14 @@ fn scripts(spec: &Spec, clock: &Clock) -> Scripts {
             peek: Script::new(log_script(at, false)),
             read: Script::new(log_book_script(at)),
             cas: Script::new(log_cancel_script(at)),
+            batch: None,
         },
         _ => Scripts {
             check: Script::new(word_script(spec, at, true)),
             peek: Script::new(word_script(spec, at, false)),
             read: Script::new(read_script(at)),
             cas: Script::new(cas_script(at)),
+            batch: Some(Script::new(batch_script(spec, at))),
         },
     }
 }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use ::redis::{ErrorKind, RedisError, ServerErrorKind};
 
+use super::coalesce::{coalesces, joined};
 use super::guard::{bump, Gate};
 use super::shortcut::Entry;
 use super::spec::{Ns, Spec};
@@ -58,7 +59,7 @@ impl Request {
         }
     }
 
-    fn spec(&self) -> Spec {
+    pub(super) fn spec(&self) -> Spec {
         self.judged.quota.spec
     }
 }
@@ -153,24 +154,42 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             Err(err) => return RedisCheck::ready(inner.fallback(&request, err)),
         };
         let inner = Arc::clone(inner);
-        RedisCheck(State::Waiting(Box::pin(async move {
-            let reply = inner
-                .guarded(probe_due, &request.key, inner.round_trip(&request))
-                .await;
-            match reply {
-                Ok((answer, sent)) => {
-                    let now = match answer.seen {
-                        Seen::Word { now, .. } | Seen::Log { now, .. } => now,
-                    };
-                    inner.judged(sent, now);
-                    if mode == Mode::Check {
-                        inner.remember(&request, sent, &answer);
-                    }
-                    Ok(answer.decision)
-                }
-                Err(err) => inner.fallback(&request, err),
+        if mode == Mode::Check && !beyond && !probe_due && coalesces(&request.spec()) {
+            if inner.coalesce.is_some() {
+                return RedisCheck(State::Waiting(Box::pin(joined(inner, request))));
             }
+        }
+        RedisCheck(State::Waiting(Box::pin(async move {
+            inner.single(&request, probe_due).await
         })))
+    }
+}
+
+impl<A: RedisAlgorithm> Inner<A> {
+    /// One request's call to Redis, under the breaker (`probe_due`: the
+    /// gate found it due to probe) and the timeout, answered by Redis or
+    /// the fail policy.
+    pub(super) async fn single(
+        &self,
+        request: &Request,
+        probe_due: bool,
+    ) -> Result<Decision, CheckError> {
+        let reply = self
+            .guarded(probe_due, &request.key, self.round_trip(request))
+            .await;
+        match reply {
+            Ok((answer, sent)) => {
+                let now = match answer.seen {
+                    Seen::Word { now, .. } | Seen::Log { now, .. } => now,
+                };
+                self.judged(sent, now);
+                if request.mode == Mode::Check {
+                    self.remember(request, sent, &answer);
+                }
+                Ok(answer.decision)
+            }
+            Err(err) => self.fallback(request, err),
+        }
     }
 }
 
@@ -263,7 +282,7 @@ impl<A> Inner<A> {
 impl<A: RedisAlgorithm> Inner<A> {
     /// The deny shortcut's answer: a denial made here, if the state Redis
     /// last returned for the client denies the request (see `shortcut`).
-    fn local_denial(&self, request: &Request, now: u64) -> Option<Decision> {
+    pub(super) fn local_denial(&self, request: &Request, now: u64) -> Option<Decision> {
         let cache = self.shortcut.as_ref()?;
         let entry = cache.lookup(request.cache_key?, now)?;
         let at = entry.judge_at(now);
@@ -306,7 +325,7 @@ impl<A: RedisAlgorithm> Inner<A> {
     /// Feeds the deny shortcut: a state that leaves little (at most 255
     /// units, fewer than the capacity) is kept, judged at Redis's reading;
     /// any other forgets the client.
-    fn remember(&self, request: &Request, sent: u64, answer: &Answer) {
+    pub(super) fn remember(&self, request: &Request, sent: u64, answer: &Answer) {
         let (Some(cache), Some(key)) = (&self.shortcut, request.cache_key) else {
             return;
         };

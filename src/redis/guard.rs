@@ -130,7 +130,8 @@ impl Breaker {
 /// grow; read two snapshots and subtract for a rate.
 ///
 /// Every check is counted once in `checks`, and answered in exactly one of
-/// these ways: by Redis (`round_trips` minus the failed ones), by the deny
+/// these ways: by Redis (`round_trips` minus the failed ones, plus
+/// `coalesced`, the checks that rode another's round trip), by the deny
 /// shortcut (`denied_locally`), refused for its cost, or by the fail policy
 /// (`fail_open + fail_closed + fail_local`).
 ///
@@ -172,6 +173,11 @@ pub struct RedisStats {
     /// Checks decided by the in-process limiter of
     /// [`FailPolicy::Local`](super::FailPolicy::Local).
     pub fail_local: u64,
+    /// Checks decided by Redis in a call that carried another check of
+    /// the same client (see
+    /// [`RedisBuilder::coalesce`](super::RedisBuilder::coalesce)): the
+    /// round trips coalescing saved.
+    pub coalesced: u64,
 }
 
 /// The live counters behind [`RedisStats`].
@@ -186,6 +192,7 @@ pub(crate) struct Counters {
     pub(crate) fail_open: AtomicU64,
     pub(crate) fail_closed: AtomicU64,
     pub(crate) fail_local: AtomicU64,
+    pub(crate) coalesced: AtomicU64,
 }
 
 /// Counts one event. Relaxed: the counters publish nothing but themselves.
@@ -206,6 +213,7 @@ impl Counters {
             fail_open: read(&self.fail_open),
             fail_closed: read(&self.fail_closed),
             fail_local: read(&self.fail_local),
+            coalesced: read(&self.coalesced),
         }
     }
 }

@@ -1,0 +1,266 @@
+//! Coalesced checks against checks of their own, on a real `redis-server`
+//! and one test clock.
+//!
+//! A proptest drives two limiters of the same settings, each on its own
+//! key: one decides each step's requests in one call of the batch script,
+//! the other checks them one call each, in the same order, at the same
+//! instant. Every decision (outcome and figures) must be equal, and so must
+//! the state each leaves and its expiry. A twin of each (same settings,
+//! same key, another writer) checks between the steps, so that the batch
+//! script reads other writers' states too. Then whole limiters: 64 checks
+//! of one client made at once through `check` coalesce, and decide as 64
+//! checks one after the other.
+
+use core::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+
+use super::decide::Request;
+use super::testing::{gap, on_clock, runner, runtime, Server};
+use super::{Mode, RedisAlgorithm, RedisLimiter};
+use crate::builder::Builder;
+use crate::decision::Decision;
+use crate::{FixedWindow, SlidingWindowCounter, TokenBucket};
+
+/// One step: the instant moves on by `gap` µs; the twins check `twin`
+/// costs one each; then the costs `batch` go, in order.
+#[derive(Debug, Clone)]
+struct Step {
+    gap: u64,
+    twin: Vec<u64>,
+    batch: Vec<u64>,
+}
+
+fn steps(unit: u64, max: u64) -> impl Strategy<Value = Vec<Step>> {
+    proptest::collection::vec(step_of(unit, max), 1..20)
+}
+
+fn step_of(unit: u64, max: u64) -> impl Strategy<Value = Step> {
+    let costs = move |n| proptest::collection::vec(0..=max, n);
+    (gap(unit, 100_000_000_000), costs(0..2), costs(1..12))
+        .prop_map(|(gap, twin, batch)| Step { gap, twin, batch })
+}
+
+/// `limiter`'s request of `cost` from client `c`, as a check makes it.
+fn request<A: RedisAlgorithm>(limiter: &RedisLimiter<A>, cost: u64) -> Request {
+    let inner = &limiter.inner;
+    let client = super::key::client_bytes("c");
+    let judged = inner.tiers.judge(&client);
+    Request {
+        key: inner.layout.key(&client),
+        judged,
+        client,
+        cost,
+        beyond: false,
+        mode: Mode::Check,
+        cache_key: None,
+    }
+}
+
+/// The state part of the value under `key` (past the settings, the quota
+/// and the writer) and its expiry (ms).
+fn state(conn: &mut ::redis::Connection, key: &[u8]) -> (Option<String>, i64) {
+    let value: Option<String> = ::redis::cmd("GET").arg(key).query(conn).unwrap();
+    let at: i64 = ::redis::cmd("PEXPIRETIME").arg(key).query(conn).unwrap();
+    (value.map(|v| v.splitn(4, '|').nth(3).unwrap_or("").to_owned()), at)
+}
+
+/// The two pairs of limiters: `[batched, its twin]`, `[one by one, its twin]`.
+fn agree<A: RedisAlgorithm>(
+    rt: &tokio::runtime::Runtime,
+    conn: &mut ::redis::Connection,
+    batched: &[RedisLimiter<A>; 2],
+    single: &[RedisLimiter<A>; 2],
+    clock: &crate::ManualClock,
+    steps: &[Step],
+) -> Result<(), TestCaseError> {
+    for (i, s) in steps.iter().enumerate() {
+        clock.advance(Duration::from_micros(s.gap));
+        for &cost in &s.twin {
+            let a = rt.block_on(batched[1].check_n("c", cost));
+            let b = rt.block_on(single[1].check_n("c", cost));
+            prop_assert_eq!(a.ok(), b.ok(), "step {}: the twins", i);
+        }
+        let requests: Vec<Request> = s.batch.iter().map(|&c| request(&batched[0], c)).collect();
+        let refs: Vec<&Request> = requests.iter().collect();
+        let got = rt
+            .block_on(batched[0].inner.batch_trip(&refs))
+            .map_err(|_| TestCaseError::fail(format!("step {i}: the batch failed")))?
+            .ok_or_else(|| TestCaseError::fail(format!("step {i}: a state to convert")))?;
+        let got: Vec<Decision> = got.into_iter().map(|a| a.decision).collect();
+        let want: Vec<Decision> = s
+            .batch
+            .iter()
+            .map(|&cost| rt.block_on(single[0].check_n("c", cost)).unwrap())
+            .collect();
+        prop_assert_eq!(got, want, "step {} ({:?})", i, s);
+        prop_assert_eq!(
+            state(conn, &batched[0].key("c")),
+            state(conn, &single[0].key("c")),
+            "step {}: the state left and its expiry",
+            i
+        );
+    }
+    Ok(())
+}
+
+fn run<A: RedisAlgorithm>(builder: impl Fn(u64, u64) -> Builder<A>, units: &[u64]) {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let manager = rt.block_on(server.manager());
+    let conn = std::cell::RefCell::new(server.sync());
+    let n = std::cell::Cell::new(0u64);
+    let mut runner = runner(96);
+    let strategy = (prop::sample::select(units.to_vec()), 1..=6u64)
+        .prop_flat_map(|(unit, limit)| (Just((unit, limit)), steps(unit, limit)));
+    runner
+        .run(&strategy, |((unit, limit), steps)| {
+            n.set(n.get() + 1);
+            let clock = server.clock();
+            let build = |side: &str| {
+                let prefix = format!("batch{}-{}-{side}", std::process::id(), n.get());
+                [true, false].map(|coalesce| {
+                    on_clock(
+                        builder(unit, limit)
+                            .redis(manager.clone(), &prefix)
+                            .no_deny_shortcut()
+                            .coalesce(coalesce),
+                        &clock,
+                    )
+                })
+            };
+            let batched = build("b");
+            let single = build("s");
+            agree(
+                &rt,
+                &mut conn.borrow_mut(),
+                &batched,
+                &single,
+                &clock,
+                &steps,
+            )
+        })
+        .unwrap();
+}
+
+#[test]
+fn a_batch_of_bucket_checks_decides_as_checks_one_by_one() {
+    run(
+        |unit, limit| {
+            TokenBucket::builder()
+                .rate(1, Duration::from_micros(unit))
+                .capacity(limit)
+        },
+        &[1, 3, 1_000, 250_000],
+    );
+}
+
+#[test]
+fn a_batch_of_window_checks_decides_as_checks_one_by_one() {
+    run(
+        |unit, limit| {
+            FixedWindow::builder()
+                .limit(limit)
+                .window(Duration::from_micros(unit))
+        },
+        &[1, 7, 1_000, 1_000_000],
+    );
+    run(
+        |unit, limit| {
+            SlidingWindowCounter::builder()
+                .limit(limit)
+                .window(Duration::from_micros(unit))
+        },
+        &[1, 7, 1_000, 1_000_000],
+    );
+}
+
+#[test]
+fn a_batch_of_pair_checks_decides_as_checks_one_by_one() {
+    run(
+        |unit, limit| {
+            TokenBucket::builder()
+                .rate(1, Duration::from_micros(unit))
+                .capacity(limit)
+                .and(
+                    FixedWindow::builder()
+                        .limit(limit + 1)
+                        .window(Duration::from_micros(3 * unit)),
+                )
+        },
+        &[1, 7, 1_000, 1_000_000],
+    );
+}
+
+/// 64 checks of one client made at once on a stopped clock, through the
+/// limiter: the first goes alone, the 63 others in batches, and the
+/// decisions are those of 64 checks one after the other, in the order
+/// they were first polled.
+#[test]
+fn checks_made_at_once_coalesce_and_decide_as_one_after_the_other() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let manager = rt.block_on(server.manager());
+    let clock = server.clock();
+    let build = |prefix: &str, coalesce: bool| {
+        on_clock(
+            TokenBucket::builder()
+                .rate(1, Duration::from_secs(1))
+                .capacity(40)
+                .redis(manager.clone(), prefix)
+                .coalesce(coalesce),
+            &clock,
+        )
+    };
+    let batched = build("at-once", true);
+    let single = build("one-by-one", false);
+    let costs: Vec<u64> = (0..64).map(|i| [1, 0, 2, 1][i % 4]).collect();
+    let got: Vec<Decision> = rt.block_on(async {
+        let checks = costs.iter().map(|&c| batched.check_n("c", c));
+        futures_join_all(checks.collect())
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect()
+    });
+    let want: Vec<Decision> = costs
+        .iter()
+        .map(|&c| rt.block_on(single.check_n("c", c)).unwrap())
+        .collect();
+    assert_eq!(got, want);
+    let stats = batched.stats();
+    assert!(
+        stats.coalesced >= 62,
+        "the 63 waiting checks rode batches: {stats:?}"
+    );
+    assert!(stats.round_trips <= 3, "{stats:?}");
+    assert_eq!(single.stats().coalesced, 0);
+}
+
+/// Polls every future in order each time, like `join_all`, on one task.
+async fn futures_join_all<F: core::future::Future + Unpin>(mut fs: Vec<F>) -> Vec<F::Output> {
+    let mut out: Vec<Option<F::Output>> = fs.iter().map(|_| None).collect();
+    core::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, o) in fs.iter_mut().zip(out.iter_mut()) {
+            if o.is_none() {
+                match core::pin::Pin::new(f).poll(cx) {
+                    core::task::Poll::Ready(v) => *o = Some(v),
+                    core::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            core::task::Poll::Pending
+        } else {
+            core::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().map(Option::unwrap).collect()
+}
