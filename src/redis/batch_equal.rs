@@ -38,8 +38,11 @@ fn steps(unit: u64, max: u64) -> impl Strategy<Value = Vec<Step>> {
 
 fn step_of(unit: u64, max: u64) -> impl Strategy<Value = Step> {
     let costs = move |n| proptest::collection::vec(0..=max, n);
-    (gap(unit, 100_000_000_000), costs(0..2), costs(1..12))
-        .prop_map(|(gap, twin, batch)| Step { gap, twin, batch })
+    (gap(unit, 100_000_000_000), costs(0..2), costs(1..12)).prop_map(|(gap, twin, batch)| Step {
+        gap,
+        twin,
+        batch,
+    })
 }
 
 /// `limiter`'s request of `cost` from client `c`, as a check makes it.
@@ -63,7 +66,10 @@ fn request<A: RedisAlgorithm>(limiter: &RedisLimiter<A>, cost: u64) -> Request {
 fn state(conn: &mut ::redis::Connection, key: &[u8]) -> (Option<String>, i64) {
     let value: Option<String> = ::redis::cmd("GET").arg(key).query(conn).unwrap();
     let at: i64 = ::redis::cmd("PEXPIRETIME").arg(key).query(conn).unwrap();
-    (value.map(|v| v.splitn(4, '|').nth(3).unwrap_or("").to_owned()), at)
+    (
+        value.map(|v| v.splitn(4, '|').nth(3).unwrap_or("").to_owned()),
+        at,
+    )
 }
 
 /// The two pairs of limiters: `[batched, its twin]`, `[one by one, its twin]`.
@@ -234,11 +240,12 @@ fn checks_made_at_once_coalesce_and_decide_as_one_after_the_other() {
         .collect();
     assert_eq!(got, want);
     let stats = batched.stats();
-    assert!(
-        stats.coalesced >= 62,
-        "the 63 waiting checks rode batches: {stats:?}"
-    );
-    assert!(stats.round_trips <= 3, "{stats:?}");
+    // The first check leads alone; the 63 that joined while it was in
+    // flight go in one batch (a batch carries up to 256). Each of the two
+    // calls is two round trips on this fresh server: the script is not
+    // loaded yet (NOSCRIPT), so it goes again with its source.
+    assert_eq!(stats.coalesced, 62, "{stats:?}");
+    assert_eq!(stats.round_trips, 4, "{stats:?}");
     assert_eq!(single.stats().coalesced, 0);
 }
 

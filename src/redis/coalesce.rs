@@ -47,9 +47,13 @@ pub(super) struct Waiter {
     pub(super) reply: oneshot::Sender<Result<Decision, CheckError>>,
 }
 
+/// One shard of [`InFlight`]: each client's key with a call in flight,
+/// and the checks waiting for its next call.
+type Shard = Mutex<HashMap<Vec<u8>, Vec<Waiter>>>;
+
 /// The clients with a call in flight, and the checks waiting for the next.
 pub(super) struct InFlight {
-    shards: Box<[Mutex<HashMap<Vec<u8>, Vec<Waiter>>>]>,
+    shards: Box<[Shard]>,
     hasher: RandomState,
 }
 
@@ -80,7 +84,7 @@ impl InFlight {
         }
     }
 
-    fn shard(&self, key: &[u8]) -> &Mutex<HashMap<Vec<u8>, Vec<Waiter>>> {
+    fn shard(&self, key: &[u8]) -> &Shard {
         let hash = self.hasher.hash_one(key);
         &self.shards[(hash as usize) & (self.shards.len() - 1)]
     }
@@ -106,7 +110,10 @@ impl InFlight {
     /// The checks that joined while `key`'s call was in flight, the call
     /// staying in flight for them; or none, and the entry goes.
     fn next(&self, key: &[u8]) -> Vec<Waiter> {
-        let mut shard = self.shard(key).lock().unwrap_or_else(PoisonError::into_inner);
+        let mut shard = self
+            .shard(key)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         match shard.get_mut(key) {
             Some(queue) if !queue.is_empty() => core::mem::take(queue),
             _ => {
@@ -228,10 +235,7 @@ impl<A: RedisAlgorithm> Inner<A> {
         };
         let key = first.request.key.clone();
         let requests: Vec<&Request> = going.iter().map(|w| &*w.request).collect();
-        match self
-            .guarded(false, &key, self.batch_trip(&requests))
-            .await
-        {
+        match self.guarded(false, &key, self.batch_trip(&requests)).await {
             Ok((Some(answers), sent)) => {
                 if let Some(Answer {
                     seen: Seen::Word { now, .. },
@@ -264,7 +268,10 @@ impl<A: RedisAlgorithm> Inner<A> {
 
     /// The batch script's round trip: each request's answer, or `None`
     /// for a state to convert.
-    pub(super) async fn batch_trip(&self, requests: &[&Request]) -> Result<Option<Vec<Answer>>, Failure> {
+    pub(super) async fn batch_trip(
+        &self,
+        requests: &[&Request],
+    ) -> Result<Option<Vec<Answer>>, Failure> {
         let first = requests[0];
         let spec = first.judged.quota.spec;
         let ns = spec.ns().expect("only a word algorithm's checks coalesce");

@@ -154,10 +154,13 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             Err(err) => return RedisCheck::ready(inner.fallback(&request, err)),
         };
         let inner = Arc::clone(inner);
-        if mode == Mode::Check && !beyond && !probe_due && coalesces(&request.spec()) {
-            if inner.coalesce.is_some() {
-                return RedisCheck(State::Waiting(Box::pin(joined(inner, request))));
-            }
+        if mode == Mode::Check
+            && !beyond
+            && !probe_due
+            && inner.coalesce.is_some()
+            && coalesces(&request.spec())
+        {
+            return RedisCheck(State::Waiting(Box::pin(joined(inner, request))));
         }
         RedisCheck(State::Waiting(Box::pin(async move {
             inner.single(&request, probe_due).await
