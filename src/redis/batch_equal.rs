@@ -9,16 +9,21 @@
 //! same key, another writer) checks between the steps, so that the batch
 //! script reads other writers' states too. Then whole limiters: 64 checks
 //! of one client made at once through `check` coalesce, and decide as 64
-//! checks one after the other.
+//! checks one after the other; 64 tasks on two limiters (two processes)
+//! admit exactly the quota; and a server killed while checks wait for a
+//! call, or while a batch is in flight, leaves each check answered by the
+//! fail policy, none hanging.
 
 use core::time::Duration;
+use std::sync::Arc;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
+use super::coalesce::Waiter;
 use super::decide::Request;
 use super::testing::{gap, on_clock, runner, runtime, Server};
-use super::{Mode, RedisAlgorithm, RedisLimiter};
+use super::{FailPolicy, Mode, RedisAlgorithm, RedisLimiter};
 use crate::builder::Builder;
 use crate::decision::Decision;
 use crate::{FixedWindow, SlidingWindowCounter, TokenBucket};
@@ -270,4 +275,183 @@ async fn futures_join_all<F: core::future::Future + Unpin>(mut fs: Vec<F>) -> Ve
     })
     .await;
     out.into_iter().map(Option::unwrap).collect()
+}
+
+/// 64 tasks of one client on a stopped clock, half on each of two
+/// limiters of one quota (two processes: each its own connection and
+/// in-flight table), both coalescing: exactly the quota is admitted, each
+/// admission reporting a different `remaining`, from 999 down to 0.
+#[test]
+fn sixty_four_tasks_on_two_limiters_admit_exactly_the_quota() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let clock = server.clock();
+    let limiters: Vec<RedisLimiter<TokenBucket>> = (0..2)
+        .map(|_| {
+            let manager = rt.block_on(server.manager());
+            on_clock(
+                TokenBucket::builder()
+                    .rate(1, Duration::from_secs(3_600))
+                    .capacity(1_000)
+                    .redis(manager, "hot")
+                    .no_deny_shortcut(),
+                &clock,
+            )
+        })
+        .collect();
+    let mut remaining: Vec<u64> = rt.block_on(async {
+        let tasks: Vec<_> = (0..64)
+            .map(|t| {
+                let limiter = limiters[t % 2].clone();
+                tokio::spawn(async move {
+                    let mut admitted = Vec::new();
+                    for _ in 0..40 {
+                        let d = limiter.check("c").await.unwrap();
+                        if d.is_allowed() {
+                            admitted.push(d.remaining());
+                        }
+                    }
+                    admitted
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for task in tasks {
+            all.extend(task.await.unwrap());
+        }
+        all
+    });
+    remaining.sort_unstable();
+    assert_eq!(remaining, (0..1_000).collect::<Vec<u64>>());
+    let stats: Vec<_> = limiters.iter().map(RedisLimiter::stats).collect();
+    for s in &stats {
+        assert_eq!(s.checks, 32 * 40, "{s:?}");
+        assert_eq!(s.errors + s.timeouts + s.fail_closed, 0, "{s:?}");
+    }
+    assert!(
+        stats.iter().map(|s| s.coalesced).sum::<u64>() > 0,
+        "32 tasks hammering one client on each limiter coalesce: {stats:?}"
+    );
+}
+
+/// A limiter of 10 tokens (one an hour) that answers faults from its
+/// in-process limiter, and gives up on Redis after 2 s.
+fn local_ten(server: &Server, rt: &tokio::runtime::Runtime) -> RedisLimiter<TokenBucket> {
+    let manager = rt.block_on(server.manager());
+    TokenBucket::builder()
+        .rate(1, Duration::from_secs(3_600))
+        .capacity(10)
+        .redis(manager, "fault")
+        .no_deny_shortcut()
+        .fail_policy(FailPolicy::Local)
+        .timeout(Duration::from_secs(2))
+        .build_on_test_clock(server.clock())
+        .unwrap()
+}
+
+/// Holds every client's commands for a minute: a call sent now stays in
+/// flight until the server dies.
+fn pause(server: &Server) {
+    let () = ::redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(60_000)
+        .arg("ALL")
+        .query(&mut server.sync())
+        .unwrap();
+}
+
+/// The server dies while the first check's call is in flight and 63
+/// others wait for the next: all 64 are answered by the fail policy (the
+/// in-process limiter of 10: exactly 10 admitted), within the timeout.
+#[test]
+fn a_server_killed_while_checks_wait_answers_each_by_the_fail_policy() {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let limiter = local_ten(&server, &rt);
+    pause(&server);
+    let outcomes: Vec<bool> = rt.block_on(async {
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let limiter = limiter.clone();
+                tokio::spawn(async move { limiter.check("c").await.unwrap().is_allowed() })
+            })
+            .collect();
+        // All 64 run: the first sends its call (held by the pause), the
+        // others join it.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let stats = limiter.stats();
+        assert_eq!((stats.checks, stats.round_trips), (64, 1), "{stats:?}");
+        server.kill();
+        let all = async {
+            let mut all = Vec::new();
+            for task in tasks {
+                all.push(task.await.unwrap());
+            }
+            all
+        };
+        tokio::time::timeout(Duration::from_secs(20), all)
+            .await
+            .expect("no check hangs")
+    });
+    assert_eq!(outcomes.iter().filter(|&&a| a).count(), 10);
+    let stats = limiter.stats();
+    assert_eq!(stats.fail_local, 64, "{stats:?}");
+    assert_eq!(stats.coalesced, 0, "{stats:?}");
+}
+
+/// The server dies while a batch of 63 checks is in flight: each of the
+/// 63 is answered by the fail policy (exactly 10 admitted by the
+/// in-process limiter), the batch's one call counted as one error.
+#[test]
+fn a_server_killed_mid_batch_answers_each_check_by_the_fail_policy() {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let limiter = local_ten(&server, &rt);
+    pause(&server);
+    let outcomes: Vec<bool> = rt.block_on(async {
+        let mut answers = Vec::new();
+        let waiters: Vec<Waiter> = (0..63)
+            .map(|_| {
+                let (reply, answer) = tokio::sync::oneshot::channel();
+                answers.push(answer);
+                Waiter {
+                    request: Arc::new(request(&limiter, 1)),
+                    reply,
+                }
+            })
+            .collect();
+        let inner = Arc::clone(&limiter.inner);
+        let batch = tokio::spawn(async move { inner.batches(waiters).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let stats = limiter.stats();
+        assert_eq!(stats.round_trips, 1, "the batch's call is in flight");
+        server.kill();
+        let all = async {
+            let mut all = Vec::new();
+            for answer in answers {
+                all.push(answer.await.unwrap().unwrap().is_allowed());
+            }
+            batch.await.unwrap();
+            all
+        };
+        tokio::time::timeout(Duration::from_secs(20), all)
+            .await
+            .expect("no check hangs")
+    });
+    assert_eq!(outcomes.len(), 63);
+    assert_eq!(outcomes.iter().filter(|&&a| a).count(), 10);
+    assert!(outcomes[..10].iter().all(|&a| a), "in order: {outcomes:?}");
+    let stats = limiter.stats();
+    assert_eq!(stats.fail_local, 63, "{stats:?}");
+    assert_eq!(stats.errors + stats.timeouts, 1, "{stats:?}");
 }

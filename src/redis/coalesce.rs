@@ -178,7 +178,7 @@ impl<A: RedisAlgorithm> Inner<A> {
     /// Answers `waiters`, in the order they joined: in batches of checks
     /// judged by the same quota (a quota change starts a new one), of at
     /// most [`BATCH_MAX`].
-    async fn batches(&self, mut waiters: Vec<Waiter>) {
+    pub(super) async fn batches(&self, mut waiters: Vec<Waiter>) {
         while !waiters.is_empty() {
             let first = &waiters[0].request.judged;
             let same = waiters
