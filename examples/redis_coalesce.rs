@@ -103,14 +103,15 @@ fn script_calls(url: &str) -> u64 {
 
 const TASKS: u64 = 64;
 
+/// A token bucket of `capacity`, refilled at `tokens` per `per`.
 fn limiter(
     conn: &ConnectionManager,
     prefix: &str,
-    capacity: u64,
+    (tokens, per, capacity): (u64, Duration, u64),
     coalesce: bool,
 ) -> RedisLimiter<TokenBucket> {
     TokenBucket::builder()
-        .rate(1, Duration::from_secs(3_600))
+        .rate(tokens, per)
         .capacity(capacity)
         .redis(conn.clone(), prefix)
         .timeout(Duration::from_secs(5))
@@ -233,7 +234,8 @@ fn main() {
         let conn = ConnectionManager::new(redis::Client::open(url.as_str()).unwrap())
             .await
             .unwrap();
-        let big = 1 << 40;
+        // Never spent: a million tokens a second, two million held.
+        let big = (1_000_000, Duration::from_secs(1), 2_000_000);
         // [hot, uniform] × [off, on]: (checks/s, round trips per check).
         let mut cells: [[Vec<(f64, f64)>; 2]; 2] = Default::default();
         let mut admitted = [Vec::new(), Vec::new()];
@@ -256,7 +258,7 @@ fn main() {
             }
             for coalesce in [false, true] {
                 let prefix = format!("exact{round}-{coalesce}");
-                let n = exact(limiter(&conn, &prefix, 10_000, coalesce)).await;
+                let n = exact(limiter(&conn, &prefix, (1, Duration::from_secs(3_600), 10_000), coalesce)).await;
                 admitted[usize::from(coalesce)].push(n);
             }
         }

@@ -166,6 +166,10 @@ fn finish<A: RedisAlgorithm>(inner: &Arc<Inner<A>>, key: &[u8]) {
         let mut waiters = waiters;
         while !waiters.is_empty() {
             inner.batches(waiters).await;
+            // The checks just answered run first: a task that checks its
+            // client again joins the next batch, rather than that batch
+            // going with only the checks that came during the call.
+            tokio::task::yield_now().await;
             let Some(flight) = &inner.coalesce else {
                 return;
             };
