@@ -47,9 +47,25 @@ pub(super) struct Waiter {
     pub(super) reply: oneshot::Sender<Result<Decision, CheckError>>,
 }
 
-/// One shard of [`InFlight`]: each client's key with a call in flight,
-/// and the checks waiting for its next call.
-type Shard = Mutex<HashMap<Vec<u8>, Vec<Waiter>>>;
+/// The most calls of one client in flight at once (one limiter, one
+/// process): a check that finds fewer goes at once, alone; one that finds
+/// this many waits for the next call to end, and goes in the batch that
+/// takes that call's place. Two let one call carry the checks that came
+/// while the other was in flight, so that the client is never without a
+/// call on its way.
+pub(super) const DEPTH: usize = 2;
+
+/// A client with calls in flight.
+#[derive(Default)]
+struct Client {
+    /// Its calls in flight, at most [`DEPTH`].
+    calls: usize,
+    /// The checks waiting for the next call, in the order they came.
+    queue: Vec<Waiter>,
+}
+
+/// One shard of [`InFlight`]: each client's key with a call in flight.
+type Shard = Mutex<HashMap<Vec<u8>, Client>>;
 
 /// The clients with a call in flight, and the checks waiting for the next.
 pub(super) struct InFlight {
@@ -67,7 +83,8 @@ impl core::fmt::Debug for InFlight {
 
 /// What a check does on joining.
 enum Joined {
-    /// No call of the client was in flight: go, then [`Inner::finish`].
+    /// Fewer than [`DEPTH`] calls of the client were in flight: go, then
+    /// [`finish`].
     Lead,
     /// Wait for the answer.
     Wait(oneshot::Receiver<Result<Decision, CheckError>>),
@@ -89,38 +106,51 @@ impl InFlight {
         &self.shards[(hash as usize) & (self.shards.len() - 1)]
     }
 
-    /// Joins the client's next call, or leads one if none is in flight.
+    /// Leads a call of the client if fewer than [`DEPTH`] are in flight
+    /// and no check waits before this one; else joins the next.
     fn join(&self, request: &Arc<Request>) -> Joined {
         let mut shard = self
             .shard(&request.key)
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(queue) = shard.get_mut(&request.key) {
+        if let Some(client) = shard.get_mut(&request.key) {
+            if client.calls < DEPTH && client.queue.is_empty() {
+                client.calls += 1;
+                return Joined::Lead;
+            }
             let (reply, answer) = oneshot::channel();
-            queue.push(Waiter {
+            client.queue.push(Waiter {
                 request: Arc::clone(request),
                 reply,
             });
             return Joined::Wait(answer);
         }
-        shard.insert(request.key.clone(), Vec::new());
+        shard.insert(
+            request.key.clone(),
+            Client {
+                calls: 1,
+                queue: Vec::new(),
+            },
+        );
         Joined::Lead
     }
 
-    /// The checks that joined while `key`'s call was in flight, the call
-    /// staying in flight for them; or none, and the entry goes.
+    /// One of `key`'s calls ended: the checks waiting for the next, the
+    /// call's place passing to them; or none, and the call's place is
+    /// given up (the client's entry going with its last).
     fn next(&self, key: &[u8]) -> Vec<Waiter> {
-        let mut shard = self
-            .shard(key)
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        match shard.get_mut(key) {
-            Some(queue) if !queue.is_empty() => core::mem::take(queue),
-            _ => {
-                shard.remove(key);
-                Vec::new()
-            }
+        let mut shard = self.shard(key).lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(client) = shard.get_mut(key) else {
+            return Vec::new();
+        };
+        if !client.queue.is_empty() {
+            return core::mem::take(&mut client.queue);
         }
+        client.calls = client.calls.saturating_sub(1);
+        if client.calls == 0 {
+            shard.remove(key);
+        }
+        Vec::new()
     }
 }
 
