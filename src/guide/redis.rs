@@ -51,8 +51,10 @@
 //!   runtime. Checks of different clients are not batched; they share the
 //!   connection, which pipelines them. The sliding window log's checks,
 //!   peeks, bookings and a cost beyond the client's tier go one call each.
-//!   It is on by default; [`coalesce(false)`](crate::redis::RedisBuilder::coalesce)
-//!   makes one call per check. Shown by the batch proptests in
+//!   It is off by default (it pays for hot clients only; see
+//!   `docs/PERFORMANCE.md`);
+//!   [`coalesce(true)`](crate::redis::RedisBuilder::coalesce) turns it on.
+//!   Up to two calls of a client are in flight at once. Shown by the batch proptests in
 //!   `src/redis/batch_equal.rs` (a batch decides as the same checks one by
 //!   one, for the token bucket, both windows and a pair), by
 //!   `checks_made_at_once_coalesce_and_decide_as_one_after_the_other`, and

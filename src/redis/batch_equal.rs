@@ -301,7 +301,8 @@ fn sixty_four_tasks_on_two_limiters_admit_exactly_the_quota() {
                     .rate(1, Duration::from_secs(3_600))
                     .capacity(1_000)
                     .redis(manager, "hot")
-                    .no_deny_shortcut(),
+                    .no_deny_shortcut()
+                    .coalesce(true),
                 &clock,
             )
         })
@@ -350,6 +351,7 @@ fn local_ten(server: &Server, rt: &tokio::runtime::Runtime) -> RedisLimiter<Toke
         .capacity(10)
         .redis(manager, "fault")
         .no_deny_shortcut()
+        .coalesce(true)
         .fail_policy(FailPolicy::Local)
         .timeout(Duration::from_secs(2))
         .build_on_test_clock(server.clock())

@@ -3,14 +3,17 @@
 //! carries all of them.
 //!
 //! A table of the clients with a call in flight (sharded, each shard a
-//! mutex over a map from the client's key to the checks waiting for the
-//! next call) is the only shared state. The check that finds no entry
-//! makes one and goes to Redis as it would without coalescing (one check,
-//! its own script); when it is answered, any checks that joined meanwhile
-//! are handed, in the order they joined, to a task spawned on the current
+//! mutex over a map from the client's key to its calls in flight and the
+//! checks waiting for the next call) is the only shared state. A check
+//! that finds fewer than [`DEPTH`] calls of its client in flight and none
+//! waiting goes to Redis as it would without coalescing (one check, its
+//! own script); any other waits. When a call ends, the checks that waited
+//! are handed, in the order they came, to a task spawned on the current
 //! tokio runtime, which decides them in one call of the batch script
-//! ([`super::lua::batch_script`]), answers each, and carries on with the
-//! checks that joined during that call, until none did and the entry goes.
+//! ([`super::lua::batch_script`]) in the ended call's place, answers each,
+//! and carries on with the checks that came during that call, until none
+//! did and the place is given up (the entry going with the client's last
+//! call).
 //!
 //! Each check in a batch gets the decision its own check would have had
 //! in the batch's place: the script decides them in order, at one reading
@@ -139,7 +142,10 @@ impl InFlight {
     /// call's place passing to them; or none, and the call's place is
     /// given up (the client's entry going with its last).
     fn next(&self, key: &[u8]) -> Vec<Waiter> {
-        let mut shard = self.shard(key).lock().unwrap_or_else(PoisonError::into_inner);
+        let mut shard = self
+            .shard(key)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let Some(client) = shard.get_mut(key) else {
             return Vec::new();
         };
