@@ -170,12 +170,12 @@ fn copy(err: &CheckError) -> CheckError {
 /// checks that joined meanwhile go in the next call.
 struct Lead<A: RedisAlgorithm> {
     inner: Arc<Inner<A>>,
-    key: Vec<u8>,
+    request: Arc<Request>,
 }
 
 impl<A: RedisAlgorithm> Drop for Lead<A> {
     fn drop(&mut self) {
-        finish(&self.inner, &self.key);
+        finish(&self.inner, &self.request.key);
     }
 }
 
@@ -395,11 +395,8 @@ pub(super) async fn joined<A: RedisAlgorithm>(
         Joined::Lead => {
             // Made at once: however this future ends, answered or
             // dropped, the checks that joined go in the next call.
-            let lead = Lead {
-                key: request.key.clone(),
-                inner,
-            };
-            lead.inner.single(&request, false).await
+            let lead = Lead { inner, request };
+            lead.inner.single(&lead.request, false).await
         }
         Joined::Wait(answer) => wait(inner, request, answer).await,
     }
