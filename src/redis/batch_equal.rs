@@ -10,9 +10,10 @@
 //! script reads other writers' states too. Then whole limiters: 64 checks
 //! of one client made at once through `check` coalesce, and decide as 64
 //! checks one after the other; 64 tasks on two limiters (two processes)
-//! admit exactly the quota; and a server killed while checks wait for a
-//! call, or while a batch is in flight, leaves each check answered by the
-//! fail policy, none hanging.
+//! admit exactly the quota; a quota change while checks wait splits their
+//! batch; and a server killed while checks wait for a call, or while a
+//! batch is in flight, leaves each check answered by the fail policy, none
+//! hanging.
 
 use core::time::Duration;
 use std::sync::Arc;
@@ -457,4 +458,73 @@ fn a_server_killed_mid_batch_answers_each_check_by_the_fail_policy() {
     let stats = limiter.stats();
     assert_eq!(stats.fail_local, 63, "{stats:?}");
     assert_eq!(stats.errors + stats.timeouts, 1, "{stats:?}");
+}
+
+/// Checks made before and after a quota change wait together: the batch
+/// splits at the change (a batch is of one quota), the checks made after
+/// it find a state to convert and go one by one, and every decision is
+/// that of the same checks, and the change, one after the other.
+#[test]
+fn a_quota_changed_while_checks_wait_splits_their_batch() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let manager = rt.block_on(server.manager());
+    let clock = server.clock();
+    let quota = |capacity| {
+        TokenBucket::builder()
+            .rate(1, Duration::from_secs(3_600))
+            .capacity(capacity)
+    };
+    let build = |prefix: &str, coalesce: bool| {
+        on_clock(
+            quota(20)
+                .redis(manager.clone(), prefix)
+                .no_deny_shortcut()
+                .coalesce(coalesce),
+            &clock,
+        )
+    };
+    let batched = build("split-b", true);
+    let single = build("split-s", false);
+    // Each has heard from Redis: until its first answer a limiter dates a
+    // quota change by the system's clock, two days behind this test clock.
+    for limiter in [&batched, &single] {
+        assert!(rt.block_on(limiter.check("warm-up")).unwrap().is_allowed());
+    }
+    let got: Vec<Decision> = rt.block_on(async {
+        let mut checks: Vec<_> = (0..10).map(|_| batched.check("c")).collect();
+        // Each polled once: the first two go, the eight others wait.
+        core::future::poll_fn(|cx| {
+            for check in &mut checks {
+                assert!(core::future::Future::poll(core::pin::Pin::new(check), cx).is_pending());
+            }
+            core::task::Poll::Ready(())
+        })
+        .await;
+        batched.set_quota(0, quota(12)).unwrap();
+        checks.extend((0..10).map(|_| batched.check("c")));
+        futures_join_all(checks)
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect()
+    });
+    let want: Vec<Decision> = rt.block_on(async {
+        let mut all = Vec::new();
+        for _ in 0..10 {
+            all.push(single.check("c").await.unwrap());
+        }
+        single.set_quota(0, quota(12)).unwrap();
+        for _ in 0..10 {
+            all.push(single.check("c").await.unwrap());
+        }
+        all
+    });
+    assert_eq!(got, want);
+    assert_eq!(got.iter().filter(|d| d.is_allowed()).count(), 12, "{got:?}");
+    // The eight of the old quota in one call; the ten of the new one by
+    // one (each converts the state).
+    assert_eq!(batched.stats().coalesced, 7, "{:?}", batched.stats());
 }
