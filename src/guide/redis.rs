@@ -57,8 +57,9 @@
 //!   Up to two calls of a client are in flight at once. Shown by the batch proptests in
 //!   `src/redis/batch_equal.rs` (a batch decides as the same checks one by
 //!   one, for the token bucket, both windows and a pair), by
-//!   `checks_made_at_once_coalesce_and_decide_as_one_after_the_other`, and
-//!   across two processes by
+//!   `checks_made_at_once_coalesce_and_decide_as_one_after_the_other`,
+//!   `a_quota_changed_while_checks_wait_splits_their_batch`, and across
+//!   two processes by
 //!   `sixty_four_tasks_on_two_limiters_admit_exactly_the_quota`.
 //! - **One interface.** [`AsyncCheck`](crate::AsyncCheck) is the interface
 //!   that in-process and Redis limiters share, and the tower layer takes
