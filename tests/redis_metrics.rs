@@ -347,6 +347,66 @@ fn shortcut_denials_are_counted_as_such() {
     );
 }
 
+/// Coalesced checks: 64 tasks check one client at once on a limiter that
+/// coalesces them, so most ride another check's call; each is still one
+/// decision by Redis, and the checks that rode are counted as such.
+#[test]
+fn coalesced_checks_are_decisions_by_redis() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let _ = prom::recorder();
+    server.away_from_hour_boundary(Duration::from_secs(60));
+    let rt = runtime();
+    let conn = rt.block_on(server.manager());
+    let limiter = Arc::new(
+        FixedWindow::builder()
+            .limit(20)
+            .window(HOUR)
+            .name("coalesced")
+            .redis(conn, prefix("coalesced"))
+            .no_deny_shortcut()
+            .coalesce(true)
+            .build()
+            .unwrap(),
+    );
+    let admitted = rt.block_on(async {
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let limiter = Arc::clone(&limiter);
+                tokio::spawn(async move { limiter.check("alice").await.unwrap().is_allowed() })
+            })
+            .collect();
+        let mut n = 0;
+        for task in tasks {
+            n += u64::from(task.await.unwrap());
+        }
+        n
+    });
+    assert_eq!(admitted, 20);
+    limiter.publish_metrics();
+    let f = |n: u64| Some(n as f64);
+    assert_eq!(checks("coalesced", "redis", "admitted"), f(20));
+    assert_eq!(checks("coalesced", "redis", "denied"), f(44));
+    assert_eq!(
+        scraped(
+            "tollgate_decisions_total",
+            "coalesced",
+            &[("outcome", "admitted")]
+        ),
+        f(20)
+    );
+    let stats = limiter.stats();
+    assert!(
+        stats.coalesced > 0,
+        "no check rode another's call: {stats:?}"
+    );
+    assert_eq!(
+        scraped("tollgate_redis_coalesced_total", "coalesced", &[]),
+        f(stats.coalesced)
+    );
+}
+
 /// The HTTP layer in front of a Redis limiter whose server is killed: the
 /// layer's requests and its own responses, and the limiter's checks, as
 /// the traffic was (publishing the layer publishes its limiter).

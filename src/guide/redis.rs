@@ -38,6 +38,29 @@
 //!   denied there, with the figures Redis would have given: a flood of
 //!   denied requests costs Redis almost nothing. This process's `reset`,
 //!   `remove` and `set_quota` forget every entry made before them.
+//! - **Coalescing.** While a check of a client is in flight, this
+//!   process's further checks of that client on the same limiter wait, and
+//!   the next call carries all of them: one script decides them in the
+//!   order they were made, at one reading of Redis's clock, each as a call
+//!   of its own would have been decided there (the same outcome and
+//!   figures), and writes the client's state once. A hot client then costs
+//!   a round trip per batch rather than per check. What it costs: a check
+//!   that finds its client's call in flight waits for that call to return
+//!   before its batch goes, a batch carries at most 256 checks (more wait
+//!   for the next), and batches go from a task spawned on the tokio
+//!   runtime. Checks of different clients are not batched; they share the
+//!   connection, which pipelines them. The sliding window log's checks,
+//!   peeks, bookings and a cost beyond the client's tier go one call each.
+//!   It is off by default (it pays for hot clients only; see
+//!   `docs/PERFORMANCE.md`);
+//!   [`coalesce(true)`](crate::redis::RedisBuilder::coalesce) turns it on.
+//!   Up to two calls of a client are in flight at once. Shown by the batch proptests in
+//!   `src/redis/batch_equal.rs` (a batch decides as the same checks one by
+//!   one, for the token bucket, both windows and a pair), by
+//!   `checks_made_at_once_coalesce_and_decide_as_one_after_the_other`,
+//!   `a_quota_changed_while_checks_wait_splits_their_batch`, and across
+//!   two processes by
+//!   `sixty_four_tasks_on_two_limiters_admit_exactly_the_quota`.
 //! - **One interface.** [`AsyncCheck`](crate::AsyncCheck) is the interface
 //!   that in-process and Redis limiters share, and the tower layer takes
 //!   either.
@@ -62,6 +85,12 @@
 //!   itself (`one_probe_at_a_time_with_capped_exponential_backoff`,
 //!   `redis_down_each_policy_answers_in_time_then_recovers_by_itself`,
 //!   `a_probe_dropped_before_its_first_poll_lets_the_next_one_go`).
+//! - A check waiting for its client's call is answered by the fail policy
+//!   if its batch's call fails, or once the timeout has passed since it
+//!   was first polled: a server lost while checks wait fails the call in
+//!   flight and then the batch, and each check is answered, none hanging
+//!   (`a_server_killed_while_checks_wait_answers_each_by_the_fail_policy`,
+//!   `a_server_killed_mid_batch_answers_each_check_by_the_fail_policy`).
 //! - A check that timed out may still be recorded when Redis gets to it,
 //!   which errs toward denying (`a_paused_server_trips_the_timeout`).
 //! - A value under a client's key that the limiter cannot read (another

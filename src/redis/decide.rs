@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use ::redis::{ErrorKind, RedisError, ServerErrorKind};
 
+use super::coalesce::{coalesces, joined};
 use super::guard::{bump, Gate};
 #[cfg(feature = "metrics")]
 use super::metrics::{Outcome, Path};
@@ -60,7 +61,7 @@ impl Request {
         }
     }
 
-    fn spec(&self) -> Spec {
+    pub(super) fn spec(&self) -> Spec {
         self.judged.quota.spec
     }
 }
@@ -157,34 +158,45 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             Err(err) => return RedisCheck::ready(inner.fallback(&request, err)),
         };
         let inner = Arc::clone(inner);
+        if mode == Mode::Check
+            && !beyond
+            && !probe_due
+            && inner.coalesce.is_some()
+            && coalesces(&request.spec())
+        {
+            return RedisCheck(State::Waiting(Box::pin(joined(inner, request))));
+        }
         RedisCheck(State::Waiting(Box::pin(async move {
-            let reply = inner
-                .guarded(probe_due, &request.key, inner.round_trip(&request))
-                .await;
-            match reply {
-                Ok((answer, sent)) => {
-                    let now = match answer.seen {
-                        Seen::Word { now, .. } | Seen::Log { now, .. } => now,
-                    };
-                    inner.judged(sent, now);
-                    if mode == Mode::Check {
-                        inner.remember(&request, sent, &answer);
-                        #[cfg(feature = "metrics")]
-                        inner.answered(
-                            Path::Redis,
-                            if answer.decision.allowed {
-                                Outcome::Admitted
-                            } else {
-                                Outcome::Denied
-                            },
-                            cost,
-                        );
-                    }
-                    Ok(answer.decision)
-                }
-                Err(err) => inner.fallback(&request, err),
-            }
+            inner.single(&request, probe_due).await
         })))
+    }
+}
+
+impl<A: RedisAlgorithm> Inner<A> {
+    /// One request's call to Redis, under the breaker (`probe_due`: the
+    /// gate found it due to probe) and the timeout, answered by Redis or
+    /// the fail policy.
+    pub(super) async fn single(
+        &self,
+        request: &Request,
+        probe_due: bool,
+    ) -> Result<Decision, CheckError> {
+        let reply = self
+            .guarded(probe_due, &request.key, self.round_trip(request))
+            .await;
+        match reply {
+            Ok((answer, sent)) => {
+                let now = match answer.seen {
+                    Seen::Word { now, .. } | Seen::Log { now, .. } => now,
+                };
+                self.judged(sent, now);
+                if request.mode == Mode::Check {
+                    self.decided(request, sent, &answer);
+                }
+                Ok(answer.decision)
+            }
+            Err(err) => self.fallback(request, err),
+        }
     }
 }
 
@@ -299,7 +311,7 @@ impl<A> Inner<A> {
 impl<A: RedisAlgorithm> Inner<A> {
     /// The deny shortcut's answer: a denial made here, if the state Redis
     /// last returned for the client denies the request (see `shortcut`).
-    fn local_denial(&self, request: &Request, now: u64) -> Option<Decision> {
+    pub(super) fn local_denial(&self, request: &Request, now: u64) -> Option<Decision> {
         let cache = self.shortcut.as_ref()?;
         let entry = cache.lookup(request.cache_key?, now)?;
         let at = entry.judge_at(now);
@@ -339,10 +351,26 @@ impl<A: RedisAlgorithm> Inner<A> {
         }
     }
 
+    /// A check Redis decided, on its own call or in a batch: kept for the
+    /// deny shortcut, and counted (the `metrics` feature).
+    pub(super) fn decided(&self, request: &Request, sent: u64, answer: &Answer) {
+        self.remember(request, sent, answer);
+        #[cfg(feature = "metrics")]
+        self.answered(
+            Path::Redis,
+            if answer.decision.allowed {
+                Outcome::Admitted
+            } else {
+                Outcome::Denied
+            },
+            request.cost,
+        );
+    }
+
     /// Feeds the deny shortcut: a state that leaves little (at most 255
     /// units, fewer than the capacity) is kept, judged at Redis's reading;
     /// any other forgets the client.
-    fn remember(&self, request: &Request, sent: u64, answer: &Answer) {
+    pub(super) fn remember(&self, request: &Request, sent: u64, answer: &Answer) {
         let (Some(cache), Some(key)) = (&self.shortcut, request.cache_key) else {
             return;
         };

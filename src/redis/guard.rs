@@ -154,7 +154,8 @@ impl Breaker {
 /// grow; read two snapshots and subtract for a rate.
 ///
 /// Every check is counted once in `checks`, and answered in exactly one of
-/// these ways: by Redis (`round_trips` minus the failed ones), by the deny
+/// these ways: by Redis (`round_trips` minus the failed ones, plus
+/// `coalesced`, the checks that rode another's round trip), by the deny
 /// shortcut (`denied_locally`), refused for its cost, or by the fail policy
 /// (`fail_open + fail_closed + fail_local`).
 ///
@@ -204,6 +205,11 @@ pub struct RedisStats {
     pub breaker_opened: u64,
     /// Times the breaker closed: Redis answered again after it opened.
     pub breaker_closed: u64,
+    /// Checks decided by Redis in a call that carried another check of
+    /// the same client (see
+    /// [`RedisBuilder::coalesce`](super::RedisBuilder::coalesce)): the
+    /// round trips coalescing saved.
+    pub coalesced: u64,
 }
 
 /// The live counters behind [`RedisStats`].
@@ -221,6 +227,7 @@ pub(crate) struct Counters {
     pub(crate) script_reloads: AtomicU64,
     pub(crate) breaker_opened: AtomicU64,
     pub(crate) breaker_closed: AtomicU64,
+    pub(crate) coalesced: AtomicU64,
 }
 
 /// Counts one event. Relaxed: the counters publish nothing but themselves.
@@ -244,6 +251,7 @@ impl Counters {
             script_reloads: read(&self.script_reloads),
             breaker_opened: read(&self.breaker_opened),
             breaker_closed: read(&self.breaker_closed),
+            coalesced: read(&self.coalesced),
         }
     }
 }

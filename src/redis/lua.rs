@@ -167,7 +167,180 @@ fn state_vars(half: &Half, x: &str, n: &str) -> Vec<String> {
 pub(super) fn word_script(spec: &Spec, clock: &str, write: bool) -> String {
     let halves = spec.halves();
     let base = 2 * halves.len();
-    let widths: Vec<usize> = halves.iter().map(|(h, _)| h.fields().len()).collect();
+    let mut lua = word_read(
+        spec,
+        clock,
+        &format!(
+            "local cost, HEAD = tonumber(ARGV[{c}]), ARGV[{h}]\n",
+            c = base + 1,
+            h = base + 2,
+        ),
+    );
+    lua.push_str(&word_settings(spec));
+    for (half, x) in &halves {
+        lua.push_str(&half_lua(half, x));
+    }
+    let (cur, next) = word_vars(spec);
+    lua.push_str(&format!("local allowed = {}\n", word_allowed(spec)));
+    if write {
+        lua.push_str(&format!(
+            r"if allowed and cost > 0 then
+  redis.call('SET', key, HEAD .. ARGV[{id}] .. '|' .. {value}, 'PXAT', math.floor({idle} / 1000) + 1)
+end
+",
+            id = base + 3,
+            value = word_value(&next),
+            idle = word_idle(spec),
+        ));
+        lua.push_str(&format!(
+            "if allowed then return {{1, {}, now}} end\nreturn {{0, {}, now}}\n",
+            next.join(", "),
+            cur.join(", ")
+        ));
+    } else {
+        // A peek takes nothing: the state as it stands either way.
+        lua.push_str(&format!(
+            "return {{allowed and 1 or 0, {}, now}}\n",
+            cur.join(", ")
+        ));
+    }
+    lua
+}
+
+/// A word algorithm's coalesced check: the requests of one client, decided
+/// in order at one reading of the clock, each exactly as `word_script`'s
+/// check would decide it on the state the requests before it left; the
+/// state the last admission leaves is written once.
+///
+/// `ARGV`: each limit's two settings, then the head of the values the
+/// reader writes, the call's number, the number of requests `n` and their
+/// `n` costs. The reply: `{-1}` for a state to convert (nothing decided);
+/// else, for each request, what `word_script`'s check replies without
+/// `now` (the outcome and the state), then `now`.
+pub(super) fn batch_script(spec: &Spec, clock: &str) -> String {
+    let halves = spec.halves();
+    let base = 2 * halves.len();
+    let mut lua = word_read(
+        spec,
+        clock,
+        &format!(
+            "local HEAD, n = ARGV[{h}], tonumber(ARGV[{n}])\n",
+            h = base + 1,
+            n = base + 3,
+        ),
+    );
+    lua.push_str(&word_settings(spec));
+    let (cur, next) = word_vars(spec);
+    let fields = word_fields(spec);
+    lua.push_str(&format!(
+        "local out, wrote, last = {{}}, false, 0\nfor i = 1, n do\nlocal cost = tonumber(ARGV[{first} + i])\n",
+        first = base + 3,
+    ));
+    for (half, x) in &halves {
+        lua.push_str(&half_lua(half, x));
+    }
+    let push = |vars: &[String]| {
+        vars.iter()
+            .map(|v| format!("out[#out + 1] = {v}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    lua.push_str(&format!(
+        r"local allowed = {allowed}
+if allowed then
+  out[#out + 1] = 1; {next_out}
+else
+  out[#out + 1] = 0; {cur_out}
+end
+if allowed and cost > 0 then
+  {fields} = {next}
+  last, wrote = {idle}, true
+end
+end
+if wrote then
+  redis.call('SET', key, HEAD .. ARGV[{id}] .. '|' .. {value}, 'PXAT', math.floor(last / 1000) + 1)
+end
+out[#out + 1] = now
+return out
+",
+        allowed = word_allowed(spec),
+        next_out = push(&next),
+        cur_out = push(&cur),
+        fields = fields.join(", "),
+        next = next.join(", "),
+        idle = word_idle(spec),
+        id = base + 2,
+        value = word_value(&fields),
+    ));
+    lua
+}
+
+/// Every state field's variable, `x<suffix><n>`, in the order the value
+/// holds them.
+fn word_fields(spec: &Spec) -> Vec<String> {
+    spec.halves()
+        .iter()
+        .flat_map(|(h, x)| (1..=h.fields().len()).map(move |i| format!("x{x}{i}")))
+        .collect()
+}
+
+/// The state variables of every limit: as read (after any rollover), and
+/// after an admission.
+fn word_vars(spec: &Spec) -> (Vec<String>, Vec<String>) {
+    let mut cur = Vec::new();
+    let mut next = Vec::new();
+    for (half, x) in &spec.halves() {
+        cur.extend(state_vars(half, x, ""));
+        next.extend(state_vars(half, x, "n"));
+    }
+    (cur, next)
+}
+
+/// Whether every limit admits.
+fn word_allowed(spec: &Spec) -> String {
+    spec.halves()
+        .iter()
+        .map(|(_, x)| format!("ok{x}"))
+        .collect::<Vec<_>>()
+        .join(" and ")
+}
+
+/// The instant (µs) the admitted state becomes idle.
+fn word_idle(spec: &Spec) -> String {
+    match spec.halves().as_slice() {
+        [(_, x)] => format!("idle{x}"),
+        _ => "math.max(idle1, idle2)".into(),
+    }
+}
+
+/// The state part of a value, from the variables `vars`.
+fn word_value(vars: &[String]) -> String {
+    vars.iter()
+        .map(|v| format!("fmt('%d', {v})"))
+        .collect::<Vec<_>>()
+        .join(" .. '|' .. ")
+}
+
+/// Each limit's settings, `a<suffix>` and `b<suffix>`, from `ARGV`.
+fn word_settings(spec: &Spec) -> String {
+    spec.halves()
+        .iter()
+        .enumerate()
+        .map(|(i, (_, x))| {
+            format!(
+                "local a{x}, b{x} = tonumber(ARGV[{}]), tonumber(ARGV[{}])\n",
+                2 * i + 1,
+                2 * i + 2
+            )
+        })
+        .collect()
+}
+
+/// What a word algorithm's scripts start with: the clock, `args` (which
+/// defines `HEAD`), and the key's state read into the field variables
+/// (`nil` for no key), or `{-1}` answered for a state to convert.
+fn word_read(spec: &Spec, clock: &str, args: &str) -> String {
+    let halves = spec.halves();
     let mut lua = String::from("\nlocal fmt = string.format\n");
     if halves
         .iter()
@@ -176,17 +349,9 @@ pub(super) fn word_script(spec: &Spec, clock: &str, write: bool) -> String {
         lua.push_str(FDIV);
     }
     lua.push_str(clock);
-    lua.push_str(&format!(
-        "local key = KEYS[1]\nlocal cost, HEAD = tonumber(ARGV[{c}]), ARGV[{h}]\n",
-        c = base + 1,
-        h = base + 2,
-    ));
-    // Every state field's variable, `x<suffix><n>`.
-    let fields: Vec<String> = halves
-        .iter()
-        .zip(&widths)
-        .flat_map(|((_, x), &w)| (1..=w).map(move |i| format!("x{x}{i}")))
-        .collect();
+    lua.push_str("local key = KEYS[1]\n");
+    lua.push_str(args);
+    let fields = word_fields(spec);
     let pattern = format!("^%d+|{}$", vec!["(%d+)"; fields.len()].join("|"));
     let reads = format!(
         "{vars} = {nums}\n  if {over} then {bad} end",
@@ -229,57 +394,6 @@ end
         first = fields[0],
         bad = bad("its fields are not whole numbers"),
     ));
-    for (i, (half, x)) in halves.iter().enumerate() {
-        lua.push_str(&format!(
-            "local a{x}, b{x} = tonumber(ARGV[{}]), tonumber(ARGV[{}])\n",
-            2 * i + 1,
-            2 * i + 2
-        ));
-        lua.push_str(&half_lua(half, x));
-    }
-    let oks = halves
-        .iter()
-        .map(|(_, x)| format!("ok{x}"))
-        .collect::<Vec<_>>()
-        .join(" and ");
-    lua.push_str(&format!("local allowed = {oks}\n"));
-    let mut next = Vec::new();
-    let mut cur = Vec::new();
-    for (half, x) in &halves {
-        next.extend(state_vars(half, x, "n"));
-        cur.extend(state_vars(half, x, ""));
-    }
-    if write {
-        let idle = match halves.as_slice() {
-            [(_, x)] => format!("idle{x}"),
-            _ => "math.max(idle1, idle2)".into(),
-        };
-        let value = next
-            .iter()
-            .map(|v| format!("fmt('%d', {v})"))
-            .collect::<Vec<_>>()
-            .join(" .. '|' .. ");
-        lua.push_str(&format!(
-            r"if allowed and cost > 0 then
-  redis.call('SET', key, HEAD .. ARGV[{id}] .. '|' .. {value}, 'PXAT', math.floor({idle} / 1000) + 1)
-end
-",
-            id = base + 3,
-        ));
-    }
-    if write {
-        lua.push_str(&format!(
-            "if allowed then return {{1, {}, now}} end\nreturn {{0, {}, now}}\n",
-            next.join(", "),
-            cur.join(", ")
-        ));
-    } else {
-        // A peek takes nothing: the state as it stands either way.
-        lua.push_str(&format!(
-            "return {{allowed and 1 or 0, {}, now}}\n",
-            cur.join(", ")
-        ));
-    }
     lua
 }
 

@@ -17,6 +17,9 @@ const CHECKS: &str = "tollgate_redis_checks_total";
 const ROUND_TRIPS: &str = "tollgate_redis_round_trips_total";
 /// Checks the deny shortcut denied without a round trip, by `limiter`.
 const SHORTCUT_HITS: &str = "tollgate_redis_shortcut_hits_total";
+/// Checks decided in a call that carried another check of the same
+/// client (coalescing), by `limiter`.
+const COALESCED: &str = "tollgate_redis_coalesced_total";
 /// Scripts sent whole because Redis had lost them, by `limiter`.
 const SCRIPT_RELOADS: &str = "tollgate_redis_script_reloads_total";
 /// Round trips that failed, by `limiter` and `kind` (`timeout`, `error`).
@@ -162,6 +165,7 @@ impl<A> Inner<A> {
         let delta = |f: fn(&RedisStats) -> u64| f(&now).wrapping_sub(f(&last));
         telemetry::counter(ROUND_TRIPS, name, &[]).increment(delta(|s| s.round_trips));
         telemetry::counter(SHORTCUT_HITS, name, &[]).increment(delta(|s| s.denied_locally));
+        telemetry::counter(COALESCED, name, &[]).increment(delta(|s| s.coalesced));
         telemetry::counter(SCRIPT_RELOADS, name, &[]).increment(delta(|s| s.script_reloads));
         telemetry::counter(FAILURES, name, &[("kind", "timeout")]).increment(delta(|s| s.timeouts));
         telemetry::counter(FAILURES, name, &[("kind", "error")]).increment(delta(|s| s.errors));

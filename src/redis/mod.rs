@@ -105,9 +105,12 @@
 //! window log keeps every entry and judges them by the reader's limit and
 //! window.
 
+#[cfg(all(test, not(feature = "loom")))]
+mod batch_equal;
 mod book;
 mod builder;
 mod call;
+mod coalesce;
 mod control;
 mod decide;
 #[cfg(all(test, not(feature = "loom")))]
@@ -320,6 +323,8 @@ struct Scripts {
     read: call::Script,
     /// Compare-and-set, or the log's cancellation.
     cas: call::Script,
+    /// A word algorithm's coalesced checks.
+    batch: Option<call::Script>,
 }
 
 impl Scripts {
@@ -344,6 +349,8 @@ struct Inner<A> {
     policy: FailPolicy,
     breaker: Breaker,
     shortcut: Option<DenyCache>,
+    /// The clients with a call in flight, when checks coalesce.
+    coalesce: Option<coalesce::InFlight>,
     /// This limiter's id, written with every state it writes.
     owner: String,
     /// Calls made, numbered: the incarnation of a key a call creates.

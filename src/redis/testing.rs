@@ -63,6 +63,13 @@ impl Server {
         panic!("no redis-server would start on a free loopback port");
     }
 
+    /// Kills the server (`SIGKILL`) and reaps it: what was in flight is
+    /// never answered, and the port refuses connections.
+    pub(super) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// A plain connection, for reading keys back.
     pub(super) fn sync(&self) -> ::redis::Connection {
         ::redis::Client::open(self.url.as_str())

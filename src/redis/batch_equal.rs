@@ -1,0 +1,530 @@
+//! Coalesced checks against checks of their own, on a real `redis-server`
+//! and one test clock.
+//!
+//! A proptest drives two limiters of the same settings, each on its own
+//! key: one decides each step's requests in one call of the batch script,
+//! the other checks them one call each, in the same order, at the same
+//! instant. Every decision (outcome and figures) must be equal, and so must
+//! the state each leaves and its expiry. A twin of each (same settings,
+//! same key, another writer) checks between the steps, so that the batch
+//! script reads other writers' states too. Then whole limiters: 64 checks
+//! of one client made at once through `check` coalesce, and decide as 64
+//! checks one after the other; 64 tasks on two limiters (two processes)
+//! admit exactly the quota; a quota change while checks wait splits their
+//! batch; and a server killed while checks wait for a call, or while a
+//! batch is in flight, leaves each check answered by the fail policy, none
+//! hanging.
+
+use core::time::Duration;
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+
+use super::coalesce::Waiter;
+use super::decide::Request;
+use super::testing::{gap, on_clock, runner, runtime, Server};
+use super::{FailPolicy, Mode, RedisAlgorithm, RedisLimiter};
+use crate::builder::Builder;
+use crate::decision::Decision;
+use crate::{FixedWindow, SlidingWindowCounter, TokenBucket};
+
+/// One step: the instant moves on by `gap` µs; the twins check `twin`
+/// costs one each; then the costs `batch` go, in order.
+#[derive(Debug, Clone)]
+struct Step {
+    gap: u64,
+    twin: Vec<u64>,
+    batch: Vec<u64>,
+}
+
+fn steps(unit: u64, max: u64) -> impl Strategy<Value = Vec<Step>> {
+    proptest::collection::vec(step_of(unit, max), 1..20)
+}
+
+fn step_of(unit: u64, max: u64) -> impl Strategy<Value = Step> {
+    let costs = move |n| proptest::collection::vec(0..=max, n);
+    (gap(unit, 100_000_000_000), costs(0..2), costs(1..12)).prop_map(|(gap, twin, batch)| Step {
+        gap,
+        twin,
+        batch,
+    })
+}
+
+/// `limiter`'s request of `cost` from client `c`, as a check makes it.
+fn request<A: RedisAlgorithm>(limiter: &RedisLimiter<A>, cost: u64) -> Request {
+    let inner = &limiter.inner;
+    let client = super::key::client_bytes("c");
+    let judged = inner.tiers.judge(&client);
+    Request {
+        key: inner.layout.key(&client),
+        judged,
+        client,
+        cost,
+        beyond: false,
+        mode: Mode::Check,
+        cache_key: None,
+    }
+}
+
+/// The state part of the value under `key` (past the settings, the quota
+/// and the writer) and its expiry (ms).
+fn state(conn: &mut ::redis::Connection, key: &[u8]) -> (Option<String>, i64) {
+    let value: Option<String> = ::redis::cmd("GET").arg(key).query(conn).unwrap();
+    let at: i64 = ::redis::cmd("PEXPIRETIME").arg(key).query(conn).unwrap();
+    (
+        value.map(|v| v.splitn(4, '|').nth(3).unwrap_or("").to_owned()),
+        at,
+    )
+}
+
+/// The two pairs of limiters: `[batched, its twin]`, `[one by one, its twin]`.
+fn agree<A: RedisAlgorithm>(
+    rt: &tokio::runtime::Runtime,
+    conn: &mut ::redis::Connection,
+    batched: &[RedisLimiter<A>; 2],
+    single: &[RedisLimiter<A>; 2],
+    clock: &crate::ManualClock,
+    steps: &[Step],
+) -> Result<(), TestCaseError> {
+    for (i, s) in steps.iter().enumerate() {
+        clock.advance(Duration::from_micros(s.gap));
+        for &cost in &s.twin {
+            let a = rt.block_on(batched[1].check_n("c", cost));
+            let b = rt.block_on(single[1].check_n("c", cost));
+            prop_assert_eq!(a.ok(), b.ok(), "step {}: the twins", i);
+        }
+        let requests: Vec<Request> = s.batch.iter().map(|&c| request(&batched[0], c)).collect();
+        let refs: Vec<&Request> = requests.iter().collect();
+        let got = rt
+            .block_on(batched[0].inner.batch_trip(&refs))
+            .map_err(|_| TestCaseError::fail(format!("step {i}: the batch failed")))?
+            .ok_or_else(|| TestCaseError::fail(format!("step {i}: a state to convert")))?;
+        let got: Vec<Decision> = got.into_iter().map(|a| a.decision).collect();
+        let want: Vec<Decision> = s
+            .batch
+            .iter()
+            .map(|&cost| rt.block_on(single[0].check_n("c", cost)).unwrap())
+            .collect();
+        prop_assert_eq!(got, want, "step {} ({:?})", i, s);
+        prop_assert_eq!(
+            state(conn, &batched[0].key("c")),
+            state(conn, &single[0].key("c")),
+            "step {}: the state left and its expiry",
+            i
+        );
+    }
+    Ok(())
+}
+
+fn run<A: RedisAlgorithm>(builder: impl Fn(u64, u64) -> Builder<A>, units: &[u64]) {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let manager = rt.block_on(server.manager());
+    let conn = std::cell::RefCell::new(server.sync());
+    let n = std::cell::Cell::new(0u64);
+    let mut runner = runner(96);
+    let strategy = (prop::sample::select(units.to_vec()), 1..=6u64)
+        .prop_flat_map(|(unit, limit)| (Just((unit, limit)), steps(unit, limit)));
+    runner
+        .run(&strategy, |((unit, limit), steps)| {
+            n.set(n.get() + 1);
+            let clock = server.clock();
+            let build = |side: &str| {
+                let prefix = format!("batch{}-{}-{side}", std::process::id(), n.get());
+                [true, false].map(|coalesce| {
+                    on_clock(
+                        builder(unit, limit)
+                            .redis(manager.clone(), &prefix)
+                            .no_deny_shortcut()
+                            .coalesce(coalesce),
+                        &clock,
+                    )
+                })
+            };
+            let batched = build("b");
+            let single = build("s");
+            agree(
+                &rt,
+                &mut conn.borrow_mut(),
+                &batched,
+                &single,
+                &clock,
+                &steps,
+            )
+        })
+        .unwrap();
+}
+
+#[test]
+fn a_batch_of_bucket_checks_decides_as_checks_one_by_one() {
+    run(
+        |unit, limit| {
+            TokenBucket::builder()
+                .rate(1, Duration::from_micros(unit))
+                .capacity(limit)
+        },
+        &[1, 3, 1_000, 250_000],
+    );
+}
+
+#[test]
+fn a_batch_of_window_checks_decides_as_checks_one_by_one() {
+    run(
+        |unit, limit| {
+            FixedWindow::builder()
+                .limit(limit)
+                .window(Duration::from_micros(unit))
+        },
+        &[1, 7, 1_000, 1_000_000],
+    );
+    run(
+        |unit, limit| {
+            SlidingWindowCounter::builder()
+                .limit(limit)
+                .window(Duration::from_micros(unit))
+        },
+        &[1, 7, 1_000, 1_000_000],
+    );
+}
+
+#[test]
+fn a_batch_of_pair_checks_decides_as_checks_one_by_one() {
+    run(
+        |unit, limit| {
+            TokenBucket::builder()
+                .rate(1, Duration::from_micros(unit))
+                .capacity(limit)
+                .and(
+                    FixedWindow::builder()
+                        .limit(limit + 1)
+                        .window(Duration::from_micros(3 * unit)),
+                )
+        },
+        &[1, 7, 1_000, 1_000_000],
+    );
+}
+
+/// 64 checks of one client made at once on a stopped clock, through the
+/// limiter: the first two go alone, the 62 others in a batch, and the
+/// decisions are those of 64 checks one after the other, in the order
+/// they were first polled.
+#[test]
+fn checks_made_at_once_coalesce_and_decide_as_one_after_the_other() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let manager = rt.block_on(server.manager());
+    let clock = server.clock();
+    let build = |prefix: &str, coalesce: bool| {
+        on_clock(
+            TokenBucket::builder()
+                .rate(1, Duration::from_secs(1))
+                .capacity(40)
+                .redis(manager.clone(), prefix)
+                .coalesce(coalesce),
+            &clock,
+        )
+    };
+    let batched = build("at-once", true);
+    let single = build("one-by-one", false);
+    let costs: Vec<u64> = (0..64).map(|i| [1, 0, 2, 1][i % 4]).collect();
+    let got: Vec<Decision> = rt.block_on(async {
+        let checks = costs.iter().map(|&c| batched.check_n("c", c));
+        futures_join_all(checks.collect())
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect()
+    });
+    let want: Vec<Decision> = costs
+        .iter()
+        .map(|&c| rt.block_on(single.check_n("c", c)).unwrap())
+        .collect();
+    assert_eq!(got, want);
+    let stats = batched.stats();
+    // The first two checks go at once, each alone (two calls of a client
+    // may be in flight); the 62 that came while they were in flight go in
+    // one batch (a batch carries up to 256). Each of the three calls is
+    // two round trips on this fresh server: the script is not loaded yet
+    // (NOSCRIPT), so it goes again with its source.
+    assert_eq!(stats.coalesced, 61, "{stats:?}");
+    assert_eq!(stats.round_trips, 6, "{stats:?}");
+    assert_eq!(single.stats().coalesced, 0);
+}
+
+/// Polls every future in order each time, like `join_all`, on one task.
+async fn futures_join_all<F: core::future::Future + Unpin>(mut fs: Vec<F>) -> Vec<F::Output> {
+    let mut out: Vec<Option<F::Output>> = fs.iter().map(|_| None).collect();
+    core::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, o) in fs.iter_mut().zip(out.iter_mut()) {
+            if o.is_none() {
+                match core::pin::Pin::new(f).poll(cx) {
+                    core::task::Poll::Ready(v) => *o = Some(v),
+                    core::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            core::task::Poll::Pending
+        } else {
+            core::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().map(Option::unwrap).collect()
+}
+
+/// 64 tasks of one client on a stopped clock, half on each of two
+/// limiters of one quota (two processes: each its own connection and
+/// in-flight table), both coalescing: exactly the quota is admitted, each
+/// admission reporting a different `remaining`, from 999 down to 0.
+#[test]
+fn sixty_four_tasks_on_two_limiters_admit_exactly_the_quota() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let clock = server.clock();
+    let limiters: Vec<RedisLimiter<TokenBucket>> = (0..2)
+        .map(|_| {
+            let manager = rt.block_on(server.manager());
+            on_clock(
+                TokenBucket::builder()
+                    .rate(1, Duration::from_secs(3_600))
+                    .capacity(1_000)
+                    .redis(manager, "hot")
+                    .no_deny_shortcut()
+                    .coalesce(true),
+                &clock,
+            )
+        })
+        .collect();
+    let mut remaining: Vec<u64> = rt.block_on(async {
+        let tasks: Vec<_> = (0..64)
+            .map(|t| {
+                let limiter = limiters[t % 2].clone();
+                tokio::spawn(async move {
+                    let mut admitted = Vec::new();
+                    for _ in 0..40 {
+                        let d = limiter.check("c").await.unwrap();
+                        if d.is_allowed() {
+                            admitted.push(d.remaining());
+                        }
+                    }
+                    admitted
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for task in tasks {
+            all.extend(task.await.unwrap());
+        }
+        all
+    });
+    remaining.sort_unstable();
+    assert_eq!(remaining, (0..1_000).collect::<Vec<u64>>());
+    let stats: Vec<_> = limiters.iter().map(RedisLimiter::stats).collect();
+    for s in &stats {
+        assert_eq!(s.checks, 32 * 40, "{s:?}");
+        assert_eq!(s.errors + s.timeouts + s.fail_closed, 0, "{s:?}");
+    }
+    assert!(
+        stats.iter().map(|s| s.coalesced).sum::<u64>() > 0,
+        "32 tasks hammering one client on each limiter coalesce: {stats:?}"
+    );
+}
+
+/// A limiter of 10 tokens (one an hour) that answers faults from its
+/// in-process limiter, and gives up on Redis after 2 s.
+fn local_ten(server: &Server, rt: &tokio::runtime::Runtime) -> RedisLimiter<TokenBucket> {
+    let manager = rt.block_on(server.manager());
+    TokenBucket::builder()
+        .rate(1, Duration::from_secs(3_600))
+        .capacity(10)
+        .redis(manager, "fault")
+        .no_deny_shortcut()
+        .coalesce(true)
+        .fail_policy(FailPolicy::Local)
+        .timeout(Duration::from_secs(2))
+        .build_on_test_clock(server.clock())
+        .unwrap()
+}
+
+/// Holds every client's commands for a minute: a call sent now stays in
+/// flight until the server dies.
+fn pause(server: &Server) {
+    let () = ::redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(60_000)
+        .arg("ALL")
+        .query(&mut server.sync())
+        .unwrap();
+}
+
+/// The server dies while the first two checks' calls are in flight and
+/// 62 others wait for the next: all 64 are answered by the fail policy (the
+/// in-process limiter of 10: exactly 10 admitted), within the timeout.
+#[test]
+fn a_server_killed_while_checks_wait_answers_each_by_the_fail_policy() {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let limiter = local_ten(&server, &rt);
+    pause(&server);
+    let outcomes: Vec<bool> = rt.block_on(async {
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let limiter = limiter.clone();
+                tokio::spawn(async move { limiter.check("c").await.unwrap().is_allowed() })
+            })
+            .collect();
+        // All 64 run: the first two send their calls (held by the
+        // pause), the others wait for the next.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let stats = limiter.stats();
+        assert_eq!((stats.checks, stats.round_trips), (64, 2), "{stats:?}");
+        server.kill();
+        let all = async {
+            let mut all = Vec::new();
+            for task in tasks {
+                all.push(task.await.unwrap());
+            }
+            all
+        };
+        tokio::time::timeout(Duration::from_secs(20), all)
+            .await
+            .expect("no check hangs")
+    });
+    assert_eq!(outcomes.iter().filter(|&&a| a).count(), 10);
+    let stats = limiter.stats();
+    assert_eq!(stats.fail_local, 64, "{stats:?}");
+    assert_eq!(stats.coalesced, 0, "{stats:?}");
+}
+
+/// The server dies while a batch of 63 checks is in flight: each of the
+/// 63 is answered by the fail policy (exactly 10 admitted by the
+/// in-process limiter), the batch's one call counted as one error.
+#[test]
+fn a_server_killed_mid_batch_answers_each_check_by_the_fail_policy() {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let limiter = local_ten(&server, &rt);
+    pause(&server);
+    let outcomes: Vec<bool> = rt.block_on(async {
+        let mut answers = Vec::new();
+        let waiters: Vec<Waiter> = (0..63)
+            .map(|_| {
+                let (reply, answer) = tokio::sync::oneshot::channel();
+                answers.push(answer);
+                Waiter {
+                    request: Arc::new(request(&limiter, 1)),
+                    reply,
+                }
+            })
+            .collect();
+        let inner = Arc::clone(&limiter.inner);
+        let batch = tokio::spawn(async move { inner.batches(waiters).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let stats = limiter.stats();
+        assert_eq!(stats.round_trips, 1, "the batch's call is in flight");
+        server.kill();
+        let all = async {
+            let mut all = Vec::new();
+            for answer in answers {
+                all.push(answer.await.unwrap().unwrap().is_allowed());
+            }
+            batch.await.unwrap();
+            all
+        };
+        tokio::time::timeout(Duration::from_secs(20), all)
+            .await
+            .expect("no check hangs")
+    });
+    assert_eq!(outcomes.len(), 63);
+    assert_eq!(outcomes.iter().filter(|&&a| a).count(), 10);
+    assert!(outcomes[..10].iter().all(|&a| a), "in order: {outcomes:?}");
+    let stats = limiter.stats();
+    assert_eq!(stats.fail_local, 63, "{stats:?}");
+    assert_eq!(stats.errors + stats.timeouts, 1, "{stats:?}");
+}
+
+/// Checks made before and after a quota change wait together: the batch
+/// splits at the change (a batch is of one quota), the checks made after
+/// it find a state to convert and go one by one, and every decision is
+/// that of the same checks, and the change, one after the other.
+#[test]
+fn a_quota_changed_while_checks_wait_splits_their_batch() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let manager = rt.block_on(server.manager());
+    let clock = server.clock();
+    let quota = |capacity| {
+        TokenBucket::builder()
+            .rate(1, Duration::from_secs(3_600))
+            .capacity(capacity)
+    };
+    let build = |prefix: &str, coalesce: bool| {
+        on_clock(
+            quota(20)
+                .redis(manager.clone(), prefix)
+                .no_deny_shortcut()
+                .coalesce(coalesce),
+            &clock,
+        )
+    };
+    let batched = build("split-b", true);
+    let single = build("split-s", false);
+    // Each has heard from Redis: until its first answer a limiter dates a
+    // quota change by the system's clock, two days behind this test clock.
+    for limiter in [&batched, &single] {
+        assert!(rt.block_on(limiter.check("warm-up")).unwrap().is_allowed());
+    }
+    let got: Vec<Decision> = rt.block_on(async {
+        let mut checks: Vec<_> = (0..10).map(|_| batched.check("c")).collect();
+        // Each polled once: the first two go, the eight others wait.
+        core::future::poll_fn(|cx| {
+            for check in &mut checks {
+                assert!(core::future::Future::poll(core::pin::Pin::new(check), cx).is_pending());
+            }
+            core::task::Poll::Ready(())
+        })
+        .await;
+        batched.set_quota(0, quota(12)).unwrap();
+        checks.extend((0..10).map(|_| batched.check("c")));
+        futures_join_all(checks)
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect()
+    });
+    let want: Vec<Decision> = rt.block_on(async {
+        let mut all = Vec::new();
+        for _ in 0..10 {
+            all.push(single.check("c").await.unwrap());
+        }
+        single.set_quota(0, quota(12)).unwrap();
+        for _ in 0..10 {
+            all.push(single.check("c").await.unwrap());
+        }
+        all
+    });
+    assert_eq!(got, want);
+    assert_eq!(got.iter().filter(|d| d.is_allowed()).count(), 12, "{got:?}");
+    // The eight of the old quota in one call; the ten of the new one by
+    // one (each converts the state).
+    assert_eq!(batched.stats().coalesced, 7, "{:?}", batched.stats());
+}

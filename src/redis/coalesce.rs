@@ -1,0 +1,432 @@
+//! Coalescing: while a check of a client is in flight on a limiter, the
+//! further checks of that client in this process wait, and the next call
+//! carries all of them.
+//!
+//! A table of the clients with a call in flight (sharded, each shard a
+//! mutex over a map from the client's key to its calls in flight and the
+//! checks waiting for the next call) is the only shared state. A check
+//! that finds fewer than [`DEPTH`] calls of its client in flight and none
+//! waiting goes to Redis as it would without coalescing (one check, its
+//! own script); any other waits. When a call ends, the checks that waited
+//! are handed, in the order they came, to a task spawned on the current
+//! tokio runtime, which decides them in one call of the batch script
+//! ([`super::lua::batch_script`]) in the ended call's place, answers each,
+//! and carries on with the checks that came during that call, until none
+//! did and the place is given up (the entry going with the client's last
+//! call).
+//!
+//! Each check in a batch gets the decision its own check would have had
+//! in the batch's place: the script decides them in order, at one reading
+//! of Redis's clock, each on the state the ones before it left, with the
+//! figures computed by the same code as a check of its own. A check of a
+//! state to convert, a fault, the breaker and the deny shortcut are
+//! answered per check, as for a check of its own: a batch that finds a
+//! state to convert decides nothing and its checks go one by one; a
+//! failed batch call is each check's failure, answered by the fail
+//! policy; the breaker and the deny shortcut are asked when the batch
+//! goes, for each check.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::oneshot;
+
+use super::decide::{Answer, Failure, Request, Seen};
+use super::guard::bump;
+use super::spec::Spec;
+use super::state::{decision, decode_fast, Fast};
+use super::{Inner, RedisAlgorithm};
+use crate::check::{CheckError, CheckErrorKind};
+use crate::decision::Decision;
+use crate::sync::Ordering;
+
+/// The most checks one batch call carries; more wait for the next call.
+pub(super) const BATCH_MAX: usize = 256;
+
+/// A check waiting for the next call of its client.
+pub(super) struct Waiter {
+    pub(super) request: Arc<Request>,
+    pub(super) reply: oneshot::Sender<Result<Decision, CheckError>>,
+}
+
+/// The most calls of one client in flight at once (one limiter, one
+/// process): a check that finds fewer goes at once, alone; one that finds
+/// this many waits for the next call to end, and goes in the batch that
+/// takes that call's place. Two let one call carry the checks that came
+/// while the other was in flight, so that the client is never without a
+/// call on its way.
+pub(super) const DEPTH: usize = 2;
+
+/// A client with calls in flight.
+#[derive(Default)]
+struct Client {
+    /// Its calls in flight, at most [`DEPTH`].
+    calls: usize,
+    /// The checks waiting for the next call, in the order they came.
+    queue: Vec<Waiter>,
+}
+
+/// One shard of [`InFlight`]: each client's key with a call in flight.
+type Shard = Mutex<HashMap<Vec<u8>, Client>>;
+
+/// The clients with a call in flight, and the checks waiting for the next.
+pub(super) struct InFlight {
+    shards: Box<[Shard]>,
+    hasher: RandomState,
+}
+
+impl core::fmt::Debug for InFlight {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("InFlight")
+            .field("shards", &self.shards.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a check does on joining.
+enum Joined {
+    /// Fewer than [`DEPTH`] calls of the client were in flight: go, then
+    /// [`finish`].
+    Lead,
+    /// Wait for the answer.
+    Wait(oneshot::Receiver<Result<Decision, CheckError>>),
+}
+
+impl InFlight {
+    pub(super) fn new() -> Self {
+        let shards = std::thread::available_parallelism()
+            .map_or(8, |n| n.get() * 4)
+            .next_power_of_two();
+        Self {
+            shards: (0..shards).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: RandomState::new(),
+        }
+    }
+
+    fn shard(&self, key: &[u8]) -> &Shard {
+        let hash = self.hasher.hash_one(key);
+        &self.shards[(hash as usize) & (self.shards.len() - 1)]
+    }
+
+    /// Leads a call of the client if fewer than [`DEPTH`] are in flight
+    /// and no check waits before this one; else joins the next.
+    fn join(&self, request: &Arc<Request>) -> Joined {
+        let mut shard = self
+            .shard(&request.key)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(client) = shard.get_mut(&request.key) {
+            if client.calls < DEPTH && client.queue.is_empty() {
+                client.calls += 1;
+                return Joined::Lead;
+            }
+            let (reply, answer) = oneshot::channel();
+            client.queue.push(Waiter {
+                request: Arc::clone(request),
+                reply,
+            });
+            return Joined::Wait(answer);
+        }
+        shard.insert(
+            request.key.clone(),
+            Client {
+                calls: 1,
+                queue: Vec::new(),
+            },
+        );
+        Joined::Lead
+    }
+
+    /// One of `key`'s calls ended: the checks waiting for the next, the
+    /// call's place passing to them; or none, and the call's place is
+    /// given up (the client's entry going with its last).
+    fn next(&self, key: &[u8]) -> Vec<Waiter> {
+        let mut shard = self
+            .shard(key)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(client) = shard.get_mut(key) else {
+            return Vec::new();
+        };
+        if !client.queue.is_empty() {
+            return core::mem::take(&mut client.queue);
+        }
+        client.calls = client.calls.saturating_sub(1);
+        if client.calls == 0 {
+            shard.remove(key);
+        }
+        Vec::new()
+    }
+}
+
+/// A copy of `err` for each check a failed batch carried.
+fn copy(err: &CheckError) -> CheckError {
+    let cause = std::error::Error::source(err).map_or_else(String::new, ToString::to_string);
+    CheckError::with_kind(err.kind(), cause)
+}
+
+/// Ends a leading check's call when dropped (answered or abandoned): the
+/// checks that joined meanwhile go in the next call.
+struct Lead<A: RedisAlgorithm> {
+    inner: Arc<Inner<A>>,
+    request: Arc<Request>,
+}
+
+impl<A: RedisAlgorithm> Drop for Lead<A> {
+    fn drop(&mut self) {
+        finish(&self.inner, &self.request.key);
+    }
+}
+
+/// The call for `key` is over: the checks that joined go in the next call,
+/// on a task of its own; without a runtime to spawn it on, they are
+/// answered as if that call failed to reach Redis.
+fn finish<A: RedisAlgorithm>(inner: &Arc<Inner<A>>, key: &[u8]) {
+    let Some(flight) = &inner.coalesce else {
+        return;
+    };
+    let waiters = flight.next(key);
+    if waiters.is_empty() {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        // The waiters' channels close: each answers by its fail policy.
+        drop(waiters);
+        while !flight.next(key).is_empty() {}
+        return;
+    };
+    let inner = Arc::clone(inner);
+    let key = key.to_vec();
+    runtime.spawn(async move {
+        let mut waiters = waiters;
+        while !waiters.is_empty() {
+            inner.batches(waiters).await;
+            // The checks just answered run first: a task that checks its
+            // client again joins the next batch, rather than that batch
+            // going with only the checks that came during the call.
+            tokio::task::yield_now().await;
+            let Some(flight) = &inner.coalesce else {
+                return;
+            };
+            waiters = flight.next(&key);
+        }
+    });
+}
+
+impl<A: RedisAlgorithm> Inner<A> {
+    /// Answers `waiters`, in the order they joined: in batches of checks
+    /// judged by the same quota (a quota change starts a new one), of at
+    /// most [`BATCH_MAX`].
+    pub(super) async fn batches(&self, mut waiters: Vec<Waiter>) {
+        while !waiters.is_empty() {
+            let first = &waiters[0].request.judged;
+            let same = waiters
+                .iter()
+                .take(BATCH_MAX)
+                .take_while(|w| {
+                    w.request.judged.tier == first.tier
+                        && Arc::ptr_eq(&w.request.judged.quota, &first.quota)
+                })
+                .count();
+            let rest = waiters.split_off(same);
+            self.batch(waiters).await;
+            waiters = rest;
+        }
+    }
+
+    /// One batch: each check asked of the deny shortcut and the breaker,
+    /// the rest decided in one call.
+    async fn batch(&self, waiters: Vec<Waiter>) {
+        let now = self.calls.clock.local_ns();
+        let mut going = Vec::with_capacity(waiters.len());
+        for waiter in waiters {
+            if waiter.reply.is_closed() {
+                continue; // its check was dropped: nothing to decide
+            }
+            if let Some(decision) = self.local_denial(&waiter.request, now) {
+                bump(&self.calls.counters.denied_locally);
+                let _ = waiter.reply.send(Ok(decision));
+                continue;
+            }
+            going.push(waiter);
+        }
+        let probe_due = match self.gate(now) {
+            Ok(probe_due) => probe_due,
+            Err(err) => {
+                for waiter in going {
+                    let answer = self.fallback(&waiter.request, copy(&err));
+                    let _ = waiter.reply.send(answer);
+                }
+                return;
+            }
+        };
+        if going.len() == 1 || probe_due {
+            // As checks of their own: one, or the probe (which goes alone;
+            // the others then find the breaker as the probe leaves it).
+            for waiter in going {
+                let answer = self.single(&waiter.request, probe_due).await;
+                let _ = waiter.reply.send(answer);
+            }
+            return;
+        }
+        let Some(first) = going.first() else {
+            return;
+        };
+        let key = first.request.key.clone();
+        let requests: Vec<&Request> = going.iter().map(|w| &*w.request).collect();
+        match self.guarded(false, &key, self.batch_trip(&requests)).await {
+            Ok((Some(answers), sent)) => {
+                if let Some(Answer {
+                    seen: Seen::Word { now, .. },
+                    ..
+                }) = answers.first()
+                {
+                    self.judged(sent, *now);
+                }
+                bump_by(&self.calls.counters.coalesced, going.len() as u64 - 1);
+                for (waiter, answer) in going.into_iter().zip(answers) {
+                    self.decided(&waiter.request, sent, &answer);
+                    let _ = waiter.reply.send(Ok(answer.decision));
+                }
+            }
+            Ok((None, _)) => {
+                // A state to convert: each check of its own, in order.
+                for waiter in going {
+                    let answer = self.single(&waiter.request, false).await;
+                    let _ = waiter.reply.send(answer);
+                }
+            }
+            Err(err) => {
+                for waiter in going {
+                    let answer = self.fallback(&waiter.request, copy(&err));
+                    let _ = waiter.reply.send(answer);
+                }
+            }
+        }
+    }
+
+    /// The batch script's round trip: each request's answer, or `None`
+    /// for a state to convert.
+    pub(super) async fn batch_trip(
+        &self,
+        requests: &[&Request],
+    ) -> Result<Option<Vec<Answer>>, Failure> {
+        let first = requests[0];
+        let spec = first.judged.quota.spec;
+        let ns = spec.ns().expect("only a word algorithm's checks coalesce");
+        let script = self
+            .scripts
+            .batch
+            .as_ref()
+            .expect("a word algorithm has a batch script");
+        let head = first.judged.head();
+        // Relaxed: a number unique to this call, nothing more.
+        let serial = self.serial.fetch_add(1, Ordering::Relaxed);
+        let reply: Vec<i64> = self
+            .calls
+            .eval(script, &first.key, |cmd| {
+                for (half, _) in spec.halves() {
+                    cmd.arg(half.a).arg(half.b);
+                }
+                cmd.arg(&*head).arg(serial).arg(requests.len());
+                for request in requests {
+                    cmd.arg(request.cost);
+                }
+            })
+            .await?;
+        if reply == [-1] {
+            return Ok(None);
+        }
+        let width = 1 + spec
+            .halves()
+            .iter()
+            .map(|(h, _)| h.fields().len())
+            .sum::<usize>();
+        if reply.len() != width * requests.len() + 1 {
+            return Err(Failure::Decode(super::state::DecodeError::Shape(
+                reply.len(),
+            )));
+        }
+        let now = reply[reply.len() - 1];
+        let mut answers = Vec::with_capacity(requests.len());
+        let mut one = Vec::with_capacity(width + 1);
+        for (request, chunk) in requests.iter().zip(reply.chunks_exact(width)) {
+            one.clear();
+            one.extend_from_slice(chunk);
+            one.push(now);
+            let Fast::Decided { allowed, word, now } = decode_fast(&spec, &one)? else {
+                return Err(Failure::Decode(super::state::DecodeError::Range(
+                    "a batch's outcome of -1",
+                )));
+            };
+            answers.push(Answer {
+                decision: decision(&ns, allowed, word, now, request.cost),
+                seen: Seen::Word { word, now },
+            });
+        }
+        Ok(Some(answers))
+    }
+}
+
+/// Whether checks of `spec` coalesce: a word algorithm's (the sliding
+/// window log's checks go one call each).
+pub(super) fn coalesces(spec: &Spec) -> bool {
+    spec.ns().is_some()
+}
+
+/// Counts `n` events. Relaxed: the counters publish nothing but themselves.
+fn bump_by(counter: &crate::sync::AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+/// A check that may coalesce: it joins its client's next call when first
+/// polled (a check made but not yet awaited holds no one up), and leads
+/// one if none is in flight.
+pub(super) async fn joined<A: RedisAlgorithm>(
+    inner: Arc<Inner<A>>,
+    request: Request,
+) -> Result<Decision, CheckError> {
+    let request = Arc::new(request);
+    let Some(flight) = &inner.coalesce else {
+        return inner.single(&request, false).await;
+    };
+    match flight.join(&request) {
+        Joined::Lead => {
+            // Made at once: however this future ends, answered or
+            // dropped, the checks that joined go in the next call.
+            let lead = Lead { inner, request };
+            lead.inner.single(&lead.request, false).await
+        }
+        Joined::Wait(answer) => wait(inner, request, answer).await,
+    }
+}
+
+/// A waiting check's answer: the batch's, or if it did not come within
+/// the timeout (counted), or its call was dropped, the fail policy's.
+async fn wait<A: RedisAlgorithm>(
+    inner: Arc<Inner<A>>,
+    request: Arc<Request>,
+    answer: oneshot::Receiver<Result<Decision, CheckError>>,
+) -> Result<Decision, CheckError> {
+    match tokio::time::timeout(inner.timeout, answer).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(_dropped)) => inner.fallback(
+            &request,
+            CheckError::with_kind(
+                CheckErrorKind::Unavailable,
+                "the call that was to carry this check was dropped",
+            ),
+        ),
+        Err(_elapsed) => {
+            bump(&inner.calls.counters.timeouts);
+            inner.fallback(
+                &request,
+                CheckError::with_kind(
+                    CheckErrorKind::Timeout,
+                    format!("Redis did not answer within {:?}", inner.timeout),
+                ),
+            )
+        }
+    }
+}
