@@ -393,7 +393,7 @@ fn a_server_killed_while_checks_wait_answers_each_by_the_fail_policy() {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let stats = limiter.stats();
         assert_eq!((stats.checks, stats.round_trips), (64, 2), "{stats:?}");
-        server.kill();
+        server.stop();
         let all = async {
             let mut all = Vec::new();
             for task in tasks {
@@ -439,7 +439,7 @@ fn a_server_killed_mid_batch_answers_each_check_by_the_fail_policy() {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let stats = limiter.stats();
         assert_eq!(stats.round_trips, 1, "the batch's call is in flight");
-        server.kill();
+        server.stop();
         let all = async {
             let mut all = Vec::new();
             for answer in answers {

@@ -3,84 +3,21 @@
 //! and passes, unless `CI=true`), a runtime, and limiters on a test clock.
 
 use core::time::Duration;
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::time::Instant;
 
 use super::{RedisAlgorithm, RedisBuilder, RedisLimiter};
 use crate::clock::ManualClock;
 
-/// A `redis-server` of this test's own.
-pub(super) struct Server {
-    child: Child,
-    pub(super) url: String,
-}
+/// A `redis-server` of this test's own: the integration suites' own
+/// (`tests/redis_server/process.rs`), included by its path.
+#[allow(dead_code, unreachable_pub)] // the suites' interface, in part
+#[path = "../../tests/redis_server/process.rs"]
+mod process;
+pub(super) use process::Server;
 
 impl Server {
-    pub(super) fn start() -> Option<Self> {
-        if Command::new("redis-server")
-            .arg("--version")
-            .output()
-            .is_err()
-        {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "redis-server is not installed, and CI=true requires the Redis tests to run"
-            );
-            eprintln!("SKIPPED: no redis-server on PATH");
-            return None;
-        }
-        for _ in 0..10 {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("a free port")
-                .port();
-            let mut child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server starts");
-            let url = format!("redis://127.0.0.1:{port}/");
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                if child.try_wait().ok().flatten().is_some() {
-                    break; // the port was taken: try another
-                }
-                let client = ::redis::Client::open(url.as_str()).unwrap();
-                if let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(200)) {
-                    let info: String = ::redis::cmd("INFO").arg("server").query(&mut c).unwrap();
-                    let ours = format!("process_id:{}", child.id());
-                    if info.lines().any(|l| l == ours) {
-                        return Some(Self { child, url });
-                    }
-                }
-                assert!(Instant::now() < deadline, "redis-server did not start");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        panic!("no redis-server would start on a free loopback port");
-    }
-
-    /// Kills the server (`SIGKILL`) and reaps it: what was in flight is
-    /// never answered, and the port refuses connections.
-    pub(super) fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// A plain connection, for reading keys back.
-    pub(super) fn sync(&self) -> ::redis::Connection {
-        ::redis::Client::open(self.url.as_str())
-            .unwrap()
-            .get_connection()
-            .unwrap()
-    }
-
     /// A connection for limiters.
     pub(super) async fn manager(&self) -> ::redis::aio::ConnectionManager {
-        ::redis::aio::ConnectionManager::new(::redis::Client::open(self.url.as_str()).unwrap())
+        ::redis::aio::ConnectionManager::new(::redis::Client::open(self.url()).unwrap())
             .await
             .unwrap()
     }
@@ -94,13 +31,6 @@ impl Server {
             (secs + 2 * 86_400) * 1_000_000 + micros,
         ));
         clock
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
