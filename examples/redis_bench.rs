@@ -12,90 +12,15 @@
 //! Not a timed test: it asserts only that every check got an answer from
 //! Redis, and prints a Markdown table.
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
 use tollgate::redis::{FailPolicy, RedisAlgorithm, RedisBuilder, RedisLimiter};
 use tollgate::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 
-/// A `redis-server` of the benchmark's own, killed on drop.
-struct Server(Child, std::path::PathBuf);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let _ = std::fs::remove_dir_all(&self.1);
-    }
-}
-
-fn start_server() -> (String, Server) {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let dir = std::env::temp_dir().join(format!("tollgate-bench-{port}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .arg("--dir")
-        .arg(&dir)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server on PATH (or set REDIS_URL)");
-    // Owned at once, so that any exit below kills and reaps it.
-    let server = Server(child, dir);
-    let url = format!("redis://127.0.0.1:{port}/");
-    for _ in 0..200 {
-        let ok = redis::Client::open(url.as_str())
-            .and_then(|c| c.get_connection())
-            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-            .is_ok();
-        if ok {
-            return (url, server);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("redis-server did not start");
-}
-
-/// Round trips Redis has served for scripts so far: the calls of
-/// `EVALSHA`, `EVAL` and `SCRIPT` (the commands a script runs inside are
-/// counted apart, under their own names, and are not round trips).
-fn commands(url: &str) -> u64 {
-    let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut c)
-        .unwrap();
-    info.lines()
-        .filter(|l| {
-            l.starts_with("cmdstat_evalsha:")
-                || l.starts_with("cmdstat_eval:")
-                || l.starts_with("cmdstat_script")
-        })
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
+#[path = "support/local_redis.rs"]
+mod local_redis;
+use local_redis::{script_calls, start_server};
 
 struct Row {
     name: &'static str,
@@ -114,7 +39,7 @@ async fn run<A: RedisAlgorithm>(
     tasks: usize,
     span: Duration,
 ) -> Row {
-    let before = commands(url);
+    let before = script_calls(url);
     let started = Instant::now();
     let handles: Vec<_> = (0..tasks)
         .map(|t| {
@@ -140,7 +65,7 @@ async fn run<A: RedisAlgorithm>(
         all.extend(h.await.unwrap());
     }
     let elapsed = started.elapsed();
-    let trips = commands(url) - before;
+    let trips = script_calls(url) - before;
     all.sort();
     let pct = |p: f64| all[((all.len() as f64 * p) as usize).min(all.len() - 1)];
     assert_eq!(limiter.stats().errors + limiter.stats().timeouts, 0);
@@ -213,7 +138,7 @@ fn main() {
     let (url, _server) = match std::env::var("REDIS_URL") {
         Ok(url) => (url, None),
         Err(_) => {
-            let (url, server) = start_server();
+            let (url, server) = start_server("bench");
             (url, Some(server))
         }
     };

@@ -25,81 +25,15 @@
 //!
 //! [`RedisBuilder::coalesce`]: tollgate::redis::RedisBuilder::coalesce
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
 use tollgate::redis::{FailPolicy, RedisLimiter};
 use tollgate::TokenBucket;
 
-/// A `redis-server` of the runner's own, killed on drop.
-struct Server(Child, std::path::PathBuf);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let _ = std::fs::remove_dir_all(&self.1);
-    }
-}
-
-fn start_server() -> (String, Server) {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let dir = std::env::temp_dir().join(format!("tollgate-coalesce-{port}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .arg("--dir")
-        .arg(&dir)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server on PATH (or set REDIS_URL)");
-    // Owned at once, so that any exit below kills and reaps it.
-    let server = Server(child, dir);
-    let url = format!("redis://127.0.0.1:{port}/");
-    for _ in 0..200 {
-        let ok = redis::Client::open(url.as_str())
-            .and_then(|c| c.get_connection())
-            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-            .is_ok();
-        if ok {
-            return (url, server);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("redis-server did not start");
-}
-
-/// The script calls Redis has served so far (`EVALSHA`, `EVAL`,
-/// `SCRIPT`): the round trips of the checks.
-fn script_calls(url: &str) -> u64 {
-    let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut c)
-        .unwrap();
-    info.lines()
-        .filter(|l| {
-            l.starts_with("cmdstat_evalsha:")
-                || l.starts_with("cmdstat_eval:")
-                || l.starts_with("cmdstat_script")
-        })
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
+#[path = "support/local_redis.rs"]
+mod local_redis;
+use local_redis::{script_calls, start_server};
 
 const TASKS: u64 = 64;
 
@@ -222,7 +156,7 @@ fn main() {
     let (url, _server) = match std::env::var("REDIS_URL") {
         Ok(url) => (url, None),
         Err(_) => {
-            let (url, server) = start_server();
+            let (url, server) = start_server("coalesce");
             (url, Some(server))
         }
     };
