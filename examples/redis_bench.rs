@@ -20,7 +20,7 @@ use tollgate::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket}
 
 #[path = "support/local_redis.rs"]
 mod local_redis;
-use local_redis::{script_calls, start_server};
+use local_redis::{redis_url, script_calls};
 
 struct Row {
     name: &'static str,
@@ -135,13 +135,7 @@ fn main() {
     } else {
         Duration::from_secs(2)
     };
-    let (url, _server) = match std::env::var("REDIS_URL") {
-        Ok(url) => (url, None),
-        Err(_) => {
-            let (url, server) = start_server("bench");
-            (url, Some(server))
-        }
-    };
+    let (url, _server) = redis_url("bench");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

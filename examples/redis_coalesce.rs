@@ -33,7 +33,7 @@ use tollgate::TokenBucket;
 
 #[path = "support/local_redis.rs"]
 mod local_redis;
-use local_redis::{script_calls, start_server};
+use local_redis::{redis_url, script_calls};
 
 const TASKS: u64 = 64;
 
@@ -153,13 +153,7 @@ fn main() {
         }
     }
     let span = Duration::from_secs_f64(secs);
-    let (url, _server) = match std::env::var("REDIS_URL") {
-        Ok(url) => (url, None),
-        Err(_) => {
-            let (url, server) = start_server("coalesce");
-            (url, Some(server))
-        }
-    };
+    let (url, _server) = redis_url("coalesce");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -21,7 +21,7 @@ impl Drop for Server {
 /// Starts a `redis-server` on a free loopback port, persistence off, in a
 /// temporary directory named after `runner`: its URL, and the guard that
 /// kills it.
-pub fn start_server(runner: &str) -> (String, Server) {
+fn start_server(runner: &str) -> (String, Server) {
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -51,6 +51,18 @@ pub fn start_server(runner: &str) -> (String, Server) {
         std::thread::sleep(Duration::from_millis(20));
     }
     panic!("redis-server did not start");
+}
+
+/// The Redis to run against: `REDIS_URL` if set, else a server of the
+/// runner's own ([`start_server`]), with its guard.
+pub fn redis_url(runner: &str) -> (String, Option<Server>) {
+    match std::env::var("REDIS_URL") {
+        Ok(url) => (url, None),
+        Err(_) => {
+            let (url, server) = start_server(runner);
+            (url, Some(server))
+        }
+    }
 }
 
 /// Round trips Redis has served for scripts so far: the calls of
