@@ -490,6 +490,45 @@ fn a_move_overtaken_by_a_check_copies_again_and_loses_nothing() {
     assert_eq!(map.len(), 64);
 }
 
+/// A quota change's carry reads the clock, which may panic. If it panics
+/// on a move's second try (a check overtook the first copy, already
+/// placed), the placed copy is given up: the old table keeps the client,
+/// the writer that finishes the rebuild moves it once, and its key is
+/// owned (and dropped) once.
+#[test]
+fn a_carry_that_panics_after_placing_its_copy_gives_the_copy_up() {
+    let map = map();
+    assert!(put(&map, "carried".into(), 7));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        map.rebuild_all(
+            |cell| match cell.load() {
+                7 => {
+                    // The first try: its copy is placed, then a check
+                    // lands on the old cell, so the forward fails.
+                    let relocation = cell.relocate();
+                    assert!(matches!(
+                        cell.apply(|w| Some(w + 1_000)),
+                        crate::cell::Applied::Admitted(_)
+                    ));
+                    relocation
+                }
+                1_007 => panic!("the clock panicked"),
+                _ => cell.relocate(),
+            },
+            |_| unreachable!("nothing dies"),
+        );
+    }));
+    assert!(result.is_err());
+    assert_eq!(word(&map, "carried"), Some(1_007));
+    assert_eq!(map.len(), 1);
+    // The next writer of the shard finishes the rebuild.
+    for (i, key) in neighbours(&map, "carried", 8).into_iter().enumerate() {
+        assert!(put(&map, key, i as u64));
+    }
+    assert_eq!(word(&map, "carried"), Some(1_007), "the client's one state");
+    assert_eq!(map.len(), 9);
+}
+
 #[test]
 fn a_cell_that_dies_while_it_moves_is_left_behind_once() {
     let map = map();
