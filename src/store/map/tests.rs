@@ -550,6 +550,15 @@ fn a_cell_that_dies_while_it_moves_is_left_behind_once() {
     assert_eq!(word(&map, "dies"), None);
     assert_eq!(word(&map, "lives"), Some(6));
     assert_eq!(map.len(), 1);
+    // The copy given up still takes its slot until the next rebuild: the
+    // shard's counts say so, or the table would fill past its last empty
+    // slot (and a probe for an absent key would never end).
+    let guard = epoch::pin();
+    let shard = map.shard(map.hash("dies"));
+    let table = TestMap::current(shard, &guard).expect("a table");
+    let counted = table.count();
+    let held = map.lock(shard, &guard);
+    assert_eq!((held.live, held.used), (counted.live, counted.used));
 }
 
 /// A key whose `Hash` panics while `PANIC` is set: a rebuild is left half
