@@ -311,3 +311,106 @@ fn limiters_of_one_name_add_up() {
     }
     assert_eq!(outcomes("shared-name")[..2], [Some(4.0), Some(2.0)]);
 }
+
+/// A recorder that holds up the thread publishing through it until told to
+/// go on: a recorder taking a lock of its own, or a slow one.
+struct Stalling {
+    entered: std::sync::mpsc::SyncSender<()>,
+    go: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Stalling {
+    fn stall(&self) {
+        let _ = self.entered.try_send(());
+        let _ = self
+            .go
+            .lock()
+            .unwrap()
+            .recv_timeout(Duration::from_secs(30));
+    }
+}
+
+impl metrics::Recorder for Stalling {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        self.stall();
+        metrics::Counter::noop()
+    }
+    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        self.stall();
+        metrics::Gauge::noop()
+    }
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+/// A check whose turn it is to publish never waits for another thread
+/// that is publishing: while `publish_metrics` is held up inside the
+/// recorder, checks due to publish (a second of the limiter's clock later)
+/// leave it to that thread and go on.
+#[test]
+fn a_check_due_to_publish_never_waits_for_a_stalled_publisher() {
+    let clock = ManualClock::new();
+    let limiter = TokenBucket::builder()
+        .rate(1_000, Duration::from_secs(1))
+        .name("stalled-publisher")
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    assert!(limiter.allow_request("alice"));
+    let (entered_tx, entered) = std::sync::mpsc::sync_channel(1);
+    let (go, go_rx) = std::sync::mpsc::channel();
+    let stalling = Stalling {
+        entered: entered_tx,
+        go: std::sync::Mutex::new(go_rx),
+    };
+    std::thread::scope(|scope| {
+        let publisher = scope.spawn(|| {
+            metrics::with_local_recorder(&stalling, || limiter.publish_metrics());
+        });
+        entered
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the publisher reached the recorder");
+        // Publishing is due for the checks now, and the publisher holds it.
+        clock.advance(Duration::from_secs(2));
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let limiter = &limiter;
+        let checker = scope.spawn(move || {
+            let admitted = (0..100).filter(|_| limiter.allow_request("bob")).count();
+            done_tx.send(admitted).unwrap();
+        });
+        let admitted = done.recv_timeout(Duration::from_secs(10));
+        // Let the publisher go whatever happened, so the test ends.
+        for _ in 0..16 {
+            let _ = go.send(());
+        }
+        assert_eq!(admitted, Ok(100), "checks waited for the stalled publisher");
+        checker.join().unwrap();
+        publisher.join().unwrap();
+    });
+}

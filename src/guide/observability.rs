@@ -106,10 +106,13 @@
 //! - **By itself**: the first check of each second of the limiter's clock
 //!   publishes (one comparison on every other check). That check runs the
 //!   recorder's code, the one exception to a check running no code but
-//!   the key's and the clock's: it never waits for another publisher (if
-//!   one is publishing, the check leaves it to that one), but a recorder
+//!   the key's and the clock's. It never waits for another publisher: the
+//!   counts are summed under a lock of the limiter's that a check only
+//!   tries (if it is taken, the check leaves the publishing to its
+//!   holder), and the recorder is called with no lock of tollgate's held,
+//!   so a publisher held up in the recorder holds up no check. A recorder
 //!   that takes a lock of its own, as most do for a series not seen
-//!   before, can make that one check wait. A limiter in use thus reaches
+//!   before, can still make that one check wait. A limiter in use thus reaches
 //!   the recorder with no call, a second late at most while checks go on.
 //! - **On demand**: [`Limiter::publish_metrics`](crate::Limiter::publish_metrics),
 //!   [`DirectLimiter::publish_metrics`](crate::DirectLimiter::publish_metrics),

@@ -156,12 +156,17 @@ impl<A> Inner<A> {
         }
         // The `RedisStats` counters, as deltas since the last publication;
         // the lock orders publishers, so each delta is handed out once.
-        let mut last = self
-            .answers
-            .stats
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let now = self.calls.counters.snapshot();
+        // Taken for the snapshot only, never while the recorder runs, so a
+        // publisher held up in the recorder holds up no other.
+        let (now, last) = {
+            let mut last = self
+                .answers
+                .stats
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let now = self.calls.counters.snapshot();
+            (now, core::mem::replace(&mut *last, now))
+        };
         let delta = |f: fn(&RedisStats) -> u64| f(&now).wrapping_sub(f(&last));
         telemetry::counter(ROUND_TRIPS, name, &[]).increment(delta(|s| s.round_trips));
         telemetry::counter(SHORTCUT_HITS, name, &[]).increment(delta(|s| s.denied_locally));
@@ -173,8 +178,6 @@ impl<A> Inner<A> {
             .increment(delta(|s| s.breaker_opened));
         telemetry::counter(TRANSITIONS, name, &[("to", "closed")])
             .increment(delta(|s| s.breaker_closed));
-        *last = now;
-        drop(last);
         telemetry::gauge(BREAKER_OPEN, name, &[]).set(if self.breaker.is_open() {
             1.0
         } else {

@@ -54,8 +54,8 @@ pub(super) struct Requests {
     /// `transport * STATUSES + status`. Counted with `fetch_add` on a
     /// shared line: a response the layer builds itself costs far more.
     statuses: Box<[PlainAtomicU64]>,
-    /// What `statuses` had when last published; taken only by a publisher
-    /// holding `sent`'s lock.
+    /// What `statuses` had when last published; locked by a publisher
+    /// while it reads `statuses`, never while it calls the recorder.
     statuses_sent: Mutex<Box<[u64]>>,
     /// Times the publications.
     clock: MonotonicClock,
@@ -138,16 +138,28 @@ impl Requests {
                 .increment(deltas[transport * 5 + outcome]);
             }
         }
-        let mut last = self
-            .statuses_sent
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for (at, (counter, last)) in self.statuses.iter().zip(last.iter_mut()).enumerate() {
-            // Relaxed: as in `responded`.
-            let now = counter.load(Ordering::Relaxed);
-            if now == *last {
-                continue;
-            }
+        // The responses sent since the last publication, by status: the
+        // lock is held for the reading only, never while the recorder runs,
+        // so a publisher held up in the recorder holds up no other.
+        let changed: Vec<(usize, u64)> = {
+            let mut last = self
+                .statuses_sent
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.statuses
+                .iter()
+                .zip(last.iter_mut())
+                .enumerate()
+                .filter_map(|(at, (counter, last))| {
+                    // Relaxed: as in `responded`.
+                    let now = counter.load(Ordering::Relaxed);
+                    let delta = now.wrapping_sub(*last);
+                    *last = now;
+                    (delta != 0).then_some((at, delta))
+                })
+                .collect()
+        };
+        for (at, delta) in changed {
             let (transport, status) = (at / STATUSES, at % STATUSES);
             metrics::counter!(
                 RESPONSES,
@@ -155,8 +167,7 @@ impl Requests {
                 "transport" => TRANSPORTS[transport],
                 "status" => status.to_string(),
             )
-            .increment(now.wrapping_sub(*last));
-            *last = now;
+            .increment(delta);
         }
     }
 }
