@@ -32,10 +32,11 @@ fn child_worker() {
         return;
     };
     let mut parts = spec.split('|');
-    let (url, algo, name) = (
+    let (url, algo, name, coalesce) = (
         parts.next().unwrap().to_string(),
         parts.next().unwrap().to_string(),
         parts.next().unwrap().to_string(),
+        parts.next() == Some("coalesce"),
     );
     let admitted = runtime().block_on(async move {
         let conn: RedisConnection = match url.strip_prefix("cluster:") {
@@ -59,17 +60,31 @@ fn child_worker() {
         // starve the server past the default 100 ms per call.
         let patience = Duration::from_secs(10);
         match algo.as_str() {
-            "tb" => hammer(tb.fail_policy(policy).timeout(patience).build().unwrap()).await,
-            "swc" => hammer(swc.fail_policy(policy).timeout(patience).build().unwrap()).await,
-            "fw" => hammer(fw.fail_policy(policy).timeout(patience).build().unwrap()).await,
-            "swl" => hammer(swl.fail_policy(policy).timeout(patience).build().unwrap()).await,
+            "tb" => {
+                let limiter = tb.fail_policy(policy).timeout(patience);
+                hammer(limiter.coalesce(coalesce).build().unwrap()).await
+            }
+            "swc" => {
+                let limiter = swc.fail_policy(policy).timeout(patience);
+                hammer(limiter.coalesce(coalesce).build().unwrap()).await
+            }
+            "fw" => {
+                let limiter = fw.fail_policy(policy).timeout(patience);
+                hammer(limiter.coalesce(coalesce).build().unwrap()).await
+            }
+            "swl" => {
+                let limiter = swl.fail_policy(policy).timeout(patience);
+                hammer(limiter.coalesce(coalesce).build().unwrap()).await
+            }
             other => panic!("unknown algorithm {other}"),
         }
     });
-    println!("ADMITTED={admitted}");
+    println!("ADMITTED={}", admitted.0);
+    println!("COALESCED={}", admitted.1);
 }
 
-async fn hammer<A: RedisAlgorithm>(limiter: RedisLimiter<A>) -> u64 {
+/// The checks admitted, and those that rode another's call.
+async fn hammer<A: RedisAlgorithm>(limiter: RedisLimiter<A>) -> (u64, u64) {
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
             let limiter = limiter.clone();
@@ -87,7 +102,7 @@ async fn hammer<A: RedisAlgorithm>(limiter: RedisLimiter<A>) -> u64 {
     for task in tasks {
         total += task.await.unwrap();
     }
-    total
+    (total, limiter.stats().coalesced)
 }
 
 #[test]
@@ -96,13 +111,26 @@ fn exactly_the_quota_across_processes() {
         return;
     };
     server.away_from_hour_boundary(Duration::from_secs(60));
-    across_processes(&server.url(), "procs");
+    across_processes(&server.url(), "procs", false);
+}
+
+/// The same with each process coalescing its tasks' checks of the client
+/// (`RedisBuilder::coalesce`): exactly the quota still.
+#[test]
+fn exactly_the_quota_across_processes_coalesced() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(60));
+    across_processes(&server.url(), "coalesced", true);
 }
 
 /// For each algorithm, 3 child processes × `TASKS` tasks × `CHECKS_PER_TASK`
 /// checks of one client against `target` (a server's URL, or `cluster:`
-/// and the nodes' URLs), at 100 per hour: exactly 100 admitted in all.
-fn across_processes(target: &str, label: &str) {
+/// and the nodes' URLs), at 100 per hour, each process coalescing its
+/// checks if `coalesce`: exactly 100 admitted in all.
+fn across_processes(target: &str, label: &str, coalesce: bool) {
+    let mode = if coalesce { "coalesce" } else { "each" };
     let exe = std::env::current_exe().unwrap();
     for algo in ["tb", "swc", "fw", "swl"] {
         let name = prefix(&format!("{label}-{algo}"));
@@ -110,30 +138,39 @@ fn across_processes(target: &str, label: &str) {
             .map(|_| {
                 Command::new(&exe)
                     .args(["child_worker", "--exact", "--nocapture", "--test-threads=1"])
-                    .env(CHILD_ENV, format!("{target}|{algo}|{name}"))
+                    .env(CHILD_ENV, format!("{target}|{algo}|{name}|{mode}"))
                     .stdout(Stdio::piped())
                     .spawn()
                     .unwrap()
             })
             .collect();
-        let mut total = 0;
+        let (mut total, mut coalesced) = (0, 0);
         for child in children {
             let out = child.wait_with_output().unwrap();
             assert!(out.status.success(), "{algo}: a child failed");
-            let line = BufReader::new(&out.stdout[..])
-                .lines()
-                .map(Result::unwrap)
-                .find_map(|l| l.split_once("ADMITTED=").map(|(_, n)| n.trim().to_string()))
-                .unwrap_or_else(|| {
-                    panic!(
-                        "{algo}: the child did not report: {}",
-                        String::from_utf8_lossy(&out.stdout)
-                    )
-                });
-            total += line.parse::<u64>().unwrap();
+            let reported = |what: &str| -> u64 {
+                BufReader::new(&out.stdout[..])
+                    .lines()
+                    .map(Result::unwrap)
+                    .find_map(|l| l.split_once(what).map(|(_, n)| n.trim().parse().unwrap()))
+                    .unwrap_or_else(|| {
+                        panic!(
+                            "{algo}: the child did not report {what}: {}",
+                            String::from_utf8_lossy(&out.stdout)
+                        )
+                    })
+            };
+            total += reported("ADMITTED=");
+            coalesced += reported("COALESCED=");
         }
         // 3 processes × 8 tasks × 40 checks = 960 attempts on one client.
         assert_eq!(total, 100, "{algo}: exactly the quota, across processes");
+        // The log's checks go one call each, coalescing or not.
+        if coalesce && algo != "swl" {
+            assert!(coalesced > 0, "{algo}: no check rode another's call");
+        } else {
+            assert_eq!(coalesced, 0, "{algo}");
+        }
     }
 }
 
@@ -150,7 +187,7 @@ fn exactly_the_quota_across_processes_on_a_cluster() {
     let nodes = &cluster.nodes;
     nodes[0].away_from_hour_boundary(Duration::from_secs(60));
     let urls = cluster.urls();
-    across_processes(&format!("cluster:{}", urls.join(",")), "cluster");
+    across_processes(&format!("cluster:{}", urls.join(",")), "cluster", false);
 
     // Clients spread over the nodes: each its own budget, wherever its slot.
     let target = urls.clone();
