@@ -58,9 +58,10 @@
 //!   `src/redis/batch_equal.rs` (a batch decides as the same checks one by
 //!   one, for the token bucket, both windows and a pair), by
 //!   `checks_made_at_once_coalesce_and_decide_as_one_after_the_other`,
-//!   `a_quota_changed_while_checks_wait_splits_their_batch`, and across
-//!   two processes by
-//!   `sixty_four_tasks_on_two_limiters_admit_exactly_the_quota`.
+//!   `a_quota_changed_while_checks_wait_splits_their_batch`,
+//!   `sixty_four_tasks_on_two_limiters_admit_exactly_the_quota`, and
+//!   across three processes by
+//!   `exactly_the_quota_across_processes_coalesced` (`tests/redis.rs`).
 //! - **One interface.** [`AsyncCheck`](crate::AsyncCheck) is the interface
 //!   that in-process and Redis limiters share, and the tower layer takes
 //!   either.

@@ -68,6 +68,11 @@ struct Client {
 }
 
 /// One shard of [`InFlight`]: each client's key with a call in flight.
+///
+/// A mutex, on the Redis path only and only with coalescing on: it is held
+/// to join a client's queue or take it (a map lookup, a push or a take),
+/// never across an `await`, a Redis call or user code, beside a round trip
+/// that costs thousands of times more. No in-process check takes it.
 type Shard = Mutex<HashMap<Vec<u8>, Client>>;
 
 /// The clients with a call in flight, and the checks waiting for the next.
