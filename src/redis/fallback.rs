@@ -170,6 +170,10 @@ type LogTier = (SlidingWindowLog, Arc<Limiter<SlidingWindowLog, Vec<u8>>>);
 
 /// The sliding window log's fallback: a limiter per tier.
 pub(crate) struct LogFallback {
+    // A lock, on the fallback path only (Redis already failed this check,
+    // after a timeout or a refused connection): read to find a tier's
+    // limiter, written only when `set_quota` adds or changes a tier. No
+    // in-process limiter's check takes it.
     tiers: RwLock<Vec<Option<LogTier>>>,
     memory: Memory,
     resolver: Option<Arc<Resolver>>,
