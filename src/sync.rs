@@ -21,6 +21,11 @@ pub(crate) use std::sync::{
     Arc, Mutex,
 };
 
+/// The flag of a Redis limiter's lease that one call for more is on its
+/// way: on the Redis path only, which no loom model runs.
+#[cfg(feature = "redis")]
+pub(crate) use std::sync::atomic::AtomicBool;
+
 #[cfg(feature = "loom")]
 pub(crate) use loom::sync::atomic::Ordering;
 

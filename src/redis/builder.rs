@@ -15,9 +15,10 @@ use super::call::{Calls, Clock, Script};
 use super::fallback::Settings;
 use super::guard::{Breaker, Counters};
 use super::key::Layout;
+use super::lease::{Lease, LeaseScripts, Leases};
 use super::lua::{
-    batch_script, cas_script, log_book_script, log_cancel_script, log_script, read_script,
-    word_script, CLOCK,
+    batch_script, cas_script, lease_reset_script, lease_return_script, lease_script,
+    log_book_script, log_cancel_script, log_script, read_script, word_script, CLOCK,
 };
 use super::shortcut::DenyCache;
 use super::spec::Spec;
@@ -89,6 +90,7 @@ impl<A, K, C> Builder<A, K, C> {
             backoff: (Duration::from_millis(100), Duration::from_secs(5)),
             shortcut: Some(4_096),
             coalesce: false,
+            lease: None,
             tier_by: None,
             name: self.name,
             _algorithm: PhantomData,
@@ -221,6 +223,7 @@ pub struct RedisBuilder<A> {
     backoff: (Duration, Duration),
     shortcut: Option<usize>,
     coalesce: bool,
+    lease: Option<Lease>,
     pub(super) tier_by: Option<Arc<Resolver>>,
     /// The builder's [`name`](crate::Builder::name).
     name: Option<std::borrow::Cow<'static, str>>,
@@ -238,6 +241,7 @@ impl<A> fmt::Debug for RedisBuilder<A> {
             .field("backoff", &self.backoff)
             .field("shortcut", &self.shortcut)
             .field("coalesce", &self.coalesce)
+            .field("lease", &self.lease)
             .finish_non_exhaustive()
     }
 }
@@ -387,6 +391,65 @@ impl<A> RedisBuilder<A> {
         self.coalesce = on;
         self
     }
+
+    /// Leases the bucket's units (default off): each process takes a
+    /// block of a client's units from Redis in one call and spends it
+    /// locally, in a lock-free cell, asking for more before it runs out.
+    /// A hot client then costs one call per block instead of one per
+    /// check; a client's checks this process cannot answer from its lease
+    /// go to Redis as without leases.
+    ///
+    /// The fleet never admits more than the bucket allows: a unit is
+    /// spent only after Redis granted it, and no later than its slot in
+    /// the bucket's schedule. What leases cost is accuracy the other way:
+    /// a process may be denied while other processes hold units they have
+    /// not spent, at most `max_units` each (see [`Lease`], and the guide's
+    /// Redis chapter, [`crate::guide::redis`], for the bound and when to
+    /// turn leases on).
+    ///
+    /// With leases, [`RedisLimiter::reset`](super::RedisLimiter::reset)
+    /// and [`remove`](super::RedisLimiter::remove) keep the units leased
+    /// to processes theirs, and the bucket restarts full from the end of
+    /// the latest lease outstanding (at most one refill ahead; at once if
+    /// none is); [`set_quota`](super::RedisLimiter::set_quota)
+    /// gives up this process's leases (their units lapse) and judges the
+    /// next under the new quota; [`peek`](super::RedisLimiter::peek) reads
+    /// Redis's state, not this process's lease; when Redis fails, the
+    /// units already leased are still spent and the fail policy answers
+    /// the checks they cannot.
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) answers [`ConfigError::Conflict`] (field
+    /// `lease`) for any algorithm but a token bucket alone, and
+    /// [`ConfigError::OutOfRange`] (field `lease`) for a horizon not
+    /// within 1 µs and the bucket's refill time, or `max_units` not within
+    /// 1 and the capacity.
+    ///
+    /// # Examples
+    ///
+    /// `no_run`: it needs a Redis server on localhost.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tollgate::redis::Lease;
+    /// use tollgate::TokenBucket;
+    ///
+    /// # async fn run(conn: redis::aio::ConnectionManager) -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(10_000, Duration::from_secs(1))
+    ///     .redis(conn, "api")
+    ///     .lease(Lease::new(Duration::from_millis(20)).max_units(200))
+    ///     .build()?;
+    /// assert!(limiter.check("tenant-7").await?.is_allowed());
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn lease(mut self, lease: Lease) -> Self {
+        self.lease = Some(lease);
+        self
+    }
 }
 
 impl<A: RedisAlgorithm> RedisBuilder<A> {
@@ -490,6 +553,13 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
         let owner = owner_id();
         let tiers = Tiers::new::<A>(self.params, self.tier_by, owner.clone())?;
         let scripts = scripts(&spec, &clock);
+        let leases = match self.lease {
+            None => None,
+            Some(lease) => {
+                let valid = lease.validate(&spec)?;
+                Some(Leases::new(valid, lease_scripts(&spec, &clock)))
+            }
+        };
         let offset = unix_ns().wrapping_sub(clock.local_ns());
         Ok(RedisLimiter {
             inner: Arc::new(Inner {
@@ -508,6 +578,7 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
                 shortcut,
                 coalesce: (self.coalesce && super::coalesce::coalesces(&spec))
                     .then(super::coalesce::InFlight::new),
+                leases,
                 owner,
                 serial: AtomicU64::new(0),
                 offset: AtomicU64::new(offset),
@@ -520,8 +591,8 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
     }
 }
 
-/// A limiter's scripts, for its spec, on its clock.
-fn scripts(spec: &Spec, clock: &Clock) -> Scripts {
+/// The Lua that reads the clock a limiter's scripts judge at.
+fn script_clock(clock: &Clock) -> &'static str {
     #[cfg(test)]
     let at = if clock.reads_redis() {
         CLOCK
@@ -533,6 +604,12 @@ fn scripts(spec: &Spec, clock: &Clock) -> Scripts {
         debug_assert!(clock.reads_redis());
         CLOCK
     };
+    at
+}
+
+/// A limiter's scripts, for its spec, on its clock.
+fn scripts(spec: &Spec, clock: &Clock) -> Scripts {
+    let at = script_clock(clock);
     match spec {
         Spec::Log { .. } => Scripts {
             check: Script::new(log_script(at, true)),
@@ -548,6 +625,16 @@ fn scripts(spec: &Spec, clock: &Clock) -> Scripts {
             cas: Script::new(cas_script(at)),
             batch: Some(Script::new(batch_script(spec, at))),
         },
+    }
+}
+
+/// A leasing limiter's scripts, for its spec, on its clock.
+fn lease_scripts(spec: &Spec, clock: &Clock) -> LeaseScripts {
+    let at = script_clock(clock);
+    LeaseScripts {
+        grant: Script::new(lease_script(spec, at)),
+        give_back: Script::new(lease_return_script(spec, at)),
+        reset: Script::new(lease_reset_script(at)),
     }
 }
 

@@ -101,11 +101,25 @@ impl Calls {
         key: &[u8],
         args: impl Fn(&mut Cmd),
     ) -> RedisResult<T> {
+        self.eval_keys(script, &[key], args).await
+    }
+
+    /// [`eval`](Self::eval) on several keys (of one slot).
+    pub(crate) async fn eval_keys<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[&[u8]],
+        args: impl Fn(&mut Cmd),
+    ) -> RedisResult<T> {
         let mut conn = self.conn.clone();
+        let bytes: usize = keys.iter().map(|k| k.len()).sum();
         let command = |name: &str, body: &str| {
             // Room for a check's arguments at once: no regrowth per call.
-            let mut cmd = Cmd::with_capacity(12, 160 + key.len() + body.len());
-            cmd.arg(name).arg(body).arg(1).arg(key);
+            let mut cmd = Cmd::with_capacity(12, 160 + bytes + body.len());
+            cmd.arg(name).arg(body).arg(keys.len());
+            for key in keys {
+                cmd.arg(*key);
+            }
             args(&mut cmd);
             if let Some(now) = self.clock.script_now() {
                 cmd.arg(now);

@@ -124,9 +124,19 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         let client = super::key::client_bytes(key);
         let key = inner.layout.key(&client);
         async move {
-            let reply = tokio::time::timeout(inner.timeout, inner.calls.delete(&key)).await;
+            let reply = match &inner.leases {
+                None => tokio::time::timeout(inner.timeout, inner.calls.delete(&key)).await,
+                Some(_) => {
+                    tokio::time::timeout(inner.timeout, inner.lease_reset(&key, &client)).await
+                }
+            };
             if let Some(local) = &inner.fallback {
                 local.remove(&client);
+            }
+            // After Redis's reset, as the shortcut's renewal: a hold learnt
+            // from a reading before it is not installed.
+            if let Some(leases) = &inner.leases {
+                leases.reset(&client);
             }
             // After the delete (or its failure, which may still have
             // deleted): every entry made from a reading before it is

@@ -158,6 +158,9 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             Err(err) => return RedisCheck::ready(inner.fallback(&request, err)),
         };
         let inner = Arc::clone(inner);
+        if mode == Mode::Check && inner.leases.is_some() && super::lease::leases(&request) {
+            return RedisCheck(State::Waiting(Box::pin(inner.leased(request, probe_due))));
+        }
         if mode == Mode::Check
             && !beyond
             && !probe_due

@@ -210,6 +210,20 @@ pub struct RedisStats {
     /// [`RedisBuilder::coalesce`](super::RedisBuilder::coalesce)): the
     /// round trips coalescing saved.
     pub coalesced: u64,
+    /// Checks answered from a lease, without a round trip (see
+    /// [`RedisBuilder::lease`](super::RedisBuilder::lease)): admitted on
+    /// a unit leased before, or denied while the bucket had none to give.
+    pub leased: u64,
+    /// Calls that asked Redis for a lease's units.
+    pub lease_calls: u64,
+    /// Units Redis granted to leases.
+    pub lease_units: u64,
+    /// Leased units given back to Redis unspent (a quiet client's).
+    pub lease_returned: u64,
+    /// Leased units that lapsed unspent: replaced by a grant that did not
+    /// continue them, or not given back because units were taken after
+    /// them.
+    pub lease_lapsed: u64,
 }
 
 /// The live counters behind [`RedisStats`].
@@ -228,6 +242,11 @@ pub(crate) struct Counters {
     pub(crate) breaker_opened: AtomicU64,
     pub(crate) breaker_closed: AtomicU64,
     pub(crate) coalesced: AtomicU64,
+    pub(crate) leased: AtomicU64,
+    pub(crate) lease_calls: AtomicU64,
+    pub(crate) lease_units: AtomicU64,
+    pub(crate) lease_returned: AtomicU64,
+    pub(crate) lease_lapsed: AtomicU64,
 }
 
 /// Counts one event. Relaxed: the counters publish nothing but themselves.
@@ -252,6 +271,11 @@ impl Counters {
             breaker_opened: read(&self.breaker_opened),
             breaker_closed: read(&self.breaker_closed),
             coalesced: read(&self.coalesced),
+            leased: read(&self.leased),
+            lease_calls: read(&self.lease_calls),
+            lease_units: read(&self.lease_units),
+            lease_returned: read(&self.lease_returned),
+            lease_lapsed: read(&self.lease_lapsed),
         }
     }
 }

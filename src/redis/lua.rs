@@ -568,3 +568,141 @@ return {{given}}
 "
     )
 }
+
+/// The sorted set beside a leasing limiter's key, holding the leases
+/// still outstanding: its name is the client's key with this after it
+/// (same hash tag, same slot).
+pub(super) const LEASES_SUFFIX: &str = ":lease";
+
+/// A lease's grant: up to `want` units of a token bucket at once, as many
+/// as the bucket admits now, given the consecutive slots they take
+/// (`[start, end)`, µs; see `crate::algorithm::lease`).
+///
+/// `KEYS`: the client's key, its leases' set. `ARGV`: the bucket's
+/// interval (µs) and capacity, the head of the values the reader writes,
+/// the call's number, `want` (at least 1), the limiter's id, the range
+/// its lease of this client was last registered with (`0 0` for none),
+/// and the lease's cursor (its units before it are spent or passed).
+/// The reply: `{-1}` for a state to convert; `{g, start, end, now, from}`
+/// for `g` ≥ 1 units granted (the new TAT is `end`, the ns past its µs
+/// kept), `[from, end)` the lease's range as registered now; `{0, until,
+/// now, from, end}` when the bucket has none, `until` the instant its
+/// first unit frees, `[from, end)` the lease's range as registered now
+/// (`0 0`: none). The leases' set holds each process's current lease of the
+/// client (member `<id>:<from>:<end>`, scored by its end), from its
+/// cursor on: a grant that continues the lease registered extends it, any
+/// other replaces it; the
+/// set forgets the leases that have ended.
+///
+/// The grant admits exactly what `word_script`'s check would admit for a
+/// cost of `g`, and writes the same state.
+pub(super) fn lease_script(spec: &Spec, clock: &str) -> String {
+    let mut lua = word_read(
+        spec,
+        clock,
+        "local HEAD, want = ARGV[3], tonumber(ARGV[5])\n",
+    );
+    lua.push_str(&format!(
+        r"local a, b = tonumber(ARGV[1]), tonumber(ARGV[2])
+local t, r = (x1 or 0), (x2 or 0)
+if r > 999 then {bad} end
+local s = t
+if t < now then s, r = now, 0 end
+local room = now + b * a - s
+if r > 0 then room = room - 1 end
+local g = math.min(want, math.floor(room / a))
+local lk = KEYS[2]
+local ps, pe = tonumber(ARGV[7]), tonumber(ARGV[8])
+local keep = math.max(ps, tonumber(ARGV[9]))
+if pe > 0 then redis.call('ZREM', lk, ARGV[6] .. ':' .. fmt('%d:%d', ps, pe)) end
+if g <= 0 then
+  local untl = s - (b - 1) * a
+  if r > 0 then untl = untl + 1 end
+  if pe > keep then
+    redis.call('ZADD', lk, pe, ARGV[6] .. ':' .. fmt('%d:%d', keep, pe))
+    return {{0, untl, now, keep, pe}}
+  end
+  return {{0, untl, now, 0, 0}}
+end
+local e = s + g * a
+local idle = e
+if r > 0 then idle = e + 1 end
+redis.call('SET', key, HEAD .. ARGV[4] .. '|' .. fmt('%d', e) .. '|' .. fmt('%d', r), 'PXAT', math.floor(idle / 1000) + 1)
+redis.call('ZREMRANGEBYSCORE', lk, '-inf', now)
+local from = s
+if pe == s then from = keep end
+redis.call('ZADD', lk, e, ARGV[6] .. ':' .. fmt('%d:%d', from, e))
+local last = redis.call('ZRANGE', lk, -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', lk, math.floor(tonumber(last[2]) / 1000) + 1)
+return {{g, s, e, now, from}}
+",
+        bad = bad("a TAT with more than 999 ns past its microseconds"),
+    ));
+    lua
+}
+
+/// A lease's unpassed units given back: `[from, end)` of the lease that
+/// began at `start`, if no unit was taken after it (the bucket's TAT is
+/// still `end`), in which case the bucket is as if the lease had taken
+/// only the units before `from`. Units taken after a lease cannot go back
+/// exactly (the bucket has one TAT, no holes), and are left to lapse.
+///
+/// `KEYS`: the client's key, its leases' set. `ARGV`: the bucket's
+/// interval and capacity, the head of the values the reader writes, the
+/// call's number, the limiter's id, the lease's range as registered
+/// (`start`, `end`; see `lease_script`), and `from`. The lease leaves the
+/// leases' set whether or not its units could go back. The reply: `{-1}` for a state to
+/// convert (nothing given back), else `{given, now}`, `given` the µs of
+/// slots given back (0 if none).
+pub(super) fn lease_return_script(spec: &Spec, clock: &str) -> String {
+    let mut lua = word_read(spec, clock, "local HEAD = ARGV[3]\n");
+    lua.push_str(
+        r"local s, e, from = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+redis.call('ZREM', KEYS[2], ARGV[5] .. ':' .. fmt('%d:%d', s, e))
+if x1 == nil or x1 ~= e then return {0, now} end
+local back = math.max(from, now)
+if back >= e then return {0, now} end
+local r = x2 or 0
+if back <= now and r == 0 then
+  redis.call('DEL', KEYS[1])
+else
+  local idle = back
+  if r > 0 then idle = back + 1 end
+  redis.call('SET', KEYS[1], HEAD .. ARGV[4] .. '|' .. fmt('%d', back) .. '|' .. fmt('%d', r), 'PXAT', math.floor(idle / 1000) + 1)
+end
+return {e - back, now}
+",
+    );
+    lua
+}
+
+/// A leasing limiter's reset (and removal): the client's state forgotten
+/// but for the slots of each process's current lease, which stay its own.
+/// A lease's slots lie anywhere up to a full refill ahead, and the bucket
+/// has one theoretical arrival time, no holes: so the bucket restarts full
+/// from the end of the latest lease still in the leases' set (its TAT is
+/// that end), and with none, the key is deleted, as without leases. (A
+/// TAT of `now` plus the leases' unpassed slots would grant slots the
+/// leases hold, twice: over the bound.)
+///
+/// `KEYS`: the client's key, its leases' set. `ARGV`: the head of the
+/// values the reader writes and the call's number. The reply:
+/// `{existed, now}`, `existed` 1 if the key held a state.
+pub(super) fn lease_reset_script(clock: &str) -> String {
+    format!(
+        r"{PRELUDE}{clock}
+local key, lk = KEYS[1], KEYS[2]
+redis.call('ZREMRANGEBYSCORE', lk, '-inf', now)
+local last = redis.call('ZRANGE', lk, -1, -1, 'WITHSCORES')
+local upto = now
+if last[2] then upto = math.max(now, tonumber(last[2])) end
+local existed = redis.call('EXISTS', key)
+if upto > now then
+  redis.call('SET', key, ARGV[1] .. ARGV[2] .. '|' .. fmt('%d', upto) .. '|0', 'PXAT', math.floor(upto / 1000) + 1)
+else
+  redis.call('DEL', key)
+end
+return {{existed, now}}
+"
+    )
+}

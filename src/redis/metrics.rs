@@ -48,6 +48,8 @@ pub(super) enum Path {
     /// The in-process limiter of
     /// [`FailPolicy::Local`](super::FailPolicy::Local).
     Local = 5,
+    /// The client's lease, without a round trip.
+    Lease = 6,
 }
 
 /// How a check was answered.
@@ -59,18 +61,19 @@ pub(super) enum Outcome {
     Refused = 2,
 }
 
-const PATHS: [&str; 6] = [
+const PATHS: [&str; 7] = [
     "redis",
     "shortcut",
     "fail_open",
     "fail_closed",
     "key_refused",
     "local",
+    "lease",
 ];
 const ANSWERS: [&str; 3] = ["admitted", "denied", "refused"];
 /// The `(path, answer)` pairs a check can end in: each is published, at 0
 /// until it happens, so both sides of every ratio exist.
-const PAIRS: [(Path, Outcome); 10] = [
+const PAIRS: [(Path, Outcome); 12] = [
     (Path::Redis, Outcome::Admitted),
     (Path::Redis, Outcome::Denied),
     (Path::Shortcut, Outcome::Denied),
@@ -81,11 +84,13 @@ const PAIRS: [(Path, Outcome); 10] = [
     (Path::Local, Outcome::Admitted),
     (Path::Local, Outcome::Denied),
     (Path::Local, Outcome::Refused),
+    (Path::Lease, Outcome::Admitted),
+    (Path::Lease, Outcome::Denied),
 ];
 /// Counters: `path * 3 + answer`, then the units beyond the first that
 /// admitted and denied checks asked for.
-const N: usize = 20;
-const EXTRA: usize = 18;
+const N: usize = 23;
+const EXTRA: usize = 21;
 
 /// A Redis limiter's answers and what it last published.
 pub(super) struct Answers {

@@ -120,6 +120,9 @@ mod events;
 mod fallback;
 mod guard;
 mod key;
+mod lease;
+#[cfg(all(test, not(feature = "loom")))]
+mod lease_exact;
 mod lua;
 #[cfg(all(test, not(feature = "loom")))]
 mod lua_equal;
@@ -145,6 +148,7 @@ use guard::Breaker;
 pub use guard::RedisStats;
 use key::Layout;
 pub use key::RedisKey;
+pub use lease::Lease;
 use shortcut::DenyCache;
 use spec::Spec;
 
@@ -351,6 +355,8 @@ struct Inner<A> {
     shortcut: Option<DenyCache>,
     /// The clients with a call in flight, when checks coalesce.
     coalesce: Option<coalesce::InFlight>,
+    /// The clients' leases, when the limiter leases units.
+    leases: Option<lease::Leases>,
     /// This limiter's id, written with every state it writes.
     owner: String,
     /// Calls made, numbered: the incarnation of a key a call creates.

@@ -97,6 +97,7 @@ pub(super) struct Tiers {
 
 /// What a request is judged by: its tier, the tier's quota, and the
 /// largest cost any tier admits.
+#[derive(Clone)]
 pub(super) struct Judged {
     pub(super) tier: Tier,
     pub(super) quota: Arc<TierQuota>,
@@ -379,6 +380,9 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         };
         let at = inner.redis_now() + u64::try_from(in_flight.as_nanos()).unwrap_or(0);
         inner.tiers.set(tier, new, at / 1_000);
+        if let Some(leases) = &inner.leases {
+            leases.clear();
+        }
         if let Some(cache) = &inner.shortcut {
             cache.renew();
         }

@@ -1,0 +1,768 @@
+//! Leases: a process takes a block of a token bucket's units for a client
+//! in one call and spends them here, through the lock-free
+//! [`LeaseCell`](crate::cell::LeaseCell), until it needs more.
+//!
+//! # The rules
+//!
+//! - **A unit is spent only after Redis granted it.** A grant is a
+//!   script that admits up to `want` units at once exactly as a check of
+//!   that cost would (the same state written), and gives them their
+//!   consecutive slots on Redis's clock. A unit is spent no later than its
+//!   slot starts, on this process's estimate of Redis's clock, which is
+//!   never earlier than it: so every admission, leased or not, keeps the
+//!   bucket's exact bound in every span of time (see
+//!   `crate::algorithm::lease`).
+//! - **More is asked before the lease runs out**, by one call at a time
+//!   per client: when the units left fall to a quarter of the last grant,
+//!   a task asks for the units this process is expected to spend in the
+//!   lease's horizon at its recent rate (at least twice the last grant
+//!   when it ran out first, within `[1, max_units]`). A check that finds
+//!   the lease empty while a call is on its way waits for that call.
+//! - **Nothing to give**: when the bucket has no unit, checks are denied
+//!   here without asking until its first unit frees (at most one second).
+//! - **Unused units go back** when the client goes quiet (no grant for a
+//!   horizon), if no process took units after them (the bucket has one
+//!   theoretical arrival time, no holes, so only the tail can go back
+//!   exactly); otherwise they lapse as their slots pass. A grant that does
+//!   not continue the lease replaces it, and the units it displaces lapse
+//!   the same way.
+//! - **A process that dies** loses the units of its lease: they lapse by
+//!   the end of its slots, at most `max_units`.
+//!
+//! Redis keeps each process's current lease of a client in a sorted set
+//! beside the client's key (registered from the lease's cursor at each
+//! call), so that [`reset`](super::RedisLimiter::reset) and
+//! [`remove`](super::RedisLimiter::remove) keep the slots leased to
+//! processes theirs: the bucket restarts full from the end of the latest
+//! lease outstanding (at most one refill of the bucket ahead), never
+//! granting a slot a lease holds a second time.
+
+use core::fmt;
+use core::time::Duration;
+use std::sync::Arc;
+
+use scc::HashIndex;
+use tokio::sync::Notify;
+
+use super::call::Script;
+use super::decide::{Failure, Request};
+use super::guard::bump;
+#[cfg(feature = "metrics")]
+use super::metrics::{Outcome, Path};
+use super::spec::{Spec, WordSpec};
+use super::state::decision;
+use super::{Inner, RedisAlgorithm};
+use crate::cell::{LeaseCell, Spent};
+use crate::check::CheckError;
+use crate::decision::Decision;
+use crate::error::ConfigError;
+use crate::sync::{AtomicBool, AtomicU64, Ordering};
+
+/// How a Redis limiter leases a token bucket's units
+/// ([`RedisBuilder::lease`](super::RedisBuilder::lease)): each process
+/// takes a block of a client's units in one call and spends it locally,
+/// so that a hot client costs a call per block rather than per check.
+///
+/// The block is sized from the process's recent rate for the client: the
+/// units it would spend in `horizon`, within `[1, max_units]`. A larger
+/// horizon saves calls and holds more units away from the other
+/// processes; see the guide's Redis chapter ([`crate::guide::redis`]) for
+/// the bound on what that costs in accuracy.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::redis::Lease;
+///
+/// let lease = Lease::new(Duration::from_millis(50)).max_units(64);
+/// assert_eq!(lease.horizon(), Duration::from_millis(50));
+/// assert_eq!(lease.units(), Some(64));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    horizon: Duration,
+    max_units: Option<u64>,
+    max_clients: usize,
+}
+
+impl Lease {
+    /// Leases sized for `horizon` of the process's recent rate, at most a
+    /// tenth of the bucket's capacity (at least 1) each, for at most 65 536
+    /// clients at once per limiter (further clients are checked one call
+    /// each).
+    #[must_use]
+    pub fn new(horizon: Duration) -> Self {
+        Self {
+            horizon,
+            max_units: None,
+            max_clients: 1 << 16,
+        }
+    }
+
+    /// The most units one lease holds: at least 1, at most the bucket's
+    /// capacity ([`build`](super::RedisBuilder::build) checks).
+    #[must_use]
+    pub fn max_units(mut self, units: u64) -> Self {
+        self.max_units = Some(units);
+        self
+    }
+
+    /// The most clients holding a lease in this process at once: a
+    /// client beyond them is checked one call per check, as without
+    /// leases.
+    #[must_use]
+    pub fn max_clients(mut self, clients: usize) -> Self {
+        self.max_clients = clients;
+        self
+    }
+
+    /// The horizon a lease is sized for.
+    #[must_use]
+    pub fn horizon(&self) -> Duration {
+        self.horizon
+    }
+
+    /// The most units one lease holds, if set (else a tenth of the
+    /// capacity).
+    #[must_use]
+    pub fn units(&self) -> Option<u64> {
+        self.max_units
+    }
+
+    /// The settings checked against the limiter's spec.
+    pub(super) fn validate(self, spec: &Spec) -> Result<Valid, ConfigError> {
+        let Spec::One(half) = spec else {
+            return Err(ConfigError::Conflict {
+                field: "lease",
+                reason: "a lease holds a token bucket's units: the windows, the log and two limits at once have no units to hand out ahead of the requests",
+            });
+        };
+        let WordSpec::Bucket(_) = half.ns else {
+            return Err(ConfigError::Conflict {
+                field: "lease",
+                reason: "a lease holds a token bucket's units: a window's count cannot be handed out ahead of the requests without admitting them in the wrong window",
+            });
+        };
+        let (interval, capacity) = (half.a, half.b);
+        let horizon_us = u64::try_from(self.horizon.as_micros()).unwrap_or(u64::MAX);
+        ConfigError::check_range(
+            "lease",
+            u128::from(horizon_us),
+            (1, u128::from(capacity.saturating_mul(interval))),
+            "µs",
+            "a lease's horizon is at least 1 µs and at most the bucket's refill time",
+        )?;
+        let max_units = self.max_units.unwrap_or((capacity / 10).max(1));
+        ConfigError::check_range(
+            "lease",
+            u128::from(max_units),
+            (1, u128::from(capacity)),
+            "units",
+            "a lease holds at least 1 unit and at most the bucket's capacity",
+        )?;
+        ConfigError::check_range(
+            "lease",
+            self.max_clients as u128,
+            (1, 1 << 24),
+            "clients",
+            "each client holding a lease takes about 200 bytes",
+        )?;
+        Ok(Valid {
+            horizon_us,
+            max_units,
+            max_clients: self.max_clients,
+        })
+    }
+}
+
+/// A lease's settings, validated.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Valid {
+    horizon_us: u64,
+    max_units: u64,
+    max_clients: usize,
+}
+
+/// A leasing limiter's scripts.
+pub(super) struct LeaseScripts {
+    pub(super) grant: Script,
+    pub(super) give_back: Script,
+    pub(super) reset: Script,
+}
+
+/// One client's lease in this process.
+struct Entry {
+    cell: LeaseCell,
+    /// A call for more is on its way (one at a time).
+    asking: AtomicBool,
+    /// Wakes the checks waiting for that call.
+    answered: Notify,
+    /// Units spent here, ever.
+    spent: AtomicU64,
+    /// When the last call asked (µs), and `spent` then.
+    asked_at: AtomicU64,
+    spent_then: AtomicU64,
+    /// The last grant's size.
+    last: AtomicU64,
+    /// Calls answered: the quiet timer gives back only if none came since
+    /// it was set.
+    calls: AtomicU64,
+    /// The range (µs) this lease is registered with in Redis's set of
+    /// leases (`0, 0`: none). Written by the one call asking at a time.
+    registered: (AtomicU64, AtomicU64),
+}
+
+impl Entry {
+    fn new(interval: u64) -> Self {
+        Self {
+            cell: LeaseCell::new(interval),
+            asking: AtomicBool::new(false),
+            answered: Notify::new(),
+            spent: AtomicU64::new(0),
+            asked_at: AtomicU64::new(0),
+            spent_then: AtomicU64::new(0),
+            last: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
+            registered: (AtomicU64::new(0), AtomicU64::new(0)),
+        }
+    }
+}
+
+/// A limiter's leases: each client's, by its bytes.
+pub(super) struct Leases {
+    map: HashIndex<Vec<u8>, Arc<Entry>>,
+    settings: Valid,
+    pub(super) scripts: LeaseScripts,
+}
+
+impl fmt::Debug for Leases {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leases")
+            .field("clients", &self.map.len())
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a call for units answered.
+enum Answer {
+    Granted {
+        units: u64,
+        start: u64,
+        end: u64,
+        /// Redis's reading when it granted them, µs.
+        at: u64,
+    },
+    Nothing {
+        until: u64,
+    },
+    /// A state written under other settings: the check goes one call
+    /// alone, which converts it.
+    Convert,
+}
+
+/// The longest a check is held here on a `Nothing` answer, µs.
+const HOLD_MAX: u64 = 1_000_000;
+
+/// How many times a check waits for another's call before going alone.
+const ROUNDS: usize = 4;
+
+impl Leases {
+    pub(super) fn new(settings: Valid, scripts: LeaseScripts) -> Self {
+        Self {
+            map: HashIndex::new(),
+            settings,
+            scripts,
+        }
+    }
+
+    /// The client's entry, made if there is room.
+    fn entry(&self, client: &[u8], interval: u64) -> Option<Arc<Entry>> {
+        if let Some(entry) = self.map.peek_with(client, |_, e| Arc::clone(e)) {
+            if entry.cell.interval() == interval {
+                return Some(entry);
+            }
+            // Made under another quota: its units go (they lapse), and the
+            // client starts a lease under this one.
+            let _ = entry.cell.take_out(0);
+            self.map.remove_sync(client);
+        }
+        if self.map.len() >= self.settings.max_clients {
+            return None;
+        }
+        let entry = Arc::new(Entry::new(interval));
+        match self.map.insert_sync(client.to_vec(), Arc::clone(&entry)) {
+            Ok(()) => Some(entry),
+            Err(_) => self.map.peek_with(client, |_, e| Arc::clone(e)),
+        }
+    }
+
+    /// The units to ask for, at `now`, with `left` units left.
+    fn want(&self, entry: &Entry, now: u64, cost: u64, ran_out: bool) -> u64 {
+        let Valid {
+            horizon_us,
+            max_units,
+            ..
+        } = self.settings;
+        // Relaxed: figures for sizing, read by the one caller asking.
+        let spent = entry.spent.load(Ordering::Relaxed);
+        let since = entry.spent_then.swap(spent, Ordering::Relaxed);
+        let asked_at = entry.asked_at.swap(now, Ordering::Relaxed);
+        let last = entry.last.load(Ordering::Relaxed);
+        let elapsed = now.saturating_sub(asked_at).max(1);
+        let rate_want =
+            u128::from(spent.saturating_sub(since)) * u128::from(horizon_us) / u128::from(elapsed);
+        let mut want = u64::try_from(rate_want).unwrap_or(u64::MAX);
+        if ran_out {
+            want = want.max(last.saturating_mul(2));
+        }
+        want.clamp(1, max_units).max(cost)
+    }
+
+    /// Gives up this process's leases: on a quota change, which judges
+    /// new calls under the new quota (the units lapse).
+    pub(super) fn clear(&self) {
+        self.map.iter_sync(|_, entry| {
+            let _ = entry.cell.take_out(0);
+            true
+        });
+        self.map.clear_sync();
+    }
+
+    /// A reset or removal of `client` by this process: its hold goes.
+    pub(super) fn reset(&self, client: &[u8]) {
+        if let Some(entry) = self.map.peek_with(client, |_, e| Arc::clone(e)) {
+            entry.cell.reset();
+        }
+    }
+}
+
+/// Whether `request` is one a lease answers: a check of a cost the tier
+/// can ever admit.
+pub(super) fn leases(request: &Request) -> bool {
+    request.cost > 0 && !request.beyond && matches!(request.spec(), Spec::One(_))
+}
+
+impl<A: RedisAlgorithm> Inner<A> {
+    /// Redis's clock now, µs, as this process estimates it: never earlier
+    /// than Redis's own reading (see `offset`), rounded up.
+    fn lease_now(&self) -> u64 {
+        self.redis_now() / 1_000 + 1
+    }
+
+    /// A check answered from the client's lease, asking Redis for more
+    /// when it runs out.
+    pub(super) async fn leased(
+        self: Arc<Self>,
+        request: Request,
+        probe_due: bool,
+    ) -> Result<Decision, CheckError> {
+        let Some(leases) = &self.leases else {
+            return self.single(&request, probe_due).await;
+        };
+        let Spec::One(half) = request.spec() else {
+            return self.single(&request, probe_due).await;
+        };
+        let (interval, capacity) = (half.a, half.b);
+        let Some(entry) = leases.entry(&request.client, interval) else {
+            return self.single(&request, probe_due).await;
+        };
+        let cost = request.cost;
+        // The reading at which this check's own call was granted: the
+        // check spends at it, as a check of its own call is decided at
+        // Redis's reading (so the first unit of a grant to an idle bucket,
+        // whose slot starts at that reading, is this check's).
+        let mut granted_at = None;
+        for _ in 0..ROUNDS {
+            let now = granted_at.take().unwrap_or_else(|| self.lease_now());
+            match entry.cell.spend(now, cost) {
+                Spent::Admitted { left } => {
+                    // Relaxed: a figure for sizing the next grant.
+                    entry.spent.fetch_add(cost, Ordering::Relaxed);
+                    let last = entry.last.load(Ordering::Relaxed);
+                    if left <= last / 4 {
+                        self.ask_ahead(&entry, &request);
+                    }
+                    bump(&self.calls.counters.leased);
+                    #[cfg(feature = "metrics")]
+                    self.answered(Path::Lease, Outcome::Admitted, cost);
+                    let tat = now + capacity.saturating_sub(left) * interval;
+                    return Ok(decision(
+                        &half_ns(&request),
+                        true,
+                        u128::from(tat * 1_000),
+                        now,
+                        cost,
+                    ));
+                }
+                Spent::Held { until } => {
+                    bump(&self.calls.counters.leased);
+                    #[cfg(feature = "metrics")]
+                    self.answered(Path::Lease, Outcome::Denied, cost);
+                    let tat = until + (capacity - 1) * interval;
+                    return Ok(decision(
+                        &half_ns(&request),
+                        false,
+                        u128::from(tat * 1_000),
+                        now,
+                        cost,
+                    ));
+                }
+                Spent::Ask { epoch } => {
+                    // Acquire/Release: pairs with the Release store that
+                    // ends a call, so a check that takes the flag sees the
+                    // grant that call installed.
+                    if entry
+                        .asking
+                        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        match self.ask(&entry, &request, epoch, true, probe_due).await {
+                            Ok(Some(at)) => {
+                                granted_at = at;
+                                continue;
+                            }
+                            Ok(None) => return self.single(&request, false).await,
+                            Err(err) => return self.fallback(&request, err),
+                        }
+                    }
+                    let answered = entry.answered.notified();
+                    tokio::pin!(answered);
+                    answered.as_mut().enable();
+                    // Acquire: pairs with the Release store ending the
+                    // call, as above.
+                    if entry.asking.load(Ordering::Acquire) {
+                        let _ = tokio::time::timeout(self.timeout, answered).await;
+                    }
+                }
+            }
+        }
+        self.single(&request, probe_due).await
+    }
+
+    /// Starts a call for more before the lease runs out, unless one is on
+    /// its way (or there is no runtime to run it on).
+    fn ask_ahead(self: &Arc<Self>, entry: &Arc<Entry>, request: &Request) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        // Acquire: as in `leased`.
+        if entry
+            .asking
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        let epoch = entry.cell.epoch();
+        let (inner, entry) = (Arc::clone(self), Arc::clone(entry));
+        let request = Request {
+            judged: request.judged.clone(),
+            client: request.client.clone(),
+            key: request.key.clone(),
+            cost: 1,
+            beyond: false,
+            mode: request.mode,
+            cache_key: None,
+        };
+        runtime.spawn(async move {
+            let _ = inner.ask(&entry, &request, epoch, false, false).await;
+        });
+    }
+
+    /// One call for units, made by the holder of `asking`, which it gives
+    /// back: `Ok(Some(_))` if the lease may now answer (with Redis's
+    /// reading of a grant), `Ok(None)` if the
+    /// state must be converted by a check of its own, or the failure.
+    async fn ask(
+        self: &Arc<Self>,
+        entry: &Arc<Entry>,
+        request: &Request,
+        epoch: u64,
+        ran_out: bool,
+        probe_due: bool,
+    ) -> Result<Option<Option<u64>>, CheckError> {
+        let result = self
+            .ask_once(entry, request, epoch, ran_out, probe_due)
+            .await;
+        // Release: publishes the grant installed to the next check that
+        // takes the flag (Acquire above).
+        entry.asking.store(false, Ordering::Release);
+        entry.answered.notify_waiters();
+        result
+    }
+
+    async fn ask_once(
+        self: &Arc<Self>,
+        entry: &Arc<Entry>,
+        request: &Request,
+        epoch: u64,
+        ran_out: bool,
+        probe_due: bool,
+    ) -> Result<Option<Option<u64>>, CheckError> {
+        let leases = self.leases.as_ref().expect("a leasing limiter");
+        let probe_due = match self.gate(self.calls.clock.local_ns()) {
+            Ok(due) => due || probe_due,
+            Err(err) => return Err(err),
+        };
+        let want = leases.want(entry, self.lease_now(), request.cost, ran_out);
+        let (answer, sent) = self
+            .guarded(probe_due, &request.key, self.grant(entry, request, want))
+            .await?;
+        let now = self.lease_now();
+        // Relaxed: the quiet timer's generation, read by that timer.
+        let call = entry.calls.fetch_add(1, Ordering::Relaxed) + 1;
+        let _ = sent;
+        match answer {
+            Answer::Granted {
+                units,
+                start,
+                end,
+                at,
+            } => {
+                bump(&self.calls.counters.lease_calls);
+                self.calls
+                    .counters
+                    .lease_units
+                    .fetch_add(units, Ordering::Relaxed);
+                entry.last.store(units, Ordering::Relaxed);
+                if let Some((from, to)) = entry.cell.grant(now, epoch, start, end) {
+                    self.calls
+                        .counters
+                        .lease_lapsed
+                        .fetch_add((to - from) / entry.cell.interval(), Ordering::Relaxed);
+                }
+                self.quiet_later(entry, request, call);
+                Ok(Some(Some(at)))
+            }
+            Answer::Nothing { until } => {
+                bump(&self.calls.counters.lease_calls);
+                entry
+                    .cell
+                    .nothing(now, epoch, until.min(now.saturating_add(HOLD_MAX)));
+                self.quiet_later(entry, request, call);
+                Ok(Some(None))
+            }
+            Answer::Convert => Ok(None),
+        }
+    }
+
+    /// The grant's round trip: `want` units of `request`'s client.
+    async fn grant(&self, entry: &Entry, request: &Request, want: u64) -> Result<Answer, Failure> {
+        let leases = self.leases.as_ref().expect("a leasing limiter");
+        let Spec::One(half) = request.spec() else {
+            return Ok(Answer::Convert);
+        };
+        let head = request.judged.head();
+        // Relaxed: a number unique to this call, nothing more.
+        let serial = self.serial.fetch_add(1, Ordering::Relaxed);
+        let set = leases_key(&request.key);
+        let sent = self.calls.clock.local_ns();
+        // Relaxed: written by the one call asking at a time (this one).
+        let registered = (
+            entry.registered.0.load(Ordering::Relaxed),
+            entry.registered.1.load(Ordering::Relaxed),
+        );
+        let reply: Vec<i64> = self
+            .calls
+            .eval_keys(&leases.scripts.grant, &[&request.key, &set], |cmd| {
+                cmd.arg(half.a)
+                    .arg(half.b)
+                    .arg(&*head)
+                    .arg(serial)
+                    .arg(want)
+                    .arg(&self.owner)
+                    .arg(registered.0)
+                    .arg(registered.1)
+                    .arg(entry.cell.cursor());
+            })
+            .await?;
+        let field = |i: usize| reply.get(i).and_then(|v| u64::try_from(*v).ok());
+        let bad = || {
+            Failure::Decode(super::state::DecodeError::Range(
+                "a lease's grant of an unexpected shape",
+            ))
+        };
+        match reply.first().copied() {
+            Some(-1) => Ok(Answer::Convert),
+            Some(0) => {
+                let (until, now) = (field(1).ok_or_else(bad)?, field(2).ok_or_else(bad)?);
+                self.judged(sent, now);
+                // Relaxed: as above.
+                entry
+                    .registered
+                    .0
+                    .store(field(3).unwrap_or(0), Ordering::Relaxed);
+                entry
+                    .registered
+                    .1
+                    .store(field(4).unwrap_or(0), Ordering::Relaxed);
+                Ok(Answer::Nothing { until })
+            }
+            Some(_) => {
+                let units = field(0).ok_or_else(bad)?;
+                let from = field(4).ok_or_else(bad)?;
+                let (start, end, now) = (
+                    field(1).ok_or_else(bad)?,
+                    field(2).ok_or_else(bad)?,
+                    field(3).ok_or_else(bad)?,
+                );
+                // Before the grant is installed: every spend of it reads
+                // Redis's clock through an estimate made from this reply
+                // or a later one, each no earlier than Redis's.
+                self.judged(sent, now);
+                if end <= start || from > start || end > crate::algorithm::lease::TIME_MAX {
+                    return Err(bad());
+                }
+                // Relaxed: as above.
+                entry.registered.0.store(from, Ordering::Relaxed);
+                entry.registered.1.store(end, Ordering::Relaxed);
+                Ok(Answer::Granted {
+                    units,
+                    start,
+                    end,
+                    at: now,
+                })
+            }
+            None => Err(bad()),
+        }
+    }
+
+    /// After a horizon with no further call, gives the unpassed units
+    /// back (if no process took units after them) and forgets the entry.
+    fn quiet_later(self: &Arc<Self>, entry: &Arc<Entry>, request: &Request, call: u64) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let leases = self.leases.as_ref().expect("a leasing limiter");
+        let horizon = Duration::from_micros(leases.settings.horizon_us.max(1_000));
+        let (inner, entry) = (Arc::clone(self), Arc::clone(entry));
+        let (key, client, judged) = (
+            request.key.clone(),
+            request.client.clone(),
+            request.judged.clone(),
+        );
+        runtime.spawn(async move {
+            // Relaxed: figures read by this timer only.
+            let mut spent = entry.spent.load(Ordering::Relaxed);
+            loop {
+                tokio::time::sleep(horizon).await;
+                // Relaxed: see `ask_once`. A newer call has its own timer.
+                if entry.calls.load(Ordering::Relaxed) != call {
+                    return;
+                }
+                let now = inner.lease_now();
+                let still = entry.spent.load(Ordering::Relaxed);
+                // Acquire: as in `leased`.
+                let busy = still != spent
+                    || entry.asking.load(Ordering::Acquire)
+                    || entry.cell.held(now).is_some();
+                if !busy {
+                    break;
+                }
+                spent = still;
+            }
+            let now = inner.lease_now();
+            let held = entry.cell.take_out(now);
+            // Relaxed: as in `grant`; no call asks now (checked above, and
+            // a call would have moved `calls` on).
+            let registered = (
+                entry.registered.0.swap(0, Ordering::Relaxed),
+                entry.registered.1.swap(0, Ordering::Relaxed),
+            );
+            if registered.1 > 0 {
+                let (from, to) = held.unwrap_or((registered.1, registered.1));
+                let _ = tokio::time::timeout(
+                    inner.timeout,
+                    inner.give_back(&key, &judged, registered, from, to),
+                )
+                .await;
+            }
+            let leases = inner.leases.as_ref().expect("a leasing limiter");
+            leases.map.remove_if_sync(&client, |e| {
+                Arc::ptr_eq(e, &entry) && e.calls.load(Ordering::Relaxed) == call
+            });
+        });
+    }
+
+    /// Gives the slots `[from, to)` back, if no unit was taken after them.
+    async fn give_back(
+        &self,
+        key: &[u8],
+        judged: &super::tier::Judged,
+        registered: (u64, u64),
+        from: u64,
+        to: u64,
+    ) -> Result<(), Failure> {
+        let leases = self.leases.as_ref().expect("a leasing limiter");
+        let Spec::One(half) = judged.quota.spec else {
+            return Ok(());
+        };
+        let head = judged.head();
+        // Relaxed: a number unique to this call, nothing more.
+        let serial = self.serial.fetch_add(1, Ordering::Relaxed);
+        let set = leases_key(key);
+        let reply: Vec<i64> = self
+            .calls
+            .eval_keys(&leases.scripts.give_back, &[key, &set], |cmd| {
+                cmd.arg(half.a)
+                    .arg(half.b)
+                    .arg(&*head)
+                    .arg(serial)
+                    .arg(&self.owner)
+                    .arg(registered.0)
+                    .arg(registered.1)
+                    .arg(from);
+            })
+            .await?;
+        let given = reply.first().copied().unwrap_or(0).max(0) as u64;
+        let units = given / half.a.max(1);
+        self.calls
+            .counters
+            .lease_returned
+            .fetch_add(units, Ordering::Relaxed);
+        self.calls.counters.lease_lapsed.fetch_add(
+            ((to - from) / half.a.max(1)).saturating_sub(units),
+            Ordering::Relaxed,
+        );
+        Ok(())
+    }
+}
+
+impl<A: RedisAlgorithm> Inner<A> {
+    /// A leasing limiter's reset of `client` in Redis: whether its key
+    /// held a state.
+    pub(super) async fn lease_reset(
+        &self,
+        key: &[u8],
+        client: &[u8],
+    ) -> ::redis::RedisResult<bool> {
+        let leases = self.leases.as_ref().expect("a leasing limiter");
+        let judged = self.tiers.judge(client);
+        let head = judged.head();
+        // Relaxed: a number unique to this call, nothing more.
+        let serial = self.serial.fetch_add(1, Ordering::Relaxed);
+        let set = leases_key(key);
+        let (existed, _now): (u64, u64) = self
+            .calls
+            .eval_keys(&leases.scripts.reset, &[key, &set], |cmd| {
+                cmd.arg(&*head).arg(serial);
+            })
+            .await?;
+        Ok(existed > 0)
+    }
+}
+
+/// The figures' algorithm of a one-bucket request.
+fn half_ns(request: &Request) -> super::spec::Ns {
+    request.spec().ns().expect("a word algorithm")
+}
+
+/// The sorted set of `key`'s outstanding leases.
+pub(super) fn leases_key(key: &[u8]) -> Vec<u8> {
+    let mut set = Vec::with_capacity(key.len() + super::lua::LEASES_SUFFIX.len());
+    set.extend_from_slice(key);
+    set.extend_from_slice(super::lua::LEASES_SUFFIX.as_bytes());
+    set
+}

@@ -1,0 +1,371 @@
+//! Leases against a real `redis-server`, on a test clock: the fleet's
+//! admissions, leased or not, against the token bucket's exact bound in
+//! every span of time; holds; and `reset`, `remove`, `set_quota` and the
+//! fail policies with leases.
+
+use core::time::Duration;
+
+use proptest::prelude::*;
+
+use super::testing::{on_clock, runner, runtime, Server};
+use super::{FailPolicy, Lease, RedisLimiter};
+use crate::check::CheckErrorKind;
+use crate::clock::ManualClock;
+use crate::{ConfigError, FixedWindow, TokenBucket};
+
+/// µs per unit of the buckets below.
+const T: u64 = 10_000;
+
+/// A leasing limiter (one process) of `capacity` units, one per `T` µs.
+fn leasing(
+    server: &Server,
+    rt: &tokio::runtime::Runtime,
+    clock: &ManualClock,
+    prefix: &str,
+    capacity: u64,
+    max_units: u64,
+) -> RedisLimiter<TokenBucket> {
+    let manager = rt.block_on(server.manager());
+    on_clock(
+        TokenBucket::builder()
+            .rate(1, Duration::from_micros(T))
+            .capacity(capacity)
+            .redis(manager, prefix)
+            .no_deny_shortcut()
+            .lease(Lease::new(Duration::from_micros(capacity.min(5) * T)).max_units(max_units)),
+        clock,
+    )
+}
+
+/// Whether `admitted` (µs, in order, each with the number of resets
+/// before it) keeps the bucket's exact bound in every span that no reset
+/// cuts: at most `capacity + ⌊(b − a)/T⌋` admissions in `[a, b]`.
+fn within_bound(admitted: &[(u64, usize)], capacity: u64) -> Result<(), String> {
+    for (i, &(a, ra)) in admitted.iter().enumerate() {
+        for (j, &(b, rb)) in admitted.iter().enumerate().skip(i) {
+            if ra != rb {
+                continue;
+            }
+            let count = (j - i + 1) as u64;
+            let bound = capacity + (b - a) / T;
+            if count > bound {
+                return Err(format!(
+                    "{count} admitted in [{a}, {b}], the bound is {bound}: {admitted:?}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    /// Process `p` checks `n` times at the current instant.
+    Check { p: usize, n: u64 },
+    /// Time moves on, µs.
+    Wait(u64),
+    /// Process `p` resets the client.
+    Reset { p: usize },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => (0..3usize, 1..6u64).prop_map(|(p, n)| Step::Check { p, n }),
+        3 => prop_oneof![Just(1u64), 1..T, Just(T), T..6 * T, Just(40 * T)].prop_map(Step::Wait),
+        1 => (0..3usize).prop_map(|p| Step::Reset { p }),
+    ]
+}
+
+/// Three processes leasing one client's units, checks interleaved with
+/// waits and resets: every admission of the fleet, in order of time,
+/// keeps the exact bound of a bucket of 6 in every span no reset cuts.
+/// The spawned calls for more run whenever the runtime gets to them,
+/// so their timing varies too.
+#[test]
+fn the_fleet_never_admits_beyond_the_exact_bound() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let mut runner = runner(64);
+    let case = core::cell::Cell::new(0u32);
+    runner
+        .run(&proptest::collection::vec(step(), 1..60), |steps| {
+            case.set(case.get() + 1);
+            let clock = server.clock();
+            let prefix = format!("exact{}", case.get());
+            let fleet: Vec<_> = (0..3)
+                .map(|_| leasing(&server, &rt, &clock, &prefix, 6, 3))
+                .collect();
+            let (mut admitted, mut resets) = (Vec::new(), 0usize);
+            let now = || crate::clock::Clock::now_nanos(&clock) / 1_000;
+            for step in &steps {
+                match *step {
+                    Step::Check { p, n } => {
+                        for _ in 0..n {
+                            let d = rt.block_on(fleet[p].check("c")).unwrap();
+                            if d.is_allowed() {
+                                admitted.push((now(), resets));
+                            }
+                        }
+                    }
+                    Step::Wait(us) => clock.advance(Duration::from_micros(us)),
+                    Step::Reset { p } => {
+                        let _ = rt.block_on(fleet[p].reset("c")).unwrap();
+                        resets += 1;
+                    }
+                }
+            }
+            within_bound(&admitted, 6).map_err(TestCaseError::fail)
+        })
+        .unwrap();
+}
+
+/// One process, a bucket of 5 and leases of up to 2, time stopped: exactly
+/// 5 admitted; once the bucket has nothing to give, further checks are
+/// denied here, without a call, each saying when the next unit frees.
+#[test]
+fn exactly_the_capacity_then_held_without_a_call() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let clock = server.clock();
+    let limiter = leasing(&server, &rt, &clock, "held", 5, 2);
+    let decisions: Vec<_> = (0..12)
+        .map(|_| rt.block_on(limiter.check("c")).unwrap())
+        .collect();
+    assert_eq!(decisions.iter().filter(|d| d.is_allowed()).count(), 5);
+    assert!(decisions[..5].iter().all(|d| d.is_allowed()));
+    let calls = limiter.stats().round_trips;
+    for _ in 0..20 {
+        let d = rt.block_on(limiter.check("c")).unwrap();
+        assert!(d.is_denied());
+        assert!(d.retry_after() > Duration::ZERO);
+        assert!(d.retry_after() <= Duration::from_micros(T));
+    }
+    let stats = limiter.stats();
+    assert_eq!(stats.round_trips, calls, "held, no call: {stats:?}");
+    assert!(stats.leased >= 20, "{stats:?}");
+    // The next unit frees one interval on: one more admitted, and no
+    // more.
+    clock.advance(Duration::from_micros(T));
+    let after: Vec<_> = (0..4)
+        .map(|_| rt.block_on(limiter.check("c")).unwrap().is_allowed())
+        .collect();
+    assert_eq!(after, [true, false, false, false]);
+}
+
+/// A reset while another process holds leased units, time stopped: those
+/// stay that process's and everything else is forgiven, so from the reset
+/// on the two processes admit exactly a full bucket between them, less any
+/// units a lease let lapse (a grant that did not continue it), and never
+/// more.
+#[test]
+fn a_reset_forgives_all_but_the_units_other_processes_hold() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let clock = server.clock();
+    let a = leasing(&server, &rt, &clock, "reset", 8, 4);
+    let b = leasing(&server, &rt, &clock, "reset", 8, 4);
+    let admit = |l: &RedisLimiter<TokenBucket>, n: usize| {
+        (0..n)
+            .filter(|_| rt.block_on(l.check("c")).unwrap().is_allowed())
+            .count() as u64
+    };
+    let lapsed = |l: &RedisLimiter<TokenBucket>| l.stats().lease_lapsed;
+    let held = |l: &RedisLimiter<TokenBucket>, spent: u64| {
+        l.stats().lease_units - spent - l.stats().lease_lapsed
+    };
+    // A spends 2 and holds the rest of its lease; B takes what is left.
+    let (a_spent, b_spent) = (admit(&a, 2), admit(&b, 20));
+    assert_eq!(a_spent, 2);
+    let a_held = held(&a, a_spent);
+    assert!(a_held > 0, "{:?}", a.stats());
+    assert_eq!(a_spent + a_held + b_spent + lapsed(&a) + lapsed(&b), 8);
+    let lapsed_before = lapsed(&a) + lapsed(&b);
+    assert!(rt.block_on(b.reset("c")).unwrap());
+    let (b_after, a_after) = (admit(&b, 20), admit(&a, 20));
+    let lost = lapsed(&a) + lapsed(&b) - lapsed_before;
+    let after = a_after + b_after;
+    assert!(
+        after <= 8,
+        "never beyond a full bucket after the reset: {after}"
+    );
+    assert!(
+        a_after >= a_held,
+        "A's units are still A's: {a_after} < {a_held}"
+    );
+    // A's lease is registered from its cursor when it last asked: the
+    // units it spent since count as held, at most one lease of 4.
+    assert!(
+        after + lost >= 8 - 4,
+        "all forgiven but A's lease: {after} + {lost}"
+    );
+    // A removal acts as the reset.
+    assert!(rt.block_on(a.remove("c")).unwrap());
+    let (lapsed_now, again) = (lapsed(&a) + lapsed(&b), admit(&a, 20) + admit(&b, 20));
+    let lost = lapsed(&a) + lapsed(&b) - lapsed_now;
+    assert!(again <= 8, "{again}");
+    assert!(
+        again + lost >= 4,
+        "at most A's lease of 4 kept: {again} + {lost}"
+    );
+}
+
+/// A reset by the process that was held: its hold goes, so the fresh
+/// bucket admits at once.
+#[test]
+fn a_reset_ends_this_process_s_hold() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let clock = server.clock();
+    let limiter = leasing(&server, &rt, &clock, "unhold", 3, 3);
+    let admitted = (0..6)
+        .filter(|_| rt.block_on(limiter.check("c")).unwrap().is_allowed())
+        .count();
+    assert_eq!(admitted, 3);
+    assert!(rt.block_on(limiter.check("c")).unwrap().is_denied());
+    assert!(rt.block_on(limiter.reset("c")).unwrap());
+    let after = (0..6)
+        .filter(|_| rt.block_on(limiter.check("c")).unwrap().is_allowed())
+        .count();
+    assert_eq!(after, 3);
+}
+
+/// A quota changed by `set_quota`: this process gives up its lease (its
+/// units lapse) and judges the next checks under the new quota, the state
+/// converted as in-process (the bucket keeps the units it is missing, at
+/// most the new capacity), so never more than the new quota allows.
+#[test]
+fn set_quota_gives_up_the_lease_and_judges_by_the_new_quota() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let clock = server.clock();
+    let three = || {
+        TokenBucket::builder()
+            .rate(1, Duration::from_micros(T))
+            .capacity(3)
+    };
+    let admit = |l: &RedisLimiter<TokenBucket>, n: usize| {
+        (0..n)
+            .filter(|_| rt.block_on(l.check("c")).unwrap().is_allowed())
+            .count() as u64
+    };
+    // Lowered before any check: exactly the new capacity.
+    let fresh = leasing(&server, &rt, &clock, "quota0", 10, 4);
+    fresh.set_quota(0, three()).unwrap();
+    assert_eq!(admit(&fresh, 10), 3);
+    // Lowered after units were leased: what Redis granted counts as
+    // spent, so at most 3 less what was taken.
+    let limiter = leasing(&server, &rt, &clock, "quota1", 10, 4);
+    assert_eq!(admit(&limiter, 1), 1);
+    let taken = limiter.stats().lease_units;
+    limiter.set_quota(0, three()).unwrap();
+    let after = admit(&limiter, 10);
+    assert!(after <= 3 - taken.min(3), "{after} after {taken} taken");
+}
+
+/// Redis stops while a lease holds units: they are still spent, and the
+/// checks they cannot answer get the fail policy's answer.
+#[test]
+fn the_units_held_outlive_redis_and_the_fail_policy_answers_the_rest() {
+    for policy in [
+        FailPolicy::FailClosed,
+        FailPolicy::FailOpen,
+        FailPolicy::Local,
+    ] {
+        let Some(mut server) = Server::start() else {
+            return;
+        };
+        let rt = runtime();
+        let clock = server.clock();
+        let manager = rt.block_on(server.manager());
+        let limiter = TokenBucket::builder()
+            .rate(1, Duration::from_secs(3_600))
+            .capacity(100)
+            .redis(manager, "down")
+            .no_deny_shortcut()
+            .fail_policy(policy)
+            .timeout(Duration::from_millis(500))
+            .lease(Lease::new(Duration::from_secs(60)).max_units(8))
+            .build_on_test_clock(clock.clone())
+            .unwrap();
+        // 1, then 2, then 4 units leased: 4 checks leave 3 held.
+        for _ in 0..4 {
+            assert!(rt.block_on(limiter.check("c")).unwrap().is_allowed());
+        }
+        let held = limiter.stats().lease_units - 4;
+        assert!(held > 0, "{:?}", limiter.stats());
+        server.stop();
+        for _ in 0..held {
+            assert!(
+                rt.block_on(limiter.check("c")).unwrap().is_allowed(),
+                "{policy:?}: a unit held is spent without Redis"
+            );
+        }
+        let next = rt.block_on(limiter.check("c"));
+        match policy {
+            FailPolicy::FailClosed => {
+                let kind = next.unwrap_err().kind();
+                assert!(
+                    matches!(kind, CheckErrorKind::Unavailable | CheckErrorKind::Timeout),
+                    "{kind:?}"
+                );
+            }
+            FailPolicy::FailOpen => assert!(next.unwrap().is_allowed()),
+            _ => {
+                // The in-process limiter of the same quota, fresh.
+                assert!(next.unwrap().is_allowed());
+                assert_eq!(limiter.stats().fail_local, 1);
+            }
+        }
+    }
+}
+
+/// Leases hold a token bucket's units and nothing else: any other
+/// algorithm, or sizes out of range, is a clear error at build.
+#[test]
+fn leases_of_anything_but_a_bucket_or_out_of_range_are_refused() {
+    let rt = runtime();
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let manager = rt.block_on(server.manager());
+    let err = FixedWindow::builder()
+        .limit(10)
+        .window(Duration::from_secs(1))
+        .redis(manager.clone(), "no")
+        .lease(Lease::new(Duration::from_millis(10)))
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(err, ConfigError::Conflict { field: "lease", .. }),
+        "{err}"
+    );
+    let bucket = || {
+        TokenBucket::builder()
+            .rate(10, Duration::from_secs(1))
+            .redis(manager.clone(), "no")
+    };
+    for lease in [
+        Lease::new(Duration::from_millis(10)).max_units(0),
+        Lease::new(Duration::from_millis(10)).max_units(11),
+        Lease::new(Duration::ZERO),
+        Lease::new(Duration::from_secs(2)),
+        Lease::new(Duration::from_millis(10)).max_clients(0),
+    ] {
+        let err = bucket().lease(lease).build().unwrap_err();
+        assert_eq!(err.field(), "lease", "{lease:?}: {err}");
+    }
+    assert!(bucket()
+        .lease(Lease::new(Duration::from_millis(10)))
+        .build()
+        .is_ok());
+}
