@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis_server::{builders, prefix, runtime, Cluster, Server, HOUR};
-use tollgate::redis::{FailPolicy, RedisAlgorithm, RedisConnection, RedisLimiter};
+use tollgate::redis::{FailPolicy, Lease, RedisAlgorithm, RedisConnection, RedisLimiter};
 use tollgate::{AsyncCheck, CheckErrorKind, Decision, FixedWindow, SlidingWindowLog, TokenBucket};
 
 // ---------------------------------------------------------------------------
@@ -32,12 +32,13 @@ fn child_worker() {
         return;
     };
     let mut parts = spec.split('|');
-    let (url, algo, name, coalesce) = (
+    let (url, algo, name, mode) = (
         parts.next().unwrap().to_string(),
         parts.next().unwrap().to_string(),
         parts.next().unwrap().to_string(),
-        parts.next() == Some("coalesce"),
+        parts.next().unwrap_or("each").to_string(),
     );
+    let coalesce = mode == "coalesce";
     let admitted = runtime().block_on(async move {
         let conn: RedisConnection = match url.strip_prefix("cluster:") {
             Some(nodes) => redis::cluster::ClusterClient::new(nodes.split(',').collect::<Vec<_>>())
@@ -60,6 +61,21 @@ fn child_worker() {
         // starve the server past the default 100 ms per call.
         let patience = Duration::from_secs(10);
         match algo.as_str() {
+            "tb" if mode == "lease" || mode == "victim" => {
+                let limiter = tb
+                    .fail_policy(policy)
+                    .timeout(patience)
+                    .lease(Lease::new(Duration::from_secs(60)).max_units(LEASE_UNITS))
+                    .build()
+                    .unwrap();
+                if mode == "victim" {
+                    hold_and_wait(limiter).await
+                } else {
+                    let admitted = hammer(limiter.clone()).await;
+                    report_leases(&limiter);
+                    admitted
+                }
+            }
             "tb" => {
                 let limiter = tb.fail_policy(policy).timeout(patience);
                 hammer(limiter.coalesce(coalesce).build().unwrap()).await
@@ -81,6 +97,34 @@ fn child_worker() {
     });
     println!("ADMITTED={}", admitted.0);
     println!("COALESCED={}", admitted.1);
+}
+
+/// The most units one lease holds in the cross-process tests.
+const LEASE_UNITS: u64 = 10;
+
+/// Prints a leasing limiter's lease figures for the parent.
+fn report_leases<A: RedisAlgorithm>(limiter: &RedisLimiter<A>) {
+    let stats = limiter.stats();
+    println!("LEASE_UNITS={}", stats.lease_units);
+    println!("LAPSED={}", stats.lease_lapsed);
+    println!("RETURNED={}", stats.lease_returned);
+}
+
+/// The process the parent kills: it admits 3 checks, lets its calls for
+/// more settle, reports what it holds, and waits to be killed.
+async fn hold_and_wait<A: RedisAlgorithm>(limiter: RedisLimiter<A>) -> (u64, u64) {
+    let mut admitted = 0;
+    for _ in 0..3 {
+        admitted += u64::from(limiter.check("shared-client").await.unwrap().is_allowed());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    println!("ADMITTED={admitted}");
+    report_leases(&limiter);
+    println!("READY");
+    use std::io::Write;
+    std::io::stdout().flush().unwrap();
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    panic!("the parent kills this process");
 }
 
 /// The checks admitted, and those that rode another's call.
@@ -125,7 +169,81 @@ fn exactly_the_quota_across_processes_coalesced() {
     across_processes(&server.url(), "coalesced", true);
 }
 
-/// For each algorithm, 3 child processes × `TASKS` tasks × `CHECKS_PER_TASK`
+/// Four processes leasing a token bucket's units (100 an hour, leases of
+/// at most 10): one takes a lease and is killed (SIGKILL) while it holds
+/// it; then three run `TASKS` tasks × `CHECKS_PER_TASK` checks each. The
+/// fleet never admits more than the bucket (its refill over the test
+/// included), and falls short of it by no more than the units the dead
+/// process held, the units that lapsed, and what each survivor may hold
+/// unspent at its exit (at most a lease each).
+#[test]
+fn never_beyond_the_quota_across_processes_with_leases_one_killed() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(60));
+    let started = Instant::now();
+    let exe = std::env::current_exe().unwrap();
+    let name = prefix("leases");
+    let child = |mode: &str| {
+        Command::new(&exe)
+            .args(["child_worker", "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, format!("{}|tb|{name}|{mode}", server.url()))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let field = |lines: &[String], what: &str| -> u64 {
+        lines
+            .iter()
+            .find_map(|l| l.split_once(what).map(|(_, n)| n.trim().parse().unwrap()))
+            .unwrap_or_else(|| panic!("no {what} in {lines:?}"))
+    };
+    // The victim: reads until it says it holds its lease, then dies.
+    let mut victim = child("victim");
+    let mut lines = Vec::new();
+    for line in BufReader::new(victim.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        let ready = line == "READY";
+        lines.push(line);
+        if ready {
+            break;
+        }
+    }
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    let victim_admitted = field(&lines, "ADMITTED=");
+    let victim_held = field(&lines, "LEASE_UNITS=") - victim_admitted - field(&lines, "LAPSED=");
+    assert!(
+        victim_held > 0,
+        "the victim holds units when killed: {lines:?}"
+    );
+    let survivors: Vec<_> = (0..3).map(|_| child("lease")).collect();
+    let (mut admitted, mut lapsed) = (victim_admitted, field(&lines, "LAPSED="));
+    for survivor in survivors {
+        let out = survivor.wait_with_output().unwrap();
+        assert!(out.status.success(), "a survivor failed");
+        let lines: Vec<String> = BufReader::new(&out.stdout[..])
+            .lines()
+            .map(Result::unwrap)
+            .collect();
+        admitted += field(&lines, "ADMITTED=");
+        lapsed += field(&lines, "LAPSED=");
+    }
+    let refill = started.elapsed().as_secs() * 100 / 3_600 + 1;
+    assert!(
+        admitted <= 100 + refill,
+        "{admitted} admitted: beyond the quota"
+    );
+    let short = 100 - admitted.min(100);
+    println!("leases, one killed: {admitted} admitted, victim held {victim_held}, {lapsed} lapsed");
+    assert!(
+        short <= victim_held + lapsed + 3 * LEASE_UNITS,
+        "{short} short of the quota: beyond what the dead process held ({victim_held}), lapsed ({lapsed}) and 3 leases"
+    );
+}
+
+/// For each algorithm, 4 child processes × `TASKS` tasks × `CHECKS_PER_TASK`
 /// checks of one client against `target` (a server's URL, or `cluster:`
 /// and the nodes' URLs), at 100 per hour, each process coalescing its
 /// checks if `coalesce`: exactly 100 admitted in all.
@@ -134,7 +252,7 @@ fn across_processes(target: &str, label: &str, coalesce: bool) {
     let exe = std::env::current_exe().unwrap();
     for algo in ["tb", "swc", "fw", "swl"] {
         let name = prefix(&format!("{label}-{algo}"));
-        let children: Vec<_> = (0..3)
+        let children: Vec<_> = (0..4)
             .map(|_| {
                 Command::new(&exe)
                     .args(["child_worker", "--exact", "--nocapture", "--test-threads=1"])
@@ -163,7 +281,7 @@ fn across_processes(target: &str, label: &str, coalesce: bool) {
             total += reported("ADMITTED=");
             coalesced += reported("COALESCED=");
         }
-        // 3 processes × 8 tasks × 40 checks = 960 attempts on one client.
+        // 4 processes × 8 tasks × 40 checks = 1 280 attempts on one client.
         assert_eq!(total, 100, "{algo}: exactly the quota, across processes");
         // The log's checks go one call each, coalescing or not.
         if coalesce && algo != "swl" {

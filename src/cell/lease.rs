@@ -123,7 +123,6 @@ impl LeaseCell {
     }
 
     /// The whole units left to spend at `now`.
-    #[cfg_attr(not(feature = "loom"), allow(dead_code))]
     pub fn left(&self, now: u64) -> u64 {
         self.lease.left(self.word.load(), now)
     }

@@ -16,8 +16,9 @@
 //!   per client: when the units left fall to a quarter of the last grant,
 //!   a task asks for the units this process is expected to spend in the
 //!   lease's horizon at its recent rate (at least twice the last grant
-//!   when it ran out first, within `[1, max_units]`). A check that finds
-//!   the lease empty while a call is on its way waits for that call.
+//!   when it ran out first), so that the lease never holds more than
+//!   `max_units` unspent. A check that finds the lease empty while a call
+//!   is on its way waits for that call.
 //! - **Nothing to give**: when the bucket has no unit, checks are denied
 //!   here without asking until its first unit frees (at most one second).
 //! - **Unused units go back** when the client goes quiet (no grant for a
@@ -298,7 +299,11 @@ impl Leases {
         }
     }
 
-    /// The units to ask for, at `now`, with `left` units left.
+    /// The units to ask for at `now`, for a check of `cost` (or ahead of
+    /// need): what the recent rate spends in a horizon (twice the last
+    /// grant if the lease ran out), within `[cost, max_units − left]`, so
+    /// that a lease never holds more than `max_units` unspent (but for a
+    /// check that costs more).
     fn want(&self, entry: &Entry, now: u64, cost: u64, ran_out: bool) -> u64 {
         let Valid {
             horizon_us,
@@ -317,7 +322,8 @@ impl Leases {
         if ran_out {
             want = want.max(last.saturating_mul(2));
         }
-        want.clamp(1, max_units).max(cost)
+        let room = max_units.saturating_sub(entry.cell.left(now)).max(1);
+        want.clamp(1, room).max(cost)
     }
 
     /// Gives up this process's leases: on a quota change, which judges
