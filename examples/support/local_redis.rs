@@ -1,5 +1,6 @@
 //! What the Redis runners share (included by path from
-//! `examples/redis_bench.rs` and `examples/redis_coalesce.rs`): a
+//! `examples/redis_bench.rs`, `examples/redis_coalesce.rs` and
+//! `examples/redis_lease.rs`): a
 //! `redis-server` of the runner's own on a free loopback port, and the
 //! script calls Redis has served.
 

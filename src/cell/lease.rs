@@ -127,6 +127,11 @@ impl LeaseCell {
         self.lease.left(self.word.load(), now)
     }
 
+    /// The word: it changes with every spend, grant and reset.
+    pub fn word(&self) -> u128 {
+        self.word.load()
+    }
+
     /// Where the next unit's slot would start, µs (0 for no range).
     pub fn cursor(&self) -> u64 {
         let p = Parts::of(self.word.load());

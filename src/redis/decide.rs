@@ -14,6 +14,7 @@ use ::redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use super::coalesce::{coalesces, joined};
 use super::guard::{bump, Gate};
+use super::lease::AtOnce;
 #[cfg(feature = "metrics")]
 use super::metrics::{Outcome, Path};
 use super::shortcut::Entry;
@@ -131,6 +132,14 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             return RedisCheck::ready(Err(CheckError::with_kind(CheckErrorKind::Cost, err)));
         }
         let beyond = cost > judged.quota.spec.capacity();
+        let lease = if mode == Mode::Check && cost > 0 && !beyond {
+            inner.lease_now_or_never(&client, &judged, cost)
+        } else {
+            AtOnce::Cold
+        };
+        if let AtOnce::Answered(decision) = lease {
+            return RedisCheck::ready(Ok(decision));
+        }
         let cache_key = inner
             .shortcut
             .as_ref()
@@ -158,7 +167,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
             Err(err) => return RedisCheck::ready(inner.fallback(&request, err)),
         };
         let inner = Arc::clone(inner);
-        if mode == Mode::Check && inner.leases.is_some() && super::lease::leases(&request) {
+        if matches!(lease, AtOnce::Wait) && super::lease::leases(&request) {
             return RedisCheck(State::Waiting(Box::pin(inner.leased(request, probe_due))));
         }
         if mode == Mode::Check

@@ -210,10 +210,13 @@ pub struct RedisStats {
     /// [`RedisBuilder::coalesce`](super::RedisBuilder::coalesce)): the
     /// round trips coalescing saved.
     pub coalesced: u64,
-    /// Checks answered from a lease, without a round trip (see
-    /// [`RedisBuilder::lease`](super::RedisBuilder::lease)): admitted on
-    /// a unit leased before, or denied while the bucket had none to give.
+    /// Checks admitted on a unit leased before, without a round trip (see
+    /// [`RedisBuilder::lease`](super::RedisBuilder::lease)).
     pub leased: u64,
+    /// Checks denied by a lease without a round trip: while the bucket
+    /// had no unit to give, or a call for more was on its way after it had
+    /// none.
+    pub lease_held: u64,
     /// Calls that asked Redis for a lease's units.
     pub lease_calls: u64,
     /// Units Redis granted to leases.
@@ -243,6 +246,7 @@ pub(crate) struct Counters {
     pub(crate) breaker_closed: AtomicU64,
     pub(crate) coalesced: AtomicU64,
     pub(crate) leased: AtomicU64,
+    pub(crate) lease_held: AtomicU64,
     pub(crate) lease_calls: AtomicU64,
     pub(crate) lease_units: AtomicU64,
     pub(crate) lease_returned: AtomicU64,
@@ -272,6 +276,7 @@ impl Counters {
             breaker_closed: read(&self.breaker_closed),
             coalesced: read(&self.coalesced),
             leased: read(&self.leased),
+            lease_held: read(&self.lease_held),
             lease_calls: read(&self.lease_calls),
             lease_units: read(&self.lease_units),
             lease_returned: read(&self.lease_returned),

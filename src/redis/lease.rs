@@ -39,6 +39,7 @@
 //! granting a slot a lease holds a second time.
 
 use core::fmt;
+use core::hash::BuildHasher;
 use core::time::Duration;
 use std::sync::Arc;
 
@@ -50,8 +51,9 @@ use super::decide::{Failure, Request};
 use super::guard::bump;
 #[cfg(feature = "metrics")]
 use super::metrics::{Outcome, Path};
-use super::spec::{Spec, WordSpec};
+use super::spec::{Half, Spec, WordSpec};
 use super::state::decision;
+use super::tier::Judged;
 use super::{Inner, RedisAlgorithm};
 use crate::cell::{LeaseCell, Spent};
 use crate::check::CheckError;
@@ -199,13 +201,14 @@ struct Entry {
     asking: AtomicBool,
     /// Wakes the checks waiting for that call.
     answered: Notify,
-    /// Units spent here, ever.
-    spent: AtomicU64,
-    /// When the last call asked (µs), and `spent` then.
+    /// When the last call asked (µs).
     asked_at: AtomicU64,
-    spent_then: AtomicU64,
     /// The last grant's size.
     last: AtomicU64,
+    /// The last call got less than it asked for: the bucket is spent, so
+    /// a check that finds the lease empty while a call is on its way is
+    /// denied at once rather than waiting for it.
+    spent: AtomicBool,
     /// Calls answered: the quiet timer gives back only if none came since
     /// it was set.
     calls: AtomicU64,
@@ -220,10 +223,9 @@ impl Entry {
             cell: LeaseCell::new(interval),
             asking: AtomicBool::new(false),
             answered: Notify::new(),
-            spent: AtomicU64::new(0),
             asked_at: AtomicU64::new(0),
-            spent_then: AtomicU64::new(0),
             last: AtomicU64::new(0),
+            spent: AtomicBool::new(false),
             calls: AtomicU64::new(0),
             registered: (AtomicU64::new(0), AtomicU64::new(0)),
         }
@@ -233,6 +235,11 @@ impl Entry {
 /// A limiter's leases: each client's, by its bytes.
 pub(super) struct Leases {
     map: HashIndex<Vec<u8>, Arc<Entry>>,
+    /// When the map was last swept for room (µs).
+    swept: AtomicU64,
+    /// The table of recent clients (see `met_recently`).
+    recent: Box<[AtomicU64]>,
+    hasher: foldhash::fast::RandomState,
     settings: Valid,
     pub(super) scripts: LeaseScripts,
 }
@@ -263,8 +270,17 @@ enum Answer {
     Convert,
 }
 
+/// The slots of the table of recent clients.
+const RECENT: usize = 4_096;
+
 /// The longest a check is held here on a `Nothing` answer, µs.
 const HOLD_MAX: u64 = 1_000_000;
+
+/// How long after a call for more began (µs) a check that finds the
+/// lease empty, the bucket spent at the last call, is denied at once
+/// rather than waiting for the call: past it the call is late (or its task
+/// has not run yet), and the check waits.
+const IN_FLIGHT_DENIAL: u64 = 1_000;
 
 /// How many times a check waits for another's call before going alone.
 const ROUNDS: usize = 4;
@@ -273,13 +289,24 @@ impl Leases {
     pub(super) fn new(settings: Valid, scripts: LeaseScripts) -> Self {
         Self {
             map: HashIndex::new(),
+            swept: AtomicU64::new(0),
+            recent: (0..RECENT).map(|_| AtomicU64::new(0)).collect(),
+            hasher: foldhash::fast::RandomState::default(),
             settings,
             scripts,
         }
     }
 
-    /// The client's entry, made if there is room.
-    fn entry(&self, client: &[u8], interval: u64) -> Option<Arc<Entry>> {
+    /// The client's entry, made if there is room (`None`: none). A
+    /// client gets one only once met twice in a horizon (see
+    /// `met_recently`, asked before), so that a client checked now and
+    /// then costs what it costs without leases.
+    fn entry(
+        &self,
+        client: &[u8],
+        interval: u64,
+        (now, redis_now): (u64, u64),
+    ) -> Option<Arc<Entry>> {
         if let Some(entry) = self.map.peek_with(client, |_, e| Arc::clone(e)) {
             if entry.cell.interval() == interval {
                 return Some(entry);
@@ -289,14 +316,57 @@ impl Leases {
             let _ = entry.cell.take_out(0);
             self.map.remove_sync(client);
         }
-        if self.map.len() >= self.settings.max_clients {
+        if self.map.len() >= self.settings.max_clients && !self.sweep(now, redis_now) {
             return None;
         }
         let entry = Arc::new(Entry::new(interval));
+        entry.asked_at.store(now, Ordering::Relaxed);
         match self.map.insert_sync(client.to_vec(), Arc::clone(&entry)) {
             Ok(()) => Some(entry),
             Err(_) => self.map.peek_with(client, |_, e| Arc::clone(e)),
         }
+    }
+
+    /// Whether a check of `client` came in the last horizon before this one
+    /// (at `now`, µs on this process's clock), by a table of the latest
+    /// client per slot: each slot a tag of the client's hash and the
+    /// instant. A collision only makes a client wait one more check for
+    /// its lease.
+    fn met_recently(&self, client: &[u8], now: u64) -> bool {
+        let hash = self.hasher.hash_one(client);
+        let slot = &self.recent[(hash as usize) & (self.recent.len() - 1)];
+        let tag = hash >> 32;
+        let stamp = (now / 1_000) & 0xFFFF_FFFF;
+        // Relaxed: a hint; a lost update only delays a lease.
+        let was = slot.swap(tag << 32 | stamp, Ordering::Relaxed);
+        let horizon_ms = self.settings.horizon_us / 1_000 + 1;
+        was >> 32 == tag && stamp.wrapping_sub(was & 0xFFFF_FFFF) & 0xFFFF_FFFF <= horizon_ms
+    }
+
+    /// Forgets the entries that hold nothing (no units, no hold, no call
+    /// on its way, not met in a horizon), at most once a horizon (and 100
+    /// ms): whether there is room now. `now` on this process's clock,
+    /// `redis_now` on Redis's as estimated.
+    fn sweep(&self, now: u64, redis_now: u64) -> bool {
+        // Relaxed: a rate limit on sweeps, nothing published.
+        let last = self.swept.load(Ordering::Relaxed);
+        if now < last.saturating_add(self.settings.horizon_us.max(100_000))
+            || self
+                .swept
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return false;
+        }
+        let horizon = self.settings.horizon_us;
+        self.map.retain_sync(|_, e| {
+            // Acquire: as in `leased`.
+            e.asking.load(Ordering::Acquire)
+                || e.cell.left(redis_now) > 0
+                || e.cell.held(redis_now).is_some()
+                || now <= e.asked_at.load(Ordering::Relaxed).saturating_add(horizon)
+        });
+        self.map.len() < self.settings.max_clients
     }
 
     /// The units to ask for at `now`, for a check of `cost` (or ahead of
@@ -304,20 +374,19 @@ impl Leases {
     /// grant if the lease ran out), within `[cost, max_units − left]`, so
     /// that a lease never holds more than `max_units` unspent (but for a
     /// check that costs more).
-    fn want(&self, entry: &Entry, now: u64, cost: u64, ran_out: bool) -> u64 {
+    fn want(&self, entry: &Entry, local: u64, now: u64, cost: u64, ran_out: bool) -> u64 {
         let Valid {
             horizon_us,
             max_units,
             ..
         } = self.settings;
-        // Relaxed: figures for sizing, read by the one caller asking.
-        let spent = entry.spent.load(Ordering::Relaxed);
-        let since = entry.spent_then.swap(spent, Ordering::Relaxed);
-        let asked_at = entry.asked_at.swap(now, Ordering::Relaxed);
+        // Relaxed: figures for sizing, read by the one caller asking. The
+        // recent rate: the last grant, spent (to a quarter, or all of it)
+        // since the call before this one.
+        let asked_at = entry.asked_at.swap(local, Ordering::Relaxed);
         let last = entry.last.load(Ordering::Relaxed);
-        let elapsed = now.saturating_sub(asked_at).max(1);
-        let rate_want =
-            u128::from(spent.saturating_sub(since)) * u128::from(horizon_us) / u128::from(elapsed);
+        let elapsed = local.saturating_sub(asked_at).max(1);
+        let rate_want = u128::from(last) * u128::from(horizon_us) / u128::from(elapsed);
         let mut want = u64::try_from(rate_want).unwrap_or(u64::MAX);
         if ran_out {
             want = want.max(last.saturating_mul(2));
@@ -344,6 +413,17 @@ impl Leases {
     }
 }
 
+/// What a check's lease did at once.
+pub(super) enum AtOnce {
+    /// Answered it.
+    Answered(Decision),
+    /// The check must wait for a call ([`Inner::leased`]).
+    Wait,
+    /// The client has no lease and was not met in the last horizon: the
+    /// check goes one call alone, as without leases.
+    Cold,
+}
+
 /// Whether `request` is one a lease answers: a check of a cost the tier
 /// can ever admit.
 pub(super) fn leases(request: &Request) -> bool {
@@ -351,14 +431,114 @@ pub(super) fn leases(request: &Request) -> bool {
 }
 
 impl<A: RedisAlgorithm> Inner<A> {
+    /// This process's clock now, µs: for the leases' own bookkeeping
+    /// (when a client was seen, when a call began), never for a unit.
+    fn local_us(&self) -> u64 {
+        self.calls.clock.local_ns() / 1_000
+    }
+
     /// Redis's clock now, µs, as this process estimates it: never earlier
     /// than Redis's own reading (see `offset`), rounded up.
     fn lease_now(&self) -> u64 {
         self.redis_now() / 1_000 + 1
     }
 
-    /// A check answered from the client's lease, asking Redis for more
-    /// when it runs out.
+    /// A check answered from the client's lease without waiting, if it
+    /// can be: admitted on a unit leased, denied under a hold, or denied
+    /// at once when the lease is empty, the bucket was spent at the last
+    /// call and another call is on its way.
+    pub(super) fn lease_now_or_never(
+        self: &Arc<Self>,
+        client: &[u8],
+        judged: &Judged,
+        cost: u64,
+    ) -> AtOnce {
+        let Some(leases) = &self.leases else {
+            return AtOnce::Cold;
+        };
+        let Spec::One(half) = judged.quota.spec else {
+            return AtOnce::Cold;
+        };
+        let now = self.lease_now();
+        // Looked up without cloning the entry: a check answered here
+        // writes only the lease's word (and a counter).
+        let found = leases.map.peek_with(client, |_, entry| {
+            if entry.cell.interval() != half.a {
+                return (None, None);
+            }
+            let spent = entry.cell.spend(now, cost);
+            // Relaxed: a sizing figure; `asking` as in `leased`.
+            let ahead = match spent {
+                Spent::Admitted { left } if due_ahead(left, entry.last.load(Ordering::Relaxed)) => {
+                    Some(Arc::clone(entry))
+                }
+                Spent::Ask { .. }
+                    if entry.spent.load(Ordering::Relaxed)
+                        && entry.asking.load(Ordering::Acquire)
+                        && self.local_us()
+                            < entry.asked_at.load(Ordering::Relaxed) + IN_FLIGHT_DENIAL =>
+                {
+                    return (
+                        Some(Spent::Held {
+                            until: now + half.a,
+                        }),
+                        None,
+                    );
+                }
+                _ => None,
+            };
+            (Some(spent), ahead)
+        });
+        let Some((spent, ahead)) = found else {
+            // No lease: a client met in the last horizon gets one, any
+            // other goes one call alone, as without leases.
+            return if leases.met_recently(client, self.local_us()) {
+                AtOnce::Wait
+            } else {
+                AtOnce::Cold
+            };
+        };
+        if let Some(entry) = ahead {
+            self.ask_ahead(&entry, client, judged);
+        }
+        match spent.and_then(|spent| self.lease_decision(spent, &half, now, cost)) {
+            Some(decision) => AtOnce::Answered(decision),
+            None => AtOnce::Wait,
+        }
+    }
+
+    /// The decision on what a spend did, `None` if it must ask.
+    fn lease_decision(&self, spent: Spent, half: &Half, now: u64, cost: u64) -> Option<Decision> {
+        let (interval, capacity) = (half.a, half.b);
+        let ns = Spec::One(*half).ns().expect("a word algorithm");
+        let (allowed, tat) = match spent {
+            // The figures of a bucket holding the units left here.
+            Spent::Admitted { left } => (true, now + capacity.saturating_sub(left) * interval),
+            // Of a spent bucket whose next unit frees at `until`.
+            Spent::Held { until } => (false, until + (capacity - 1) * interval),
+            Spent::Ask { .. } => return None,
+        };
+        let counters = &self.calls.counters;
+        bump(if allowed {
+            &counters.leased
+        } else {
+            &counters.lease_held
+        });
+        #[cfg(feature = "metrics")]
+        self.answered(
+            Path::Lease,
+            if allowed {
+                Outcome::Admitted
+            } else {
+                Outcome::Denied
+            },
+            cost,
+        );
+        Some(decision(&ns, allowed, u128::from(tat * 1_000), now, cost))
+    }
+
+    /// A check the lease could not answer at once: it asks Redis for more
+    /// (or waits for the call on its way), then spends.
     pub(super) async fn leased(
         self: Arc<Self>,
         request: Request,
@@ -370,8 +550,9 @@ impl<A: RedisAlgorithm> Inner<A> {
         let Spec::One(half) = request.spec() else {
             return self.single(&request, probe_due).await;
         };
-        let (interval, capacity) = (half.a, half.b);
-        let Some(entry) = leases.entry(&request.client, interval) else {
+        let Some(entry) =
+            leases.entry(&request.client, half.a, (self.local_us(), self.lease_now()))
+        else {
             return self.single(&request, probe_due).await;
         };
         let cost = request.cost;
@@ -382,66 +563,44 @@ impl<A: RedisAlgorithm> Inner<A> {
         let mut granted_at = None;
         for _ in 0..ROUNDS {
             let now = granted_at.take().unwrap_or_else(|| self.lease_now());
-            match entry.cell.spend(now, cost) {
-                Spent::Admitted { left } => {
-                    // Relaxed: a figure for sizing the next grant.
-                    entry.spent.fetch_add(cost, Ordering::Relaxed);
-                    let last = entry.last.load(Ordering::Relaxed);
-                    if left <= last / 4 {
-                        self.ask_ahead(&entry, &request);
-                    }
-                    bump(&self.calls.counters.leased);
-                    #[cfg(feature = "metrics")]
-                    self.answered(Path::Lease, Outcome::Admitted, cost);
-                    let tat = now + capacity.saturating_sub(left) * interval;
-                    return Ok(decision(
-                        &half_ns(&request),
-                        true,
-                        u128::from(tat * 1_000),
-                        now,
-                        cost,
-                    ));
-                }
-                Spent::Held { until } => {
-                    bump(&self.calls.counters.leased);
-                    #[cfg(feature = "metrics")]
-                    self.answered(Path::Lease, Outcome::Denied, cost);
-                    let tat = until + (capacity - 1) * interval;
-                    return Ok(decision(
-                        &half_ns(&request),
-                        false,
-                        u128::from(tat * 1_000),
-                        now,
-                        cost,
-                    ));
-                }
-                Spent::Ask { epoch } => {
-                    // Acquire/Release: pairs with the Release store that
-                    // ends a call, so a check that takes the flag sees the
-                    // grant that call installed.
-                    if entry
-                        .asking
-                        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                        .is_ok()
+            let spent = entry.cell.spend(now, cost);
+            let epoch = match spent {
+                Spent::Ask { epoch } => epoch,
+                _ => {
+                    // Relaxed: as in `lease_now_or_never`.
+                    if matches!(spent, Spent::Admitted { left } if due_ahead(left, entry.last.load(Ordering::Relaxed)))
                     {
-                        match self.ask(&entry, &request, epoch, true, probe_due).await {
-                            Ok(Some(at)) => {
-                                granted_at = at;
-                                continue;
-                            }
-                            Ok(None) => return self.single(&request, false).await,
-                            Err(err) => return self.fallback(&request, err),
-                        }
+                        self.ask_ahead(&entry, &request.client, &request.judged);
                     }
-                    let answered = entry.answered.notified();
-                    tokio::pin!(answered);
-                    answered.as_mut().enable();
-                    // Acquire: pairs with the Release store ending the
-                    // call, as above.
-                    if entry.asking.load(Ordering::Acquire) {
-                        let _ = tokio::time::timeout(self.timeout, answered).await;
-                    }
+                    return Ok(self
+                        .lease_decision(spent, &half, now, cost)
+                        .expect("spent or held"));
                 }
+            };
+            // Acquire/Release: pairs with the Release store that ends a
+            // call, so a check that takes the flag sees the grant that
+            // call installed.
+            if entry
+                .asking
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                match self.ask(&entry, &request, epoch, true, probe_due).await {
+                    Ok(Some(at)) => {
+                        granted_at = at;
+                        continue;
+                    }
+                    Ok(None) => return self.single(&request, false).await,
+                    Err(err) => return self.fallback(&request, err),
+                }
+            }
+            let answered = entry.answered.notified();
+            tokio::pin!(answered);
+            answered.as_mut().enable();
+            // Acquire: pairs with the Release store ending the call, as
+            // above.
+            if entry.asking.load(Ordering::Acquire) {
+                let _ = tokio::time::timeout(self.timeout, answered).await;
             }
         }
         self.single(&request, probe_due).await
@@ -449,7 +608,7 @@ impl<A: RedisAlgorithm> Inner<A> {
 
     /// Starts a call for more before the lease runs out, unless one is on
     /// its way (or there is no runtime to run it on).
-    fn ask_ahead(self: &Arc<Self>, entry: &Arc<Entry>, request: &Request) {
+    fn ask_ahead(self: &Arc<Self>, entry: &Arc<Entry>, client: &[u8], judged: &Judged) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -464,12 +623,12 @@ impl<A: RedisAlgorithm> Inner<A> {
         let epoch = entry.cell.epoch();
         let (inner, entry) = (Arc::clone(self), Arc::clone(entry));
         let request = Request {
-            judged: request.judged.clone(),
-            client: request.client.clone(),
-            key: request.key.clone(),
+            judged: judged.clone(),
+            client: client.to_vec(),
+            key: self.layout.key(client),
             cost: 1,
             beyond: false,
-            mode: request.mode,
+            mode: super::Mode::Check,
             cache_key: None,
         };
         runtime.spawn(async move {
@@ -512,7 +671,13 @@ impl<A: RedisAlgorithm> Inner<A> {
             Ok(due) => due || probe_due,
             Err(err) => return Err(err),
         };
-        let want = leases.want(entry, self.lease_now(), request.cost, ran_out);
+        let want = leases.want(
+            entry,
+            self.local_us(),
+            self.lease_now(),
+            request.cost,
+            ran_out,
+        );
         let (answer, sent) = self
             .guarded(probe_due, &request.key, self.grant(entry, request, want))
             .await?;
@@ -533,6 +698,8 @@ impl<A: RedisAlgorithm> Inner<A> {
                     .lease_units
                     .fetch_add(units, Ordering::Relaxed);
                 entry.last.store(units, Ordering::Relaxed);
+                // Relaxed: a hint for the checks that find the lease empty.
+                entry.spent.store(units < want, Ordering::Relaxed);
                 if let Some((from, to)) = entry.cell.grant(now, epoch, start, end) {
                     self.calls
                         .counters
@@ -544,6 +711,8 @@ impl<A: RedisAlgorithm> Inner<A> {
             }
             Answer::Nothing { until } => {
                 bump(&self.calls.counters.lease_calls);
+                // Relaxed: as above.
+                entry.spent.store(true, Ordering::Relaxed);
                 entry
                     .cell
                     .nothing(now, epoch, until.min(now.saturating_add(HOLD_MAX)));
@@ -650,8 +819,7 @@ impl<A: RedisAlgorithm> Inner<A> {
             request.judged.clone(),
         );
         runtime.spawn(async move {
-            // Relaxed: figures read by this timer only.
-            let mut spent = entry.spent.load(Ordering::Relaxed);
+            let mut seen = entry.cell.word();
             loop {
                 tokio::time::sleep(horizon).await;
                 // Relaxed: see `ask_once`. A newer call has its own timer.
@@ -659,15 +827,15 @@ impl<A: RedisAlgorithm> Inner<A> {
                     return;
                 }
                 let now = inner.lease_now();
-                let still = entry.spent.load(Ordering::Relaxed);
+                let word = entry.cell.word();
                 // Acquire: as in `leased`.
-                let busy = still != spent
+                let busy = word != seen
                     || entry.asking.load(Ordering::Acquire)
                     || entry.cell.held(now).is_some();
                 if !busy {
                     break;
                 }
-                spent = still;
+                seen = word;
             }
             let now = inner.lease_now();
             let held = entry.cell.take_out(now);
@@ -677,7 +845,9 @@ impl<A: RedisAlgorithm> Inner<A> {
                 entry.registered.0.swap(0, Ordering::Relaxed),
                 entry.registered.1.swap(0, Ordering::Relaxed),
             );
-            if registered.1 > 0 {
+            // Nothing to give back and the registered slots passed: the
+            // set forgets the lease by itself.
+            if registered.1 > now || held.is_some() {
                 let (from, to) = held.unwrap_or((registered.1, registered.1));
                 let _ = tokio::time::timeout(
                     inner.timeout,
@@ -760,9 +930,12 @@ impl<A: RedisAlgorithm> Inner<A> {
     }
 }
 
-/// The figures' algorithm of a one-bucket request.
-fn half_ns(request: &Request) -> super::spec::Ns {
-    request.spec().ns().expect("a word algorithm")
+/// Whether a lease with `left` units of a last grant of `last` asks for
+/// more ahead of need: at a quarter left, from grants of 4 on (smaller
+/// ones, a client's first, grow by asking when they run out, so that a
+/// client checked once or twice costs no call ahead).
+fn due_ahead(left: u64, last: u64) -> bool {
+    last >= 4 && left <= last / 4
 }
 
 /// The sorted set of `key`'s outstanding leases.
