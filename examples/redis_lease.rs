@@ -19,6 +19,7 @@
 //! cargo build --release --features redis --example redis_lease
 //! ./target/release/examples/redis_lease                     # 5 rounds of 2 s
 //! ./target/release/examples/redis_lease --rounds 3 --secs 1
+//! ./target/release/examples/redis_lease --only fleet        # or uniform
 //! ```
 //!
 //! Not a timed test: it asserts only that every check got an answer from
@@ -199,12 +200,12 @@ fn fleet(url: &str, prefix: &str, quota: (u64, u64), lease: bool, secs: f64) -> 
 
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
+    xs.get(xs.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let (mut rounds, mut secs) = (5usize, 2.0f64);
+    let (mut rounds, mut secs, mut only) = (5usize, 2.0f64, String::new());
     while let Some(a) = args.next() {
         match a.as_str() {
             "--child" => return child(args),
@@ -215,6 +216,7 @@ fn main() {
                     .expect("--rounds N")
             }
             "--secs" => secs = args.next().and_then(|v| v.parse().ok()).expect("--secs S"),
+            "--only" => only = args.next().expect("--only fleet|uniform"),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -236,6 +238,9 @@ fn main() {
             [true, false]
         };
         for (cell, quota) in [(0, never), (1, SPENT)] {
+            if only == "uniform" {
+                break;
+            }
             for lease in order {
                 let prefix = format!("l{round}-{cell}-{lease}");
                 let (ran, trips) = fleet(&url, &prefix, quota, lease, secs);
@@ -259,6 +264,9 @@ fn main() {
                     exactness.push((lease, bound, ran.admitted, short, ran.lapsed));
                 }
             }
+        }
+        if only == "fleet" {
+            continue;
         }
         rt.block_on(async {
             let conn = ConnectionManager::new(redis::Client::open(url.as_str()).unwrap())

@@ -111,11 +111,12 @@ fn report_leases<A: RedisAlgorithm>(limiter: &RedisLimiter<A>) {
     println!("RETURNED={}", stats.lease_returned);
 }
 
-/// The process the parent kills: it admits 3 checks, lets its calls for
-/// more settle, reports what it holds, and waits to be killed.
+/// The process the parent kills: it admits 8 checks (a client's first
+/// few go one call each, then it is leased), lets its calls for more
+/// settle, reports what it holds, and waits to be killed.
 async fn hold_and_wait<A: RedisAlgorithm>(limiter: RedisLimiter<A>) -> (u64, u64) {
     let mut admitted = 0;
-    for _ in 0..3 {
+    for _ in 0..8 {
         admitted += u64::from(limiter.check("shared-client").await.unwrap().is_allowed());
     }
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -60,11 +60,98 @@
 //!   `checks_made_at_once_coalesce_and_decide_as_one_after_the_other`,
 //!   `a_quota_changed_while_checks_wait_splits_their_batch`,
 //!   `sixty_four_tasks_on_two_limiters_admit_exactly_the_quota`, and
-//!   across three processes by
+//!   across four processes by
 //!   `exactly_the_quota_across_processes_coalesced` (`tests/redis.rs`).
+//! - **Leases** (a token bucket, opt-in): each process takes a block of a
+//!   hot client's units in one call and spends it in process, lock-free;
+//!   see "Leases" below.
 //! - **One interface.** [`AsyncCheck`](crate::AsyncCheck) is the interface
 //!   that in-process and Redis limiters share, and the tower layer takes
 //!   either.
+//!
+//! # Leases
+//!
+//! [`lease(..)`](crate::redis::RedisBuilder::lease) on a token bucket's
+//! Redis builder lets each process take a block of a client's units in
+//! one call and spend it locally, through a lock-free cell, asking for the
+//! next block before this one runs out. A check the lease can answer is
+//! decided in the process, without a round trip and before any future is
+//! made. A client gets a lease once it is hot, checked four times in a row
+//! with no more than the lease's horizon between two (clients checked now
+//! and then go one call each, as without leases), and a lease is sized from the process's recent rate for the
+//! client: the units it would spend in the horizon, at most `max_units`.
+//!
+//! **Never more than the bucket.** A grant admits its units in Redis
+//! exactly as a check of that cost would, and gives them consecutive
+//! slots in the bucket's schedule (GCRA: one unit per interval `T`). The
+//! process spends a unit only after Redis granted it and no later than its
+//! slot starts, on its estimate of Redis's clock, which is never earlier
+//! than Redis's (an estimate refreshed by every reply, assuming the two
+//! hosts' clocks run at the same rate between calls). So the fleet's
+//! admissions, leased or not, keep the bucket's exact bound in every span
+//! `[a, b]`: at most `capacity + ⌊(b − a)/T⌋`
+//! (`the_fleet_never_admits_beyond_the_exact_bound`: three processes,
+//! random checks, waits and resets, every span checked;
+//! `never_beyond_the_quota_across_processes_with_leases_one_killed`:
+//! four real processes, one killed while it holds a lease).
+//!
+//! **What leases cost in accuracy.** With `P` processes leasing a client
+//! and `U` = `max_units`:
+//!
+//! - a process holds at most `U` units unspent, so a process may be
+//!   denied while the others hold at most `(P − 1) · U` units between
+//!   them;
+//! - a process that dies loses the units of its lease, at most `U`, and
+//!   nothing more: they lapse as their slots pass, within one refill of
+//!   the bucket (the four-process test: the fleet falls short of the quota
+//!   by exactly the dead process's units);
+//! - a unit whose slot passes unspent lapses (`RedisStats::lease_lapsed`):
+//!   when a process spends slower than the bucket's rate (the bucket far
+//!   from spent, its slots starting at the grant), and when a grant does
+//!   not continue the lease (another process took units between) and
+//!   displaces the units left, which is why the next grant is asked for at
+//!   a quarter left;
+//! - when the bucket had no unit to give, checks are denied in the
+//!   process until its first unit frees (at most a second); when the
+//!   lease is empty, the bucket spent, and a call for more is on its way,
+//!   checks are denied at once for at most 1 ms rather than waiting;
+//! - unspent units go back to Redis when the client goes quiet for a
+//!   horizon, if no process took units after them (the bucket has one
+//!   arrival time, no holes); otherwise they lapse.
+//!
+//! `examples/redis_lease.rs` measures all of this against one call per
+//! check (figures in `docs/PERFORMANCE.md`): with four processes outrunning
+//! a bucket, the fleet stays within the exact bound and falls short of it
+//! by far less than `P · U`.
+//!
+//! **When to turn leases on.** For hot clients checked far more often per
+//! process than one call per check allows, against a bucket the fleet
+//! spends: the lease's units then have slots up to a refill ahead, and a
+//! call carries a whole block. Against a bucket far from spent, a unit's
+//! slot starts when it is granted and passes at the bucket's rate, so a
+//! process that spends slower than that rate lets units lapse and asks
+//! more often (fewer round trips than one per check still). Choose the
+//! horizon as the time a block should last (tens of milliseconds), and
+//! `max_units` as the share of the bucket one process may hold away from
+//! the others.
+//!
+//! **Control with leases.** A `reset` or `remove` keeps the slots leased
+//! to processes theirs, and the bucket restarts full from the end of the
+//! latest lease outstanding, at most a refill ahead (at once if none is):
+//! granting a slot a lease holds a second time would exceed the bound
+//! (`a_reset_forgives_all_but_the_units_other_processes_hold`,
+//! `a_reset_ends_this_process_s_hold`). `set_quota` gives up this
+//! process's leases (their units lapse) and judges the next calls under
+//! the new quota, converted as without leases
+//! (`set_quota_gives_up_the_lease_and_judges_by_the_new_quota`). `peek`
+//! reads Redis's state, not this process's lease. When Redis fails, the
+//! units already leased are still spent, and the fail policy answers the
+//! checks they cannot (`the_units_held_outlive_redis_and_the_fail_policy_answers_the_rest`).
+//! Any algorithm but a token bucket alone is refused at `build` with
+//! `ConfigError::Conflict` (a window's count or a log's entries cannot be
+//! handed out ahead of the requests without admitting them in the wrong
+//! window), as are sizes out of range
+//! (`leases_of_anything_but_a_bucket_or_out_of_range_are_refused`).
 //!
 //! # When Redis fails
 //!

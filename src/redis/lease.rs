@@ -43,7 +43,7 @@ use core::hash::BuildHasher;
 use core::time::Duration;
 use std::sync::Arc;
 
-use scc::HashIndex;
+use papaya::HashMap;
 use tokio::sync::Notify;
 
 use super::call::Script;
@@ -234,7 +234,7 @@ impl Entry {
 
 /// A limiter's leases: each client's, by its bytes.
 pub(super) struct Leases {
-    map: HashIndex<Vec<u8>, Arc<Entry>>,
+    map: HashMap<Vec<u8>, Arc<Entry>, foldhash::fast::RandomState>,
     /// When the map was last swept for room (µs).
     swept: AtomicU64,
     /// The table of recent clients (see `met_recently`).
@@ -270,6 +270,10 @@ enum Answer {
     Convert,
 }
 
+/// The checks in a row, each within a horizon of the one before, that
+/// make a client hot enough for a lease.
+const HOT: u64 = 4;
+
 /// The slots of the table of recent clients.
 const RECENT: usize = 4_096;
 
@@ -288,7 +292,7 @@ const ROUNDS: usize = 4;
 impl Leases {
     pub(super) fn new(settings: Valid, scripts: LeaseScripts) -> Self {
         Self {
-            map: HashIndex::new(),
+            map: HashMap::with_hasher(foldhash::fast::RandomState::default()),
             swept: AtomicU64::new(0),
             recent: (0..RECENT).map(|_| AtomicU64::new(0)).collect(),
             hasher: foldhash::fast::RandomState::default(),
@@ -298,49 +302,66 @@ impl Leases {
     }
 
     /// The client's entry, made if there is room (`None`: none). A
-    /// client gets one only once met twice in a horizon (see
-    /// `met_recently`, asked before), so that a client checked now and
-    /// then costs what it costs without leases.
+    /// client gets one only once hot (see `met_recently`, asked before),
+    /// so that a client checked now and then costs what it costs without
+    /// leases.
     fn entry(
         &self,
         client: &[u8],
         interval: u64,
         (now, redis_now): (u64, u64),
     ) -> Option<Arc<Entry>> {
-        if let Some(entry) = self.map.peek_with(client, |_, e| Arc::clone(e)) {
+        if let Some(entry) = self.map.pin().get(client).map(Arc::clone) {
             if entry.cell.interval() == interval {
                 return Some(entry);
             }
             // Made under another quota: its units go (they lapse), and the
             // client starts a lease under this one.
             let _ = entry.cell.take_out(0);
-            self.map.remove_sync(client);
+            self.map.pin().remove(client);
         }
         if self.map.len() >= self.settings.max_clients && !self.sweep(now, redis_now) {
             return None;
         }
         let entry = Arc::new(Entry::new(interval));
         entry.asked_at.store(now, Ordering::Relaxed);
-        match self.map.insert_sync(client.to_vec(), Arc::clone(&entry)) {
-            Ok(()) => Some(entry),
-            Err(_) => self.map.peek_with(client, |_, e| Arc::clone(e)),
+        match self
+            .map
+            .pin()
+            .try_insert(client.to_vec(), Arc::clone(&entry))
+        {
+            Ok(_) => Some(entry),
+            Err(taken) => Some(Arc::clone(taken.current)),
         }
     }
 
-    /// Whether a check of `client` came in the last horizon before this one
-    /// (at `now`, µs on this process's clock), by a table of the latest
-    /// client per slot: each slot a tag of the client's hash and the
-    /// instant. A collision only makes a client wait one more check for
-    /// its lease.
+    /// Whether `client` is hot: this check (at `now`, µs, Redis's clock as
+    /// estimated: a hint needs no other) is at least its [`HOT`]-th in a
+    /// row with no more than a horizon between two, by a table of the
+    /// latest client per slot: each slot a tag of the client's hash, the
+    /// count and the instant (ms). A collision or a lost update only makes
+    /// a client wait a few more checks for its lease.
     fn met_recently(&self, client: &[u8], now: u64) -> bool {
         let hash = self.hasher.hash_one(client);
         let slot = &self.recent[(hash as usize) & (self.recent.len() - 1)];
-        let tag = hash >> 32;
+        let tag = hash >> 40;
         let stamp = (now / 1_000) & 0xFFFF_FFFF;
-        // Relaxed: a hint; a lost update only delays a lease.
-        let was = slot.swap(tag << 32 | stamp, Ordering::Relaxed);
+        // Relaxed: a hint. A load and a store, not a read-modify-write:
+        // two checks racing on a slot lose one count at worst.
+        let was = slot.load(Ordering::Relaxed);
         let horizon_ms = self.settings.horizon_us / 1_000 + 1;
-        was >> 32 == tag && stamp.wrapping_sub(was & 0xFFFF_FFFF) & 0xFFFF_FFFF <= horizon_ms
+        let recent =
+            was >> 40 == tag && stamp.wrapping_sub(was & 0xFFFF_FFFF) & 0xFFFF_FFFF <= horizon_ms;
+        let count = if recent {
+            ((was >> 32) & 0xFF).saturating_add(1).min(0xFF)
+        } else {
+            1
+        };
+        let new = tag << 40 | count << 32 | stamp;
+        if was != new {
+            slot.store(new, Ordering::Relaxed);
+        }
+        count >= HOT
     }
 
     /// Forgets the entries that hold nothing (no units, no hold, no call
@@ -359,7 +380,7 @@ impl Leases {
             return false;
         }
         let horizon = self.settings.horizon_us;
-        self.map.retain_sync(|_, e| {
+        self.map.pin().retain(|_, e| {
             // Acquire: as in `leased`.
             e.asking.load(Ordering::Acquire)
                 || e.cell.left(redis_now) > 0
@@ -398,16 +419,16 @@ impl Leases {
     /// Gives up this process's leases: on a quota change, which judges
     /// new calls under the new quota (the units lapse).
     pub(super) fn clear(&self) {
-        self.map.iter_sync(|_, entry| {
+        let map = self.map.pin();
+        for (_, entry) in map.iter() {
             let _ = entry.cell.take_out(0);
-            true
-        });
-        self.map.clear_sync();
+        }
+        map.clear();
     }
 
     /// A reset or removal of `client` by this process: its hold goes.
     pub(super) fn reset(&self, client: &[u8]) {
-        if let Some(entry) = self.map.peek_with(client, |_, e| Arc::clone(e)) {
+        if let Some(entry) = self.map.pin().get(client) {
             entry.cell.reset();
         }
     }
@@ -462,7 +483,8 @@ impl<A: RedisAlgorithm> Inner<A> {
         let now = self.lease_now();
         // Looked up without cloning the entry: a check answered here
         // writes only the lease's word (and a counter).
-        let found = leases.map.peek_with(client, |_, entry| {
+        let map = leases.map.pin();
+        let found = map.get(client).map(|entry| {
             if entry.cell.interval() != half.a {
                 return (None, None);
             }
@@ -492,7 +514,7 @@ impl<A: RedisAlgorithm> Inner<A> {
         let Some((spent, ahead)) = found else {
             // No lease: a client met in the last horizon gets one, any
             // other goes one call alone, as without leases.
-            return if leases.met_recently(client, self.local_us()) {
+            return if leases.met_recently(client, now) {
                 AtOnce::Wait
             } else {
                 AtOnce::Cold
@@ -856,7 +878,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                 .await;
             }
             let leases = inner.leases.as_ref().expect("a leasing limiter");
-            leases.map.remove_if_sync(&client, |e| {
+            let _ = leases.map.pin().remove_if(&client[..], |_, e| {
                 Arc::ptr_eq(e, &entry) && e.calls.load(Ordering::Relaxed) == call
             });
         });
