@@ -194,9 +194,15 @@ pub(super) struct LeaseScripts {
     pub(super) reset: Script,
 }
 
-/// One client's lease in this process.
+/// One client's lease in this process. The cell and the count of units
+/// spent share a cache line, which a spend already holds.
+#[repr(C, align(64))]
 struct Entry {
     cell: LeaseCell,
+    /// Units spent here, ever.
+    used: AtomicU64,
+    /// `used` when the last call asked.
+    used_then: AtomicU64,
     /// A call for more is on its way (one at a time).
     asking: AtomicBool,
     /// Wakes the checks waiting for that call.
@@ -208,7 +214,7 @@ struct Entry {
     /// The last call got less than it asked for: the bucket is spent, so
     /// a check that finds the lease empty while a call is on its way is
     /// denied at once rather than waiting for it.
-    spent: AtomicBool,
+    dry: AtomicBool,
     /// Calls answered: the quiet timer gives back only if none came since
     /// it was set.
     calls: AtomicU64,
@@ -221,11 +227,13 @@ impl Entry {
     fn new(interval: u64) -> Self {
         Self {
             cell: LeaseCell::new(interval),
+            used: AtomicU64::new(0),
+            used_then: AtomicU64::new(0),
             asking: AtomicBool::new(false),
             answered: Notify::new(),
             asked_at: AtomicU64::new(0),
             last: AtomicU64::new(0),
-            spent: AtomicBool::new(false),
+            dry: AtomicBool::new(false),
             calls: AtomicU64::new(0),
             registered: (AtomicU64::new(0), AtomicU64::new(0)),
         }
@@ -402,14 +410,16 @@ impl Leases {
             ..
         } = self.settings;
         // Relaxed: figures for sizing, read by the one caller asking. The
-        // recent rate: the last grant, spent (to a quarter, or all of it)
-        // since the call before this one.
+        // recent rate: the units spent since the call before this one.
         let asked_at = entry.asked_at.swap(local, Ordering::Relaxed);
+        let used = entry.used.load(Ordering::Relaxed);
+        let spent = used.saturating_sub(entry.used_then.swap(used, Ordering::Relaxed));
         let last = entry.last.load(Ordering::Relaxed);
         let elapsed = local.saturating_sub(asked_at).max(1);
-        let rate_want = u128::from(last) * u128::from(horizon_us) / u128::from(elapsed);
+        let rate_want = u128::from(spent) * u128::from(horizon_us) / u128::from(elapsed);
         let mut want = u64::try_from(rate_want).unwrap_or(u64::MAX);
-        if ran_out {
+        // A lease spent whole, not passed: twice as much.
+        if ran_out && spent >= last {
             want = want.max(last.saturating_mul(2));
         }
         let room = max_units.saturating_sub(entry.cell.left(now)).max(1);
@@ -489,13 +499,17 @@ impl<A: RedisAlgorithm> Inner<A> {
                 return (None, None);
             }
             let spent = entry.cell.spend(now, cost);
+            if let Spent::Admitted { .. } = spent {
+                // Relaxed: a sizing figure, on the line the spend holds.
+                entry.used.fetch_add(cost, Ordering::Relaxed);
+            }
             // Relaxed: a sizing figure; `asking` as in `leased`.
             let ahead = match spent {
                 Spent::Admitted { left } if due_ahead(left, entry.last.load(Ordering::Relaxed)) => {
                     Some(Arc::clone(entry))
                 }
                 Spent::Ask { .. }
-                    if entry.spent.load(Ordering::Relaxed)
+                    if entry.dry.load(Ordering::Relaxed)
                         && entry.asking.load(Ordering::Acquire)
                         && self.local_us()
                             < entry.asked_at.load(Ordering::Relaxed) + IN_FLIGHT_DENIAL =>
@@ -586,6 +600,10 @@ impl<A: RedisAlgorithm> Inner<A> {
         for _ in 0..ROUNDS {
             let now = granted_at.take().unwrap_or_else(|| self.lease_now());
             let spent = entry.cell.spend(now, cost);
+            if let Spent::Admitted { .. } = spent {
+                // Relaxed: as in `lease_now_or_never`.
+                entry.used.fetch_add(cost, Ordering::Relaxed);
+            }
             let epoch = match spent {
                 Spent::Ask { epoch } => epoch,
                 _ => {
@@ -721,7 +739,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                     .fetch_add(units, Ordering::Relaxed);
                 entry.last.store(units, Ordering::Relaxed);
                 // Relaxed: a hint for the checks that find the lease empty.
-                entry.spent.store(units < want, Ordering::Relaxed);
+                entry.dry.store(units < want, Ordering::Relaxed);
                 if let Some((from, to)) = entry.cell.grant(now, epoch, start, end) {
                     self.calls
                         .counters
@@ -734,7 +752,7 @@ impl<A: RedisAlgorithm> Inner<A> {
             Answer::Nothing { until } => {
                 bump(&self.calls.counters.lease_calls);
                 // Relaxed: as above.
-                entry.spent.store(true, Ordering::Relaxed);
+                entry.dry.store(true, Ordering::Relaxed);
                 entry
                     .cell
                     .nothing(now, epoch, until.min(now.saturating_add(HOLD_MAX)));
@@ -772,7 +790,8 @@ impl<A: RedisAlgorithm> Inner<A> {
                     .arg(&self.owner)
                     .arg(registered.0)
                     .arg(registered.1)
-                    .arg(entry.cell.cursor());
+                    .arg(entry.cell.cursor())
+                    .arg(leases.settings.horizon_us);
             })
             .await?;
         let field = |i: usize| reply.get(i).and_then(|v| u64::try_from(*v).ok());

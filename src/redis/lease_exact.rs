@@ -16,7 +16,8 @@ use crate::{ConfigError, FixedWindow, TokenBucket};
 /// µs per unit of the buckets below.
 const T: u64 = 10_000;
 
-/// A leasing limiter (one process) of `capacity` units, one per `T` µs.
+/// A leasing limiter (one process) of `capacity` units, one per `T` µs,
+/// leases of at most `max_units` sized for a horizon of one interval.
 fn leasing(
     server: &Server,
     rt: &tokio::runtime::Runtime,
@@ -25,6 +26,18 @@ fn leasing(
     capacity: u64,
     max_units: u64,
 ) -> RedisLimiter<TokenBucket> {
+    leasing_for(server, rt, clock, prefix, (capacity, max_units), 1)
+}
+
+/// The same with a horizon of `horizon` intervals.
+fn leasing_for(
+    server: &Server,
+    rt: &tokio::runtime::Runtime,
+    clock: &ManualClock,
+    prefix: &str,
+    (capacity, max_units): (u64, u64),
+    horizon: u64,
+) -> RedisLimiter<TokenBucket> {
     let manager = rt.block_on(server.manager());
     on_clock(
         TokenBucket::builder()
@@ -32,7 +45,7 @@ fn leasing(
             .capacity(capacity)
             .redis(manager, prefix)
             .no_deny_shortcut()
-            .lease(Lease::new(Duration::from_micros(capacity.min(5) * T)).max_units(max_units)),
+            .lease(Lease::new(Duration::from_micros(horizon * T)).max_units(max_units)),
         clock,
     )
 }
@@ -96,9 +109,10 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
-/// Three processes leasing one client's units, checks interleaved with
-/// waits and resets: every admission of the fleet, in order of time,
-/// keeps the exact bound of a bucket of 6 in every span no reset cuts.
+/// Three processes leasing one client's units, with a horizon of 1 to 6
+/// intervals, checks interleaved with waits and resets: every admission
+/// of the fleet, in order of time, keeps the exact bound of a bucket of 6
+/// in every span no reset cuts.
 /// The spawned calls for more run whenever the runtime gets to them,
 /// so their timing varies too.
 #[test]
@@ -110,34 +124,37 @@ fn the_fleet_never_admits_beyond_the_exact_bound() {
     let mut runner = runner(64);
     let case = core::cell::Cell::new(0u32);
     runner
-        .run(&proptest::collection::vec(step(), 1..60), |steps| {
-            case.set(case.get() + 1);
-            let clock = server.clock();
-            let prefix = format!("exact{}", case.get());
-            let fleet: Vec<_> = (0..3)
-                .map(|_| leasing(&server, &rt, &clock, &prefix, 6, 3))
-                .collect();
-            let (mut admitted, mut resets) = (Vec::new(), 0usize);
-            let now = || crate::clock::Clock::now_nanos(&clock) / 1_000;
-            for step in &steps {
-                match *step {
-                    Step::Check { p, n } => {
-                        for _ in 0..n {
-                            let d = rt.block_on(fleet[p].check("c")).unwrap();
-                            if d.is_allowed() {
-                                admitted.push((now(), resets));
+        .run(
+            &(proptest::collection::vec(step(), 1..60), 1..=6u64),
+            |(steps, horizon)| {
+                case.set(case.get() + 1);
+                let clock = server.clock();
+                let prefix = format!("exact{}", case.get());
+                let fleet: Vec<_> = (0..3)
+                    .map(|_| leasing_for(&server, &rt, &clock, &prefix, (6, 3), horizon))
+                    .collect();
+                let (mut admitted, mut resets) = (Vec::new(), 0usize);
+                let now = || crate::clock::Clock::now_nanos(&clock) / 1_000;
+                for step in &steps {
+                    match *step {
+                        Step::Check { p, n } => {
+                            for _ in 0..n {
+                                let d = rt.block_on(fleet[p].check("c")).unwrap();
+                                if d.is_allowed() {
+                                    admitted.push((now(), resets));
+                                }
                             }
                         }
-                    }
-                    Step::Wait(us) => clock.advance(Duration::from_micros(us)),
-                    Step::Reset { p } => {
-                        let _ = rt.block_on(fleet[p].reset("c")).unwrap();
-                        resets += 1;
+                        Step::Wait(us) => clock.advance(Duration::from_micros(us)),
+                        Step::Reset { p } => {
+                            let _ = rt.block_on(fleet[p].reset("c")).unwrap();
+                            resets += 1;
+                        }
                     }
                 }
-            }
-            within_bound(&admitted, 6).map_err(TestCaseError::fail)
-        })
+                within_bound(&admitted, 6).map_err(TestCaseError::fail)
+            },
+        )
         .unwrap();
 }
 
@@ -174,6 +191,31 @@ fn exactly_the_capacity_then_held_without_a_call() {
         .map(|_| rt.block_on(limiter.check("c")).unwrap().is_allowed())
         .collect();
     assert_eq!(after, [true, false, false, false]);
+}
+
+/// A process spending at half the bucket's rate, leases sized for ten
+/// intervals: every check admitted, none of the units lapses, and a call
+/// carries several checks (a grant's slots end a horizon ahead, so its
+/// units last the horizon at up to the bucket's rate).
+#[test]
+fn a_lease_lasts_its_horizon_below_the_bucket_s_rate() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let clock = server.clock();
+    let limiter = leasing_for(&server, &rt, &clock, "last", (100, 50), 10);
+    warm_up(&rt, &limiter);
+    let before = limiter.stats();
+    for _ in 0..200 {
+        clock.advance(Duration::from_micros(2 * T));
+        assert!(rt.block_on(limiter.check("c")).unwrap().is_allowed());
+    }
+    let after = limiter.stats();
+    let calls = after.lease_calls - before.lease_calls;
+    println!("200 checks, {calls} calls: {after:?}");
+    assert!(calls * 3 <= 200, "{calls} calls for 200 checks: {after:?}");
+    assert_eq!(after.lease_lapsed, 0, "{after:?}");
 }
 
 /// A reset while another process holds leased units, time stopped: the

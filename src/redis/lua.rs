@@ -582,7 +582,9 @@ pub(super) const LEASES_SUFFIX: &str = ":lease";
 /// interval (µs) and capacity, the head of the values the reader writes,
 /// the call's number, `want` (at least 1), the limiter's id, the range
 /// its lease of this client was last registered with (`0 0` for none),
-/// and the lease's cursor (its units before it are spent or passed).
+/// the lease's cursor (its units before it are spent or passed), and the
+/// lease's horizon (µs, at most the bucket's refill: a grant takes at
+/// least the slots up to a horizon ahead, room allowing, `want` or not).
 /// The reply: `{-1}` for a state to convert; `{g, start, end, now, from}`
 /// for `g` ≥ 1 units granted (the new TAT is `end`, the ns past its µs
 /// kept), `[from, end)` the lease's range as registered now; `{0, until,
@@ -624,6 +626,11 @@ if g <= 0 then
   end
   return {{0, untl, now, 0, 0}}
 end
+-- A grant reaches at least a horizon ahead, room allowing: its slots
+-- pass at the bucket's rate whether spent or not, and a lease should last
+-- the horizon (in a bucket with room the units beyond `want` cost no one).
+local reach = math.floor((now + tonumber(ARGV[10]) - s + a - 1) / a)
+g = math.max(g, math.min(reach, math.floor(room / a)))
 local e = s + g * a
 local idle = e
 if r > 0 then idle = e + 1 end
