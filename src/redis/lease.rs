@@ -211,6 +211,11 @@ struct Entry {
     asked_at: AtomicU64,
     /// The last grant's size.
     last: AtomicU64,
+    /// Units left at which to ask ahead (see `ahead_at`).
+    ahead: AtomicU64,
+    /// The sizing figures of the call on its way: units spent since the
+    /// call before, over how many µs.
+    pace: (AtomicU64, AtomicU64),
     /// The last call got less than it asked for: the bucket is spent, so
     /// a check that finds the lease empty while a call is on its way is
     /// denied at once rather than waiting for it.
@@ -233,6 +238,8 @@ impl Entry {
             answered: Notify::new(),
             asked_at: AtomicU64::new(0),
             last: AtomicU64::new(0),
+            ahead: AtomicU64::new(0),
+            pace: (AtomicU64::new(0), AtomicU64::new(1)),
             dry: AtomicBool::new(false),
             calls: AtomicU64::new(0),
             registered: (AtomicU64::new(0), AtomicU64::new(0)),
@@ -416,6 +423,8 @@ impl Leases {
         let spent = used.saturating_sub(entry.used_then.swap(used, Ordering::Relaxed));
         let last = entry.last.load(Ordering::Relaxed);
         let elapsed = local.saturating_sub(asked_at).max(1);
+        entry.pace.0.store(spent, Ordering::Relaxed);
+        entry.pace.1.store(elapsed, Ordering::Relaxed);
         let rate_want = u128::from(spent) * u128::from(horizon_us) / u128::from(elapsed);
         let mut want = u64::try_from(rate_want).unwrap_or(u64::MAX);
         // A lease spent whole, not passed: twice as much.
@@ -505,7 +514,9 @@ impl<A: RedisAlgorithm> Inner<A> {
             }
             // Relaxed: a sizing figure; `asking` as in `leased`.
             let ahead = match spent {
-                Spent::Admitted { left } if due_ahead(left, entry.last.load(Ordering::Relaxed)) => {
+                Spent::Admitted { left }
+                    if due_ahead(left, entry.ahead.load(Ordering::Relaxed)) =>
+                {
                     Some(Arc::clone(entry))
                 }
                 Spent::Ask { .. }
@@ -608,7 +619,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                 Spent::Ask { epoch } => epoch,
                 _ => {
                     // Relaxed: as in `lease_now_or_never`.
-                    if matches!(spent, Spent::Admitted { left } if due_ahead(left, entry.last.load(Ordering::Relaxed)))
+                    if matches!(spent, Spent::Admitted { left } if due_ahead(left, entry.ahead.load(Ordering::Relaxed)))
                     {
                         self.ask_ahead(&entry, &request.client, &request.judged);
                     }
@@ -722,9 +733,10 @@ impl<A: RedisAlgorithm> Inner<A> {
             .guarded(probe_due, &request.key, self.grant(entry, request, want))
             .await?;
         let now = self.lease_now();
+        // The call's round trip, µs (`sent` is local ns).
+        let rtt = self.calls.clock.local_ns().saturating_sub(sent) / 1_000;
         // Relaxed: the quiet timer's generation, read by that timer.
         let call = entry.calls.fetch_add(1, Ordering::Relaxed) + 1;
-        let _ = sent;
         match answer {
             Answer::Granted {
                 units,
@@ -738,6 +750,14 @@ impl<A: RedisAlgorithm> Inner<A> {
                     .lease_units
                     .fetch_add(units, Ordering::Relaxed);
                 entry.last.store(units, Ordering::Relaxed);
+                // Relaxed: sizing figures, as in `want`.
+                let (spent, elapsed) = (
+                    entry.pace.0.load(Ordering::Relaxed),
+                    entry.pace.1.load(Ordering::Relaxed),
+                );
+                entry
+                    .ahead
+                    .store(ahead_at(units, spent, elapsed, rtt), Ordering::Relaxed);
                 // Relaxed: a hint for the checks that find the lease empty.
                 entry.dry.store(units < want, Ordering::Relaxed);
                 if let Some((from, to)) = entry.cell.grant(now, epoch, start, end) {
@@ -971,12 +991,25 @@ impl<A: RedisAlgorithm> Inner<A> {
     }
 }
 
-/// Whether a lease with `left` units of a last grant of `last` asks for
-/// more ahead of need: at a quarter left, from grants of 4 on (smaller
-/// ones, a client's first, grow by asking when they run out, so that a
-/// client checked once or twice costs no call ahead).
-fn due_ahead(left: u64, last: u64) -> bool {
-    last >= 4 && left <= last / 4
+/// Whether a lease with `left` units asks for more ahead of need, at the
+/// threshold `ahead` its last grant set (0: never).
+fn due_ahead(left: u64, ahead: u64) -> bool {
+    left <= ahead
+}
+
+/// The threshold at which a grant of `units` asks for more ahead of need:
+/// the units the recent rate (`spent` over `elapsed` µs) spends in two
+/// round trips of `rtt` µs, so that the next grant lands before this one
+/// runs out and little of it is left for a grant that does not continue
+/// it to displace; at least 1, at most a quarter of the grant. None (0)
+/// for grants under 4: a client's first grow by asking when they run out,
+/// so that a client checked a few times costs no call ahead.
+fn ahead_at(units: u64, spent: u64, elapsed: u64, rtt: u64) -> u64 {
+    if units < 4 {
+        return 0;
+    }
+    let need = u128::from(spent) * u128::from(2 * rtt.max(1)) / u128::from(elapsed.max(1));
+    u64::try_from(need).unwrap_or(u64::MAX).clamp(1, units / 4)
 }
 
 /// The sorted set of `key`'s outstanding leases.
