@@ -407,6 +407,56 @@ fn coalesced_checks_are_decisions_by_redis() {
     );
 }
 
+/// Leased checks: a token bucket of 20 (a token an hour) leasing its
+/// units, one task checking 64 times: the checks a lease answered are
+/// counted as answered by the lease, admitted or denied, and the rest by
+/// Redis; together they are every check, and the admissions are exactly
+/// the bucket.
+#[test]
+fn leased_checks_are_counted_as_the_lease_s() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let _ = prom::recorder();
+    let rt = runtime();
+    let conn = rt.block_on(server.manager());
+    let limiter = tollgate::TokenBucket::builder()
+        .rate(1, HOUR)
+        .capacity(20)
+        .name("leased")
+        .redis(conn, prefix("leased"))
+        .no_deny_shortcut()
+        .lease(tollgate::redis::Lease::new(Duration::from_secs(60)).max_units(8))
+        .build()
+        .unwrap();
+    let admitted = rt.block_on(async {
+        let mut n = 0;
+        for _ in 0..64 {
+            n += u64::from(limiter.check("alice").await.unwrap().is_allowed());
+        }
+        n
+    });
+    assert_eq!(admitted, 20);
+    limiter.publish_metrics();
+    let f = |n: u64| Some(n as f64);
+    let stats = limiter.stats();
+    assert!(stats.leased > 0 && stats.lease_held > 0, "{stats:?}");
+    assert_eq!(checks("leased", "lease", "admitted"), f(stats.leased));
+    assert_eq!(checks("leased", "lease", "denied"), f(stats.lease_held));
+    let by_redis = checks("leased", "redis", "admitted").unwrap_or(0.0)
+        + checks("leased", "redis", "denied").unwrap_or(0.0);
+    assert_eq!(
+        by_redis + (stats.leased + stats.lease_held) as f64,
+        64.0,
+        "every check, once: {stats:?}"
+    );
+    assert_eq!(
+        checks("leased", "lease", "admitted").unwrap()
+            + checks("leased", "redis", "admitted").unwrap_or(0.0),
+        20.0
+    );
+}
+
 /// The HTTP layer in front of a Redis limiter whose server is killed: the
 /// layer's requests and its own responses, and the limiter's checks, as
 /// the traffic was (publishing the layer publishes its limiter).
