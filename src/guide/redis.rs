@@ -78,8 +78,11 @@
 //! decided in the process, without a round trip and before any future is
 //! made. A client gets a lease once it is hot, checked four times in a row
 //! with no more than the lease's horizon between two (clients checked now
-//! and then go one call each, as without leases), and a lease is sized from the process's recent rate for the
-//! client: the units it would spend in the horizon, at most `max_units`.
+//! and then go one call each, as without leases). A lease is sized from
+//! the process's recent rate for the client: the units it would spend in
+//! the horizon, at most `max_units` unspent; and while the bucket has
+//! room, a grant reaches at least a horizon ahead (its slots pass at the
+//! bucket's rate whether spent or not, so a lease lasts the horizon).
 //!
 //! **Never more than the bucket.** A grant admits its units in Redis
 //! exactly as a check of that cost would, and gives them consecutive
@@ -95,22 +98,24 @@
 //! `never_beyond_the_quota_across_processes_with_leases_one_killed`:
 //! four real processes, one killed while it holds a lease).
 //!
-//! **What leases cost in accuracy.** With `P` processes leasing a client
-//! and `U` = `max_units`:
+//! **What leases cost in accuracy.** With `P` processes leasing a client,
+//! `U` = `max_units`, a horizon `H` and the bucket's interval `T`, let
+//! `L = max(U, ⌈H/T⌉)`:
 //!
-//! - a process holds at most `U` units unspent, so a process may be
-//!   denied while the others hold at most `(P − 1) · U` units between
+//! - a process holds at most `L` units unspent, so a process may be
+//!   denied while the others hold at most `(P − 1) · L` units between
 //!   them;
-//! - a process that dies loses the units of its lease, at most `U`, and
+//! - a process that dies loses the units of its lease, at most `L`, and
 //!   nothing more: they lapse as their slots pass, within one refill of
 //!   the bucket (the four-process test: the fleet falls short of the quota
 //!   by exactly the dead process's units);
-//! - a unit whose slot passes unspent lapses (`RedisStats::lease_lapsed`):
-//!   when a process spends slower than the bucket's rate (the bucket far
-//!   from spent, its slots starting at the grant), and when a grant does
-//!   not continue the lease (another process took units between) and
-//!   displaces the units left, which is why the next grant is asked for at
-//!   a quarter left;
+//! - a unit whose slot passes unspent is gone, as a token that overflows
+//!   a full bucket is: when a process spends slower than the bucket's
+//!   rate; and when a grant does not continue the lease (another process
+//!   took units between) it replaces it, and the units left lapse
+//!   (`RedisStats::lease_lapsed`), which is why the next grant is asked for
+//!   when the units left are what two round trips spend at the recent rate
+//!   (at most a quarter of the grant);
 //! - when the bucket had no unit to give, checks are denied in the
 //!   process until its first unit frees (at most a second); when the
 //!   lease is empty, the bucket spent, and a call for more is on its way,
@@ -122,7 +127,7 @@
 //! `examples/redis_lease.rs` measures all of this against one call per
 //! check (figures in `docs/PERFORMANCE.md`): with four processes outrunning
 //! a bucket, the fleet stays within the exact bound and falls short of it
-//! by far less than `P · U`.
+//! by far less than `P · L` plus what lapsed.
 //!
 //! **When to turn leases on.** For hot clients checked far more often per
 //! process than one call per check allows, against a bucket the fleet
@@ -131,14 +136,18 @@
 //! slot starts when it is granted and passes at the bucket's rate, so a
 //! process that spends slower than that rate lets units lapse and asks
 //! more often (fewer round trips than one per check still). Choose the
-//! horizon as the time a block should last (tens of milliseconds), and
-//! `max_units` as the share of the bucket one process may hold away from
-//! the others.
+//! horizon as the time a block should last (tens of milliseconds, well
+//! under the bucket's refill: a horizon's refill, `H/T` units, is what a
+//! lease may hold), and `max_units` as the share of the bucket one process
+//! may hold away from the others.
 //!
 //! **Control with leases.** A `reset` or `remove` keeps the slots leased
 //! to processes theirs, and the bucket restarts full from the end of the
 //! latest lease outstanding, at most a refill ahead (at once if none is):
-//! granting a slot a lease holds a second time would exceed the bound
+//! granting a slot a lease holds a second time would exceed the bound.
+//! For a client whose bucket the fleet keeps spent, leases are taken from
+//! the far end of the schedule, so a reset frees little until they end:
+//! a client you expect to reset at once is better without leases
 //! (`a_reset_forgives_all_but_the_units_other_processes_hold`,
 //! `a_reset_ends_this_process_s_hold`). `set_quota` gives up this
 //! process's leases (their units lapse) and judges the next calls under

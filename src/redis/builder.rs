@@ -403,7 +403,7 @@ impl<A> RedisBuilder<A> {
     /// spent only after Redis granted it, and no later than its slot in
     /// the bucket's schedule. What leases cost is accuracy the other way:
     /// a process may be denied while other processes hold units they have
-    /// not spent, at most `max_units` each (see [`Lease`], and the guide's
+    /// not spent, at most `max(max_units, a horizon's refill)` each (see [`Lease`], and the guide's
     /// Redis chapter, [`crate::guide::redis`], for the bound and when to
     /// turn leases on).
     ///

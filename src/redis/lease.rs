@@ -13,12 +13,16 @@
 //!   bucket's exact bound in every span of time (see
 //!   `crate::algorithm::lease`).
 //! - **More is asked before the lease runs out**, by one call at a time
-//!   per client: when the units left fall to a quarter of the last grant,
-//!   a task asks for the units this process is expected to spend in the
-//!   lease's horizon at its recent rate (at least twice the last grant
-//!   when it ran out first), so that the lease never holds more than
-//!   `max_units` unspent. A check that finds the lease empty while a call
-//!   is on its way waits for that call.
+//!   per client: when the units left fall to what two round trips spend
+//!   at the recent rate (at most a quarter of the last grant), a task
+//!   asks for the units this process is expected to spend in the lease's
+//!   horizon at that rate (at least twice the last grant when it was spent
+//!   whole), so that the lease holds at most `max_units` unspent; while
+//!   the bucket has room, a grant reaches at least a horizon ahead, since
+//!   its slots pass at the bucket's rate whether spent or not. So a lease
+//!   holds at most `max(max_units, ⌈horizon / interval⌉)` units. A check
+//!   that finds the lease empty while a call is on its way waits for that
+//!   call (or, the bucket dry at the last call, is denied at once).
 //! - **Nothing to give**: when the bucket has no unit, checks are denied
 //!   here without asking until its first unit frees (at most one second).
 //! - **Unused units go back** when the client goes quiet (no grant for a
@@ -28,7 +32,7 @@
 //!   not continue the lease replaces it, and the units it displaces lapse
 //!   the same way.
 //! - **A process that dies** loses the units of its lease: they lapse by
-//!   the end of its slots, at most `max_units`.
+//!   the end of its slots, at most what a lease holds.
 //!
 //! Redis keeps each process's current lease of a client in a sorted set
 //! beside the client's key (registered from the lease's cursor at each
@@ -67,10 +71,12 @@ use crate::sync::{AtomicBool, AtomicU64, Ordering};
 /// so that a hot client costs a call per block rather than per check.
 ///
 /// The block is sized from the process's recent rate for the client: the
-/// units it would spend in `horizon`, within `[1, max_units]`. A larger
-/// horizon saves calls and holds more units away from the other
-/// processes; see the guide's Redis chapter ([`crate::guide::redis`]) for
-/// the bound on what that costs in accuracy.
+/// units it would spend in `horizon`, within `[1, max_units]`; while the
+/// bucket has room, a block reaches at least `horizon` ahead in the
+/// bucket's schedule. A larger horizon saves calls and holds more units
+/// away from the other processes; see the guide's Redis chapter
+/// ([`crate::guide::redis`]) for the bound on what that costs in
+/// accuracy.
 ///
 /// # Examples
 ///
