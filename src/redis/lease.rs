@@ -459,6 +459,21 @@ impl Leases {
     }
 }
 
+/// The `asking` flag of an entry, held by the call on its way: given
+/// back, and the checks waiting for the call woken, when the call ends or
+/// is dropped (a check whose caller gave up on it), so that no flag is
+/// left held by a call that will never end.
+struct Asking<'a>(&'a Entry);
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        // Release: publishes the grant installed to the next check that
+        // takes the flag (its Acquire compare-and-swap in `leased`).
+        self.0.asking.store(false, Ordering::Release);
+        self.0.answered.notify_waiters();
+    }
+}
+
 /// What a check's lease did at once.
 pub(super) enum AtOnce {
     /// Answered it.
@@ -694,9 +709,10 @@ impl<A: RedisAlgorithm> Inner<A> {
     }
 
     /// One call for units, made by the holder of `asking`, which it gives
-    /// back: `Ok(Some(_))` if the lease may now answer (with Redis's
-    /// reading of a grant), `Ok(None)` if the
-    /// state must be converted by a check of its own, or the failure.
+    /// back when the call ends or its future is dropped: `Ok(Some(_))` if
+    /// the lease may now answer (with Redis's reading of a grant),
+    /// `Ok(None)` if the state must be converted by a check of its own, or
+    /// the failure.
     async fn ask(
         self: &Arc<Self>,
         entry: &Arc<Entry>,
@@ -705,24 +721,7 @@ impl<A: RedisAlgorithm> Inner<A> {
         ran_out: bool,
         probe_due: bool,
     ) -> Result<Option<Option<u64>>, CheckError> {
-        let result = self
-            .ask_once(entry, request, epoch, ran_out, probe_due)
-            .await;
-        // Release: publishes the grant installed to the next check that
-        // takes the flag (Acquire above).
-        entry.asking.store(false, Ordering::Release);
-        entry.answered.notify_waiters();
-        result
-    }
-
-    async fn ask_once(
-        self: &Arc<Self>,
-        entry: &Arc<Entry>,
-        request: &Request,
-        epoch: u64,
-        ran_out: bool,
-        probe_due: bool,
-    ) -> Result<Option<Option<u64>>, CheckError> {
+        let _asking = Asking(entry);
         let leases = self.leases.as_ref().expect("a leasing limiter");
         let probe_due = match self.gate(self.calls.clock.local_ns()) {
             Ok(due) => due || probe_due,

@@ -218,6 +218,47 @@ fn a_lease_lasts_its_horizon_below_the_bucket_s_rate() {
     assert_eq!(after.lease_lapsed, 0, "{after:?}");
 }
 
+/// A check whose call for more is dropped on its way (its caller gave up
+/// on it while Redis was paused) gives the call's place back: the next
+/// check asks at once, rather than waiting for a call that will never
+/// end.
+#[test]
+fn a_call_dropped_on_its_way_leaves_no_place_held() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let clock = server.clock();
+    // Leases of one unit, each spent by the check that asked for it: the
+    // client hot after a few checks, and the next check must ask.
+    let limiter = leasing(&server, &rt, &clock, "dropped", 100, 1);
+    for _ in 0..10 {
+        assert!(rt.block_on(limiter.check("c")).unwrap().is_allowed());
+    }
+    assert!(limiter.stats().lease_calls > 0 && held(&limiter) == 0);
+    // Redis holds every command for a second: the check's call is held,
+    // and the check dropped while it is.
+    let () = ::redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1_000)
+        .arg("ALL")
+        .query(&mut server.sync())
+        .unwrap();
+    let gave_up = rt.block_on(async {
+        tokio::time::timeout(Duration::from_millis(200), limiter.check("c")).await
+    });
+    assert!(gave_up.is_err(), "the call was held by the pause");
+    std::thread::sleep(Duration::from_millis(1_000));
+    let started = std::time::Instant::now();
+    let next = rt
+        .block_on(async { tokio::time::timeout(Duration::from_secs(5), limiter.check("c")).await });
+    assert!(next
+        .expect("the next check is not held up by the dropped call")
+        .unwrap()
+        .is_allowed());
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
 /// A reset while another process holds leased units, time stopped: the
 /// slots leased stay that process's, and the bucket restarts full from
 /// the end of the latest lease outstanding, so the units after it are
