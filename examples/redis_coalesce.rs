@@ -34,6 +34,9 @@ use tollgate::TokenBucket;
 #[path = "support/local_redis.rs"]
 mod local_redis;
 use local_redis::{redis_url, script_calls};
+#[path = "support/figures.rs"]
+mod figures;
+use figures::row;
 
 const TASKS: u64 = 64;
 
@@ -132,11 +135,6 @@ async fn exact(limiter: RedisLimiter<TokenBucket>) -> u64 {
     seen.len() as u64
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
-}
-
 fn main() {
     let mut args = std::env::args().skip(1);
     let (mut rounds, mut secs) = (5usize, 2.0f64);
@@ -194,21 +192,7 @@ fn main() {
         println!("| clients, 64 tasks | one call per check: checks/s | coalesced: checks/s | ratio | round trips per check (one call each / coalesced) |");
         println!("|---|---:|---:|---:|---:|");
         for (cell, name) in ["one hot client", "100 000 uniform"].iter().enumerate() {
-            let rate = |on: usize| median(cells[cell][on].iter().map(|c| c.0).collect());
-            let trips = |on: usize| median(cells[cell][on].iter().map(|c| c.1).collect());
-            let ratios: Vec<f64> = cells[cell][1]
-                .iter()
-                .zip(&cells[cell][0])
-                .map(|(on, off)| on.0 / off.0)
-                .collect();
-            println!(
-                "| {name} | {:.0} | {:.0} | {:.2} | {:.4} / {:.4} |",
-                rate(0),
-                rate(1),
-                median(ratios),
-                trips(0),
-                trips(1)
-            );
+            println!("{}", row(name, &cells[cell][0], &cells[cell][1]));
         }
         println!();
         println!(

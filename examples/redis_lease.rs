@@ -39,6 +39,9 @@ use tollgate::TokenBucket;
 #[path = "support/local_redis.rs"]
 mod local_redis;
 use local_redis::{redis_url, script_calls};
+#[path = "support/figures.rs"]
+mod figures;
+use figures::row;
 
 const TASKS: u64 = 64;
 const PROCESSES: usize = 4;
@@ -205,11 +208,6 @@ fn fleet(url: &str, prefix: &str, quota: (u64, u64), lease: bool, secs: f64) -> 
     (sum, trips as f64 / sum.checks as f64)
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs.get(xs.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 fn main() {
     let mut args = std::env::args().skip(1);
     let (mut rounds, mut secs, mut only) = (5usize, 2.0f64, String::new());
@@ -303,36 +301,15 @@ fn main() {
     .iter()
     .enumerate()
     {
-        let rate = |on: usize| median(cells[cell][on].iter().map(|c| c.0).collect());
-        let trips = |on: usize| median(cells[cell][on].iter().map(|c| c.1).collect());
-        let ratios: Vec<f64> = cells[cell][1]
-            .iter()
-            .zip(&cells[cell][0])
-            .map(|(on, off)| on.0 / off.0)
-            .collect();
-        println!(
-            "| {name} | {:.0} | {:.0} | {:.1} | {:.5} / {:.5} |",
-            rate(0),
-            rate(1),
-            median(ratios),
-            trips(0),
-            trips(1)
-        );
+        println!("{}", row(name, &cells[cell][0], &cells[cell][1]));
     }
-    let rate = |on: usize| median(uniform[on].iter().map(|c| c.0).collect());
-    let trips = |on: usize| median(uniform[on].iter().map(|c| c.1).collect());
-    let ratios: Vec<f64> = uniform[1]
-        .iter()
-        .zip(&uniform[0])
-        .map(|(on, off)| on.0 / off.0)
-        .collect();
     println!(
-        "| 100 000 uniform clients, 1 process × {TASKS} tasks | {:.0} | {:.0} | {:.2} | {:.4} / {:.4} |",
-        rate(0),
-        rate(1),
-        median(ratios),
-        trips(0),
-        trips(1)
+        "{}",
+        row(
+            &format!("100 000 uniform clients, 1 process × {TASKS} tasks"),
+            &uniform[0],
+            &uniform[1]
+        )
     );
     println!();
     let held = |(capacity, rate): (u64, u64)| {
