@@ -359,17 +359,6 @@ fn local_ten(server: &Server, rt: &tokio::runtime::Runtime) -> RedisLimiter<Toke
         .unwrap()
 }
 
-/// Holds every client's commands for a minute: a call sent now stays in
-/// flight until the server dies.
-fn pause(server: &Server) {
-    let () = ::redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(60_000)
-        .arg("ALL")
-        .query(&mut server.sync())
-        .unwrap();
-}
-
 /// The server dies while the first two checks' calls are in flight and
 /// 62 others wait for the next: all 64 are answered by the fail policy (the
 /// in-process limiter of 10: exactly 10 admitted), within the timeout.
@@ -380,7 +369,7 @@ fn a_server_killed_while_checks_wait_answers_each_by_the_fail_policy() {
     };
     let rt = runtime();
     let limiter = local_ten(&server, &rt);
-    pause(&server);
+    server.pause(60_000);
     let outcomes: Vec<bool> = rt.block_on(async {
         let tasks: Vec<_> = (0..64)
             .map(|_| {
@@ -421,7 +410,7 @@ fn a_server_killed_mid_batch_answers_each_check_by_the_fail_policy() {
     };
     let rt = runtime();
     let limiter = local_ten(&server, &rt);
-    pause(&server);
+    server.pause(60_000);
     let outcomes: Vec<bool> = rt.block_on(async {
         let mut answers = Vec::new();
         let waiters: Vec<Waiter> = (0..63)

@@ -238,12 +238,7 @@ fn a_call_dropped_on_its_way_leaves_no_place_held() {
     assert!(limiter.stats().lease_calls > 0 && held(&limiter) == 0);
     // Redis holds every command for a second: the check's call is held,
     // and the check dropped while it is.
-    let () = ::redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(1_000)
-        .arg("ALL")
-        .query(&mut server.sync())
-        .unwrap();
+    server.pause(1_000);
     let gave_up = rt.block_on(async {
         tokio::time::timeout(Duration::from_millis(200), limiter.check("c")).await
     });

@@ -22,6 +22,17 @@ impl Server {
             .unwrap()
     }
 
+    /// Holds every client's commands for `ms`: a call sent meanwhile stays
+    /// in flight until then (or until the server dies).
+    pub(super) fn pause(&self, ms: u64) {
+        let () = ::redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(ms)
+            .arg("ALL")
+            .query(&mut self.sync())
+            .unwrap();
+    }
+
     /// A manual clock two days past Redis's clock, in whole µs: no key a
     /// test's limiter writes expires while the test runs.
     pub(super) fn clock(&self) -> ManualClock {
