@@ -8,8 +8,8 @@ mod redis_server;
 
 use std::time::{Duration, Instant};
 
-use redis_server::{builders, prefix, runtime, Server, HOUR};
-use tollgate::redis::FailPolicy;
+use redis_server::{admitted, at_once, builders, prefix, runtime, Server, HOUR};
+use tollgate::redis::{FailPolicy, RedisLimiter};
 use tollgate::{CheckErrorKind, FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 
 // ---------------------------------------------------------------------------
@@ -434,5 +434,168 @@ fn round_trips_count_every_command_sent() {
         let sent = commands() - before;
         assert!(sent > 1, "the script was reloaded");
         assert_eq!(limiter.stats().round_trips - trips, sent);
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Coalesced checks through faults.
+
+/// A fixed window of 5 an hour that coalesces, under `policy`, with a
+/// timeout of 1 s.
+fn coalescing(
+    conn: &redis::aio::ConnectionManager,
+    name: &str,
+    policy: FailPolicy,
+) -> RedisLimiter<FixedWindow> {
+    FixedWindow::builder()
+        .limit(5)
+        .window(HOUR)
+        .redis(conn.clone(), prefix(&format!("{name}-{policy:?}")))
+        .fail_policy(policy)
+        .timeout(Duration::from_secs(1))
+        .backoff(Duration::from_millis(20), Duration::from_millis(100))
+        .no_deny_shortcut()
+        .coalesce(true)
+        .build()
+        .unwrap()
+}
+
+/// Checks `limiter` until Redis answers one (the breaker closed again):
+/// an answer that the fail policy did not give.
+async fn until_redis_answers(limiter: &RedisLimiter<FixedWindow>) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let before = limiter.stats();
+        let answer = limiter.check("until-redis-answers").await;
+        let after = limiter.stats();
+        let by_policy = (after.fail_closed + after.fail_local + after.fail_open)
+            - (before.fail_closed + before.fail_local + before.fail_open);
+        if answer.is_ok() && by_policy == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not back on Redis 10 s after it came back: {:?}",
+            limiter.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Coalescing through a killed server: 24 checks of one client at once
+/// on a paused server (two calls in flight, the rest waiting behind them)
+/// on each of two limiters, then the server killed. Every check is
+/// answered (none hangs) when the server dies, before the 1 s timeout of
+/// any, and only the two calls in flight went to Redis; each is answered
+/// by the fail policy: under `FailClosed` each with an error of
+/// kind `Unavailable` or `Timeout`, under `Local` each by the in-process
+/// limiter, which admits exactly its quota of 5. After a restart, checks
+/// go to Redis again, coalesced, and exact: three clients checked by 8
+/// tasks each at once are each admitted exactly 5, remaining 4 … 0 once
+/// each, none answered by the fail policy.
+#[test]
+fn coalesced_checks_through_a_killed_server_are_answered_then_exact() {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(60));
+    let rt = runtime();
+    let conn = rt.block_on(server.manager());
+    let closed = coalescing(&conn, "coalkill", FailPolicy::FailClosed);
+    let local = coalescing(&conn, "coalkill", FailPolicy::Local);
+    rt.block_on(async {
+        assert!(closed.check("warm").await.unwrap().is_allowed());
+        assert!(local.check("warm").await.unwrap().is_allowed());
+    });
+    let trips = [closed.stats().round_trips, local.stats().round_trips];
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "20000", "ALL"][..])
+        .query(&mut server.sync())
+        .unwrap();
+    let (closed_answers, local_answers) = rt.block_on(async {
+        let checks = |limiter: &RedisLimiter<FixedWindow>| -> Vec<_> {
+            (0..24)
+                .map(|_| {
+                    let limiter = limiter.clone();
+                    tokio::spawn(async move {
+                        let started = Instant::now();
+                        let answer =
+                            tokio::time::timeout(Duration::from_secs(5), limiter.check("c")).await;
+                        (answer.expect("a check hung"), started.elapsed())
+                    })
+                })
+                .collect()
+        };
+        let (closed_checks, local_checks) = (checks(&closed), checks(&local));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            closed_checks
+                .iter()
+                .chain(&local_checks)
+                .all(|t| !t.is_finished()),
+            "every check is in flight or waiting when the server dies"
+        );
+        server.stop();
+        let mut answers = (Vec::new(), Vec::new());
+        for task in closed_checks {
+            answers.0.push(task.await.unwrap());
+        }
+        for task in local_checks {
+            answers.1.push(task.await.unwrap());
+        }
+        answers
+    });
+    // Answered when the server died (200 ms in), not at their timeout
+    // (1 s in): the two calls in flight failed, and the checks behind
+    // them went to the fail policy without a call of their own.
+    let slack = Duration::from_millis(900);
+    for (limiter, trips) in [&closed, &local].into_iter().zip(trips) {
+        let s = limiter.stats();
+        assert_eq!((s.round_trips - trips, s.timeouts), (2, 0), "{s:?}");
+    }
+    for (answer, took) in &closed_answers {
+        let err = answer.as_ref().unwrap_err();
+        assert!(
+            matches!(
+                err.kind(),
+                CheckErrorKind::Unavailable | CheckErrorKind::Timeout
+            ),
+            "{err}"
+        );
+        assert!(*took < slack, "{took:?}");
+    }
+    assert_eq!(closed.stats().fail_closed, 24, "{:?}", closed.stats());
+    let decisions: Vec<_> = local_answers
+        .iter()
+        .map(|(answer, took)| {
+            assert!(*took < slack, "{took:?}");
+            *answer.as_ref().unwrap()
+        })
+        .collect();
+    assert_eq!(
+        admitted(&decisions),
+        vec![0, 1, 2, 3, 4],
+        "{:?}",
+        local.stats()
+    );
+    assert_eq!(local.stats().fail_local, 24, "{:?}", local.stats());
+
+    server.run();
+    rt.block_on(async {
+        for limiter in [&closed, &local] {
+            until_redis_answers(limiter).await;
+            let before = limiter.stats();
+            let clients = ["c", "d", "e"];
+            for (client, decisions) in clients.iter().zip(at_once(limiter, &clients, 8, 2).await) {
+                assert_eq!(admitted(&decisions), vec![0, 1, 2, 3, 4], "{client}");
+            }
+            let after = limiter.stats();
+            assert_eq!(
+                (after.fail_closed, after.fail_local),
+                (before.fail_closed, before.fail_local),
+                "{after:?}"
+            );
+            assert!(after.coalesced > before.coalesced, "{after:?}");
+        }
     });
 }
