@@ -599,3 +599,143 @@ fn coalesced_checks_through_a_killed_server_are_answered_then_exact() {
         }
     });
 }
+
+/// Polls `future` once, with a waker that does nothing.
+fn poll_once<F: std::future::Future + Unpin>(future: &mut F) -> std::task::Poll<F::Output> {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    std::pin::Pin::new(future).poll(&mut cx)
+}
+
+/// Runs `future` to its end on this thread, parking between polls: an
+/// executor that is not tokio's, and no tokio runtime's context.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return output;
+        }
+        std::thread::park();
+    }
+}
+
+/// The call that a coalesced check waits on ends outside any tokio
+/// runtime (its check driven to its end by another executor, or dropped,
+/// on a thread of no runtime), so no task can be spawned to carry the
+/// waiting check: it is answered at once by the fail policy (under
+/// `FailClosed` an `Unavailable` error, under `Local` the in-process
+/// limiter's decision), not at its timeout of 5 s, and the client's
+/// place is given back: the next checks go to Redis, which holds exactly
+/// the calls that reached it.
+#[test]
+fn a_call_that_ends_outside_a_runtime_answers_the_checks_waiting_on_it() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(60));
+    let rt = runtime();
+    let build = |policy| {
+        let conn = rt.block_on(server.manager());
+        let limiter = FixedWindow::builder()
+            .limit(3)
+            .window(HOUR)
+            .redis(conn, prefix(&format!("noruntime-{policy:?}")))
+            .fail_policy(policy)
+            .timeout(Duration::from_secs(5))
+            .no_deny_shortcut()
+            .coalesce(true)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            assert!(limiter.check("warm").await.unwrap().is_allowed());
+        });
+        limiter
+    };
+    for (policy, finish) in [
+        (FailPolicy::FailClosed, "driven to its end"),
+        (FailPolicy::Local, "dropped"),
+    ] {
+        let limiter = build(policy);
+        // Two calls in flight (the most one client has), and a check
+        // waiting for the next: each first polled in the runtime, while
+        // Redis holds its answers for 200 ms.
+        let mut admin = server.sync();
+        let _: () = redis::cmd("CLIENT")
+            .arg(&["PAUSE", "200", "ALL"][..])
+            .query(&mut admin)
+            .unwrap();
+        let (mut leads, mut waiting) = {
+            let _runtime = rt.enter();
+            let mut leads = [Box::pin(limiter.check("c")), Box::pin(limiter.check("c"))];
+            let mut waiting = Box::pin(limiter.check("c"));
+            for lead in &mut leads {
+                assert!(poll_once(lead).is_pending());
+            }
+            assert!(poll_once(&mut waiting).is_pending());
+            (leads, waiting)
+        };
+        let _: () = redis::cmd("CLIENT")
+            .arg("UNPAUSE")
+            .query(&mut admin)
+            .unwrap();
+        assert!(tokio::runtime::Handle::try_current().is_err());
+        let started = Instant::now();
+        match finish {
+            "driven to its end" => {
+                let mut left: Vec<u64> = leads
+                    .iter_mut()
+                    .map(|lead| block_on(lead).unwrap().remaining())
+                    .collect();
+                left.sort_unstable();
+                assert_eq!(left, [1, 2], "{policy:?}");
+            }
+            _ => drop(leads),
+        }
+        let answer = block_on(&mut waiting);
+        assert!(started.elapsed() < Duration::from_secs(2), "{policy:?}");
+        let s = limiter.stats();
+        match policy {
+            FailPolicy::FailClosed => {
+                let err = answer.unwrap_err();
+                assert_eq!(err.kind(), CheckErrorKind::Unavailable, "{err}");
+                assert_eq!(s.fail_closed, 1, "{s:?}");
+            }
+            _ => {
+                assert!(answer.unwrap().is_allowed(), "{policy:?}");
+                assert_eq!(s.fail_local, 1, "{s:?}");
+            }
+        }
+        assert_eq!((s.timeouts, s.coalesced), (0, 0), "{policy:?}: {s:?}");
+        // Back in the runtime: the client's place was given back, so the
+        // next check leads a call of its own at once, answered by Redis,
+        // which counts every call that reached it: both leads that ran to
+        // their end (a dropped one may or may not have been sent).
+        rt.block_on(async {
+            let d = tokio::time::timeout(Duration::from_secs(2), limiter.check("c"))
+                .await
+                .expect("the client's place was given back")
+                .unwrap();
+            assert!(d.is_allowed(), "{policy:?}");
+            if finish == "driven to its end" {
+                assert_eq!(d.remaining(), 0, "{policy:?}");
+            }
+            for _ in 0..d.remaining() {
+                assert!(limiter.check("c").await.unwrap().is_allowed(), "{policy:?}");
+            }
+            assert!(limiter.check("c").await.unwrap().is_denied(), "{policy:?}");
+            let after = limiter.stats();
+            assert_eq!(
+                (after.fail_closed, after.fail_local, after.timeouts),
+                (s.fail_closed, s.fail_local, 0),
+                "{policy:?}: {after:?}"
+            );
+        });
+    }
+}
