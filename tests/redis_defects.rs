@@ -739,3 +739,96 @@ fn a_call_that_ends_outside_a_runtime_answers_the_checks_waiting_on_it() {
         });
     }
 }
+
+/// Checks waiting for a call that fails once the breaker is due to probe
+/// (another client's call opened it, and its backoff is over) send one
+/// probe between them, not one each: the first probes, and the others
+/// find the breaker as the probe left it (open again: answered by the
+/// fail policy, with no call). A paused server holds a check of client
+/// `x` and two calls of client `c` with eight checks of `c` waiting
+/// behind them; `x`'s check times out (the breaker opens for 20 ms), and
+/// 150 ms later the server is killed: `c`'s calls fail, and their
+/// waiting checks go with the breaker due to probe.
+#[test]
+fn checks_waiting_when_a_probe_is_due_send_one_probe() {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    // Redis's answers awaited for up to 10 s (the limiter's timeout
+    // decides), a dead server found at once.
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_millis(200)))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(100))
+        .set_response_timeout(Some(Duration::from_secs(10)));
+    let limiter = rt.block_on(async {
+        let client = redis::Client::open(server.url()).unwrap();
+        let conn = redis::aio::ConnectionManager::new_with_config(client, config)
+            .await
+            .unwrap();
+        FixedWindow::builder()
+            .limit(100)
+            .window(HOUR)
+            .redis(conn, prefix("coalprobe"))
+            .fail_policy(FailPolicy::FailClosed)
+            .timeout(Duration::from_secs(1))
+            .backoff(Duration::from_millis(20), Duration::from_secs(5))
+            .no_deny_shortcut()
+            .coalesce(true)
+            .build()
+            .unwrap()
+    });
+    rt.block_on(async {
+        assert!(limiter.check("warm").await.unwrap().is_allowed());
+    });
+    let before = limiter.stats();
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "20000", "ALL"][..])
+        .query(&mut server.sync())
+        .unwrap();
+    let answers = rt.block_on(async {
+        let check = |client: &'static str| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move {
+                tokio::time::timeout(Duration::from_secs(5), limiter.check(client))
+                    .await
+                    .expect("a check hung")
+            })
+        };
+        let started = Instant::now();
+        let mut tasks = vec![check("x")];
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        tasks.extend([check("c"), check("c")]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        tasks.extend((0..8).map(|_| check("c")));
+        tokio::time::sleep_until((started + Duration::from_millis(1_150)).into()).await;
+        assert!(tasks[0].is_finished(), "x's check timed out");
+        assert!(
+            tasks[1..].iter().all(|t| !t.is_finished()),
+            "c's are in flight"
+        );
+        server.stop();
+        let mut answers = Vec::new();
+        for task in tasks {
+            answers.push(task.await.unwrap());
+        }
+        // Long enough for probes sent one after another to show.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        answers
+    });
+    for answer in &answers {
+        let err = answer.as_ref().unwrap_err();
+        assert!(
+            matches!(
+                err.kind(),
+                CheckErrorKind::Unavailable | CheckErrorKind::Timeout
+            ),
+            "{err}"
+        );
+    }
+    let s = limiter.stats();
+    assert_eq!(s.probes - before.probes, 1, "{s:?}");
+    // x's call, c's two, and the probe.
+    assert_eq!(s.round_trips - before.round_trips, 4, "{s:?}");
+}

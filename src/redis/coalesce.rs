@@ -241,36 +241,48 @@ impl<A: RedisAlgorithm> Inner<A> {
     }
 
     /// One batch: each check asked of the deny shortcut and the breaker,
-    /// the rest decided in one call.
-    async fn batch(&self, waiters: Vec<Waiter>) {
-        let now = self.calls.clock.local_ns();
-        let mut going = Vec::with_capacity(waiters.len());
-        for waiter in waiters {
-            if waiter.reply.is_closed() {
-                continue; // its check was dropped: nothing to decide
-            }
-            if let Some(decision) = self.local_denial(&waiter.request, now) {
-                bump(&self.calls.counters.denied_locally);
-                let _ = waiter.reply.send(Ok(decision));
-                continue;
-            }
-            going.push(waiter);
-        }
-        let probe_due = match self.gate(now) {
-            Ok(probe_due) => probe_due,
-            Err(err) => {
-                for waiter in going {
-                    let answer = self.fallback(&waiter.request, copy(&err));
-                    let _ = waiter.reply.send(answer);
+    /// the rest decided in one call. If the breaker is due to probe, the
+    /// first check goes alone as the probe, and the others are asked again
+    /// once it is over, finding the breaker as the probe left it.
+    async fn batch(&self, mut waiters: Vec<Waiter>) {
+        let going = loop {
+            let now = self.calls.clock.local_ns();
+            let mut going = Vec::with_capacity(waiters.len());
+            for waiter in waiters {
+                if waiter.reply.is_closed() {
+                    continue; // its check was dropped: nothing to decide
                 }
-                return;
+                if let Some(decision) = self.local_denial(&waiter.request, now) {
+                    bump(&self.calls.counters.denied_locally);
+                    let _ = waiter.reply.send(Ok(decision));
+                    continue;
+                }
+                going.push(waiter);
+            }
+            let probe_due = match self.gate(now) {
+                Ok(probe_due) => probe_due,
+                Err(err) => {
+                    for waiter in going {
+                        let answer = self.fallback(&waiter.request, copy(&err));
+                        let _ = waiter.reply.send(answer);
+                    }
+                    return;
+                }
+            };
+            if !probe_due || going.is_empty() {
+                break going;
+            }
+            // The probe goes alone, as a check of its own.
+            waiters = going.split_off(1);
+            for waiter in going {
+                let answer = self.single(&waiter.request, true).await;
+                let _ = waiter.reply.send(answer);
             }
         };
-        if going.len() == 1 || probe_due {
-            // As checks of their own: one, or the probe (which goes alone;
-            // the others then find the breaker as the probe leaves it).
+        if going.len() == 1 {
+            // As a check of its own.
             for waiter in going {
-                let answer = self.single(&waiter.request, probe_due).await;
+                let answer = self.single(&waiter.request, false).await;
                 let _ = waiter.reply.send(answer);
             }
             return;
