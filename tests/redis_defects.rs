@@ -747,7 +747,7 @@ fn a_call_that_ends_outside_a_runtime_answers_the_checks_waiting_on_it() {
 /// fail policy, with no call). A paused server holds a check of client
 /// `x` and two calls of client `c` with eight checks of `c` waiting
 /// behind them; `x`'s check times out (the breaker opens for 20 ms), and
-/// 150 ms later the server is killed: `c`'s calls fail, and their
+/// 300 ms later the server is killed: `c`'s calls fail, and their
 /// waiting checks go with the breaker due to probe.
 #[test]
 fn checks_waiting_when_a_probe_is_due_send_one_probe() {
@@ -797,12 +797,14 @@ fn checks_waiting_when_a_probe_is_due_send_one_probe() {
             })
         };
         let started = Instant::now();
+        // x's call times out at 1 s, c's would at 1.6 s, and the checks
+        // waiting behind them at 1.65 s: the server dies at 1.3 s.
         let mut tasks = vec![check("x")];
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
         tasks.extend([check("c"), check("c")]);
         tokio::time::sleep(Duration::from_millis(50)).await;
         tasks.extend((0..8).map(|_| check("c")));
-        tokio::time::sleep_until((started + Duration::from_millis(1_150)).into()).await;
+        tokio::time::sleep_until((started + Duration::from_millis(1_300)).into()).await;
         assert!(tasks[0].is_finished(), "x's check timed out");
         assert!(
             tasks[1..].iter().all(|t| !t.is_finished()),
