@@ -834,3 +834,80 @@ fn checks_waiting_when_a_probe_is_due_send_one_probe() {
     // x's call, c's two, and the probe.
     assert_eq!(s.round_trips - before.round_trips, 4, "{s:?}");
 }
+
+/// The calls that a coalesced check waits on are made on a runtime that
+/// shuts down while they are in flight (their tasks dropped with it; the
+/// task that would carry the waiting check is spawned on that runtime,
+/// which drops it at once): the check, made on another runtime, is
+/// answered at once by the fail policy (under `FailClosed` an
+/// `Unavailable` error), not at its timeout of 5 s; and its client's
+/// place is given back: the next checks go to Redis, counted there.
+#[test]
+fn a_call_on_a_runtime_shut_down_answers_the_checks_waiting_on_it() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(60));
+    let rt = runtime();
+    let limiter = rt.block_on(async {
+        let limiter = FixedWindow::builder()
+            .limit(3)
+            .window(HOUR)
+            .redis(server.manager().await, prefix("shutdown"))
+            .fail_policy(FailPolicy::FailClosed)
+            .timeout(Duration::from_secs(5))
+            .no_deny_shortcut()
+            .coalesce(true)
+            .build()
+            .unwrap();
+        assert!(limiter.check("warm").await.unwrap().is_allowed());
+        limiter
+    });
+    let other = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    // Redis holds its answers for 300 ms: two calls in flight from the
+    // other runtime, and a check of this one's waiting behind them.
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "300", "ALL"][..])
+        .query(&mut server.sync())
+        .unwrap();
+    let leads: Vec<_> = (0..2)
+        .map(|_| {
+            let limiter = limiter.clone();
+            other.spawn(async move { limiter.check("c").await })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(50));
+    let waiting = {
+        let limiter = limiter.clone();
+        rt.spawn(async move {
+            let started = Instant::now();
+            (limiter.check("c").await, started.elapsed())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(leads.iter().all(|t| !t.is_finished()) && !waiting.is_finished());
+    drop(other);
+    let (answer, took) = rt.block_on(waiting).unwrap();
+    let err = answer.unwrap_err();
+    assert_eq!(err.kind(), CheckErrorKind::Unavailable, "{err}");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    let s = limiter.stats();
+    assert_eq!((s.fail_closed, s.timeouts, s.coalesced), (1, 0, 0), "{s:?}");
+    rt.block_on(async {
+        let d = tokio::time::timeout(Duration::from_secs(2), limiter.check("c"))
+            .await
+            .expect("the client's place was given back")
+            .unwrap();
+        assert!(d.is_allowed(), "{d:?}");
+        for _ in 0..d.remaining() {
+            assert!(limiter.check("c").await.unwrap().is_allowed());
+        }
+        assert!(limiter.check("c").await.unwrap().is_denied());
+    });
+    let after = limiter.stats();
+    assert_eq!((after.fail_closed, after.timeouts), (1, 0), "{after:?}");
+}
