@@ -911,3 +911,72 @@ fn a_call_on_a_runtime_shut_down_answers_the_checks_waiting_on_it() {
     let after = limiter.stats();
     assert_eq!((after.fail_closed, after.timeouts), (1, 0), "{after:?}");
 }
+
+/// A waiting check answered at its timeout is not answered again when
+/// the batch that was to carry it fails later: under `Local` the
+/// in-process limiter decides it once, so its quota is spent once. Three
+/// checks wait behind two calls on a paused server; the calls are dropped
+/// (their tasks aborted), so the three go in one batch call, which hangs
+/// past the three checks' timeouts and then times out itself.
+#[test]
+fn a_check_answered_at_its_timeout_is_not_answered_again_by_its_failed_batch() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let limiter = rt.block_on(async {
+        FixedWindow::builder()
+            .limit(5)
+            .window(HOUR)
+            .redis(server.patient_manager().await, prefix("twice"))
+            .fail_policy(FailPolicy::Local)
+            .timeout(Duration::from_millis(500))
+            .backoff(Duration::from_secs(5), Duration::from_secs(5))
+            .no_deny_shortcut()
+            .coalesce(true)
+            .build()
+            .unwrap()
+    });
+    rt.block_on(async {
+        assert!(limiter.check("warm").await.unwrap().is_allowed());
+    });
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "3000", "ALL"][..])
+        .query(&mut server.sync())
+        .unwrap();
+    rt.block_on(async {
+        let check = || {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.check("c").await })
+        };
+        let started = Instant::now();
+        let leads = [check(), check()];
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let waiting = [check(), check(), check()];
+        // The waiting checks time out at 550 ms; their batch, sent at
+        // 200 ms, at 700 ms.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        for lead in &leads {
+            lead.abort();
+        }
+        let mut left = Vec::new();
+        for task in waiting {
+            let d = task.await.unwrap().unwrap();
+            assert!(d.is_allowed(), "{d:?}");
+            left.push(d.remaining());
+        }
+        left.sort_unstable();
+        assert_eq!(left, [2, 3, 4]);
+        assert!(
+            started.elapsed() < Duration::from_millis(700),
+            "answered at their timeout"
+        );
+        tokio::time::sleep_until((started + Duration::from_millis(900)).into()).await;
+        let s = limiter.stats();
+        assert_eq!((s.timeouts, s.fail_local), (4, 3), "{s:?}");
+        // The breaker is open: the in-process limiter decides, with 2
+        // of its 5 left.
+        let d = limiter.check("c").await.unwrap();
+        assert_eq!((d.is_allowed(), d.remaining()), (true, 1), "{d:?}");
+    });
+}

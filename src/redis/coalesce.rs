@@ -275,15 +275,13 @@ impl<A: RedisAlgorithm> Inner<A> {
             // The probe goes alone, as a check of its own.
             waiters = going.split_off(1);
             for waiter in going {
-                let answer = self.single(&waiter.request, true).await;
-                let _ = waiter.reply.send(answer);
+                self.alone(waiter, true).await;
             }
         };
         if going.len() == 1 {
             // As a check of its own.
             for waiter in going {
-                let answer = self.single(&waiter.request, false).await;
-                let _ = waiter.reply.send(answer);
+                self.alone(waiter, false).await;
             }
             return;
         }
@@ -310,17 +308,32 @@ impl<A: RedisAlgorithm> Inner<A> {
             Ok((None, _)) => {
                 // A state to convert: each check of its own, in order.
                 for waiter in going {
-                    let answer = self.single(&waiter.request, false).await;
-                    let _ = waiter.reply.send(answer);
+                    self.alone(waiter, false).await;
                 }
             }
             Err(err) => {
                 for waiter in going {
+                    if waiter.reply.is_closed() {
+                        continue; // answered at its timeout meanwhile
+                    }
                     let answer = self.fallback(&waiter.request, copy(&err));
                     let _ = waiter.reply.send(answer);
                 }
             }
         }
+    }
+
+    /// A waiting check by a call of its own. A failure is answered by the
+    /// fail policy only if the check was not answered meanwhile (at its
+    /// timeout, counted there): a check is answered once, and the
+    /// in-process limiter of `FailPolicy::Local` decides it once.
+    async fn alone(&self, waiter: Waiter, probe_due: bool) {
+        let answer = match self.single_call(&waiter.request, probe_due).await {
+            Ok(decision) => Ok(decision),
+            Err(_) if waiter.reply.is_closed() => return,
+            Err(err) => self.fallback(&waiter.request, err),
+        };
+        let _ = waiter.reply.send(answer);
     }
 
     /// The batch script's round trip: each request's answer, or `None`
