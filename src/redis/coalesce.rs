@@ -201,22 +201,59 @@ fn finish<A: RedisAlgorithm>(inner: &Arc<Inner<A>>, key: &[u8]) {
         while !flight.next(key).is_empty() {}
         return;
     };
-    let inner = Arc::clone(inner);
-    let key = key.to_vec();
+    let mut place = Place {
+        inner: Arc::clone(inner),
+        key: key.to_vec(),
+        held: true,
+    };
     runtime.spawn(async move {
         let mut waiters = waiters;
         while !waiters.is_empty() {
-            inner.batches(waiters).await;
+            place.inner.batches(waiters).await;
             // The checks just answered run first: a task that checks its
             // client again joins the next batch, rather than that batch
             // going with only the checks that came during the call.
             tokio::task::yield_now().await;
-            let Some(flight) = &inner.coalesce else {
-                return;
-            };
-            waiters = flight.next(&key);
+            waiters = place.next();
         }
+        place.given_up();
     });
+}
+
+/// The place in flight that a batch task holds for its client: given up
+/// by the task's last `next`, or, if the task is dropped before that (its
+/// runtime shut down, before or while it ran), when it is dropped, the
+/// checks still waiting answered as if their call failed to reach Redis.
+/// Otherwise a runtime that went would keep the place for good, and with
+/// both places so kept the client's checks could never reach Redis again.
+struct Place<A: RedisAlgorithm> {
+    inner: Arc<Inner<A>>,
+    key: Vec<u8>,
+    held: bool,
+}
+
+impl<A: RedisAlgorithm> Place<A> {
+    /// The last `next`, finding no one waiting, gave the place up.
+    fn given_up(&mut self) {
+        self.held = false;
+    }
+
+    /// The checks waiting for the next call, or none, the place given up.
+    fn next(&self) -> Vec<Waiter> {
+        self.inner
+            .coalesce
+            .as_ref()
+            .map_or_else(Vec::new, |flight| flight.next(&self.key))
+    }
+}
+
+impl<A: RedisAlgorithm> Drop for Place<A> {
+    fn drop(&mut self) {
+        if self.held {
+            // The waiters' channels close: each answers by its fail policy.
+            while !self.next().is_empty() {}
+        }
+    }
 }
 
 impl<A: RedisAlgorithm> Inner<A> {
