@@ -7,9 +7,9 @@ mod redis_server;
 
 use std::time::Duration;
 
-use redis_server::{prefix, runtime, Cluster, HOUR};
+use redis_server::{admitted, at_once, prefix, runtime, Cluster, HOUR};
 use tollgate::redis::FailPolicy;
-use tollgate::{FixedWindow, TokenBucket};
+use tollgate::{FixedWindow, SlidingWindowCounter, TokenBucket};
 
 /// Client ids and prefixes that hold Redis Cluster's hash-tag braces (or
 /// nothing at all) are each held to their limit by a pair on a cluster:
@@ -164,4 +164,82 @@ fn a_failover_under_load_admits_nothing_over_the_quota() {
         }
     });
     eprintln!("failover: {checks} checks under load, {errors} failed (none admitted)");
+}
+
+/// Coalescing on a cluster: 48 tasks check four clients (their keys on
+/// different primaries) at once, 3 checks each, on limiters that coalesce
+/// (each word algorithm and a pair): each client is admitted exactly its
+/// quota of 10 out of 36 checks, the admissions' `remaining` figures are
+/// 9, 8, …, 0 once each (every check, batched or not, decided on the
+/// state the ones before it left), and checks rode another's call.
+#[test]
+fn coalesced_checks_on_a_cluster_admit_exactly_the_quota() {
+    const QUOTA: u64 = 10;
+    let Some(cluster) = Cluster::start(3, 0) else {
+        return;
+    };
+    cluster.nodes[0].away_from_hour_boundary(Duration::from_secs(60));
+    // Keys whose slots fall under each of the three primaries' ranges
+    // (`redis-cli --cluster create` splits the 16 384 slots in thirds).
+    let clients = ["alpha", "beta", "gamma", "delta"];
+    let mut admin = cluster.nodes[0].sync();
+    let thirds: std::collections::BTreeSet<i64> = clients
+        .iter()
+        .map(|c| {
+            let slot: i64 = redis::cmd("CLUSTER")
+                .arg("KEYSLOT")
+                .arg(*c)
+                .query(&mut admin)
+                .unwrap();
+            slot * 3 / 16_384
+        })
+        .collect();
+    assert_eq!(thirds.len(), 3, "the clients' keys span every primary");
+    let expected: Vec<u64> = (0..QUOTA).collect();
+    runtime().block_on(async {
+        let conn = cluster.connection().await;
+        macro_rules! case {
+            ($builder:expr, $name:literal) => {{
+                let limiter = $builder
+                    .redis(conn.clone(), prefix($name))
+                    .fail_policy(FailPolicy::FailClosed)
+                    .timeout(Duration::from_secs(2))
+                    .no_deny_shortcut()
+                    .coalesce(true)
+                    .build()
+                    .unwrap();
+                for (client, decisions) in
+                    clients.iter().zip(at_once(&limiter, &clients, 12, 3).await)
+                {
+                    let left = admitted(&decisions);
+                    assert_eq!(left, expected, "{}, {client}: {:?}", $name, limiter.stats());
+                }
+                let s = limiter.stats();
+                assert!(
+                    s.coalesced > 0,
+                    "{}: no check rode another's call: {s:?}",
+                    $name
+                );
+                assert_eq!(
+                    (s.errors, s.timeouts, s.fail_closed),
+                    (0, 0, 0),
+                    "{}: {s:?}",
+                    $name
+                );
+            }};
+        }
+        case!(FixedWindow::builder().limit(QUOTA).window(HOUR), "cfw");
+        case!(
+            SlidingWindowCounter::builder().limit(QUOTA).window(HOUR),
+            "cswc"
+        );
+        case!(TokenBucket::builder().rate(QUOTA, HOUR), "ctb");
+        case!(
+            FixedWindow::builder()
+                .limit(QUOTA)
+                .window(HOUR)
+                .and(TokenBucket::builder().rate(2 * QUOTA, HOUR)),
+            "cpair"
+        );
+    });
 }

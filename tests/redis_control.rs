@@ -8,7 +8,7 @@ mod redis_server;
 use std::process::Command;
 use std::time::Duration;
 
-use redis_server::{builders, prefix, runtime, Server, HOUR};
+use redis_server::{admitted, at_once, builders, prefix, runtime, Server, HOUR};
 use tollgate::redis::{RedisAlgorithm, RedisConnection, RedisLimiter};
 use tollgate::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 
@@ -334,5 +334,66 @@ fn a_pair_denied_by_one_limit_charges_neither() {
             .query(&mut c)
             .unwrap();
         assert!(keys.is_empty(), "{keys:?}");
+    });
+}
+
+/// Tiers with coalescing: two clients of each of two tiers (5 and 12 an
+/// hour) checked by 12 tasks each at once, twice each, on a fixed window
+/// that coalesces: each client is admitted exactly its tier's quota, each
+/// decision reports its tier's limit, and checks rode another's call.
+/// Then each tier's quota is raised (tier 1 to 20, tier 0 to 7) and the
+/// same load runs again: each client is admitted exactly the difference
+/// (its count carried over, as in-process), a new client of tier 1 its
+/// 20, and every decision reports the new limit.
+#[test]
+fn tiers_with_coalescing_hold_each_client_to_its_tier() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(60));
+    runtime().block_on(async {
+        let limiter = FixedWindow::builder()
+            .limit(5)
+            .window(HOUR)
+            .redis(server.manager().await, prefix("coaltiers"))
+            .tier_by(|client| u16::from(client.starts_with(b"pro-")))
+            .fail_policy(tollgate::redis::FailPolicy::FailClosed)
+            .timeout(Duration::from_secs(2))
+            .no_deny_shortcut()
+            .coalesce(true)
+            .build()
+            .unwrap();
+        limiter
+            .set_quota(1, FixedWindow::builder().limit(12).window(HOUR))
+            .unwrap();
+        let clients = ["free-a", "pro-a", "free-b", "pro-b"];
+        let upto = |n: u64| (0..n).collect::<Vec<_>>();
+        for (client, decisions) in clients.iter().zip(at_once(&limiter, &clients, 12, 2).await) {
+            let limit = if client.starts_with("pro-") { 12 } else { 5 };
+            assert_eq!(admitted(&decisions), upto(limit), "{client}");
+            assert!(decisions.iter().all(|d| d.limit() == limit), "{client}");
+        }
+        let coalesced = limiter.stats().coalesced;
+        assert!(coalesced > 0, "{:?}", limiter.stats());
+
+        limiter
+            .set_quota(1, FixedWindow::builder().limit(20).window(HOUR))
+            .unwrap();
+        limiter
+            .set_quota(0, FixedWindow::builder().limit(7).window(HOUR))
+            .unwrap();
+        let clients = ["free-a", "pro-a", "free-b", "pro-b", "pro-c"];
+        for (client, decisions) in clients.iter().zip(at_once(&limiter, &clients, 12, 2).await) {
+            let (limit, spent) = match *client {
+                "pro-c" => (20, 0),
+                c if c.starts_with("pro-") => (20, 12),
+                _ => (7, 5),
+            };
+            assert_eq!(admitted(&decisions), upto(limit - spent), "{client}");
+            assert!(decisions.iter().all(|d| d.limit() == limit), "{client}");
+        }
+        let s = limiter.stats();
+        assert!(s.coalesced > coalesced, "{s:?}");
+        assert_eq!((s.errors, s.timeouts, s.fail_closed), (0, 0, 0), "{s:?}");
     });
 }

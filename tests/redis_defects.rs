@@ -8,8 +8,8 @@ mod redis_server;
 
 use std::time::{Duration, Instant};
 
-use redis_server::{builders, prefix, runtime, Server, HOUR};
-use tollgate::redis::FailPolicy;
+use redis_server::{admitted, at_once, builders, prefix, runtime, Server, HOUR};
+use tollgate::redis::{FailPolicy, RedisLimiter};
 use tollgate::{CheckErrorKind, FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 
 // ---------------------------------------------------------------------------
@@ -434,5 +434,559 @@ fn round_trips_count_every_command_sent() {
         let sent = commands() - before;
         assert!(sent > 1, "the script was reloaded");
         assert_eq!(limiter.stats().round_trips - trips, sent);
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Coalesced checks through faults.
+
+/// A fixed window of 5 an hour that coalesces, under `policy`, with a
+/// timeout of 1 s.
+fn coalescing(
+    conn: &redis::aio::ConnectionManager,
+    name: &str,
+    policy: FailPolicy,
+) -> RedisLimiter<FixedWindow> {
+    FixedWindow::builder()
+        .limit(5)
+        .window(HOUR)
+        .redis(conn.clone(), prefix(&format!("{name}-{policy:?}")))
+        .fail_policy(policy)
+        .timeout(Duration::from_secs(1))
+        .backoff(Duration::from_millis(20), Duration::from_millis(100))
+        .no_deny_shortcut()
+        .coalesce(true)
+        .build()
+        .unwrap()
+}
+
+/// Checks `limiter` until Redis answers one (the breaker closed again):
+/// an answer that the fail policy did not give.
+async fn until_redis_answers(limiter: &RedisLimiter<FixedWindow>) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let before = limiter.stats();
+        let answer = limiter.check("until-redis-answers").await;
+        let after = limiter.stats();
+        let by_policy = (after.fail_closed + after.fail_local + after.fail_open)
+            - (before.fail_closed + before.fail_local + before.fail_open);
+        if answer.is_ok() && by_policy == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not back on Redis 10 s after it came back: {:?}",
+            limiter.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Coalescing through a killed server: 24 checks of one client at once
+/// on a paused server (two calls in flight, the rest waiting behind them)
+/// on each of two limiters, then the server killed. Every check is
+/// answered (none hangs) when the server dies, before the 1 s timeout of
+/// any, and only the two calls in flight went to Redis; each is answered
+/// by the fail policy: under `FailClosed` each with an error of
+/// kind `Unavailable` or `Timeout`, under `Local` each by the in-process
+/// limiter, which admits exactly its quota of 5. After a restart, checks
+/// go to Redis again, coalesced, and exact: three clients checked by 8
+/// tasks each at once are each admitted exactly 5, remaining 4 … 0 once
+/// each, none answered by the fail policy.
+#[test]
+fn coalesced_checks_through_a_killed_server_are_answered_then_exact() {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(60));
+    let rt = runtime();
+    let conn = rt.block_on(server.manager());
+    let closed = coalescing(&conn, "coalkill", FailPolicy::FailClosed);
+    let local = coalescing(&conn, "coalkill", FailPolicy::Local);
+    rt.block_on(async {
+        assert!(closed.check("warm").await.unwrap().is_allowed());
+        assert!(local.check("warm").await.unwrap().is_allowed());
+    });
+    let trips = [closed.stats().round_trips, local.stats().round_trips];
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "20000", "ALL"][..])
+        .query(&mut server.sync())
+        .unwrap();
+    let (closed_answers, local_answers) = rt.block_on(async {
+        let checks = |limiter: &RedisLimiter<FixedWindow>| -> Vec<_> {
+            (0..24)
+                .map(|_| {
+                    let limiter = limiter.clone();
+                    tokio::spawn(async move {
+                        let started = Instant::now();
+                        let answer =
+                            tokio::time::timeout(Duration::from_secs(5), limiter.check("c")).await;
+                        (answer.expect("a check hung"), started.elapsed())
+                    })
+                })
+                .collect()
+        };
+        let (closed_checks, local_checks) = (checks(&closed), checks(&local));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            closed_checks
+                .iter()
+                .chain(&local_checks)
+                .all(|t| !t.is_finished()),
+            "every check is in flight or waiting when the server dies"
+        );
+        server.stop();
+        let mut answers = (Vec::new(), Vec::new());
+        for task in closed_checks {
+            answers.0.push(task.await.unwrap());
+        }
+        for task in local_checks {
+            answers.1.push(task.await.unwrap());
+        }
+        answers
+    });
+    // Answered when the server died (200 ms in), not at their timeout
+    // (1 s in): the two calls in flight failed, and the checks behind
+    // them went to the fail policy without a call of their own.
+    let slack = Duration::from_millis(900);
+    for (limiter, trips) in [&closed, &local].into_iter().zip(trips) {
+        let s = limiter.stats();
+        assert_eq!((s.round_trips - trips, s.timeouts), (2, 0), "{s:?}");
+    }
+    for (answer, took) in &closed_answers {
+        let err = answer.as_ref().unwrap_err();
+        assert!(
+            matches!(
+                err.kind(),
+                CheckErrorKind::Unavailable | CheckErrorKind::Timeout
+            ),
+            "{err}"
+        );
+        assert!(*took < slack, "{took:?}");
+    }
+    assert_eq!(closed.stats().fail_closed, 24, "{:?}", closed.stats());
+    let decisions: Vec<_> = local_answers
+        .iter()
+        .map(|(answer, took)| {
+            assert!(*took < slack, "{took:?}");
+            *answer.as_ref().unwrap()
+        })
+        .collect();
+    assert_eq!(
+        admitted(&decisions),
+        vec![0, 1, 2, 3, 4],
+        "{:?}",
+        local.stats()
+    );
+    assert_eq!(local.stats().fail_local, 24, "{:?}", local.stats());
+
+    server.run();
+    rt.block_on(async {
+        for limiter in [&closed, &local] {
+            until_redis_answers(limiter).await;
+            let before = limiter.stats();
+            let clients = ["c", "d", "e"];
+            for (client, decisions) in clients.iter().zip(at_once(limiter, &clients, 8, 2).await) {
+                assert_eq!(admitted(&decisions), vec![0, 1, 2, 3, 4], "{client}");
+            }
+            let after = limiter.stats();
+            assert_eq!(
+                (after.fail_closed, after.fail_local),
+                (before.fail_closed, before.fail_local),
+                "{after:?}"
+            );
+            assert!(after.coalesced > before.coalesced, "{after:?}");
+        }
+    });
+}
+
+/// Polls `future` once, with a waker that does nothing.
+fn poll_once<F: std::future::Future + Unpin>(future: &mut F) -> std::task::Poll<F::Output> {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    std::pin::Pin::new(future).poll(&mut cx)
+}
+
+/// Runs `future` to its end on this thread, parking between polls: an
+/// executor that is not tokio's, and no tokio runtime's context.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return output;
+        }
+        std::thread::park();
+    }
+}
+
+/// The call that a coalesced check waits on ends outside any tokio
+/// runtime (its check driven to its end by another executor, or dropped,
+/// on a thread of no runtime), so no task can be spawned to carry the
+/// waiting check: it is answered at once by the fail policy (under
+/// `FailClosed` an `Unavailable` error, under `Local` the in-process
+/// limiter's decision), not at its timeout of 5 s, and the client's
+/// place is given back: the next checks go to Redis, which holds exactly
+/// the calls that reached it.
+#[test]
+fn a_call_that_ends_outside_a_runtime_answers_the_checks_waiting_on_it() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(60));
+    let rt = runtime();
+    let build = |policy| {
+        let conn = rt.block_on(server.manager());
+        let limiter = FixedWindow::builder()
+            .limit(3)
+            .window(HOUR)
+            .redis(conn, prefix(&format!("noruntime-{policy:?}")))
+            .fail_policy(policy)
+            .timeout(Duration::from_secs(5))
+            .no_deny_shortcut()
+            .coalesce(true)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            assert!(limiter.check("warm").await.unwrap().is_allowed());
+        });
+        limiter
+    };
+    for (policy, finish) in [
+        (FailPolicy::FailClosed, "driven to its end"),
+        (FailPolicy::Local, "dropped"),
+    ] {
+        let limiter = build(policy);
+        // Two calls in flight (the most one client has), and a check
+        // waiting for the next: each first polled in the runtime, while
+        // Redis holds its answers for 200 ms.
+        let mut admin = server.sync();
+        let _: () = redis::cmd("CLIENT")
+            .arg(&["PAUSE", "200", "ALL"][..])
+            .query(&mut admin)
+            .unwrap();
+        let (mut leads, mut waiting) = {
+            let _runtime = rt.enter();
+            let mut leads = [Box::pin(limiter.check("c")), Box::pin(limiter.check("c"))];
+            let mut waiting = Box::pin(limiter.check("c"));
+            for lead in &mut leads {
+                assert!(poll_once(lead).is_pending());
+            }
+            assert!(poll_once(&mut waiting).is_pending());
+            (leads, waiting)
+        };
+        let _: () = redis::cmd("CLIENT")
+            .arg("UNPAUSE")
+            .query(&mut admin)
+            .unwrap();
+        assert!(tokio::runtime::Handle::try_current().is_err());
+        let started = Instant::now();
+        match finish {
+            "driven to its end" => {
+                let mut left: Vec<u64> = leads
+                    .iter_mut()
+                    .map(|lead| block_on(lead).unwrap().remaining())
+                    .collect();
+                left.sort_unstable();
+                assert_eq!(left, [1, 2], "{policy:?}");
+            }
+            _ => drop(leads),
+        }
+        let answer = block_on(&mut waiting);
+        assert!(started.elapsed() < Duration::from_secs(2), "{policy:?}");
+        let s = limiter.stats();
+        match policy {
+            FailPolicy::FailClosed => {
+                let err = answer.unwrap_err();
+                assert_eq!(err.kind(), CheckErrorKind::Unavailable, "{err}");
+                assert_eq!(s.fail_closed, 1, "{s:?}");
+            }
+            _ => {
+                assert!(answer.unwrap().is_allowed(), "{policy:?}");
+                assert_eq!(s.fail_local, 1, "{s:?}");
+            }
+        }
+        assert_eq!((s.timeouts, s.coalesced), (0, 0), "{policy:?}: {s:?}");
+        // Back in the runtime: the client's place was given back, so the
+        // next check leads a call of its own at once, answered by Redis,
+        // which counts every call that reached it: both leads that ran to
+        // their end (a dropped one may or may not have been sent).
+        rt.block_on(async {
+            let d = tokio::time::timeout(Duration::from_secs(2), limiter.check("c"))
+                .await
+                .expect("the client's place was given back")
+                .unwrap();
+            assert!(d.is_allowed(), "{policy:?}");
+            if finish == "driven to its end" {
+                assert_eq!(d.remaining(), 0, "{policy:?}");
+            }
+            for _ in 0..d.remaining() {
+                assert!(limiter.check("c").await.unwrap().is_allowed(), "{policy:?}");
+            }
+            assert!(limiter.check("c").await.unwrap().is_denied(), "{policy:?}");
+            let after = limiter.stats();
+            assert_eq!(
+                (after.fail_closed, after.fail_local, after.timeouts),
+                (s.fail_closed, s.fail_local, 0),
+                "{policy:?}: {after:?}"
+            );
+        });
+    }
+}
+
+/// Checks waiting for a call that fails once the breaker is due to probe
+/// (another client's call opened it, and its backoff is over) send one
+/// probe between them, not one each: the first probes, and the others
+/// find the breaker as the probe left it (open again: answered by the
+/// fail policy, with no call). A paused server holds a check of client
+/// `x` and two calls of client `c` with eight checks of `c` waiting
+/// behind them; `x`'s check times out (the breaker opens for 20 ms), and
+/// 300 ms later the server is killed: `c`'s calls fail, and their
+/// waiting checks go with the breaker due to probe.
+#[test]
+fn checks_waiting_when_a_probe_is_due_send_one_probe() {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    // Redis's answers awaited for up to 10 s (the limiter's timeout
+    // decides), a dead server found at once.
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_millis(200)))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(100))
+        .set_response_timeout(Some(Duration::from_secs(10)));
+    let limiter = rt.block_on(async {
+        let client = redis::Client::open(server.url()).unwrap();
+        let conn = redis::aio::ConnectionManager::new_with_config(client, config)
+            .await
+            .unwrap();
+        FixedWindow::builder()
+            .limit(100)
+            .window(HOUR)
+            .redis(conn, prefix("coalprobe"))
+            .fail_policy(FailPolicy::FailClosed)
+            .timeout(Duration::from_secs(1))
+            .backoff(Duration::from_millis(20), Duration::from_secs(5))
+            .no_deny_shortcut()
+            .coalesce(true)
+            .build()
+            .unwrap()
+    });
+    rt.block_on(async {
+        assert!(limiter.check("warm").await.unwrap().is_allowed());
+    });
+    let before = limiter.stats();
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "20000", "ALL"][..])
+        .query(&mut server.sync())
+        .unwrap();
+    let answers = rt.block_on(async {
+        let check = |client: &'static str| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move {
+                tokio::time::timeout(Duration::from_secs(5), limiter.check(client))
+                    .await
+                    .expect("a check hung")
+            })
+        };
+        let started = Instant::now();
+        // x's call times out at 1 s, c's would at 1.6 s, and the checks
+        // waiting behind them at 1.65 s: the server dies at 1.3 s.
+        let mut tasks = vec![check("x")];
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        tasks.extend([check("c"), check("c")]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        tasks.extend((0..8).map(|_| check("c")));
+        tokio::time::sleep_until((started + Duration::from_millis(1_300)).into()).await;
+        assert!(tasks[0].is_finished(), "x's check timed out");
+        assert!(
+            tasks[1..].iter().all(|t| !t.is_finished()),
+            "c's are in flight"
+        );
+        server.stop();
+        let mut answers = Vec::new();
+        for task in tasks {
+            answers.push(task.await.unwrap());
+        }
+        // Long enough for probes sent one after another to show.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        answers
+    });
+    for answer in &answers {
+        let err = answer.as_ref().unwrap_err();
+        assert!(
+            matches!(
+                err.kind(),
+                CheckErrorKind::Unavailable | CheckErrorKind::Timeout
+            ),
+            "{err}"
+        );
+    }
+    let s = limiter.stats();
+    assert_eq!(s.probes - before.probes, 1, "{s:?}");
+    // x's call, c's two, and the probe.
+    assert_eq!(s.round_trips - before.round_trips, 4, "{s:?}");
+}
+
+/// The calls that a coalesced check waits on are made on a runtime that
+/// shuts down while they are in flight (their tasks dropped with it; the
+/// task that would carry the waiting check is spawned on that runtime,
+/// which drops it at once): the check, made on another runtime, is
+/// answered at once by the fail policy (under `FailClosed` an
+/// `Unavailable` error), not at its timeout of 5 s; and its client's
+/// places in flight are given back (twice over: none is kept by the
+/// runtime that went): the next checks go to Redis, counted there.
+#[test]
+fn a_call_on_a_runtime_shut_down_answers_the_checks_waiting_on_it() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(60));
+    let rt = runtime();
+    let limiter = rt.block_on(async {
+        let limiter = FixedWindow::builder()
+            .limit(10)
+            .window(HOUR)
+            .redis(server.manager().await, prefix("shutdown"))
+            .fail_policy(FailPolicy::FailClosed)
+            .timeout(Duration::from_secs(5))
+            .no_deny_shortcut()
+            .coalesce(true)
+            .build()
+            .unwrap();
+        assert!(limiter.check("warm").await.unwrap().is_allowed());
+        limiter
+    });
+    // Twice: a place of the client's that a shut-down runtime kept would
+    // show the second time, and two such would leave none.
+    for round in 1..=2 {
+        let other = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        // Redis holds its answers for 300 ms: two calls in flight from the
+        // other runtime, and a check of this one's waiting behind them.
+        let _: () = redis::cmd("CLIENT")
+            .arg(&["PAUSE", "300", "ALL"][..])
+            .query(&mut server.sync())
+            .unwrap();
+        let leads: Vec<_> = (0..2)
+            .map(|_| {
+                let limiter = limiter.clone();
+                other.spawn(async move { limiter.check("c").await })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(50));
+        let waiting = {
+            let limiter = limiter.clone();
+            rt.spawn(async move {
+                let started = Instant::now();
+                (limiter.check("c").await, started.elapsed())
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(leads.iter().all(|t| !t.is_finished()) && !waiting.is_finished());
+        drop(other);
+        let (answer, took) = rt.block_on(waiting).unwrap();
+        let err = answer.unwrap_err();
+        assert_eq!(err.kind(), CheckErrorKind::Unavailable, "{err}");
+        assert!(took < Duration::from_secs(1), "{took:?}");
+        let s = limiter.stats();
+        assert_eq!(
+            (s.fail_closed, s.timeouts, s.coalesced),
+            (round, 0, 0),
+            "{s:?}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    rt.block_on(async {
+        let d = tokio::time::timeout(Duration::from_secs(2), limiter.check("c"))
+            .await
+            .expect("the client's place was given back")
+            .unwrap();
+        assert!(d.is_allowed(), "{d:?}");
+        for _ in 0..d.remaining() {
+            assert!(limiter.check("c").await.unwrap().is_allowed());
+        }
+        assert!(limiter.check("c").await.unwrap().is_denied());
+    });
+    let after = limiter.stats();
+    assert_eq!((after.fail_closed, after.timeouts), (2, 0), "{after:?}");
+}
+
+/// A waiting check answered at its timeout is not answered again when
+/// the batch that was to carry it fails later: under `Local` the
+/// in-process limiter decides it once, so its quota is spent once. Three
+/// checks wait behind two calls on a paused server; the calls are dropped
+/// (their tasks aborted), so the three go in one batch call, which hangs
+/// past the three checks' timeouts and then times out itself.
+#[test]
+fn a_check_answered_at_its_timeout_is_not_answered_again_by_its_failed_batch() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let limiter = rt.block_on(async {
+        FixedWindow::builder()
+            .limit(5)
+            .window(HOUR)
+            .redis(server.patient_manager().await, prefix("twice"))
+            .fail_policy(FailPolicy::Local)
+            .timeout(Duration::from_millis(500))
+            .backoff(Duration::from_secs(5), Duration::from_secs(5))
+            .no_deny_shortcut()
+            .coalesce(true)
+            .build()
+            .unwrap()
+    });
+    rt.block_on(async {
+        assert!(limiter.check("warm").await.unwrap().is_allowed());
+    });
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "3000", "ALL"][..])
+        .query(&mut server.sync())
+        .unwrap();
+    rt.block_on(async {
+        let check = || {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.check("c").await })
+        };
+        let started = Instant::now();
+        let leads = [check(), check()];
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let waiting = [check(), check(), check()];
+        // The waiting checks time out at 550 ms; their batch, sent at
+        // 200 ms, at 700 ms.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        for lead in &leads {
+            lead.abort();
+        }
+        let mut left = Vec::new();
+        for task in waiting {
+            let d = task.await.unwrap().unwrap();
+            assert!(d.is_allowed(), "{d:?}");
+            left.push(d.remaining());
+        }
+        left.sort_unstable();
+        assert_eq!(left, [2, 3, 4]);
+        assert!(
+            started.elapsed() < Duration::from_millis(700),
+            "answered at their timeout"
+        );
+        tokio::time::sleep_until((started + Duration::from_millis(900)).into()).await;
+        let s = limiter.stats();
+        assert_eq!((s.timeouts, s.fail_local), (4, 3), "{s:?}");
+        // The breaker is open: the in-process limiter decides, with 2
+        // of its 5 left.
+        let d = limiter.check("c").await.unwrap();
+        assert_eq!((d.is_allowed(), d.remaining()), (true, 1), "{d:?}");
     });
 }

@@ -357,8 +357,8 @@ impl<A> RedisBuilder<A> {
     /// was first polled (counted in `timeouts`). The deny shortcut and the
     /// breaker are asked for each check when its batch goes. Batches go
     /// from a task spawned on the tokio runtime where the call before them
-    /// ended; with none there, the checks waiting are answered by the fail
-    /// policy. A check that goes alone is carried by its own task: one
+    /// ended; with none there, or if that runtime shuts down first, the
+    /// checks waiting are answered by the fail policy. A check that goes alone is carried by its own task: one
     /// polled once and then left unpolled (neither awaited nor dropped)
     /// keeps its client's place in flight, and with both places so held
     /// the checks waiting behind them are answered only at their timeout.

@@ -201,22 +201,59 @@ fn finish<A: RedisAlgorithm>(inner: &Arc<Inner<A>>, key: &[u8]) {
         while !flight.next(key).is_empty() {}
         return;
     };
-    let inner = Arc::clone(inner);
-    let key = key.to_vec();
+    let mut place = Place {
+        inner: Arc::clone(inner),
+        key: key.to_vec(),
+        held: true,
+    };
     runtime.spawn(async move {
         let mut waiters = waiters;
         while !waiters.is_empty() {
-            inner.batches(waiters).await;
+            place.inner.batches(waiters).await;
             // The checks just answered run first: a task that checks its
             // client again joins the next batch, rather than that batch
             // going with only the checks that came during the call.
             tokio::task::yield_now().await;
-            let Some(flight) = &inner.coalesce else {
-                return;
-            };
-            waiters = flight.next(&key);
+            waiters = place.next();
         }
+        place.given_up();
     });
+}
+
+/// The place in flight that a batch task holds for its client: given up
+/// by the task's last `next`, or, if the task is dropped before that (its
+/// runtime shut down, before or while it ran), when it is dropped, the
+/// checks still waiting answered as if their call failed to reach Redis.
+/// Otherwise a runtime that went would keep the place for good, and with
+/// both places so kept the client's checks could never reach Redis again.
+struct Place<A: RedisAlgorithm> {
+    inner: Arc<Inner<A>>,
+    key: Vec<u8>,
+    held: bool,
+}
+
+impl<A: RedisAlgorithm> Place<A> {
+    /// The last `next`, finding no one waiting, gave the place up.
+    fn given_up(&mut self) {
+        self.held = false;
+    }
+
+    /// The checks waiting for the next call, or none, the place given up.
+    fn next(&self) -> Vec<Waiter> {
+        self.inner
+            .coalesce
+            .as_ref()
+            .map_or_else(Vec::new, |flight| flight.next(&self.key))
+    }
+}
+
+impl<A: RedisAlgorithm> Drop for Place<A> {
+    fn drop(&mut self) {
+        if self.held {
+            // The waiters' channels close: each answers by its fail policy.
+            while !self.next().is_empty() {}
+        }
+    }
 }
 
 impl<A: RedisAlgorithm> Inner<A> {
@@ -241,37 +278,47 @@ impl<A: RedisAlgorithm> Inner<A> {
     }
 
     /// One batch: each check asked of the deny shortcut and the breaker,
-    /// the rest decided in one call.
-    async fn batch(&self, waiters: Vec<Waiter>) {
-        let now = self.calls.clock.local_ns();
-        let mut going = Vec::with_capacity(waiters.len());
-        for waiter in waiters {
-            if waiter.reply.is_closed() {
-                continue; // its check was dropped: nothing to decide
-            }
-            if let Some(decision) = self.local_denial(&waiter.request, now) {
-                bump(&self.calls.counters.denied_locally);
-                let _ = waiter.reply.send(Ok(decision));
-                continue;
-            }
-            going.push(waiter);
-        }
-        let probe_due = match self.gate(now) {
-            Ok(probe_due) => probe_due,
-            Err(err) => {
-                for waiter in going {
-                    let answer = self.fallback(&waiter.request, copy(&err));
-                    let _ = waiter.reply.send(answer);
+    /// the rest decided in one call. If the breaker is due to probe, the
+    /// first check goes alone as the probe, and the others are asked again
+    /// once it is over, finding the breaker as the probe left it.
+    async fn batch(&self, mut waiters: Vec<Waiter>) {
+        let going = loop {
+            let now = self.calls.clock.local_ns();
+            let mut going = Vec::with_capacity(waiters.len());
+            for waiter in waiters {
+                if waiter.reply.is_closed() {
+                    continue; // its check was dropped: nothing to decide
                 }
-                return;
+                if let Some(decision) = self.local_denial(&waiter.request, now) {
+                    bump(&self.calls.counters.denied_locally);
+                    let _ = waiter.reply.send(Ok(decision));
+                    continue;
+                }
+                going.push(waiter);
+            }
+            let probe_due = match self.gate(now) {
+                Ok(probe_due) => probe_due,
+                Err(err) => {
+                    for waiter in going {
+                        let answer = self.fallback(&waiter.request, copy(&err));
+                        let _ = waiter.reply.send(answer);
+                    }
+                    return;
+                }
+            };
+            if !probe_due || going.is_empty() {
+                break going;
+            }
+            // The probe goes alone, as a check of its own.
+            waiters = going.split_off(1);
+            for waiter in going {
+                self.alone(waiter, true).await;
             }
         };
-        if going.len() == 1 || probe_due {
-            // As checks of their own: one, or the probe (which goes alone;
-            // the others then find the breaker as the probe leaves it).
+        if going.len() == 1 {
+            // As a check of its own.
             for waiter in going {
-                let answer = self.single(&waiter.request, probe_due).await;
-                let _ = waiter.reply.send(answer);
+                self.alone(waiter, false).await;
             }
             return;
         }
@@ -298,17 +345,32 @@ impl<A: RedisAlgorithm> Inner<A> {
             Ok((None, _)) => {
                 // A state to convert: each check of its own, in order.
                 for waiter in going {
-                    let answer = self.single(&waiter.request, false).await;
-                    let _ = waiter.reply.send(answer);
+                    self.alone(waiter, false).await;
                 }
             }
             Err(err) => {
                 for waiter in going {
+                    if waiter.reply.is_closed() {
+                        continue; // answered at its timeout meanwhile
+                    }
                     let answer = self.fallback(&waiter.request, copy(&err));
                     let _ = waiter.reply.send(answer);
                 }
             }
         }
+    }
+
+    /// A waiting check by a call of its own. A failure is answered by the
+    /// fail policy only if the check was not answered meanwhile (at its
+    /// timeout, counted there): a check is answered once, and the
+    /// in-process limiter of `FailPolicy::Local` decides it once.
+    async fn alone(&self, waiter: Waiter, probe_due: bool) {
+        let answer = match self.single_call(&waiter.request, probe_due).await {
+            Ok(decision) => Ok(decision),
+            Err(_) if waiter.reply.is_closed() => return,
+            Err(err) => self.fallback(&waiter.request, err),
+        };
+        let _ = waiter.reply.send(answer);
     }
 
     /// The batch script's round trip: each request's answer, or `None`

@@ -193,22 +193,30 @@ impl<A: RedisAlgorithm> Inner<A> {
         request: &Request,
         probe_due: bool,
     ) -> Result<Decision, CheckError> {
-        let reply = self
-            .guarded(probe_due, &request.key, self.round_trip(request))
-            .await;
-        match reply {
-            Ok((answer, sent)) => {
-                let now = match answer.seen {
-                    Seen::Word { now, .. } | Seen::Log { now, .. } => now,
-                };
-                self.judged(sent, now);
-                if request.mode == Mode::Check {
-                    self.decided(request, sent, &answer);
-                }
-                Ok(answer.decision)
-            }
+        match self.single_call(request, probe_due).await {
+            Ok(decision) => Ok(decision),
             Err(err) => self.fallback(request, err),
         }
+    }
+
+    /// [`single`](Self::single)'s call: Redis's decision, or the failure
+    /// not yet answered by the fail policy.
+    pub(super) async fn single_call(
+        &self,
+        request: &Request,
+        probe_due: bool,
+    ) -> Result<Decision, CheckError> {
+        let (answer, sent) = self
+            .guarded(probe_due, &request.key, self.round_trip(request))
+            .await?;
+        let now = match answer.seen {
+            Seen::Word { now, .. } | Seen::Log { now, .. } => now,
+        };
+        self.judged(sent, now);
+        if request.mode == Mode::Check {
+            self.decided(request, sent, &answer);
+        }
+        Ok(answer.decision)
     }
 }
 

@@ -205,3 +205,49 @@ impl Cluster {
             .unwrap()
     }
 }
+
+/// Every decision for each of `clients`, in no particular order, from
+/// `tasks` tasks per client each checking it `each` times, all released
+/// at once: on a limiter that coalesces, most checks wait for another's
+/// call.
+pub async fn at_once<A: tollgate::redis::RedisAlgorithm + 'static>(
+    limiter: &tollgate::redis::RedisLimiter<A>,
+    clients: &[&'static str],
+    tasks: usize,
+    each: usize,
+) -> Vec<Vec<tollgate::Decision>> {
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(clients.len() * tasks));
+    let handles: Vec<_> = (0..clients.len() * tasks)
+        .map(|i| {
+            let (limiter, start) = (limiter.clone(), start.clone());
+            let (c, client) = (i % clients.len(), clients[i % clients.len()]);
+            tokio::spawn(async move {
+                start.wait().await;
+                let mut decisions = Vec::with_capacity(each);
+                for _ in 0..each {
+                    decisions.push(limiter.check(client).await.unwrap());
+                }
+                (c, decisions)
+            })
+        })
+        .collect();
+    let mut out = vec![Vec::new(); clients.len()];
+    for handle in handles {
+        let (c, decisions) = handle.await.unwrap();
+        out[c].extend(decisions);
+    }
+    out
+}
+
+/// The `remaining` figures of the admissions among `decisions`, sorted
+/// (one each, for admissions of cost 1 decided each on the state the ones
+/// before it left: `0, 1, …, admitted − 1`).
+pub fn admitted(decisions: &[tollgate::Decision]) -> Vec<u64> {
+    let mut left: Vec<u64> = decisions
+        .iter()
+        .filter(|d| d.is_allowed())
+        .map(|d| d.remaining())
+        .collect();
+    left.sort_unstable();
+    left
+}
