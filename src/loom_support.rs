@@ -19,6 +19,7 @@ pub use crate::algorithm::{Reserve, Ticket, Transitions};
 pub use crate::cell::{
     Algorithm, Booking, Life, Mortal, Packed, PairCell, Relocation, Seal, StateCell,
 };
+pub use crate::cell::{LeaseCell, Spent};
 pub use crate::cell::{TierCell, Tiered};
 pub use crate::reservation::Renewals;
 pub use crate::store::{

@@ -11,6 +11,8 @@
 
 mod both;
 mod fixed_window;
+#[cfg(any(feature = "redis", feature = "loom"))]
+pub(crate) mod lease;
 mod params;
 mod sliding_log;
 mod sliding_window;
@@ -19,7 +21,7 @@ mod window;
 
 pub(crate) use both::join;
 pub use both::Both;
-#[cfg(feature = "loom")]
+#[cfg(any(feature = "redis", feature = "loom"))]
 pub(crate) use both::{first, second};
 pub use fixed_window::FixedWindow;
 pub(crate) use params::{FromParams, Params};

@@ -63,6 +63,8 @@ use crate::algorithm::{
 use crate::sync::{AtomicU128, AtomicU64, Backoff, Ordering};
 
 mod algorithm;
+#[cfg(any(feature = "redis", feature = "loom"))]
+mod lease;
 mod log;
 mod tier;
 
@@ -70,6 +72,9 @@ pub use algorithm::Algorithm;
 #[cfg_attr(not(feature = "loom"), allow(unreachable_pub))]
 pub use algorithm::Booking;
 pub(crate) use algorithm::{book, cancel, describe, look};
+#[cfg(any(feature = "redis", feature = "loom"))]
+#[cfg_attr(not(feature = "loom"), allow(unreachable_pub))]
+pub use lease::{LeaseCell, Spent};
 
 #[cfg(feature = "loom")]
 pub use tier::TierCell;
