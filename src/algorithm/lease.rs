@@ -220,8 +220,8 @@ impl Lease {
     pub(crate) fn take_out(self, word: u128, now: u64) -> (u128, Option<(u64, u64)>) {
         let p = Parts::of(word);
         let from = p.cursor.max(now);
-        let held = (p.is_range() && p.end >= from.saturating_add(self.interval))
-            .then_some((from, p.end));
+        let held =
+            (p.is_range() && p.end >= from.saturating_add(self.interval)).then_some((from, p.end));
         let empty = Parts {
             cursor: 0,
             end: 0,
@@ -308,18 +308,45 @@ mod tests {
     fn a_continuing_grant_extends_and_another_replaces_giving_back_the_rest() {
         let w = LEASE.spend(range(100, 130), 50, 1).unwrap();
         let (x, gone) = LEASE
-            .install(w, 50, 0, Grant::Range { start: 130, end: 150 })
+            .install(
+                w,
+                50,
+                0,
+                Grant::Range {
+                    start: 130,
+                    end: 150,
+                },
+            )
             .unwrap();
-        assert_eq!((Parts::of(x).cursor, Parts::of(x).end, gone), (110, 150, None));
+        assert_eq!(
+            (Parts::of(x).cursor, Parts::of(x).end, gone),
+            (110, 150, None)
+        );
         // Not continuing: the rest [110, 130) is displaced.
         let (y, gone) = LEASE
-            .install(w, 50, 0, Grant::Range { start: 200, end: 220 })
+            .install(
+                w,
+                50,
+                0,
+                Grant::Range {
+                    start: 200,
+                    end: 220,
+                },
+            )
             .unwrap();
         assert_eq!(Parts::of(y).cursor, 200);
         assert_eq!(gone, Some((110, 130)));
         // Nothing unpassed to displace once the slots are past.
         let (_, gone) = LEASE
-            .install(w, 125, 0, Grant::Range { start: 200, end: 220 })
+            .install(
+                w,
+                125,
+                0,
+                Grant::Range {
+                    start: 200,
+                    end: 220,
+                },
+            )
             .unwrap();
         assert_eq!(gone, None);
     }
@@ -335,14 +362,20 @@ mod tests {
         assert_eq!(LEASE.short(held, 80), Short::Ask(0));
         // A reset since the request: the hold is stale.
         let reset = Lease::reset(empty);
-        assert_eq!(LEASE.install(reset, 50, 0, Grant::Nothing { until: 80 }), None);
+        assert_eq!(
+            LEASE.install(reset, 50, 0, Grant::Nothing { until: 80 }),
+            None
+        );
         // A reset clears a hold and keeps a range.
         assert_eq!(Parts::of(Lease::reset(held)).cursor, 0);
         let kept = Lease::reset(range(100, 130));
         assert_eq!(LEASE.left(kept, 50), 3);
         assert_eq!(Parts::of(kept).epoch, 1);
         // Units still left: a `Nothing` does not hide them behind a hold.
-        assert_eq!(LEASE.install(range(100, 130), 50, 0, Grant::Nothing { until: 80 }), None);
+        assert_eq!(
+            LEASE.install(range(100, 130), 50, 0, Grant::Nothing { until: 80 }),
+            None
+        );
     }
 
     #[test]
