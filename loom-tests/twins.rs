@@ -21,12 +21,16 @@
 //!   entry with no tombstone first (model 5).
 //! - [`check_reading_quotas_first`]: a tiered check that reads the quota
 //!   table before looking the client up (model 13).
+//! - [`BrokenLease`]: a lease cell with one of [`LeaseBug`]'s bugs: a spend
+//!   or a reset by a load and a store, a reset that empties the word, an
+//!   install of "nothing" that ignores the epoch asked at (model 20).
 
 use loom::sync::atomic::{AtomicU64, Ordering};
 use tollgate::__loom::{
-    apply, first_word, join_words, log_claims, log_is_free, log_limit, log_stamp, second_word,
-    store_log_slot, ticket_states, tier_quota_now, tier_state, Algorithm, Life, LogCell, Mortal,
-    PairCell, Purge, Relocation, Reserve, Ticket, TierCell, Tiered, Transitions,
+    apply, first_word, join_words, lease, log_claims, log_is_free, log_limit, log_stamp,
+    second_word, store_log_slot, ticket_states, tier_quota_now, tier_state, Algorithm, Life,
+    LogCell, Mortal, PairCell, Purge, Relocation, Reserve, Spent, Ticket, TierCell, Tiered,
+    Transitions,
 };
 use tollgate::{Both, FixedWindow, SlidingWindowLog, TokenBucket};
 
@@ -313,5 +317,144 @@ pub(crate) fn check_reading_quotas_first(
             <TokenBucket as Transitions>::admit(&quota, word, now, 1)
         })
         .map(|written| written.is_some())
+    }
+}
+
+/// The bugs a broken lease cell (model 20) has, one at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaseBug {
+    /// A spend by a load and a store, where the crate's `LeaseCell`
+    /// exchanges: two spends can take the same slot.
+    SpendByLoadStore,
+    /// A reset that stores an empty word with the epoch moved on, where the
+    /// crate's keeps the range: the lease's unspent units, and a grant
+    /// installed meanwhile, are lost.
+    ResetToEmpty,
+    /// A reset by a load and a store of the right transition
+    /// (`Lease::reset` of the word loaded): a grant installed, or a unit
+    /// spent, between the two is undone.
+    ResetByLoadStore,
+    /// An install of "nothing until" that takes the epoch it finds for
+    /// the epoch asked at: a reading from before a reset becomes a hold
+    /// after it.
+    NothingIgnoringEpoch,
+}
+
+/// A lease cell with exactly one of [`LeaseBug`]'s bugs: everything else as
+/// the crate's `LeaseCell` does it, over the crate's pure transitions of a
+/// lease's word (`__loom::lease`) and its compare-and-swap loop
+/// (`__loom::apply`) on a `StateCell<u128>`.
+#[derive(Debug)]
+pub(crate) struct BrokenLease {
+    word: tollgate::__loom::StateCell<u128>,
+    interval: u64,
+    bug: LeaseBug,
+}
+
+impl BrokenLease {
+    pub(crate) fn new(interval: u64, bug: LeaseBug) -> Self {
+        Self {
+            word: tollgate::__loom::StateCell::holding(lease::empty()),
+            interval,
+            bug,
+        }
+    }
+
+    fn slots(&self, word: u128, cost: u64) -> (u64, u64) {
+        let (to, _, _) = lease::parts(word);
+        (to - cost * self.interval, to)
+    }
+
+    /// A spend of `cost` at `now`, and the slots it took.
+    pub(crate) fn spend(&self, now: u64, cost: u64) -> (Spent, Option<(u64, u64)>) {
+        let interval = self.interval;
+        if self.bug == LeaseBug::SpendByLoadStore {
+            // The bug: the transition on the word loaded, then the word
+            // after it put in whatever the cell holds by then.
+            let seen = self.word.load();
+            let Some(next) = lease::spend(interval, seen, now, cost) else {
+                return (lease::short(interval, seen, now), None);
+            };
+            let _ = apply(&self.word, |_| Some(next));
+            let left = lease::left(interval, next, now);
+            return (Spent::Admitted { left }, Some(self.slots(next, cost)));
+        }
+        match apply(&self.word, |w| lease::spend(interval, w, now, cost)) {
+            Some(Some(w)) => (
+                Spent::Admitted {
+                    left: lease::left(interval, w, now),
+                },
+                Some(self.slots(w, cost)),
+            ),
+            _ => (lease::short(interval, self.word.load(), now), None),
+        }
+    }
+
+    /// Installs the slots `[start, end)` granted at `epoch`: the unpassed
+    /// units it displaced.
+    pub(crate) fn grant(&self, now: u64, epoch: u64, start: u64, end: u64) -> Option<(u64, u64)> {
+        let interval = self.interval;
+        let displaced = core::cell::Cell::new(None);
+        let installed = apply(&self.word, |w| {
+            let (next, gone) = lease::grant(interval, w, now, epoch, start, end)?;
+            displaced.set(gone);
+            Some(next)
+        });
+        installed.flatten().and(displaced.get())
+    }
+
+    /// "Nothing until `until`" for a request asked at `epoch`.
+    pub(crate) fn nothing(&self, now: u64, epoch: u64, until: u64) {
+        let interval = self.interval;
+        let ignoring = self.bug == LeaseBug::NothingIgnoringEpoch;
+        let _ = apply(&self.word, |w| {
+            // The bug: the epoch asked at taken to be the one found now.
+            let asked = if ignoring { lease::parts(w).2 } else { epoch };
+            lease::nothing(interval, w, now, asked, until)
+        });
+    }
+
+    /// A reset.
+    pub(crate) fn reset(&self) {
+        match self.bug {
+            LeaseBug::ResetToEmpty => {
+                // The bug: an empty word, the epoch moved on, in place of
+                // whatever range the cell holds.
+                let _ = apply(&self.word, |w| {
+                    Some(lease::reset(lease::take_out(1, w, 0).0))
+                });
+            }
+            LeaseBug::ResetByLoadStore => {
+                // The bug: the reset of the word loaded, stored over
+                // whatever the cell holds by then.
+                let next = lease::reset(self.word.load());
+                let _ = apply(&self.word, |_| Some(next));
+            }
+            _ => {
+                let _ = apply(&self.word, |w| Some(lease::reset(w)));
+            }
+        }
+    }
+
+    /// Empties the lease at `now`: the unpassed units it held.
+    pub(crate) fn take_out(&self, now: u64) -> Option<(u64, u64)> {
+        let interval = self.interval;
+        let held = core::cell::Cell::new(None);
+        let _ = apply(&self.word, |w| {
+            let (next, units) = lease::take_out(interval, w, now);
+            held.set(units);
+            Some(next)
+        });
+        held.get()
+    }
+
+    /// The whole units left at `now`.
+    pub(crate) fn left(&self, now: u64) -> u64 {
+        lease::left(self.interval, self.word.load(), now)
+    }
+
+    /// The epoch a request asked now carries.
+    pub(crate) fn epoch(&self) -> u64 {
+        lease::parts(self.word.load()).2
     }
 }

@@ -218,3 +218,79 @@ pub fn carry(tiered: &Tiered<TokenBucket>, cell: &TierCell, now: u64) -> Relocat
 pub fn in_model() -> bool {
     crate::sync::in_model()
 }
+
+/// A lease's pure transitions (`crate::algorithm::lease`), for the broken
+/// lease cells of `loom-tests/twins.rs`, which run them through
+/// [`apply`] on a `StateCell<u128>` with one thing wrong. `interval` is
+/// the interval of one unit, µs, as [`LeaseCell::new`] takes it.
+pub mod lease {
+    use crate::algorithm::lease::{Grant, Lease, Parts, Short};
+
+    use super::Spent;
+
+    fn lease(interval: u64) -> Lease {
+        Lease {
+            interval: interval.max(1),
+        }
+    }
+
+    /// An empty lease's word (epoch 0), as [`super::LeaseCell::new`] holds.
+    pub fn empty() -> u128 {
+        Parts::of(0).word()
+    }
+
+    /// The word's parts: `(cursor, end, epoch)`.
+    pub fn parts(word: u128) -> (u64, u64, u64) {
+        let p = Parts::of(word);
+        (p.cursor, p.end, p.epoch)
+    }
+
+    /// A spend of `cost` at `now`: the word after, if admitted.
+    pub fn spend(interval: u64, word: u128, now: u64, cost: u64) -> Option<u128> {
+        lease(interval).spend(word, now, cost)
+    }
+
+    /// What a spend denied on `word` at `now` answers, as the cell's.
+    pub fn short(interval: u64, word: u128, now: u64) -> Spent {
+        match lease(interval).short(word, now) {
+            Short::Held(until) => Spent::Held { until },
+            Short::Ask(epoch) => Spent::Ask { epoch },
+        }
+    }
+
+    /// The whole units spendable at `now`.
+    pub fn left(interval: u64, word: u128, now: u64) -> u64 {
+        lease(interval).left(word, now)
+    }
+
+    /// Installs the slots `[start, end)` granted to a request asked at
+    /// `asked`: the word after and the unpassed units displaced.
+    pub fn grant(
+        interval: u64,
+        word: u128,
+        now: u64,
+        asked: u64,
+        start: u64,
+        end: u64,
+    ) -> Option<(u128, Option<(u64, u64)>)> {
+        lease(interval).install(word, now, asked, Grant::Range { start, end })
+    }
+
+    /// Installs "nothing until `until`" answered to a request asked at
+    /// `asked`: the hold's word, or `None` if it changes nothing.
+    pub fn nothing(interval: u64, word: u128, now: u64, asked: u64, until: u64) -> Option<u128> {
+        lease(interval)
+            .install(word, now, asked, Grant::Nothing { until })
+            .map(|(next, _)| next)
+    }
+
+    /// A reset's word after `word`.
+    pub fn reset(word: u128) -> u128 {
+        Lease::reset(word)
+    }
+
+    /// A take-out at `now`: the empty word after, and the unpassed units.
+    pub fn take_out(interval: u64, word: u128, now: u64) -> (u128, Option<(u64, u64)>) {
+        lease(interval).take_out(word, now)
+    }
+}

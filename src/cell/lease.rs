@@ -59,18 +59,42 @@ impl LeaseCell {
     /// no earlier than it).
     #[inline]
     pub fn spend(&self, now: u64, cost: u64) -> Spent {
+        self.spend_word(now, cost).0
+    }
+
+    /// [`spend`](Self::spend), with the word its exchange installed, if
+    /// admitted.
+    #[inline]
+    fn spend_word(&self, now: u64, cost: u64) -> (Spent, Option<u128>) {
         let lease = self.lease;
         match self.word.apply(|w| lease.spend(w, now, cost)) {
-            Applied::Admitted(w) => Spent::Admitted {
-                left: lease.left(w, now),
-            },
+            Applied::Admitted(w) => (
+                Spent::Admitted {
+                    left: lease.left(w, now),
+                },
+                Some(w),
+            ),
             Applied::Denied(w) => match lease.short(w, now) {
-                Short::Held(until) => Spent::Held { until },
-                Short::Ask(epoch) => Spent::Ask { epoch },
+                Short::Held(until) => (Spent::Held { until }, None),
+                Short::Ask(epoch) => (Spent::Ask { epoch }, None),
             },
             // The low half is a cursor below 2^52: never a life word.
-            Applied::Dead => Spent::Ask { epoch: 0 },
+            Applied::Dead => (Spent::Ask { epoch: 0 }, None),
         }
+    }
+
+    /// [`spend`](Self::spend), with the slots it took, `[from, to)` (µs),
+    /// if admitted: read from the very word its exchange installed (the
+    /// cursor moved to `to`, `cost` intervals past `from`), for the loom
+    /// models' ledger of slots.
+    #[cfg(feature = "loom")]
+    pub fn spend_slots(&self, now: u64, cost: u64) -> (Spent, Option<(u64, u64)>) {
+        let (spent, word) = self.spend_word(now, cost);
+        let slots = word.map(|w| {
+            let to = Parts::of(w).cursor;
+            (to - cost * self.lease.interval, to)
+        });
+        (spent, slots)
     }
 
     /// Installs the slots `[start, end)` (µs) granted to a request asked at
