@@ -226,9 +226,8 @@ struct Entry {
     /// a check that finds the lease empty while a call is on its way is
     /// denied at once rather than waiting for it.
     dry: AtomicBool,
-    /// Calls answered: the quiet timer gives back only if none came since
-    /// it was set.
-    calls: AtomicU64,
+    /// The quiet timer is armed (see `quiet_later`).
+    quiet: AtomicBool,
     /// The range (µs) this lease is registered with in Redis's set of
     /// leases (`0, 0`: none). Written by the one call asking at a time.
     registered: (AtomicU64, AtomicU64),
@@ -247,7 +246,7 @@ impl Entry {
             ahead: AtomicU64::new(0),
             pace: (AtomicU64::new(0), AtomicU64::new(1)),
             dry: AtomicBool::new(false),
-            calls: AtomicU64::new(0),
+            quiet: AtomicBool::new(false),
             registered: (AtomicU64::new(0), AtomicU64::new(0)),
         }
     }
@@ -740,8 +739,6 @@ impl<A: RedisAlgorithm> Inner<A> {
         let now = self.lease_now();
         // The call's round trip, µs (`sent` is local ns).
         let rtt = self.calls.clock.local_ns().saturating_sub(sent) / 1_000;
-        // Relaxed: the quiet timer's generation, read by that timer.
-        let call = entry.calls.fetch_add(1, Ordering::Relaxed) + 1;
         match answer {
             Answer::Granted {
                 units,
@@ -771,7 +768,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                         .lease_lapsed
                         .fetch_add((to - from) / entry.cell.interval(), Ordering::Relaxed);
                 }
-                self.quiet_later(entry, request, call);
+                self.quiet_later(entry, request);
                 Ok(Some(Some(at)))
             }
             Answer::Nothing { until } => {
@@ -781,7 +778,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                 entry
                     .cell
                     .nothing(now, epoch, until.min(now.saturating_add(HOLD_MAX)));
-                self.quiet_later(entry, request, call);
+                self.quiet_later(entry, request);
                 Ok(Some(None))
             }
             Answer::Convert => Ok(None),
@@ -870,12 +867,19 @@ impl<A: RedisAlgorithm> Inner<A> {
         }
     }
 
-    /// After a horizon with no further call, gives the unpassed units
-    /// back (if no process took units after them) and forgets the entry.
-    fn quiet_later(self: &Arc<Self>, entry: &Arc<Entry>, request: &Request, call: u64) {
+    /// Arms the client's quiet timer, unless it is armed: once a horizon
+    /// passes with no spend, grant or call, and no hold, the timer takes
+    /// the `asking` flag (so no call races it), takes the lease's unpassed
+    /// units out, gives them back (if no process took units after them)
+    /// and forgets the entry.
+    fn quiet_later(self: &Arc<Self>, entry: &Arc<Entry>, request: &Request) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        // Relaxed: one timer per entry; what it reads is the word's own.
+        if entry.quiet.swap(true, Ordering::Relaxed) {
+            return;
+        }
         let leases = self.leases.as_ref().expect("a leasing limiter");
         let horizon = Duration::from_micros(leases.settings.horizon_us.max(1_000));
         let (inner, entry) = (Arc::clone(self), Arc::clone(entry));
@@ -886,27 +890,25 @@ impl<A: RedisAlgorithm> Inner<A> {
         );
         runtime.spawn(async move {
             let mut seen = entry.cell.word();
-            loop {
+            let _asking = loop {
                 tokio::time::sleep(horizon).await;
-                // Relaxed: see `ask_once`. A newer call has its own timer.
-                if entry.calls.load(Ordering::Relaxed) != call {
-                    return;
-                }
-                let now = inner.lease_now();
                 let word = entry.cell.word();
-                // Acquire: as in `leased`.
-                let busy = word != seen
-                    || entry.asking.load(Ordering::Acquire)
-                    || entry.cell.held(now).is_some();
-                if !busy {
-                    break;
+                let held = entry.cell.held(inner.lease_now()).is_some();
+                // Acquire: as the checks take the flag, in `leased`.
+                if word == seen
+                    && !held
+                    && entry
+                        .asking
+                        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    break Asking(&entry);
                 }
                 seen = word;
-            }
+            };
             let now = inner.lease_now();
             let held = entry.cell.take_out(now);
-            // Relaxed: as in `grant`; no call asks now (checked above, and
-            // a call would have moved `calls` on).
+            // Relaxed: written by the one holding `asking`, this timer now.
             let registered = (
                 entry.registered.0.swap(0, Ordering::Relaxed),
                 entry.registered.1.swap(0, Ordering::Relaxed),
@@ -922,9 +924,11 @@ impl<A: RedisAlgorithm> Inner<A> {
                 .await;
             }
             let leases = inner.leases.as_ref().expect("a leasing limiter");
-            let _ = leases.map.pin().remove_if(&client[..], |_, e| {
-                Arc::ptr_eq(e, &entry) && e.calls.load(Ordering::Relaxed) == call
-            });
+            let _ = leases
+                .map
+                .pin()
+                .remove_if(&client[..], |_, e| Arc::ptr_eq(e, &entry));
+            entry.quiet.store(false, Ordering::Relaxed);
         });
     }
 

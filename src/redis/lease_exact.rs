@@ -254,6 +254,32 @@ fn a_call_dropped_on_its_way_leaves_no_place_held() {
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
+/// A lease whose client goes quiet for a horizon gives its unspent units
+/// back, since no process took units after them: another process then
+/// gets the whole bucket but what was spent.
+#[test]
+fn a_quiet_lease_gives_its_units_back() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let clock = server.clock();
+    let a = leasing_for(&server, &rt, &clock, "quiet", (20, 8), 2);
+    let b = leasing(&server, &rt, &clock, "quiet", 20, 8);
+    let a_spent = warm_up(&rt, &a);
+    let a_held = held(&a);
+    assert!(a_held > 0, "{:?}", a.stats());
+    // The quiet timer runs on the runtime, on real time: a horizon is
+    // 20 ms of the test clock, at least 1 ms of real time.
+    rt.block_on(async { tokio::time::sleep(Duration::from_millis(200)).await });
+    let stats = a.stats();
+    assert_eq!(stats.lease_returned, a_held, "{stats:?}");
+    let b_got = (0..40)
+        .filter(|_| rt.block_on(b.check("c")).unwrap().is_allowed())
+        .count() as u64;
+    assert_eq!(b_got, 20 - a_spent, "all but what A spent");
+}
+
 /// A reset while another process holds leased units, time stopped: the
 /// slots leased stay that process's, and the bucket restarts full from
 /// the end of the latest lease outstanding, so the units after it are
