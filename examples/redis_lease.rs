@@ -22,6 +22,7 @@
 //! ./target/release/examples/redis_lease                     # 5 rounds of 2 s
 //! ./target/release/examples/redis_lease --rounds 3 --secs 1
 //! ./target/release/examples/redis_lease --only fleet        # or uniform
+//! LEASE_DEBUG=1 ./target/release/examples/redis_lease       # and each process's RedisStats
 //! ```
 //!
 //! Not a timed test: it asserts only that every check got an answer from
