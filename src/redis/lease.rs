@@ -25,8 +25,8 @@
 //!   call (or, the bucket dry at the last call, is denied at once).
 //! - **Nothing to give**: when the bucket has no unit, checks are denied
 //!   here without asking until its first unit frees (at most one second).
-//! - **Unused units go back** when the client goes quiet (no grant for a
-//!   horizon), if no process took units after them (the bucket has one
+//! - **Unused units go back** when the client goes quiet (no spend, grant
+//!   or call for a horizon), if no process took units after them (the bucket has one
 //!   theoretical arrival time, no holes, so only the tail can go back
 //!   exactly); otherwise they lapse as their slots pass. A grant that does
 //!   not continue the lease replaces it, and the units it displaces lapse
@@ -175,7 +175,7 @@ impl Lease {
             self.max_clients as u128,
             (1, 1 << 24),
             "clients",
-            "each client holding a lease takes about 200 bytes",
+            "each client holding a lease takes about 300 bytes",
         )?;
         Ok(Valid {
             horizon_us,
@@ -1003,7 +1003,7 @@ impl<A: RedisAlgorithm> Inner<A> {
 /// Whether a lease with `left` units asks for more ahead of need, at the
 /// threshold `ahead` its last grant set (0: never).
 fn due_ahead(left: u64, ahead: u64) -> bool {
-    left <= ahead
+    ahead > 0 && left <= ahead
 }
 
 /// The threshold at which a grant of `units` asks for more ahead of need:
@@ -1027,4 +1027,29 @@ pub(super) fn leases_key(key: &[u8]) -> Vec<u8> {
     set.extend_from_slice(key);
     set.extend_from_slice(super::lua::LEASES_SUFFIX.as_bytes());
     set
+}
+
+#[cfg(all(test, not(feature = "loom")))]
+mod tests {
+    use super::*;
+
+    /// What `Lease::max_clients`'s bound says of an entry: its own bytes
+    /// (a cache line and more), beside the key and the map's node.
+    #[test]
+    fn an_entry_is_a_few_cache_lines() {
+        let size = core::mem::size_of::<Entry>();
+        assert!(size <= 256, "{size} bytes");
+        assert_eq!(core::mem::align_of::<Entry>(), 64);
+    }
+
+    #[test]
+    fn asking_ahead_waits_for_two_round_trips_of_spending() {
+        // 1 000 units in 1 000 µs, round trips of 10 µs: 20 units.
+        assert_eq!(ahead_at(400, 1_000, 1_000, 10), 20);
+        // Never more than a quarter, never under one, none under 4.
+        assert_eq!(ahead_at(40, 1_000, 1_000, 100), 10);
+        assert_eq!(ahead_at(40, 0, 1_000, 100), 1);
+        assert_eq!(ahead_at(3, 1_000, 1, 1_000), 0);
+        assert!(!due_ahead(0, 0) && due_ahead(20, 20) && !due_ahead(21, 20));
+    }
 }
