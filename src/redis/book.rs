@@ -12,7 +12,9 @@
 //! before the booking is written back iff the key still holds exactly the
 //! state the booking wrote (its stamp and incarnation included, so a key
 //! reset and made again never matches) and the booking's time has not
-//! come. A quota change of this limiter ends every booking's
+//! come. What it writes back is the very value the booking read, when that
+//! held the same state under the same settings, so that bookings cancelled
+//! last first each give back in turn. A quota change of this limiter ends every booking's
 //! cancellability, as in-process. The sliding window log books in one
 //! script: the entries whose expiries make room are taken out and the
 //! booking's own added at the instant the last of them expires; a
@@ -32,7 +34,7 @@ use super::guard::bump;
 #[cfg(feature = "metrics")]
 use super::metrics::{Outcome, Path};
 use super::spec::{Spec, WordSpec, EXACT_MAX};
-use super::state::{expiry_ms, round_up_to_us, DecodeError};
+use super::state::{expiry_ms, round_up_to_us, same_but_writer, DecodeError};
 use super::tier::Judged;
 use super::{FailPolicy, Inner, RedisAlgorithm, RedisKey, RedisLimiter};
 use crate::algorithm::{Reserve, Transitions, NEVER};
@@ -380,13 +382,21 @@ impl<A: RedisAlgorithm> Inner<A> {
             if done != Cas::Written {
                 continue;
             }
-            // The state before, stamped as the booking stamped it (a state
-            // converted on the way keeps its conversion), and marked as
-            // the cancel's own write; no state before: the cancel takes
-            // the key out.
-            let undo = self.serial.fetch_add(1, crate::sync::Ordering::Relaxed);
+            // The state before: the very value read, when it already held
+            // that state under this booking's settings and tier generation,
+            // so that cancelling bookings last first gives each earlier
+            // one back its own value, and with it its cancellability (the
+            // tail rule, as in-process). Otherwise stamped as the booking
+            // stamped it (a state converted on the way keeps its
+            // conversion) and marked as the cancel's own write. No state
+            // before: the cancel takes the key out.
             let before = if settled.is_some() {
-                self.stamped(judged, &spec, word, undo)
+                let undo = self.serial.fetch_add(1, crate::sync::Ordering::Relaxed);
+                let fresh = self.stamped(judged, &spec, word, undo);
+                match &stored.value {
+                    Some(read) if same_but_writer(read, &fresh) => read.clone(),
+                    _ => fresh,
+                }
             } else {
                 String::new()
             };

@@ -267,7 +267,7 @@ fn booked<'a, A: crate::cell::Algorithm>(
 }
 
 /// Cancels (or commits) a booking on both limiters, comparing what the
-/// cancellations give back.
+/// cancellations give back; whether both gave back.
 fn settle<A: crate::cell::Algorithm>(
     rt: &tokio::runtime::Runtime,
     step: usize,
@@ -275,20 +275,20 @@ fn settle<A: crate::cell::Algorithm>(
     held: &mut Vec<Held<'_, A>>,
     booking: usize,
     cancel: bool,
-) -> Result<(), TestCaseError> {
+) -> Result<bool, TestCaseError> {
     if held.is_empty() {
-        return Ok(());
+        return Ok(false);
     }
     let h = held.remove(booking % held.len());
     if cancel && !h.disturbed {
         let here = h.here.cancel();
         let there = rt.block_on(h.there.cancel()).unwrap();
         prop_assert_eq!(here, there, "step {}: {:?}", step, op);
-    } else {
-        h.here.commit();
-        h.there.commit();
+        return Ok(here);
     }
-    Ok(())
+    h.here.commit();
+    h.there.commit();
+    Ok(false)
 }
 
 /// Runs `cases` sequences of each family on one server.
@@ -311,70 +311,87 @@ where
     runner
         .run(&strategy, |(quotas, ops)| {
             n.set(n.get() + 1);
-            let clock = server.clock();
-            let here = F::builder(&quotas[0])
-                .reconfigurable()
-                .tier_by(|client: &String| tier_of(client.as_bytes()))
-                .clock(clock.clone())
-                .build()
-                .unwrap();
-            let prefix = format!("differ{}-{}", std::process::id(), n.get());
-            let there = on_clock(
-                F::builder(&quotas[0])
-                    .redis(conn.clone(), prefix)
-                    .tier_by(tier_of),
-                &clock,
-            );
-            let mut bookings: Vec<Held<'_, Tiered<F::A>>> = Vec::new();
-            for (step, op) in ops.iter().enumerate() {
-                let client = |i: usize| CLIENTS[i];
-                match *op {
-                    Op::Advance(us) => clock.advance(Duration::from_micros(us)),
-                    Op::Check { client: c, cost } => {
-                        same(
-                            step,
-                            op,
-                            here.check_n(client(c), cost),
-                            rt.block_on(there.check_n(client(c), cost)),
-                        )?;
-                    }
-                    Op::Peek { client: c, cost } => same(
-                        step,
-                        op,
-                        here.peek_n(client(c), cost),
-                        rt.block_on(there.peek_n(client(c), cost)),
-                    )?,
-                    Op::Reset(c) => {
-                        disturb(&mut bookings, c);
-                        let _ = here.reset(client(c));
-                        rt.block_on(there.reset(client(c))).unwrap();
-                    }
-                    Op::Remove(c) => {
-                        disturb(&mut bookings, c);
-                        let _ = here.remove(client(c));
-                        rt.block_on(there.remove(client(c))).unwrap();
-                    }
-                    Op::SetQuota { tier, quota } => {
-                        here.set_quota(tier, F::builder(&quotas[quota])).unwrap();
-                        there.set_quota(tier, F::builder(&quotas[quota])).unwrap();
-                    }
-                    Op::Reserve {
-                        client: c,
-                        cost,
-                        max_wait,
-                    } => {
-                        let max_wait = max_wait.map_or(Duration::MAX, Duration::from_micros);
-                        let both = F::book(&here, &there, &rt, client(c), cost, max_wait);
-                        booked(step, op, c, both, &mut bookings)?;
-                    }
-                    Op::Settle { booking, cancel } => {
-                        settle(&rt, step, op, &mut bookings, booking, cancel)?;
-                    }
-                }
-            }
-            Ok(())
+            case::<F>(&server, &rt, &conn, n.get(), &quotas, &ops).map(drop)
         })
         .unwrap();
+}
+
+/// One sequence of operations on both limiters, on a fresh prefix
+/// (`n`) of `server`; how many cancels gave back on both.
+fn case<F: Family>(
+    server: &Server,
+    rt: &tokio::runtime::Runtime,
+    conn: &::redis::aio::ConnectionManager,
+    n: u64,
+    quotas: &[F::Quota],
+    ops: &[Op],
+) -> Result<usize, TestCaseError>
+where
+    Tiered<F::A>: crate::cell::Algorithm,
+{
+    let mut given = 0;
+    let clock = server.clock();
+    let here = F::builder(&quotas[0])
+        .reconfigurable()
+        .tier_by(|client: &String| tier_of(client.as_bytes()))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let prefix = format!("differ{}-{}", std::process::id(), n);
+    let there = on_clock(
+        F::builder(&quotas[0])
+            .redis(conn.clone(), prefix)
+            .tier_by(tier_of),
+        &clock,
+    );
+    let mut bookings: Vec<Held<'_, Tiered<F::A>>> = Vec::new();
+    for (step, op) in ops.iter().enumerate() {
+        let client = |i: usize| CLIENTS[i];
+        match *op {
+            Op::Advance(us) => clock.advance(Duration::from_micros(us)),
+            Op::Check { client: c, cost } => {
+                same(
+                    step,
+                    op,
+                    here.check_n(client(c), cost),
+                    rt.block_on(there.check_n(client(c), cost)),
+                )?;
+            }
+            Op::Peek { client: c, cost } => same(
+                step,
+                op,
+                here.peek_n(client(c), cost),
+                rt.block_on(there.peek_n(client(c), cost)),
+            )?,
+            Op::Reset(c) => {
+                disturb(&mut bookings, c);
+                let _ = here.reset(client(c));
+                rt.block_on(there.reset(client(c))).unwrap();
+            }
+            Op::Remove(c) => {
+                disturb(&mut bookings, c);
+                let _ = here.remove(client(c));
+                rt.block_on(there.remove(client(c))).unwrap();
+            }
+            Op::SetQuota { tier, quota } => {
+                here.set_quota(tier, F::builder(&quotas[quota])).unwrap();
+                there.set_quota(tier, F::builder(&quotas[quota])).unwrap();
+            }
+            Op::Reserve {
+                client: c,
+                cost,
+                max_wait,
+            } => {
+                let max_wait = max_wait.map_or(Duration::MAX, Duration::from_micros);
+                let both = F::book(&here, &there, rt, client(c), cost, max_wait);
+                booked(step, op, c, both, &mut bookings)?;
+            }
+            Op::Settle { booking, cancel } => {
+                given += usize::from(settle(rt, step, op, &mut bookings, booking, cancel)?);
+            }
+        }
+    }
+    Ok(given)
 }
 
 /// Windows (and token intervals) of a few µs, a millisecond, a quarter
@@ -533,6 +550,147 @@ fn the_sliding_window_counter_on_redis_decides_as_in_process() {
 #[test]
 fn a_pair_of_a_bucket_and_a_window_on_redis_decides_as_in_process() {
     run::<BucketAndWindow>(32);
+}
+
+/// Three bookings of one client that wait, cancelled last first, then a
+/// check: each cancel gives its booking back (the state is what that
+/// booking left, once the later ones are undone), as in-process.
+fn cancelled_last_first<F: Family>(quota: F::Quota)
+where
+    Tiered<F::A>: crate::cell::Algorithm,
+{
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let conn = rt.block_on(server.manager());
+    let reserve = Op::Reserve {
+        client: 2,
+        cost: 1,
+        max_wait: None,
+    };
+    let cancel = |booking| Op::Settle {
+        booking,
+        cancel: true,
+    };
+    let check = Op::Check { client: 2, cost: 1 };
+    // The first check takes the capacity: every booking waits.
+    let ops = [
+        check,
+        reserve,
+        reserve,
+        reserve,
+        cancel(2),
+        cancel(1),
+        cancel(0),
+        check,
+    ];
+    let given = case::<F>(&server, &rt, &conn, 1, &[quota], &ops).unwrap();
+    assert_eq!(given, 3, "every cancel compared, and each gave back");
+}
+
+#[test]
+fn bucket_bookings_cancelled_last_first_are_each_given_back() {
+    cancelled_last_first::<Buckets>(Bucket {
+        tokens: 1,
+        interval_us: 250_000,
+        capacity: 1,
+    });
+}
+
+#[test]
+fn fixed_window_bookings_cancelled_last_first_are_each_given_back() {
+    cancelled_last_first::<Fixed>(Window {
+        limit: 1,
+        window_us: 250_000,
+    });
+}
+
+#[test]
+fn pair_bookings_cancelled_last_first_are_each_given_back() {
+    cancelled_last_first::<BucketAndWindow>((
+        Bucket {
+            tokens: 1,
+            interval_us: 250_000,
+            capacity: 1,
+        },
+        Window {
+            limit: 2,
+            window_us: 250_000,
+        },
+    ));
+}
+
+/// A sequence the search found: bookings of a tier-1 client made after
+/// its tier's quota changed, one cancelled while an earlier one of the
+/// same client is still held.
+#[test]
+fn a_pair_cancels_as_in_process_after_its_tiers_quota_changed() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let conn = rt.block_on(server.manager());
+    let bucket = |tokens, interval_us, capacity| Bucket {
+        tokens,
+        interval_us,
+        capacity,
+    };
+    let window = |limit, window_us| Window { limit, window_us };
+    let quotas = [
+        (bucket(2, 7, 6), window(4, 7)),
+        (bucket(2, 250_000, 5), window(5, 7)),
+        (bucket(3, 1_000, 1), window(5, 14)),
+    ];
+    let reserve = |client, cost, max_wait| Op::Reserve {
+        client,
+        cost,
+        max_wait,
+    };
+    let check = |client, cost| Op::Check { client, cost };
+    let ops = [
+        reserve(0, 0, Some(0)),
+        reserve(1, 2, Some(8)),
+        Op::Advance(14_085_562),
+        Op::Advance(2),
+        check(3, 3),
+        check(0, 0),
+        reserve(3, 4, Some(0)),
+        Op::Advance(3),
+        reserve(3, 3, Some(0)),
+        Op::Remove(3),
+        Op::Advance(8),
+        check(0, 2),
+        check(1, 3),
+        check(0, 2),
+        check(2, 4),
+        Op::SetQuota { tier: 1, quota: 0 },
+        Op::Reset(0),
+        Op::SetQuota { tier: 1, quota: 1 },
+        check(2, 4),
+        Op::Peek { client: 3, cost: 1 },
+        Op::Advance(0),
+        check(1, 6),
+        Op::Peek { client: 3, cost: 3 },
+        Op::Advance(8),
+        reserve(0, 5, Some(24)),
+        reserve(2, 5, None),
+        reserve(2, 4, None),
+        reserve(2, 5, Some(0)),
+        reserve(1, 6, Some(14)),
+        Op::Settle {
+            booking: 3,
+            cancel: true,
+        },
+        check(2, 2),
+        Op::Settle {
+            booking: 2,
+            cancel: true,
+        },
+        Op::Reset(2),
+        check(3, 6),
+    ];
+    case::<BucketAndWindow>(&server, &rt, &conn, 1, &quotas, &ops).unwrap();
 }
 
 #[test]

@@ -250,6 +250,21 @@ pub(crate) fn value_of(head: &str, call: u64, spec: &Spec, word: u128) -> String
     value
 }
 
+/// Whether two word algorithm values hold the same state under the same
+/// settings and tier generation, whoever wrote them: every field but the
+/// `writer.call` one is equal.
+pub(crate) fn same_but_writer(a: &str, b: &str) -> bool {
+    let (mut a, mut b) = (a.split('|'), b.split('|'));
+    let mut field = 0;
+    loop {
+        match (a.next(), b.next()) {
+            (None, None) => return true,
+            (Some(x), Some(y)) if field == 2 || x == y => field += 1,
+            _ => return false,
+        }
+    }
+}
+
 /// The instant (ms, rounded up past it) at which `word` becomes idle under
 /// `ns`, for `PEXPIREAT`; 0 for a word idle at every instant.
 pub(crate) fn expiry_ms(ns: &Ns, word: u128) -> u64 {
@@ -413,5 +428,18 @@ mod tests {
             };
             assert!(junk.word(&pair).is_err(), "{junk:?}");
         }
+    }
+
+    #[test]
+    fn values_differing_only_in_their_writer_hold_the_same_state() {
+        let a = "tb:7:5|0:3|w1.17|1000|5";
+        assert!(super::same_but_writer(a, "tb:7:5|0:3|w2.4|1000|5"));
+        assert!(super::same_but_writer(a, a));
+        // Another state, settings, generation or number of fields.
+        assert!(!super::same_but_writer(a, "tb:7:5|0:3|w1.17|1000|6"));
+        assert!(!super::same_but_writer(a, "tb:7:6|0:3|w1.17|1000|5"));
+        assert!(!super::same_but_writer(a, "tb:7:5|0:4|w1.17|1000|5"));
+        assert!(!super::same_but_writer(a, "tb:7:5|0:3|w1.17|1000"));
+        assert!(!super::same_but_writer(a, "tb:7:5|0:3|w1.17|1000|5|0"));
     }
 }
