@@ -185,8 +185,9 @@ impl<A: RedisAlgorithm> Drop for Lead<A> {
 }
 
 /// The call for `key` is over: the checks that joined go in the next call,
-/// on a task of its own; without a runtime to spawn it on, they are
-/// answered as if that call failed to reach Redis.
+/// on a task of its own; without a runtime to spawn it on, each makes a
+/// call of its own if it is polled in a runtime, and is otherwise answered
+/// as if that call failed to reach Redis (see [`wait`]).
 fn finish<A: RedisAlgorithm>(inner: &Arc<Inner<A>>, key: &[u8]) {
     let Some(flight) = &inner.coalesce else {
         return;
@@ -196,7 +197,8 @@ fn finish<A: RedisAlgorithm>(inner: &Arc<Inner<A>>, key: &[u8]) {
         return;
     }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        // The waiters' channels close: each answers by its fail policy.
+        // The waiters' channels close: each goes alone, or answers by its
+        // fail policy.
         drop(waiters);
         while !flight.next(key).is_empty() {}
         return;
@@ -223,7 +225,8 @@ fn finish<A: RedisAlgorithm>(inner: &Arc<Inner<A>>, key: &[u8]) {
 /// The place in flight that a batch task holds for its client: given up
 /// by the task's last `next`, or, if the task is dropped before that (its
 /// runtime shut down, before or while it ran), when it is dropped, the
-/// checks still waiting answered as if their call failed to reach Redis.
+/// checks still waiting going alone or answered as if their call failed to
+/// reach Redis (see [`wait`]).
 /// Otherwise a runtime that went would keep the place for good, and with
 /// both places so kept the client's checks could never reach Redis again.
 struct Place<A: RedisAlgorithm> {
@@ -250,7 +253,8 @@ impl<A: RedisAlgorithm> Place<A> {
 impl<A: RedisAlgorithm> Drop for Place<A> {
     fn drop(&mut self) {
         if self.held {
-            // The waiters' channels close: each answers by its fail policy.
+            // The waiters' channels close: each goes alone, or answers by
+            // its fail policy.
             while !self.next().is_empty() {}
         }
     }
@@ -469,15 +473,35 @@ pub(super) async fn joined<A: RedisAlgorithm>(
     }
 }
 
-/// A waiting check's answer: the batch's, or if it did not come within
-/// the timeout (counted), or its call was dropped, the fail policy's.
+/// A waiting check's answer: the batch's; or, if the call that was to
+/// carry it was dropped with no runtime to run the batch on, its own call
+/// (when it is itself polled in a runtime) within what is left of its
+/// timeout, else the fail policy's; or, if no answer came within the
+/// timeout (counted), the fail policy's.
 async fn wait<A: RedisAlgorithm>(
     inner: Arc<Inner<A>>,
     request: Arc<Request>,
     answer: oneshot::Receiver<Result<Decision, CheckError>>,
 ) -> Result<Decision, CheckError> {
-    match tokio::time::timeout(inner.timeout, answer).await {
+    let deadline = tokio::time::Instant::now() + inner.timeout;
+    let timed_out = |inner: &Inner<A>| {
+        bump(&inner.calls.counters.timeouts);
+        inner.fallback(
+            &request,
+            CheckError::with_kind(
+                CheckErrorKind::Timeout,
+                format!("Redis did not answer within {:?}", inner.timeout),
+            ),
+        )
+    };
+    match tokio::time::timeout_at(deadline, answer).await {
         Ok(Ok(answer)) => answer,
+        Ok(Err(_dropped)) if tokio::runtime::Handle::try_current().is_ok() => {
+            match tokio::time::timeout_at(deadline, inner.single(&request, false)).await {
+                Ok(answer) => answer,
+                Err(_elapsed) => timed_out(&inner),
+            }
+        }
         Ok(Err(_dropped)) => inner.fallback(
             &request,
             CheckError::with_kind(
@@ -485,15 +509,6 @@ async fn wait<A: RedisAlgorithm>(
                 "the call that was to carry this check was dropped",
             ),
         ),
-        Err(_elapsed) => {
-            bump(&inner.calls.counters.timeouts);
-            inner.fallback(
-                &request,
-                CheckError::with_kind(
-                    CheckErrorKind::Timeout,
-                    format!("Redis did not answer within {:?}", inner.timeout),
-                ),
-            )
-        }
+        Err(_elapsed) => timed_out(&inner),
     }
 }
