@@ -89,8 +89,10 @@
 //! slots in the bucket's schedule (GCRA: one unit per interval `T`). The
 //! process spends a unit only after Redis granted it and no later than its
 //! slot starts, on its estimate of Redis's clock, which is never earlier
-//! than Redis's (an estimate refreshed by every reply, assuming the two
-//! hosts' clocks run at the same rate between calls). So the fleet's
+//! than Redis's: refreshed by every reply, and allowing for the two
+//! hosts' clocks parting by up to 2 000 ppm since it (twice what NTP's
+//! slewing at its limit of 500 ppm on each host can do;
+//! `a_slow_local_clock_never_spends_a_slot_that_has_started`). So the fleet's
 //! admissions, leased or not, keep the bucket's exact bound in every span
 //! `[a, b]`: at most `capacity + ⌊(b − a)/T⌋`
 //! (`the_fleet_never_admits_beyond_the_exact_bound`: three processes,

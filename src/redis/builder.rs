@@ -28,7 +28,7 @@ use crate::algorithm::Params;
 use crate::builder::Builder;
 use crate::error::ConfigError;
 use crate::memory::Memory;
-use crate::sync::AtomicU64;
+use crate::sync::{AtomicU128, AtomicU64};
 
 impl<A, K, C> Builder<A, K, C> {
     /// Keeps the state in Redis instead of this process: the limiter that
@@ -500,7 +500,18 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
         self,
         clock: crate::clock::ManualClock,
     ) -> Result<RedisLimiter<A>, ConfigError> {
-        self.build_on(Clock::Test(clock))
+        self.build_on(Clock::Test(clock, 0))
+    }
+
+    /// The same, with the local clock running `slow_ppm` parts per million
+    /// slower than `clock`, which the scripts read.
+    #[cfg(test)]
+    pub(crate) fn build_on_slow_test_clock(
+        self,
+        clock: crate::clock::ManualClock,
+        slow_ppm: u64,
+    ) -> Result<RedisLimiter<A>, ConfigError> {
+        self.build_on(Clock::Test(clock, slow_ppm))
     }
 
     fn build_on(self, clock: Clock) -> Result<RedisLimiter<A>, ConfigError> {
@@ -560,7 +571,9 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
                 Some(Leases::new(valid, lease_scripts(&spec, &clock)))
             }
         };
-        let offset = unix_ns().wrapping_sub(clock.local_ns());
+        // Until the first reply: this host's own clock, from now.
+        let built = clock.local_ns();
+        let offset = unix_ns().wrapping_sub(built);
         Ok(RedisLimiter {
             inner: Arc::new(Inner {
                 calls: Calls {
@@ -581,7 +594,7 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
                 leases,
                 owner,
                 serial: AtomicU64::new(0),
-                offset: AtomicU64::new(offset),
+                clock_sync: AtomicU128::new(super::sync_word(offset, built)),
                 name,
                 #[cfg(feature = "metrics")]
                 answers: super::metrics::Answers::new(),

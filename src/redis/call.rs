@@ -39,6 +39,11 @@ impl core::fmt::Debug for Script {
     }
 }
 
+/// How far apart this host's clock and Redis's may run, as the divisor of
+/// the time elapsed: 1/500, 2 000 ppm, twice what two hosts' clocks part by
+/// when NTP slews them in opposite directions at its limit of 500 ppm.
+pub(crate) const DRIFT: u64 = 500;
+
 /// The clock a limiter's scripts and its local bookkeeping read.
 #[derive(Debug, Clone)]
 pub(crate) enum Clock {
@@ -46,9 +51,10 @@ pub(crate) enum Clock {
     /// limiter was built.
     Redis(std::time::Instant),
     /// One manual clock for both: its reading (µs) is each script's last
-    /// argument.
+    /// argument. Locally it runs slow by the given parts per million, as a
+    /// host's clock may against Redis's.
     #[cfg(test)]
-    Test(crate::clock::ManualClock),
+    Test(crate::clock::ManualClock, u64),
 }
 
 impl Clock {
@@ -64,7 +70,25 @@ impl Clock {
                 u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX / 4)
             }
             #[cfg(test)]
-            Self::Test(clock) => crate::clock::Clock::now_nanos(clock),
+            Self::Test(clock, slow_ppm) => {
+                let ns = crate::clock::Clock::now_nanos(clock);
+                let behind = u128::from(ns) * u128::from(*slow_ppm) / 1_000_000;
+                ns - u64::try_from(behind).unwrap_or(ns)
+            }
+        }
+    }
+
+    /// How far Redis's clock may have run ahead of the local one over
+    /// `elapsed` local ns: [`DRIFT`] of it for two hosts' clocks; nothing
+    /// for the test clock, which both sides read, unless it is set to run
+    /// slow locally.
+    pub(crate) fn drift(&self, elapsed: u64) -> u64 {
+        match self {
+            Self::Redis(_) => elapsed / DRIFT,
+            #[cfg(test)]
+            Self::Test(_, 0) => 0,
+            #[cfg(test)]
+            Self::Test(..) => elapsed / DRIFT,
         }
     }
 
@@ -73,7 +97,7 @@ impl Clock {
         match self {
             Self::Redis(_) => None,
             #[cfg(test)]
-            Self::Test(clock) => Some(crate::clock::Clock::now_nanos(clock) / 1_000),
+            Self::Test(clock, _) => Some(crate::clock::Clock::now_nanos(clock) / 1_000),
         }
     }
 

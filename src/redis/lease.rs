@@ -9,7 +9,8 @@
 //!   that cost would (the same state written), and gives them their
 //!   consecutive slots on Redis's clock. A unit is spent no later than its
 //!   slot starts, on this process's estimate of Redis's clock, which is
-//!   never earlier than it: so every admission, leased or not, keeps the
+//!   never earlier than it (allowing for the clocks' drift since the last
+//!   reply): so every admission, leased or not, keeps the
 //!   bucket's exact bound in every span of time (see
 //!   `crate::algorithm::lease`).
 //! - **More is asked before the lease runs out**, by one call at a time
@@ -498,7 +499,7 @@ impl<A: RedisAlgorithm> Inner<A> {
     }
 
     /// Redis's clock now, µs, as this process estimates it: never earlier
-    /// than Redis's own reading (see `offset`), rounded up.
+    /// than Redis's own reading (see `redis_now`), rounded up.
     fn lease_now(&self) -> u64 {
         self.redis_now() / 1_000 + 1
     }

@@ -38,16 +38,37 @@ fn leasing_for(
     (capacity, max_units): (u64, u64),
     horizon: u64,
 ) -> RedisLimiter<TokenBucket> {
-    let manager = rt.block_on(server.manager());
-    on_clock(
-        TokenBucket::builder()
-            .rate(1, Duration::from_micros(T))
-            .capacity(capacity)
-            .redis(manager, prefix)
-            .no_deny_shortcut()
-            .lease(Lease::new(Duration::from_micros(horizon * T)).max_units(max_units)),
-        clock,
+    leasing_slow(
+        server,
+        rt,
+        (clock, 0),
+        prefix,
+        (capacity, max_units),
+        horizon,
     )
+}
+
+/// The same on a local clock running `slow_ppm` parts per million slower
+/// than `clock`, Redis's.
+fn leasing_slow(
+    server: &Server,
+    rt: &tokio::runtime::Runtime,
+    (clock, slow_ppm): (&ManualClock, u64),
+    prefix: &str,
+    (capacity, max_units): (u64, u64),
+    horizon: u64,
+) -> RedisLimiter<TokenBucket> {
+    let manager = rt.block_on(server.manager());
+    TokenBucket::builder()
+        .rate(1, Duration::from_micros(T))
+        .capacity(capacity)
+        .redis(manager, prefix)
+        .no_deny_shortcut()
+        .lease(Lease::new(Duration::from_micros(horizon * T)).max_units(max_units))
+        .fail_policy(FailPolicy::FailClosed)
+        .timeout(Duration::from_secs(30))
+        .build_on_slow_test_clock(clock.clone(), slow_ppm)
+        .unwrap()
 }
 
 /// Checks client `c` until `limiter` holds units of a lease (a client's
@@ -110,9 +131,10 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 /// Three processes leasing one client's units, with a horizon of 1 to 6
-/// intervals, checks interleaved with waits and resets: every admission
-/// of the fleet, in order of time, keeps the exact bound of a bucket of 6
-/// in every span no reset cuts.
+/// intervals, each on a local clock up to 1 000 ppm slower than Redis's,
+/// checks interleaved with waits and resets: every admission of the
+/// fleet, in order of time, keeps the exact bound of a bucket of 6 in
+/// every span no reset cuts.
 /// The spawned calls for more run whenever the runtime gets to them,
 /// so their timing varies too.
 #[test]
@@ -125,13 +147,18 @@ fn the_fleet_never_admits_beyond_the_exact_bound() {
     let case = core::cell::Cell::new(0u32);
     runner
         .run(
-            &(proptest::collection::vec(step(), 1..60), 1..=6u64),
-            |(steps, horizon)| {
+            &(
+                proptest::collection::vec(step(), 1..60),
+                1..=6u64,
+                proptest::collection::vec(prop_oneof![Just(0u64), 0..=1_000u64], 3),
+            ),
+            |(steps, horizon, slow)| {
                 case.set(case.get() + 1);
                 let clock = server.clock();
                 let prefix = format!("exact{}", case.get());
-                let fleet: Vec<_> = (0..3)
-                    .map(|_| leasing_for(&server, &rt, &clock, &prefix, (6, 3), horizon))
+                let fleet: Vec<_> = slow
+                    .iter()
+                    .map(|&ppm| leasing_slow(&server, &rt, (&clock, ppm), &prefix, (6, 3), horizon))
                     .collect();
                 let (mut admitted, mut resets) = (Vec::new(), 0usize);
                 let now = || crate::clock::Clock::now_nanos(&clock) / 1_000;
@@ -156,6 +183,56 @@ fn the_fleet_never_admits_beyond_the_exact_bound() {
             },
         )
         .unwrap();
+}
+
+/// A process whose clock runs slow against Redis's, by 1 000 ppm (two
+/// hosts slewing apart at NTP's limit of 500 ppm each), never spends a
+/// leased unit whose slot has started: its estimate of Redis's clock
+/// allows for the drift since the last reply. Process `A` leases (grants
+/// under 4 units, so it never asks ahead) and holds the bucket's last
+/// slots `[end − k·T, end)`; 1 µs after the last of them starts, `A`
+/// checks once, and at `end` process `B` (one call per check) checks until
+/// denied. Spending that unit late, `A` would make `capacity + 1`
+/// admissions in a span shorter than `T`; on time, `A`'s check is judged
+/// by Redis and the span holds `capacity`.
+#[test]
+fn a_slow_local_clock_never_spends_a_slot_that_has_started() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let clock = server.clock();
+    let capacity = 20;
+    let bucket = || {
+        TokenBucket::builder()
+            .rate(1, Duration::from_micros(T))
+            .capacity(capacity)
+            .redis(rt.block_on(server.manager()), "slow")
+            .no_deny_shortcut()
+    };
+    let a = bucket()
+        .lease(Lease::new(Duration::from_micros(capacity * T)).max_units(3))
+        .build_on_slow_test_clock(clock.clone(), 1_000)
+        .unwrap();
+    let b = on_clock(bucket(), &clock);
+    let before = warm_up(&rt, &a);
+    assert!(held(&a) > 0);
+    let now = |clock: &ManualClock| crate::clock::Clock::now_nanos(clock) / 1_000;
+    // Where the bucket's slots end, as Redis holds it.
+    let left = rt.block_on(b.peek("c")).unwrap().remaining();
+    let end = now(&clock) + (capacity - left) * T;
+    clock.advance(Duration::from_micros(end - T + 1 - now(&clock)));
+    let mut admitted = Vec::new();
+    if rt.block_on(a.check("c")).unwrap().is_allowed() {
+        admitted.push((now(&clock), 0));
+    }
+    clock.advance(Duration::from_micros(end - now(&clock)));
+    while rt.block_on(b.check("c")).unwrap().is_allowed() {
+        admitted.push((now(&clock), 0));
+        assert!(admitted.len() <= 2 * capacity as usize);
+    }
+    assert!(before > 0 && !admitted.is_empty());
+    within_bound(&admitted, capacity).unwrap();
 }
 
 /// One process, a bucket of 5 and leases of up to 2, time stopped: exactly

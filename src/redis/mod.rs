@@ -156,7 +156,7 @@ use crate::algorithm::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, Toke
 use crate::cell::Algorithm;
 use crate::check::{AsyncCheck, CheckError, CheckErrorKind, Quota};
 use crate::error::ConfigError;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU128, AtomicU64, Ordering};
 
 /// What a Redis limiter answers when Redis does not: it timed out, could
 /// not be reached, refused the command, or holds a value under the
@@ -361,9 +361,11 @@ struct Inner<A> {
     owner: String,
     /// Calls made, numbered: the incarnation of a key a call creates.
     serial: AtomicU64,
-    /// Redis's clock less the local clock (ns, wrapping), as the latest
-    /// reply read it: an estimate of Redis's clock no earlier than it.
-    offset: AtomicU64,
+    /// What the latest reply read of Redis's clock: the low half, Redis's
+    /// clock less the local clock (ns, wrapping); the high half, the local
+    /// instant (ns) its call was sent. One word, so that an estimate
+    /// never pairs one reply's offset with another's instant.
+    clock_sync: AtomicU128,
     /// The builder's [`name`](crate::Builder::name), or `"default"`.
     name: std::borrow::Cow<'static, str>,
     /// The checks' answers, by path and outcome, and their publication
@@ -371,6 +373,11 @@ struct Inner<A> {
     #[cfg(feature = "metrics")]
     answers: metrics::Answers,
     _algorithm: PhantomData<fn() -> A>,
+}
+
+/// The word of [`Inner::clock_sync`].
+fn sync_word(offset: u64, sent: u64) -> u128 {
+    u128::from(sent) << 64 | u128::from(offset)
 }
 
 impl<A> Inner<A> {
@@ -381,20 +388,29 @@ impl<A> Inner<A> {
         format!("{}.{serial}", self.owner)
     }
 
-    /// Redis's clock now, in ns, as this process estimates it (see
-    /// `offset`).
+    /// Redis's clock now, in ns, as this process estimates it: no earlier
+    /// than Redis's own. A reply read Redis's clock at `judged`, after its
+    /// call was sent at `sent` on the local clock, so Redis's clock at local
+    /// instant `t` is at most `judged + (t − sent)` while both clocks run at
+    /// one rate; and since they may part by up to [`call::DRIFT`], the
+    /// estimate adds that share of the time since `sent`.
     fn redis_now(&self) -> u64 {
-        // Relaxed: an estimate, published by nothing.
-        let offset = self.offset.load(Ordering::Relaxed);
-        self.calls.clock.local_ns().wrapping_add(offset)
+        // Relaxed: an estimate, published by nothing; the word keeps each
+        // reply's two halves together.
+        let sync = self.clock_sync.load(Ordering::Relaxed);
+        let (offset, sent) = (sync as u64, (sync >> 64) as u64);
+        let local = self.calls.clock.local_ns();
+        local
+            .wrapping_add(offset)
+            .wrapping_add(self.calls.clock.drift(local.saturating_sub(sent)))
     }
 
     /// Notes a reply judged at `judged` (µs on Redis's clock) for a call
     /// sent at `sent` (ns on the local clock).
     fn judged(&self, sent: u64, judged: u64) {
-        // Relaxed: see `redis_now`.
-        self.offset.store(
-            judged.saturating_mul(1_000).wrapping_sub(sent),
+        self.clock_sync.store(
+            sync_word(judged.saturating_mul(1_000).wrapping_sub(sent), sent),
+            // Relaxed: see `redis_now`.
             Ordering::Relaxed,
         );
     }
