@@ -941,6 +941,78 @@ fn a_call_on_a_runtime_shut_down_answers_the_checks_waiting_on_it() {
     assert_eq!((after.fail_closed, after.timeouts), (0, 0), "{after:?}");
 }
 
+/// Coalesced checks answered at their timeout, whose batch Redis decides
+/// later, are counted once: as timeouts answered by the fail policy, not
+/// also as checks that rode another's call (nor, with the `metrics`
+/// feature, as Redis's answers). Two calls on a paused server are
+/// aborted at 1 s, so the three checks waiting behind them go in one batch
+/// call; they time out at 2.05 s, and the pause ends at 2.5 s, before the
+/// batch's own timeout at 3 s: Redis decides all five.
+#[test]
+fn coalesced_checks_answered_at_their_timeout_are_not_counted_again_by_their_batch() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(60));
+    let rt = runtime();
+    let limiter = rt.block_on(async {
+        FixedWindow::builder()
+            .limit(5)
+            .window(HOUR)
+            .redis(server.patient_manager().await, prefix("counted-once"))
+            .fail_policy(FailPolicy::FailClosed)
+            .timeout(Duration::from_secs(2))
+            .backoff(Duration::from_secs(5), Duration::from_secs(5))
+            .no_deny_shortcut()
+            .coalesce(true)
+            .build()
+            .unwrap()
+    });
+    rt.block_on(async {
+        assert!(limiter.check("warm").await.unwrap().is_allowed());
+    });
+    let before = limiter.stats();
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "2500", "ALL"][..])
+        .query(&mut server.sync())
+        .unwrap();
+    rt.block_on(async {
+        let check = || {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.check("c").await })
+        };
+        let leads = [check(), check()];
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let waiting = [check(), check(), check()];
+        tokio::time::sleep(Duration::from_millis(950)).await;
+        for lead in &leads {
+            lead.abort();
+        }
+        for task in waiting {
+            let err = task.await.unwrap().unwrap_err();
+            assert_eq!(err.kind(), CheckErrorKind::Timeout, "{err}");
+        }
+        // Past the pause: the batch decided.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let s = limiter.stats();
+        assert_eq!((s.timeouts, s.fail_closed, s.coalesced), (3, 3, 0), "{s:?}");
+        // The two leads' calls and the batch's (and any script load),
+        // past the warm-up's.
+        assert!(s.round_trips - before.round_trips >= 3, "{s:?}");
+        // Redis admitted the aborted leads and the batch's three: the
+        // window is spent, as another limiter finds.
+        let other = FixedWindow::builder()
+            .limit(5)
+            .window(HOUR)
+            .redis(server.manager().await, prefix("counted-once"))
+            .no_deny_shortcut()
+            .build()
+            .unwrap();
+        let d = other.check("c").await.unwrap();
+        assert_eq!((d.is_allowed(), d.remaining()), (false, 0), "{d:?}");
+    });
+}
+
 /// A waiting check answered at its timeout is not answered again when
 /// the batch that was to carry it fails later: under `Local` the
 /// in-process limiter decides it once, so its quota is spent once. Three

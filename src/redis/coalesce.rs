@@ -340,11 +340,20 @@ impl<A: RedisAlgorithm> Inner<A> {
                 {
                     self.judged(sent, *now);
                 }
-                bump_by(&self.calls.counters.coalesced, going.len() as u64 - 1);
+                // Each check counted once: one answered at its timeout
+                // meanwhile (its reply gone) was counted there.
+                let mut delivered = 0;
                 for (waiter, answer) in going.into_iter().zip(answers) {
-                    self.decided(&waiter.request, sent, &answer);
-                    let _ = waiter.reply.send(Ok(answer.decision));
+                    self.remember(&waiter.request, sent, &answer);
+                    if waiter.reply.send(Ok(answer.decision)).is_ok() {
+                        self.count_redis(&waiter.request, &answer.decision);
+                        delivered += 1;
+                    }
                 }
+                bump_by(
+                    &self.calls.counters.coalesced,
+                    u64::saturating_sub(delivered, 1),
+                );
             }
             Ok((None, _)) => {
                 // A state to convert: each check of its own, in order.
@@ -366,15 +375,21 @@ impl<A: RedisAlgorithm> Inner<A> {
 
     /// A waiting check by a call of its own. A failure is answered by the
     /// fail policy only if the check was not answered meanwhile (at its
-    /// timeout, counted there): a check is answered once, and the
+    /// timeout, counted there), and Redis's decision is counted only if it
+    /// is delivered: a check is answered and counted once, and the
     /// in-process limiter of `FailPolicy::Local` decides it once.
     async fn alone(&self, waiter: Waiter, probe_due: bool) {
-        let answer = match self.single_call(&waiter.request, probe_due).await {
-            Ok(decision) => Ok(decision),
-            Err(_) if waiter.reply.is_closed() => return,
-            Err(err) => self.fallback(&waiter.request, err),
-        };
-        let _ = waiter.reply.send(answer);
+        match self.uncounted_call(&waiter.request, probe_due).await {
+            Ok(decision) => {
+                if waiter.reply.send(Ok(decision)).is_ok() {
+                    self.count_redis(&waiter.request, &decision);
+                }
+            }
+            Err(_) if waiter.reply.is_closed() => {}
+            Err(err) => {
+                let _ = waiter.reply.send(self.fallback(&waiter.request, err));
+            }
+        }
     }
 
     /// The batch script's round trip: each request's answer, or `None`

@@ -206,6 +206,20 @@ impl<A: RedisAlgorithm> Inner<A> {
         request: &Request,
         probe_due: bool,
     ) -> Result<Decision, CheckError> {
+        let decision = self.uncounted_call(request, probe_due).await?;
+        if request.mode == Mode::Check {
+            self.count_redis(request, &decision);
+        }
+        Ok(decision)
+    }
+
+    /// [`single_call`](Self::single_call) but for counting the decision,
+    /// for a caller that counts it once it is delivered.
+    pub(super) async fn uncounted_call(
+        &self,
+        request: &Request,
+        probe_due: bool,
+    ) -> Result<Decision, CheckError> {
         let (answer, sent) = self
             .guarded(probe_due, &request.key, self.round_trip(request))
             .await?;
@@ -214,7 +228,7 @@ impl<A: RedisAlgorithm> Inner<A> {
         };
         self.judged(sent, now);
         if request.mode == Mode::Check {
-            self.decided(request, sent, &answer);
+            self.remember(request, sent, &answer);
         }
         Ok(answer.decision)
     }
@@ -371,20 +385,21 @@ impl<A: RedisAlgorithm> Inner<A> {
         }
     }
 
-    /// A check Redis decided, on its own call or in a batch: kept for the
-    /// deny shortcut, and counted (the `metrics` feature).
-    pub(super) fn decided(&self, request: &Request, sent: u64, answer: &Answer) {
-        self.remember(request, sent, answer);
+    /// Counts a check's decision by Redis, on its own call or in a batch
+    /// (the `metrics` feature).
+    pub(super) fn count_redis(&self, request: &Request, decision: &Decision) {
         #[cfg(feature = "metrics")]
         self.answered(
             Path::Redis,
-            if answer.decision.allowed {
+            if decision.allowed {
                 Outcome::Admitted
             } else {
                 Outcome::Denied
             },
             request.cost,
         );
+        #[cfg(not(feature = "metrics"))]
+        let _ = (request, decision);
     }
 
     /// Feeds the deny shortcut: a state that leaves little (at most 255
