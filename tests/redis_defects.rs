@@ -941,6 +941,68 @@ fn a_call_on_a_runtime_shut_down_answers_the_checks_waiting_on_it() {
     assert_eq!((after.fail_closed, after.timeouts), (0, 0), "{after:?}");
 }
 
+/// A coalescing fixed window of 5 an hour on `server` (awaiting its
+/// answers patiently; the limiter's `timeout` decides), its breaker
+/// backing off 5 s, warmed up with a check of another client.
+fn coalescing_five(
+    server: &Server,
+    rt: &tokio::runtime::Runtime,
+    name: &str,
+    policy: FailPolicy,
+    timeout: Duration,
+) -> RedisLimiter<FixedWindow> {
+    rt.block_on(async {
+        let limiter = FixedWindow::builder()
+            .limit(5)
+            .window(HOUR)
+            .redis(server.patient_manager().await, prefix(name))
+            .fail_policy(policy)
+            .timeout(timeout)
+            .backoff(Duration::from_secs(5), Duration::from_secs(5))
+            .no_deny_shortcut()
+            .coalesce(true)
+            .build()
+            .unwrap();
+        assert!(limiter.check("warm").await.unwrap().is_allowed());
+        limiter
+    })
+}
+
+/// Pauses `server` for `pause_ms`, then checks client `c` twice (two
+/// calls in flight) and 50 ms later three times more (waiting for the
+/// next call), and aborts the first two at `abort_ms`, so that the three
+/// go in one batch call: the three checks' tasks, and when the first two
+/// were made.
+async fn three_behind_two_aborted(
+    server: &Server,
+    limiter: &RedisLimiter<FixedWindow>,
+    pause_ms: u64,
+    abort_ms: u64,
+) -> (
+    [tokio::task::JoinHandle<Result<tollgate::Decision, tollgate::CheckError>>; 3],
+    Instant,
+) {
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(pause_ms)
+        .arg("ALL")
+        .query(&mut server.sync())
+        .unwrap();
+    let check = || {
+        let limiter = limiter.clone();
+        tokio::spawn(async move { limiter.check("c").await })
+    };
+    let started = Instant::now();
+    let leads = [check(), check()];
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let waiting = [check(), check(), check()];
+    tokio::time::sleep_until((started + Duration::from_millis(abort_ms)).into()).await;
+    for lead in &leads {
+        lead.abort();
+    }
+    (waiting, started)
+}
+
 /// Coalesced checks answered at their timeout, whose batch Redis decides
 /// later, are counted once: as timeouts answered by the fail policy, not
 /// also as checks that rode another's call (nor, with the `metrics`
@@ -955,39 +1017,16 @@ fn coalesced_checks_answered_at_their_timeout_are_not_counted_again_by_their_bat
     };
     server.away_from_hour_boundary(Duration::from_secs(60));
     let rt = runtime();
-    let limiter = rt.block_on(async {
-        FixedWindow::builder()
-            .limit(5)
-            .window(HOUR)
-            .redis(server.patient_manager().await, prefix("counted-once"))
-            .fail_policy(FailPolicy::FailClosed)
-            .timeout(Duration::from_secs(2))
-            .backoff(Duration::from_secs(5), Duration::from_secs(5))
-            .no_deny_shortcut()
-            .coalesce(true)
-            .build()
-            .unwrap()
-    });
-    rt.block_on(async {
-        assert!(limiter.check("warm").await.unwrap().is_allowed());
-    });
+    let limiter = coalescing_five(
+        &server,
+        &rt,
+        "counted-once",
+        FailPolicy::FailClosed,
+        Duration::from_secs(2),
+    );
     let before = limiter.stats();
-    let _: () = redis::cmd("CLIENT")
-        .arg(&["PAUSE", "2500", "ALL"][..])
-        .query(&mut server.sync())
-        .unwrap();
     rt.block_on(async {
-        let check = || {
-            let limiter = limiter.clone();
-            tokio::spawn(async move { limiter.check("c").await })
-        };
-        let leads = [check(), check()];
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let waiting = [check(), check(), check()];
-        tokio::time::sleep(Duration::from_millis(950)).await;
-        for lead in &leads {
-            lead.abort();
-        }
+        let (waiting, _) = three_behind_two_aborted(&server, &limiter, 2_500, 1_000).await;
         for task in waiting {
             let err = task.await.unwrap().unwrap_err();
             assert_eq!(err.kind(), CheckErrorKind::Timeout, "{err}");
@@ -1025,41 +1064,17 @@ fn a_check_answered_at_its_timeout_is_not_answered_again_by_its_failed_batch() {
         return;
     };
     let rt = runtime();
-    let limiter = rt.block_on(async {
-        FixedWindow::builder()
-            .limit(5)
-            .window(HOUR)
-            .redis(server.patient_manager().await, prefix("twice"))
-            .fail_policy(FailPolicy::Local)
-            .timeout(Duration::from_millis(500))
-            .backoff(Duration::from_secs(5), Duration::from_secs(5))
-            .no_deny_shortcut()
-            .coalesce(true)
-            .build()
-            .unwrap()
-    });
+    let limiter = coalescing_five(
+        &server,
+        &rt,
+        "twice",
+        FailPolicy::Local,
+        Duration::from_millis(500),
+    );
     rt.block_on(async {
-        assert!(limiter.check("warm").await.unwrap().is_allowed());
-    });
-    let _: () = redis::cmd("CLIENT")
-        .arg(&["PAUSE", "3000", "ALL"][..])
-        .query(&mut server.sync())
-        .unwrap();
-    rt.block_on(async {
-        let check = || {
-            let limiter = limiter.clone();
-            tokio::spawn(async move { limiter.check("c").await })
-        };
-        let started = Instant::now();
-        let leads = [check(), check()];
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let waiting = [check(), check(), check()];
         // The waiting checks time out at 550 ms; their batch, sent at
-        // 200 ms, at 700 ms.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        for lead in &leads {
-            lead.abort();
-        }
+        // 250 ms, at 750 ms.
+        let (waiting, started) = three_behind_two_aborted(&server, &limiter, 3_000, 250).await;
         let mut left = Vec::new();
         for task in waiting {
             let d = task.await.unwrap().unwrap();

@@ -291,16 +291,27 @@ fn settle<A: crate::cell::Algorithm>(
     Ok(false)
 }
 
+/// A server, a runtime and a connection to the server; `None` where no
+/// `redis-server` can start.
+fn started() -> Option<(
+    Server,
+    tokio::runtime::Runtime,
+    ::redis::aio::ConnectionManager,
+)> {
+    let server = Server::start()?;
+    let rt = runtime();
+    let conn = rt.block_on(server.manager());
+    Some((server, rt, conn))
+}
+
 /// Runs `cases` sequences of each family on one server.
 fn run<F: Family>(cases_default: u32)
 where
     Tiered<F::A>: crate::cell::Algorithm,
 {
-    let Some(server) = Server::start() else {
+    let Some((server, rt, conn)) = started() else {
         return;
     };
-    let rt = runtime();
-    let conn = rt.block_on(server.manager());
     let mut runner = runner(cases_default);
     let strategy = proptest::collection::vec(F::quota(), 3).prop_flat_map(|quotas| {
         let unit = F::unit(&quotas[0]);
@@ -559,11 +570,9 @@ fn cancelled_last_first<F: Family>(quota: F::Quota)
 where
     Tiered<F::A>: crate::cell::Algorithm,
 {
-    let Some(server) = Server::start() else {
+    let Some((server, rt, conn)) = started() else {
         return;
     };
-    let rt = runtime();
-    let conn = rt.block_on(server.manager());
     let reserve = Op::Reserve {
         client: 2,
         cost: 1,
@@ -626,11 +635,9 @@ fn pair_bookings_cancelled_last_first_are_each_given_back() {
 /// same client is still held.
 #[test]
 fn a_pair_cancels_as_in_process_after_its_tiers_quota_changed() {
-    let Some(server) = Server::start() else {
+    let Some((server, rt, conn)) = started() else {
         return;
     };
-    let rt = runtime();
-    let conn = rt.block_on(server.manager());
     let bucket = |tokens, interval_us, capacity| Bucket {
         tokens,
         interval_us,
@@ -702,11 +709,9 @@ fn a_pair_of_a_counter_and_a_bucket_on_redis_decides_as_in_process() {
 /// none).
 #[test]
 fn the_sliding_window_log_on_redis_decides_as_in_process() {
-    let Some(server) = Server::start() else {
+    let Some((server, rt, conn)) = started() else {
         return;
     };
-    let rt = runtime();
-    let conn = rt.block_on(server.manager());
     let mut runner = runner(48);
     let strategy = window().prop_flat_map(|q| (Just(q), ops(q.window_us, q.limit, 1, false, true)));
     let n = std::cell::Cell::new(0u64);
