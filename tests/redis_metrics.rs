@@ -570,3 +570,47 @@ fn bookings_are_decisions() {
     let units = |outcome| scraped("tollgate_units_total", "bookings", &[("outcome", outcome)]);
     assert_eq!((units("admitted"), units("denied")), (f(4), f(2)));
 }
+
+/// A booking beyond its client's own tier (within the largest tier's
+/// capacity) is refused without a round trip, and counted a denial of its
+/// cost, as the in-process limiter counts it.
+#[test]
+fn a_booking_beyond_its_tier_is_a_denial() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let _ = prom::recorder();
+    let rt = runtime();
+    let conn = rt.block_on(server.manager());
+    let limiter = tollgate::TokenBucket::builder()
+        .rate(3, HOUR)
+        .name("bookings-tiers")
+        .redis(conn, prefix("bookings-tiers"))
+        .tier_by(|client: &[u8]| u16::from(client.starts_with(b"pro-")))
+        .no_deny_shortcut()
+        .build()
+        .unwrap();
+    limiter
+        .set_quota(1, tollgate::TokenBucket::builder().rate(1, HOUR))
+        .unwrap();
+    let trips = limiter.stats().round_trips;
+    rt.block_on(async {
+        let err = limiter.reserve_n("pro-a", 2, HOUR).await.unwrap_err();
+        assert!(matches!(
+            err,
+            tollgate::redis::RedisReserveError::Reserve(tollgate::ReserveError::TooLong { .. })
+        ));
+    });
+    assert_eq!(limiter.stats().round_trips, trips);
+    limiter.publish_metrics();
+    let f = |n: u64| Some(n as f64);
+    assert_eq!(checks("bookings-tiers", "redis", "denied"), f(1));
+    let units = |outcome| {
+        scraped(
+            "tollgate_units_total",
+            "bookings-tiers",
+            &[("outcome", outcome)],
+        )
+    };
+    assert_eq!(units("denied"), f(2));
+}

@@ -654,7 +654,10 @@ impl<A: RedisAlgorithm> Inner<A> {
             return Ok(ready_now(Some(self.clone())));
         }
         if cost > spec.capacity() {
-            // Above the client's own tier's capacity: it never conforms.
+            // Above the client's own tier's capacity: it never conforms. A
+            // denial, as in-process, decided here without a round trip.
+            #[cfg(feature = "metrics")]
+            self.answered(Path::Redis, Outcome::Denied, cost);
             let wait = Decision::wait(NEVER);
             return Err(ReserveError::TooLong { wait }.into());
         }
