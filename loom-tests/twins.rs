@@ -23,14 +23,15 @@
 //!   table before looking the client up (model 13).
 //! - [`BrokenLease`]: a lease cell with one of [`LeaseBug`]'s bugs: a spend
 //!   or a reset by a load and a store, a reset that empties the word, an
-//!   install of "nothing" that ignores the epoch asked at (model 20).
+//!   install of "nothing" that ignores the epoch asked at, the range
+//!   waiting behind the lease taken by a load and a store (model 20).
 
 use loom::sync::atomic::{AtomicU64, Ordering};
 use tollgate::__loom::{
     apply, first_word, join_words, lease, log_claims, log_is_free, log_limit, log_stamp,
     second_word, store_log_slot, ticket_states, tier_quota_now, tier_state, Algorithm, Life,
-    LogCell, Mortal, PairCell, Purge, Relocation, Reserve, Spent, Ticket, TierCell, Tiered,
-    Transitions,
+    LogCell, Mortal, PairCell, Purge, Relocation, Reserve, Spent, SpentSlots, Ticket, TierCell,
+    Tiered, Transitions,
 };
 use tollgate::{Both, FixedWindow, SlidingWindowLog, TokenBucket};
 
@@ -338,15 +339,23 @@ pub(crate) enum LeaseBug {
     /// the epoch asked at: a reading from before a reset becomes a hold
     /// after it.
     NothingIgnoringEpoch,
+    /// The range waiting behind the lease read by a load and cleared by a
+    /// plain store, where the crate's takes it by one exchange: two
+    /// callers that find the lease short can both move it into the
+    /// lease's place, and a range queued between the load and the store
+    /// is wiped.
+    PromoteByLoadStore,
 }
 
 /// A lease cell with exactly one of [`LeaseBug`]'s bugs: everything else as
 /// the crate's `LeaseCell` does it, over the crate's pure transitions of a
 /// lease's word (`__loom::lease`) and its compare-and-swap loop
-/// (`__loom::apply`) on a `StateCell<u128>`.
+/// (`__loom::apply`) on two `StateCell<u128>`s: the lease's word and the
+/// range waiting behind it.
 #[derive(Debug)]
 pub(crate) struct BrokenLease {
     word: tollgate::__loom::StateCell<u128>,
+    queued: tollgate::__loom::StateCell<u128>,
     interval: u64,
     bug: LeaseBug,
 }
@@ -355,6 +364,7 @@ impl BrokenLease {
     pub(crate) fn new(interval: u64, bug: LeaseBug) -> Self {
         Self {
             word: tollgate::__loom::StateCell::holding(lease::empty()),
+            queued: tollgate::__loom::StateCell::holding(lease::empty()),
             interval,
             bug,
         }
@@ -365,53 +375,129 @@ impl BrokenLease {
         (to - cost * self.interval, to)
     }
 
-    /// A spend of `cost` at `now`, and the slots it took.
-    pub(crate) fn spend(&self, now: u64, cost: u64) -> (Spent, Option<(u64, u64)>) {
+    /// A spend of `cost` at `now`: what it answered, the slots it took,
+    /// and the ranges it displaced (moving the range waiting behind the
+    /// lease into its place when the lease is short).
+    pub(crate) fn spend(&self, now: u64, cost: u64) -> SpentSlots {
         let interval = self.interval;
-        if self.bug == LeaseBug::SpendByLoadStore {
-            // The bug: the transition on the word loaded, then the word
-            // after it put in whatever the cell holds by then.
-            let seen = self.word.load();
-            let Some(next) = lease::spend(interval, seen, now, cost) else {
-                return (lease::short(interval, seen, now), None);
+        let mut gone = Vec::new();
+        loop {
+            let (admitted, seen) = if self.bug == LeaseBug::SpendByLoadStore {
+                // The bug: the transition on the word loaded, then the word
+                // after it put in whatever the cell holds by then.
+                let seen = self.word.load();
+                match lease::spend(interval, seen, now, cost) {
+                    Some(next) => {
+                        let _ = apply(&self.word, |_| Some(next));
+                        (Some(next), seen)
+                    }
+                    None => (None, seen),
+                }
+            } else {
+                match apply(&self.word, |w| lease::spend(interval, w, now, cost)) {
+                    Some(Some(w)) => (Some(w), w),
+                    _ => (None, self.word.load()),
+                }
             };
-            let _ = apply(&self.word, |_| Some(next));
-            let left = lease::left(interval, next, now);
-            return (Spent::Admitted { left }, Some(self.slots(next, cost)));
-        }
-        match apply(&self.word, |w| lease::spend(interval, w, now, cost)) {
-            Some(Some(w)) => (
-                Spent::Admitted {
-                    left: lease::left(interval, w, now),
-                },
-                Some(self.slots(w, cost)),
-            ),
-            _ => (lease::short(interval, self.word.load(), now), None),
+            if let Some(w) = admitted {
+                let left = lease::left(interval, w, now) + self.left_queued(now);
+                return (Spent::Admitted { left }, Some(self.slots(w, cost)), gone);
+            }
+            let short = lease::short(interval, seen, now);
+            if let Spent::Ask { .. } = short {
+                if let Some(displaced) = self.promote(now, cost) {
+                    gone.extend(displaced);
+                    continue;
+                }
+            }
+            return (short, None, gone);
         }
     }
 
-    /// Installs the slots `[start, end)` granted at `epoch`: the unpassed
-    /// units it displaced.
-    pub(crate) fn grant(&self, now: u64, epoch: u64, start: u64, end: u64) -> Option<(u64, u64)> {
+    /// Moves the range waiting behind the lease into its place, if one
+    /// waits, for a spend of `need`, as the crate's cell does (a lease
+    /// holding `need` units by then keeps them, the range waiting behind
+    /// them again, or lapsing if another waits): the range it displaced,
+    /// or `None` if none waited.
+    fn promote(&self, now: u64, need: u64) -> Option<Option<(u64, u64)>> {
+        let (start, end) = if self.bug == LeaseBug::PromoteByLoadStore {
+            // The bug: the waiting range read by a load, then the empty
+            // word stored over whatever waits by then.
+            let (empty, range) = lease::unqueue(self.queued.load())?;
+            let _ = apply(&self.queued, |_| Some(empty));
+            range
+        } else {
+            let taken = core::cell::Cell::new(None);
+            apply(&self.queued, |q| {
+                let (empty, range) = lease::unqueue(q)?;
+                taken.set(Some(range));
+                Some(empty)
+            })
+            .flatten()?;
+            taken.get()?
+        };
         let interval = self.interval;
         let displaced = core::cell::Cell::new(None);
-        let installed = apply(&self.word, |w| {
-            let (next, gone) = lease::grant(interval, w, now, epoch, start, end)?;
+        let moved = apply(&self.word, |w| {
+            let (next, gone) = lease::promote(interval, w, now, need, start, end)?;
             displaced.set(gone);
             Some(next)
         });
-        installed.flatten().and(displaced.get())
+        if moved.flatten().is_some() {
+            return Some(displaced.get());
+        }
+        let back = apply(&self.queued, |q| {
+            lease::unqueue(q)
+                .is_none()
+                .then(|| lease::waiting(start, end))
+        });
+        if back.flatten().is_some() {
+            return Some(None);
+        }
+        Some(lease::take_out(interval, lease::waiting(start, end), now).1)
     }
 
-    /// "Nothing until `until`" for a request asked at `epoch`.
-    pub(crate) fn nothing(&self, now: u64, epoch: u64, until: u64) {
+    /// Installs the slots `[start, end)` granted: in the lease if they
+    /// continue it or it has no unit left, else behind it. The ranges it
+    /// displaced.
+    pub(crate) fn grant(&self, now: u64, start: u64, end: u64) -> Vec<(u64, u64)> {
         let interval = self.interval;
+        let mut gone = Vec::new();
+        if self.left_here(now) == 0 {
+            gone.extend(self.promote(now, 1).flatten());
+        }
+        let out = core::cell::Cell::new(None);
+        let placed = apply(&self.word, |w| {
+            let (next, here) = lease::place(interval, w, now, start, end)?;
+            out.set(here);
+            Some(next)
+        });
+        if placed == Some(None) {
+            let _ = apply(&self.queued, |q| {
+                let (next, here) = lease::queue(interval, q, now, start, end);
+                out.set(here);
+                Some(next)
+            });
+        }
+        gone.extend(out.get());
+        gone
+    }
+
+    /// "Nothing until `until`" for a request asked at `epoch`: the ranges
+    /// displaced (by the waiting range moved into a lease spent out).
+    pub(crate) fn nothing(&self, now: u64, epoch: u64, until: u64) -> Vec<(u64, u64)> {
+        let interval = self.interval;
+        let mut gone = Vec::new();
+        if self.left_here(now) == 0 {
+            gone.extend(self.promote(now, 1).flatten());
+        }
         let ignoring = self.bug == LeaseBug::NothingIgnoringEpoch;
         let _ = apply(&self.word, |w| {
             // The bug: the epoch asked at taken to be the one found now.
             let asked = if ignoring { lease::parts(w).2 } else { epoch };
             lease::nothing(interval, w, now, asked, until)
         });
+        gone
     }
 
     /// A reset.
@@ -436,21 +522,38 @@ impl BrokenLease {
         }
     }
 
-    /// Empties the lease at `now`: the unpassed units it held.
-    pub(crate) fn take_out(&self, now: u64) -> Option<(u64, u64)> {
+    /// Empties the lease at `now`: the unpassed units it held, then those
+    /// of the range waiting behind it.
+    pub(crate) fn take_out(&self, now: u64) -> [Option<(u64, u64)>; 2] {
         let interval = self.interval;
-        let held = core::cell::Cell::new(None);
-        let _ = apply(&self.word, |w| {
-            let (next, units) = lease::take_out(interval, w, now);
-            held.set(units);
-            Some(next)
-        });
-        held.get()
+        let take = |cell: &tollgate::__loom::StateCell<u128>| {
+            let held = core::cell::Cell::new(None);
+            let _ = apply(cell, |w| {
+                let (next, units) = lease::take_out(interval, w, now);
+                held.set(units);
+                Some(next)
+            });
+            held.get()
+        };
+        [take(&self.word), take(&self.queued)]
     }
 
-    /// The whole units left at `now`.
+    /// The whole units left at `now`, the waiting range's included.
     pub(crate) fn left(&self, now: u64) -> u64 {
+        self.left_here(now) + self.left_queued(now)
+    }
+
+    fn left_here(&self, now: u64) -> u64 {
         lease::left(self.interval, self.word.load(), now)
+    }
+
+    fn left_queued(&self, now: u64) -> u64 {
+        lease::left(self.interval, self.queued.load(), now)
+    }
+
+    /// The lease's word.
+    pub(crate) fn word(&self) -> u128 {
+        self.word.load()
     }
 
     /// The epoch a request asked now carries.

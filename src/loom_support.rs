@@ -19,7 +19,7 @@ pub use crate::algorithm::{Reserve, Ticket, Transitions};
 pub use crate::cell::{
     Algorithm, Booking, Life, Mortal, Packed, PairCell, Relocation, Seal, StateCell,
 };
-pub use crate::cell::{LeaseCell, Spent};
+pub use crate::cell::{LeaseCell, Spent, SpentSlots};
 pub use crate::cell::{TierCell, Tiered};
 pub use crate::reservation::Renewals;
 pub use crate::store::{
@@ -221,7 +221,8 @@ pub fn in_model() -> bool {
 
 /// A lease's pure transitions (`crate::algorithm::lease`), for the broken
 /// lease cells of `loom-tests/twins.rs`, which run them through
-/// [`apply`] on a `StateCell<u128>` with one thing wrong. `interval` is
+/// [`apply`] on `StateCell<u128>`s (the lease's word and the range
+/// waiting behind it) with one thing wrong. `interval` is
 /// the interval of one unit, µs, as [`LeaseCell::new`] takes it.
 pub mod lease {
     use crate::algorithm::lease::{Grant, Lease, Parts, Short};
@@ -274,6 +275,58 @@ pub mod lease {
         end: u64,
     ) -> Option<(u128, Option<(u64, u64)>)> {
         lease(interval).install(word, now, asked, Grant::Range { start, end })
+    }
+
+    /// Places the granted range `[start, end)` in `word`, as a grant does
+    /// first: the word after and the unpassed units displaced, or `None`
+    /// if the word still holds a unit the range does not continue (then
+    /// the range waits behind it: [`queue`]).
+    pub fn place(
+        interval: u64,
+        word: u128,
+        now: u64,
+        start: u64,
+        end: u64,
+    ) -> Option<(u128, Option<(u64, u64)>)> {
+        lease(interval).place(word, now, start, end)
+    }
+
+    /// Puts the granted range `[start, end)` in the word of the range
+    /// waiting behind a lease (`queued`): the word after and the unpassed
+    /// units of a waiting range it replaced.
+    pub fn queue(
+        interval: u64,
+        queued: u128,
+        now: u64,
+        start: u64,
+        end: u64,
+    ) -> (u128, Option<(u64, u64)>) {
+        lease(interval).queue(queued, now, start, end)
+    }
+
+    /// Takes the range waiting behind a lease: the empty word and the
+    /// range, or `None` if none waits.
+    pub fn unqueue(queued: u128) -> Option<(u128, (u64, u64))> {
+        Lease::unqueue(queued)
+    }
+
+    /// Moves the range `[start, end)` taken from behind the lease into
+    /// its place for a spend of `need`: the word after and the range
+    /// displaced, or `None` if the lease holds `need` units by now.
+    pub fn promote(
+        interval: u64,
+        word: u128,
+        now: u64,
+        need: u64,
+        start: u64,
+        end: u64,
+    ) -> Option<(u128, Option<(u64, u64)>)> {
+        lease(interval).promote(word, now, need, (start, end))
+    }
+
+    /// The word of a range waiting behind the lease, `[start, end)`.
+    pub fn waiting(start: u64, end: u64) -> u128 {
+        Lease::waiting((start, end))
     }
 
     /// Installs "nothing until `until`" answered to a request asked at

@@ -197,6 +197,84 @@ impl Lease {
         }
     }
 
+    /// Installs a granted range `[start, end)` (µs) in `word`, unless the
+    /// word still holds a unit at `now` that the range does not continue:
+    /// then `None`, and the range waits behind it (see
+    /// [`queue`](Self::queue)), so that no unit the word holds lapses for
+    /// it. The word after, and the units it displaced (none: a range is
+    /// replaced only once its units are spent or passed).
+    pub(crate) fn place(
+        self,
+        word: u128,
+        now: u64,
+        start: u64,
+        end: u64,
+    ) -> Option<(u128, Option<(u64, u64)>)> {
+        let p = Parts::of(word);
+        let continues = p.is_range() && start == p.end && end > p.end;
+        if !continues && self.left(word, now) > 0 {
+            return None;
+        }
+        self.install(word, now, p.epoch, Grant::Range { start, end })
+    }
+
+    /// Puts the granted range `[start, end)` (µs) in the word of the range
+    /// waiting behind the lease (same layout, epoch 0): extending the one
+    /// waiting if it continues it, else replacing it. The word after, and
+    /// the unpassed units of a range it replaced, if any.
+    pub(crate) fn queue(
+        self,
+        queued: u128,
+        now: u64,
+        start: u64,
+        end: u64,
+    ) -> (u128, Option<(u64, u64)>) {
+        self.install(queued, now, 0, Grant::Range { start, end })
+            .unwrap_or((Parts::of(0).word(), None))
+    }
+
+    /// Moves a range taken from behind the lease, `[start, end)` (µs), into
+    /// its place, for a spend of `need` units the lease could not hold: as
+    /// a grant is installed (extending a lease it continues, else replacing
+    /// it, the word after and the unpassed units displaced), unless the
+    /// lease holds `need` units by now (a grant took its place since it was
+    /// found short): then `None`, and the lease keeps them.
+    pub(crate) fn promote(
+        self,
+        word: u128,
+        now: u64,
+        need: u64,
+        (start, end): (u64, u64),
+    ) -> Option<(u128, Option<(u64, u64)>)> {
+        if self.left(word, now) >= need.max(1) {
+            return None;
+        }
+        self.install(
+            word,
+            now,
+            Parts::of(word).epoch,
+            Grant::Range { start, end },
+        )
+    }
+
+    /// The word of a range waiting behind the lease, `[start, end)` (µs).
+    pub(crate) const fn waiting((start, end): (u64, u64)) -> u128 {
+        Parts {
+            cursor: start,
+            end,
+            epoch: 0,
+        }
+        .word()
+    }
+
+    /// Takes the range waiting behind the lease: the empty word, and the
+    /// range `[cursor, end)`; `None` if none waits.
+    pub(crate) fn unqueue(queued: u128) -> Option<(u128, (u64, u64))> {
+        let p = Parts::of(queued);
+        p.is_range()
+            .then(|| (Parts::of(0).word(), (p.cursor, p.end)))
+    }
+
     /// A reset made by this process: the epoch moves on and a hold goes
     /// (the reset may have freed units); a lease's range stays, its units
     /// still this process's.
@@ -387,6 +465,69 @@ mod tests {
         let p = Parts::of(w);
         assert_eq!((p.cursor, p.end, p.epoch), (5, TIME_MAX, 3));
         assert!(first(w) < crate::algorithm::NOT_ALIVE);
+    }
+
+    #[test]
+    fn a_grant_waits_behind_units_left_and_is_placed_once_they_are_gone() {
+        let w = range(100, 130);
+        // Continuing: extends, whatever is left.
+        let (x, gone) = LEASE.place(w, 50, 130, 150).unwrap();
+        assert_eq!(
+            (Parts::of(x).cursor, Parts::of(x).end, gone),
+            (100, 150, None)
+        );
+        // Not continuing, units left: it waits.
+        assert_eq!(LEASE.place(w, 50, 200, 220), None);
+        assert_eq!(LEASE.place(w, 119, 200, 220), None);
+        // Not continuing, nothing left (the last slot began at 120):
+        // replaces, displacing nothing.
+        let (y, gone) = LEASE.place(w, 121, 200, 220).unwrap();
+        assert_eq!(
+            (Parts::of(y).cursor, Parts::of(y).end, gone),
+            (200, 220, None)
+        );
+        // Spent whole: replaced too.
+        let spent = LEASE.spend(w, 50, 3).unwrap();
+        assert!(LEASE.place(spent, 50, 200, 220).is_some());
+        // The epoch is kept.
+        let reset = Lease::reset(spent);
+        let (z, _) = LEASE.place(reset, 50, 200, 220).unwrap();
+        assert_eq!(Parts::of(z).epoch, 1);
+    }
+
+    #[test]
+    fn a_waiting_range_is_extended_replaced_and_taken_whole() {
+        let empty = Parts::of(0).word();
+        assert_eq!(Lease::unqueue(empty), None);
+        let (q, gone) = LEASE.queue(empty, 50, 200, 220);
+        assert_eq!((q, gone), (range(200, 220), None));
+        let (q2, gone) = LEASE.queue(q, 50, 220, 240);
+        assert_eq!((q2, gone), (range(200, 240), None));
+        // Not continuing: replaced, its unpassed units displaced.
+        let (q3, gone) = LEASE.queue(q2, 205, 300, 320);
+        assert_eq!((q3, gone), (range(300, 320), Some((205, 240))));
+        assert_eq!(Lease::unqueue(q3), Some((empty, (300, 320))));
+    }
+
+    #[test]
+    fn a_range_moved_from_behind_never_displaces_units_a_spend_did_not_find_short() {
+        let waiting = (200, 230);
+        // The lease short of a spend of 2 (1 unit left): the range takes
+        // its place, the unit left displaced.
+        let (w, gone) = LEASE.promote(range(110, 120), 100, 2, waiting).unwrap();
+        assert_eq!((w, gone), (range(200, 230), Some((110, 120))));
+        // A later grant took the lease's place meanwhile, holding 2: it
+        // stays, whatever the range moved.
+        assert_eq!(LEASE.promote(range(300, 320), 100, 2, waiting), None);
+        assert_eq!(LEASE.promote(range(300, 320), 100, 1, waiting), None);
+        // Spent out: the range takes its place, keeping the epoch.
+        let spent = Lease::reset(range(120, 120));
+        let (w, gone) = LEASE.promote(spent, 100, 1, waiting).unwrap();
+        assert_eq!(
+            (Parts::of(w).cursor, Parts::of(w).epoch, gone),
+            (200, 1, None)
+        );
+        assert_eq!(Lease::waiting(waiting), range(200, 230));
     }
 
     #[test]

@@ -72,6 +72,8 @@ pub use algorithm::Algorithm;
 #[cfg_attr(not(feature = "loom"), allow(unreachable_pub))]
 pub use algorithm::Booking;
 pub(crate) use algorithm::{book, cancel, describe, look};
+#[cfg(feature = "loom")]
+pub use lease::SpentSlots;
 #[cfg(any(feature = "redis", feature = "loom"))]
 #[cfg_attr(not(feature = "loom"), allow(unreachable_pub))]
 pub use lease::{LeaseCell, Spent};

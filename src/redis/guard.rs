@@ -223,9 +223,11 @@ pub struct RedisStats {
     pub lease_units: u64,
     /// Leased units given back to Redis unspent (a quiet client's).
     pub lease_returned: u64,
-    /// Leased units that lapsed unspent: replaced by a grant that did not
-    /// continue them, or not given back because units were taken after
-    /// them.
+    /// Leased units that lapsed unspent: those of a quota changed under
+    /// them, of a grant waiting behind the lease replaced by a later one,
+    /// of a lease holding fewer than a check's cost when that check moved
+    /// to the grant behind it, or of a quiet lease not given back because
+    /// units were taken after them.
     pub lease_lapsed: u64,
 }
 

@@ -30,8 +30,9 @@
 //!   or call for a horizon), if no process took units after them (the bucket has one
 //!   theoretical arrival time, no holes, so only the tail can go back
 //!   exactly); otherwise they lapse as their slots pass. A grant that does
-//!   not continue the lease replaces it, and the units it displaces lapse
-//!   the same way.
+//!   not continue the lease (another process took slots between) waits
+//!   behind it, and takes its place once its units are spent or passed
+//!   (see `crate::cell::LeaseCell`).
 //! - **A process that dies** loses the units of its lease: they lapse by
 //!   the end of its slots, at most what a lease holds.
 //!
@@ -498,6 +499,26 @@ impl<A: RedisAlgorithm> Inner<A> {
         self.calls.clock.local_ns() / 1_000
     }
 
+    /// Spends `cost` of `entry`'s units at `now`, counting the units a
+    /// range that waited behind the lease displaced on taking its place.
+    #[inline]
+    fn spend(&self, entry: &Entry, now: u64, cost: u64) -> Spent {
+        let (spent, displaced) = entry.cell.spend(now, cost);
+        self.lapsed(displaced);
+        spent
+    }
+
+    /// Counts `units` lapsed: displaced from a lease, never spent.
+    fn lapsed(&self, units: u64) {
+        if units > 0 {
+            // Relaxed: a count, publishing nothing.
+            self.calls
+                .counters
+                .lease_lapsed
+                .fetch_add(units, Ordering::Relaxed);
+        }
+    }
+
     /// Redis's clock now, µs, as this process estimates it: never earlier
     /// than Redis's own reading (see `redis_now`), rounded up.
     fn lease_now(&self) -> u64 {
@@ -528,7 +549,7 @@ impl<A: RedisAlgorithm> Inner<A> {
             if entry.cell.interval() != half.a {
                 return (None, None);
             }
-            let spent = entry.cell.spend(now, cost);
+            let spent = self.spend(entry, now, cost);
             if let Spent::Admitted { .. } = spent {
                 // Relaxed: a sizing figure, on the line the spend holds.
                 entry.used.fetch_add(cost, Ordering::Relaxed);
@@ -631,7 +652,7 @@ impl<A: RedisAlgorithm> Inner<A> {
         let mut granted_at = None;
         for _ in 0..ROUNDS {
             let now = granted_at.take().unwrap_or_else(|| self.lease_now());
-            let spent = entry.cell.spend(now, cost);
+            let spent = self.spend(&entry, now, cost);
             if let Spent::Admitted { .. } = spent {
                 // Relaxed: as in `lease_now_or_never`.
                 entry.used.fetch_add(cost, Ordering::Relaxed);
@@ -763,12 +784,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                     .store(ahead_at(units, spent, elapsed, rtt), Ordering::Relaxed);
                 // Relaxed: a hint for the checks that find the lease empty.
                 entry.dry.store(units < want, Ordering::Relaxed);
-                if let Some((from, to)) = entry.cell.grant(now, epoch, start, end) {
-                    self.calls
-                        .counters
-                        .lease_lapsed
-                        .fetch_add((to - from) / entry.cell.interval(), Ordering::Relaxed);
-                }
+                self.lapsed(entry.cell.grant(now, start, end));
                 self.quiet_later(entry, request);
                 Ok(Some(Some(at)))
             }
@@ -776,9 +792,11 @@ impl<A: RedisAlgorithm> Inner<A> {
                 bump(&self.calls.counters.lease_calls);
                 // Relaxed: as above.
                 entry.dry.store(true, Ordering::Relaxed);
-                entry
-                    .cell
-                    .nothing(now, epoch, until.min(now.saturating_add(HOLD_MAX)));
+                self.lapsed(entry.cell.nothing(
+                    now,
+                    epoch,
+                    until.min(now.saturating_add(HOLD_MAX)),
+                ));
                 self.quiet_later(entry, request);
                 Ok(Some(None))
             }
@@ -908,12 +926,23 @@ impl<A: RedisAlgorithm> Inner<A> {
                 seen = word;
             };
             let now = inner.lease_now();
-            let held = entry.cell.take_out(now);
             // Relaxed: written by the one holding `asking`, this timer now.
             let registered = (
                 entry.registered.0.swap(0, Ordering::Relaxed),
                 entry.registered.1.swap(0, Ordering::Relaxed),
             );
+            // Only a range that ends where the registered slots end can go
+            // back: the script frees from its start to that end, so any
+            // other would free slots between that the bucket gave others.
+            // The rest lapses.
+            let mut held = None;
+            for range in entry.cell.take_out(now).into_iter().flatten() {
+                if held.is_none() && range.1 == registered.1 {
+                    held = Some(range);
+                } else {
+                    inner.lapsed(entry.cell.units(Some(range)));
+                }
+            }
             // Nothing to give back and the registered slots passed: the
             // set forgets the lease by itself.
             if registered.1 > now || held.is_some() {

@@ -235,6 +235,47 @@ fn a_slow_local_clock_never_spends_a_slot_that_has_started() {
     within_bound(&admitted, capacity).unwrap();
 }
 
+/// A grant that does not continue the lease, because another process took
+/// the slots after it, waits behind the units the lease still holds
+/// rather than displacing them: time stopped, process `A` leases (asking
+/// ahead once a quarter of a grant is left) while process `B`, one call
+/// per check, takes a slot after each of `A`'s checks. None of `A`'s units
+/// lapses, every unit granted is spent or still held, and the bucket is
+/// spent exactly.
+#[test]
+fn a_grant_behind_another_process_s_slots_waits_for_the_units_left() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let clock = server.clock();
+    let capacity = 40;
+    let a = leasing(&server, &rt, &clock, "behind", capacity, 8);
+    let b = on_clock(
+        TokenBucket::builder()
+            .rate(1, Duration::from_micros(T))
+            .capacity(capacity)
+            .redis(rt.block_on(server.manager()), "behind")
+            .no_deny_shortcut(),
+        &clock,
+    );
+    let (mut a_got, mut b_got) = (warm_up(&rt, &a), 0);
+    let calls = a.stats().lease_calls;
+    // Each check made in the runtime, where its call ahead is spawned.
+    let admitted = |l: &RedisLimiter<TokenBucket>| {
+        rt.block_on(async { l.check("c").await.unwrap().is_allowed() })
+    };
+    for _ in 0..capacity {
+        a_got += u64::from(admitted(&a));
+        b_got += u64::from(admitted(&b));
+    }
+    let s = a.stats();
+    assert!(s.lease_calls >= calls + 2, "asked ahead behind B: {s:?}");
+    assert_eq!(s.lease_lapsed, 0, "{s:?}");
+    assert_eq!(held(&a), 0, "every unit granted spent: {s:?}");
+    assert_eq!(a_got + b_got, capacity, "{s:?}");
+}
+
 /// One process, a bucket of 5 and leases of up to 2, time stopped: exactly
 /// 5 admitted; once the bucket has nothing to give, further checks are
 /// denied here, without a call, each saying when the next unit frees.
