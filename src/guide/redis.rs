@@ -112,15 +112,15 @@
 //!   the bucket (the four-process test: the fleet falls short of the quota
 //!   by exactly the dead process's units);
 //! - a unit whose slot passes unspent is gone, as a token that overflows
-//!   a full bucket is (`RedisStats::lease_lapsed`): when a process spends
-//!   slower than the bucket's rate. A grant that does not continue the
-//!   lease (another process took units between) waits behind the units
-//!   left and takes the lease's place once they are spent or passed, so
-//!   none lapses for it (only the units of a lease holding fewer than a
-//!   check's cost, when that check moves to the waiting grant); the next
-//!   grant is asked for when the units left are what two round trips
-//!   spend at the recent rate (at most a quarter of the grant), and a
-//!   grant's size counts the units of both;
+//!   a full bucket is: when a process spends slower than the bucket's
+//!   rate. A grant that does not continue the lease (another process took
+//!   units between) waits behind the units left and takes the lease's
+//!   place once they are spent or passed, so none lapses for it (but the
+//!   units of a lease holding fewer than a check's cost, when that check
+//!   moves to the waiting grant, counted in `RedisStats::lease_lapsed`);
+//!   the next grant is asked for when the units left are what two round
+//!   trips spend at the recent rate (at most a quarter of the grant), and
+//!   a grant's size counts the units of both;
 //! - when the bucket had no unit to give, checks are denied in the
 //!   process until its first unit frees (at most a second); when the
 //!   lease is empty, the bucket spent, and a call for more is on its way,
