@@ -149,6 +149,16 @@ impl Cell {
         }
     }
 
+    /// Whether the word is a hold (no range, checks denied until its
+    /// cursor).
+    fn holds(&self) -> bool {
+        let (cursor, end, _) = lease::parts(match self {
+            Self::Real(c) => c.word(),
+            Self::Broken(c) => c.word(),
+        });
+        end == 0 && cursor > 0
+    }
+
     /// The lease's end (µs; 0 for no range).
     fn end(&self) -> u64 {
         let (_, end, _) = lease::parts(match self {
@@ -581,6 +591,9 @@ enum Rival {
     TakeOut,
     /// A grant of a further range that continues neither.
     Grant((u64, u64)),
+    /// The shared bucket's "nothing until `UNTIL`", answered to a request
+    /// asked at the epoch the race starts at.
+    Nothing,
 }
 
 /// A lease of 1 unit, `[NOW, NOW + INTERVAL)`, with [`WAITING`] (2 units)
@@ -638,6 +651,13 @@ fn promotion_race(
                 ledger.returned.extend(displaced);
                 hit
             }
+            Rival::Nothing => {
+                ledger.returned.extend(cell.nothing(NOW, e0, UNTIL));
+                // Read at once: whether the hold was installed (the lease
+                // spent out and the waiting range moved by a spender not
+                // yet installed), or not.
+                cell.holds()
+            }
         };
         reached[usize::from(!displaced_waiting)].store(true, Relaxed);
 
@@ -665,6 +685,7 @@ fn promotion_race(
         let in_flight = match rival {
             Rival::TakeOut => cell.left(NOW) > 0,
             Rival::Grant(_) => spenders == 2,
+            Rival::Nothing => false,
         };
         if asked && !displaced_waiting && in_flight {
             reached[4].store(true, Relaxed);
@@ -801,6 +822,31 @@ fn spenders_racing_to_move_the_waiting_range_and_a_further_grant_keep_every_slot
         "the grant displacing the waiting range and finding it moved, each \
          spender taking the moved range's first slot, a spender asking \
          while the range was moved"
+    );
+}
+
+/// A "nothing until" racing two spenders over a lease of 1 unit with 2
+/// waiting behind it: the hold is installed only while a spender holds the
+/// waiting range between its exchange and its install, and that install
+/// replaces the hold, so no hold ever hides units (the drain after the
+/// race spends exactly the units left, then asks); the ledger balances.
+/// Both orders are reached: a hold installed and overwritten, and none.
+#[test]
+fn a_nothing_racing_the_move_of_the_waiting_range_never_hides_its_units() {
+    let (explored, seen) = promotion_race(
+        "lease/promote_vs_spends_vs_nothing",
+        REAL,
+        2,
+        Rival::Nothing,
+        true,
+    );
+    // A spender held (the hold installed while the other moved the range),
+    // or both spent.
+    assert_reached(explored, 1, 2);
+    assert_eq!(
+        [seen[0], seen[1]],
+        [true, true],
+        "the hold installed (a move in flight) and not"
     );
 }
 

@@ -403,14 +403,11 @@ impl BrokenLease {
                 let left = lease::left(interval, w, now) + self.left_queued(now);
                 return (Spent::Admitted { left }, Some(self.slots(w, cost)), gone);
             }
-            let short = lease::short(interval, seen, now);
-            if let Spent::Ask { .. } = short {
-                if let Some(displaced) = self.promote(now, cost) {
-                    gone.extend(displaced);
-                    continue;
-                }
+            if let Some(displaced) = self.promote(now, cost) {
+                gone.extend(displaced);
+                continue;
             }
-            return (short, None, gone);
+            return (lease::short(interval, seen, now), None, gone);
         }
     }
 

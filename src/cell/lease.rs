@@ -103,15 +103,19 @@ impl LeaseCell {
                     },
                     Some(w),
                 ),
-                Applied::Denied(w) => match lease.short(w, now) {
-                    Short::Held(until) => (Spent::Held { until }, None),
-                    Short::Ask(epoch) => {
-                        if self.promote(now, cost, gone) {
-                            continue;
-                        }
-                        (Spent::Ask { epoch }, None)
+                // Short, or held: a range waiting behind the lease takes its
+                // place first. (A hold installed while it waited, by a
+                // "nothing" that found the lease's last unit unspent before
+                // a spend took it, must not hide it.)
+                Applied::Denied(w) => {
+                    if self.promote(now, cost, gone) {
+                        continue;
                     }
-                },
+                    match lease.short(w, now) {
+                        Short::Held(until) => (Spent::Held { until }, None),
+                        Short::Ask(epoch) => (Spent::Ask { epoch }, None),
+                    }
+                }
                 // The low half is a cursor below 2^52: never a life word.
                 Applied::Dead => (Spent::Ask { epoch: 0 }, None),
             };
