@@ -366,17 +366,19 @@ fn a_panicking_resolver_leaves_the_limiter_serving() {
     // Everyone is served, client 13 included, and quotas still change.
     assert_eq!((0..9).filter(|_| limiter.allow_request(&13)).count(), 4);
     assert_eq!((0..9).filter(|_| limiter.allow_request(&2)).count(), 2);
+    // Client 13 spent its whole bucket of 4: all of the new one of 6.
     limiter.set_quota(1, bucket(6, 6)).unwrap();
-    assert_eq!((0..9).filter(|_| limiter.allow_request(&13)).count(), 2);
-    assert_eq!(limiter.len(), 3);
+    assert_eq!((0..9).filter(|_| limiter.allow_request(&13)).count(), 0);
+    assert_eq!((0..9).filter(|_| limiter.allow_request(&15)).count(), 6);
+    assert_eq!(limiter.len(), 4);
 }
 
 /// Every key drained on a frozen clock, then 8 threads check them all
-/// while the quota grows from 10 to 50 tokens: each key's 10 spent tokens
-/// stay spent, so exactly 40 more per key pass, however the change
-/// interleaves with the checks (before it they are all denied).
+/// while the quota grows from 10 to 50 tokens: each key has spent its whole
+/// bucket, so it has spent the whole new one, and none passes, however the
+/// change interleaves with the checks (before it they are all denied).
 #[test]
-fn eight_threads_across_a_change_count_exactly() {
+fn eight_threads_across_a_change_never_refill() {
     const KEYS: u64 = 300;
     let limiter = Arc::new(base(10, 10).reconfigurable().build().unwrap());
     for key in 0..KEYS {
@@ -419,7 +421,7 @@ fn eight_threads_across_a_change_count_exactly() {
     for key in 0..KEYS {
         assert!(!limiter.allow_request(&key), "key {key} has more left");
     }
-    assert_eq!(admitted, KEYS * 40);
+    assert_eq!(admitted, 0);
     assert_eq!(limiter.len(), KEYS as usize);
 }
 
@@ -710,8 +712,9 @@ fn bookings_wait_by_the_clients_own_quota() {
     limiter.set_quota(1, bucket(20, 20)).unwrap();
     assert_eq!(fast.wait(), second / 10);
     assert!(!fast.cancel());
-    // 11 tokens missing of 20 at 20 a second: 9 pass now.
-    assert_eq!((0..20).filter(|_| limiter.allow_request(&1)).count(), 9);
+    // 11 tokens missing of 10, the whole bucket: all of 20 now, none
+    // passes.
+    assert_eq!((0..20).filter(|_| limiter.allow_request(&1)).count(), 0);
     // Tier 0's client kept its state, booking included; a booking made
     // before any quota change gives nothing back after it, though.
     assert!(!slow.cancel());

@@ -46,12 +46,12 @@ fn a_known_client_changes_tier_only_when_retiered() {
     records.write().unwrap().insert(7, 1);
     // Held in tier 0: the resolver is not asked again.
     assert_eq!(limiter.tier_of(&7), 0);
-    assert_eq!(limiter.check(&7).limit(), 2);
-    // Moved: 2 spent as a free client stay spent in a bucket of 10.
+    assert_eq!(limiter.peek(&7).limit(), 2);
+    // Moved: half the free bucket spent is half the bucket of 10.
     assert_eq!(limiter.retier(&7), 1);
     assert_eq!(limiter.tier_of(&7), 1);
-    assert_eq!(limiter.peek(&7).remaining(), 8);
-    assert_eq!((0..20).filter(|_| limiter.allow_request(&7)).count(), 8);
+    assert_eq!(limiter.peek(&7).remaining(), 5);
+    assert_eq!((0..20).filter(|_| limiter.allow_request(&7)).count(), 5);
     // Back to tier 0: a bucket of 2 missing its 10 spent starts empty.
     records.write().unwrap().insert(7, 0);
     assert_eq!(limiter.retier(&7), 0);

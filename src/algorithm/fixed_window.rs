@@ -32,7 +32,7 @@ use core::fmt;
 use core::time::Duration;
 
 use super::window::{check_limit, check_window, Windows};
-use super::{clamp_now, Reserve, WordAlgorithm, NOW_MAX};
+use super::{clamp_now, Reserve, WordAlgorithm, FRESH, NOW_MAX};
 use crate::error::ConfigError;
 
 /// The fixed window counter: at most `limit` requests in each clock-aligned
@@ -151,9 +151,14 @@ impl WordAlgorithm for FixedWindow {
     }
 
     fn fresh_at(&self, floor: u64) -> u64 {
-        // An empty count in `floor`'s window; an earlier reading is treated
-        // as that window's start.
-        self.windows.locate(0, floor).index << self.count_bits
+        // The window before `floor`'s, full: idle from `floor`'s window on
+        // (so at `floor`), and every earlier reading, treated as the start
+        // of the window recorded, finds it full. A floor in the first
+        // window: the fresh word, an empty count there.
+        match self.windows.locate(0, floor).index {
+            0 => FRESH,
+            index => self.pack(index - 1, self.limit),
+        }
     }
 
     #[inline]
@@ -204,13 +209,16 @@ impl WordAlgorithm for FixedWindow {
         self.windows = self.windows.aligned(origin);
     }
 
-    /// The count of the window `now` falls in is kept, at most the new
+    /// The count of the window `now` falls in is kept, and at least its
+    /// share of the limit ([`carried`](super::carried)), at most the new
     /// limit, and counts in the new quota's window that `now` falls in:
     /// requests already made there stay made. A count of a window that has
     /// ended (or a booking in a later one) starts the new quota afresh
     /// (bookings are kept only up to the new limit).
     fn convert(&self, word: u64, now: u64, to: &Self) -> u64 {
-        let count = self.at(word, now).1.min(to.limit);
+        let count = self.at(word, now).1;
+        // At most the new limit, so it fits the word.
+        let count = super::carried(count.into(), self.limit.into(), to.limit.into()) as u64;
         to.pack(to.windows.locate(0, now).index, count)
     }
 

@@ -34,9 +34,13 @@
 use core::fmt;
 use core::time::Duration;
 
-use super::window::{check_limit, check_window, Position, Windows};
-use super::WordAlgorithm;
+use super::window::{check_limit_for, check_window, Position, Windows};
+use super::{WordAlgorithm, FRESH};
 use crate::error::ConfigError;
+
+/// Why a sliding window counter's limit is bounded: the cap its window
+/// sets, with the caps of the usual windows (the table in docs/DESIGN.md).
+const LIMIT_CAP: &str = "a sliding window counter keeps its window's index and two counts in one 64-bit word, so its limit is capped by its window: at most 1 023 at 1 ms, 32 767 at 1 s, 262 143 at 1 min, 2 097 151 at 1 h, 8 388 607 at 1 day; for a higher limit, take a longer window, or a FixedWindow or TokenBucket";
 
 /// The sliding window counter: an O(1) estimate of the requests in the last
 /// `window`, weighting the previous fixed window by how much of it the
@@ -89,7 +93,7 @@ impl SlidingWindowCounter {
         check_window(window, "a sliding window lasts at least 3 ns, so that its state word keeps room for two counts, and at most 2^63 - 1 ns (292 years)")?;
         let windows = Windows::new(window)?;
         let count_bits = windows.spare_bits() / 2;
-        check_limit(limit, count_bits)?;
+        check_limit_for(limit, count_bits, LIMIT_CAP)?;
         Ok(Self {
             windows,
             limit,
@@ -197,13 +201,19 @@ impl WordAlgorithm for SlidingWindowCounter {
     }
 
     fn fresh_at(&self, floor: u64) -> u64 {
-        // Both counts empty in `floor`'s window; an earlier reading is
-        // treated as that window's start.
-        self.pack(Counts {
-            index: self.windows.locate(0, floor).index,
-            curr: 0,
-            prev: 0,
-        })
+        // A full window just before `floor`'s, as the previous count of the
+        // window before that: idle from `floor`'s window on (so at
+        // `floor`), and the most any state idle by then weighs at an earlier
+        // reading (which is treated as the start of the window recorded). A
+        // floor in the first window: the fresh word.
+        match self.windows.locate(0, floor).index {
+            0 => FRESH,
+            index => self.pack(Counts {
+                index: index - 1,
+                curr: 0,
+                prev: self.limit,
+            }),
+        }
     }
 
     #[inline]
@@ -259,19 +269,22 @@ impl WordAlgorithm for SlidingWindowCounter {
         self.windows = self.windows.aligned(origin);
     }
 
-    /// With the same window, both counts are kept, each at most the new
-    /// limit. With another window, the estimate at `now`
-    /// (`curr + prev · (W − e) / W`, rounded up) is counted in the new
-    /// window `now` falls in, at most the new limit, with nothing before
-    /// it: what the client sent in the last window weighs on it until the
-    /// new windows slide past it.
+    /// With the same window, both counts are kept, and at least their
+    /// share of the limit ([`carried`](super::carried)), each at most the
+    /// new limit. With another window, the estimate at `now`
+    /// (`curr + prev · (W − e) / W`, rounded up) is carried so into the new
+    /// window `now` falls in, with nothing before it: what the client sent
+    /// in the last window weighs on it until the new windows slide past it.
     fn convert(&self, word: u64, now: u64, to: &Self) -> u64 {
         let (c, pos) = self.at(word, now);
+        // At most the new limit, so each fits the word.
+        let carry =
+            |count: u64| super::carried(count.into(), self.limit.into(), to.limit.into()) as u64;
         if to.windows.width() == self.windows.width() {
             return to.pack(Counts {
                 index: c.index,
-                curr: c.curr.min(to.limit),
-                prev: c.prev.min(to.limit),
+                curr: carry(c.curr),
+                prev: carry(c.prev),
             });
         }
         let w = u128::from(self.windows.width());
@@ -279,7 +292,7 @@ impl WordAlgorithm for SlidingWindowCounter {
         let weighted = (u128::from(c.prev) * (w - u128::from(pos.offset))).div_ceil(w) as u64;
         to.pack(Counts {
             index: to.windows.locate(0, now).index,
-            curr: (c.curr + weighted).min(to.limit),
+            curr: carry(c.curr + weighted),
             prev: 0,
         })
     }
@@ -409,6 +422,14 @@ mod tests {
                 ..
             }
         ));
+        // The message names the cap and says that the window sets it.
+        let message = err.to_string();
+        assert!(
+            message.contains("at most 32767 requests")
+                && message.contains("capped by its window")
+                && message.contains("32 767 at 1 s"),
+            "{message}"
+        );
         // The table in docs/DESIGN.md: window → largest limit.
         for (window, max) in [
             (Duration::from_millis(1), 1_023),

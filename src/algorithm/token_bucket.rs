@@ -189,24 +189,34 @@ impl WordAlgorithm for TokenBucket {
         self.capacity * self.interval
     }
 
-    /// The debt is kept in tokens, at most a full bucket of the new quota:
-    /// a bucket missing `d` tokens (fractions included) misses
-    /// `min(d, capacity')` under the new rate, rounded up to a whole
-    /// nanosecond of refill. A full bucket stays full; one that spent more
-    /// than the new capacity starts the new quota empty.
+    /// The debt is kept in tokens and as a share of the bucket, whichever
+    /// is more ([`carried`](super::carried)), at most a full bucket of the
+    /// new quota: a bucket missing `d` tokens (fractions included) of `c`
+    /// misses `max(d, d · c' / c)`, at most `c'`, under the new quota,
+    /// rounded up to a whole nanosecond of refill. A full bucket stays
+    /// full; an empty one starts the new quota empty.
     fn convert(&self, tat: u64, now: u64, to: &Self) -> u64 {
         let now = clamp_now(now);
         if tat <= now {
             return tat;
         }
-        // (tat − now) · interval' / interval, in 128 bits: each factor is
-        // below 2^64, so the product fits.
+        // The debt in the new quota's nanoseconds of refill, tokens kept:
+        // (tat − now) · interval' / interval, in 128 bits (each factor is
+        // below 2^64, so the product fits).
         let debt =
             (u128::from(tat - now) * u128::from(to.interval)).div_ceil(u128::from(self.interval));
+        // Then at least the same share of the bucket: `debt / interval'`
+        // tokens of `capacity` are `debt · capacity' / capacity` ns of the
+        // new bucket's `capacity' · interval'`.
         // to.capacity · to.interval ≤ REFILL_MAX, checked by `new`.
-        let debt = debt.min(u128::from(to.capacity * to.interval)) as u64;
+        let full = u128::from(to.capacity * to.interval);
+        let debt = super::carried(
+            debt.min(full),
+            u128::from(self.capacity) * u128::from(to.interval),
+            full,
+        );
         // now ≤ NOW_MAX and debt ≤ REFILL_MAX: a live word.
-        now + debt
+        now + debt as u64
     }
 
     fn window(&self) -> u64 {

@@ -153,12 +153,25 @@ pub(super) fn check_window(width: Duration, reason: &'static str) -> Result<(), 
 /// Builds the error for a limit that does not fit the bits left beside the
 /// window index.
 pub(super) fn check_limit(limit: u64, count_bits: u32) -> Result<(), ConfigError> {
+    check_limit_for(
+        limit,
+        count_bits,
+        "the state word holds the window index beside the counts, so a shorter window leaves fewer bits for the limit",
+    )
+}
+
+/// As [`check_limit`], saying why the limit is bounded with `reason`.
+pub(super) fn check_limit_for(
+    limit: u64,
+    count_bits: u32,
+    reason: &'static str,
+) -> Result<(), ConfigError> {
     ConfigError::check_range(
         "limit",
         u128::from(limit),
         (1, (1u128 << count_bits) - 1),
         "requests",
-        "the state word holds the window index beside the counts, so a shorter window leaves fewer bits for the limit",
+        reason,
     )
 }
 

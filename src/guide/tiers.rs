@@ -88,15 +88,22 @@
 //!
 //! # What a client keeps when its quota changes
 //!
-//! - The token bucket keeps the tokens the client is missing, at most a
-//!   whole new bucket (a full bucket stays full; a client that spent more
-//!   than the new capacity starts empty and refills at the new rate).
-//! - The fixed window keeps the count of the window that is running, at
-//!   most the new limit, in the new quota's window that is running.
-//! - The sliding window counter keeps both windows' counts with the same
-//!   window (each at most the new limit); with another window, the
-//!   client's estimate for the last window (rounded up) counts in the new
-//!   window that is running.
+//! A client keeps what it has spent, and at least the same share of its
+//! quota: `max(spent, spent · new / old)`, rounded up, at most the whole
+//! new quota. A client that spent 8 of 10 has spent 16 of 20 after an
+//! upgrade, and 5 of 5 after a downgrade. So no sequence of quota changes
+//! or tier moves at one instant admits more than the largest quota
+//! involved: moving a client back and forth between plans never refills
+//! it.
+//!
+//! - The token bucket keeps its missing tokens so (a full bucket stays
+//!   full; an empty one starts the new quota empty, refilling at the new
+//!   rate).
+//! - The fixed window keeps the count of the window that is running so, in
+//!   the new quota's window that is running.
+//! - The sliding window counter keeps both windows' counts so with the
+//!   same window; with another window, the client's estimate for the last
+//!   window (rounded up) is kept so in the new window that is running.
 //! - Two limits held together each keep their state by their own rule.
 //! - A client whose own quota did not change keeps its state exactly.
 //!

@@ -32,20 +32,21 @@ where
     /// change is one step in its history: a check lands wholly before it,
     /// under the old quota, or wholly after, under the new one. The call
     /// itself visits every client once (shard by shard, under each shard's
-    /// insert lock), carrying its state over to the new quota by the
-    /// algorithm's rule:
+    /// insert lock), carrying its state over to the new quota: the client
+    /// keeps what it spent and at least the same share of its quota
+    /// (`max(spent, spent · new / old)`, rounded up, at most the whole new
+    /// quota), so that no sequence of changes and moves at one instant
+    /// admits more than the largest quota involved. By algorithm:
     ///
     /// - [`TokenBucket`](crate::TokenBucket): the tokens the client is
-    ///   missing stay missing, at most a whole new bucket: a full bucket
-    ///   stays full, and one that spent more than the new capacity starts
-    ///   empty, refilling at the new rate.
+    ///   missing, so: a full bucket stays full, and an empty one starts the
+    ///   new quota empty, refilling at the new rate.
     /// - [`FixedWindow`](crate::FixedWindow): the requests counted in the
-    ///   window that is running stay counted (at most the new limit) in the
-    ///   new quota's window that is running.
+    ///   window that is running, so, in the new quota's window that is
+    ///   running.
     /// - [`SlidingWindowCounter`](crate::SlidingWindowCounter): with the
-    ///   same window, both windows' counts are kept (each at most the new
-    ///   limit); with another window, the client's estimate for the last
-    ///   window (rounded up, at most the new limit) is counted in the new
+    ///   same window, both windows' counts, so; with another window, the
+    ///   client's estimate for the last window (rounded up), so, in the new
     ///   window that is running.
     /// - Two limits held together ([`Both`](crate::Both)): each limit's
     ///   state by its own rule above.
@@ -80,9 +81,10 @@ where
     ///     .clock(ManualClock::new())
     ///     .build()?;
     /// assert_eq!((0..8).filter(|_| limiter.allow_request("ann")).count(), 8);
-    /// // Ann has spent 8 of 10 tokens: under a bucket of 20 she has 12 left.
+    /// // Ann has spent 8 of 10 tokens, 80% of her bucket: under a bucket
+    /// // of 20 she has spent 16, and 4 are left.
     /// limiter.set_quota(0, TokenBucket::builder().rate(20, Duration::from_secs(1)))?;
-    /// assert_eq!((0..20).filter(|_| limiter.allow_request("ann")).count(), 12);
+    /// assert_eq!((0..20).filter(|_| limiter.allow_request("ann")).count(), 4);
     /// assert_eq!(limiter.check("bob").limit(), 20);
     ///
     /// let err = limiter
@@ -177,9 +179,9 @@ where
     ///
     /// A client the limiter holds in another tier keeps its history,
     /// converted to the new tier's quota by the rule
-    /// [`set_quota`](Limiter::set_quota) follows (a token bucket keeps the
-    /// tokens it is missing, at most a whole new bucket; a window keeps
-    /// what it counted, at most the new limit), as one step in its
+    /// [`set_quota`](Limiter::set_quota) follows (a client keeps what it
+    /// spent, and at least the same share of its quota, at most the whole
+    /// new quota), as one step in its
     /// history: a check lands wholly before the move, under the old tier,
     /// or wholly after, under the new one. Checks never wait for it. A
     /// client already in that tier, or not held at all (its next request
@@ -212,11 +214,11 @@ where
     /// assert!(limiter.allow_request("ann"));
     /// pro.write().unwrap().insert("ann".to_owned());
     /// // The resolver ran at Ann's first request: the upgrade is not seen yet.
-    /// assert_eq!(limiter.check("ann").limit(), 2);
+    /// assert_eq!(limiter.peek("ann").limit(), 2);
     ///
     /// assert_eq!(limiter.retier("ann"), 1);
-    /// // Ann spent 2 tokens as a free client; she keeps having spent them.
-    /// assert_eq!(limiter.peek("ann").remaining(), 8);
+    /// // Ann spent half her free bucket; she has spent half the new one.
+    /// assert_eq!(limiter.peek("ann").remaining(), 5);
     /// assert_eq!(limiter.check("ann").limit(), 10);
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```

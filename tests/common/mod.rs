@@ -127,10 +127,11 @@ impl Model for BucketModel {
 
 impl BucketModel {
     /// This client's state carried over to the quota of `to` (a fresh
-    /// model) at `now`: the tokens missing stay missing, at most a whole new
-    /// bucket (`Limiter::set_quota`'s rule), with the missing time rounded
-    /// up to whole nanoseconds of the new rate. Token intervals must be
-    /// whole nanoseconds.
+    /// model) at `now`: the tokens missing stay missing, and at least the
+    /// same share of the bucket, at most a whole new bucket
+    /// (`Limiter::set_quota`'s rule), with the missing time rounded up to
+    /// whole nanoseconds of the new rate, then of the share. Token
+    /// intervals must be whole nanoseconds.
     pub fn convert(&self, now: u64, to: &Self) -> Self {
         let mut m = self.clone();
         assert!(m.admit(now, 0));
@@ -141,14 +142,25 @@ impl BucketModel {
         let missing = u128::from(self.capacity) * self.per - m.scaled;
         assert_eq!(missing % self.tokens_per_period, 0, "whole ns of debt");
         let debt = missing / self.tokens_per_period;
-        let debt = (debt * to_interval)
-            .div_ceil(interval)
-            .min(u128::from(to.capacity) * to_interval);
+        let full = u128::from(to.capacity) * to_interval;
+        // The tokens missing, in the new rate's nanoseconds (rounded up)...
+        let debt = (debt * to_interval).div_ceil(interval).min(full);
+        // ...and at least the same share of the new bucket (rounded up).
+        let debt = debt
+            .max((debt * u128::from(to.capacity)).div_ceil(u128::from(self.capacity)))
+            .min(full);
         let mut out = to.clone();
         out.scaled = u128::from(to.capacity) * to.per - debt * to.tokens_per_period;
         out.last_refill = now;
         out
     }
+}
+
+/// What a count of `used` under a limit of `from` is carried to under a
+/// limit of `to`: the same count and at least the same share, at most `to`.
+pub fn share(used: u64, from: u64, to: u64) -> u64 {
+    let scaled = (u128::from(used) * u128::from(to)).div_ceil(u128::from(from));
+    u64::try_from(scaled).map_or(to, |s| s.max(used).min(to))
 }
 
 impl FixedModel {
@@ -163,7 +175,7 @@ impl FixedModel {
         };
         Self {
             index: now / to.window,
-            count: count.min(to.limit),
+            count: share(count, self.limit, to.limit),
             ..to.clone()
         }
     }
@@ -185,8 +197,8 @@ impl SlidingModel {
         }
         if to.window == m.window {
             return Self {
-                prev: m.prev.min(to.limit),
-                curr: m.curr.min(to.limit),
+                prev: share(m.prev, m.limit, to.limit),
+                curr: share(m.curr, m.limit, to.limit),
                 start: m.start,
                 ..to.clone()
             };
@@ -195,7 +207,7 @@ impl SlidingModel {
         let weighted = (u128::from(m.prev) * (w - u128::from(now - m.start))).div_ceil(w) as u64;
         Self {
             prev: 0,
-            curr: (m.curr + weighted).min(to.limit),
+            curr: share(m.curr + weighted, m.limit, to.limit),
             start: now / to.window * to.window,
             ..to.clone()
         }
