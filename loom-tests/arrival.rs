@@ -4,8 +4,9 @@
 //!
 //! The limiter's own `Arrival` reads a clock, sweeps and counts statistics
 //! through the store's table, none of which loom can model; this one keeps only what the
-//! protocol's correctness rests on: the floor below which no new state is
-//! judged (`max(reading, evicting_at)`, as `Counters::not_before`), a count
+//! protocol's correctness rests on: the floor from which a new state is
+//! idle (the latest idle instant of a forgotten state, as
+//! `Counters::floor`), a count
 //! of room with an optional cap (as `Store::reserve`), and the policy
 //! "admit untracked" for a client refused room. Its broken variants are the
 //! bugs the models must catch.
@@ -51,9 +52,10 @@ impl Room {
         self.refusals.load(Relaxed)
     }
 
-    /// Records that an eviction is about to be judged at `now`, as the
-    /// limiter's `Counters::evicting`: no write if `now` or later is
-    /// already recorded.
+    /// Records that a state idle from `now` on is about to be forgotten,
+    /// as the limiter's `Counters::forgetting`: no write if `now` or later
+    /// is already recorded. (A model may call it with the evictor's
+    /// reading, a floor no lower than the state's idle instant.)
     pub(crate) fn evicting(&self, now: u64) {
         if self.evicting_at.load(Relaxed) < now {
             self.evicting_at.fetch_max(now, Relaxed);
@@ -66,12 +68,12 @@ impl Room {
     }
 }
 
-/// One check's newcomer: a thread whose clock reads `reading`.
+/// One check's newcomer (the protocol judges at the reading the check
+/// hands it).
 #[derive(Debug)]
 pub(crate) struct Arrival<'a, A> {
     pub(crate) algorithm: A,
     pub(crate) room: &'a Room,
-    pub(crate) reading: u64,
     /// The bug of the stale-reading models: a new state starts at 0, as if
     /// no eviction had happened, instead of at the floor.
     pub(crate) forget_floor: bool,
@@ -81,7 +83,7 @@ pub(crate) struct Arrival<'a, A> {
 }
 
 impl<A: Algorithm> Arrival<'_, A> {
-    fn floor(&self, floor: u64) -> u64 {
+    fn floor_of(&self, floor: u64) -> u64 {
         if self.forget_floor {
             0
         } else {
@@ -91,12 +93,12 @@ impl<A: Algorithm> Arrival<'_, A> {
 }
 
 impl<A: Algorithm> Newcomer<String, A::Cell, bool> for Arrival<'_, A> {
-    fn now(&self) -> u64 {
-        self.reading.max(self.room.evicting_at.load(Relaxed))
+    fn floor(&self) -> u64 {
+        self.room.evicting_at.load(Relaxed)
     }
 
     fn unborn(&self, _: &String, floor: u64) -> A::Cell {
-        self.algorithm.unborn_cell(self.floor(floor))
+        self.algorithm.unborn_cell(self.floor_of(floor))
     }
 
     fn fresh(&self, _: &String, floor: u64) -> A::Cell {
@@ -126,7 +128,7 @@ impl<A: Algorithm> Newcomer<String, A::Cell, bool> for Arrival<'_, A> {
     }
 
     fn activate(&self, cell: &A::Cell, floor: u64) {
-        self.algorithm.activate(cell, self.floor(floor));
+        self.algorithm.activate(cell, self.floor_of(floor));
     }
 
     fn turn_away(&self, _: u64) -> bool {

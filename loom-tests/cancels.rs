@@ -231,7 +231,12 @@ fn race(name: &str, racer: Racer, cancel: Cancel) -> (usize, u64, u64) {
                 limiter.room.evicting(LATER);
                 // Idle at 30 either way; a cancel's exchange between the
                 // eviction's look and its own makes the eviction fail.
-                (LATER, evict(&algorithm, &limiter.index, KEY, LATER))
+                (
+                    LATER,
+                    evict(&algorithm, &limiter.index, KEY, LATER, &|t| {
+                        limiter.room.evicting(t)
+                    }),
+                )
             }
             Racer::Carry => {
                 limiter.renewals.renew_all(|| {

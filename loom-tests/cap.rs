@@ -54,7 +54,6 @@ fn protocol_turning_away<A: Algorithm + Copy>(
     let arrival = Arrival {
         algorithm,
         room,
-        reading: 0,
         forget_floor: false,
         turn_away,
     };
@@ -76,7 +75,6 @@ fn room_first<A: Algorithm + Copy>(algorithm: A, index: &StandIn<A::Cell>, room:
     let arrival = Arrival {
         algorithm,
         room,
-        reading: 0,
         forget_floor: false,
         turn_away: false,
     };
@@ -114,7 +112,6 @@ fn turned_away_without_looking_again<A: Algorithm + Copy>(
     let arrival = Arrival {
         algorithm,
         room,
-        reading: 0,
         forget_floor: false,
         turn_away: true,
     };

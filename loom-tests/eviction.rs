@@ -147,7 +147,6 @@ pub(crate) fn check_at<A: Algorithm + Copy>(
     let arrival = Arrival {
         algorithm,
         room,
-        reading,
         forget_floor,
         turn_away: false,
     };
@@ -193,7 +192,7 @@ where
             thread::spawn(move || check_at(algorithm, &index, &room, 5, forget_floor))
         };
         room.evicting(10);
-        let _ = tollgate::__loom::evict(&algorithm, &*index, KEY, 10);
+        let _ = tollgate::__loom::evict(&algorithm, &*index, KEY, 10, &|t| room.evicting(t));
         let y = check_at(algorithm, &index, &room, 10, forget_floor);
         let x = x.join().unwrap();
         let z = check_at(algorithm, &index, &room, 15, forget_floor);
@@ -271,7 +270,7 @@ fn eviction_vs_checks_token_bucket() {
         "eviction/token_bucket",
         bucket(),
         admitted_at_zero,
-        tollgate::__loom::evict,
+        evict_idle,
     );
     assert_eq!((min, max), (1, 1));
 }
@@ -282,7 +281,7 @@ fn eviction_vs_checks_sliding_window_log() {
         "eviction/sliding_window_log",
         log(),
         admitted_at_zero,
-        tollgate::__loom::evict,
+        evict_idle,
     );
     assert_eq!((min, max), (1, 1));
 }
@@ -370,6 +369,12 @@ impl<V: Mortal> Purge<String, V> for Sweeping<'_, V> {
 /// The broken twin of `__loom::evict`: an evictor that checks that the
 /// cell is idle and then removes the entry as a sweep does, with no
 /// tombstone in between.
+/// The crate's eviction; the race records the floor first (`Room::evicting`
+/// at the evictor's reading, no lower than the state's idle instant).
+fn evict_idle<A: Algorithm>(algorithm: &A, index: &StandIn<A::Cell>, key: &str, now: u64) -> bool {
+    tollgate::__loom::evict(algorithm, index, key, now, &|_| ())
+}
+
 fn evict_without_tombstone<A: Algorithm>(
     algorithm: &A,
     index: &StandIn<A::Cell>,

@@ -131,8 +131,8 @@ fn cancel(algorithm: &TokenBucket, index: &StandIn<StateCell>, _: &Room, b: &Boo
 struct Born<'a>(Arrival<'a, TokenBucket>);
 
 impl Newcomer<String, StateCell, bool> for Born<'_> {
-    fn now(&self) -> u64 {
-        self.0.now()
+    fn floor(&self) -> u64 {
+        self.0.floor()
     }
     fn born(&self, _: &String, floor: u64) -> Option<StateCell> {
         Some(self.0.algorithm.fresh_cell(floor))
@@ -166,7 +166,6 @@ fn check_born(index: &StandIn<StateCell>, room: &Room, reading: u64) -> bool {
     let born = Born(Arrival {
         algorithm,
         room,
-        reading,
         forget_floor: false,
         turn_away: false,
     });
@@ -338,7 +337,6 @@ fn check_turning_away(index: &StandIn<StateCell>, room: &Room, turn_away: bool) 
     let arrival = Arrival {
         algorithm,
         room,
-        reading: NOW,
         forget_floor: false,
         turn_away,
     };

@@ -49,7 +49,7 @@ fn every(ns: u64) -> TokenBucket {
 pub(crate) struct Coming<'a>(pub(crate) &'a Tiered<TokenBucket>);
 
 impl Newcomer<String, TierCell, bool> for Coming<'_> {
-    fn now(&self) -> u64 {
+    fn floor(&self) -> u64 {
         NOW
     }
     fn unborn(&self, _: &String, floor: u64) -> TierCell {

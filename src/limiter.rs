@@ -482,15 +482,19 @@ where
     }
 
     /// The state a client the limiter does not hold would start with: a
-    /// fresh cell in the tier the resolver gives it (if the limiter has
-    /// one), as its first check would make it.
+    /// fresh cell from the limiter's floor (see `Counters::floor`) in the
+    /// tier the resolver gives it (if the limiter has one), as its first
+    /// check would make it.
     fn unknown_cell<Q>(&self, client_id: &Q) -> A::Cell
     where
         Q: ToOwned<Owned = K> + ?Sized,
     {
+        let floor = self.counters.floor();
         match &self.tier_by {
-            None => self.algorithm.new_cell(),
-            Some(tier_by) => self.algorithm.fresh_in(tier_by(&client_id.to_owned()), 0),
+            None => self.algorithm.fresh_cell(floor),
+            Some(tier_by) => self
+                .algorithm
+                .fresh_in(tier_by(&client_id.to_owned()), floor),
         }
     }
 
@@ -503,8 +507,12 @@ where
     {
         let now = self.clock.now_nanos();
         let algorithm = &self.algorithm;
+        // A client forgotten (its cell dead) reads as an unknown one.
         self.store
-            .get(client_id, |cell| f(algorithm, cell, now))
+            .get(client_id, |cell| {
+                (cell.life() == Life::Live).then(|| f(algorithm, cell, now))
+            })
+            .flatten()
             .unwrap_or_else(|| f(algorithm, &self.unknown_cell(client_id), now))
     }
 

@@ -170,13 +170,13 @@ pub fn log_limit(log: &SlidingWindowLog) -> u64 {
 ///
 /// (The limiter's sweeps do the same while holding the shard's lock,
 /// removing that very entry.)
-pub fn evict<A, I>(algorithm: &A, index: &I, key: &str, now: u64) -> bool
+pub fn evict<A, I>(algorithm: &A, index: &I, key: &str, now: u64, forgetting: &dyn Fn(u64)) -> bool
 where
     A: Algorithm,
     I: Purge<String, A::Cell>,
 {
     let retired = index
-        .with(key, |cell| algorithm.try_evict(cell, now))
+        .with(key, |cell| algorithm.try_evict(cell, now, forgetting))
         .unwrap_or(false);
     if retired {
         let _ = index.remove_if(key, Mortal::is_dead);

@@ -241,9 +241,10 @@ pub(crate) struct Counters {
     pub(crate) denied_new: AtomicU64,
     pub(crate) admitted_untracked: AtomicU64,
     pub(crate) auto_sweeps: AtomicU64,
-    /// The latest clock reading any eviction was attempted at. A new cell is
-    /// never judged at an earlier reading (see [`Counters::not_before`]).
-    pub(crate) evicting_at: AtomicU64,
+    /// The latest instant at which a state forgotten as idle became idle:
+    /// a new client's state is never more permissive at any reading than
+    /// a state idle from then on (see [`Counters::floor`]).
+    pub(crate) forgotten_until: AtomicU64,
     /// Full-cap scans still to skip, and the length of the current run of
     /// scans that found nothing idle (see [`Counters::full_scan_due`]).
     full_scan_skip: AtomicU64,
@@ -275,7 +276,7 @@ impl Counters {
             denied_new: AtomicU64::new(0),
             admitted_untracked: AtomicU64::new(0),
             auto_sweeps: AtomicU64::new(0),
-            evicting_at: AtomicU64::new(0),
+            forgotten_until: AtomicU64::new(0),
             full_scan_skip: AtomicU64::new(0),
             full_scan_barren: AtomicU64::new(0),
             sweep_from: AtomicU64::new(sweep_from),
@@ -322,33 +323,44 @@ impl Counters {
         true
     }
 
-    /// Records that evictions are about to be judged at `now`. Call it
-    /// before any eviction attempt at that reading.
+    /// Records that a state idle from `idle_at` on is about to be
+    /// forgotten as idle. Call it before the exchange that retires it.
     #[inline]
-    pub(crate) fn evicting(&self, now: u64) {
-        // Relaxed: a check that can see the eviction's effect (the tombstone,
-        // read Acquire, written AcqRel after this in program order, or the
+    pub(crate) fn forgetting(&self, idle_at: u64) {
+        // Relaxed: a check that can see the retirement (the tombstone, read
+        // Acquire, written AcqRel after this in program order, or the
         // entry's removal, later still) is ordered after this by that
         // pairing, so it reads this value or a later one. Likewise after
-        // the load alone, when it finds `now` or later already recorded
-        // (the same reading's second eviction, or another thread's later
-        // one): the check reads what this load read or a later value, and
-        // the value only grows. So no locked write then.
-        if self.evicting_at.load(Ordering::Relaxed) < now {
-            self.evicting_at.fetch_max(now, Ordering::Relaxed);
+        // the load alone, when it finds `idle_at` or later already recorded:
+        // the check reads what this load read or a later value, and the
+        // value only grows. So no locked write then.
+        if self.forgotten_until.load(Ordering::Relaxed) < idle_at {
+            self.forgotten_until.fetch_max(idle_at, Ordering::Relaxed);
         }
     }
 
-    /// `now`, or the latest reading an eviction was judged at if that is
-    /// later. A state is evicted only once idle at the evictor's reading,
-    /// where it equals a fresh one; judging its fresh replacement no earlier
-    /// keeps that equality even if a user clock has since stepped back, so
-    /// forgetting a state never hands out admissions it had already spent.
-    /// Only the insert path calls this.
+    /// The floor of every new client's state: the latest instant at which
+    /// a state this limiter forgot as idle became idle. A new client's
+    /// state is the most restrictive one idle from the floor on
+    /// (`fresh_at`), judged at the request's own reading, so it decides as
+    /// a fresh client from the floor on and, at a reading before it (a
+    /// user clock that stepped back), never more permissively than any
+    /// state the limiter forgot. While the clock never steps back, every
+    /// reading is at or after the floor (a state is forgotten only once
+    /// idle at the evictor's reading), and forgetting changes no decision.
+    #[inline]
+    pub(crate) fn floor(&self) -> u64 {
+        // Relaxed: see `forgetting`.
+        self.forgotten_until.load(Ordering::Relaxed)
+    }
+
+    /// `now`, or the floor if that is later: the reading a cancel judges
+    /// by, so that a booking made on a state since forgotten (which was not
+    /// idle before the booking's time) gives nothing back to the state
+    /// that replaced it.
     #[inline]
     pub(crate) fn not_before(&self, now: u64) -> u64 {
-        // Relaxed: see `evicting`.
-        now.max(self.evicting_at.load(Ordering::Relaxed))
+        now.max(self.floor())
     }
 
     /// Whether a new client at a full cap should scan a short slice for

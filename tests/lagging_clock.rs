@@ -27,8 +27,7 @@
 //!   admissions at those (non-decreasing) instants, the exact model admits
 //!   every one and ends in the limiter's own state.
 //! - sliding window log and token bucket: `sᵢ` = the admission's own
-//!   reading (for the log, no earlier than the reading at which it first
-//!   saw the client: its floor), the admissions taken in time order.
+//!   reading, the admissions taken in time order.
 //!
 //! The fixed window and the sliding window counter fail the second form (a
 //! reading from before the recorded window is counted in that window, not
@@ -150,12 +149,6 @@ impl Lagged for Log {
     const JUDGED: bool = true;
     const AT_LATEST: bool = false;
     const AT_OWN_READING: bool = true;
-    fn judged(&self, reading: u64, first: u64) -> u64 {
-        // The log judges no check earlier than its floor, the reading at
-        // which it was created (`docs/DESIGN.md`, "Time that runs
-        // backwards").
-        reading.max(first)
-    }
     fn most_admitted(&self, from: u64, to: u64) -> u64 {
         self.0.limit * (to - from + 1).div_ceil(self.0.window)
     }

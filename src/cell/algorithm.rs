@@ -138,8 +138,10 @@ pub trait Algorithm: Send + Sync + 'static {
 
     #[doc(hidden)]
     /// Retires the cell if it is idle at `now`, so that no check is ever
-    /// applied to it again: true iff this call retired it.
-    fn try_evict(&self, cell: &Self::Cell, now: u64) -> bool;
+    /// applied to it again: true iff this call retired it. Before the
+    /// exchange that retires it, `forgetting` is told the instant from
+    /// which the state it retires is idle.
+    fn try_evict(&self, cell: &Self::Cell, now: u64, forgetting: &dyn Fn(u64)) -> bool;
 
     #[doc(hidden)]
     /// Retires the cell whatever it holds (sampled eviction under a full
@@ -261,8 +263,14 @@ macro_rules! one_cas_loop {
             describe(self, Applied::Admitted(cell.live_word()), now, 0).expect("a live word")
         }
 
-        fn try_evict(&self, cell: &Self::Cell, now: u64) -> bool {
-            cell.try_retire(|word| Transitions::is_idle(self, word, now))
+        fn try_evict(&self, cell: &Self::Cell, now: u64, forgetting: &dyn Fn(u64)) -> bool {
+            cell.try_retire(|word| {
+                let idle = Transitions::is_idle(self, word, now);
+                if idle {
+                    forgetting(Transitions::idle_at(self, word));
+                }
+                idle
+            })
         }
 
         fn force_evict(&self, cell: &Self::Cell) -> bool {

@@ -144,10 +144,6 @@ pub struct LogState {
     /// [`DEAD`]: see "Eviction" above.
     life: AtomicU64,
     slots: Box<[AtomicU64]>,
-    /// No check is judged earlier than this reading: the log's history
-    /// starts here (see `WordAlgorithm::fresh_at` for the word cells'
-    /// equivalent). Set once, when the cell is made.
-    floor: u64,
     /// Unborn, claimed, born or refused (see "Birth" in `crate::cell`).
     /// An unborn log's `life` is [`DEAD`], so no check claims a slot in it.
     birth: Birth,
@@ -161,13 +157,15 @@ const DEAD: u64 = u64::MAX;
 const PENDING: u64 = 1;
 
 impl LogState {
-    /// A live, empty log whose checks are judged no earlier than `floor`.
+    /// A live log, empty from `floor` on: every slot expires at `floor`,
+    /// so it is the most restrictive log idle from then on (see
+    /// `WordAlgorithm::fresh_at` for the word cells' equivalent), and a
+    /// reading before `floor` finds it full.
     fn new(limit: u64, floor: u64) -> Self {
         Self {
             next: AtomicU64::new(0),
             life: AtomicU64::new(0),
-            slots: (0..limit).map(|_| AtomicU64::new(0)).collect(),
-            floor,
+            slots: (0..limit).map(|_| AtomicU64::new(floor)).collect(),
             birth: Birth::born(),
         }
     }
@@ -196,12 +194,6 @@ impl LogState {
         } else {
             Life::Live
         }
-    }
-
-    /// `now`, or the log's floor if later.
-    #[inline]
-    fn judged_at(&self, now: u64) -> u64 {
-        now.max(self.floor)
     }
 
     /// The check's half of the handshake, after its slot work: whether its
@@ -246,7 +238,7 @@ impl LogState {
     }
 
     /// The evictor's half: retires the log if every slot is free at `now`.
-    fn try_evict(&self, log: &SlidingWindowLog, now: u64) -> bool {
+    fn try_evict(&self, log: &SlidingWindowLog, now: u64, forgetting: &dyn Fn(u64)) -> bool {
         // Acquire: as in `try_claim`. A cheap look first, writing nothing.
         let life = self.life.load(Ordering::Acquire);
         if life & PENDING != 0 || self.free(log, now) < log.limit() {
@@ -264,10 +256,16 @@ impl LogState {
         // The re-read, by read-modify-write so that it reads the latest claim
         // (AcqRel: it releases our pending to any claim that reads from it,
         // and acquires the claims it reads). Stop at the first taken slot.
-        let idle = self
-            .slots
-            .iter()
-            .all(|s| log.is_free(s.fetch_add(0, Ordering::AcqRel), now));
+        let mut idle_at = 0;
+        let idle = self.slots.iter().all(|s| {
+            let expiry = s.fetch_add(0, Ordering::AcqRel);
+            idle_at = idle_at.max(expiry);
+            log.is_free(expiry, now)
+        });
+        if idle {
+            // Every slot free: the log is idle from its latest expiry on.
+            forgetting(idle_at);
+        }
         let pending = life | PENDING;
         // AcqRel: publishes the retirement to the checks that load `life`.
         if idle
@@ -336,7 +334,6 @@ impl LogState {
         if self.life.load(Ordering::Acquire) == DEAD {
             return None;
         }
-        let now = self.judged_at(now);
         let stamp = log.stamp(now);
         let admitted = if cost == 1 {
             self.search_order()
@@ -491,7 +488,7 @@ impl Algorithm for SlidingWindowLog {
 
     fn activate(&self, cell: &LogCell, _floor: u64) {
         // The log's floor was set when it was made, by the thread that
-        // inserted it, which read its clock after any eviction it replaces.
+        // inserted it, which read the floor after any eviction it replaces.
         cell.bear();
     }
 
@@ -507,14 +504,13 @@ impl Algorithm for SlidingWindowLog {
 
     fn decide(&self, cell: &LogCell, now: u64, cost: u64) -> Option<Decision> {
         let allowed = cell.admit(self, now, cost)?;
-        Some(cell.describe(self, allowed, cell.judged_at(now), cost))
+        Some(cell.describe(self, allowed, now, cost))
     }
 
     fn peek(&self, cell: &LogCell, now: u64, cost: u64) -> Decision {
         if cell.reads_dead() {
             return self.peek(&self.new_cell(), now, cost);
         }
-        let now = cell.judged_at(now);
         let allowed = cell.free(self, now) >= cost;
         // The figures of the log as it stands: a peek takes no slot.
         cell.describe(self, allowed, now, cost)
@@ -524,11 +520,11 @@ impl Algorithm for SlidingWindowLog {
         if cell.reads_dead() {
             return self.quota(&self.new_cell(), now);
         }
-        cell.describe(self, true, cell.judged_at(now), 1)
+        cell.describe(self, true, now, 1)
     }
 
-    fn try_evict(&self, cell: &LogCell, now: u64) -> bool {
-        cell.try_evict(self, now)
+    fn try_evict(&self, cell: &LogCell, now: u64, forgetting: &dyn Fn(u64)) -> bool {
+        cell.try_evict(self, now, forgetting)
     }
 
     fn force_evict(&self, cell: &LogCell) -> bool {
@@ -609,11 +605,14 @@ mod tests {
         let cell = l.new_cell();
         assert!(Algorithm::admit(&l, &cell, 10, 1));
         assert_eq!(l.idle_at(&cell), 110);
-        assert!(!l.try_evict(&cell, 109), "a slot is still in the window");
+        assert!(
+            !l.try_evict(&cell, 109, &|_| ()),
+            "a slot is still in the window"
+        );
         assert_eq!(cell.life.load(Ordering::Relaxed), 0, "nothing written");
-        assert!(l.try_evict(&cell, 110));
+        assert!(l.try_evict(&cell, 110, &|_| ()));
         assert!(cell.is_dead());
-        assert!(!l.try_evict(&cell, 110), "retired once only");
+        assert!(!l.try_evict(&cell, 110, &|_| ()), "retired once only");
         assert_eq!(l.try_admit(&cell, 110, 1), None);
         assert_eq!(l.decide(&cell, 110, 2), None);
         // A retired log reads as a fresh one.

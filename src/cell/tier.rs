@@ -547,9 +547,16 @@ where
         })
     }
 
-    fn try_evict(&self, cell: &Self::Cell, now: u64) -> bool {
-        cell.state
-            .try_retire(|word| cell.quota::<A>().is_some_and(|q| q.is_idle(word, now)))
+    fn try_evict(&self, cell: &Self::Cell, now: u64, forgetting: &dyn Fn(u64)) -> bool {
+        cell.state.try_retire(|word| {
+            cell.quota::<A>().is_some_and(|q| {
+                let idle = q.is_idle(word, now);
+                if idle {
+                    forgetting(q.idle_at(word));
+                }
+                idle
+            })
+        })
     }
 
     fn force_evict(&self, cell: &Self::Cell) -> bool {

@@ -1,6 +1,10 @@
 //! Acting on one client's state: booking ahead and cancelling
 //! ([`Limiter::reserve`], through the [`Booker`] a reservation holds),
 //! resetting and forgetting it ([`Limiter::reset`], [`Limiter::remove`]).
+//!
+//! What a booking checks and does on a state, whoever holds it, is
+//! [`terms`] and [`book_on`]: the keyed limiter runs them on a client's
+//! cell in its store, the direct limiter on its one cell.
 
 use core::borrow::Borrow;
 use core::hash::Hash;
@@ -166,15 +170,10 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if !self.algorithm.can_reserve() {
-            return Err(ReserveError::Unsupported);
-        }
-        if cost == 0 {
+        let Some(max_wait) = terms(&self.algorithm, cost, max_wait)? else {
             let now = self.clock.now_nanos();
             return Ok(Reservation::new(self, None, now, || client_id.to_owned()));
-        }
-        self.check_cost(cost)?;
-        let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        };
         let hash = self.store.hash_of(client_id);
         let (booked, now) = self.run(
             client_id,
@@ -183,13 +182,8 @@ where
                 // The stamp of the state found, read before the booking's
                 // exchange on it (see `crate::reservation`).
                 let stamp = self.renewals.stamp(hash);
-                Some(match algorithm.reserve(cell, now, cost, max_wait)? {
-                    Booking::Granted(ticket, wait) => Ok(((ticket, wait, stamp), now)),
-                    Booking::TooLong(wait) => Err(ReserveError::TooLong {
-                        wait: Decision::wait(wait),
-                    }),
-                    Booking::Unsupported => Err(ReserveError::Unsupported),
-                })
+                let booked = book_on(algorithm, cell, now, cost, max_wait)?;
+                Some(booked.map(|(ticket, wait)| ((ticket, wait, stamp), now)))
             },
             |algorithm, _| {
                 Err(ReserveError::Full {
@@ -274,7 +268,8 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let now = self.counters.not_before(self.clock.now_nanos());
+        // The state a new client starts with (see `Counters::floor`).
+        let floor = self.counters.floor();
         let algorithm = &self.algorithm;
         // A new state in the same cell: old bookings' tickets must not
         // touch it (see `crate::reservation`).
@@ -288,7 +283,7 @@ where
                 reset_client(
                     &self.store,
                     client_id,
-                    |cell| algorithm.reset(cell, now),
+                    |cell| algorithm.reset(cell, floor),
                     || self.remove(client_id),
                 )
             },
@@ -304,7 +299,7 @@ where
     /// tombstone, then its entry is removed. A check decided before the
     /// exchange counted on the old state, which is then forgotten; a check
     /// after it finds the tombstone or no entry, and starts the client
-    /// afresh (never judged earlier than this call's clock reading). A
+    /// afresh, as a new client. A
     /// client being added at this instant is left to come in: the removal
     /// takes effect before it. Unlike an eviction of an idle client, this
     /// changes decisions by intent, and [`stats`](Self::stats) does not
@@ -344,8 +339,6 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let now = self.counters.not_before(self.clock.now_nanos());
-        self.counters.evicting(now);
         let algorithm = &self.algorithm;
         let hash = self.store.hash_of(client_id);
         self.renewals.renew(hash, || {
@@ -367,4 +360,44 @@ where
     fn give_back(&self, client: &K, ticket: &Ticket, stamp: Stamp) -> bool {
         Limiter::give_back(self, client, ticket, stamp)
     }
+}
+
+/// What every booking settles before it touches a state, keyed or direct:
+/// [`ReserveError::Unsupported`] for an algorithm that cannot book ahead,
+/// [`ReserveError::Cost`] for a cost above the capacity; else `None` for a
+/// cost of 0 (ready at once, charging nothing), or the longest wait
+/// allowed in ns.
+pub(super) fn terms<A: Algorithm>(
+    algorithm: &A,
+    cost: u64,
+    max_wait: Duration,
+) -> Result<Option<u64>, ReserveError> {
+    if !algorithm.can_reserve() {
+        return Err(ReserveError::Unsupported);
+    }
+    if cost == 0 {
+        return Ok(None);
+    }
+    super::within_capacity(algorithm, cost)?;
+    Ok(Some(u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX)))
+}
+
+/// Books `cost` (in `1..=capacity`) on `cell` at the reading `now`, waiting
+/// at most `max_wait` ns: the booking's ticket and its wait in ns, or why
+/// nothing was charged. `None` if the cell is not alive (the keyed store
+/// then looks again).
+pub(super) fn book_on<A: Algorithm>(
+    algorithm: &A,
+    cell: &A::Cell,
+    now: u64,
+    cost: u64,
+    max_wait: u64,
+) -> Option<Result<(Ticket, u64), ReserveError>> {
+    Some(match algorithm.reserve(cell, now, cost, max_wait)? {
+        Booking::Granted(ticket, wait) => Ok((ticket, wait)),
+        Booking::TooLong(wait) => Err(ReserveError::TooLong {
+            wait: Decision::wait(wait),
+        }),
+        Booking::Unsupported => Err(ReserveError::Unsupported),
+    })
 }

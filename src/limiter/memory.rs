@@ -32,7 +32,7 @@ where
         self.cap_reached(now);
         let max = self.memory.max_clients;
         if self.counters.full_scan_due() {
-            let retired = self.sweep_slice(now, now, Memory::FULL_SLICE);
+            let retired = self.sweep_slice(now, Memory::FULL_SLICE);
             self.counters.full_scan_found(retired);
             if self.store.reserve(max) {
                 return true;
@@ -52,15 +52,14 @@ where
     }
 
     /// Visits `budget` entries from the sweep's position, forgetting those
-    /// already idle at `idle_by` (≤ `now`; idle then means idle at `now`
-    /// too, since a state only lapses further as time passes). Does nothing
-    /// if another thread is sweeping a slice.
-    pub(super) fn sweep_slice(&self, now: u64, idle_by: u64, budget: u64) -> u64 {
-        self.counters.evicting(now);
+    /// already idle at `idle_by` (a state only lapses further as time
+    /// passes). Does nothing if another thread is sweeping a slice.
+    pub(super) fn sweep_slice(&self, idle_by: u64, budget: u64) -> u64 {
         let algorithm = &self.algorithm;
+        let forgetting = |idle_at| self.counters.forgetting(idle_at);
         let mut retired = 0;
         let _ = self.store.sweep_slice(budget, |cell| {
-            let gone = algorithm.try_evict(cell, idle_by);
+            let gone = algorithm.try_evict(cell, idle_by, &forgetting);
             retired += u64::from(gone);
             gone
         });
@@ -80,8 +79,8 @@ where
     /// retries on a fresh cell; its key is neither cloned nor looked up
     /// again.
     pub(super) fn evict_sampled(&self, now: u64, sample: u64) -> bool {
-        self.counters.evicting(now);
         let algorithm = &self.algorithm;
+        let forgetting = |idle_at| self.counters.forgetting(idle_at);
         let mut retired = 0;
         let mut sampled = 0;
         let mut forced = false;
@@ -103,7 +102,7 @@ where
                 // Idle from `idle_at` on: then retired as idle, which
                 // changes no decision (unless a check admitted meanwhile).
                 let idle_at = algorithm.idle_at(cell);
-                if idle_at <= now && algorithm.try_evict(cell, now) {
+                if idle_at <= now && algorithm.try_evict(cell, now, &forgetting) {
                     retired += 1;
                     return Visit::Remove;
                 }
@@ -164,21 +163,19 @@ where
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn sweep(&self) -> usize {
-        let now = self.clock.now_nanos();
-        self.sweep_at(now, now, 0)
+        self.sweep_at(self.clock.now_nanos(), 0)
     }
 
-    /// A full pass over the map at the reading `now`, forgetting the clients
-    /// already idle at `idle_by` (≤ `now`; idle then means idle at `now`
-    /// too), and shrinking the tables of more than `small` slots left under
-    /// a quarter full; returns how many entries it removed, dead ones
+    /// A full pass over the map, forgetting the clients already idle at
+    /// `idle_by`, and shrinking the tables of more than `small` slots left
+    /// under a quarter full; returns how many entries it removed, dead ones
     /// included.
-    fn sweep_at(&self, now: u64, idle_by: u64, small: usize) -> usize {
-        self.counters.evicting(now);
+    fn sweep_at(&self, idle_by: u64, small: usize) -> usize {
         let algorithm = &self.algorithm;
+        let forgetting = |idle_at| self.counters.forgetting(idle_at);
         let mut retired = 0;
         let removed = self.store.sweep(small, |cell| {
-            let gone = algorithm.try_evict(cell, idle_by);
+            let gone = algorithm.try_evict(cell, idle_by, &forgetting);
             retired += u64::from(gone);
             gone
         });
@@ -186,7 +183,7 @@ where
         usize::try_from(removed).unwrap_or(usize::MAX)
     }
 
-    /// The sweeping a new client arriving at the reading `floor` does: its
+    /// The sweeping a new client arriving at the reading `now` does: its
     /// share of the paced sweep, if the limiter has one (see
     /// [`auto_sweep`](crate::Builder::auto_sweep)); and, at most once a
     /// horizon, a pass over the whole map that forgets every client idle a
@@ -196,28 +193,28 @@ where
     /// would otherwise keep its lapsed clients (see the memory guide).
     #[cold]
     #[inline(never)]
-    fn sweep_for_newcomer(&self, floor: u64) {
+    fn sweep_for_newcomer(&self, now: u64) {
         let horizon = self.algorithm.horizon();
         // Only clients idle for a whole horizon already: one idle for less
         // may well be back, and forgetting it, though it changes no
         // decision, would cost it a fresh insert.
-        let lapsed = floor.saturating_sub(horizon);
+        let lapsed = now.saturating_sub(horizon);
         if let Some(pace) = self.memory.auto_sweep {
             if self.counters.next_insert() % pace.every == pace.every - 1 {
                 Counters::add(&self.counters.auto_sweeps, 1);
-                let _ = self.sweep_slice(floor, lapsed, pace.slice);
+                let _ = self.sweep_slice(lapsed, pace.slice);
             }
         }
         if self.memory.sweep_on_rebuild
             && self
                 .counters
-                .claim_pass(floor, horizon, self.memory.auto_sweep.is_some())
+                .claim_pass(now, horizon, self.memory.auto_sweep.is_some())
         {
             // A map this small may keep its lapsed clients: the pass's
             // visit of every shard would cost more than they do.
             if self.store.len() > Memory::PASS_SPARES {
                 Counters::add(&self.counters.auto_sweeps, 1);
-                let _ = self.sweep_at(floor, lapsed, Memory::PASS_KEEPS_SLOTS);
+                let _ = self.sweep_at(lapsed, Memory::PASS_KEEPS_SLOTS);
             }
         }
     }
@@ -256,13 +253,22 @@ where
     fn has_lapsed(&mut self, copy: &A::Cell) -> bool {
         // `is_idle(word, t)` iff `t >= idle_at(word)`, for every algorithm.
         let idle_by = self.idle_by();
-        self.arrival.limiter.algorithm.idle_at(copy) <= idle_by
+        let counters = &self.arrival.limiter.counters;
+        let idle_at = self.arrival.limiter.algorithm.idle_at(copy);
+        let lapsed = idle_at <= idle_by;
+        if lapsed {
+            // Left behind, so forgotten: before the rebuild publishes the
+            // table without it.
+            counters.forgetting(idle_at);
+        }
+        lapsed
     }
 
     fn retire_if_lapsed(&mut self, cell: &A::Cell) -> bool {
         let idle_by = self.idle_by();
         let limiter = self.arrival.limiter;
-        let gone = limiter.algorithm.try_evict(cell, idle_by);
+        let forgetting = |idle_at| limiter.counters.forgetting(idle_at);
+        let gone = limiter.algorithm.try_evict(cell, idle_by, &forgetting);
         if gone {
             Counters::add(&limiter.counters.evicted_idle, 1);
         }
@@ -308,25 +314,23 @@ where
     K: Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock,
 {
-    /// A rebuild's look for lapsed clients begins: records the reading it
-    /// judges at, as every eviction does first, and returns the reading by
-    /// which a state must be idle to be forgotten.
+    /// A rebuild's look for lapsed clients begins: returns the reading by
+    /// which a state must be idle to be forgotten, a horizon before this
+    /// request's.
     #[cold]
     fn start_sweep(&self) -> u64 {
         let limiter = self.limiter;
-        let floor = limiter.counters.not_before(self.reading);
-        limiter.counters.evicting(floor);
         Counters::add(&limiter.counters.auto_sweeps, 1);
-        floor.saturating_sub(limiter.algorithm.horizon())
+        self.reading.saturating_sub(limiter.algorithm.horizon())
     }
 
     /// A new client's share of sweeping: nothing, on the way in, unless a
     /// pass over the map has come due or the limiter has a paced sweep
     /// (see [`Limiter::sweep_for_newcomer`]).
     #[inline]
-    fn pace(&self, floor: u64) {
-        if self.limiter.counters.sweep_due(floor) {
-            self.limiter.sweep_for_newcomer(floor);
+    fn pace(&self) {
+        if self.limiter.counters.sweep_due(self.reading) {
+            self.limiter.sweep_for_newcomer(self.reading);
         }
     }
 }
@@ -339,12 +343,12 @@ where
     F: Fn(&A, u64) -> R,
 {
     #[inline]
-    fn now(&self) -> u64 {
-        // No earlier than any eviction's reading: see `Counters::not_before`.
-        // The eviction a lookup has seen the effect of (a tombstone, a
-        // removal) recorded its reading before that effect, so raising the
-        // request's reading after the lookup is enough: no second reading.
-        self.limiter.counters.not_before(self.reading)
+    fn floor(&self) -> u64 {
+        // See `Counters::floor`. The eviction a lookup has seen the effect
+        // of (a tombstone, a removal) recorded its state's idle instant
+        // before that effect, so reading the floor after the lookup is
+        // enough.
+        self.limiter.counters.floor()
     }
 
     /// The rebuild's look for lapsed clients: those idle for a whole
@@ -367,7 +371,7 @@ where
         }
         // First, so that a resolver that panics leaves nothing behind.
         let tier = limiter.resolve_tier(key);
-        self.pace(floor);
+        self.pace();
         Some(limiter.algorithm.fresh_in(tier, floor))
     }
 
@@ -375,7 +379,7 @@ where
         let limiter = self.limiter;
         // First, so that a resolver that panics leaves nothing behind.
         let tier = limiter.resolve_tier(key);
-        self.pace(floor);
+        self.pace();
         limiter.algorithm.unborn_in(tier, floor)
     }
 

@@ -195,14 +195,15 @@ pub trait Purge<K, V>: Index<K, V> {
 /// protocol with their own.
 #[allow(unreachable_pub)]
 pub trait Newcomer<K, V, R> {
-    /// A reading no earlier than any eviction's (see
-    /// `Counters::not_before`) that this thread has seen the effect of:
-    /// the request's own clock reading, raised to the latest eviction's if
-    /// that is later, so a request reads its clock once.
-    fn now(&self) -> u64;
+    /// The floor of a new cell's state (see `Counters::floor`): no lower
+    /// than the idle instant of any forgotten state whose eviction this
+    /// thread has seen the effect of. A new cell's state is the most
+    /// restrictive one idle from the floor on, and `op` judges it at the
+    /// request's own reading.
+    fn floor(&self) -> u64;
 
     /// Without a cap, a live fresh cell for `key`'s client, whose state is
-    /// never judged earlier than `floor`: the client is born with its
+    /// idle from `floor` on: the client is born with its
     /// first decision already in its word, before any other thread can see
     /// it, and needs no claim. `None` (the default) where room must be
     /// taken first: the cell is then inserted unborn and settled. Runs
@@ -223,8 +224,8 @@ pub trait Newcomer<K, V, R> {
         None::<NoLapse>
     }
 
-    /// An unborn cell for `key`'s client whose state is never judged
-    /// earlier than `floor`. Runs before the cell is inserted, holding no
+    /// An unborn cell for `key`'s client whose state is idle from `floor`
+    /// on. Runs before the cell is inserted, holding no
     /// lock: if it panics, nothing has been recorded.
     fn unborn(&self, key: &K, floor: u64) -> V;
 
@@ -245,8 +246,8 @@ pub trait Newcomer<K, V, R> {
     /// used.
     fn release(&self);
 
-    /// Brings a cell this thread claimed to life, with a fresh state never
-    /// judged earlier than `floor`; it keeps the unit of room just taken.
+    /// Brings a cell this thread claimed to life, with a fresh state idle
+    /// from `floor` on; it keeps the unit of room just taken.
     fn activate(&self, cell: &V, floor: u64);
 
     /// The answer for a client that found no room, once this thread has
@@ -275,21 +276,21 @@ pub trait Newcomer<K, V, R> {
 /// nothing that counts. A known live key costs one lookup and one `op` at
 /// the caller's reading `now`: this is the check path. Otherwise, in a loop
 /// that ends once `op` answers on a live cell or the overflow policy
-/// answers:
+/// answers (`op` judging at `now` throughout):
 ///
 /// 1. a dead entry (evicted or refused) is removed, if it is still there
 ///    (any thread may; the removal gives back the room it held);
-/// 2. an absent key gets a cell made at the reading raised past any
-///    eviction the last look saw ([`Newcomer::now`]), so no earlier than
-///    the eviction of any cell it replaces; of two threads inserting at
-///    once, one insert wins. Where no room need be taken
+/// 2. an absent key gets a cell whose state is idle from the floor on
+///    ([`Newcomer::floor`], read after the last look at the map), so never
+///    more permissive than any cell it replaces; of two threads inserting
+///    at once, one insert wins. Where no room need be taken
 ///    ([`Newcomer::born`]), the cell is alive and `op` has already run on
 ///    it when the insert publishes it: the request is answered;
 /// 3. otherwise the cell is unborn, and brought to life by whichever thread
 ///    claims it and takes room for it, or refused by one that found none
 ///    ([`Mortal::claim`], [`Mortal::refuse`]: exchanges on one word, so the
 ///    two never both happen, and every racer sees the same outcome);
-/// 4. `op` runs on the live cell at that raised reading.
+/// 4. `op` runs on the live cell.
 ///
 /// So one client has at most one live cell, every update lands in the cell
 /// the map holds, and a client's first requests racing at a full cap share
@@ -316,7 +317,7 @@ where
         Ok(None) => None,
         Err((_, miss)) => Some(miss),
     };
-    check_slow(index, key, miss, op, newcomer)
+    check_slow(index, key, now, miss, op, newcomer)
 }
 
 /// What [`act_on_live`]'s step made of the cell it found.
@@ -453,6 +454,7 @@ enum Settled<R> {
 fn check_slow<K, V, Q, R, I, N>(
     index: &I,
     key: &Q,
+    now: u64,
     miss: Option<I::Miss>,
     mut op: impl FnMut(&V, u64) -> Option<R>,
     newcomer: &N,
@@ -473,21 +475,21 @@ where
     // thread has looked again.
     let mut first = miss.as_ref();
     loop {
-        // Raised each round, after the look at the map that sent us here
-        // (the fast path's, or the last round's), to no earlier than any
-        // eviction that look saw.
-        let now = newcomer.now();
+        // Read each round, after the look at the map that sent us here
+        // (the fast path's, or the last round's): no lower than the idle
+        // instant of any state whose eviction that look saw.
+        let floor = newcomer.floor();
         let settled = if absent && newcomer.turn_away(now) {
             // The room was all taken when we looked, perhaps by a first
             // request of this very client racing us: its entry is visible
             // now if its unit was, so look again, and settle its cell.
-            match index.with(key, |cell| settle(cell, None, &mut op, newcomer)) {
+            match index.with(key, |cell| settle(cell, None, now, &mut op, newcomer)) {
                 Ok(settled) => settled,
                 Err(_) => Settled::TurnedAway(newcomer.refused(now)),
             }
         } else if absent {
             let key = key.to_owned();
-            if let Some(born) = newcomer.born(&key, now) {
+            if let Some(born) = newcomer.born(&key, floor) {
                 // Decided before it is published: no other thread can see
                 // this cell until the insert does (a `Release` store that
                 // every lookup's `Acquire` pairs with). A fresh cell is
@@ -507,9 +509,9 @@ where
                     continue;
                 }
             }
-            let ours = newcomer.unborn(&key, now);
+            let ours = newcomer.unborn(&key, floor);
             let lapsed = newcomer.lapsed();
-            let settle = |cell: &V| settle(cell, Some(now), &mut op, newcomer);
+            let settle = |cell: &V| settle(cell, Some(floor), now, &mut op, newcomer);
             match index.insert(first.take(), key, ours, lapsed, settle) {
                 Ok(settled) => settled,
                 // Another thread inserted first: settle its cell.
@@ -519,7 +521,7 @@ where
                 }
             }
         } else {
-            match index.with(key, |cell| settle(cell, None, &mut op, newcomer)) {
+            match index.with(key, |cell| settle(cell, None, now, &mut op, newcomer)) {
                 Ok(settled) => settled,
                 Err(_) => {
                     absent = true;
@@ -554,7 +556,7 @@ where
                 // epoch collector keeps alive for pinned threads (a tiered
                 // client's quota).
                 let _pinned = crossbeam_epoch::pin();
-                if let Some(answer) = op(&newcomer.fresh(&key.to_owned(), now), now) {
+                if let Some(answer) = op(&newcomer.fresh(&key.to_owned(), floor), now) {
                     return answer;
                 }
             }
@@ -565,13 +567,15 @@ where
 /// Drives `cell` until `op` answers on it alive, or it is dead, or this
 /// thread refuses it.
 ///
-/// `ours` is the reading the caller made this cell at, if it inserted it:
-/// a floor for its fresh state and the reading to judge by. A cell found in
-/// the map gets a reading taken after it was found, since whoever inserted
-/// it may have seen an eviction later than the caller's last reading.
+/// `ours` is the floor the caller made this cell with, if it inserted it:
+/// the floor of its fresh state. A cell found in the map gets a floor read
+/// after it was found, since whoever inserted it may have seen an eviction
+/// the caller's last look did not. `op` judges at the request's reading
+/// `now`.
 fn settle<K, V, R, N>(
     cell: &V,
     ours: Option<u64>,
+    now: u64,
     op: &mut impl FnMut(&V, u64) -> Option<R>,
     newcomer: &N,
 ) -> Settled<R>
@@ -579,11 +583,11 @@ where
     V: Mortal,
     N: Newcomer<K, V, R>,
 {
-    // One reading, taken before any claim: a thread holding a claim runs
-    // no user code (a clock that panics there would leave the cell claimed
-    // for good, and every later request for the client, and a rebuild of
-    // its shard, waiting on it).
-    let now = ours.unwrap_or_else(|| newcomer.now());
+    // Read before any claim, as the request's clock was: a thread holding
+    // a claim runs no user code (a clock that panics there would leave the
+    // cell claimed for good, and every later request for the client, and a
+    // rebuild of its shard, waiting on it).
+    let floor = ours.unwrap_or_else(|| newcomer.floor());
     // Each step acts on the life the previous one observed; a failed
     // exchange reports the life it found, which is never older than what
     // this thread has seen, so no step re-reads a stale birth word.
@@ -613,7 +617,7 @@ where
                     // Claimed: nothing but the store's count and the cell's
                     // word until the claim is settled.
                     if newcomer.reserve() {
-                        newcomer.activate(cell, now);
+                        newcomer.activate(cell, floor);
                         Life::Live
                     } else {
                         // No room: let others claim while the policy looks
@@ -623,7 +627,7 @@ where
                         if newcomer.make_room(now) {
                             match cell.claim() {
                                 Ok(()) => {
-                                    newcomer.activate(cell, now);
+                                    newcomer.activate(cell, floor);
                                     Life::Live
                                 }
                                 Err(found) => {
@@ -683,7 +687,7 @@ where
 struct Born<F>(F);
 
 impl<K, V, R, F: Fn() -> V> Newcomer<K, V, R> for Born<F> {
-    fn now(&self) -> u64 {
+    fn floor(&self) -> u64 {
         0
     }
     fn unborn(&self, _: &K, _: u64) -> V {

@@ -28,7 +28,6 @@ impl LogState {
             return None;
         }
         let reading = clamp_now(now);
-        let now = self.judged_at(now);
         let n = cost as usize;
         loop {
             let expiries = self.expiries();
@@ -104,8 +103,7 @@ impl LogState {
     #[cold]
     pub(super) fn unbook(&self, log: &SlidingWindowLog, now: u64, ticket: &Ticket) -> Option<bool> {
         let claims = ticket.claims.as_deref().unwrap_or_default();
-        let given = self.judged_at(now) < ticket.ready_at
-            && self.restore(claims, log.stamp(ticket.ready_at)) > 0;
+        let given = now < ticket.ready_at && self.restore(claims, log.stamp(ticket.ready_at)) > 0;
         // The handshake, as for a check: a give-back on a log retired
         // meanwhile gave nothing back that anyone will read.
         self.confirm(given)
