@@ -1,6 +1,7 @@
 //! Layer 5, with the `tokio` feature: waiting for capacity in async code,
-//! on tokio's timer. The core stays runtime-agnostic: this is a
-//! [`Reservation`](crate::Reservation) and a sleep.
+//! on tokio's timer, for the keyed and the direct limiter alike. The core
+//! stays runtime-agnostic: this is a [`Reservation`](crate::Reservation)
+//! and a sleep.
 
 use core::borrow::Borrow;
 use core::hash::Hash;
@@ -9,8 +10,8 @@ use core::time::Duration;
 use crate::cell::Algorithm;
 use crate::clock::Clock;
 use crate::error::ReserveError;
-use crate::limiter::Limiter;
-use crate::reservation::Reservable;
+use crate::limiter::{DirectLimiter, Limiter};
+use crate::reservation::{Reservable, Reservation};
 
 impl<A, K, C> Limiter<A, K, C>
 where
@@ -147,22 +148,140 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let reservation = self.reserve_n(client_id, cost, Duration::MAX)?;
-        if reservation.wait() > Duration::ZERO {
-            let jitter = jitter(self.key_hash(client_id), reservation.ready_at(), max_jitter);
-            tokio::time::sleep(reservation.wait().saturating_add(jitter)).await;
-            // tokio's timer and the limiter's clock may disagree (a coarse
-            // clock lags): proceed only once the limiter's clock says so.
-            loop {
-                let left = reservation.remaining_wait();
-                if left.is_zero() {
-                    break;
-                }
-                tokio::time::sleep(left).await;
-            }
-        }
-        reservation.commit();
+        sleep_then_commit(reservation, |ready_at| {
+            jitter(self.key_hash(client_id), ready_at, max_jitter)
+        })
+        .await;
         Ok(())
     }
+}
+
+impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
+    /// Waits until one request may proceed, and takes it:
+    /// [`until_ready_n`](DirectLimiter::until_ready_n) with a cost of 1.
+    ///
+    /// Offered by the [`Reservable`](crate::Reservable) algorithms only:
+    ///
+    /// ```compile_fail,E0277
+    /// use std::time::Duration;
+    /// use tollgate::SlidingWindowCounter;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = SlidingWindowCounter::builder()
+    ///     .limit(5)
+    ///     .window(Duration::from_secs(1))
+    ///     .build_direct()?;
+    /// limiter.until_ready().await?; // not `Reservable`
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`until_ready_n`](DirectLimiter::until_ready_n)'s.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let upstream = TokenBucket::builder()
+    ///     .rate(1_000, Duration::from_secs(1))
+    ///     .build_direct()?;
+    /// for _ in 0..1_010 {
+    ///     upstream.until_ready().await?; // the last 10 wait about 1 ms each
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn until_ready(&self) -> Result<(), ReserveError>
+    where
+        A: Reservable,
+    {
+        self.until_ready_n(1).await
+    }
+
+    /// Waits until a request of `cost` units may proceed, and takes it:
+    /// books it ([`reserve_n`](DirectLimiter::reserve_n), with no limit on
+    /// the wait), so that waiting callers are served in the order they
+    /// booked, and sleeps on tokio's timer until the limiter's clock
+    /// reaches its ready time. The keyed limiter's
+    /// [`Limiter::until_ready_n`], on the one budget.
+    ///
+    /// Cancellation safe: if the future is dropped while it sleeps, the
+    /// booking is cancelled (given back if nothing was charged to the
+    /// limiter since; see [`Reservation::cancel`](crate::Reservation::cancel)).
+    ///
+    /// The limiter's clock must advance with tokio's: a frozen
+    /// [`ManualClock`](crate::ManualClock) never becomes ready.
+    ///
+    /// # Errors
+    ///
+    /// Nothing is charged on an error. [`ReserveError::Cost`] if `cost`
+    /// exceeds the capacity; [`ReserveError::TooLong`] with a wait of
+    /// `Duration::MAX` if the request would conform only after the end of
+    /// the clock's range; [`ReserveError::Unsupported`] for a fixed window
+    /// whose limit lies in the top half of its range (see
+    /// [`reserve_n`](DirectLimiter::reserve_n)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let upstream = TokenBucket::builder()
+    ///     .rate(100, Duration::from_millis(10))
+    ///     .build_direct()?;
+    /// upstream.until_ready_n(100).await?;
+    /// upstream.until_ready_n(5).await?; // about half a millisecond
+    /// assert!(upstream.until_ready_n(101).await.is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn until_ready_n(&self, cost: u64) -> Result<(), ReserveError>
+    where
+        A: Reservable,
+    {
+        let reservation = self.reserve_n(cost, Duration::MAX)?;
+        // Bookings on one budget are ready one after another, never
+        // together: no jitter is needed to spread them.
+        sleep_then_commit(reservation, |_| Duration::ZERO).await;
+        Ok(())
+    }
+}
+
+/// Sleeps on tokio's timer until `reservation` may proceed (and, if it has
+/// to wait at all, the `jitter` drawn for its ready time longer), then
+/// commits it. Dropped while it sleeps, it drops the reservation, which
+/// cancels it.
+async fn sleep_then_commit<A, K, C>(
+    reservation: Reservation<'_, A, K, C>,
+    jitter: impl FnOnce(Duration) -> Duration,
+) where
+    A: Algorithm,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+{
+    if reservation.wait() > Duration::ZERO {
+        let jitter = jitter(reservation.ready_at());
+        tokio::time::sleep(reservation.wait().saturating_add(jitter)).await;
+        // tokio's timer and the limiter's clock may disagree (a coarse
+        // clock lags): proceed only once the limiter's clock says so.
+        loop {
+            let left = reservation.remaining_wait();
+            if left.is_zero() {
+                break;
+            }
+            tokio::time::sleep(left).await;
+        }
+    }
+    reservation.commit();
 }
 
 /// A jitter in `0..=max` for a booking ready at `ready_at` of the client

@@ -1,9 +1,15 @@
 //! The builder's end for a limiter with no clients:
-//! [`Builder::build_direct`].
+//! [`Builder::build_direct`]; and what the direct limiter answers through
+//! the check layer's types, [`AsyncCheck`] and [`Quota`], which sit above
+//! the limiter layer that defines it.
+
+use core::future::{ready, Ready};
 
 use super::Builder;
 use crate::cell::Algorithm;
+use crate::check::{AsyncCheck, CheckError, CheckErrorKind, Quota};
 use crate::clock::Clock;
+use crate::decision::Decision;
 use crate::error::ConfigError;
 use crate::limiter::DirectLimiter;
 use crate::memory::Memory;
@@ -61,5 +67,77 @@ impl<A: Algorithm, K, C: Clock> Builder<A, K, C> {
         let algorithm = A::from_settings(&self.params)?;
         let clock = self.clock.unwrap_or_else(|make| make());
         Ok(DirectLimiter::new(algorithm, clock).named(name))
+    }
+}
+
+impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
+    /// The quota this limiter grants: `limit` requests per `window`, as
+    /// [`Limiter::quota`](crate::Limiter::quota) reports it (for the token
+    /// bucket, its capacity and the time to refill it from empty).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Quota, TokenBucket};
+    ///
+    /// let upstream = TokenBucket::builder().rate(10, Duration::from_secs(60)).build_direct()?;
+    /// assert_eq!(upstream.quota(), Quota::new(10, Duration::from_secs(60)));
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn quota(&self) -> Quota {
+        Quota::of(self.algorithm())
+    }
+}
+
+/// For every key type, the key ignored: every key draws on the one budget,
+/// so a direct limiter is a global limit wherever an `AsyncCheck` is asked
+/// for, such as the HTTP layer's limiter. The future is ready at once.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{AsyncCheck, CheckErrorKind, TokenBucket};
+///
+/// let everyone = TokenBucket::builder().rate(2, Duration::from_secs(1)).build_direct()?;
+/// let alice = AsyncCheck::check(&everyone, "alice", 1).into_inner()?;
+/// let bob = AsyncCheck::check(&everyone, "bob", 1).into_inner()?;
+/// assert_eq!((alice.remaining(), bob.remaining()), (1, 0), "one budget for both");
+/// let err = AsyncCheck::<str>::check(&everyone, "carol", 3).into_inner().unwrap_err();
+/// assert_eq!(err.kind(), CheckErrorKind::Cost);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+impl<A, K, C> AsyncCheck<K> for DirectLimiter<A, C>
+where
+    A: Algorithm,
+    K: ?Sized,
+    C: Clock + 'static,
+{
+    type Future = Ready<Result<Decision, CheckError>>;
+
+    #[inline]
+    fn check(&self, _key: &K, cost: u64) -> Self::Future {
+        let decision = if cost == 1 {
+            Ok(DirectLimiter::check(self))
+        } else {
+            DirectLimiter::check_n(self, cost)
+                .map_err(|err| CheckError::with_kind(CheckErrorKind::Cost, err))
+        };
+        ready(decision)
+    }
+
+    fn quota(&self) -> Quota {
+        DirectLimiter::quota(self)
+    }
+
+    fn name(&self) -> &str {
+        DirectLimiter::name(self)
+    }
+
+    #[cfg(feature = "metrics")]
+    fn publish_metrics(&self) {
+        DirectLimiter::publish_metrics(self);
     }
 }

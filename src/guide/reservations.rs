@@ -116,3 +116,53 @@
 //! the request may proceed; `until_ready_jittered(&key, n, max_jitter)`
 //! adds up to `max_jitter` so that clients woken by one refill spread out.
 //! Dropping the future while it sleeps cancels its booking.
+//!
+//! # One budget for everyone
+//!
+//! A [`DirectLimiter`](crate::DirectLimiter)
+//! ([`build_direct`](crate::Builder::build_direct)) books ahead as a keyed
+//! limiter does, on its one budget:
+//! [`reserve`](crate::DirectLimiter::reserve) and
+//! [`reserve_n`](crate::DirectLimiter::reserve_n) take no key and answer a
+//! [`Reservation`](crate::Reservation) with the same waits, the same
+//! errors and the same cancel (the tail rule) as a keyed limiter with a
+//! single client; with the `tokio` feature, `until_ready()` and
+//! `until_ready_n(n)` wait on it. The same algorithms book ahead. Nothing
+//! replaces a direct limiter's state (it has no `reset`, `remove` or quota
+//! change), so a booking's cancel never gives nothing back for that
+//! reason: only the tail rule and the ready time decide.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{ManualClock, SlidingWindowLog};
+//!
+//! let clock = ManualClock::new();
+//! // At most 2 calls to the upstream in any 10 s, from all callers together.
+//! let upstream = SlidingWindowLog::builder()
+//!     .limit(2)
+//!     .window(Duration::from_secs(10))
+//!     .clock(clock.clone())
+//!     .build_direct()?;
+//! assert!(upstream.allow());
+//! clock.advance(Duration::from_secs(4));
+//! assert!(upstream.allow());
+//!
+//! // The next slot frees at 10 s, 6 s from now: booked, and charged now.
+//! let third = upstream.reserve(Duration::from_secs(60)).unwrap();
+//! assert_eq!(third.wait(), Duration::from_secs(6));
+//! assert!(upstream.check().is_denied(), "the booking holds the slot");
+//!
+//! // Given up before its time: the slot is free again at 10 s.
+//! assert!(third.cancel());
+//! clock.advance(Duration::from_secs(6));
+//! assert!(upstream.allow());
+//! # Ok::<(), tollgate::ConfigError>(())
+//! ```
+//!
+//! A direct limiter also implements [`RateLimiter`](crate::RateLimiter)
+//! and [`AsyncCheck`](crate::AsyncCheck) for any key type, ignoring the
+//! key: every caller, whatever its key, draws on the one budget. It stands
+//! beside keyed limiters behind a `dyn RateLimiter`, and behind the HTTP
+//! layer (the `tower` feature) with `GlobalKey` it is a global limit on
+//! every request that passes the layer; the
+//! [`DirectLimiter`](crate::DirectLimiter) documentation shows both.
