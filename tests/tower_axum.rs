@@ -8,6 +8,7 @@
 mod serve;
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::routing::get;
@@ -17,9 +18,10 @@ use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use serve::serve;
+use tokio::net::TcpListener;
 use tokio::net::TcpSocket;
-use tollgate::tower::{PeerIp, RateLimitLayer, TrustedProxyIp};
-use tollgate::{ManualClock, TokenBucket};
+use tollgate::tower::{AdmittedHeaders, PeerIp, RateLimitLayer, TrustedProxyIp};
+use tollgate::{FixedWindow, ManualClock, TokenBucket};
 
 /// One GET over a fresh connection from the loopback address `from`: its
 /// status and body.
@@ -87,4 +89,215 @@ async fn peer_ip_reads_axums_connect_info_by_itself() {
         statuses.push(status.as_u16());
     }
     assert_eq!(statuses, [200, 200, 429]);
+}
+
+/// Serves `app` on 127.0.0.1:0 *without* connect info: a server not wired
+/// to record peer addresses.
+async fn serve_without_connect_info(app: Router) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+/// A server not wired to record peer addresses: every client is told
+/// 500 with nothing of the server's wiring in it, and the operator hears
+/// how to wire it, once, through `on_check_error`.
+#[tokio::test]
+async fn a_server_without_peer_addresses_tells_clients_nothing_and_the_operator_once() {
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    let hook = Arc::clone(&heard);
+    let layer =
+        RateLimitLayer::new(limiter(), PeerIp::new()).on_check_error(move |error, request| {
+            hook.lock()
+                .unwrap()
+                .push(format!("{} {error}", request.uri.path()));
+        });
+    let app = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .layer(layer);
+    let server = serve_without_connect_info(app).await;
+    for _ in 0..3 {
+        let (status, body) = get_from(server, "127.0.0.1").await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        for internal in [
+            "into_make_service",
+            "ConnectInfo",
+            "peer_from",
+            "SocketAddr",
+            "extension",
+            "axum",
+        ] {
+            assert!(!body.contains(internal), "{internal}: {body}");
+        }
+    }
+    let heard = heard.lock().unwrap();
+    assert_eq!(heard.len(), 1, "{heard:?}");
+    assert!(
+        heard[0].starts_with("/ ") && heard[0].contains("into_make_service_with_connect_info"),
+        "{}",
+        heard[0]
+    );
+}
+
+/// One GET of `/` over a fresh connection from 127.0.0.1: its status and
+/// `Retry-After`.
+async fn status_and_retry(server: SocketAddr) -> (StatusCode, Option<u64>) {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket
+        .bind(SocketAddr::new("127.0.0.1".parse().unwrap(), 0))
+        .unwrap();
+    let stream = tokio::time::timeout(Duration::from_secs(10), socket.connect(server))
+        .await
+        .expect("connect within 10 s")
+        .unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let request = Request::get("/")
+        .header("host", server.to_string())
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(10), sender.send_request(request))
+        .await
+        .expect("a response within 10 s")
+        .unwrap();
+    let retry = response
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().parse().unwrap());
+    (response.status(), retry)
+}
+
+/// Stacked layers: an outer 2 per 60 s, an inner 1 per 5 s. The second
+/// request spends the outer layer's last unit and the inner one refuses
+/// it: the client must wait for the outer window too, so `Retry-After`
+/// says 60, whichever headers each layer sends on admitted responses;
+/// a client that waits less is refused again, and one that waits as told
+/// is admitted.
+#[tokio::test]
+async fn stacked_layers_hold_retry_after_whatever_their_header_settings() {
+    let settings = [
+        AdmittedHeaders::Always,
+        AdmittedHeaders::Never,
+        AdmittedHeaders::NearLimit(0),
+        AdmittedHeaders::NearLimit(5),
+    ];
+    for outer_headers in settings {
+        for inner_headers in [AdmittedHeaders::Always, AdmittedHeaders::Never] {
+            let case = format!("outer {outer_headers:?}, inner {inner_headers:?}");
+            let clock = ManualClock::new();
+            let window = |limit, secs| {
+                FixedWindow::builder()
+                    .limit(limit)
+                    .window(Duration::from_secs(secs))
+                    .key_type::<IpAddr>()
+                    .clock(clock.clone())
+                    .build()
+                    .unwrap()
+            };
+            let inner = RateLimitLayer::new(window(1, 5), PeerIp::new())
+                .policy_name("inner")
+                .unwrap()
+                .admitted_headers(inner_headers);
+            let outer = RateLimitLayer::new(window(2, 60), PeerIp::new())
+                .policy_name("outer")
+                .unwrap()
+                .admitted_headers(outer_headers);
+            let app = Router::new()
+                .route("/", get(|| async { "hello" }))
+                .layer(inner)
+                .layer(outer);
+            let server = serve(app).await;
+            assert_eq!(status_and_retry(server).await.0, StatusCode::OK, "{case}");
+            let (status, retry) = status_and_retry(server).await;
+            assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{case}");
+            assert_eq!(retry, Some(60), "{case}");
+            // After the inner layer's 5 s, the outer layer refuses.
+            clock.advance(Duration::from_secs(5));
+            let (status, retry) = status_and_retry(server).await;
+            assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{case}");
+            assert_eq!(retry, Some(55), "{case}");
+            // After the wait first given, admitted.
+            clock.advance(Duration::from_secs(55));
+            assert_eq!(status_and_retry(server).await.0, StatusCode::OK, "{case}");
+        }
+    }
+}
+
+/// With the `tracing` feature, the operator also hears of a server not
+/// wired to record peer addresses as one `ERROR` event, however many
+/// requests it fails.
+#[cfg(feature = "tracing")]
+#[tokio::test]
+async fn a_server_without_peer_addresses_is_one_error_event() {
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Level, Metadata, Subscriber};
+
+    /// Records each event's level, target and fields.
+    #[derive(Clone, Default)]
+    struct Recorder(Arc<Mutex<Vec<(Level, String, String)>>>);
+
+    struct Fields<'a>(&'a mut String);
+
+    impl tracing::field::Visit for Fields<'_> {
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            self.0.push_str(&format!("{}={value:?} ", field.name()));
+        }
+    }
+
+    impl Subscriber for Recorder {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let mut fields = String::new();
+            event.record(&mut Fields(&mut fields));
+            let meta = event.metadata();
+            self.0
+                .lock()
+                .unwrap()
+                .push((*meta.level(), meta.target().to_owned(), fields));
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    let recorder = Recorder::default();
+    // Global, so that every thread's callsites are live for it (a scoped
+    // subscriber races with the other tests' first events); this test's
+    // events are told apart by their policy.
+    tracing::subscriber::set_global_default(recorder.clone()).unwrap();
+    let layer = RateLimitLayer::new(limiter(), PeerIp::new())
+        .policy_name("traced")
+        .unwrap();
+    let app = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .layer(layer);
+    let server = serve_without_connect_info(app).await;
+    for _ in 0..3 {
+        let (status, _) = get_from(server, "127.0.0.1").await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    let events: Vec<_> = recorder
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, target, fields)| target == "tollgate" && fields.contains("policy=traced"))
+        .cloned()
+        .collect();
+    assert_eq!(events.len(), 1, "{events:?}");
+    let (level, _, fields) = &events[0];
+    assert_eq!(*level, Level::ERROR);
+    assert!(
+        fields.contains("into_make_service_with_connect_info"),
+        "{fields}"
+    );
 }

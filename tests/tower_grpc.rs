@@ -23,7 +23,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use serve::serve;
 use tokio::net::{TcpListener, TcpStream};
-use tollgate::tower::{HeaderKey, PeerIp, RateLimitLayer};
+use tollgate::tower::{is_preflight, AdmittedHeaders, HeaderKey, PeerIp, RateLimitLayer};
 use tollgate::{AsyncCheck, CheckError, Decision, FixedWindow, ManualClock, Quota};
 use tonic::transport::server::{TcpConnectInfo, TcpIncoming};
 use tonic::transport::Channel;
@@ -282,4 +282,241 @@ async fn the_example_app_refuses_the_fourth_call() {
         .unwrap();
     assert!((1..=20).contains(&delay.as_secs()), "{delay:?}");
     assert_eq!(http_get(addr).await, StatusCode::TOO_MANY_REQUESTS);
+}
+
+// ---------------------------------------------------------------------------
+// Raw HTTP/2 requests, for what a tonic client never sends.
+
+/// A body of one chunk whose size it does not announce, as a streaming
+/// client's: over HTTP/2 no `content-length` goes with it.
+struct Unsized(Option<Bytes>);
+
+impl http_body::Body for Unsized {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        std::task::Poll::Ready(self.0.take().map(|data| Ok(http_body::Frame::data(data))))
+    }
+}
+
+/// `message` framed as a gRPC message: uncompressed, its length, itself.
+fn grpc_frame(message: &[u8]) -> Bytes {
+    let mut frame = vec![0];
+    frame.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
+    frame.extend_from_slice(message);
+    Bytes::from(frame)
+}
+
+/// A `Say` call to `server` as a raw HTTP/2 request with `method` and the
+/// extra `headers`: its `grpc-status` (from the headers of a trailers-only
+/// response, or the trailers) and body.
+async fn raw_call(
+    server: SocketAddr,
+    method: http::Method,
+    headers: &[(&str, &str)],
+) -> (String, Bytes) {
+    let stream = TcpStream::connect(server).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    let mut request = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{server}/tollgate.example.Echo/Say"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(Unsized(Some(grpc_frame(b"hello")))).unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(10), sender.send_request(request))
+        .await
+        .expect("a response within 10 s")
+        .unwrap();
+    let (head, body) = response.into_parts();
+    let body = body.collect().await.unwrap();
+    let status = head
+        .headers
+        .get("grpc-status")
+        .or_else(|| body.trailers().and_then(|t| t.get("grpc-status")))
+        .expect("a grpc-status")
+        .to_str()
+        .unwrap()
+        .to_owned();
+    (status, body.to_bytes())
+}
+
+/// A gRPC call sent as `OPTIONS` with the headers of a CORS preflight is
+/// still a call, and tonic serves it as one: `skip_if(is_preflight)` must
+/// not let it past a spent quota.
+#[tokio::test]
+async fn a_grpc_call_dressed_as_a_preflight_is_limited() {
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::new(
+        window(1, &clock),
+        PeerIp::new().peer_from(TcpConnectInfo::remote_addr),
+    )
+    .skip_if(is_preflight);
+    let addr = tonic_server(layer).await;
+    // The one call of the quota, through a raw client: tonic serves it.
+    let (status, body) = raw_call(addr, http::Method::POST, &[]).await;
+    assert_eq!(status, "0");
+    assert_eq!(&body[5..], b"hello");
+    let dressed = [
+        ("origin", "https://app.example"),
+        ("access-control-request-method", "POST"),
+    ];
+    for _ in 0..3 {
+        let (status, body) = raw_call(addr, http::Method::OPTIONS, &dressed).await;
+        assert_eq!(status, "8", "served unlimited: {body:?}");
+        assert!(body.is_empty());
+    }
+    assert_eq!(
+        say(&channel(addr).await, &[]).await.unwrap_err().code(),
+        Code::ResourceExhausted
+    );
+}
+
+/// Binary metadata is base64, padded or not, and tonic reads both as the
+/// same bytes: `HeaderKey` on a `-bin` header gives the client one budget
+/// whichever it sends.
+#[tokio::test]
+async fn a_binary_key_is_one_client_padded_or_not() {
+    let clock = ManualClock::new();
+    let keyed = FixedWindow::builder()
+        .limit(1)
+        .window(Duration::from_secs(60))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let token = HeaderKey::new(http::HeaderName::from_static("x-token-bin"));
+    let addr = tonic_server(RateLimitLayer::new(keyed, token)).await;
+    let (status, _) = raw_call(addr, http::Method::POST, &[("x-token-bin", "AAE=")]).await;
+    assert_eq!(status, "0");
+    let (status, _) = raw_call(addr, http::Method::POST, &[("x-token-bin", "AAE")]).await;
+    assert_eq!(status, "8", "the unpadded key had a budget of its own");
+    // Another key has its own.
+    let (status, _) = raw_call(addr, http::Method::POST, &[("x-token-bin", "AAI")]).await;
+    assert_eq!(status, "0");
+    // What is not base64 names no client.
+    let (status, _) = raw_call(addr, http::Method::POST, &[("x-token-bin", "AAF")]).await;
+    assert_eq!(status, "3");
+}
+
+/// A tonic server whose `PeerIp` reads an extension tonic never inserts:
+/// every call is `INTERNAL`, whose message says nothing of the server's
+/// wiring.
+#[tokio::test]
+async fn a_server_without_peer_addresses_tells_grpc_clients_nothing() {
+    let clock = ManualClock::new();
+    let heard = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let hook = std::sync::Arc::clone(&heard);
+    let layer =
+        RateLimitLayer::new(window(5, &clock), PeerIp::new()).on_check_error(move |_, _| {
+            hook.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
+    let addr = tonic_server(layer).await;
+    let channel = channel(addr).await;
+    for _ in 0..2 {
+        let status = say(&channel, &[]).await.unwrap_err();
+        assert_eq!(status.code(), Code::Internal, "{status:?}");
+        for internal in [
+            "ConnectInfo",
+            "into_make_service",
+            "peer_from",
+            "TcpConnectInfo",
+            "SocketAddr",
+            "extension",
+        ] {
+            assert!(!status.message().contains(internal), "{}", status.message());
+        }
+    }
+    assert_eq!(heard.load(std::sync::atomic::Ordering::Relaxed), 1);
+}
+
+/// Stacked layers in front of tonic: an outer 2 per 60 s, an inner 1 per
+/// 5 s. The second call spends the outer layer's last unit and the inner
+/// one refuses it: a gRPC client is told to wait the outer 60 s in every
+/// field (`RetryInfo`, `grpc-retry-pushback-ms`, `Retry-After`), and
+/// `QuotaFailure` names both exhausted limits; whether or not the outer
+/// layer sends headers on admitted calls.
+#[tokio::test]
+async fn stacked_layers_tell_a_grpc_client_the_whole_wait() {
+    for outer_headers in [AdmittedHeaders::Always, AdmittedHeaders::Never] {
+        for named in [true, false] {
+            let case = format!("outer {outer_headers:?}, named {named}");
+            let clock = ManualClock::new();
+            let peer = || PeerIp::new().peer_from(TcpConnectInfo::remote_addr);
+            let per = |limit, secs| {
+                FixedWindow::builder()
+                    .limit(limit)
+                    .window(Duration::from_secs(secs))
+                    .key_type::<IpAddr>()
+                    .clock(clock.clone())
+                    .build()
+                    .unwrap()
+            };
+            let mut inner = RateLimitLayer::new(per(1, 5), peer());
+            let mut outer = RateLimitLayer::new(per(2, 60), peer()).admitted_headers(outer_headers);
+            if named {
+                inner = inner.policy_name("inner").unwrap();
+                outer = outer.policy_name("outer").unwrap();
+            }
+            // Without names, the outer item is renamed as in the headers.
+            let (inner_id, outer_id) = if named {
+                ("inner", "outer")
+            } else {
+                ("default", "default-2")
+            };
+            let addr = tonic_server(ServiceBuilder::new().layer(outer).layer(inner)).await;
+            let channel = channel(addr).await;
+            assert!(say(&channel, &[]).await.is_ok(), "{case}");
+            let status = say(&channel, &[]).await.unwrap_err();
+            assert_eq!(status.code(), Code::ResourceExhausted, "{case}");
+            let retry = status.get_details_retry_info().expect("RetryInfo");
+            assert_eq!(retry.retry_delay, Some(Duration::from_secs(60)), "{case}");
+            let metadata = status.metadata();
+            assert_eq!(metadata.get("retry-after").unwrap(), "60", "{case}");
+            assert_eq!(
+                metadata.get("grpc-retry-pushback-ms").unwrap(),
+                "60000",
+                "{case}"
+            );
+            let quota = status.get_details_quota_failure().expect("QuotaFailure");
+            let violations: Vec<(&str, i64, &str)> = quota
+                .violations
+                .iter()
+                .map(|v| (v.quota_id.as_str(), v.quota_value, v.description.as_str()))
+                .collect();
+            assert_eq!(
+                violations,
+                [
+                    (inner_id, 1, "1 requests per 5 s"),
+                    (outer_id, 2, "2 requests per 60 s")
+                ],
+                "{case}"
+            );
+            if outer_headers == AdmittedHeaders::Always {
+                // The ids are the items' names in the headers.
+                let policy = metadata.get("ratelimit-policy").unwrap().to_str().unwrap();
+                assert!(
+                    policy.contains(&format!("\"{outer_id}\";q=2;w=60")),
+                    "{policy}"
+                );
+            }
+            // A client that came back after the inner 5 s would be refused.
+            clock.advance(Duration::from_secs(5));
+            let again = say(&channel, &[]).await.unwrap_err();
+            assert_eq!(again.code(), Code::ResourceExhausted, "{case}");
+            clock.advance(Duration::from_secs(55));
+            assert!(say(&channel, &[]).await.is_ok(), "{case}");
+        }
+    }
 }

@@ -553,3 +553,45 @@ fn an_admission_that_spent_nothing_claims_nothing() {
         }
     });
 }
+
+/// A browser's preflight has no body and no content type. An `OPTIONS`
+/// request with either is a call (a gRPC call sent as `OPTIONS`, which
+/// tonic serves as any other), so the exemption never covers it.
+#[test]
+fn a_call_sent_as_options_is_no_preflight() {
+    let preflight = || {
+        Request::options("/pkg.Svc/Call")
+            .header("origin", "https://app.example")
+            .header("access-control-request-method", "POST")
+    };
+    let is =
+        |request: http::request::Builder| is_preflight(&request.body(()).unwrap().into_parts().0);
+    assert!(is(preflight()));
+    assert!(is(preflight().header("content-length", "0")));
+    assert!(is(
+        preflight().header("access-control-request-headers", "content-type")
+    ));
+    for content_type in [
+        "application/grpc",
+        "application/grpc+proto",
+        "application/grpc-web-text",
+        "application/json",
+    ] {
+        assert!(
+            !is(preflight().header("content-type", content_type)),
+            "{content_type}"
+        );
+    }
+    assert!(!is(preflight().header("content-length", "10")));
+    assert!(!is(preflight()
+        .header("content-length", "0")
+        .header("content-length", "5")));
+    assert!(!is(preflight().header("transfer-encoding", "chunked")));
+    // Not a preflight in the first place.
+    assert!(!is(
+        Request::options("/").header("origin", "https://app.example")
+    ));
+    assert!(!is(Request::post("/")
+        .header("origin", "https://app.example")
+        .header("access-control-request-method", "POST")));
+}

@@ -606,3 +606,85 @@ fn a_repeated_api_key_header_is_refused_never_skipped() {
         }
     }
 }
+
+fn binary_key_of(extractor: &HeaderKey, value: &[u8]) -> Extraction<String> {
+    let mut request = Request::get("/").body(()).unwrap();
+    request
+        .headers_mut()
+        .append("x-token-bin", http::HeaderValue::from_bytes(value).unwrap());
+    let (parts, ()) = request.into_parts();
+    extractor.extract(&parts)
+}
+
+/// gRPC binary metadata (`-bin` headers) is base64, padded or not, and a
+/// gRPC server reads both as the same bytes: so must the key, or a client
+/// has a second budget by dropping its padding.
+#[test]
+fn binary_metadata_is_keyed_by_its_bytes() {
+    let token = HeaderKey::new(HeaderName::from_static("x-token-bin"));
+    let key = |value: &[u8]| match binary_key_of(&token, value) {
+        Extraction::Key(key) => key,
+        other => panic!("{:?}: {other:?}", String::from_utf8_lossy(value)),
+    };
+    assert_eq!(key(b"AAE="), key(b"AAE"));
+    assert_eq!(key(b" AAE"), key(b"AAE="));
+    assert_eq!(key(b"AAEC"), key(b"AAEC"));
+    assert_eq!(key(b"AA=="), key(b"AA"));
+    assert_ne!(key(b"AAE"), key(b"AAI"));
+    assert_ne!(key(b"AAE"), key(b"AA"));
+    // What is not base64 has no key: refused, never a key of its own.
+    for bad in [&b"A"[..], b"AAF", b"AAE==", b"AA-_", b"A A=", b"AAE=AAE="] {
+        match binary_key_of(&token, bad) {
+            Extraction::Reject(r) => assert_eq!(
+                r.status(),
+                StatusCode::BAD_REQUEST,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            ),
+            other => panic!("{:?}: {other:?}", String::from_utf8_lossy(bad)),
+        }
+    }
+    // A header without the suffix is text: its bytes are the key.
+    let text = HeaderKey::new(HeaderName::from_static("x-api-key"));
+    assert_ne!(api_key_of(&text, &[b"AAE="]), api_key_of(&text, &[b"AAE"]));
+    // The length bound holds for the key as stored, padded.
+    let short = token.max_len(3);
+    for value in [&b"AAE"[..], b"AAE="] {
+        assert!(
+            matches!(binary_key_of(&short, value), Extraction::Reject(r) if r.status() == StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE),
+            "{value:?}"
+        );
+    }
+}
+
+/// Clients behind a NAT64 translator arrive with their IPv4 address in
+/// the translator's prefix: each is its own client, keyed by that IPv4
+/// address, as an IPv4-mapped address is.
+#[test]
+fn nat64_clients_are_keyed_by_their_ipv4_address() {
+    let key = |peer: &str| {
+        let mut request = Request::get("/").body(()).unwrap();
+        let peer: SocketAddr = SocketAddr::new(peer.parse().unwrap(), 4000);
+        request.extensions_mut().insert(peer);
+        let (parts, ()) = request.into_parts();
+        match tollgate::tower::PeerIp::new().extract(&parts) {
+            Extraction::Key(key) => key,
+            other => panic!("{peer}: {other:?}"),
+        }
+    };
+    for (peer, client) in [
+        ("64:ff9b::203.0.113.9", "203.0.113.9"),
+        ("64:ff9b::198.51.100.7", "198.51.100.7"),
+        ("::ffff:198.51.100.7", "198.51.100.7"),
+        // The local-use /48 (RFC 8215), laid out as RFC 6052 says for a
+        // /48: the address around the zero `u` octet.
+        ("64:ff9b:1:cb00:71:900::", "203.0.113.9"),
+        // A /96 inside the local-use prefix: the last 32 bits.
+        ("64:ff9b:1:abcd:0:12:198.51.100.7", "198.51.100.7"),
+        // Not translated: grouped by /64 as any IPv6 address.
+        ("2001:db8::203.0.113.9", "2001:db8::"),
+        ("64:ff9b:2::203.0.113.9", "64:ff9b:2::"),
+    ] {
+        assert_eq!(key(peer), ip(client), "{peer}");
+    }
+}

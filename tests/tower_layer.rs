@@ -516,36 +516,61 @@ fn a_missing_api_key_gets_the_configured_answer_never_a_500() {
     });
 }
 
+/// A server not wired to record peer addresses: the client is told 500
+/// and nothing of the server; the operator is told how to wire it, once
+/// per layer, through `on_check_error`.
 #[test]
-fn a_request_without_a_peer_address_is_a_clear_error() {
+fn a_request_without_a_peer_address_is_a_clear_error_to_the_operator_only() {
     run(async {
         let clock = ManualClock::new();
-        let service = peer_ip_service(bucket(1, 60, &clock));
-        let r = send(&service, Request::new(String::new())).await;
-        assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
-        // The message names the fix: how to serve axum with connect info,
-        // and the way to name another extension.
-        for fix in [
-            "into_make_service_with_connect_info::<SocketAddr>()",
-            "peer_from",
-        ] {
-            assert!(r.body().contains(fix), "{fix} not in {}", r.body());
+        let heard = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let hear = |heard: &Arc<std::sync::Mutex<Vec<String>>>| {
+            let heard = Arc::clone(heard);
+            move |error: &CheckError, _: &http::request::Parts| {
+                heard.lock().unwrap().push(error.to_string());
+            }
+        };
+        let service = RateLimitLayer::new(bucket(1, 60, &clock), PeerIp::new())
+            .on_check_error(hear(&heard))
+            .layer(service_fn(echo));
+        for _ in 0..3 {
+            let r = send(&service, Request::new(String::new())).await;
+            assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+            for internal in ["into_make_service", "peer_from", "SocketAddr", "axum"] {
+                assert!(!r.body().contains(internal), "{internal} in {}", r.body());
+            }
         }
-        if cfg!(not(feature = "axum")) {
-            assert!(r.body().contains("`axum` feature"), "{}", r.body());
+        // The operator hears the fix, once: how to serve axum with
+        // connect info, and the way to name another extension.
+        {
+            let heard = heard.lock().unwrap();
+            assert_eq!(heard.len(), 1, "{heard:?}");
+            for fix in [
+                "into_make_service_with_connect_info::<SocketAddr>()",
+                "peer_from",
+            ] {
+                assert!(heard[0].contains(fix), "{fix} not in {}", heard[0]);
+            }
+            if cfg!(not(feature = "axum")) {
+                assert!(heard[0].contains("`axum` feature"), "{}", heard[0]);
+            }
         }
-        // A named extension that is missing is named.
+        // A named extension that is missing is named, to the operator.
         #[derive(Clone)]
         struct Conn(Option<SocketAddr>);
+        let named_heard = Arc::new(std::sync::Mutex::new(Vec::new()));
         let named = RateLimitLayer::new(
             bucket(1, 60, &clock),
             PeerIp::new().peer_from(|c: &Conn| c.0),
         )
+        .on_check_error(hear(&named_heard))
         .layer(service_fn(echo));
         let r = send(&named, Request::new(String::new())).await;
         assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
-        assert!(r.body().contains("tower_layer::"), "{}", r.body());
-        assert!(r.body().contains("Conn extension"), "{}", r.body());
+        assert!(!r.body().contains("Conn"), "{}", r.body());
+        let told = named_heard.lock().unwrap().join("\n");
+        assert!(told.contains("tower_layer::"), "{told}");
+        assert!(told.contains("Conn extension"), "{told}");
         let mut unknown = Request::new(String::new());
         unknown.extensions_mut().insert(Conn(None));
         assert_eq!(
@@ -894,4 +919,42 @@ fn the_decision_extension_can_be_turned_off() {
             assert_eq!(limit_of(&r), (1, 30));
         }
     });
+}
+
+/// The guides tell users to depend on this crate's own release line: the
+/// `version` in each guide's `Cargo.toml` snippet is the major and minor
+/// version of the crate they ship in.
+#[test]
+fn the_guides_depend_on_this_release() {
+    let version = env!("CARGO_PKG_VERSION");
+    let line: Vec<&str> = version.splitn(3, '.').take(2).collect();
+    let release = line.join(".");
+    for (guide, text) in [
+        ("http", include_str!("../src/guide/http.rs")),
+        ("redis", include_str!("../src/guide/redis.rs")),
+    ] {
+        let deps: Vec<&str> = text
+            .lines()
+            .filter_map(|l| {
+                l.trim_start_matches("//!")
+                    .trim()
+                    .strip_prefix("tollgate = {")
+            })
+            .collect();
+        assert!(
+            !deps.is_empty(),
+            "the {guide} guide shows no dependency line"
+        );
+        for dep in deps {
+            let quoted = dep
+                .split("version = \"")
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+                .unwrap_or_else(|| panic!("the {guide} guide's {dep:?} names no version"));
+            assert_eq!(
+                quoted, release,
+                "the {guide} guide says version {quoted:?}; the crate is {version}"
+            );
+        }
+    }
 }

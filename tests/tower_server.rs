@@ -205,6 +205,59 @@ async fn behind_a_trusted_proxy_clients_are_told_apart_and_spoofing_changes_noth
     assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
 }
 
+/// Behind a NAT64 translator (here reported by a trusted proxy), every
+/// IPv4 client arrives with an IPv6 address in the translator's prefix:
+/// each is keyed by its own IPv4 address, not all by one /64.
+#[tokio::test]
+async fn nat64_clients_behind_a_trusted_proxy_each_have_their_own_budget() {
+    let clock = ManualClock::new();
+    let server = start(
+        &[
+            "--algorithm",
+            "fixed-window",
+            "--limit",
+            "1",
+            "--window",
+            "60",
+            "--trust-proxy",
+            "127.0.0.10/32",
+        ],
+        clock,
+    )
+    .await;
+    let proxy = ip("127.0.0.10");
+    let status = |client: &'static str| async move {
+        get(server, proxy, "/", &[("x-forwarded-for", client)])
+            .await
+            .0
+            .status()
+    };
+    // Two IPv4 clients translated under the well-known prefix, and one
+    // under the local-use /48: one request each.
+    for client in [
+        "64:ff9b::203.0.113.9",
+        "64:ff9b::198.51.100.7",
+        "64:ff9b:1:c000:2:100::",
+    ] {
+        assert_eq!(status(client).await, StatusCode::OK, "{client}");
+    }
+    // The same clients again, however their address is written.
+    for client in [
+        "203.0.113.9",
+        "64:ff9b::cb00:7109",
+        "::ffff:198.51.100.7",
+        "64:ff9b:1:cb00:71:900::",
+        "64:ff9b:1:abcd:0:12:198.51.100.7",
+        "192.0.2.1",
+    ] {
+        assert_eq!(
+            status(client).await,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{client}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn concurrent_clients_are_never_over_admitted_in_total() {
     let clock = ManualClock::new();

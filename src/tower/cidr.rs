@@ -5,12 +5,48 @@ use core::fmt;
 use core::str::FromStr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// `ip` canonical, and if IPv6, with every bit past `prefix` cleared.
+/// `ip` as a client key: an IPv4 client's IPv4 address however it
+/// arrives (IPv4-mapped, or translated by NAT64, [`nat64`]), and any other
+/// IPv6 address with every bit past `prefix` cleared.
 #[inline]
 pub(super) fn group(ip: IpAddr, prefix: u8) -> IpAddr {
     match ip.to_canonical() {
         IpAddr::V4(v4) => IpAddr::V4(v4),
-        IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask128(prefix))),
+        IpAddr::V6(v6) => match nat64(v6) {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask128(prefix))),
+        },
+    }
+}
+
+/// The IPv4 address a NAT64 (or SIIT) translator embedded in `v6`, as RFC
+/// 6052 lays it out, for the two prefixes set aside for translation:
+///
+/// - `64:ff9b::/96`, the well-known prefix (RFC 6052), used with /96
+///   only: the IPv4 address is the last 32 bits.
+/// - `64:ff9b:1::/48`, for local use (RFC 8215), which a network may use
+///   whole, as a /48, or split into longer prefixes, commonly /96s. With
+///   the /48 itself, the IPv4 address is bits 48 to 63 and 72 to 87 (bits
+///   64 to 71, the `u` octet, are zero) and the suffix after it is zero;
+///   with a /96 inside it, the last 32 bits. A /48 address has a zero last
+///   32 bits, which as a /96 address would embed `0.0.0.0`: that is how
+///   the two are told apart.
+///
+/// An address in neither prefix, or one whose `u` octet is not zero, has
+/// none: it is not a translated address.
+fn nat64(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let o = v6.octets();
+    if o[8] != 0 {
+        return None;
+    }
+    let last = Ipv4Addr::new(o[12], o[13], o[14], o[15]);
+    match o[..6] {
+        [0, 0x64, 0xff, 0x9b, 0, 0] if o[6..12] == [0; 6] => Some(last),
+        [0, 0x64, 0xff, 0x9b, 0, 1] if o[11..] == [0; 5] => {
+            Some(Ipv4Addr::new(o[6], o[7], o[9], o[10]))
+        }
+        [0, 0x64, 0xff, 0x9b, 0, 1] => Some(last),
+        _ => None,
     }
 }
 
@@ -178,6 +214,34 @@ mod tests {
         assert_eq!(group(ip("2001:db8::1"), 0), ip("::"));
         assert_eq!(group(ip("::ffff:192.0.2.1"), 64), ip("192.0.2.1"));
         assert_eq!(group(ip("192.0.2.1"), 0), ip("192.0.2.1"));
+    }
+
+    #[test]
+    fn nat64_addresses_key_their_ipv4_client() {
+        // The well-known prefix, /96.
+        assert_eq!(group(ip("64:ff9b::203.0.113.9"), 64), ip("203.0.113.9"));
+        assert_eq!(group(ip("64:ff9b::c633:6407"), 64), ip("198.51.100.7"));
+        // Local use, the /48 itself: 203.0.113.9 around the zero `u` octet.
+        assert_eq!(group(ip("64:ff9b:1:cb00:71:900::"), 64), ip("203.0.113.9"));
+        // Local use, a /96 inside it: the last 32 bits.
+        assert_eq!(
+            group(ip("64:ff9b:1:abcd:0:12:198.51.100.7"), 64),
+            ip("198.51.100.7")
+        );
+        assert_eq!(
+            group(ip("64:ff9b:1::198.51.100.7"), 128),
+            ip("198.51.100.7")
+        );
+        // Not translated addresses: grouped as any IPv6 address.
+        for (not, key) in [
+            ("64:ff9b::1:0:0:1", "64:ff9b::"),
+            ("64:ff9b:0:0:100::1", "64:ff9b::"),
+            ("64:ff9b:2::1", "64:ff9b:2::"),
+            ("64:ff9b:1:cb00:ff71:900::", "64:ff9b:1:cb00::"),
+            ("2001:db8::203.0.113.9", "2001:db8::"),
+        ] {
+            assert_eq!(group(ip(not), 64), ip(key), "{not}");
+        }
     }
 
     #[test]

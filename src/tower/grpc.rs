@@ -7,12 +7,21 @@
 //! `google.rpc.QuotaFailure` (which quota ran out). The few protobuf fields
 //! are written here by hand rather than with a protobuf library.
 
+use core::time::Duration;
+
 use http::header::CONTENT_TYPE;
 use http::request::Parts;
-use http::{HeaderValue, Response, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
 use super::refusal::Refusal;
-use super::sf::base64;
+use super::sf::{base64, base64_decode};
+
+const STATUS: HeaderName = HeaderName::from_static("grpc-status");
+const MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+/// The `google.rpc.Status` of a refusal, base64.
+pub(super) const STATUS_DETAILS: HeaderName = HeaderName::from_static("grpc-status-details-bin");
+/// When a client with a retry policy may try again, in milliseconds.
+pub(super) const RETRY_PUSHBACK: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
 
 /// gRPC status codes the layer answers with.
 mod code {
@@ -65,8 +74,8 @@ pub(super) fn response(refusal: &Refusal<'_>, request: &Parts, message: &str) ->
         .cloned()
         .unwrap_or(HeaderValue::from_static("application/grpc"));
     headers.insert(CONTENT_TYPE, content_type);
-    headers.insert("grpc-status", HeaderValue::from(code));
-    headers.insert("grpc-message", percent_encoded(message));
+    headers.insert(STATUS, HeaderValue::from(code));
+    headers.insert(MESSAGE, percent_encoded(message));
     let mut status = Message::default();
     status.varint(1, code);
     status.bytes(2, message.as_bytes());
@@ -84,16 +93,8 @@ pub(super) fn response(refusal: &Refusal<'_>, request: &Parts, message: &str) ->
         status.any(3, "google.rpc.RetryInfo", &retry.0);
         // QuotaFailure: a violation for each limit with nothing left.
         let mut failure = Message::default();
-        let mut violate = |id: &str, limit: u64, window: core::time::Duration| {
-            let mut violation = Message::default();
-            let quota = format!(
-                "{limit} requests per {} s",
-                super::sf::window_seconds(window)
-            );
-            violation.bytes(2, quota.as_bytes());
-            violation.bytes(5, id.as_bytes());
-            violation.varint(7, limit.min(i64::MAX as u64));
-            failure.bytes(1, &violation.0);
+        let mut violate = |id: &str, limit: u64, window: Duration| {
+            failure.bytes(1, &violation(id, limit, window));
         };
         match decision.pair_limits() {
             Some(pair) => {
@@ -112,19 +113,209 @@ pub(super) fn response(refusal: &Refusal<'_>, request: &Parts, message: &str) ->
         status.any(3, "google.rpc.QuotaFailure", &failure.0);
         // For clients with a retry policy (gRPC's retry design, A6): when
         // to try again, in milliseconds.
-        let millis = retry_after.as_millis().min(u128::from(i32::MAX as u32));
-        headers.insert(
-            "grpc-retry-pushback-ms",
-            HeaderValue::from(u64::try_from(millis).unwrap_or(u64::MAX)),
-        );
+        headers.insert(RETRY_PUSHBACK, pushback(retry_after.as_secs()));
     }
-    let mut details = String::new();
-    base64(&status.0, false, &mut details);
-    headers.insert(
-        "grpc-status-details-bin",
-        HeaderValue::try_from(details).expect("base64 is a valid header value"),
-    );
+    headers.insert(STATUS_DETAILS, details(&status.0));
     response
+}
+
+/// `grpc-retry-pushback-ms` for a wait of `secs` seconds (at most what a
+/// signed 32-bit count of milliseconds holds).
+fn pushback(secs: u64) -> HeaderValue {
+    HeaderValue::from(secs.saturating_mul(1000).min(i32::MAX as u64))
+}
+
+/// `grpc-status-details-bin` for the encoded `google.rpc.Status`.
+fn details(status: &[u8]) -> HeaderValue {
+    let mut details = String::new();
+    base64(status, false, &mut details);
+    HeaderValue::try_from(details).expect("base64 is a valid header value")
+}
+
+/// A `google.rpc.QuotaFailure.Violation` for the limit `id` of `limit`
+/// requests per `window`.
+fn violation(id: &str, limit: u64, window: Duration) -> Vec<u8> {
+    let mut violation = Message::default();
+    let quota = format!(
+        "{limit} requests per {} s",
+        super::sf::window_seconds(window)
+    );
+    violation.bytes(2, quota.as_bytes());
+    violation.bytes(5, id.as_bytes());
+    violation.varint(7, limit.min(i64::MAX as u64));
+    violation.0
+}
+
+const RETRY_INFO: &[u8] = b"type.googleapis.com/google.rpc.RetryInfo";
+const QUOTA_FAILURE: &[u8] = b"type.googleapis.com/google.rpc.QuotaFailure";
+
+/// Holds an inner layer's gRPC refusal in `headers` to an outer layer's
+/// wait: `grpc-retry-pushback-ms` and the `RetryInfo` in
+/// `grpc-status-details-bin` no earlier than `secs` seconds (the refusal's
+/// `Retry-After`, raised), and its `QuotaFailure` naming each of
+/// `exhausted` (the outer layer's items with nothing left: their names,
+/// `q` and window) after its own. A header that is not what the layer
+/// writes is left as it is.
+pub(super) fn hold(headers: &mut HeaderMap, secs: u64, exhausted: &[(String, u64, Duration)]) {
+    let raise = headers
+        .get(RETRY_PUSHBACK)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .is_some_and(|millis| millis < secs.saturating_mul(1000).min(i32::MAX as u64));
+    if raise {
+        headers.insert(RETRY_PUSHBACK, pushback(secs));
+    }
+    let Some(status) = headers
+        .get(STATUS_DETAILS)
+        .and_then(|v| base64_decode(v.as_bytes()))
+    else {
+        return;
+    };
+    if let Some(status) = held_status(&status, secs, exhausted) {
+        headers.insert(STATUS_DETAILS, details(&status));
+    }
+}
+
+/// The `google.rpc.Status` `status` with its `RetryInfo` raised to `secs`
+/// and `exhausted` added to its `QuotaFailure`; `None` if it does not
+/// parse.
+fn held_status(status: &[u8], secs: u64, exhausted: &[(String, u64, Duration)]) -> Option<Vec<u8>> {
+    let mut out = Message::default();
+    for field in Fields(status) {
+        let (number, value, raw) = field?;
+        let (3, Value::Bytes(any)) = (number, value) else {
+            out.0.extend_from_slice(raw);
+            continue;
+        };
+        // An `Any`: the type's URL (1) and the message (2).
+        let mut url = None;
+        let mut message = None;
+        for field in Fields(any) {
+            match field? {
+                (1, Value::Bytes(bytes), _) => url = Some(bytes),
+                (2, Value::Bytes(bytes), _) => message = Some(bytes),
+                _ => {}
+            }
+        }
+        let held = match (url, message.unwrap_or_default()) {
+            (Some(RETRY_INFO), retry) => {
+                // RetryInfo { retry_delay (1): Duration { seconds (1) } }.
+                let mut delay = 0;
+                for field in Fields(retry) {
+                    if let (1, Value::Bytes(duration), _) = field? {
+                        for field in Fields(duration) {
+                            if let (1, Value::Varint(seconds), _) = field? {
+                                delay = seconds;
+                            }
+                        }
+                    }
+                }
+                (delay < secs).then(|| {
+                    let mut duration = Message::default();
+                    duration.varint(1, secs);
+                    let mut retry = Message::default();
+                    retry.bytes(1, &duration.0);
+                    retry.0
+                })
+            }
+            (Some(QUOTA_FAILURE), failure) => {
+                // Repeated fields concatenate: the inner layer's
+                // violations, then these.
+                let mut failure = Message(failure.to_vec());
+                for (id, limit, window) in exhausted {
+                    failure.bytes(1, &violation(id, *limit, *window));
+                }
+                Some(failure.0)
+            }
+            _ => None,
+        };
+        match (held, url) {
+            (Some(held), Some(url)) => {
+                let mut any = Message::default();
+                any.bytes(1, url);
+                any.bytes(2, &held);
+                out.bytes(3, &any.0);
+            }
+            _ => out.0.extend_from_slice(raw),
+        }
+    }
+    Some(out.0)
+}
+
+/// A protobuf field's value, as far as the layer reads one.
+#[derive(Clone, Copy)]
+enum Value<'a> {
+    Varint(u64),
+    Bytes(&'a [u8]),
+    /// A fixed-width field, kept as it is.
+    Fixed,
+}
+
+/// The fields of a protobuf message: each its number, its value and its
+/// bytes as they stand (key included); `None` where the message does not
+/// parse, and the end there.
+struct Fields<'a>(&'a [u8]);
+
+impl<'a> Fields<'a> {
+    fn varint(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let (&byte, rest) = self.0.split_first()?;
+            self.0 = rest;
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if n > self.0.len() {
+            return None;
+        }
+        let (taken, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(taken)
+    }
+
+    fn field(&mut self) -> Option<(u64, Value<'a>)> {
+        let key = self.varint()?;
+        let value = match key & 7 {
+            0 => Value::Varint(self.varint()?),
+            1 => {
+                self.take(8)?;
+                Value::Fixed
+            }
+            2 => {
+                let len = usize::try_from(self.varint()?).ok()?;
+                Value::Bytes(self.take(len)?)
+            }
+            5 => {
+                self.take(4)?;
+                Value::Fixed
+            }
+            _ => return None,
+        };
+        Some((key >> 3, value))
+    }
+}
+
+impl<'a> Iterator for Fields<'a> {
+    type Item = Option<(u64, Value<'a>, &'a [u8])>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.0.is_empty() {
+            return None;
+        }
+        let start = self.0;
+        let field = self.field();
+        let raw = &start[..start.len() - self.0.len()];
+        if field.is_none() {
+            // Nothing after a field that does not parse can be read.
+            self.0 = &[];
+        }
+        Some(field.map(|(number, value)| (number, value, raw)))
+    }
 }
 
 /// `message` percent-encoded as gRPC says: every byte outside printable

@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use http::request::Parts;
-use http::{Extensions, HeaderName, StatusCode};
+use http::{Extensions, HeaderName};
 
 use super::cidr::{group, Cidr};
 use super::forwarded::{self, Hop};
@@ -77,7 +77,8 @@ struct Peer {
     ipv6_prefix: u8,
 }
 
-/// What a request without an address is told, by default.
+/// What the operator is told of requests without an address (the client
+/// is told nothing of the server).
 #[cfg(feature = "axum")]
 const NO_ADDRESS: &str = "the rate limiter found no peer address: the request has no \
     ConnectInfo<SocketAddr>, SocketAddr or IpAddr extension (under axum, serve with \
@@ -142,14 +143,8 @@ impl Peer {
         };
         match (found, &self.read) {
             (Some(ip), _) => Ok(ip.to_canonical()),
-            (None, Read::Known) => Err(Rejection::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                NO_ADDRESS,
-            )),
-            (None, Read::From(_, missing)) => Err(Rejection::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                missing.to_string(),
-            )),
+            (None, Read::Known) => Err(Rejection::misconfigured(Arc::from(NO_ADDRESS))),
+            (None, Read::From(_, missing)) => Err(Rejection::misconfigured(Arc::clone(missing))),
         }
     }
 
@@ -190,7 +185,10 @@ impl fmt::Debug for Peer {
 /// host is commonly handed a whole /64 and could otherwise mint
 /// 2<sup>64</sup> clients. An IPv4-mapped IPv6 address (`::ffff:a.b.c.d`,
 /// what a dual-stack socket reports for an IPv4 peer) counts as its IPv4
-/// address. The key is an [`IpAddr`], so the limiter is built with
+/// address, and so does an address a NAT64 translator made for an IPv4
+/// client (`64:ff9b::a.b.c.d`, or one in the local-use `64:ff9b:1::/48`
+/// laid out as RFC 6052 says), so that the clients behind a translator
+/// are told apart rather than sharing one /64. The key is an [`IpAddr`], so the limiter is built with
 /// `.key_type::<IpAddr>()`.
 ///
 /// The address is read from the request extension a server inserts: with
@@ -199,7 +197,10 @@ impl fmt::Debug for Peer {
 /// [`SocketAddr`] or [`IpAddr`] extension; [`peer_from`](PeerIp::peer_from)
 /// names any other (tonic's `TcpConnectInfo`, say). A request with no
 /// address is answered `500 Internal Server Error`, since the server is
-/// not wired to record it, with a message that says how to wire it. This
+/// not wired to record it, with a message that says nothing of the server
+/// (gRPC: `INTERNAL`); the layer tells the operator how to wire it, once,
+/// through [`on_check_error`](super::RateLimitLayer::on_check_error) and,
+/// with the `tracing` feature, an `ERROR` event. This
 /// extractor ignores `X-Forwarded-For`; behind a proxy use
 /// [`TrustedProxyIp`].
 ///
@@ -355,7 +356,7 @@ pub enum ForwardedHeader {
 /// has seen, so requests with a chain broken by a proxy share that
 /// proxy's budget rather than escape it. With no header, the key is the
 /// proxy's own address. Addresses are grouped as [`PeerIp`] groups them
-/// (IPv6 by /64, IPv4-mapped as IPv4).
+/// (IPv6 by /64, IPv4-mapped and NAT64 addresses as IPv4).
 ///
 /// # Examples
 ///

@@ -3,9 +3,12 @@
 
 use core::fmt;
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use http::request::Parts;
 use http::{HeaderName, StatusCode};
+
+use super::sf::{base64, base64_decode};
 
 #[cfg(doc)]
 use super::{PeerIp, TrustedProxyIp};
@@ -87,6 +90,9 @@ pub enum Extraction<K> {
 pub struct Rejection {
     status: StatusCode,
     detail: Cow<'static, str>,
+    /// For the operator, never the client: how the server is wired wrong,
+    /// where that is why the request is rejected.
+    misconfigured: Option<Arc<str>>,
 }
 
 impl Rejection {
@@ -95,7 +101,24 @@ impl Rejection {
         Self {
             status,
             detail: detail.into(),
+            misconfigured: None,
         }
+    }
+
+    /// A `500 Internal Server Error` for a server wired so that the
+    /// extractor cannot work: the client is told nothing more, and the
+    /// layer tells the operator `advice`.
+    pub(super) fn misconfigured(advice: Arc<str>) -> Self {
+        Self {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            detail: Cow::Borrowed("The server could not process this request."),
+            misconfigured: Some(advice),
+        }
+    }
+
+    /// What the operator is told of a server wired wrong, if that is why.
+    pub(super) fn advice(&self) -> Option<&str> {
+        self.misconfigured.as_deref()
     }
 
     /// The response's status.
@@ -163,7 +186,13 @@ pub enum LongKey {
 /// answered `400 Bad Request` whatever the setting, so that no client can
 /// skip the limit, or choose between two keys, by what it sends.
 ///
-/// A key (without its padding) is at most [`max_len`](HeaderKey::max_len) bytes (256 unless
+/// A header named with the suffix `-bin` is binary metadata, as gRPC
+/// sends it: base64, padded or not. Its key is the bytes it encodes
+/// (written as padded base64), so `AAE=` and `AAE` are one client, and a
+/// value that is not base64 is answered `400 Bad Request`.
+///
+/// A key (without the blanks around it; for binary metadata, written
+/// padded) is at most [`max_len`](HeaderKey::max_len) bytes (256 unless
 /// set), and a longer one is refused ([`LongKey`]: `431 Request Header
 /// Fields Too Large` unless set) before the limiter sees it: the limiter
 /// stores each key it tracks, so the bound on its clients
@@ -262,24 +291,49 @@ impl KeyExtractor for HeaderKey {
         if key.is_empty() {
             return self.missing();
         }
+        // A binary value's padded form is never shorter than what was
+        // sent: too long as sent, too long decoded, and refused before
+        // it is decoded.
         if key.len() > self.max_len {
-            let status = match self.too_long {
-                LongKey::HeaderFieldsTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                LongKey::BadRequest => StatusCode::BAD_REQUEST,
-            };
-            return Extraction::Reject(Rejection::new(
-                status,
-                format!(
-                    "the {} header is longer than {} bytes",
-                    self.name, self.max_len
-                ),
-            ));
+            return self.too_long();
         }
-        Extraction::Key(key.to_owned())
+        if !self.name.as_str().ends_with("-bin") {
+            return Extraction::Key(key.to_owned());
+        }
+        // Binary metadata (gRPC's `-bin` headers) is base64, padded or
+        // not: one client whichever it sends, so the key is the decoded
+        // bytes, written back padded.
+        let Some(bytes) = base64_decode(key.as_bytes()) else {
+            return Extraction::Reject(Rejection::new(
+                StatusCode::BAD_REQUEST,
+                format!("the {} header is not base64", self.name),
+            ));
+        };
+        let mut padded = String::with_capacity(bytes.len().div_ceil(3) * 4);
+        base64(&bytes, true, &mut padded);
+        if padded.len() > self.max_len {
+            return self.too_long();
+        }
+        Extraction::Key(padded)
     }
 }
 
 impl HeaderKey {
+    /// The refusal of a key longer than `max_len`.
+    fn too_long(&self) -> Extraction<String> {
+        let status = match self.too_long {
+            LongKey::HeaderFieldsTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            LongKey::BadRequest => StatusCode::BAD_REQUEST,
+        };
+        Extraction::Reject(Rejection::new(
+            status,
+            format!(
+                "the {} header is longer than {} bytes",
+                self.name, self.max_len
+            ),
+        ))
+    }
+
     /// The outcome for a request without a key.
     fn missing(&self) -> Extraction<String> {
         let status = match self.missing {

@@ -13,7 +13,8 @@
 //!   connection and per route) check one budget per client. Give different
 //!   routes different limiters with axum's `route_layer`.
 //! - **Keys that cannot be spoofed.** [`PeerIp`] keys by the connection's
-//!   address, grouping IPv6 by /64 and treating IPv4-mapped IPv6 as IPv4;
+//!   address, grouping IPv6 by /64 and treating IPv4-mapped IPv6 (and
+//!   NAT64's `64:ff9b::a.b.c.d`) as IPv4;
 //!   with the `axum` cargo feature it reads axum's `ConnectInfo` by itself.
 //!   [`TrustedProxyIp`] reads `X-Forwarded-For`, `Forwarded` or
 //!   `X-Real-IP` only from trusted proxies, from their end, and takes the
@@ -65,7 +66,10 @@
 //!   `Retry-After` is never earlier than the `t` of any item with `r=0`:
 //!   an outer layer that admitted a request with its last unit puts an
 //!   inner layer's earlier `Retry-After` back to its own `t`, since the
-//!   client would be refused again before then.
+//!   client would be refused again before then. It does so whatever
+//!   either layer's [`AdmittedHeaders`], and to a gRPC refusal's
+//!   `RetryInfo` and `grpc-retry-pushback-ms` too, whose `QuotaFailure`
+//!   then names the outer layer's exhausted item after the inner one's.
 //! - **CORS preflights** are limited like any request unless exempted
 //!   with [`skip_if`](RateLimitLayer::skip_if)`(`[`is_preflight`]`)`.
 //!
@@ -503,6 +507,12 @@ where
     /// the response itself never shows the client (it may quote a
     /// store's reply, the limiter's key names, the client's own key).
     ///
+    /// `f` also hears, once, of a server wired so that the key extractor
+    /// cannot work (a [`PeerIp`] or [`TrustedProxyIp`] that finds no peer
+    /// address in the request), with the first request it fails: the
+    /// error says how to wire it, while every such request is answered
+    /// `500` with nothing of the server in it.
+    ///
     /// # Examples
     ///
     /// ```
@@ -574,7 +584,12 @@ where
 
 /// Whether a request is a CORS preflight: an `OPTIONS` request with an
 /// `Origin` and an `Access-Control-Request-Method` header, which a browser
-/// sends by itself before a cross-origin request that is not simple.
+/// sends by itself before a cross-origin request that is not simple, and
+/// with nothing a preflight never has: no `Content-Type` (a gRPC call's
+/// `application/grpc`, say), no `Transfer-Encoding`, and no
+/// `Content-Length` but `0`. A browser's preflight has no body; a request
+/// with one is a call, whatever its method, and a server such as tonic
+/// serves it as one.
 ///
 /// The layer limits preflights like any other request unless told not to:
 /// a preflight is a request any client can send, not only a browser, and
@@ -586,28 +601,47 @@ where
 /// pass this function to [`RateLimitLayer::skip_if`] so that a browser's
 /// preflight neither spends its budget nor is refused with `429`.
 ///
+/// Exempt preflights only in front of services that never serve an
+/// `OPTIONS` request as a call: not axum's `any` handlers or
+/// `route_service`, nor a tonic service (whose routes serve any method),
+/// which would serve an exempt request unlimited. Over HTTP/2 and HTTP/3 a
+/// body needs no `Content-Length`, so the head alone cannot rule one out;
+/// there, such services must not sit behind the exemption at all.
+///
 /// # Examples
 ///
 /// ```
 /// use tollgate::tower::is_preflight;
 ///
-/// let (preflight, ()) = http::Request::options("/api")
-///     .header("origin", "https://app.example")
-///     .header("access-control-request-method", "PUT")
+/// let preflight = || {
+///     http::Request::options("/api")
+///         .header("origin", "https://app.example")
+///         .header("access-control-request-method", "PUT")
+/// };
+/// let (parts, ()) = preflight().body(()).unwrap().into_parts();
+/// assert!(is_preflight(&parts));
+/// let (plain, ()) = http::Request::options("/api").body(()).unwrap().into_parts();
+/// assert!(!is_preflight(&plain));
+/// // A gRPC call sent as OPTIONS is a call, not a preflight.
+/// let (call, ()) = preflight()
+///     .header("content-type", "application/grpc")
 ///     .body(())
 ///     .unwrap()
 ///     .into_parts();
-/// assert!(is_preflight(&preflight));
-/// let (plain, ()) = http::Request::options("/api").body(()).unwrap().into_parts();
-/// assert!(!is_preflight(&plain));
+/// assert!(!is_preflight(&call));
 /// ```
 #[must_use]
 pub fn is_preflight(request: &Parts) -> bool {
+    let headers = &request.headers;
     request.method == http::Method::OPTIONS
-        && request.headers.contains_key(http::header::ORIGIN)
-        && request
-            .headers
-            .contains_key(http::header::ACCESS_CONTROL_REQUEST_METHOD)
+        && headers.contains_key(http::header::ORIGIN)
+        && headers.contains_key(http::header::ACCESS_CONTROL_REQUEST_METHOD)
+        && !headers.contains_key(http::header::CONTENT_TYPE)
+        && !headers.contains_key(http::header::TRANSFER_ENCODING)
+        && headers
+            .get_all(http::header::CONTENT_LENGTH)
+            .iter()
+            .all(|length| length.as_bytes().trim_ascii() == b"0")
 }
 
 impl<C, E: KeyExtractor> Clone for RateLimitLayer<C, E> {

@@ -10,11 +10,13 @@ use http::header::{Entry, RETRY_AFTER};
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, Response};
 
+use super::grpc;
 use super::refusal::Refusal;
 use super::sf::{names, seconds_up, sf_string, window_seconds, Decimal, Line, SF_INTEGER_MAX};
 use crate::check::{CheckError, Quota};
 use crate::decision::Decision;
 use crate::error::ConfigError;
+use crate::sync::{Ordering, PlainAtomicU64};
 
 /// Builds the layer's own responses: [`RateLimitLayer::respond_with`](super::RateLimitLayer::respond_with).
 pub(super) type RespondFn = Arc<dyn Fn(&Refusal<'_>, &Parts) -> Response<String> + Send + Sync>;
@@ -26,6 +28,9 @@ pub(super) type ErrorFn = Arc<dyn Fn(&CheckError, &Parts) + Send + Sync>;
 pub(super) struct Hooks {
     pub(super) respond_with: Option<RespondFn>,
     pub(super) on_check_error: Option<ErrorFn>,
+    /// Non-zero once a server wired so that the key extractor cannot work
+    /// has been reported: the operator hears of it once, not per request.
+    reported: Arc<PlainAtomicU64>,
 }
 
 impl fmt::Debug for Hooks {
@@ -131,33 +136,127 @@ pub(super) struct Respond {
     pub(super) requests: Arc<super::metrics::Requests>,
 }
 
-/// The headers for one decision, made before the inner service runs and
-/// set on its response.
+/// What this layer adds to the inner service's response, decided before
+/// the inner service runs: its headers (unless its settings leave them
+/// off), and, when the request spent its last unit, what an inner layer's
+/// refusal must be raised to.
 #[derive(Debug)]
 pub(super) struct Stamp {
+    headers: Option<Headers>,
+    /// Boxed: only a request that leaves no unit has one, and the stamp
+    /// waits in every response future.
+    hold: Option<Box<Hold>>,
+}
+
+/// The rate-limit headers for one decision.
+#[derive(Debug)]
+pub(super) struct Headers {
     policy: HeaderValue,
     limit: HeaderValue,
     /// Boxed: most layers send none, and the stamp waits in every
     /// response future.
     legacy: Option<Box<[HeaderValue; 3]>>,
-    /// With no request left (`r=0`), the seconds until there is one (`t`):
-    /// no `Retry-After` on the response may be earlier. 0 otherwise.
-    hold: u64,
+}
+
+/// With no request left (`r=0`): the seconds until there is one (`t`), no
+/// inner layer's refusal may tell the client to come back earlier; and
+/// this layer's items, which a gRPC refusal's `QuotaFailure` must name
+/// where they are exhausted.
+#[derive(Debug)]
+struct Hold {
+    secs: u64,
+    items: Vec<HeldItem>,
+}
+
+/// One of this layer's items, as a held refusal names it.
+#[derive(Debug)]
+struct HeldItem {
+    /// Its name as an RFC 9651 String, as the headers give it.
+    sf: String,
+    /// Its name as given.
+    plain: String,
+    q: u64,
+    w: Duration,
+    exhausted: bool,
 }
 
 impl Stamp {
-    /// Sets the headers on a response. Where an inner layer has set them
+    /// Sets the headers on a response, and holds an inner layer's refusal
+    /// to this layer's wait. Where an inner layer has set the headers
     /// already, this layer's list members join its own (one list, inner
     /// layer's first, this layer's items renamed if an inner item has
     /// their name), the legacy headers keep whichever layer has fewer
-    /// requests remaining, and a `Retry-After` earlier than this layer's
-    /// `t` with `r=0` is put back to it.
+    /// requests remaining, and, when this layer's request left no unit
+    /// (`r=0`), an inner refusal's `Retry-After` earlier than this layer's
+    /// `t` is put back to it, as are a gRPC refusal's `RetryInfo` and
+    /// `grpc-retry-pushback-ms`, and its `QuotaFailure` names this layer's
+    /// exhausted items too. The wait is held whether or not this layer
+    /// writes its headers.
     pub(super) fn apply(self, headers: &mut HeaderMap) {
         let Stamp {
+            headers: ours,
+            hold,
+        } = self;
+        let written = ours.map(|ours| ours.apply(headers));
+        if let Some(hold) = hold {
+            hold.apply(headers, written);
+        }
+    }
+}
+
+impl Hold {
+    /// Holds an inner layer's refusal in `headers` (one with
+    /// `Retry-After`) to this layer's wait; `written` is the suffix this
+    /// layer's items were given in the headers (`Some(None)`: none), or
+    /// `None` if this layer wrote no headers.
+    #[cold]
+    #[inline(never)]
+    fn apply(self, headers: &mut HeaderMap, written: Option<Option<u64>>) {
+        let Some(theirs) = headers
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        else {
+            // Admitted: nothing to hold.
+            return;
+        };
+        if theirs < self.secs {
+            headers.insert(RETRY_AFTER, HeaderValue::from(self.secs));
+        }
+        if !headers.contains_key(grpc::STATUS_DETAILS)
+            && !headers.contains_key(grpc::RETRY_PUSHBACK)
+        {
+            return;
+        }
+        // The names the items have in the headers: renamed as they were,
+        // or, where this layer wrote none, as they would have been.
+        let suffix = written.unwrap_or_else(|| {
+            let names: Vec<&[u8]> = self.items.iter().map(|i| i.sf.as_bytes()).collect();
+            free_suffix(headers, &names)
+        });
+        let exhausted: Vec<(String, u64, Duration)> = self
+            .items
+            .into_iter()
+            .filter(|item| item.exhausted)
+            .map(|item| {
+                let id = match suffix {
+                    Some(n) => format!("{}-{n}", item.plain),
+                    None => item.plain,
+                };
+                (id, item.q, item.w)
+            })
+            .collect();
+        grpc::hold(headers, self.secs.max(theirs), &exhausted);
+    }
+}
+
+impl Headers {
+    /// Sets the headers on a response, joining an inner layer's; the
+    /// suffix this layer's items were renamed with, if they were.
+    fn apply(self, headers: &mut HeaderMap) -> Option<u64> {
+        let Headers {
             policy,
             limit,
             legacy,
-            hold,
         } = self;
         // The common case, no inner layer: each header looked up once.
         let mut limit = Some(limit);
@@ -174,21 +273,16 @@ impl Stamp {
             }
             Entry::Occupied(_) => Some(policy),
         };
+        let mut suffix = None;
         if let (Some(policy), Some(limit)) = (stacked, limit) {
-            let (policy, limit) = match free_suffix(headers, &policy) {
+            let names: Vec<&[u8]> = names(policy.as_bytes()).collect();
+            suffix = free_suffix(headers, &names);
+            let (policy, limit) = match suffix {
                 None => (policy, limit),
                 Some(n) => (with_suffix(&policy, n), with_suffix(&limit, n)),
             };
             join(headers, RATELIMIT_POLICY, policy);
             join(headers, RATELIMIT, limit);
-        }
-        if hold > 0 {
-            let theirs = headers
-                .get(RETRY_AFTER)
-                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-            if theirs.is_some_and(|theirs| theirs < hold) {
-                headers.insert(RETRY_AFTER, HeaderValue::from(hold));
-            }
         }
         if let Some(legacy) = legacy {
             let [limit, remaining, reset] = *legacy;
@@ -204,14 +298,15 @@ impl Stamp {
                 headers.insert(X_RESET, reset);
             }
         }
+        suffix
     }
 }
 
-/// `None` if none of `ours`'s item names is among the names of the
+/// `None` if none of `ours` (item names) is among the names of the
 /// `RateLimit-Policy` and `RateLimit` items already in `headers`;
 /// otherwise the first `n` from 2 on for which none of the names with
 /// `-n` appended is.
-fn free_suffix(headers: &HeaderMap, ours: &HeaderValue) -> Option<u64> {
+fn free_suffix(headers: &HeaderMap, ours: &[&[u8]]) -> Option<u64> {
     let taken: Vec<&[u8]> = headers
         .get_all(RATELIMIT_POLICY)
         .iter()
@@ -222,7 +317,7 @@ fn free_suffix(headers: &HeaderMap, ours: &HeaderValue) -> Option<u64> {
         return None;
     }
     let clash = |n: Option<u64>| {
-        names(ours.as_bytes()).any(|name| {
+        ours.iter().any(|name| {
             let mut renamed = Line::new();
             put_name(&mut renamed, name, n);
             taken.contains(&renamed.bytes())
@@ -346,7 +441,7 @@ impl Respond {
 
     /// The headers for decision `d`, with the partition key `pk` (an RFC
     /// 9651 Byte Sequence) if any.
-    pub(super) fn stamp(&self, d: &Decision, pk: Option<&str>) -> Stamp {
+    pub(super) fn headers(&self, d: &Decision, pk: Option<&str>) -> Headers {
         let legacy = self.legacy.then(|| {
             Box::new([
                 HeaderValue::from(d.limit()),
@@ -354,11 +449,6 @@ impl Respond {
                 HeaderValue::from(seconds_up(d.replenish_after())),
             ])
         });
-        let hold = if d.remaining() == 0 {
-            seconds_up(d.replenish_after())
-        } else {
-            0
-        };
         // The common case: one limit, the layer's own quota, no partition
         // key. The policy is the one rendered when the layer was made.
         if pk.is_none()
@@ -368,11 +458,10 @@ impl Respond {
         {
             let t = seconds_up(d.replenish_after());
             if let Some(limit) = short_limit(&self.limit_prefix, d.remaining(), t) {
-                return Stamp {
+                return Headers {
                     policy: self.policy.clone(),
                     limit,
                     legacy,
-                    hold,
                 };
             }
         }
@@ -416,12 +505,53 @@ impl Respond {
                 }
             }
         };
-        Stamp {
+        Headers {
             policy,
             limit: limit.value(),
             legacy,
-            hold,
         }
+    }
+
+    /// What an admitted request with decision `d` adds to the inner
+    /// service's response, if anything: the headers if this layer's
+    /// settings send them, and with no unit left, the hold on an inner
+    /// layer's refusal.
+    #[inline]
+    pub(super) fn stamp(&self, d: &Decision, pk: Option<&str>) -> Option<Stamp> {
+        let headers = self.stamps_admitted(d).then(|| self.headers(d, pk));
+        let hold = (d.remaining() == 0).then(|| self.hold(d));
+        (headers.is_some() || hold.is_some()).then_some(Stamp { headers, hold })
+    }
+
+    /// The hold of an admission that left no unit.
+    #[cold]
+    #[inline(never)]
+    fn hold(&self, d: &Decision) -> Box<Hold> {
+        let items = match d.pair_limits() {
+            Some(pair) => pair
+                .iter()
+                .zip(&self.pair_names)
+                .enumerate()
+                .map(|(i, (fig, sf))| HeldItem {
+                    sf: sf.clone(),
+                    plain: format!("{}-{}", self.plain, i + 1),
+                    q: fig.limit(),
+                    w: fig.window(),
+                    exhausted: fig.remaining() == 0,
+                })
+                .collect(),
+            None => vec![HeldItem {
+                sf: self.name.clone(),
+                plain: self.plain.clone(),
+                q: d.limit(),
+                w: d.window(),
+                exhausted: true,
+            }],
+        };
+        Box::new(Hold {
+            secs: seconds_up(d.replenish_after()),
+            items,
+        })
     }
 
     /// Whether an admitted response with decision `d` carries the headers.
@@ -470,9 +600,14 @@ impl Respond {
         request: &Parts,
         pk: Option<&str>,
     ) -> Response<R> {
-        if let (Refusal::Unavailable { error }, Some(hear)) = (refusal, &self.hooks.on_check_error)
-        {
-            hear(error, request);
+        match (refusal, &self.hooks.on_check_error) {
+            (Refusal::Unavailable { error }, Some(hear)) => hear(error, request),
+            (Refusal::Rejected { rejection }, _) => {
+                if let Some(advice) = rejection.advice() {
+                    self.misconfigured(advice, request);
+                }
+            }
+            _ => {}
         }
         let response = match &self.hooks.respond_with {
             Some(respond) => respond(&refusal, request),
@@ -486,12 +621,36 @@ impl Respond {
         } = refusal
         {
             let headers = response.headers_mut();
-            self.stamp(decision, pk).apply(headers);
+            let _ = self.headers(decision, pk).apply(headers);
             headers.insert(RETRY_AFTER, HeaderValue::from(retry_after.as_secs()));
         }
         #[cfg(feature = "metrics")]
         self.requests.responded(request, &response);
         response
+    }
+}
+
+impl Respond {
+    /// Tells the operator, once, that the server is wired so that the key
+    /// extractor cannot work (`advice` says how to wire it): through
+    /// `on_check_error`, and with the `tracing` feature an `ERROR` event.
+    #[cold]
+    fn misconfigured(&self, advice: &str, request: &Parts) {
+        // Relaxed: a flag that publishes nothing; of requests rejected at
+        // once, the one whose swap finds it clear reports.
+        if self.hooks.reported.swap(1, Ordering::Relaxed) != 0 {
+            return;
+        }
+        #[cfg(feature = "tracing")]
+        tracing::error!(
+            target: "tollgate",
+            policy = %self.plain,
+            advice,
+            "the rate limiter cannot key requests; every request is answered 500"
+        );
+        if let Some(hear) = &self.hooks.on_check_error {
+            hear(&CheckError::new(advice.to_owned()), request);
+        }
     }
 }
 
@@ -567,15 +726,24 @@ mod tests {
             "\"p-1-2\";q=3;w=1, \"p-2-2\";q=5;w=60"
         );
         let mut headers = HeaderMap::new();
-        assert_eq!(free_suffix(&headers, &ours), None);
+        assert_eq!(
+            free_suffix(&headers, &names(ours.as_bytes()).collect::<Vec<_>>()),
+            None
+        );
         headers.insert(
             RATELIMIT_POLICY,
             HeaderValue::from_static("\"p-2\";q=1;w=1"),
         );
         headers.insert(RATELIMIT, HeaderValue::from_static("\"p-1-2\";r=0;t=1"));
-        assert_eq!(free_suffix(&headers, &ours), Some(3));
+        assert_eq!(
+            free_suffix(&headers, &names(ours.as_bytes()).collect::<Vec<_>>()),
+            Some(3)
+        );
         headers.insert(RATELIMIT_POLICY, HeaderValue::from_static("\"q\";q=1;w=1"));
         headers.insert(RATELIMIT, HeaderValue::from_static("\"q\";r=0;t=1"));
-        assert_eq!(free_suffix(&headers, &ours), None);
+        assert_eq!(
+            free_suffix(&headers, &names(ours.as_bytes()).collect::<Vec<_>>()),
+            None
+        );
     }
 }

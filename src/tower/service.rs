@@ -214,9 +214,7 @@ fn judge<R: From<String>>(
             pk.as_deref(),
         ));
     }
-    let stamp = respond
-        .stamps_admitted(decision)
-        .then(|| respond.stamp(decision, pk.as_deref()));
+    let stamp = respond.stamp(decision, pk.as_deref());
     if respond.extension {
         parts.extensions.insert(*decision);
     }

@@ -83,6 +83,48 @@ pub(super) fn base64(bytes: &[u8], pad: bool, out: &mut String) {
     }
 }
 
+/// `text` decoded from base64 (RFC 4648's standard alphabet), padded with
+/// `=` or not, as gRPC reads binary metadata: `None` if it is not base64
+/// (a byte outside the alphabet, a length no encoding has, padding where
+/// there should be none, or bits set past the last whole byte).
+pub(super) fn base64_decode(text: &[u8]) -> Option<Vec<u8>> {
+    fn sextet(c: u8) -> Option<u32> {
+        Some(u32::from(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        }))
+    }
+    // Padding only completes the last group to four characters.
+    let body = match text {
+        [rest @ .., b'=', b'='] if text.len().is_multiple_of(4) => rest,
+        [rest @ .., b'='] if text.len().is_multiple_of(4) => rest,
+        _ => text,
+    };
+    if body.len() % 4 == 1 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(body.len() / 4 * 3 + 2);
+    for group in body.chunks(4) {
+        let mut n = 0u32;
+        for &c in group {
+            n = n << 6 | sextet(c)?;
+        }
+        // The group's bits, left-aligned in 24: 2 to 4 characters hold 1
+        // to 3 bytes, and the bits past them must be zero.
+        n <<= 6 * (4 - group.len() as u32);
+        let bytes = group.len() - 1;
+        if n & (0x00ff_ffff >> (8 * bytes)) != 0 {
+            return None;
+        }
+        out.extend_from_slice(&n.to_be_bytes()[1..=bytes]);
+    }
+    Some(out)
+}
+
 /// `n` in decimal, on the stack.
 pub(super) struct Decimal {
     digits: [u8; 20],
@@ -277,5 +319,49 @@ mod tests {
         assert_eq!(sf_bytes(b"foo"), ":Zm9v:");
         assert_eq!(sf_bytes(b"foobar"), ":Zm9vYmFy:");
         assert_eq!(sf_bytes(&[0xff, 0xfe]), "://4=:");
+    }
+
+    #[test]
+    fn base64_decodes_padded_and_unpadded_alike() {
+        for bytes in [
+            &b""[..],
+            b"f",
+            b"fo",
+            b"foo",
+            b"foob",
+            b"fooba",
+            b"foobar",
+            &[0, 1],
+            &[0xff; 7],
+        ] {
+            for pad in [true, false] {
+                let mut text = String::new();
+                base64(bytes, pad, &mut text);
+                assert_eq!(
+                    base64_decode(text.as_bytes()).as_deref(),
+                    Some(bytes),
+                    "{text}"
+                );
+            }
+        }
+        assert_eq!(base64_decode(b"AAE=").unwrap(), [0, 1]);
+        assert_eq!(base64_decode(b"AAE").unwrap(), [0, 1]);
+        // Not base64: a lone character, stray padding, bits past the last
+        // byte, characters outside the alphabet.
+        for bad in [
+            &b"A"[..],
+            b"AAAAA",
+            b"AA=",
+            b"AAE==",
+            b"=",
+            b"A===",
+            b"AAF",
+            b"AB",
+            b"AA-_",
+            b"AA E",
+            b"AA=A",
+        ] {
+            assert_eq!(base64_decode(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
     }
 }
