@@ -62,10 +62,29 @@
 //! is due. (With several threads: once the pass that arrival set off is
 //! over.) So while new clients keep arriving the map follows the clients
 //! active lately, and a flood of one-off ids costs memory for about three
-//! horizons of them. The memory follows the count: the pass rebuilds
-//! smaller each table it leaves under a quarter full (tables of up to 32
-//! slots keep their size), and the old table is freed a few requests
-//! later, once no thread can still be reading it.
+//! horizons of them.
+//!
+//! # When memory is given back
+//!
+//! A forgotten or removed client's key and state stay in its shard's
+//! table until that table is rebuilt, which a shard is when a new client
+//! fills it, when the pass or a [`sweep`](crate::Limiter::sweep) leaves it
+//! under a quarter full (tables of up to 32 slots keep their size; `sweep`
+//! rebuilds those too), or when a quota changes. The old table, and the
+//! keys it holds, is then freed by the first *write* once no thread can
+//! still be reading it: a new client's first request, a `remove`, a
+//! `reset`, a sweep. Each write frees what has expired, outside any lock.
+//! A check of a client the limiter holds never frees anything, because it
+//! never runs another client's key's `Drop`. So after a burst and then
+//! only known clients, the burst's keys stay allocated until the next
+//! write; and [`sweep`](crate::Limiter::sweep) gives back everything it
+//! can before it returns: it rebuilds every table that holds a forgotten
+//! or removed client and frees the old tables at once, unless a thread is
+//! held up
+//! inside a lookup that started before (its tables then go at a later
+//! write). The limiter then owns about one key per client it holds
+//! (`tests/memory_return.rs` shows it with a key type that counts its
+//! values).
 //!
 //! What is bounded is counted in calls, not in time: no thread runs, so
 //! after a burst of new clients followed by silence, or by known clients

@@ -138,7 +138,9 @@ where
     /// [`auto_sweep`](crate::Builder::auto_sweep)), so calling this is
     /// optional; call it to forget idle clients when no new client
     /// arrives, after a burst (see the [memory guide](crate::guide::memory),
-    /// "The bound").
+    /// "The bound"). It gives back before it returns the memory of every
+    /// client forgotten or removed (see the guide, "When memory is given
+    /// back").
     ///
     /// # Examples
     ///
@@ -163,7 +165,11 @@ where
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn sweep(&self) -> usize {
-        self.sweep_at(self.clock.now_nanos(), 0)
+        let removed = self.sweep_at(self.clock.now_nanos(), 0);
+        // The tables it shrank, and the keys they hold, freed now rather
+        // than by a later write.
+        self.store.reclaim();
+        removed
     }
 
     /// A full pass over the map, forgetting the clients already idle at

@@ -272,6 +272,14 @@ where
     /// before they are removed, then shrinks tables left mostly empty,
     /// except those of at most `small` slots (see `Map::retain`). Returns
     /// how many were removed.
+    /// Frees the retired tables (and the forgotten keys they hold) that
+    /// no reader can hold any more, helping the epoch collector along
+    /// first: for a full sweep, which returns what it can before it
+    /// returns. Runs keys' `Drop`; never waits for another thread.
+    pub(crate) fn reclaim(&self) {
+        self.map.reclaim();
+    }
+
     pub(crate) fn sweep(&self, small: usize, mut evict: impl FnMut(&V) -> bool) -> u64 {
         // Units to give back for the group of slots being swept: one shared
         // `fetch_sub` per group with removals instead of one per entry.

@@ -550,6 +550,35 @@ where
     }
 }
 
+impl<K, V, S> Map<K, V, S>
+where
+    K: Hash + Eq + Send + Sync,
+    V: Mortal + Send + Sync,
+    S: BuildHasher,
+{
+    /// Frees every retired table no reader can hold any more, after
+    /// helping the epoch collector along: a table retired at epoch `e`
+    /// expires once the global epoch reaches `e + 2`; each flush advances
+    /// it by one if every pinned thread has caught up, and runs the expiry
+    /// of a few bags of deferred functions (eight, in crossbeam-epoch 0.9),
+    /// each rebuilt shard's being a bag of its own. So at most 2 + 64 / 8
+    /// rounds free a full sweep's tables; the bound leaves room for other
+    /// threads' bags. A thread pinned long ago (one held up inside a
+    /// lookup) keeps its tables for a later writer. For a caller that holds
+    /// no pin.
+    pub(crate) fn reclaim(&self) {
+        for _ in 0..64 {
+            if !self.retired.any_pending() {
+                return;
+            }
+            epoch::pin().flush();
+            if self.retired.any_expired() {
+                self.retired.free_expired();
+            }
+        }
+    }
+}
+
 impl<K, V, S> Drop for Map<K, V, S> {
     fn drop(&mut self) {
         for shard in self.shards.iter_mut() {

@@ -91,6 +91,15 @@ impl<K, V> Retired<K, V> {
             });
     }
 
+    /// Whether any retired table waits to be freed, expired or not.
+    pub(super) fn any_pending(&self) -> bool {
+        !self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_empty()
+    }
+
     /// Whether some retired table may be freed now: one load, for a writer
     /// about to let go of a shard's lock.
     #[inline]

@@ -43,8 +43,10 @@ where
     S: BuildHasher,
 {
     /// Visits every live entry, removing those for which `remove` (run
-    /// under the shard's lock) is true, then rebuilds each shard left less
-    /// than a quarter full, unless its table has at most `small` slots
+    /// under the shard's lock) is true, then rebuilds each shard whose
+    /// table holds removed entries: with `small` 0 (a full sweep), every
+    /// one; otherwise those left less than a quarter full, unless the table
+    /// has at most `small` slots
     /// (the pass a new client makes every horizon,
     /// `Limiter::sweep_for_newcomer`, would otherwise rebuild the small
     /// tables of a map of short-lived clients on every pass, only for new
@@ -90,9 +92,12 @@ where
                     ctrl.store(left, Ordering::Release);
                 }
             }
-            if counts.live * 4 < table.capacity()
-                && counts.used > counts.live
+            // A full sweep (`small` 0) rebuilds every table holding removed
+            // entries, so that their keys go; the pass only those left
+            // under a quarter full.
+            if counts.used > counts.live
                 && table.capacity() > small
+                && (small == 0 || counts.live * 4 < table.capacity())
             {
                 let room_for = counts.live;
                 self.rebuild(
