@@ -851,3 +851,45 @@ fn moving_between_plans_at_one_instant_never_refills() {
     }
     assert_eq!(admitted, 20);
 }
+
+/// A window recorded at a reading far ahead (a quota change made then)
+/// and a clock that comes back: the empty count of that window is not a
+/// fresh state before the window starts (its window still counts there),
+/// so the pass must not forget it. Found by the oracle in CI: the limiter
+/// that forgot admitted a window's limit again each window, where its twin
+/// kept counting in the far window.
+#[test]
+fn an_empty_window_recorded_far_ahead_is_not_forgotten_before_it_starts() {
+    macro_rules! case {
+        ($quota:expr, $other:expr) => {{
+            let clock = ManualClock::new();
+            clock.set(Duration::from_secs(1_000));
+            let make = |forgets: bool| {
+                let b = $quota
+                    .reconfigurable()
+                    .key_type::<u64>()
+                    .clock(clock.clone());
+                if forgets { b } else { b.no_auto_sweep() }.build().unwrap()
+            };
+            let (forgets, twin) = (make(true), make(false));
+            let spend =
+                |l: &Limiter<_, u64, ManualClock>| (0..30).filter(|_| l.allow_request(&7)).count();
+            assert_eq!(spend(&forgets), spend(&twin));
+            // A quota change a year ahead records the client's window there.
+            clock.set(Duration::from_secs(1_000 + 365 * 86_400));
+            forgets.set_quota(0, $other).unwrap();
+            twin.set_quota(0, $other).unwrap();
+            clock.set(Duration::from_secs(2_000));
+            for id in 1_000..1_700u64 {
+                let _ = forgets.check(&id);
+            }
+            let _ = forgets.sweep();
+            for round in 0..5 {
+                assert_eq!(spend(&forgets), spend(&twin), "round {round}");
+                clock.advance(Duration::from_secs(61));
+            }
+        }};
+    }
+    case!(fixed(1), fixed(0));
+    case!(sliding(1), sliding(0));
+}

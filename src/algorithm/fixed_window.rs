@@ -198,7 +198,7 @@ impl WordAlgorithm for FixedWindow {
     }
 
     fn is_idle(&self, word: u64, now: u64) -> bool {
-        self.at(word, now).1 == 0
+        clamp_now(now) >= self.idle_at(word)
     }
 
     fn window(&self) -> u64 {
@@ -228,7 +228,10 @@ impl WordAlgorithm for FixedWindow {
             word & ((1u64 << self.count_bits) - 1),
         );
         if count == 0 {
-            0
+            // An empty count decides as a fresh word from its window's
+            // start on; before it (a user clock that stepped back past a
+            // window recorded later), its window would still count.
+            self.windows.start(index)
         } else if count > self.limit {
             // Closed, with a booking in the next window.
             self.windows.start(index + 2)

@@ -257,8 +257,7 @@ impl WordAlgorithm for SlidingWindowCounter {
     }
 
     fn is_idle(&self, word: u64, now: u64) -> bool {
-        let (c, _) = self.at(word, now);
-        c.curr == 0 && c.prev == 0
+        now.min(super::NOW_MAX) >= self.idle_at(word)
     }
 
     fn window(&self) -> u64 {
@@ -304,7 +303,10 @@ impl WordAlgorithm for SlidingWindowCounter {
         } else if c.prev > 0 {
             self.windows.start(c.index + 1)
         } else {
-            0
+            // Empty counts decide as a fresh word from their window's start
+            // on; before it (a user clock that stepped back past a window
+            // recorded later), their window would still count.
+            self.windows.start(c.index)
         }
     }
 
