@@ -215,13 +215,12 @@ fn tiers_across_two_processes() {
     assert_eq!(child_with(&server, &p, "peek", "pro-a", 3), all("false 0"));
     assert_eq!(child_with(&server, &p, "check", "pro-a", 3), all("false 0"));
     // And one whose tier 1 is 12 admits the rest of its 12, converting
-    // the state as an in-process `set_quota` would: the windows count 5
-    // spent, and the bucket keeps its 5 tokens missing, so 7 are left (the
-    // pair's bucket binds; its window of 24 has 19).
-    assert_eq!(
-        child_with(&server, &p, "check=7", "pro-a", 12),
-        all("true 0")
-    );
+    // the state as an in-process `set_quota` would: 5 spent of 6 is 10 of
+    // 12 (the share is kept), so 2 are left (the pair's bucket binds; its
+    // window of 24 has 14); the log keeps its 5 admissions, 7 are left.
+    let mut left = all("true 0");
+    left[3] = "true 5".to_owned();
+    assert_eq!(child_with(&server, &p, "check=2", "pro-a", 12), left);
 }
 
 /// A reset clears this process's deny shortcut at once.
@@ -342,9 +341,10 @@ fn a_pair_denied_by_one_limit_charges_neither() {
 /// that coalesces: each client is admitted exactly its tier's quota, each
 /// decision reports its tier's limit, and checks rode another's call.
 /// Then each tier's quota is raised (tier 1 to 20, tier 0 to 7) and the
-/// same load runs again: each client is admitted exactly the difference
-/// (its count carried over, as in-process), a new client of tier 1 its
-/// 20, and every decision reports the new limit.
+/// same load runs again: each client, having spent its whole quota, has
+/// spent the whole new one (the share is kept, as in-process) and is
+/// admitted nothing, a new client of tier 1 its 20, and every decision
+/// reports the new limit.
 #[test]
 fn tiers_with_coalescing_hold_each_client_to_its_tier() {
     let Some(server) = Server::start() else {
@@ -386,8 +386,8 @@ fn tiers_with_coalescing_hold_each_client_to_its_tier() {
         for (client, decisions) in clients.iter().zip(at_once(&limiter, &clients, 12, 2).await) {
             let (limit, spent) = match *client {
                 "pro-c" => (20, 0),
-                c if c.starts_with("pro-") => (20, 12),
-                _ => (7, 5),
+                c if c.starts_with("pro-") => (20, 20),
+                _ => (7, 7),
             };
             assert_eq!(admitted(&decisions), upto(limit - spent), "{client}");
             assert!(decisions.iter().all(|d| d.limit() == limit), "{client}");

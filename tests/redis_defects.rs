@@ -73,7 +73,8 @@ fn a_probe_dropped_before_its_first_poll_lets_the_next_one_go() {
 
 /// A replica with a lower limit reads a count above its limit as spent:
 /// a denial (under FailOpen, which would admit on any error), never
-/// `Corrupt`; a replica with a higher limit admits the difference, exactly.
+/// `Corrupt`; a replica with a higher limit admits what is left of its
+/// limit once the writer's share is spent, exactly.
 #[test]
 fn a_lower_limit_denies_a_count_above_it_and_a_higher_one_admits_the_rest() {
     let Some(server) = Server::start() else {
@@ -88,7 +89,7 @@ fn a_lower_limit_denies_a_count_above_it_and_a_higher_one_admits_the_rest() {
         let (_, swc20, fw20, swl20) = builders(&conn, &p, 20, HOUR);
         let open = FailPolicy::FailOpen;
         macro_rules! case {
-            ($old:expr, $low:expr, $high:expr, $name:literal) => {{
+            ($old:expr, $low:expr, $high:expr, $left:expr, $name:literal) => {{
                 let old = $old.fail_policy(open).no_deny_shortcut().build().unwrap();
                 let low = $low.fail_policy(open).no_deny_shortcut().build().unwrap();
                 let high = $high.fail_policy(open).no_deny_shortcut().build().unwrap();
@@ -101,19 +102,27 @@ fn a_lower_limit_denies_a_count_above_it_and_a_higher_one_admits_the_rest() {
                 }
                 assert_eq!(low.stats().errors, 0, "{}", $name);
                 assert_eq!(low.stats().fail_open, 0, "{}", $name);
-                // The higher limit sees 8 spent of 20.
+                // The higher limit sees what is left of 20 once 8 of 10
+                // are spent: `$left`.
                 let d = high.check("heavy").await.unwrap();
-                assert_eq!((d.is_allowed(), d.remaining()), (true, 11), "{}", $name);
-                assert!(high.check_n("heavy", 11).await.unwrap().is_allowed());
+                assert_eq!(
+                    (d.is_allowed(), d.remaining()),
+                    (true, $left - 1),
+                    "{}",
+                    $name
+                );
+                assert!(high.check_n("heavy", $left - 1).await.unwrap().is_allowed());
                 assert!(high.check("heavy").await.unwrap().is_denied(), "{}", $name);
                 // And the writer, back, sees 20 spent of its 10: denied.
                 assert!(old.check("heavy").await.unwrap().is_denied(), "{}", $name);
                 assert_eq!(old.stats().errors, 0, "{}", $name);
             }};
         }
-        case!(fw10, fw5, fw20, "fixed window");
-        case!(swc10, swc5, swc20, "sliding window counter");
-        case!(swl10, swl5, swl20, "sliding window log");
+        // The windows keep the share spent (8 of 10 is 16 of 20); the log
+        // keeps its 8 admissions, each its own instant.
+        case!(fw10, fw5, fw20, 4, "fixed window");
+        case!(swc10, swc5, swc20, 4, "sliding window counter");
+        case!(swl10, swl5, swl20, 12, "sliding window log");
         // The bucket's state is the time owed: a smaller capacity at the
         // same rate owes the same time, capped at a full bucket's refill.
         let tb5 = TokenBucket::builder()

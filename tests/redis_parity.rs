@@ -163,8 +163,8 @@ fn a_bucket_rate_change_keeps_the_tokens_missing() {
 }
 
 /// A limit lowered then raised again converts as in-process, once per
-/// change: 8 spent of 10, lowered to 5 (5 spent), raised to 10 (still 5
-/// spent), one more check leaves 4.
+/// change: 8 spent of 10, lowered to 5 (all 5 spent), raised to 10 (all
+/// spent: the share is kept), so the next check is denied.
 #[test]
 fn lowering_then_raising_a_quota_converts_as_in_process() {
     let Some(server) = Server::start() else {
@@ -209,7 +209,7 @@ fn lowering_then_raising_a_quota_converts_as_in_process() {
                 .unwrap();
         }
         let want = local.check("c").remaining();
-        assert_eq!(want, 4);
+        assert_eq!(want, 0);
         assert_eq!(
             fw.check("c").await.unwrap().remaining(),
             want,
@@ -256,12 +256,16 @@ fn set_quota_during_an_outage_keeps_the_fallback_state() {
             after, 0,
             "the same quota set again handed out a fresh budget"
         );
-        // Raised to 5: the 3 spent stay spent, 2 are left.
+        // Raised to 5: the 3 spent of 3 are all of 5 (the share is kept).
         limiter
             .set_quota(0, FixedWindow::builder().limit(5).window(HOUR))
             .unwrap();
         let d = limiter.check("c").await.unwrap();
-        assert_eq!((d.is_allowed(), d.remaining()), (true, 1), "{d:?}");
+        assert_eq!(
+            (d.is_allowed(), d.limit(), d.remaining()),
+            (false, 5, 0),
+            "{d:?}"
+        );
         assert_eq!(limiter.stats().fail_local, 11);
     });
 }
@@ -408,11 +412,20 @@ fn a_raised_quota_is_never_hidden_by_the_shortcut() {
             assert!(limiter.check(client).await.unwrap().is_denied());
             assert_eq!(limiter.stats().denied_locally, before + 1, "remembered");
             limiter.set_quota(tier, five()).unwrap();
+            // All of 3 spent is all of 5 (the share is kept): still denied,
+            // but by Redis under the new quota, not by the remembered
+            // denial of the old one.
+            let before = limiter.stats().denied_locally;
             let d = limiter.check(client).await.unwrap();
             assert_eq!(
                 (d.is_allowed(), d.limit(), d.remaining()),
-                (true, 5, 1),
+                (false, 5, 0),
                 "tier {tier}: {d:?}"
+            );
+            assert_eq!(
+                limiter.stats().denied_locally,
+                before,
+                "tier {tier}: asked Redis"
             );
         }
     });
