@@ -150,6 +150,16 @@
 //! to processes theirs, and the bucket restarts full from the end of the
 //! latest lease outstanding, at most a refill ahead (at once if none is):
 //! granting a slot a lease holds a second time would exceed the bound.
+//! This holds whoever resets: every token bucket limiter's `reset` and
+//! `remove` read the leases outstanding, whether or not its own builder
+//! leases, so an admin process or a replica of a rolling deploy built
+//! without `.lease()` keeps the fleet within the bound
+//! (`a_reset_by_a_replica_without_leases_keeps_the_slots_leased`, in
+//! `tests/redis_leases.rs`: a plain replica resets, removes, and checks
+//! one call each and coalesced, while another spends its lease). Checks,
+//! coalesced checks and bookings start from the bucket's state in Redis,
+//! which every grant moved to the end of its lease, so none of them
+//! grants a leased slot again.
 //! For a client whose bucket the fleet keeps spent, leases are taken from
 //! the far end of the schedule, so a reset frees little until they end:
 //! a client you expect to reset at once is better without leases
@@ -157,10 +167,35 @@
 //! `a_reset_ends_this_process_s_hold`). `set_quota` gives up this
 //! process's leases (their units lapse) and judges the next calls under
 //! the new quota, converted as without leases
-//! (`set_quota_gives_up_the_lease_and_judges_by_the_new_quota`). `peek`
+//! (`set_quota_gives_up_the_lease_and_judges_by_the_new_quota`); so does
+//! a client the resolver of `tier_by` moves to another tier, whatever the
+//! two tiers' quotas share (a lease is kept only under the very quota it
+//! was granted under: interval, capacity, and the quota's generation), so
+//! from the move on the client gets at most its new tier's bound
+//! (`a_tier_move_of_the_same_interval_gives_up_the_old_tier_s_lease`). `peek`
 //! reads Redis's state, not this process's lease. When Redis fails, the
 //! units already leased are still spent, and the fail policy answers the
 //! checks they cannot (`the_units_held_outlive_redis_and_the_fail_policy_answers_the_rest`).
+//! A leased check that must wait for its client's call for more units has
+//! one timeout in all: it waits for that call until its timeout, and a
+//! call of its own is cut off at the same instant, so it is answered (by
+//! Redis, or by the fail policy) within the timeout like any other check
+//! (`a_check_waiting_for_another_s_call_answers_within_one_timeout`,
+//! `leased_checks_answer_within_their_timeout_under_a_paused_server`).
+//!
+//! **When Redis loses its state mid-lease.** The units of a lease live in
+//! the process that holds them, not in Redis. If Redis loses the client's
+//! state while leases are out (`FLUSHALL`, a restart without persistence,
+//! a failover to a replica that had not received the latest grant), the
+//! bucket restarts full while those units are still spent: from the loss
+//! on, the fleet admits at most the bucket's exact bound over the span,
+//! `capacity + ⌊(b − a)/T⌋`, plus the units leased out when the state was
+//! lost, at most `L` per process holding a lease of the client
+//! (`a_flush_mid_lease_admits_at_most_the_bound_and_the_units_leased_out`:
+//! after a `FLUSHALL`, one process gets a full bucket and the other still
+//! spends its lease). Without leases the same loss restarts the bucket
+//! full too, with nothing beyond the bound from the loss on: the
+//! allowance is what leases add.
 //! Any algorithm but a token bucket alone is refused at `build` with
 //! `ConfigError::Conflict` (a window's count or a log's entries cannot be
 //! handed out ahead of the requests without admitting them in the wrong

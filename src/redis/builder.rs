@@ -21,7 +21,7 @@ use super::lua::{
     log_book_script, log_cancel_script, log_script, read_script, word_script, CLOCK,
 };
 use super::shortcut::DenyCache;
-use super::spec::Spec;
+use super::spec::{Half, Spec, WordSpec};
 use super::tier::{Resolver, Tiers};
 use super::{FailPolicy, Inner, RedisAlgorithm, RedisLimiter, Scripts};
 use crate::algorithm::Params;
@@ -411,9 +411,11 @@ impl<A> RedisBuilder<A> {
     /// and [`remove`](super::RedisLimiter::remove) keep the units leased
     /// to processes theirs, and the bucket restarts full from the end of
     /// the latest lease outstanding (at most one refill ahead; at once if
-    /// none is); [`set_quota`](super::RedisLimiter::set_quota)
-    /// gives up this process's leases (their units lapse) and judges the
-    /// next under the new quota; [`peek`](super::RedisLimiter::peek) reads
+    /// none is), whichever replica resets, leasing or not;
+    /// [`set_quota`](super::RedisLimiter::set_quota), or a client moved to
+    /// another tier, gives up this process's lease granted under the old
+    /// quota (its units lapse) and judges the next checks under the new
+    /// one; [`peek`](super::RedisLimiter::peek) reads
     /// Redis's state, not this process's lease; when Redis fails, the
     /// units already leased are still spent and the fail policy answers
     /// the checks they cannot.
@@ -630,6 +632,7 @@ fn scripts(spec: &Spec, clock: &Clock) -> Scripts {
             read: Script::new(log_book_script(at)),
             cas: Script::new(log_cancel_script(at)),
             batch: None,
+            reset: None,
         },
         _ => Scripts {
             check: Script::new(word_script(spec, at, true)),
@@ -637,6 +640,16 @@ fn scripts(spec: &Spec, clock: &Clock) -> Scripts {
             read: Script::new(read_script(at)),
             cas: Script::new(cas_script(at)),
             batch: Some(Script::new(batch_script(spec, at))),
+            // Any bucket's, leasing or not: another replica of the same
+            // settings may lease the client's units.
+            reset: matches!(
+                spec,
+                Spec::One(Half {
+                    ns: WordSpec::Bucket(_),
+                    ..
+                })
+            )
+            .then(|| Script::new(lease_reset_script(at))),
         },
     }
 }
@@ -647,7 +660,6 @@ fn lease_scripts(spec: &Spec, clock: &Clock) -> LeaseScripts {
     LeaseScripts {
         grant: Script::new(lease_script(spec, at)),
         give_back: Script::new(lease_return_script(spec, at)),
-        reset: Script::new(lease_reset_script(at)),
     }
 }
 

@@ -5,9 +5,12 @@
 use core::future::Future;
 use std::sync::Arc;
 
+use super::call::Script;
 use super::guard::bump;
-use super::{Mode, RedisAlgorithm, RedisCheck, RedisKey, RedisLimiter};
+use super::lease::leases_key;
+use super::{Inner, Mode, RedisAlgorithm, RedisCheck, RedisKey, RedisLimiter};
 use crate::check::{CheckError, CheckErrorKind};
+use crate::sync::Ordering;
 
 impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// Whether [`check`](Self::check) would admit now (and if not, when it
@@ -90,6 +93,12 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// forgotten with the rest) or wholly after, on the fresh state: Redis
     /// runs each script and each `DEL` alone.
     ///
+    /// A token bucket's reset keeps the units other processes hold on
+    /// lease ([`RedisBuilder::lease`](super::RedisBuilder::lease)), whether
+    /// or not this limiter leases: the bucket restarts full from the end
+    /// of the latest lease outstanding (at once if none is), so that no
+    /// unit a lease holds is granted twice.
+    ///
     /// # Errors
     ///
     /// A [`CheckError`] ([`Timeout`](CheckErrorKind::Timeout),
@@ -124,10 +133,11 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         let client = super::key::client_bytes(key);
         let key = inner.layout.key(&client);
         async move {
-            let reply = match &inner.leases {
+            let reply = match &inner.scripts.reset {
                 None => tokio::time::timeout(inner.timeout, inner.calls.delete(&key)).await,
-                Some(_) => {
-                    tokio::time::timeout(inner.timeout, inner.lease_reset(&key, &client)).await
+                Some(script) => {
+                    tokio::time::timeout(inner.timeout, inner.bucket_reset(script, &key, &client))
+                        .await
                 }
             };
             if let Some(local) = &inner.fallback {
@@ -195,5 +205,31 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         key: &K,
     ) -> impl Future<Output = Result<bool, CheckError>> + Send + 'static {
         self.reset(key)
+    }
+}
+
+impl<A: RedisAlgorithm> Inner<A> {
+    /// A lone token bucket's reset of `client` in Redis, by `script` (see
+    /// `lua::lease_reset_script`): whether its key held a state. Every
+    /// bucket limiter resets this way, leasing or not, so that the slots
+    /// another replica leased stay its own whoever resets.
+    async fn bucket_reset(
+        &self,
+        script: &Script,
+        key: &[u8],
+        client: &[u8],
+    ) -> ::redis::RedisResult<bool> {
+        let judged = self.tiers.judge(client);
+        let head = judged.head();
+        // Relaxed: a number unique to this call, nothing more.
+        let serial = self.serial.fetch_add(1, Ordering::Relaxed);
+        let set = leases_key(key);
+        let (existed, _now): (u64, u64) = self
+            .calls
+            .eval_keys(script, &[key, &set], |cmd| {
+                cmd.arg(&*head).arg(serial);
+            })
+            .await?;
+        Ok(existed > 0)
     }
 }

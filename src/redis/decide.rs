@@ -193,35 +193,54 @@ impl<A: RedisAlgorithm> Inner<A> {
         request: &Request,
         probe_due: bool,
     ) -> Result<Decision, CheckError> {
-        match self.single_call(request, probe_due).await {
-            Ok(decision) => Ok(decision),
+        let deadline = self.deadline();
+        self.single_until(request, probe_due, deadline).await
+    }
+
+    /// [`single`](Self::single), answered by `deadline`: for a check that
+    /// spent part of its timeout before its call.
+    pub(super) async fn single_until(
+        &self,
+        request: &Request,
+        probe_due: bool,
+        deadline: tokio::time::Instant,
+    ) -> Result<Decision, CheckError> {
+        match self
+            .uncounted_call_until(request, probe_due, deadline)
+            .await
+        {
+            Ok(decision) => {
+                if request.mode == Mode::Check {
+                    self.count_redis(request, &decision);
+                }
+                Ok(decision)
+            }
             Err(err) => self.fallback(request, err),
         }
     }
 
-    /// [`single`](Self::single)'s call: Redis's decision, or the failure
-    /// not yet answered by the fail policy.
-    pub(super) async fn single_call(
-        &self,
-        request: &Request,
-        probe_due: bool,
-    ) -> Result<Decision, CheckError> {
-        let decision = self.uncounted_call(request, probe_due).await?;
-        if request.mode == Mode::Check {
-            self.count_redis(request, &decision);
-        }
-        Ok(decision)
-    }
-
-    /// [`single_call`](Self::single_call) but for counting the decision,
-    /// for a caller that counts it once it is delivered.
+    /// Redis's decision on one request, or the failure not yet answered by
+    /// the fail policy, uncounted: for a caller that counts the decision
+    /// once it is delivered.
     pub(super) async fn uncounted_call(
         &self,
         request: &Request,
         probe_due: bool,
     ) -> Result<Decision, CheckError> {
+        let deadline = self.deadline();
+        self.uncounted_call_until(request, probe_due, deadline)
+            .await
+    }
+
+    /// [`uncounted_call`](Self::uncounted_call), answered by `deadline`.
+    async fn uncounted_call_until(
+        &self,
+        request: &Request,
+        probe_due: bool,
+        deadline: tokio::time::Instant,
+    ) -> Result<Decision, CheckError> {
         let (answer, sent) = self
-            .guarded(probe_due, &request.key, self.round_trip(request))
+            .guarded_until(deadline, probe_due, &request.key, self.round_trip(request))
             .await?;
         let now = match answer.seen {
             Seen::Word { now, .. } | Seen::Log { now, .. } => now,
@@ -248,12 +267,33 @@ impl<A> Inner<A> {
         }
     }
 
+    /// The instant a call made now must be answered by: the timeout from
+    /// now.
+    pub(super) fn deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + self.timeout
+    }
+
     /// Runs a request's round trips (`work`, on the client's `key`) under
     /// the breaker and the timeout: the result and the instant (local ns)
     /// they began, or the error, counted, with the breaker told whether
     /// Redis answered.
     pub(super) async fn guarded<T>(
         &self,
+        probe_due: bool,
+        key: &[u8],
+        work: impl Future<Output = Result<T, Failure>>,
+    ) -> Result<(T, u64), CheckError> {
+        let deadline = self.deadline();
+        self.guarded_until(deadline, probe_due, key, work).await
+    }
+
+    /// [`guarded`](Self::guarded), the round trips cut off at `deadline`
+    /// rather than a timeout from now: for a check that spent part of its
+    /// timeout before its call (waiting for another's), so that no check
+    /// answers later than its timeout.
+    pub(super) async fn guarded_until<T>(
+        &self,
+        deadline: tokio::time::Instant,
         probe_due: bool,
         key: &[u8],
         work: impl Future<Output = Result<T, Failure>>,
@@ -274,7 +314,7 @@ impl<A> Inner<A> {
         }
         let mut abandon = ProbeGuard(probe.then_some(&self.breaker));
         let sent = self.calls.clock.local_ns();
-        let reply = tokio::time::timeout(self.timeout, work).await;
+        let reply = tokio::time::timeout_at(deadline, work).await;
         abandon.0 = None;
         Err(match reply {
             Ok(Ok(value)) => {

@@ -42,7 +42,14 @@
 //! [`remove`](super::RedisLimiter::remove) keep the slots leased to
 //! processes theirs: the bucket restarts full from the end of the latest
 //! lease outstanding (at most one refill of the bucket ahead), never
-//! granting a slot a lease holds a second time.
+//! granting a slot a lease holds a second time. Every bucket limiter's
+//! reset reads the set, whether or not its own builder leases.
+//!
+//! A lease's units are spent only under the quota they were granted
+//! under (interval, capacity, and the generation of the limiter's quota
+//! for the client's tier): a check judged under another (a tier move,
+//! [`set_quota`](super::RedisLimiter::set_quota)) drops the lease, whose
+//! units lapse. A check that must wait for a call has one timeout in all.
 
 use core::fmt;
 use core::hash::BuildHasher;
@@ -199,7 +206,6 @@ pub(super) struct Valid {
 pub(super) struct LeaseScripts {
     pub(super) grant: Script,
     pub(super) give_back: Script,
-    pub(super) reset: Script,
 }
 
 /// One client's lease in this process. The cell and the count of units
@@ -233,12 +239,17 @@ struct Entry {
     /// The range (µs) this lease is registered with in Redis's set of
     /// leases (`0, 0`: none). Written by the one call asking at a time.
     registered: (AtomicU64, AtomicU64),
+    /// The quota the lease's units were granted under: the bucket's
+    /// capacity (its interval is the cell's) and the generation of the
+    /// limiter's quota for the client's tier.
+    quota: (u64, u64),
 }
 
 impl Entry {
-    fn new(interval: u64) -> Self {
+    fn new(half: &Half, generation: u64) -> Self {
         Self {
-            cell: LeaseCell::new(interval),
+            quota: (half.b, generation),
+            cell: LeaseCell::new(half.a),
             used: AtomicU64::new(0),
             used_then: AtomicU64::new(0),
             asking: AtomicBool::new(false),
@@ -251,6 +262,15 @@ impl Entry {
             quiet: AtomicBool::new(false),
             registered: (AtomicU64::new(0), AtomicU64::new(0)),
         }
+    }
+
+    /// Whether the lease's units were granted under the quota `half` of
+    /// generation `generation`: the whole quota, not just its interval,
+    /// since a tier move or a quota change may keep the interval and
+    /// change the capacity, and a unit granted under one quota is never
+    /// spent under another.
+    fn fits(&self, half: &Half, generation: u64) -> bool {
+        self.cell.interval() == half.a && self.quota == (half.b, generation)
     }
 }
 
@@ -330,22 +350,26 @@ impl Leases {
     fn entry(
         &self,
         client: &[u8],
-        interval: u64,
+        (half, generation): (&Half, u64),
         (now, redis_now): (u64, u64),
     ) -> Option<Arc<Entry>> {
         if let Some(entry) = self.map.pin().get(client).map(Arc::clone) {
-            if entry.cell.interval() == interval {
+            if entry.fits(half, generation) {
                 return Some(entry);
             }
-            // Made under another quota: its units go (they lapse), and the
-            // client starts a lease under this one.
+            // Made under another quota (a tier move, a quota change): its
+            // units go (they lapse), and the client starts a lease under
+            // this one.
             let _ = entry.cell.take_out(0);
-            self.map.pin().remove(client);
+            let _ = self
+                .map
+                .pin()
+                .remove_if(client, |_, e| Arc::ptr_eq(e, &entry));
         }
         if self.map.len() >= self.settings.max_clients && !self.sweep(now, redis_now) {
             return None;
         }
-        let entry = Arc::new(Entry::new(interval));
+        let entry = Arc::new(Entry::new(half, generation));
         entry.asked_at.store(now, Ordering::Relaxed);
         match self
             .map
@@ -545,8 +569,9 @@ impl<A: RedisAlgorithm> Inner<A> {
         // Looked up without cloning the entry: a check answered here
         // writes only the lease's word (and a counter).
         let map = leases.map.pin();
+        let generation = judged.quota.generation;
         let found = map.get(client).map(|entry| {
-            if entry.cell.interval() != half.a {
+            if !entry.fits(&half, generation) {
                 return (None, None);
             }
             let spent = self.spend(entry, now, cost);
@@ -639,12 +664,16 @@ impl<A: RedisAlgorithm> Inner<A> {
         let Spec::One(half) = request.spec() else {
             return self.single(&request, probe_due).await;
         };
-        let Some(entry) =
-            leases.entry(&request.client, half.a, (self.local_us(), self.lease_now()))
+        let quota = (&half, request.judged.quota.generation);
+        let Some(entry) = leases.entry(&request.client, quota, (self.local_us(), self.lease_now()))
         else {
             return self.single(&request, probe_due).await;
         };
         let cost = request.cost;
+        // One timeout for the whole check, from its first poll: waiting
+        // for another task's call and then calling itself never takes it
+        // past that.
+        let deadline = self.deadline();
         // The reading at which this check's own call was granted: the
         // check spends at it, as a check of its own call is decided at
         // Redis's reading (so the first unit of a grant to an idle bucket,
@@ -670,6 +699,9 @@ impl<A: RedisAlgorithm> Inner<A> {
                         .expect("spent or held"));
                 }
             };
+            if tokio::time::Instant::now() >= deadline {
+                return self.timed_out(&request);
+            }
             // Acquire/Release: pairs with the Release store that ends a
             // call, so a check that takes the flag sees the grant that
             // call installed.
@@ -678,12 +710,15 @@ impl<A: RedisAlgorithm> Inner<A> {
                 .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
             {
-                match self.ask(&entry, &request, epoch, true, probe_due).await {
+                match self
+                    .ask(&entry, &request, epoch, (true, probe_due), deadline)
+                    .await
+                {
                     Ok(Some(at)) => {
                         granted_at = at;
                         continue;
                     }
-                    Ok(None) => return self.single(&request, false).await,
+                    Ok(None) => return self.single_until(&request, false, deadline).await,
                     Err(err) => return self.fallback(&request, err),
                 }
             }
@@ -693,10 +728,28 @@ impl<A: RedisAlgorithm> Inner<A> {
             // Acquire: pairs with the Release store ending the call, as
             // above.
             if entry.asking.load(Ordering::Acquire) {
-                let _ = tokio::time::timeout(self.timeout, answered).await;
+                // Past the deadline the loop looks at the lease once more
+                // (the call may have ended just then), then times out.
+                let _ = tokio::time::timeout_at(deadline, answered).await;
             }
         }
-        self.single(&request, probe_due).await
+        if tokio::time::Instant::now() >= deadline {
+            return self.timed_out(&request);
+        }
+        self.single_until(&request, probe_due, deadline).await
+    }
+
+    /// A check that reached its timeout waiting for another task's call:
+    /// counted as a timeout and answered by the fail policy.
+    fn timed_out(&self, request: &Request) -> Result<Decision, CheckError> {
+        bump(&self.calls.counters.timeouts);
+        self.fallback(
+            request,
+            CheckError::with_kind(
+                crate::check::CheckErrorKind::Timeout,
+                format!("Redis did not answer within {:?}", self.timeout),
+            ),
+        )
     }
 
     /// Starts a call for more before the lease runs out, unless one is on
@@ -725,7 +778,10 @@ impl<A: RedisAlgorithm> Inner<A> {
             cache_key: None,
         };
         runtime.spawn(async move {
-            let _ = inner.ask(&entry, &request, epoch, false, false).await;
+            let deadline = inner.deadline();
+            let _ = inner
+                .ask(&entry, &request, epoch, (false, false), deadline)
+                .await;
         });
     }
 
@@ -733,14 +789,15 @@ impl<A: RedisAlgorithm> Inner<A> {
     /// back when the call ends or its future is dropped: `Ok(Some(_))` if
     /// the lease may now answer (with Redis's reading of a grant),
     /// `Ok(None)` if the state must be converted by a check of its own, or
-    /// the failure.
+    /// the failure (a timeout at `deadline`). `ran_out`: the lease ran out
+    /// (else the call asks ahead); `probe_due`: the gate found a probe due.
     async fn ask(
         self: &Arc<Self>,
         entry: &Arc<Entry>,
         request: &Request,
         epoch: u64,
-        ran_out: bool,
-        probe_due: bool,
+        (ran_out, probe_due): (bool, bool),
+        deadline: tokio::time::Instant,
     ) -> Result<Option<Option<u64>>, CheckError> {
         let _asking = Asking(entry);
         let leases = self.leases.as_ref().expect("a leasing limiter");
@@ -756,7 +813,12 @@ impl<A: RedisAlgorithm> Inner<A> {
             ran_out,
         );
         let (answer, sent) = self
-            .guarded(probe_due, &request.key, self.grant(entry, request, want))
+            .guarded_until(
+                deadline,
+                probe_due,
+                &request.key,
+                self.grant(entry, request, want),
+            )
             .await?;
         let now = self.lease_now();
         // The call's round trip, µs (`sent` is local ns).
@@ -1006,30 +1068,6 @@ impl<A: RedisAlgorithm> Inner<A> {
     }
 }
 
-impl<A: RedisAlgorithm> Inner<A> {
-    /// A leasing limiter's reset of `client` in Redis: whether its key
-    /// held a state.
-    pub(super) async fn lease_reset(
-        &self,
-        key: &[u8],
-        client: &[u8],
-    ) -> ::redis::RedisResult<bool> {
-        let leases = self.leases.as_ref().expect("a leasing limiter");
-        let judged = self.tiers.judge(client);
-        let head = judged.head();
-        // Relaxed: a number unique to this call, nothing more.
-        let serial = self.serial.fetch_add(1, Ordering::Relaxed);
-        let set = leases_key(key);
-        let (existed, _now): (u64, u64) = self
-            .calls
-            .eval_keys(&leases.scripts.reset, &[key, &set], |cmd| {
-                cmd.arg(&*head).arg(serial);
-            })
-            .await?;
-        Ok(existed > 0)
-    }
-}
-
 /// Whether a lease with `left` units asks for more ahead of need, at the
 /// threshold `ahead` its last grant set (0: never).
 fn due_ahead(left: u64, ahead: u64) -> bool {
@@ -1070,6 +1108,63 @@ mod tests {
         let size = core::mem::size_of::<Entry>();
         assert!(size <= 256, "{size} bytes");
         assert_eq!(core::mem::align_of::<Entry>(), 64);
+    }
+
+    /// A check that finds its lease empty while another task's call for
+    /// more is on its way (its flag held, as by a call Redis holds past
+    /// the timeout) waits for that call at most until its own timeout,
+    /// and then answers by the fail policy: one timeout in all, never a
+    /// wait and then a call of its own (or several waits).
+    #[test]
+    fn a_check_waiting_for_another_s_call_answers_within_one_timeout() {
+        use super::super::testing::{runtime, Server};
+        let Some(server) = Server::start() else {
+            return;
+        };
+        let rt = runtime();
+        let timeout = Duration::from_millis(100);
+        let limiter = crate::TokenBucket::builder()
+            .rate(1_000, Duration::from_secs(1))
+            .redis(rt.block_on(server.manager()), "late")
+            .fail_policy(super::super::FailPolicy::FailOpen)
+            .timeout(timeout)
+            .lease(Lease::new(Duration::from_secs(1)).max_units(4))
+            .build()
+            .unwrap();
+        for _ in 0..20 {
+            assert!(rt.block_on(limiter.check("c")).unwrap().is_allowed());
+        }
+        let leases = limiter.inner.leases.as_ref().unwrap();
+        let entry = leases
+            .map
+            .pin()
+            .get(&b"c"[..])
+            .map(Arc::clone)
+            .expect("a hot client's lease");
+        // Another task's call on its way: the flag, once any call of the
+        // checks above has ended. Acquire: as in `leased`.
+        while entry
+            .asking
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            rt.block_on(tokio::time::sleep(Duration::from_millis(10)));
+        }
+        // The lease empty, so the check must wait for that call; Redis
+        // paused, so a call of its own would wait the timeout again.
+        let _ = entry.cell.take_out(0);
+        server.pause(1_000);
+        let started = std::time::Instant::now();
+        let decision = rt.block_on(limiter.check("c")).unwrap();
+        let took = started.elapsed();
+        assert!(decision.is_allowed(), "FailOpen admits");
+        assert!(
+            took < timeout + Duration::from_millis(60),
+            "answered after {took:?}, against a timeout of {timeout:?}"
+        );
+        assert_eq!(limiter.stats().timeouts, 1, "{:?}", limiter.stats());
+        // Release: as the call's end would.
+        entry.asking.store(false, Ordering::Release);
     }
 
     #[test]

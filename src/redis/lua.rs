@@ -683,8 +683,10 @@ return {e - back, now}
     lua
 }
 
-/// A leasing limiter's reset (and removal): the client's state forgotten
-/// but for the slots of each process's current lease, which stay its own.
+/// A token bucket's reset (and removal), by every bucket limiter, leasing
+/// or not (a replica of the same key may lease): the client's state
+/// forgotten but for the slots of each process's current lease, which
+/// stay its own.
 /// A lease's slots lie anywhere up to a full refill ahead, and the bucket
 /// has one theoretical arrival time, no holes: so the bucket restarts full
 /// from the end of the latest lease still in the leases' set (its TAT is

@@ -329,6 +329,10 @@ struct Scripts {
     cas: call::Script,
     /// A word algorithm's coalesced checks.
     batch: Option<call::Script>,
+    /// A lone token bucket's reset and removal, which keeps the slots of
+    /// the leases outstanding (see `lua::lease_reset_script`), whether or
+    /// not this limiter leases: another replica sharing the key may.
+    reset: Option<call::Script>,
 }
 
 impl Scripts {
