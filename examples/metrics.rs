@@ -49,9 +49,9 @@ pub fn app(prometheus: PrometheusHandle, limit: u64) -> Result<Router, ConfigErr
         .route(
             "/metrics",
             get(move || async move {
-                // Counts reach the recorder by themselves at most once a
-                // second; publish before rendering for figures exact to
-                // the last request.
+                // Counts reach the recorder by themselves about once a
+                // second; publishing before rendering makes the figures
+                // exact to the last request.
                 scrape.publish_metrics();
                 prometheus.render()
             }),

@@ -152,3 +152,75 @@ async fn a_scrape_after_a_known_traffic_shape_counts_it_exactly() {
         Some(3.0)
     );
 }
+
+/// A scrape with no call into tollgate, as the exporter's own listener,
+/// a handler that only renders or a push gateway makes: 10 requests at a
+/// limit of 7, then, 1.5 s later, a scrape that only renders shows all of
+/// them, the last second's included, for the limiter and for the layer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scrape_that_only_renders_shows_every_decision_a_second_later() {
+    use std::net::IpAddr;
+
+    use axum::routing::get as route;
+    use tollgate::tower::{PeerIp, RateLimitLayer};
+    use tollgate::FixedWindow;
+
+    let prometheus = prom::recorder().clone();
+    let limiter = FixedWindow::builder()
+        .limit(7)
+        .window(Duration::from_secs(60))
+        .name("renders-only")
+        .key_type::<IpAddr>()
+        .build()
+        .unwrap();
+    let app = axum::Router::new()
+        .route("/", route(|| async { "hello" }))
+        .route_layer(RateLimitLayer::new(limiter, PeerIp::new()))
+        // Renders what the recorder holds, and nothing else: no
+        // `publish_metrics`.
+        .route(
+            "/metrics",
+            route(move || async move { prometheus.render() }),
+        );
+    let server = serve::serve(app).await;
+
+    let mut statuses = Vec::new();
+    for _ in 0..10 {
+        statuses.push(get(server, "/", None).await.0.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 200, 200, 429, 429, 429]);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+
+    let (status, _, text) = get(server, "/metrics", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let value = |name, labels: &[(&str, &str)]| prom::value(&text, name, labels);
+    let limiter = ("limiter", "renders-only");
+    for (outcome, n) in [("admitted", 7.0), ("denied", 3.0)] {
+        let labels = [limiter, ("outcome", outcome)];
+        assert_eq!(
+            value("tollgate_decisions_total", &labels),
+            Some(n),
+            "{outcome}\n{text}"
+        );
+        assert_eq!(value("tollgate_units_total", &labels), Some(n), "{outcome}");
+    }
+    assert_eq!(value("tollgate_clients", &[limiter]), Some(1.0));
+    for (outcome, n) in [("admitted", 7.0), ("limited", 3.0)] {
+        assert_eq!(
+            value(
+                "tollgate_layer_requests_total",
+                &[limiter, ("transport", "http"), ("outcome", outcome)],
+            ),
+            Some(n),
+            "{outcome}\n{text}"
+        );
+    }
+    assert_eq!(
+        value(
+            "tollgate_layer_responses_total",
+            &[limiter, ("transport", "http"), ("status", "429")],
+        ),
+        Some(3.0),
+        "{text}"
+    );
+}

@@ -26,8 +26,8 @@
 //!     .name("login")
 //!     .build()?;
 //! assert!(login.allow_request("alice"));
-//! // Counted on this thread; published at most once a second by the
-//! // checks themselves, or now:
+//! // Counted on this thread; published within a second by tollgate's
+//! // publishing thread with no call, or now:
 //! # #[cfg(feature = "metrics")]
 //! login.publish_metrics();
 //! # Ok::<(), tollgate::ConfigError>(())
@@ -103,24 +103,52 @@
 //! loads and stores, and *publishes* them: it adds what was counted since
 //! the last publication to the recorder's counters, and sets the gauges.
 //!
-//! - **By itself**: the first check of each second of the limiter's clock
-//!   publishes (one comparison on every other check). That check runs the
-//!   recorder's code, the one exception to a check running no code but
-//!   the key's and the clock's. It never waits for another publisher: the
-//!   counts are summed under a lock of the limiter's that a check only
-//!   tries (if it is taken, the check leaves the publishing to its
-//!   holder), and the recorder is called with no lock of tollgate's held,
-//!   so a publisher held up in the recorder holds up no check. A recorder
-//!   that takes a lock of its own, as most do for a series not seen
-//!   before, can still make that one check wait. A limiter in use thus reaches
-//!   the recorder with no call, a second late at most while checks go on.
+//! A scrape made a second or more after a decision shows it, with no call
+//! in your code, however the exporter is served: its own HTTP listener, a
+//! handler that only renders, or a push gateway.
+//!
+//! - **By a thread of tollgate's.** The first limiter that counts starts
+//!   one thread, named `tollgate-metrics` (`tollgate-metric` in `ps` and
+//!   `top`, which show 15 characters), which publishes the counts of every
+//!   limiter and layer alive about once a second of real time, whether
+//!   checks go on or have stopped, and whatever the limiters' clocks read
+//!   (a clock stepped back, a [`ManualClock`](crate::ManualClock) that
+//!   never moves). It holds no limiter alive: once the last limiter and
+//!   layer with metrics are dropped, it ends within a second, and the next
+//!   one to count starts another. A keyed or Redis limiter joins it at
+//!   its first check, the layer at its first request, a [direct
+//!   limiter](crate::DirectLimiter) as it is built. It sleeps between rounds, takes no lock a check takes, and
+//!   never waits for another publisher (it leaves a limiter being
+//!   published to that publisher for the round); the recorder's code runs
+//!   on it. It publishes to the global recorder (the one
+//!   `metrics::set_global_recorder`, or an exporter's `install`, sets), not
+//!   to a thread-local one (`metrics::with_local_recorder`).
+//! - **By a check, for the gauges.** The thread publishes what checks
+//!   counted; the gauges (`tollgate_clients` and the others) are read
+//!   from the limiter, and published by the limiter's first check, then
+//!   by the first check after each of the thread's rounds: so they are a
+//!   second late at most while checks go on, and as of the last such
+//!   check once checks stop. A [Redis limiter](crate::redis::RedisLimiter)
+//!   publishes its round trips, failures and breaker the same way. That
+//!   check runs the recorder's code, the one exception to a check running
+//!   no code but the key's and the clock's; it never waits for another
+//!   publisher (the counts are summed under a lock of the limiter's that a
+//!   check only tries, and the recorder is called with no lock of
+//!   tollgate's held), but a recorder that takes a lock of its own, as
+//!   most do for a series not seen before, can still make that one check
+//!   wait. Every other check compares the clock reading it has with one
+//!   word.
 //! - **On demand**: [`Limiter::publish_metrics`](crate::Limiter::publish_metrics),
 //!   [`DirectLimiter::publish_metrics`](crate::DirectLimiter::publish_metrics),
 //!   [`RedisLimiter::publish_metrics`](crate::redis::RedisLimiter::publish_metrics),
 //!   and the layer's `RateLimitLayer::publish_metrics` (which publishes
-//!   its limiter's too). Call it in the handler of a scrape, before
-//!   rendering, for figures exact to the last check, or once checks have
-//!   stopped.
+//!   its limiter's too). Not needed for a scrape; call it for figures
+//!   exact to the last check (in a test, or a scrape that must not lag by
+//!   a second), or for the gauges exact now.
+//!
+//! Where no thread can be started (a target without threads), checks
+//! publish by themselves instead, at most once a second of the limiter's
+//! clock, and a direct limiter only on demand.
 //!
 //! Install the recorder before the limiter's first check: what is
 //! published before any recorder is installed goes nowhere (as for any
@@ -137,13 +165,15 @@
 //!
 //! Without the feature, nothing: a check runs the same instructions,
 //! counted by callgrind before and after. With it, a keyed check on a hot
-//! key runs 15 instructions more (206 → 221, 7%; 256 → 270 with `String`
-//! keys); a [`DirectLimiter`](crate::DirectLimiter) check, 33 more (55 →
-//! 88), its whole check being a clock read and one exchange, and the
-//! counting making it too large to be inlined into the measured loop. A
-//! keyed or direct limiter holds about 8 KiB of stripes, a Redis limiter
-//! about 16 KiB, and the layer about 27 KiB (its stripes, and a counter
-//! per status). `docs/PERFORMANCE.md`, "Observability", has the
+//! key runs 14 instructions more (206 → 220, 7%; 255 → 269 with `String`
+//! keys); a [`DirectLimiter`](crate::DirectLimiter) check, 23 more (55 →
+//! 78), its whole check being a clock read and one exchange: its counting
+//! is a call of its own, so that the check still inlines into its caller,
+//! and compares no publication instant. The publishing thread costs a
+//! check nothing; it wakes once a second and sums each limiter's stripes
+//! then. A keyed or direct limiter holds about 8 KiB of stripes, a Redis
+//! limiter about 16 KiB, and the layer about 27 KiB (its stripes, and a
+//! counter per status). `docs/PERFORMANCE.md`, "Observability", has the
 //! measurement and its commands.
 //!
 //! # Events

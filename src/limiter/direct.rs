@@ -134,45 +134,59 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
             clock,
             name: Cow::Borrowed("default"),
             #[cfg(feature = "metrics")]
-            decisions: Decisions::new(),
+            decisions: Decisions::without_gauges(),
         }
     }
 
-    /// Sets the limiter's name.
+    /// Sets the limiter's name; with the `metrics` feature, joins the
+    /// limiter's counts to the publishing thread under it, which publishes
+    /// them from then on (a direct limiter has no gauges, so no check
+    /// publishes).
     pub(crate) fn named(mut self, name: Cow<'static, str>) -> Self {
+        #[cfg(feature = "metrics")]
+        self.decisions.join(&name);
         self.name = name;
         self
     }
 
-    /// Counts a decision on `cost` units made at `now` (the `metrics`
-    /// feature), and publishes if a publication is due.
-    #[inline]
-    fn count(&self, admitted: bool, cost: u64, now: u64) {
-        #[cfg(feature = "metrics")]
-        {
-            self.decisions.record(admitted, cost);
-            if self.decisions.due(now) {
-                self.publish_due(now);
-            }
-        }
-        #[cfg(not(feature = "metrics"))]
-        let _ = (admitted, cost, now);
+    /// Counts a one-unit decision (the `metrics` feature) and answers it:
+    /// out of line (see `Decisions::record_one`), so that the check that
+    /// counts it, [`allow`](DirectLimiter::allow), still inlines into its
+    /// caller.
+    #[cfg(feature = "metrics")]
+    #[inline(always)]
+    fn counted(&self, admitted: bool) -> bool {
+        self.decisions.record_one(admitted);
+        admitted
     }
 
-    #[cfg(feature = "metrics")]
-    #[cold]
-    #[inline(never)]
-    fn publish_due(&self, now: u64) {
-        if self.decisions.claim(now) {
-            let _ = self.decisions.publish(&self.name, false);
-        }
+    #[cfg(not(feature = "metrics"))]
+    #[inline(always)]
+    fn counted(&self, admitted: bool) -> bool {
+        admitted
+    }
+
+    /// Counts a decision on `cost` units (the `metrics` feature): a
+    /// thread-local read and a plain load and store of this thread's
+    /// stripe, inlined; the rare paths (a thread's first count, a thread
+    /// beyond the stripes) are out of line. Nothing else: publishing is
+    /// the publishing thread's.
+    #[inline]
+    fn count(&self, admitted: bool, cost: u64) {
+        #[cfg(feature = "metrics")]
+        self.decisions.record(admitted, cost);
+        #[cfg(not(feature = "metrics"))]
+        let _ = (admitted, cost);
     }
 
     /// Publishes the limiter's counts through the `metrics` crate's facade,
     /// as [`Limiter::publish_metrics`](crate::Limiter::publish_metrics)
-    /// does: what its checks counted since the last publication. Checks
-    /// publish by themselves at most once a second of the limiter's clock.
-    /// Needs the `metrics` feature.
+    /// does: what its checks counted since the last publication. There is
+    /// no need to call it for a scrape: from its first check on, the
+    /// counts are published about once a second of real time by a thread
+    /// of tollgate's (see the [observability
+    /// guide](crate::guide::observability)); call it for figures exact to
+    /// the last check. Needs the `metrics` feature.
     ///
     /// # Examples
     ///
@@ -240,8 +254,7 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
         // Never `None`: the cell is never retired (nothing evicts, resets
         // or moves it), so it is alive for the limiter's whole life.
         let admitted = self.algorithm.try_admit(&self.cell, now, 1) == Some(true);
-        self.count(admitted, 1, now);
-        admitted
+        self.counted(admitted)
     }
 
     /// Checks one request and says how much quota is left and, if denied,
@@ -305,7 +318,7 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
             .algorithm
             .decide(&self.cell, now, cost)
             .expect("a direct limiter's cell is never retired");
-        self.count(decision.allowed, cost, now);
+        self.count(decision.allowed, cost);
         decision
     }
 
@@ -496,8 +509,8 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
         let booked = book_on(&self.algorithm, &self.cell, now, cost, max_wait)
             .expect("a direct limiter's cell is never retired");
         match &booked {
-            Ok(_) => self.count(true, cost, now),
-            Err(ReserveError::TooLong { .. }) => self.count(false, cost, now),
+            Ok(_) => self.count(true, cost),
+            Err(ReserveError::TooLong { .. }) => self.count(false, cost),
             // No decision: the algorithm cannot book this.
             Err(_) => {}
         }

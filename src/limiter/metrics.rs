@@ -1,7 +1,8 @@
 //! A keyed limiter's series, with the `metrics` feature: each check counted
-//! on its thread's stripe, and the counts and gauges published through the
-//! `metrics` facade at most once a second of the limiter's clock, or on
-//! [`Limiter::publish_metrics`].
+//! on its thread's stripe; the counts published through the `metrics`
+//! facade by the publishing thread about once a second of real time (see
+//! `crate::telemetry`), the counts and gauges by the first check after each
+//! of its rounds, and both on [`Limiter::publish_metrics`].
 
 use core::hash::Hash;
 
@@ -28,18 +29,22 @@ where
     /// and stores of this thread's own stripe, and one load and comparison.
     #[inline]
     pub(super) fn count<R: Outcome>(&self, outcome: &R, cost: u64, now: u64) {
-        if let Some(admitted) = outcome.admitted() {
-            self.decisions.record(admitted, cost);
-        }
-        if self.decisions.due(now) {
+        let due = match outcome.admitted() {
+            Some(admitted) => self.decisions.record_at(admitted, cost, now),
+            None => self.decisions.due(now),
+        };
+        if due {
             self.publish_due(now);
         }
     }
 
+    /// The first check publishes, and joins the counts to the publishing
+    /// thread; later, the first check after each of the thread's rounds,
+    /// for the gauges.
     #[cold]
     #[inline(never)]
     fn publish_due(&self, now: u64) {
-        if self.decisions.claim(now) {
+        if self.decisions.claim(now, &self.name) {
             self.publish(false);
         }
     }
@@ -49,15 +54,18 @@ where
     /// counted since the last publication, and the clients it holds now.
     /// Needs the `metrics` feature.
     ///
-    /// Checks publish by themselves, at most once a second of the
-    /// limiter's clock (the first check of each second does), so a
-    /// limiter in use reaches the recorder with no call; call this before
-    /// rendering a scrape for figures exact to the last check, or when
-    /// checks have stopped. Counts are kept per thread (for up to 64
-    /// threads counting at once; any beyond share one more set of
-    /// counters), so a check writes no line another thread counts on; see
-    /// the [observability guide](crate::guide::observability) for the
-    /// series.
+    /// There is no need to call it for a scrape: from its first check on,
+    /// the limiter's counts are published about once a second of real
+    /// time by a thread of tollgate's (`tollgate-metrics`, whatever the
+    /// limiter's clock reads, and whether or not checks go on), and its
+    /// gauges by the first check after each such publication. So a scrape
+    /// a second after a decision shows it. Call this for figures exact to
+    /// the last check (a test, a scrape that must not lag), or for gauges
+    /// exact now. Counts are kept per thread (for up to 64 threads
+    /// counting at once; any beyond share one more set of counters), so a
+    /// check writes no line another thread counts on; see the
+    /// [observability guide](crate::guide::observability) for the series
+    /// and the thread.
     ///
     /// # Examples
     ///

@@ -2,14 +2,15 @@
 //! answer counted by the path that gave it (Redis, the deny shortcut, the
 //! fail policy) and its outcome, on its thread's stripe; the limiter's
 //! [`RedisStats`](super::RedisStats) counters and its breaker's state
-//! beside them; all published through the `metrics` facade at most once a
-//! second of the limiter's local clock, or on
-//! [`RedisLimiter::publish_metrics`].
+//! beside them; all published through the `metrics` facade by the first
+//! check after each round of the publishing thread (see
+//! `crate::telemetry`), which publishes the checks' counts itself about
+//! once a second of real time, or on [`RedisLimiter::publish_metrics`].
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::{Inner, RedisAlgorithm, RedisLimiter, RedisStats};
-use crate::telemetry::{self, Sent, Tally};
+use crate::telemetry::{self, Counts, Name};
 
 /// Checks, by `limiter`, `answered_by` and `outcome`.
 const CHECKS: &str = "tollgate_redis_checks_total";
@@ -94,8 +95,9 @@ const EXTRA: usize = 21;
 
 /// A Redis limiter's answers and what it last published.
 pub(super) struct Answers {
-    tally: Tally<N>,
-    sent: Sent<N>,
+    /// Shared with the publishing thread, which publishes them (the
+    /// [`RedisStats`] and the breaker, in the limiter, it cannot reach).
+    counts: Arc<Counts<N>>,
     /// The [`RedisStats`] last published; taken by publishers only.
     stats: Mutex<RedisStats>,
 }
@@ -103,8 +105,7 @@ pub(super) struct Answers {
 impl Answers {
     pub(super) fn new() -> Self {
         Self {
-            tally: Tally::new(),
-            sent: Sent::new(),
+            counts: Counts::new(true, (), publish_checks),
             stats: Mutex::new(RedisStats::default()),
         }
     }
@@ -116,16 +117,53 @@ impl Answers {
             _ => cost.saturating_sub(1),
         };
         let i = path as usize * 3 + answer as usize;
-        self.tally.count(i, EXTRA + (answer as usize).min(1), extra);
+        self.counts
+            .tally
+            .count(i, EXTRA + (answer as usize).min(1), extra);
     }
 }
 
+/// Adds what `counts` counted since the last publication to the checks',
+/// decisions' and units' counters of `name`; waits for another publisher
+/// if `wait`, else leaves it to that one (and answers false).
+fn publish_checks(counts: &Counts<N>, name: &Name, wait: bool) -> bool {
+    let Some(deltas) = counts.deltas(wait) else {
+        return false;
+    };
+    for (path, answer) in PAIRS {
+        let i = path as usize * 3 + answer as usize;
+        telemetry::counter(
+            CHECKS,
+            name,
+            &[
+                ("answered_by", PATHS[path as usize]),
+                ("outcome", ANSWERS[answer as usize]),
+            ],
+        )
+        .increment(deltas[i]);
+    }
+    for (answer, outcome) in [(Outcome::Admitted, "admitted"), (Outcome::Denied, "denied")] {
+        let a = answer as usize;
+        let decisions = (0..PATHS.len())
+            .map(|path| deltas[path * 3 + a])
+            .fold(0, u64::wrapping_add);
+        telemetry::counter(telemetry::DECISIONS, name, &[("outcome", outcome)])
+            .increment(decisions);
+        telemetry::counter(telemetry::UNITS, name, &[("outcome", outcome)])
+            .increment(decisions.wrapping_add(deltas[EXTRA + a]));
+    }
+    true
+}
+
 impl<A> Inner<A> {
-    /// Counts a check's answer, and publishes if a publication is due.
+    /// Counts a check's answer, and publishes if a publication is due:
+    /// the first check (which joins the counts to the publishing thread),
+    /// then the first after each of the thread's rounds.
     pub(super) fn answered(&self, path: Path, answer: Outcome, cost: u64) {
         self.answers.count(path, answer, cost);
         let now = self.calls.clock.local_ns();
-        if self.answers.sent.due(now) && self.answers.sent.claim(now) {
+        let counts = &self.answers.counts;
+        if counts.sent.due(now) && Counts::claim(counts, now, &self.name) {
             self.publish(false);
         }
     }
@@ -133,32 +171,10 @@ impl<A> Inner<A> {
     /// Publishes what was counted since the last publication; waits for
     /// another publisher if `wait`, else leaves it to that one.
     pub(super) fn publish(&self, wait: bool) {
-        let Some(deltas) = self.answers.sent.deltas(&self.answers.tally, wait) else {
+        if !publish_checks(&self.answers.counts, &self.name, wait) {
             return;
-        };
+        }
         let name = &self.name;
-        for (path, answer) in PAIRS {
-            let i = path as usize * 3 + answer as usize;
-            telemetry::counter(
-                CHECKS,
-                name,
-                &[
-                    ("answered_by", PATHS[path as usize]),
-                    ("outcome", ANSWERS[answer as usize]),
-                ],
-            )
-            .increment(deltas[i]);
-        }
-        for (answer, outcome) in [(Outcome::Admitted, "admitted"), (Outcome::Denied, "denied")] {
-            let a = answer as usize;
-            let decisions = (0..PATHS.len())
-                .map(|path| deltas[path * 3 + a])
-                .fold(0, u64::wrapping_add);
-            telemetry::counter(telemetry::DECISIONS, name, &[("outcome", outcome)])
-                .increment(decisions);
-            telemetry::counter(telemetry::UNITS, name, &[("outcome", outcome)])
-                .increment(decisions.wrapping_add(deltas[EXTRA + a]));
-        }
         // The `RedisStats` counters, as deltas since the last publication;
         // the lock orders publishers, so each delta is handed out once.
         // Taken for the snapshot only, never while the recorder runs, so a
@@ -199,12 +215,14 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// transitions, and whether its breaker is open now. Needs the
     /// `metrics` feature.
     ///
-    /// Checks publish by themselves at most once a second, as an
-    /// in-process limiter's do
-    /// ([`Limiter::publish_metrics`](crate::Limiter::publish_metrics));
-    /// call this before rendering a scrape for figures exact to the last
-    /// check. See the [observability guide](crate::guide::observability)
-    /// for the series.
+    /// There is no need to call it for a scrape, as for an in-process
+    /// limiter ([`Limiter::publish_metrics`](crate::Limiter::publish_metrics)):
+    /// from its first check on, a thread of tollgate's publishes the
+    /// checks' counts about once a second of real time, and the first
+    /// check after each such publication publishes the rest (round trips,
+    /// failures, the breaker). Call this for figures exact to the last
+    /// check, or for the rest once checks have stopped. See the
+    /// [observability guide](crate::guide::observability) for the series.
     ///
     /// # Examples
     ///

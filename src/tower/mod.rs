@@ -551,9 +551,10 @@ where
     /// facade, to whichever recorder is installed. Needs the `metrics`
     /// feature.
     ///
-    /// The layer publishes by itself at most once a second while requests
-    /// pass, as its limiter does; call this before rendering a scrape for
-    /// figures exact to the last request. Clones of the layer, and every
+    /// The layer's counts are published by themselves about once a second
+    /// (by the `tollgate-metrics` thread), as its limiter's are, whether
+    /// requests go on or have stopped; call this before rendering a scrape
+    /// only for figures exact to the last request. Clones of the layer, and every
     /// service it made, share the counts. See the [observability
     /// guide](crate::guide::observability) for the series.
     ///
