@@ -216,6 +216,12 @@ impl WordAlgorithm for FixedWindow {
     /// ended (or a booking in a later one) starts the new quota afresh
     /// (bookings are kept only up to the new limit).
     fn convert(&self, word: u64, now: u64, to: &Self) -> u64 {
+        if self.is_idle(word, now) {
+            // Idle: the new quota's most restrictive word idle from the
+            // same instant, as a client forgotten then would come back
+            // (the window of `now` would count at an earlier reading).
+            return to.fresh_at(self.idle_at(word));
+        }
         let count = self.at(word, now).1;
         // At most the new limit, so it fits the word.
         let count = super::carried(count.into(), self.limit.into(), to.limit.into()) as u64;

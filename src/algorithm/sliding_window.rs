@@ -275,6 +275,12 @@ impl WordAlgorithm for SlidingWindowCounter {
     /// window `now` falls in, with nothing before it: what the client sent
     /// in the last window weighs on it until the new windows slide past it.
     fn convert(&self, word: u64, now: u64, to: &Self) -> u64 {
+        if self.is_idle(word, now) {
+            // Idle: the new quota's most restrictive word idle from the
+            // same instant, as a client forgotten then would come back
+            // (the window of `now` would count at an earlier reading).
+            return to.fresh_at(self.idle_at(word));
+        }
         let (c, pos) = self.at(word, now);
         // At most the new limit, so each fits the word.
         let carry =
