@@ -185,6 +185,9 @@ where
     }
 }
 
+/// A booking open on both limiters, with its client.
+type Booking<'a> = (u64, Box<dyn Booked + 'a>, Box<dyn Booked + 'a>);
+
 /// One family of limiters the oracle drives: how to build it with its two
 /// tiers on quotas from its list, and what it supports.
 trait Family {
@@ -401,7 +404,7 @@ fn run<F: Family>(q0: usize, q1: usize, memory: Memory, ops: &[Op]) -> Result<()
         .build()
         .unwrap();
     let mut quotas = [q0, q1];
-    let mut bookings: Vec<(u64, Box<dyn Booked + '_>, Box<dyn Booked + '_>)> = Vec::new();
+    let mut bookings: Vec<Booking<'_>> = Vec::new();
     let mut track = [Track::Alike; CLIENTS as usize];
     // Property 2: per client, the units admitted at the current reading and
     // the largest capacity it was held to at it.
