@@ -287,8 +287,11 @@ fn leased_checks_answer_within_their_timeout_under_a_paused_server() {
             }
             slowest
         });
+        // Under twice the timeout (a check that waited out another's call
+        // and then called itself took 204–224 ms), with room for a loaded
+        // machine's scheduling.
         assert!(
-            slowest < Duration::from_millis(180),
+            slowest < Duration::from_millis(200),
             "{flavour}: the slowest check took {slowest:?} against a timeout of 100 ms"
         );
         // Past the pause, before the next runtime's limiter.
