@@ -586,12 +586,7 @@ fn run<F: Family>(q0: usize, q1: usize, memory: Memory, ops: &[Op]) -> Result<()
             }
             Op::Clock(step) => {
                 let now = clock_now(&clock);
-                let to = match step {
-                    Step::Still => now,
-                    Step::Forward(by) | Step::FarAhead(by) => now.saturating_add(by),
-                    Step::Back(by) => now.saturating_sub(by),
-                };
-                clock.set(Duration::from_nanos(to));
+                let to = move_clock(&clock, step);
                 if to < high {
                     stepped_back = true;
                 }
@@ -611,6 +606,19 @@ fn run<F: Family>(q0: usize, q1: usize, memory: Memory, ops: &[Op]) -> Result<()
         }
     }
     Ok(())
+}
+
+/// Moves the shared clock by `step` (a step back saturates at 0); returns
+/// the new reading.
+fn move_clock(clock: &ManualClock, step: Step) -> u64 {
+    let now = clock_now(clock);
+    let to = match step {
+        Step::Still => now,
+        Step::Forward(by) | Step::FarAhead(by) => now.saturating_add(by),
+        Step::Back(by) => now.saturating_sub(by),
+    };
+    clock.set(Duration::from_nanos(to));
+    to
 }
 
 fn clock_now(clock: &ManualClock) -> u64 {
@@ -704,13 +712,7 @@ fn direct_alike<A: Algorithm>(
         .unwrap();
     let (mut high, mut stepped_back) = (clock_now(&clock), false);
     for (i, &(step, cost, peek)) in steps.iter().enumerate() {
-        let now = clock_now(&clock);
-        let to = match step {
-            Step::Still => now,
-            Step::Forward(by) | Step::FarAhead(by) => now.saturating_add(by),
-            Step::Back(by) => now.saturating_sub(by),
-        };
-        clock.set(Duration::from_nanos(to));
+        let to = move_clock(&clock, step);
         let (a, b) = if peek {
             (direct.peek_n(cost).ok(), keyed.peek_n(&0, cost).ok())
         } else {
