@@ -63,12 +63,12 @@
 //!
 //! | feature | what it brings | extra dependencies |
 //! |---|---|---|
-//! | *(none)* | the in-process limiters: [`TokenBucket`], [`SlidingWindowCounter`], [`SlidingWindowLog`], [`FixedWindow`], pairs, tiers, reservations, and [`DirectLimiter`] | `crossbeam-epoch`, `crossbeam-utils`, `quanta`, `foldhash`, `portable-atomic` |
+//! | *(none)* | the in-process limiters: [`TokenBucket`], [`SlidingWindowCounter`], [`SlidingWindowLog`], [`FixedWindow`], pairs, tiers, reservations, [`DirectLimiter`] | `crossbeam-epoch`, `crossbeam-utils`, `quanta`, `foldhash`, `portable-atomic` |
 //! | `tower` | [`tower::RateLimitLayer`] for axum, tonic and hyper: client-IP and API-key extraction, IETF `RateLimit` headers, `429` with `Retry-After` | `tower`, `http`, `pin-project-lite` |
 //! | `axum` | `tower`, and `PeerIp` and `TrustedProxyIp` reading axum's `ConnectInfo` by themselves | `axum` (its `tokio` feature only) |
 //! | `tokio` | `until_ready` on [`Limiter`] and [`DirectLimiter`]: book a request and sleep until it may proceed | `tokio` (`time` only) |
-//! | `redis` | [`redis::RedisLimiter`]: the same limiters with their state in Redis 7+, shared by every replica | `redis`, `tokio`, `papaya` |
-//! | `metrics` | counters and gauges on the `metrics` facade (decisions by limiter and outcome, clients held, the layer's requests, a Redis limiter's round trips and breaker), for whichever recorder the application installs; see the [observability guide](guide::observability) | `metrics` |
+//! | `redis` | `tollgate::redis`: the same limiters with their state in Redis 7+, shared by every replica | `redis`, `tokio`, `papaya` |
+//! | `metrics` | counters and gauges on the `metrics` facade (decisions by limiter and outcome, clients held, the layer's requests, a Redis limiter's round trips and breaker), for whichever recorder the application installs; `cargo run --features axum,metrics --example metrics` serves them to Prometheus | `metrics` |
 //! | `tracing` | `tracing` events for what an operator must see once: a client cap reached, a quota changed, a Redis breaker opening or closing | `tracing` |
 //!
 //! The README says which versions and features of `redis`, `tonic` and

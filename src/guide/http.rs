@@ -7,7 +7,7 @@
 //! examples; this page says what the layer does.
 //!
 //! ```toml
-//! tollgate = { version = "0.2", features = ["tower"] }
+//! tollgate = { version = "0.3", features = ["tower"] }
 //! ```
 //!
 //! - **One limiter for every clone.** The layer holds the limiter in an

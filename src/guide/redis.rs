@@ -7,7 +7,7 @@
 //! runnable example.
 //!
 //! ```toml
-//! tollgate = { version = "0.2", features = ["redis"] }
+//! tollgate = { version = "0.3", features = ["redis"] }
 //! ```
 //!
 //! - **Setup.** Redis 7 or later (the scripts read `TIME`, which needs
