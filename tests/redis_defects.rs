@@ -773,17 +773,16 @@ fn a_call_that_ends_outside_a_runtime_answers_the_checks_waiting_on_it() {
     }
 }
 
-/// Checks waiting for a call that fails once the breaker is due to probe
-/// (another client's call opened it, and its backoff is over) send one
-/// probe between them, not one each: the first probes, and the others
-/// find the breaker as the probe left it (open again: answered by the
-/// fail policy, with no call). A paused server holds a check of client
-/// `x` and two calls of client `c` with eight checks of `c` waiting
-/// behind them; `x`'s check times out (the breaker opens for 20 ms), and
-/// 300 ms later the server is killed: `c`'s calls fail, and their
-/// waiting checks go with the breaker due to probe.
+/// Checks waiting for the next call when a call fails find the breaker as
+/// that failure left it: answered by the fail policy at once, with no
+/// call (and no probe) of their own. A paused server holds a check of
+/// client `x` and one of client `c`, with nine checks of `c` waiting
+/// behind them (on one server every client of a limiter shares the
+/// calls in flight); `x`'s check times out at 1 s and opens the breaker,
+/// and the nine are answered then. At 1.3 s the server is killed, and
+/// `c`'s call fails.
 #[test]
-fn checks_waiting_when_a_probe_is_due_send_one_probe() {
+fn checks_waiting_when_a_call_fails_find_the_breaker_it_left() {
     let Some(mut server) = Server::start() else {
         return;
     };
@@ -830,8 +829,8 @@ fn checks_waiting_when_a_probe_is_due_send_one_probe() {
             })
         };
         let started = Instant::now();
-        // x's call times out at 1 s, c's would at 1.6 s, and the checks
-        // waiting behind them at 1.65 s: the server dies at 1.3 s.
+        // x's call times out at 1 s, and the checks waiting are answered
+        // then; c's call would time out at 1.6 s: the server dies at 1.3 s.
         let mut tasks = vec![check("x")];
         tokio::time::sleep(Duration::from_millis(600)).await;
         tasks.extend([check("c"), check("c")]);
@@ -839,9 +838,10 @@ fn checks_waiting_when_a_probe_is_due_send_one_probe() {
         tasks.extend((0..8).map(|_| check("c")));
         tokio::time::sleep_until((started + Duration::from_millis(1_300)).into()).await;
         assert!(tasks[0].is_finished(), "x's check timed out");
+        assert!(!tasks[1].is_finished(), "c's call is in flight");
         assert!(
-            tasks[1..].iter().all(|t| !t.is_finished()),
-            "c's are in flight"
+            tasks[2..].iter().all(tokio::task::JoinHandle::is_finished),
+            "the waiting checks were answered when x's call failed"
         );
         server.stop();
         let mut answers = Vec::new();
@@ -863,9 +863,9 @@ fn checks_waiting_when_a_probe_is_due_send_one_probe() {
         );
     }
     let s = limiter.stats();
-    assert_eq!(s.probes - before.probes, 1, "{s:?}");
-    // x's call, c's two, and the probe.
-    assert_eq!(s.round_trips - before.round_trips, 4, "{s:?}");
+    assert_eq!(s.probes - before.probes, 0, "{s:?}");
+    // x's call and c's.
+    assert_eq!(s.round_trips - before.round_trips, 2, "{s:?}");
 }
 
 /// The calls that a coalesced check waits on are made on a runtime that

@@ -2,12 +2,15 @@
 //! and one test clock.
 //!
 //! A proptest drives two limiters of the same settings, each on its own
-//! key: one decides each step's requests in one call of the batch script,
-//! the other checks them one call each, in the same order, at the same
-//! instant. Every decision (outcome and figures) must be equal, and so must
-//! the state each leaves and its expiry. A twin of each (same settings,
-//! same key, another writer) checks between the steps, so that the batch
-//! script reads other writers' states too. Then whole limiters: 64 checks
+//! keys: one decides each step's requests (of three clients, interleaved)
+//! in one call of the batch script, the other checks them one call each,
+//! in the same order, at the same instant. Every decision (outcome and
+//! figures) must be equal, and so must the state each client is left with
+//! and its expiry. A twin of each (same settings, same keys, another
+//! writer) checks between the steps, so that the batch script reads other
+//! writers' states too, and a limiter of other settings now and then
+//! writes a client's state, which the batch must leave undecided and
+//! untouched, to be converted by a check of its own. Then whole limiters: 64 checks
 //! of one client made at once through `check` coalesce, and decide as 64
 //! checks one after the other; 64 tasks on two limiters (two processes)
 //! admit exactly the quota; a quota change while checks wait splits their
@@ -29,13 +32,19 @@ use crate::builder::Builder;
 use crate::decision::Decision;
 use crate::{FixedWindow, SlidingWindowCounter, TokenBucket};
 
+/// The clients the steps check.
+const CLIENTS: [&str; 3] = ["c", "d", "e"];
+
 /// One step: the instant moves on by `gap` µs; the twins check `twin`
-/// costs one each; then the costs `batch` go, in order.
+/// (each a client and a cost); a limiter of other settings checks
+/// `other`'s client (its state then to convert); then the checks `batch`
+/// go, in order, in one batch.
 #[derive(Debug, Clone)]
 struct Step {
     gap: u64,
-    twin: Vec<u64>,
-    batch: Vec<u64>,
+    twin: Vec<(usize, u64)>,
+    other: Option<usize>,
+    batch: Vec<(usize, u64)>,
 }
 
 fn steps(unit: u64, max: u64) -> impl Strategy<Value = Vec<Step>> {
@@ -43,18 +52,26 @@ fn steps(unit: u64, max: u64) -> impl Strategy<Value = Vec<Step>> {
 }
 
 fn step_of(unit: u64, max: u64) -> impl Strategy<Value = Step> {
-    let costs = move |n| proptest::collection::vec(0..=max, n);
-    (gap(unit, 100_000_000_000), costs(0..2), costs(1..12)).prop_map(|(gap, twin, batch)| Step {
-        gap,
-        twin,
-        batch,
-    })
+    let checks = move |n| proptest::collection::vec((0..CLIENTS.len(), 0..=max), n);
+    let other = proptest::option::weighted(0.1, 0..CLIENTS.len());
+    (
+        gap(unit, 100_000_000_000),
+        checks(0..2),
+        other,
+        checks(1..12),
+    )
+        .prop_map(|(gap, twin, other, batch)| Step {
+            gap,
+            twin,
+            other,
+            batch,
+        })
 }
 
-/// `limiter`'s request of `cost` from client `c`, as a check makes it.
-fn request<A: RedisAlgorithm>(limiter: &RedisLimiter<A>, cost: u64) -> Request {
+/// `limiter`'s request of `cost` from `client`, as a check makes it.
+fn request<A: RedisAlgorithm>(limiter: &RedisLimiter<A>, client: &str, cost: u64) -> Request {
     let inner = &limiter.inner;
-    let client = super::key::client_bytes("c");
+    let client = super::key::client_bytes(client);
     let judged = inner.tiers.judge(&client);
     Request {
         key: inner.layout.key(&client),
@@ -78,41 +95,67 @@ fn state(conn: &mut ::redis::Connection, key: &[u8]) -> (Option<String>, i64) {
     )
 }
 
-/// The two pairs of limiters: `[batched, its twin]`, `[one by one, its twin]`.
+/// The two triples of limiters: `[batched, its twin, of other
+/// settings]`, `[one by one, its twin, of other settings]`.
 fn agree<A: RedisAlgorithm>(
     rt: &tokio::runtime::Runtime,
     conn: &mut ::redis::Connection,
-    batched: &[RedisLimiter<A>; 2],
-    single: &[RedisLimiter<A>; 2],
+    batched: &[RedisLimiter<A>; 3],
+    single: &[RedisLimiter<A>; 3],
     clock: &crate::ManualClock,
     steps: &[Step],
 ) -> Result<(), TestCaseError> {
+    // The clients whose state a limiter of other settings has written.
+    let mut foreign = [false; CLIENTS.len()];
     for (i, s) in steps.iter().enumerate() {
         clock.advance(Duration::from_micros(s.gap));
-        for &cost in &s.twin {
-            let a = rt.block_on(batched[1].check_n("c", cost));
-            let b = rt.block_on(single[1].check_n("c", cost));
+        for &(c, cost) in &s.twin {
+            let a = rt.block_on(batched[1].check_n(CLIENTS[c], cost));
+            let b = rt.block_on(single[1].check_n(CLIENTS[c], cost));
             prop_assert_eq!(a.ok(), b.ok(), "step {}: the twins", i);
         }
-        let requests: Vec<Request> = s.batch.iter().map(|&c| request(&batched[0], c)).collect();
+        if let Some(c) = s.other {
+            foreign[c] = true;
+            let a = rt.block_on(batched[2].check(CLIENTS[c]));
+            let b = rt.block_on(single[2].check(CLIENTS[c]));
+            prop_assert_eq!(a.ok(), b.ok(), "step {}: other settings", i);
+        }
+        let requests: Vec<Request> = s
+            .batch
+            .iter()
+            .map(|&(c, cost)| request(&batched[0], CLIENTS[c], cost))
+            .collect();
         let refs: Vec<&Request> = requests.iter().collect();
-        let got = rt
+        let answers = rt
             .block_on(batched[0].inner.batch_trip(&refs))
-            .map_err(|_| TestCaseError::fail(format!("step {i}: the batch failed")))?
-            .ok_or_else(|| TestCaseError::fail(format!("step {i}: a state to convert")))?;
-        let got: Vec<Decision> = got.into_iter().map(|a| a.decision).collect();
+            .map_err(|_| TestCaseError::fail(format!("step {i}: the batch failed")))?;
+        // A client left undecided (its state to convert) is decided
+        // alone, in order, after the batch, as the coalescing task does.
+        let mut got = Vec::with_capacity(answers.len());
+        for (&(c, cost), answer) in s.batch.iter().zip(answers) {
+            got.push(match answer {
+                Some(answer) => answer.decision,
+                None => {
+                    prop_assert!(foreign[c], "step {}: {} undecided", i, CLIENTS[c]);
+                    rt.block_on(batched[0].check_n(CLIENTS[c], cost)).unwrap()
+                }
+            });
+        }
         let want: Vec<Decision> = s
             .batch
             .iter()
-            .map(|&cost| rt.block_on(single[0].check_n("c", cost)).unwrap())
+            .map(|&(c, cost)| rt.block_on(single[0].check_n(CLIENTS[c], cost)).unwrap())
             .collect();
         prop_assert_eq!(got, want, "step {} ({:?})", i, s);
-        prop_assert_eq!(
-            state(conn, &batched[0].key("c")),
-            state(conn, &single[0].key("c")),
-            "step {}: the state left and its expiry",
-            i
-        );
+        for client in CLIENTS {
+            prop_assert_eq!(
+                state(conn, &batched[0].key(client)),
+                state(conn, &single[0].key(client)),
+                "step {}: the state {} left and its expiry",
+                i,
+                client
+            );
+        }
     }
     Ok(())
 }
@@ -134,7 +177,7 @@ fn run<A: RedisAlgorithm>(builder: impl Fn(u64, u64) -> Builder<A>, units: &[u64
             let clock = server.clock();
             let build = |side: &str| {
                 let prefix = format!("batch{}-{}-{side}", std::process::id(), n.get());
-                [true, false].map(|coalesce| {
+                [(limit, true), (limit, false), (limit + 1, false)].map(|(limit, coalesce)| {
                     on_clock(
                         builder(unit, limit)
                             .redis(manager.clone(), &prefix)
@@ -418,7 +461,7 @@ fn a_server_killed_mid_batch_answers_each_check_by_the_fail_policy() {
                 let (reply, answer) = tokio::sync::oneshot::channel();
                 answers.push(answer);
                 Waiter {
-                    request: Arc::new(request(&limiter, 1)),
+                    request: Arc::new(request(&limiter, "c", 1)),
                     reply,
                 }
             })

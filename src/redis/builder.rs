@@ -338,19 +338,22 @@ impl<A> RedisBuilder<A> {
         self
     }
 
-    /// Whether checks of one client coalesce (default off). While a call
-    /// of a client is in flight, the further checks of that client on this
-    /// limiter in this process wait, and the next call carries all of them:
-    /// one script decides them in the order they were made, each exactly
-    /// as a call of its own would have been decided in the batch's place
-    /// (the same outcome and figures), and writes the client's state once.
-    /// Up to two calls of a client are in flight at once: a check that
-    /// finds fewer goes at once, alone; a batch carries at most 256 checks.
-    /// A hot client then costs a round trip per batch rather than per
+    /// Whether checks coalesce (default off). While a call of this
+    /// limiter is in flight, the further checks on this limiter in this
+    /// process wait, and the next call carries all of them, of every
+    /// client: one script decides each client on its own key, its checks in
+    /// the order they were made, each exactly as a call of its own would
+    /// have been decided in the batch's place (the same outcome and
+    /// figures), reads Redis's clock once, and writes each client's state
+    /// once. On a Redis Cluster a call holds one slot's keys, so there only
+    /// the checks of one client share a call. Up to two calls are in
+    /// flight at once: a check that finds fewer goes at once, alone, so a
+    /// lone check waits for nothing; a batch carries at most 256 checks.
+    /// Busy traffic then costs a round trip per batch rather than per
     /// check ([`RedisStats::coalesced`](super::RedisStats::coalesced)
-    /// counts the checks that rode another's call). Checks of different
-    /// clients, peeks, bookings, a cost beyond the client's tier and the
-    /// sliding window log's checks go one call each either way.
+    /// counts the checks that rode another's call). Peeks, bookings, a
+    /// cost beyond the client's tier and the sliding window log's checks
+    /// go one call each either way.
     ///
     /// A waiting check is answered by the fail policy if its batch's call
     /// fails, or once the [`timeout`](Self::timeout) has passed since it
@@ -358,15 +361,11 @@ impl<A> RedisBuilder<A> {
     /// breaker are asked for each check when its batch goes. Batches go
     /// from a task spawned on the tokio runtime where the call before them
     /// ended; with none there, or if that runtime shuts down first, the
-    /// checks waiting are answered by the fail policy. A check that goes alone is carried by its own task: one
-    /// polled once and then left unpolled (neither awaited nor dropped)
-    /// keeps its client's place in flight, and with both places so held
-    /// the checks waiting behind them are answered only at their timeout.
-    ///
-    /// Off by default: it pays for one hot client (about four times the
-    /// checks a second of 64 tasks, in the performance notes), not for
-    /// many clients checked evenly, where it only adds its table's
-    /// bookkeeping to each check.
+    /// checks waiting are answered by the fail policy. A check that goes
+    /// alone is carried by its own task: one polled once and then left
+    /// unpolled (neither awaited nor dropped) keeps its place in flight,
+    /// and with both places so held the checks waiting behind them are
+    /// answered only at their timeout.
     ///
     /// # Examples
     ///
@@ -564,6 +563,9 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
             _ => None,
         };
         let owner = owner_id();
+        // A Cluster's call holds one slot's keys: there a batch carries one
+        // client's checks; on one server, any clients'.
+        let per_client = matches!(self.conn, RedisConnection::Cluster(_));
         let tiers = Tiers::new::<A>(self.params, self.tier_by, owner.clone())?;
         let scripts = scripts(&spec, &clock);
         let leases = match self.lease {
@@ -592,7 +594,7 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
                 breaker: Breaker::new(first, max),
                 shortcut,
                 coalesce: (self.coalesce && super::coalesce::coalesces(&spec))
-                    .then(super::coalesce::InFlight::new),
+                    .then(|| super::coalesce::InFlight::new(per_client)),
                 leases,
                 owner,
                 serial: AtomicU64::new(0),

@@ -1,30 +1,33 @@
-//! Coalescing: while a check of a client is in flight on a limiter, the
-//! further checks of that client in this process wait, and the next call
-//! carries all of them.
+//! Coalescing: while a call of a limiter is in flight, the further checks
+//! of this process on that limiter wait, and the next call carries all of
+//! them, of every client (on a Cluster, only those of one client: a call
+//! holds one slot's keys).
 //!
-//! A table of the clients with a call in flight (sharded, each shard a
-//! mutex over a map from the client's key to its calls in flight and the
-//! checks waiting for the next call) is the only shared state. A check
-//! that finds fewer than [`DEPTH`] calls of its client in flight and none
-//! waiting goes to Redis as it would without coalescing (one check, its
-//! own script); any other waits. When a call ends, the checks that waited
-//! are handed, in the order they came, to a task spawned on the current
-//! tokio runtime, which decides them in one call of the batch script
-//! ([`super::lua::batch_script`]) in the ended call's place, answers each,
-//! and carries on with the checks that came during that call, until none
-//! did and the place is given up (the entry going with the client's last
-//! call).
+//! A table of the lanes with a call in flight (one lane for the limiter on
+//! one server; one per client on a Cluster), sharded, each shard a mutex
+//! over a map from the lane to its calls in flight and the checks waiting
+//! for the next call, is the only shared state. A check that finds fewer
+//! than [`DEPTH`] calls of its lane in flight and none waiting goes to
+//! Redis as it would without coalescing (one check, its own script): a
+//! lone check adds no wait. Any other waits. When a call ends, the checks
+//! that waited are handed, in the order they came, to a task spawned on
+//! the current tokio runtime, which decides them in one call of the batch
+//! script ([`super::lua::batch_script`]) in the ended call's place,
+//! answers each, and carries on with the checks that came during that
+//! call, until none did and the place is given up (the entry going with
+//! the lane's last call).
 //!
 //! Each check in a batch gets the decision its own check would have had
-//! in the batch's place: the script decides them in order, at one reading
-//! of Redis's clock, each on the state the ones before it left, with the
-//! figures computed by the same code as a check of its own. A check of a
-//! state to convert, a fault, the breaker and the deny shortcut are
-//! answered per check, as for a check of its own: a batch that finds a
-//! state to convert decides nothing and its checks go one by one; a
-//! failed batch call is each check's failure, answered by the fail
-//! policy; the breaker and the deny shortcut are asked when the batch
-//! goes, for each check.
+//! in the batch's place: the script decides each client on its own key,
+//! its checks in order, at one reading of Redis's clock, each on the state
+//! the ones before it left, with the figures computed by the same code as
+//! a check of its own. A check of a state to convert, a fault, the breaker
+//! and the deny shortcut are answered per check, as for a check of its
+//! own: a client whose state is to convert (or is not a tollgate state) is
+//! left undecided by the batch and its checks go one by one; a failed
+//! batch call is each check's failure, answered by the fail policy; the
+//! breaker and the deny shortcut are asked when the batch goes, for each
+//! check.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -36,6 +39,7 @@ use super::decide::{Answer, Failure, Request, Seen};
 use super::guard::bump;
 use super::spec::Spec;
 use super::state::{decision, decode_fast, Fast};
+use super::tier::Judged;
 use super::{Inner, RedisAlgorithm};
 use crate::check::{CheckError, CheckErrorKind};
 use crate::decision::Decision;
@@ -44,41 +48,44 @@ use crate::sync::Ordering;
 /// The most checks one batch call carries; more wait for the next call.
 pub(super) const BATCH_MAX: usize = 256;
 
-/// A check waiting for the next call of its client.
+/// A check waiting for the next call of its lane.
 pub(super) struct Waiter {
     pub(super) request: Arc<Request>,
     pub(super) reply: oneshot::Sender<Result<Decision, CheckError>>,
 }
 
-/// The most calls of one client in flight at once (one limiter, one
+/// The most calls of one lane in flight at once (one limiter, one
 /// process): a check that finds fewer goes at once, alone; one that finds
 /// this many waits for the next call to end, and goes in the batch that
 /// takes that call's place. Two let one call carry the checks that came
-/// while the other was in flight, so that the client is never without a
+/// while the other was in flight, so that the lane is never without a
 /// call on its way.
 pub(super) const DEPTH: usize = 2;
 
-/// A client with calls in flight.
+/// A lane with calls in flight.
 #[derive(Default)]
-struct Client {
+struct Lane {
     /// Its calls in flight, at most [`DEPTH`].
     calls: usize,
     /// The checks waiting for the next call, in the order they came.
     queue: Vec<Waiter>,
 }
 
-/// One shard of [`InFlight`]: each client's key with a call in flight.
+/// One shard of [`InFlight`]: each lane with a call in flight.
 ///
 /// A mutex, on the Redis path only and only with coalescing on: it is held
-/// to join a client's queue or take it (a map lookup, a push or a take),
+/// to join a lane's queue or take it (a map lookup, a push or a take),
 /// never across an `await`, a Redis call or user code, beside a round trip
 /// that costs thousands of times more. No in-process check takes it.
-type Shard = Mutex<HashMap<Vec<u8>, Client>>;
+type Shard = Mutex<HashMap<Vec<u8>, Lane>>;
 
-/// The clients with a call in flight, and the checks waiting for the next.
+/// The lanes with a call in flight, and the checks waiting for the next.
 pub(super) struct InFlight {
     shards: Box<[Shard]>,
     hasher: RandomState,
+    /// Whether each client is a lane of its own (a Cluster's calls hold
+    /// one slot's keys), rather than the limiter one lane.
+    per_client: bool,
 }
 
 impl core::fmt::Debug for InFlight {
@@ -91,7 +98,7 @@ impl core::fmt::Debug for InFlight {
 
 /// What a check does on joining.
 enum Joined {
-    /// Fewer than [`DEPTH`] calls of the client were in flight: go, then
+    /// Fewer than [`DEPTH`] calls of the lane were in flight: go, then
     /// [`finish`].
     Lead,
     /// Wait for the answer.
@@ -99,13 +106,30 @@ enum Joined {
 }
 
 impl InFlight {
-    pub(super) fn new() -> Self {
-        let shards = std::thread::available_parallelism()
-            .map_or(8, |n| n.get() * 4)
-            .next_power_of_two();
+    /// The table for a limiter whose calls may hold many clients' keys
+    /// (`per_client` false: one server) or one client's (a Cluster).
+    pub(super) fn new(per_client: bool) -> Self {
+        let shards = if per_client {
+            std::thread::available_parallelism()
+                .map_or(8, |n| n.get() * 4)
+                .next_power_of_two()
+        } else {
+            1
+        };
         Self {
             shards: (0..shards).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: RandomState::new(),
+            per_client,
+        }
+    }
+
+    /// The lane of a request: its client's key, or the limiter's one lane
+    /// (no bytes).
+    fn lane<'r>(&self, request: &'r Request) -> &'r [u8] {
+        if self.per_client {
+            &request.key
+        } else {
+            &[]
         }
     }
 
@@ -114,28 +138,29 @@ impl InFlight {
         &self.shards[(hash as usize) & (self.shards.len() - 1)]
     }
 
-    /// Leads a call of the client if fewer than [`DEPTH`] are in flight
-    /// and no check waits before this one; else joins the next.
+    /// Leads a call of the request's lane if fewer than [`DEPTH`] are in
+    /// flight and no check waits before this one; else joins the next.
     fn join(&self, request: &Arc<Request>) -> Joined {
+        let lane = self.lane(request);
         let mut shard = self
-            .shard(&request.key)
+            .shard(lane)
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(client) = shard.get_mut(&request.key) {
-            if client.calls < DEPTH && client.queue.is_empty() {
-                client.calls += 1;
+        if let Some(lane) = shard.get_mut(lane) {
+            if lane.calls < DEPTH && lane.queue.is_empty() {
+                lane.calls += 1;
                 return Joined::Lead;
             }
             let (reply, answer) = oneshot::channel();
-            client.queue.push(Waiter {
+            lane.queue.push(Waiter {
                 request: Arc::clone(request),
                 reply,
             });
             return Joined::Wait(answer);
         }
         shard.insert(
-            request.key.clone(),
-            Client {
+            lane.to_vec(),
+            Lane {
                 calls: 1,
                 queue: Vec::new(),
             },
@@ -143,23 +168,23 @@ impl InFlight {
         Joined::Lead
     }
 
-    /// One of `key`'s calls ended: the checks waiting for the next, the
+    /// One of `lane`'s calls ended: the checks waiting for the next, the
     /// call's place passing to them; or none, and the call's place is
-    /// given up (the client's entry going with its last).
-    fn next(&self, key: &[u8]) -> Vec<Waiter> {
+    /// given up (the lane's entry going with its last).
+    fn next(&self, lane: &[u8]) -> Vec<Waiter> {
         let mut shard = self
-            .shard(key)
+            .shard(lane)
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let Some(client) = shard.get_mut(key) else {
+        let Some(entry) = shard.get_mut(lane) else {
             return Vec::new();
         };
-        if !client.queue.is_empty() {
-            return core::mem::take(&mut client.queue);
+        if !entry.queue.is_empty() {
+            return core::mem::take(&mut entry.queue);
         }
-        client.calls = client.calls.saturating_sub(1);
-        if client.calls == 0 {
-            shard.remove(key);
+        entry.calls = entry.calls.saturating_sub(1);
+        if entry.calls == 0 {
+            shard.remove(lane);
         }
         Vec::new()
     }
@@ -180,19 +205,21 @@ struct Lead<A: RedisAlgorithm> {
 
 impl<A: RedisAlgorithm> Drop for Lead<A> {
     fn drop(&mut self) {
-        finish(&self.inner, &self.request.key);
+        if let Some(flight) = &self.inner.coalesce {
+            finish(&self.inner, flight.lane(&self.request));
+        }
     }
 }
 
-/// The call for `key` is over: the checks that joined go in the next call,
-/// on a task of its own; without a runtime to spawn it on, each makes a
-/// call of its own if it is polled in a runtime, and is otherwise answered
-/// as if that call failed to reach Redis (see [`wait`]).
-fn finish<A: RedisAlgorithm>(inner: &Arc<Inner<A>>, key: &[u8]) {
+/// The call for `lane` is over: the checks that joined go in the next
+/// call, on a task of its own; without a runtime to spawn it on, each
+/// makes a call of its own if it is polled in a runtime, and is otherwise
+/// answered as if that call failed to reach Redis (see [`wait`]).
+fn finish<A: RedisAlgorithm>(inner: &Arc<Inner<A>>, lane: &[u8]) {
     let Some(flight) = &inner.coalesce else {
         return;
     };
-    let waiters = flight.next(key);
+    let waiters = flight.next(lane);
     if waiters.is_empty() {
         return;
     }
@@ -200,20 +227,20 @@ fn finish<A: RedisAlgorithm>(inner: &Arc<Inner<A>>, key: &[u8]) {
         // The waiters' channels close: each goes alone, or answers by its
         // fail policy.
         drop(waiters);
-        while !flight.next(key).is_empty() {}
+        while !flight.next(lane).is_empty() {}
         return;
     };
     let mut place = Place {
         inner: Arc::clone(inner),
-        key: key.to_vec(),
+        lane: lane.to_vec(),
         held: true,
     };
     runtime.spawn(async move {
         let mut waiters = waiters;
         while !waiters.is_empty() {
             place.inner.batches(waiters).await;
-            // The checks just answered run first: a task that checks its
-            // client again joins the next batch, rather than that batch
+            // The checks just answered run first: a task that checks
+            // again joins the next batch, rather than that batch
             // going with only the checks that came during the call.
             tokio::task::yield_now().await;
             waiters = place.next();
@@ -222,16 +249,16 @@ fn finish<A: RedisAlgorithm>(inner: &Arc<Inner<A>>, key: &[u8]) {
     });
 }
 
-/// The place in flight that a batch task holds for its client: given up
+/// The place in flight that a batch task holds for its lane: given up
 /// by the task's last `next`, or, if the task is dropped before that (its
 /// runtime shut down, before or while it ran), when it is dropped, the
 /// checks still waiting going alone or answered as if their call failed to
 /// reach Redis (see [`wait`]).
 /// Otherwise a runtime that went would keep the place for good, and with
-/// both places so kept the client's checks could never reach Redis again.
+/// both places so kept the lane's checks could never reach Redis again.
 struct Place<A: RedisAlgorithm> {
     inner: Arc<Inner<A>>,
-    key: Vec<u8>,
+    lane: Vec<u8>,
     held: bool,
 }
 
@@ -246,7 +273,7 @@ impl<A: RedisAlgorithm> Place<A> {
         self.inner
             .coalesce
             .as_ref()
-            .map_or_else(Vec::new, |flight| flight.next(&self.key))
+            .map_or_else(Vec::new, |flight| flight.next(&self.lane))
     }
 }
 
@@ -261,21 +288,11 @@ impl<A: RedisAlgorithm> Drop for Place<A> {
 }
 
 impl<A: RedisAlgorithm> Inner<A> {
-    /// Answers `waiters`, in the order they joined: in batches of checks
-    /// judged by the same quota (a quota change starts a new one), of at
-    /// most [`BATCH_MAX`].
+    /// Answers `waiters`, in the order they joined, in batches of at most
+    /// [`BATCH_MAX`] (see [`batch_len`]).
     pub(super) async fn batches(&self, mut waiters: Vec<Waiter>) {
         while !waiters.is_empty() {
-            let first = &waiters[0].request.judged;
-            let same = waiters
-                .iter()
-                .take(BATCH_MAX)
-                .take_while(|w| {
-                    w.request.judged.tier == first.tier
-                        && Arc::ptr_eq(&w.request.judged.quota, &first.quota)
-                })
-                .count();
-            let rest = waiters.split_off(same);
+            let rest = waiters.split_off(batch_len(&waiters));
             self.batch(waiters).await;
             waiters = rest;
         }
@@ -326,24 +343,31 @@ impl<A: RedisAlgorithm> Inner<A> {
             }
             return;
         }
-        let Some(first) = going.first() else {
+        if going.is_empty() {
             return;
-        };
-        let key = first.request.key.clone();
+        }
         let requests: Vec<&Request> = going.iter().map(|w| &*w.request).collect();
-        match self.guarded(false, &key, self.batch_trip(&requests)).await {
-            Ok((Some(answers), sent)) => {
-                if let Some(Answer {
-                    seen: Seen::Word { now, .. },
-                    ..
-                }) = answers.first()
-                {
-                    self.judged(sent, *now);
+        let named = batch_name(&requests);
+        match self
+            .guarded(false, &named, self.batch_trip(&requests))
+            .await
+        {
+            Ok((answers, sent)) => {
+                if let Some(now) = answers.iter().flatten().find_map(|a| match a.seen {
+                    Seen::Word { now, .. } => Some(now),
+                    Seen::Log { .. } => None,
+                }) {
+                    self.judged(sent, now);
                 }
                 // Each check counted once: one answered at its timeout
                 // meanwhile (its reply gone) was counted there.
                 let mut delivered = 0;
+                let mut undecided = Vec::new();
                 for (waiter, answer) in going.into_iter().zip(answers) {
+                    let Some(answer) = answer else {
+                        undecided.push(waiter);
+                        continue;
+                    };
                     self.remember(&waiter.request, sent, &answer);
                     if waiter.reply.send(Ok(answer.decision)).is_ok() {
                         self.count_redis(&waiter.request, &answer.decision);
@@ -354,10 +378,10 @@ impl<A: RedisAlgorithm> Inner<A> {
                     &self.calls.counters.coalesced,
                     u64::saturating_sub(delivered, 1),
                 );
-            }
-            Ok((None, _)) => {
-                // A state to convert: each check of its own, in order.
-                for waiter in going {
+                // A state to convert, or one that is not a tollgate state:
+                // each of its client's checks as a check of its own, in
+                // order.
+                for waiter in undecided {
                     self.alone(waiter, false).await;
                 }
             }
@@ -393,66 +417,176 @@ impl<A: RedisAlgorithm> Inner<A> {
     }
 
     /// The batch script's round trip: each request's answer, or `None`
-    /// for a state to convert.
+    /// for a request whose client's state is to convert or is not a
+    /// tollgate state (left untouched by the script, to decide alone).
+    /// `requests` hold each client under one quota (see [`batch_len`]).
     pub(super) async fn batch_trip(
         &self,
         requests: &[&Request],
-    ) -> Result<Option<Vec<Answer>>, Failure> {
-        let first = requests[0];
-        let spec = first.judged.quota.spec;
-        let ns = spec.ns().expect("only a word algorithm's checks coalesce");
+    ) -> Result<Vec<Option<Answer>>, Failure> {
         let script = self
             .scripts
             .batch
             .as_ref()
             .expect("a word algorithm has a batch script");
-        let head = first.judged.head();
+        let plan = Plan::of(requests);
         // Relaxed: a number unique to this call, nothing more.
         let serial = self.serial.fetch_add(1, Ordering::Relaxed);
+        let keys: Vec<&[u8]> = plan
+            .clients
+            .iter()
+            .map(|c| &*requests[c.requests[0]].key)
+            .collect();
         let reply: Vec<i64> = self
             .calls
-            .eval(script, &first.key, |cmd| {
-                for (half, _) in spec.halves() {
-                    cmd.arg(half.a).arg(half.b);
+            .eval_keys(script, &keys, |cmd| {
+                cmd.arg(plan.quotas.len());
+                for &at in &plan.quotas {
+                    let judged = &requests[at].judged;
+                    for (half, _) in judged.quota.spec.halves() {
+                        cmd.arg(half.a).arg(half.b);
+                    }
+                    cmd.arg(&*judged.head());
                 }
-                cmd.arg(&*head).arg(serial).arg(requests.len());
-                for request in requests {
-                    cmd.arg(request.cost);
+                cmd.arg(serial);
+                for client in &plan.clients {
+                    cmd.arg(client.quota + 1).arg(client.requests.len());
+                    for &at in &client.requests {
+                        cmd.arg(requests[at].cost);
+                    }
                 }
             })
             .await?;
-        if reply == [-1] {
-            return Ok(None);
+        let shape = || Failure::Decode(super::state::DecodeError::Shape(reply.len()));
+        let (&now, mut rest) = reply.split_last().ok_or_else(shape)?;
+        let mut answers: Vec<Option<Answer>> = requests.iter().map(|_| None).collect();
+        let mut one = Vec::new();
+        for client in &plan.clients {
+            let (&status, after) = rest.split_first().ok_or_else(shape)?;
+            rest = after;
+            match status {
+                1 => {}
+                -1 | -2 => continue,
+                _ => return Err(shape()),
+            }
+            let spec = requests[client.requests[0]].spec();
+            let ns = spec.ns().expect("only a word algorithm's checks coalesce");
+            let width = 1 + spec
+                .halves()
+                .iter()
+                .map(|(h, _)| h.fields().len())
+                .sum::<usize>();
+            for &at in &client.requests {
+                if rest.len() < width {
+                    return Err(shape());
+                }
+                let (chunk, after) = rest.split_at(width);
+                rest = after;
+                one.clear();
+                one.extend_from_slice(chunk);
+                one.push(now);
+                let Fast::Decided { allowed, word, now } = decode_fast(&spec, &one)? else {
+                    return Err(Failure::Decode(super::state::DecodeError::Range(
+                        "a batch's outcome of -1",
+                    )));
+                };
+                answers[at] = Some(Answer {
+                    decision: decision(&ns, allowed, word, now, requests[at].cost),
+                    seen: Seen::Word { word, now },
+                });
+            }
         }
-        let width = 1 + spec
-            .halves()
-            .iter()
-            .map(|(h, _)| h.fields().len())
-            .sum::<usize>();
-        if reply.len() != width * requests.len() + 1 {
-            return Err(Failure::Decode(super::state::DecodeError::Shape(
-                reply.len(),
-            )));
+        if !rest.is_empty() {
+            return Err(shape());
         }
-        let now = reply[reply.len() - 1];
-        let mut answers = Vec::with_capacity(requests.len());
-        let mut one = Vec::with_capacity(width + 1);
-        for (request, chunk) in requests.iter().zip(reply.chunks_exact(width)) {
-            one.clear();
-            one.extend_from_slice(chunk);
-            one.push(now);
-            let Fast::Decided { allowed, word, now } = decode_fast(&spec, &one)? else {
-                return Err(Failure::Decode(super::state::DecodeError::Range(
-                    "a batch's outcome of -1",
-                )));
-            };
-            answers.push(Answer {
-                decision: decision(&ns, allowed, word, now, request.cost),
-                seen: Seen::Word { word, now },
+        Ok(answers)
+    }
+}
+
+/// How a batch's requests go in the script's arguments: the distinct
+/// quotas they are judged by, and each client's requests in order.
+struct Plan {
+    /// Each distinct quota (a tier and its quota), as the index of the
+    /// first request judged by it.
+    quotas: Vec<usize>,
+    /// Each client, in the order of its first request.
+    clients: Vec<PlanClient>,
+}
+
+/// A client of a [`Plan`].
+struct PlanClient {
+    /// The index of its quota in [`Plan::quotas`].
+    quota: usize,
+    /// Its requests' indices, in order.
+    requests: Vec<usize>,
+}
+
+impl Plan {
+    fn of(requests: &[&Request]) -> Self {
+        let mut plan = Self {
+            quotas: Vec::new(),
+            clients: Vec::new(),
+        };
+        let mut index: HashMap<&[u8], usize> = HashMap::with_capacity(requests.len());
+        for (at, request) in requests.iter().enumerate() {
+            if let Some(&c) = index.get(&*request.key) {
+                plan.clients[c].requests.push(at);
+                continue;
+            }
+            let judged = &request.judged;
+            let quota = plan
+                .quotas
+                .iter()
+                .position(|&q| same_quota(&requests[q].judged, judged))
+                .unwrap_or_else(|| {
+                    plan.quotas.push(at);
+                    plan.quotas.len() - 1
+                });
+            index.insert(&request.key, plan.clients.len());
+            plan.clients.push(PlanClient {
+                quota,
+                requests: vec![at],
             });
         }
-        Ok(Some(answers))
+        plan
     }
+}
+
+/// Whether two requests are judged by the same quota of the same tier.
+fn same_quota(a: &Judged, b: &Judged) -> bool {
+    a.tier == b.tier && Arc::ptr_eq(&a.quota, &b.quota)
+}
+
+/// How many of `waiters`, from the first, go in one batch: at most
+/// [`BATCH_MAX`], each client's under one quota (a check judged by
+/// another quota than its client's check before it in the batch starts
+/// the next batch, so that each client's checks are decided in order).
+fn batch_len(waiters: &[Waiter]) -> usize {
+    let mut seen: HashMap<&[u8], &Judged> = HashMap::new();
+    for (at, waiter) in waiters.iter().take(BATCH_MAX).enumerate() {
+        let judged = &waiter.request.judged;
+        match seen.get(&*waiter.request.key) {
+            Some(first) if !same_quota(first, judged) => return at,
+            Some(_) => {}
+            None => {
+                seen.insert(&waiter.request.key, judged);
+            }
+        }
+    }
+    waiters.len().min(BATCH_MAX)
+}
+
+/// The key a failed batch's error names: its client's, or its first
+/// client's and how many others rode with it.
+fn batch_name(requests: &[&Request]) -> Vec<u8> {
+    let first = &requests[0].key;
+    let others = requests.iter().filter(|r| r.key != *first).count();
+    if others == 0 {
+        return first.clone();
+    }
+    let mut name = first.clone();
+    name.extend_from_slice(format!(", with {others} checks of other clients").as_bytes());
+    name
 }
 
 /// Whether checks of `spec` coalesce: a word algorithm's (the sliding

@@ -93,7 +93,6 @@ fn half_lua(half: &Half, x: &str) -> String {
         WordSpec::Bucket(_) => {
             r"
 local t#, r# = (x#1 or 0), (x#2 or 0)
-if r# > 999 then BAD end
 local ok#, nt#, nr# = cost == 0, t#, r#
 if cost > 0 then
   local d, tol = t# - now, (b# - cost) * a#
@@ -138,11 +137,7 @@ local idle# = (nk# + 2) * a#
 "
         }
     };
-    body.replace(
-        "BAD",
-        &bad("a TAT with more than 999 ns past its microseconds"),
-    )
-    .replace('#', x)
+    body.replace('#', x)
 }
 
 /// The state variables of one limit, current (`n` = "") or after an
@@ -207,38 +202,61 @@ end
     lua
 }
 
-/// A word algorithm's coalesced check: the requests of one client, decided
-/// in order at one reading of the clock, each exactly as `word_script`'s
-/// check would decide it on the state the requests before it left; the
-/// state the last admission leaves is written once.
+/// A word algorithm's coalesced checks: the requests of many clients (of
+/// one slot on a Cluster), decided at one reading of the clock, each
+/// client on its own key and its requests in order, each exactly as
+/// `word_script`'s check would decide it on the state the requests before
+/// it left; each client's state is written once, after its last
+/// admission. A client's key is read and written by its own requests
+/// only: no client's decision reads another's state.
 ///
-/// `ARGV`: each limit's two settings, then the head of the values the
-/// reader writes, the call's number, the number of requests `n` and their
-/// `n` costs. The reply: `{-1}` for a state to convert (nothing decided);
-/// else, for each request, what `word_script`'s check replies without
-/// `now` (the outcome and the state), then `now`.
+/// `KEYS`: the clients' keys. `ARGV`: the number of settings `S`, then `S`
+/// settings (each limit's two, then the head of the values the reader
+/// writes), the call's number, then for each key: the number of its
+/// settings (1-based), the number of its requests `c` and their `c` costs.
+/// The reply: for each key, `-1` for a state to convert or `-2` for a
+/// value that is not a tollgate state (its requests undecided, its key
+/// untouched), else `1` and, for each of its requests, what
+/// `word_script`'s check replies without `now` (the outcome and the
+/// state); then `now`.
 pub(super) fn batch_script(spec: &Spec, clock: &str) -> String {
     let halves = spec.halves();
-    let base = 2 * halves.len();
-    let mut lua = word_read(
-        spec,
-        clock,
-        &format!(
-            "local HEAD, n = ARGV[{h}], tonumber(ARGV[{n}])\n",
-            h = base + 1,
-            n = base + 3,
-        ),
-    );
-    lua.push_str(&word_settings(spec));
-    let (cur, next) = word_vars(spec);
+    let width = 2 * halves.len() + 1;
     let fields = word_fields(spec);
-    lua.push_str(&format!(
-        "local out, wrote, last = {{}}, false, 0\nfor i = 1, n do\nlocal cost = tonumber(ARGV[{first} + i])\n",
-        first = base + 3,
-    ));
-    for (half, x) in &halves {
-        lua.push_str(&half_lua(half, x));
+    let mut lua = String::from("\nlocal fmt = string.format\n");
+    if uses_windows(spec) {
+        lua.push_str(FDIV);
     }
+    lua.push_str(clock);
+    lua.push_str(&format!(
+        r"local function read(key, HEAD)
+  local v = redis.call('GET', key)
+  local {vars}
+  if v then
+{parse}
+  end
+  return 1, {vars}
+end
+",
+        vars = fields.join(", "),
+        parse = parse_state(spec, "return -1", |_| "return -2".into()),
+    ));
+    let settings: String = halves
+        .iter()
+        .enumerate()
+        .map(|(i, (_, x))| {
+            format!(
+                "local a{x}, b{x} = tonumber(ARGV[o + {}]), tonumber(ARGV[o + {}])\n",
+                2 * i + 1,
+                2 * i + 2
+            )
+        })
+        .collect();
+    let mut decide = String::new();
+    for (half, x) in &halves {
+        decide.push_str(&half_lua(half, x));
+    }
+    let (cur, next) = word_vars(spec);
     let push = |vars: &[String]| {
         vars.iter()
             .map(|v| format!("out[#out + 1] = {v}"))
@@ -246,7 +264,21 @@ pub(super) fn batch_script(spec: &Spec, clock: &str) -> String {
             .join("; ")
     };
     lua.push_str(&format!(
-        r"local allowed = {allowed}
+        r"local p = 2 + tonumber(ARGV[1]) * {width}
+local id = ARGV[p]
+p = p + 1
+local out = {{}}
+for j = 1, #KEYS do
+local o, c = 1 + (tonumber(ARGV[p]) - 1) * {width}, tonumber(ARGV[p + 1])
+p = p + 2
+{settings}local HEAD, key = ARGV[o + {width}], KEYS[j]
+local st, {fields} = read(key, HEAD)
+out[#out + 1] = st
+if st == 1 then
+local wrote, last = false, 0
+for i = 0, c - 1 do
+local cost = tonumber(ARGV[p + i])
+{decide}local allowed = {allowed}
 if allowed then
   out[#out + 1] = 1; {next_out}
 else
@@ -258,7 +290,10 @@ if allowed and cost > 0 then
 end
 end
 if wrote then
-  redis.call('SET', key, HEAD .. ARGV[{id}] .. '|' .. {value}, 'PXAT', math.floor(last / 1000) + 1)
+  redis.call('SET', key, HEAD .. id .. '|' .. {value}, 'PXAT', math.floor(last / 1000) + 1)
+end
+end
+p = p + c
 end
 out[#out + 1] = now
 return out
@@ -269,7 +304,6 @@ return out
         fields = fields.join(", "),
         next = next.join(", "),
         idle = word_idle(spec),
-        id = base + 2,
         value = word_value(&fields),
     ));
     lua
@@ -336,26 +370,58 @@ fn word_settings(spec: &Spec) -> String {
         .collect()
 }
 
+/// Whether any limit of `spec` is a window (its scripts need `fdiv`).
+fn uses_windows(spec: &Spec) -> bool {
+    spec.halves()
+        .iter()
+        .any(|(h, _)| !matches!(h.ns, WordSpec::Bucket(_)))
+}
+
 /// What a word algorithm's scripts start with: the clock, `args` (which
 /// defines `HEAD`), and the key's state read into the field variables
 /// (`nil` for no key), or `{-1}` answered for a state to convert.
 fn word_read(spec: &Spec, clock: &str, args: &str) -> String {
-    let halves = spec.halves();
     let mut lua = String::from("\nlocal fmt = string.format\n");
-    if halves
-        .iter()
-        .any(|(h, _)| !matches!(h.ns, WordSpec::Bucket(_)))
-    {
+    if uses_windows(spec) {
         lua.push_str(FDIV);
     }
     lua.push_str(clock);
     lua.push_str("local key = KEYS[1]\n");
     lua.push_str(args);
+    lua.push_str(&format!(
+        "local v = redis.call('GET', key)\nlocal {vars}\nif v then\n{parse}\nend\n",
+        vars = word_fields(spec).join(", "),
+        parse = parse_state(spec, "return {-1}", bad),
+    ));
+    lua
+}
+
+/// The Lua that reads the value `v` (present) into the declared field
+/// variables: a value of another writer is read as it is if written under
+/// the same settings as `HEAD`'s; else `convert` runs (a state to
+/// convert). `bad(what)` runs for a value that is not a tollgate state.
+fn parse_state(spec: &Spec, convert: &str, bad: impl Fn(&str) -> String) -> String {
     let fields = word_fields(spec);
     let pattern = format!("^%d+|{}$", vec!["(%d+)"; fields.len()].join("|"));
-    let reads = format!(
-        "{vars} = {nums}\n  if {over} then {bad} end",
+    format!(
+        r"  local at
+  if string.find(v, HEAD, 1, true) == 1 then
+    at = #HEAD + 1
+  else
+    -- Another writer's state: read as it is if of the same settings.
+    local s, o = string.match(HEAD, '^([^|]*)|[^|]*|([^|]*)%.$')
+    if string.find(v, s .. '|', 1, true) ~= 1 then {convert} end
+    local w, i = string.match(v, '^[^|]*|[^|]*|([^|.]*)%.()')
+    if w == nil or w == o then {convert} end
+    at = i
+  end
+  {vars} = string.match(v, '{pattern}', at)
+  if {first} == nil then {bad_fields} end
+  {vars} = {nums}
+  if {over} then {bad_range} end{bucket}",
         vars = fields.join(", "),
+        first = fields[0],
+        bad_fields = bad("its fields are not whole numbers"),
         nums = fields
             .iter()
             .map(|f| format!("tonumber({f})"))
@@ -366,35 +432,17 @@ fn word_read(spec: &Spec, clock: &str, args: &str) -> String {
             .map(|f| format!("{f} > 9007199254740991"))
             .collect::<Vec<_>>()
             .join(" or "),
-        bad = bad("a number out of range"),
-    );
-    lua.push_str(&format!(
-        r"local v = redis.call('GET', key)
-local at
-if v then
-  if string.find(v, HEAD, 1, true) == 1 then
-    at = #HEAD + 1
-  else
-    -- Another writer's state: read as it is if of the same settings.
-    local s, o = string.match(HEAD, '^([^|]*)|[^|]*|([^|]*)%.$')
-    if string.find(v, s .. '|', 1, true) ~= 1 then return {{-1}} end
-    local w, i = string.match(v, '^[^|]*|[^|]*|([^|.]*)%.()')
-    if w == nil or w == o then return {{-1}} end
-    at = i
-  end
-end
-local {vars}
-if at then
-  {vars} = string.match(v, '{pattern}', at)
-  if {first} == nil then {bad} end
-  {reads}
-end
-",
-        vars = fields.join(", "),
-        first = fields[0],
-        bad = bad("its fields are not whole numbers"),
-    ));
-    lua
+        bad_range = bad("a number out of range"),
+        bucket = spec
+            .halves()
+            .iter()
+            .filter(|(h, _)| matches!(h.ns, WordSpec::Bucket(_)))
+            .map(|(_, x)| format!(
+                "\n  if x{x}2 > 999 then {} end",
+                bad("a TAT with more than 999 ns past its microseconds")
+            ))
+            .collect::<String>(),
+    )
 }
 
 /// The slow path's read: the key's value (`nil` if absent) and `now`:

@@ -1,5 +1,6 @@
 //! tollgate's Redis token bucket against throttle-kit 2.1.2's Redis GCRA,
-//! side by side on one `redis-server`: both admit every check (a quota of
+//! side by side on one `redis-server`, tollgate both one call per check and
+//! coalesced: all admit every check (a quota of
 //! a million per hour over 1 000 keys), so each check is one script that
 //! reads and writes one key. Tasks 8 and 64 on a 2-worker tokio runtime;
 //! in each round both run, in alternating order, for the same time.
@@ -55,9 +56,14 @@ fn start_server() -> (String, Option<Server>) {
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Lib {
+    /// One call per check.
     Tollgate,
+    /// Coalesced: the checks made while a call is in flight share the next.
+    Coalesced,
     ThrottleKit,
 }
+
+const LIBS: [Lib; 3] = [Lib::Tollgate, Lib::Coalesced, Lib::ThrottleKit];
 
 /// The server's own time per script call (µs), since its last reset.
 fn server_usec_per_call(url: &str) -> f64 {
@@ -78,22 +84,47 @@ fn reset_stats(url: &str) {
     let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut c).unwrap();
 }
 
-/// Checks per second of `lib` with `tasks` tasks for `secs`, and the
-/// server's µs per call.
-async fn cell(lib: Lib, url: &str, tasks: usize, secs: f64, round: usize) -> (f64, f64) {
+/// One cell's figures.
+#[derive(Clone, Copy, Default)]
+struct Cell {
+    /// Checks per second.
+    rate: f64,
+    /// The server's µs per script call.
+    usec: f64,
+    /// Script calls per check, from Redis's own counts.
+    calls_per_check: f64,
+}
+
+/// Script calls Redis has run since its last reset.
+fn server_calls(url: &str) -> f64 {
+    let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut c)
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+        .and_then(|l| l.strip_prefix("calls="))
+        .and_then(|v| v.split(',').next())
+        .map_or(0.0, |v| v.parse().unwrap())
+}
+
+/// `lib` with `tasks` tasks for `secs`.
+async fn cell(lib: Lib, url: &str, tasks: usize, secs: f64, round: usize) -> Cell {
     let keys: Vec<String> = (0..1_000).map(|i| format!("r{round}-{i}")).collect();
     let keys = Arc::new(keys);
     let stop = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
     let mut handles = Vec::new();
     match lib {
-        Lib::Tollgate => {
+        Lib::Tollgate | Lib::Coalesced => {
             let conn = redis::aio::ConnectionManager::new(redis::Client::open(url).unwrap())
                 .await
                 .unwrap();
             let limiter = tollgate::TokenBucket::builder()
                 .rate(1_000_000, Duration::from_secs(3_600))
                 .redis(conn, "tg")
+                .coalesce(lib == Lib::Coalesced)
                 .build()
                 .unwrap();
             // Load the script before the clock starts.
@@ -137,11 +168,18 @@ async fn cell(lib: Lib, url: &str, tasks: usize, secs: f64, round: usize) -> (f6
     tokio::time::sleep(Duration::from_secs_f64(secs)).await;
     let n = count.load(Ordering::Relaxed);
     let took = started.elapsed().as_secs_f64();
+    let calls = server_calls(url);
+    let usec = server_usec_per_call(url);
+    let done = count.load(Ordering::Relaxed);
     stop.store(true, Ordering::Relaxed);
     for h in handles {
         h.await.unwrap();
     }
-    (n as f64 / took, server_usec_per_call(url))
+    Cell {
+        rate: n as f64 / took,
+        usec,
+        calls_per_check: calls / done.max(1) as f64,
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -171,6 +209,7 @@ fn main() {
             "--only" => {
                 only = Some(match it.next().unwrap().as_str() {
                     "tollgate" => Lib::Tollgate,
+                    "coalesced" => Lib::Coalesced,
                     "throttle-kit" => Lib::ThrottleKit,
                     other => panic!("unknown library {other}"),
                 })
@@ -187,46 +226,57 @@ fn main() {
     if let Some(lib) = only {
         // One library alone (for an instruction count under callgrind).
         for &tasks in &task_counts {
-            let (rate, usec) = rt.block_on(cell(lib, &url, tasks, secs, 0));
-            println!("{lib:?} tasks {tasks}: {rate:.0} checks/s, server {usec:.2} µs/call");
+            let c = rt.block_on(cell(lib, &url, tasks, secs, 0));
+            println!(
+                "{lib:?} tasks {tasks}: {:.0} checks/s, server {:.2} µs/call, {:.3} calls/check",
+                c.rate, c.usec, c.calls_per_check
+            );
         }
         return;
     }
-    println!("| tasks | round | tollgate checks/s | throttle-kit checks/s | ratio | server µs/call (tollgate / throttle-kit) |");
-    println!("|---:|---:|---:|---:|---:|---:|");
+    println!("| tasks | round | one call each: checks/s | coalesced: checks/s | throttle-kit: checks/s | one call each / throttle-kit | coalesced / throttle-kit | server µs/call (one each / coalesced / throttle-kit) | script calls per check (one each / coalesced / throttle-kit) |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &tasks in &task_counts {
-        let mut ratios = Vec::new();
-        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        let mut rates: [Vec<f64>; 3] = Default::default();
+        let mut ratios: [Vec<f64>; 2] = Default::default();
         for round in 0..rounds {
-            let order = if round % 2 == 0 {
-                [Lib::Tollgate, Lib::ThrottleKit]
-            } else {
-                [Lib::ThrottleKit, Lib::Tollgate]
-            };
-            let mut got = [0.0; 2];
-            let mut usec = [0.0; 2];
+            // Each round runs the three in another order.
+            let mut order = LIBS;
+            order.rotate_left(round % 3);
+            let mut got = [Cell::default(); 3];
             for lib in order {
-                let (rate, us) = rt.block_on(cell(lib, &url, tasks, secs, round));
-                got[usize::from(lib == Lib::ThrottleKit)] = rate;
-                usec[usize::from(lib == Lib::ThrottleKit)] = us;
+                let at = LIBS.iter().position(|&l| l == lib).unwrap();
+                got[at] = rt.block_on(cell(lib, &url, tasks, secs, round));
             }
             println!(
-                "| {tasks} | {round} | {:.0} | {:.0} | {:.2} | {:.2} / {:.2} |",
-                got[0],
-                got[1],
-                got[0] / got[1],
-                usec[0],
-                usec[1]
+                "| {tasks} | {round} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} / {:.2} / {:.2} | {:.3} / {:.3} / {:.3} |",
+                got[0].rate,
+                got[1].rate,
+                got[2].rate,
+                got[0].rate / got[2].rate,
+                got[1].rate / got[2].rate,
+                got[0].usec,
+                got[1].usec,
+                got[2].usec,
+                got[0].calls_per_check,
+                got[1].calls_per_check,
+                got[2].calls_per_check,
             );
-            ours.push(got[0]);
-            theirs.push(got[1]);
-            ratios.push(got[0] / got[1]);
+            for (at, c) in got.iter().enumerate() {
+                rates[at].push(c.rate);
+            }
+            ratios[0].push(got[0].rate / got[2].rate);
+            ratios[1].push(got[1].rate / got[2].rate);
         }
+        let [a, b, c] = rates;
+        let [r0, r1] = ratios;
         println!(
-            "| {tasks} | median | {:.0} | {:.0} | {:.2} | |",
-            median(ours),
-            median(theirs),
-            median(ratios)
+            "| {tasks} | median | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | | |",
+            median(a),
+            median(b),
+            median(c),
+            median(r0),
+            median(r1)
         );
     }
 }
