@@ -450,7 +450,9 @@ impl<A: RedisAlgorithm> Inner<A> {
                 }
                 cmd.arg(serial);
                 for client in &plan.clients {
-                    cmd.arg(client.quota + 1).arg(client.requests.len());
+                    // Both in one argument: one number for the script to
+                    // parse (see `batch_script`).
+                    cmd.arg(client.requests.len() * 1024 + client.quota + 1);
                     for &at in &client.requests {
                         cmd.arg(requests[at].cost);
                     }

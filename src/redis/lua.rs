@@ -180,7 +180,7 @@ pub(super) fn word_script(spec: &Spec, clock: &str, write: bool) -> String {
     if write {
         lua.push_str(&format!(
             r"if allowed and cost > 0 then
-  redis.call('SET', key, HEAD .. ARGV[{id}] .. '|' .. {value}, 'PXAT', math.floor({idle} / 1000) + 1)
+  redis.call('SET', key, HEAD .. ARGV[{id}] .. '|' .. {value}, 'PXAT', fmt('%d', math.floor({idle} / 1000) + 1))
 end
 ",
             id = base + 3,
@@ -212,8 +212,9 @@ end
 ///
 /// `KEYS`: the clients' keys. `ARGV`: the number of settings `S`, then `S`
 /// settings (each limit's two, then the head of the values the reader
-/// writes), the call's number, then for each key: the number of its
-/// settings (1-based), the number of its requests `c` and their `c` costs.
+/// writes), the call's number, then for each key: `1024 c + s`, where `s`
+/// is the number of its settings (1-based, under 1 024) and `c` the number
+/// of its requests, then their `c` costs.
 /// The reply: for each key, `-1` for a state to convert or `-2` for a
 /// value that is not a tollgate state (its requests undecided, its key
 /// untouched), else `1` and, for each of its requests, what
@@ -241,16 +242,26 @@ end
         vars = fields.join(", "),
         parse = parse_state(spec, "return -1", |_| "return -2".into()),
     ));
-    let settings: String = halves
+    // Each settings' figures and head, read once: `A<x>[s]`, `B<x>[s]`,
+    // `H[s]`.
+    let tables: String = halves
+        .iter()
+        .map(|(_, x)| format!("local A{x}, B{x} = {{}}, {{}}\n"))
+        .collect();
+    let fill: String = halves
         .iter()
         .enumerate()
         .map(|(i, (_, x))| {
             format!(
-                "local a{x}, b{x} = tonumber(ARGV[o + {}]), tonumber(ARGV[o + {}])\n",
+                "A{x}[s], B{x}[s] = tonumber(ARGV[o + {}]), tonumber(ARGV[o + {}])\n",
                 2 * i + 1,
                 2 * i + 2
             )
         })
+        .collect();
+    let settings: String = halves
+        .iter()
+        .map(|(_, x)| format!("local a{x}, b{x} = A{x}[si], B{x}[si]\n"))
         .collect();
     let mut decide = String::new();
     for (half, x) in &halves {
@@ -259,45 +270,57 @@ end
     let (cur, next) = word_vars(spec);
     let push = |vars: &[String]| {
         vars.iter()
-            .map(|v| format!("out[#out + 1] = {v}"))
+            .enumerate()
+            .map(|(i, v)| format!("out[n + {}] = {v}", i + 2))
             .collect::<Vec<_>>()
             .join("; ")
     };
     lua.push_str(&format!(
-        r"local p = 2 + tonumber(ARGV[1]) * {width}
+        r"local S = tonumber(ARGV[1])
+{tables}local H = {{}}
+for s = 1, S do
+local o = 1 + (s - 1) * {width}
+{fill}H[s] = ARGV[o + {width}]
+end
+local p = 2 + S * {width}
 local id = ARGV[p]
 p = p + 1
-local out = {{}}
+local out, n = {{}}, 0
 for j = 1, #KEYS do
-local o, c = 1 + (tonumber(ARGV[p]) - 1) * {width}, tonumber(ARGV[p + 1])
-p = p + 2
-{settings}local HEAD, key = ARGV[o + {width}], KEYS[j]
+local sc = tonumber(ARGV[p])
+local c = math.floor(sc / 1024)
+local si = sc - c * 1024
+p = p + 1
+{settings}local HEAD, key = H[si], KEYS[j]
 local st, {fields} = read(key, HEAD)
-out[#out + 1] = st
+n = n + 1
+out[n] = st
 if st == 1 then
 local wrote, last = false, 0
 for i = 0, c - 1 do
 local cost = tonumber(ARGV[p + i])
 {decide}local allowed = {allowed}
 if allowed then
-  out[#out + 1] = 1; {next_out}
+  out[n + 1] = 1; {next_out}
 else
-  out[#out + 1] = 0; {cur_out}
+  out[n + 1] = 0; {cur_out}
 end
+n = n + {step}
 if allowed and cost > 0 then
   {fields} = {next}
   last, wrote = {idle}, true
 end
 end
 if wrote then
-  redis.call('SET', key, HEAD .. id .. '|' .. {value}, 'PXAT', math.floor(last / 1000) + 1)
+  redis.call('SET', key, HEAD .. id .. '|' .. {value}, 'PXAT', fmt('%d', math.floor(last / 1000) + 1))
 end
 end
 p = p + c
 end
-out[#out + 1] = now
+out[n + 1] = now
 return out
 ",
+        step = 1 + fields.len(),
         allowed = word_allowed(spec),
         next_out = push(&next),
         cur_out = push(&cur),
@@ -682,7 +705,7 @@ g = math.max(g, math.min(reach, math.floor(room / a)))
 local e = s + g * a
 local idle = e
 if r > 0 then idle = e + 1 end
-redis.call('SET', key, HEAD .. ARGV[4] .. '|' .. fmt('%d', e) .. '|' .. fmt('%d', r), 'PXAT', math.floor(idle / 1000) + 1)
+redis.call('SET', key, HEAD .. ARGV[4] .. '|' .. fmt('%d', e) .. '|' .. fmt('%d', r), 'PXAT', fmt('%d', math.floor(idle / 1000) + 1))
 redis.call('ZREMRANGEBYSCORE', lk, '-inf', now)
 local from = s
 if pe == s then from = keep end
@@ -723,7 +746,7 @@ if back <= now and r == 0 then
 else
   local idle = back
   if r > 0 then idle = back + 1 end
-  redis.call('SET', KEYS[1], HEAD .. ARGV[4] .. '|' .. fmt('%d', back) .. '|' .. fmt('%d', r), 'PXAT', math.floor(idle / 1000) + 1)
+  redis.call('SET', KEYS[1], HEAD .. ARGV[4] .. '|' .. fmt('%d', back) .. '|' .. fmt('%d', r), 'PXAT', fmt('%d', math.floor(idle / 1000) + 1))
 end
 return {e - back, now}
 ",
@@ -755,7 +778,7 @@ local upto = now
 if last[2] then upto = math.max(now, tonumber(last[2])) end
 local existed = redis.call('EXISTS', key)
 if upto > now then
-  redis.call('SET', key, ARGV[1] .. ARGV[2] .. '|' .. fmt('%d', upto) .. '|0', 'PXAT', math.floor(upto / 1000) + 1)
+  redis.call('SET', key, ARGV[1] .. ARGV[2] .. '|' .. fmt('%d', upto) .. '|0', 'PXAT', fmt('%d', math.floor(upto / 1000) + 1))
 else
   redis.call('DEL', key)
 end
