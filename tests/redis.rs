@@ -68,34 +68,38 @@ fn child_worker() {
                     .lease(Lease::new(Duration::from_secs(60)).max_units(LEASE_UNITS))
                     .build()
                     .unwrap();
-                if mode == "victim" {
+                let (admitted, coalesced) = if mode == "victim" {
                     hold_and_wait(limiter).await
                 } else {
                     let admitted = hammer(limiter.clone()).await;
                     report_leases(&limiter);
                     admitted
-                }
+                };
+                (vec![admitted], coalesced)
             }
             "tb" => {
                 let limiter = tb.fail_policy(policy).timeout(patience);
-                hammer(limiter.coalesce(coalesce).build().unwrap()).await
+                either(limiter.coalesce(coalesce).build().unwrap(), coalesce).await
             }
             "swc" => {
                 let limiter = swc.fail_policy(policy).timeout(patience);
-                hammer(limiter.coalesce(coalesce).build().unwrap()).await
+                either(limiter.coalesce(coalesce).build().unwrap(), coalesce).await
             }
             "fw" => {
                 let limiter = fw.fail_policy(policy).timeout(patience);
-                hammer(limiter.coalesce(coalesce).build().unwrap()).await
+                either(limiter.coalesce(coalesce).build().unwrap(), coalesce).await
             }
             "swl" => {
                 let limiter = swl.fail_policy(policy).timeout(patience);
-                hammer(limiter.coalesce(coalesce).build().unwrap()).await
+                either(limiter.coalesce(coalesce).build().unwrap(), coalesce).await
             }
             other => panic!("unknown algorithm {other}"),
         }
     });
-    println!("ADMITTED={}", admitted.0);
+    // The shared client's admissions, then every client's.
+    println!("ADMITTED={}", admitted.0[0]);
+    let all: Vec<String> = admitted.0.iter().map(u64::to_string).collect();
+    println!("ADMITTED_ALL={}", all.join(","));
     println!("COALESCED={}", admitted.1);
 }
 
@@ -139,6 +143,48 @@ async fn hold_and_wait<A: RedisAlgorithm>(limiter: RedisLimiter<A>) -> (u64, u64
 }
 
 /// The checks admitted, and those that rode another's call.
+/// The clients a coalescing process's tasks check, in turn: the checks
+/// of a batch are of many clients.
+const MANY: [&str; 5] = ["shared-client", "m1", "m2", "m3", "m4"];
+
+/// A coalescing process checks many clients ([`hammer_many`]); one that
+/// is not, the shared client only ([`hammer`]).
+async fn either<A: RedisAlgorithm>(limiter: RedisLimiter<A>, coalesce: bool) -> (Vec<u64>, u64) {
+    if coalesce {
+        hammer_many(limiter).await
+    } else {
+        let (admitted, coalesced) = hammer(limiter).await;
+        (vec![admitted], coalesced)
+    }
+}
+
+/// `TASKS` tasks × `CHECKS_PER_TASK` checks, each task going through
+/// [`MANY`] in turn from its own start: each client's admissions, and how
+/// many checks rode another's call.
+async fn hammer_many<A: RedisAlgorithm>(limiter: RedisLimiter<A>) -> (Vec<u64>, u64) {
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move {
+                let mut admitted = vec![0; MANY.len()];
+                for i in 0..CHECKS_PER_TASK {
+                    let c = (t + i) % MANY.len();
+                    let d = limiter.check(MANY[c]).await.expect("Redis answers");
+                    admitted[c] += u64::from(d.is_allowed());
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut total = vec![0; MANY.len()];
+    for task in tasks {
+        for (t, a) in total.iter_mut().zip(task.await.unwrap()) {
+            *t += a;
+        }
+    }
+    (total, limiter.stats().coalesced)
+}
+
 async fn hammer<A: RedisAlgorithm>(limiter: RedisLimiter<A>) -> (u64, u64) {
     let tasks: Vec<_> = (0..TASKS)
         .map(|_| {
@@ -278,6 +324,7 @@ fn across_processes(target: &str, label: &str, coalesce: bool) {
             })
             .collect();
         let (mut total, mut coalesced) = (0, 0);
+        let mut each = [0; MANY.len()];
         for child in children {
             let out = child.wait_with_output().unwrap();
             assert!(out.status.success(), "{algo}: a child failed");
@@ -295,8 +342,27 @@ fn across_processes(target: &str, label: &str, coalesce: bool) {
             };
             total += reported("ADMITTED=");
             coalesced += reported("COALESCED=");
+            if coalesce {
+                let all = String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .find_map(|l| l.strip_prefix("ADMITTED_ALL=").map(str::to_owned))
+                    .expect("each client's admissions");
+                for (t, a) in each.iter_mut().zip(all.split(',')) {
+                    *t += a.parse::<u64>().unwrap();
+                }
+            }
         }
-        // 4 processes × 8 tasks × 40 checks = 1 280 attempts on one client.
+        if coalesce {
+            // 1 280 attempts over five clients, at least 256 each: every
+            // client exactly its own quota, whatever its batch held.
+            assert_eq!(
+                each,
+                [100; MANY.len()],
+                "{algo}: each client's quota, across processes"
+            );
+        }
+        // 4 processes × 8 tasks × 40 checks = 1 280 attempts (on one client
+        // when not coalescing).
         assert_eq!(total, 100, "{algo}: exactly the quota, across processes");
         // The log's checks go one call each, coalescing or not.
         if coalesce && algo != "swl" {

@@ -443,9 +443,10 @@ fn a_server_killed_while_checks_wait_answers_each_by_the_fail_policy() {
     assert_eq!(stats.coalesced, 0, "{stats:?}");
 }
 
-/// The server dies while a batch of 63 checks is in flight: each of the
-/// 63 is answered by the fail policy (exactly 10 admitted by the
-/// in-process limiter), the batch's one call counted as one error.
+/// The server dies while a batch of 63 checks is in flight, of three
+/// clients interleaved: each of the 63 is answered by the fail policy
+/// (exactly 10 of each client admitted by the in-process limiter, its
+/// first ten), the batch's one call counted as one error.
 #[test]
 fn a_server_killed_mid_batch_answers_each_check_by_the_fail_policy() {
     let Some(mut server) = Server::start() else {
@@ -457,11 +458,11 @@ fn a_server_killed_mid_batch_answers_each_check_by_the_fail_policy() {
     let outcomes: Vec<bool> = rt.block_on(async {
         let mut answers = Vec::new();
         let waiters: Vec<Waiter> = (0..63)
-            .map(|_| {
+            .map(|i| {
                 let (reply, answer) = tokio::sync::oneshot::channel();
                 answers.push(answer);
                 Waiter {
-                    request: Arc::new(request(&limiter, "c", 1)),
+                    request: Arc::new(request(&limiter, CLIENTS[i % 3], 1)),
                     reply,
                 }
             })
@@ -485,8 +486,11 @@ fn a_server_killed_mid_batch_answers_each_check_by_the_fail_policy() {
             .expect("no check hangs")
     });
     assert_eq!(outcomes.len(), 63);
-    assert_eq!(outcomes.iter().filter(|&&a| a).count(), 10);
-    assert!(outcomes[..10].iter().all(|&a| a), "in order: {outcomes:?}");
+    for c in 0..3 {
+        let mine: Vec<bool> = outcomes.iter().copied().skip(c).step_by(3).collect();
+        assert_eq!(mine.iter().filter(|&&a| a).count(), 10, "{c}: {mine:?}");
+        assert!(mine[..10].iter().all(|&a| a), "in order: {mine:?}");
+    }
     let stats = limiter.stats();
     assert_eq!(stats.fail_local, 63, "{stats:?}");
     assert_eq!(stats.errors + stats.timeouts, 1, "{stats:?}");
@@ -559,4 +563,53 @@ fn a_quota_changed_while_checks_wait_splits_their_batch() {
     // The eight of the old quota in one call; the ten of the new one by
     // one (each converts the state).
     assert_eq!(batched.stats().coalesced, 7, "{:?}", batched.stats());
+}
+
+/// Clients of two tiers, their checks made at once and carried in shared
+/// batches: each client admitted exactly its own tier's quota (3, or 7 for
+/// `pro-` clients), each batch holding both tiers' settings.
+#[test]
+fn clients_of_two_tiers_in_one_batch_each_get_their_tier() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let manager = rt.block_on(server.manager());
+    let limiter = TokenBucket::builder()
+        .rate(1, Duration::from_secs(3_600))
+        .capacity(3)
+        .redis(manager, "tiers")
+        .no_deny_shortcut()
+        .coalesce(true)
+        .tier_by(|client: &[u8]| u16::from(client.starts_with(b"pro-")))
+        .build_on_test_clock(server.clock())
+        .unwrap();
+    limiter
+        .set_quota(
+            1,
+            TokenBucket::builder()
+                .rate(1, Duration::from_secs(3_600))
+                .capacity(7),
+        )
+        .unwrap();
+    let clients = ["a", "pro-a", "b", "pro-b"];
+    let outcomes = rt.block_on(async {
+        let checks: Vec<_> = (0..64)
+            .map(|i| Box::pin(limiter.check(clients[i % 4])))
+            .collect();
+        futures_join_all(checks).await
+    });
+    for (c, client) in clients.iter().enumerate() {
+        let admitted = outcomes
+            .iter()
+            .skip(c)
+            .step_by(4)
+            .filter(|d| d.as_ref().unwrap().is_allowed())
+            .count();
+        let quota = if client.starts_with("pro-") { 7 } else { 3 };
+        assert_eq!(admitted, quota, "{client}");
+    }
+    let stats = limiter.stats();
+    assert!(stats.coalesced > 0, "{stats:?}");
+    assert!(stats.round_trips < 64, "{stats:?}");
 }
