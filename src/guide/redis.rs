@@ -38,30 +38,35 @@
 //!   denied there, with the figures Redis would have given: a flood of
 //!   denied requests costs Redis almost nothing. This process's `reset`,
 //!   `remove` and `set_quota` forget every entry made before them.
-//! - **Coalescing.** While a check of a client is in flight, this
-//!   process's further checks of that client on the same limiter wait, and
-//!   the next call carries all of them: one script decides them in the
-//!   order they were made, at one reading of Redis's clock, each as a call
-//!   of its own would have been decided there (the same outcome and
-//!   figures), and writes the client's state once. A hot client then costs
-//!   a round trip per batch rather than per check. What it costs: a check
-//!   that finds its client's call in flight waits for that call to return
-//!   before its batch goes, a batch carries at most 256 checks (more wait
-//!   for the next), and batches go from a task spawned on the tokio
-//!   runtime. Checks of different clients are not batched; they share the
-//!   connection, which pipelines them. The sliding window log's checks,
-//!   peeks, bookings and a cost beyond the client's tier go one call each.
-//!   It is off by default (it pays for hot clients only; see
-//!   `docs/PERFORMANCE.md`);
-//!   [`coalesce(true)`](crate::redis::RedisBuilder::coalesce) turns it on.
-//!   Up to two calls of a client are in flight at once. Shown by the batch proptests in
-//!   `src/redis/batch_equal.rs` (a batch decides as the same checks one by
-//!   one, for the token bucket, both windows and a pair), by
-//!   `checks_made_at_once_coalesce_and_decide_as_one_after_the_other`,
+//! - **Coalescing** (on by default). While a call of a limiter is in
+//!   flight, this process's further checks on that limiter wait, and the
+//!   next call carries all of them, of every client: one script decides
+//!   each client on its own key, its checks in the order they were made,
+//!   at one reading of Redis's clock, each as a call of its own would have
+//!   been decided there (the same outcome and figures), and writes each
+//!   client's state once. Busy traffic then costs a round trip per batch
+//!   rather than per check, and Redis's fixed cost of a call is paid once
+//!   a batch. What it costs: a check that finds two calls in flight waits
+//!   for one to return before its batch goes (a lone check goes at once),
+//!   a batch carries at most 256 checks (more wait for the next), and
+//!   batches go from a task spawned on the tokio runtime. On a Redis
+//!   Cluster a call holds one slot's keys, so there only one client's
+//!   checks share a call. The sliding window log's checks, peeks,
+//!   bookings and a cost beyond the client's tier go one call each; a
+//!   client whose state was written under other settings is left
+//!   untouched by the batch and converted by a call of its own.
+//!   [`coalesce(false)`](crate::redis::RedisBuilder::coalesce) makes every
+//!   check its own call. Shown by the batch proptests in
+//!   `src/redis/batch_equal.rs` (a batch of three clients' interleaved
+//!   checks decides as the same checks one by one, for the token bucket,
+//!   both windows and a pair, with states of other settings left alone),
+//!   by `checks_made_at_once_coalesce_and_decide_as_one_after_the_other`,
+//!   `clients_of_two_tiers_in_one_batch_each_get_their_tier`,
 //!   `a_quota_changed_while_checks_wait_splits_their_batch`,
 //!   `sixty_four_tasks_on_two_limiters_admit_exactly_the_quota`, and
 //!   across four processes by
-//!   `exactly_the_quota_across_processes_coalesced` (`tests/redis.rs`).
+//!   `exactly_the_quota_across_processes_coalesced` (`tests/redis.rs`:
+//!   five clients, each exactly its quota).
 //! - **Leases** (a token bucket, opt-in): each process takes a block of a
 //!   hot client's units in one call and spends it in process, lock-free;
 //!   see "Leases" below.
