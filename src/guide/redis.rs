@@ -55,7 +55,7 @@
 //!   `docs/PERFORMANCE.md`);
 //!   [`coalesce(true)`](crate::redis::RedisBuilder::coalesce) turns it on.
 //!   Up to two calls of a client are in flight at once. Shown by the batch proptests in
-//!   `src/redis/batch_equal.rs` (a batch decides as the same checks one by
+//!   `src/redis/tests/batch_equal.rs` (a batch decides as the same checks one by
 //!   one, for the token bucket, both windows and a pair), by
 //!   `checks_made_at_once_coalesce_and_decide_as_one_after_the_other`,
 //!   `a_quota_changed_while_checks_wait_splits_their_batch`,
@@ -266,7 +266,7 @@
 //! # What differs from the in-process limiters
 //!
 //! One process, one limiter, the same operations: the differential test
-//! (`src/redis/differ.rs`) finds no other difference than these.
+//! (`src/redis/tests/differ.rs`) finds no other difference than these.
 //!
 //! | What | In-process | On Redis | Why | Shown by |
 //! |---|---|---|---|---|

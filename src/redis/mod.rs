@@ -105,27 +105,19 @@
 //! window log keeps every entry and judges them by the reader's limit and
 //! window.
 
-#[cfg(all(test, not(feature = "loom")))]
-mod batch_equal;
 mod book;
 mod builder;
 mod call;
 mod coalesce;
 mod control;
 mod decide;
-#[cfg(all(test, not(feature = "loom")))]
-mod differ;
 #[cfg(feature = "tracing")]
 mod events;
 mod fallback;
 mod guard;
 mod key;
 mod lease;
-#[cfg(all(test, not(feature = "loom")))]
-mod lease_exact;
 mod lua;
-#[cfg(all(test, not(feature = "loom")))]
-mod lua_equal;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod pair;
@@ -133,7 +125,7 @@ mod shortcut;
 mod spec;
 mod state;
 #[cfg(all(test, not(feature = "loom")))]
-mod testing;
+mod tests;
 mod tier;
 
 use core::fmt;

@@ -21,12 +21,12 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-use super::coalesce::Waiter;
-use super::decide::Request;
 use super::testing::{gap, on_clock, runner, runtime, Server};
-use super::{FailPolicy, Mode, RedisAlgorithm, RedisLimiter};
 use crate::builder::Builder;
 use crate::decision::Decision;
+use crate::redis::coalesce::Waiter;
+use crate::redis::decide::Request;
+use crate::redis::{FailPolicy, Mode, RedisAlgorithm, RedisLimiter};
 use crate::{FixedWindow, SlidingWindowCounter, TokenBucket};
 
 /// One step: the instant moves on by `gap` µs; the twins check `twin`
@@ -54,7 +54,7 @@ fn step_of(unit: u64, max: u64) -> impl Strategy<Value = Step> {
 /// `limiter`'s request of `cost` from client `c`, as a check makes it.
 fn request<A: RedisAlgorithm>(limiter: &RedisLimiter<A>, cost: u64) -> Request {
     let inner = &limiter.inner;
-    let client = super::key::client_bytes("c");
+    let client = crate::redis::key::client_bytes("c");
     let judged = inner.tiers.judge(&client);
     Request {
         key: inner.layout.key(&client),
