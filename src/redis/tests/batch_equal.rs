@@ -24,9 +24,10 @@ use proptest::test_runner::TestCaseError;
 use super::testing::{gap, on_clock, runner, runtime, Server};
 use crate::builder::Builder;
 use crate::decision::Decision;
-use crate::redis::coalesce::Waiter;
-use crate::redis::decide::Request;
-use crate::redis::{FailPolicy, Mode, RedisAlgorithm, RedisLimiter};
+use crate::redis::table::flight::Waiter;
+use crate::redis::table::request::Mode;
+use crate::redis::table::request::Request;
+use crate::redis::{FailPolicy, RedisAlgorithm, RedisLimiter};
 use crate::{FixedWindow, SlidingWindowCounter, TokenBucket};
 
 /// One step: the instant moves on by `gap` µs; the twins check `twin`
@@ -54,7 +55,7 @@ fn step_of(unit: u64, max: u64) -> impl Strategy<Value = Step> {
 /// `limiter`'s request of `cost` from client `c`, as a check makes it.
 fn request<A: RedisAlgorithm>(limiter: &RedisLimiter<A>, cost: u64) -> Request {
     let inner = &limiter.inner;
-    let client = crate::redis::key::client_bytes("c");
+    let client = crate::redis::script::key::client_bytes("c");
     let judged = inner.tiers.judge(&client);
     Request {
         key: inner.layout.key(&client),

@@ -107,7 +107,7 @@ fn ops(
 
 /// The in-process decision with its waits rounded up to whole µs.
 fn rounded(mut d: Decision) -> Decision {
-    crate::redis::state::round_figures(&mut d);
+    crate::redis::script::state::round_figures(&mut d);
     d
 }
 
@@ -234,7 +234,7 @@ fn booked<'a, A: crate::cell::Algorithm>(
     match (here, there) {
         (Ok(here), Ok(there)) => {
             prop_assert_eq!(
-                crate::redis::state::round_up_to_us(here.wait()),
+                crate::redis::script::state::round_up_to_us(here.wait()),
                 there.wait(),
                 "step {}: {:?}",
                 step,
@@ -251,7 +251,7 @@ fn booked<'a, A: crate::cell::Algorithm>(
         (Err(here), Err(crate::redis::RedisReserveError::Reserve(there))) => {
             let here = match here {
                 crate::ReserveError::TooLong { wait } => crate::ReserveError::TooLong {
-                    wait: crate::redis::state::round_up_to_us(wait),
+                    wait: crate::redis::script::state::round_up_to_us(wait),
                 },
                 other => other,
             };

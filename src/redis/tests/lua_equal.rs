@@ -28,8 +28,8 @@ use crate::algorithm::{SlidingWindowLog, Transitions};
 use crate::builder::Builder;
 use crate::cell::{describe, look, Applied};
 use crate::decision::Decision;
-use crate::redis::spec::Spec;
-use crate::redis::state::{round_figures, Stored};
+use crate::redis::script::spec::Spec;
+use crate::redis::script::state::{round_figures, Stored};
 use crate::redis::RedisLimiter;
 use crate::{FixedWindow, SlidingWindowCounter, TokenBucket};
 
@@ -165,7 +165,8 @@ fn run<A: crate::redis::RedisAlgorithm>(
             let prefix = format!("replicas{}-{}", std::process::id(), n.get());
             let build = |unit, limit| {
                 let algorithm = A::from_params(&builder(unit, limit).params).unwrap();
-                let spec = crate::redis::sealed::Sealed::spec(&algorithm).unwrap();
+                let spec =
+                    crate::redis::quota::algorithm::sealed::Sealed::spec(&algorithm).unwrap();
                 (
                     on_clock(
                         builder(unit, limit)

@@ -10,7 +10,7 @@
 //! own script); any other waits. When a call ends, the checks that waited
 //! are handed, in the order they came, to a task spawned on the current
 //! tokio runtime, which decides them in one call of the batch script
-//! ([`super::lua::batch_script`]) in the ended call's place, answers each,
+//! ([`crate::redis::script::lua::batch_script`]) in the ended call's place, answers each,
 //! and carries on with the checks that came during that call, until none
 //! did and the place is given up (the entry going with the client's last
 //! call).
@@ -26,144 +26,21 @@
 //! policy; the breaker and the deny shortcut are asked when the batch
 //! goes, for each check.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
-use super::decide::{Answer, Failure, Request, Seen};
-use super::guard::bump;
-use super::spec::Spec;
-use super::state::{decision, decode_fast, Fast};
-use super::{Inner, RedisAlgorithm};
+use super::decide::{Answer, Failure, Seen};
 use crate::check::{CheckError, CheckErrorKind};
 use crate::decision::Decision;
+use crate::redis::quota::algorithm::RedisAlgorithm;
+use crate::redis::script::spec::Spec;
+use crate::redis::script::state::{decision, decode_fast, DecodeError, Fast};
+use crate::redis::shared::limiter::Inner;
+use crate::redis::table::flight::{Joined, Waiter, BATCH_MAX};
+use crate::redis::table::request::Request;
+use crate::redis::wire::guard::bump;
 use crate::sync::Ordering;
-
-/// The most checks one batch call carries; more wait for the next call.
-pub(super) const BATCH_MAX: usize = 256;
-
-/// A check waiting for the next call of its client.
-pub(super) struct Waiter {
-    pub(super) request: Arc<Request>,
-    pub(super) reply: oneshot::Sender<Result<Decision, CheckError>>,
-}
-
-/// The most calls of one client in flight at once (one limiter, one
-/// process): a check that finds fewer goes at once, alone; one that finds
-/// this many waits for the next call to end, and goes in the batch that
-/// takes that call's place. Two let one call carry the checks that came
-/// while the other was in flight, so that the client is never without a
-/// call on its way.
-pub(super) const DEPTH: usize = 2;
-
-/// A client with calls in flight.
-#[derive(Default)]
-struct Client {
-    /// Its calls in flight, at most [`DEPTH`].
-    calls: usize,
-    /// The checks waiting for the next call, in the order they came.
-    queue: Vec<Waiter>,
-}
-
-/// One shard of [`InFlight`]: each client's key with a call in flight.
-///
-/// A mutex, on the Redis path only and only with coalescing on: it is held
-/// to join a client's queue or take it (a map lookup, a push or a take),
-/// never across an `await`, a Redis call or user code, beside a round trip
-/// that costs thousands of times more. No in-process check takes it.
-type Shard = Mutex<HashMap<Vec<u8>, Client>>;
-
-/// The clients with a call in flight, and the checks waiting for the next.
-pub(super) struct InFlight {
-    shards: Box<[Shard]>,
-    hasher: RandomState,
-}
-
-impl core::fmt::Debug for InFlight {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("InFlight")
-            .field("shards", &self.shards.len())
-            .finish_non_exhaustive()
-    }
-}
-
-/// What a check does on joining.
-enum Joined {
-    /// Fewer than [`DEPTH`] calls of the client were in flight: go, then
-    /// [`finish`].
-    Lead,
-    /// Wait for the answer.
-    Wait(oneshot::Receiver<Result<Decision, CheckError>>),
-}
-
-impl InFlight {
-    pub(super) fn new() -> Self {
-        let shards = std::thread::available_parallelism()
-            .map_or(8, |n| n.get() * 4)
-            .next_power_of_two();
-        Self {
-            shards: (0..shards).map(|_| Mutex::new(HashMap::new())).collect(),
-            hasher: RandomState::new(),
-        }
-    }
-
-    fn shard(&self, key: &[u8]) -> &Shard {
-        let hash = self.hasher.hash_one(key);
-        &self.shards[(hash as usize) & (self.shards.len() - 1)]
-    }
-
-    /// Leads a call of the client if fewer than [`DEPTH`] are in flight
-    /// and no check waits before this one; else joins the next.
-    fn join(&self, request: &Arc<Request>) -> Joined {
-        let mut shard = self
-            .shard(&request.key)
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(client) = shard.get_mut(&request.key) {
-            if client.calls < DEPTH && client.queue.is_empty() {
-                client.calls += 1;
-                return Joined::Lead;
-            }
-            let (reply, answer) = oneshot::channel();
-            client.queue.push(Waiter {
-                request: Arc::clone(request),
-                reply,
-            });
-            return Joined::Wait(answer);
-        }
-        shard.insert(
-            request.key.clone(),
-            Client {
-                calls: 1,
-                queue: Vec::new(),
-            },
-        );
-        Joined::Lead
-    }
-
-    /// One of `key`'s calls ended: the checks waiting for the next, the
-    /// call's place passing to them; or none, and the call's place is
-    /// given up (the client's entry going with its last).
-    fn next(&self, key: &[u8]) -> Vec<Waiter> {
-        let mut shard = self
-            .shard(key)
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let Some(client) = shard.get_mut(key) else {
-            return Vec::new();
-        };
-        if !client.queue.is_empty() {
-            return core::mem::take(&mut client.queue);
-        }
-        client.calls = client.calls.saturating_sub(1);
-        if client.calls == 0 {
-            shard.remove(key);
-        }
-        Vec::new()
-    }
-}
 
 /// A copy of `err` for each check a failed batch carried.
 fn copy(err: &CheckError) -> CheckError {
@@ -264,7 +141,7 @@ impl<A: RedisAlgorithm> Inner<A> {
     /// Answers `waiters`, in the order they joined: in batches of checks
     /// judged by the same quota (a quota change starts a new one), of at
     /// most [`BATCH_MAX`].
-    pub(super) async fn batches(&self, mut waiters: Vec<Waiter>) {
+    pub(crate) async fn batches(&self, mut waiters: Vec<Waiter>) {
         while !waiters.is_empty() {
             let first = &waiters[0].request.judged;
             let same = waiters
@@ -394,7 +271,7 @@ impl<A: RedisAlgorithm> Inner<A> {
 
     /// The batch script's round trip: each request's answer, or `None`
     /// for a state to convert.
-    pub(super) async fn batch_trip(
+    pub(crate) async fn batch_trip(
         &self,
         requests: &[&Request],
     ) -> Result<Option<Vec<Answer>>, Failure> {
@@ -430,9 +307,7 @@ impl<A: RedisAlgorithm> Inner<A> {
             .map(|(h, _)| h.fields().len())
             .sum::<usize>();
         if reply.len() != width * requests.len() + 1 {
-            return Err(Failure::Decode(super::state::DecodeError::Shape(
-                reply.len(),
-            )));
+            return Err(Failure::Decode(DecodeError::Shape(reply.len())));
         }
         let now = reply[reply.len() - 1];
         let mut answers = Vec::with_capacity(requests.len());
@@ -442,7 +317,7 @@ impl<A: RedisAlgorithm> Inner<A> {
             one.extend_from_slice(chunk);
             one.push(now);
             let Fast::Decided { allowed, word, now } = decode_fast(&spec, &one)? else {
-                return Err(Failure::Decode(super::state::DecodeError::Range(
+                return Err(Failure::Decode(DecodeError::Range(
                     "a batch's outcome of -1",
                 )));
             };
@@ -457,7 +332,7 @@ impl<A: RedisAlgorithm> Inner<A> {
 
 /// Whether checks of `spec` coalesce: a word algorithm's (the sliding
 /// window log's checks go one call each).
-pub(super) fn coalesces(spec: &Spec) -> bool {
+pub(crate) fn coalesces(spec: &Spec) -> bool {
     spec.ns().is_some()
 }
 
@@ -469,7 +344,7 @@ fn bump_by(counter: &crate::sync::AtomicU64, n: u64) {
 /// A check that may coalesce: it joins its client's next call when first
 /// polled (a check made but not yet awaited holds no one up), and leads
 /// one if none is in flight.
-pub(super) async fn joined<A: RedisAlgorithm>(
+pub(crate) async fn joined<A: RedisAlgorithm>(
     inner: Arc<Inner<A>>,
     request: Request,
 ) -> Result<Decision, CheckError> {
