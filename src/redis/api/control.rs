@@ -10,10 +10,8 @@ use crate::redis::check::decide::{classify, RedisCheck};
 use crate::redis::quota::algorithm::RedisAlgorithm;
 use crate::redis::script::key::{client_bytes, RedisKey};
 use crate::redis::shared::limiter::{Inner, RedisLimiter};
-use crate::redis::table::lease::leases_key;
-use crate::redis::table::request::Mode;
-use crate::redis::wire::call::Script;
-use crate::redis::wire::guard::bump;
+use crate::redis::table::{lease::leases_key, request::Mode};
+use crate::redis::wire::{call::Script, guard::bump};
 use crate::sync::Ordering;
 
 impl<A: RedisAlgorithm> RedisLimiter<A> {

@@ -39,7 +39,7 @@ use crate::redis::script::state::{decision, decode_fast, DecodeError, Fast};
 use crate::redis::shared::limiter::Inner;
 use crate::redis::table::flight::{Joined, Waiter, BATCH_MAX};
 use crate::redis::table::request::Request;
-use crate::redis::wire::guard::bump;
+use crate::redis::wire::guard::{bump, bump_by};
 use crate::sync::Ordering;
 
 /// A copy of `err` for each check a failed batch carried.
@@ -336,11 +336,6 @@ pub(crate) fn coalesces(spec: &Spec) -> bool {
     spec.ns().is_some()
 }
 
-/// Counts `n` events. Relaxed: the counters publish nothing but themselves.
-fn bump_by(counter: &crate::sync::AtomicU64, n: u64) {
-    counter.fetch_add(n, Ordering::Relaxed);
-}
-
 /// A check that may coalesce: it joins its client's next call when first
 /// polled (a check made but not yet awaited holds no one up), and leads
 /// one if none is in flight.
@@ -374,22 +369,12 @@ async fn wait<A: RedisAlgorithm>(
     answer: oneshot::Receiver<Result<Decision, CheckError>>,
 ) -> Result<Decision, CheckError> {
     let deadline = tokio::time::Instant::now() + inner.timeout;
-    let timed_out = |inner: &Inner<A>| {
-        bump(&inner.calls.counters.timeouts);
-        inner.fallback(
-            &request,
-            CheckError::with_kind(
-                CheckErrorKind::Timeout,
-                format!("Redis did not answer within {:?}", inner.timeout),
-            ),
-        )
-    };
     match tokio::time::timeout_at(deadline, answer).await {
         Ok(Ok(answer)) => answer,
         Ok(Err(_dropped)) if tokio::runtime::Handle::try_current().is_ok() => {
             match tokio::time::timeout_at(deadline, inner.single(&request, false)).await {
                 Ok(answer) => answer,
-                Err(_elapsed) => timed_out(&inner),
+                Err(_elapsed) => inner.timed_out(&request),
             }
         }
         Ok(Err(_dropped)) => inner.fallback(
@@ -399,6 +384,6 @@ async fn wait<A: RedisAlgorithm>(
                 "the call that was to carry this check was dropped",
             ),
         ),
-        Err(_elapsed) => timed_out(&inner),
+        Err(_elapsed) => inner.timed_out(&request),
     }
 }

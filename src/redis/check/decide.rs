@@ -15,8 +15,7 @@ use crate::algorithm::{join, Transitions};
 use crate::cell::{describe, Applied};
 use crate::check::{CheckError, CheckErrorKind};
 use crate::decision::Decision;
-use crate::redis::quota::algorithm::RedisAlgorithm;
-use crate::redis::quota::tier::Judged;
+use crate::redis::quota::{algorithm::RedisAlgorithm, tier::Judged};
 use crate::redis::script::spec::{Ns, Spec};
 use crate::redis::script::state::{
     decision, decode_fast, expiry_ms, fresh_decision, log_decision, peek_decision, round_figures,
@@ -571,6 +570,19 @@ impl<A: RedisAlgorithm> Inner<A> {
             self.answered(path, outcome, request.cost);
         }
         answer
+    }
+
+    /// A check that reached its timeout waiting for another task's call:
+    /// counted as a timeout and answered by the fail policy.
+    pub(crate) fn timed_out(&self, request: &Request) -> Result<Decision, CheckError> {
+        bump(&self.calls.counters.timeouts);
+        self.fallback(
+            request,
+            CheckError::with_kind(
+                CheckErrorKind::Timeout,
+                format!("Redis did not answer within {:?}", self.timeout),
+            ),
+        )
     }
 
     /// [`fallback`](Self::fallback), uncounted.

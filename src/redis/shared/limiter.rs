@@ -12,12 +12,8 @@ use crate::redis::quota::{fallback, tier};
 use crate::redis::script::key::Layout;
 #[cfg(feature = "metrics")]
 use crate::redis::table::answers::Answers;
-use crate::redis::table::flight::InFlight;
-use crate::redis::table::lease;
-use crate::redis::table::request::Mode;
-use crate::redis::table::shortcut::DenyCache;
-use crate::redis::wire::call;
-use crate::redis::wire::guard::Breaker;
+use crate::redis::table::{flight::InFlight, lease, request::Mode, shortcut::DenyCache};
+use crate::redis::wire::{call, guard::Breaker};
 use crate::sync::{AtomicU128, AtomicU64, Ordering};
 
 /// What a Redis limiter answers when Redis does not: it timed out, could

@@ -1,7 +1,7 @@
 //! The lease table: each client's lease in this process (its
 //! [`LeaseCell`] and the figures that size its next grant), and the
 //! settings, [`Lease`]. The calls that grant and give back are
-//! `lease::grant`'s.
+//! the `lease` floor's.
 
 use core::fmt;
 use core::hash::BuildHasher;

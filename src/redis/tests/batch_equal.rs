@@ -25,8 +25,7 @@ use super::testing::{gap, on_clock, runner, runtime, Server};
 use crate::builder::Builder;
 use crate::decision::Decision;
 use crate::redis::table::flight::Waiter;
-use crate::redis::table::request::Mode;
-use crate::redis::table::request::Request;
+use crate::redis::table::request::{Mode, Request};
 use crate::redis::{FailPolicy, RedisAlgorithm, RedisLimiter};
 use crate::{FixedWindow, SlidingWindowCounter, TokenBucket};
 

@@ -260,6 +260,11 @@ pub(crate) fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Counts `n` events, as [`bump`].
+pub(crate) fn bump_by(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
 impl Counters {
     pub(crate) fn snapshot(&self) -> RedisStats {
         let read = |c: &AtomicU64| c.load(Ordering::Relaxed);

@@ -1,6 +1,8 @@
 //! Leases: a process takes a block of a token bucket's units for a client
 //! in one call and spends them here, through the lock-free
-//! [`LeaseCell`](crate::cell::LeaseCell), until it needs more.
+//! [`LeaseCell`](crate::cell::LeaseCell), until it needs more. A floor
+//! above `check`, whose calls and fail policy it uses; the units sit in
+//! `table`'s lease table.
 //!
 //! # The rules
 //!
@@ -58,8 +60,7 @@ use crate::cell::Spent;
 use crate::check::CheckError;
 use crate::decision::Decision;
 use crate::redis::check::decide::Failure;
-use crate::redis::quota::algorithm::RedisAlgorithm;
-use crate::redis::quota::tier::Judged;
+use crate::redis::quota::{algorithm::RedisAlgorithm, tier::Judged};
 use crate::redis::script::spec::{Half, Spec};
 use crate::redis::script::state::{decision, DecodeError};
 use crate::redis::shared::limiter::Inner;
@@ -67,7 +68,7 @@ use crate::redis::shared::limiter::Inner;
 use crate::redis::table::answers::{Outcome, Path};
 use crate::redis::table::lease::{leases_key, Entry};
 use crate::redis::table::request::{Mode, Request};
-use crate::redis::wire::guard::bump;
+use crate::redis::wire::guard::{bump, bump_by};
 use crate::sync::Ordering;
 
 /// What a call for units answered.
@@ -150,11 +151,7 @@ impl<A: RedisAlgorithm> Inner<A> {
     /// Counts `units` lapsed: displaced from a lease, never spent.
     fn lapsed(&self, units: u64) {
         if units > 0 {
-            // Relaxed: a count, publishing nothing.
-            self.calls
-                .counters
-                .lease_lapsed
-                .fetch_add(units, Ordering::Relaxed);
+            bump_by(&self.calls.counters.lease_lapsed, units);
         }
     }
 
@@ -354,19 +351,6 @@ impl<A: RedisAlgorithm> Inner<A> {
         self.single_until(&request, probe_due, deadline).await
     }
 
-    /// A check that reached its timeout waiting for another task's call:
-    /// counted as a timeout and answered by the fail policy.
-    fn timed_out(&self, request: &Request) -> Result<Decision, CheckError> {
-        bump(&self.calls.counters.timeouts);
-        self.fallback(
-            request,
-            CheckError::with_kind(
-                crate::check::CheckErrorKind::Timeout,
-                format!("Redis did not answer within {:?}", self.timeout),
-            ),
-        )
-    }
-
     /// Starts a call for more before the lease runs out, unless one is on
     /// its way (or there is no runtime to run it on).
     fn ask_ahead(self: &Arc<Self>, entry: &Arc<Entry>, client: &[u8], judged: &Judged) {
@@ -446,10 +430,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                 at,
             } => {
                 bump(&self.calls.counters.lease_calls);
-                self.calls
-                    .counters
-                    .lease_units
-                    .fetch_add(units, Ordering::Relaxed);
+                bump_by(&self.calls.counters.lease_units, units);
                 entry.last.store(units, Ordering::Relaxed);
                 // Relaxed: sizing figures, as in `want`.
                 let (spent, elapsed) = (
@@ -667,14 +648,8 @@ impl<A: RedisAlgorithm> Inner<A> {
             .await?;
         let given = reply.first().copied().unwrap_or(0).max(0) as u64;
         let units = given / half.a.max(1);
-        self.calls
-            .counters
-            .lease_returned
-            .fetch_add(units, Ordering::Relaxed);
-        self.calls.counters.lease_lapsed.fetch_add(
-            ((to - from) / half.a.max(1)).saturating_sub(units),
-            Ordering::Relaxed,
-        );
+        bump_by(&self.calls.counters.lease_returned, units);
+        self.lapsed(((to - from) / half.a.max(1)).saturating_sub(units));
         Ok(())
     }
 }
