@@ -251,7 +251,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
 
 impl<A> RedisBuilder<A> {
     /// Puts each client in a tier: `resolver` runs on the client's key
-    /// bytes (as [`RedisKey`](crate::redis::RedisKey) writes them) for every
+    /// bytes (as [`RedisKey`] writes them) for every
     /// request, and the request is judged by its tier's quota, set with
     /// [`RedisLimiter::set_quota`] (tier 0's is the builder's; a tier with
     /// none set uses tier 0's). The resolver must be cheap: it runs before

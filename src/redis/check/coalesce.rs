@@ -25,6 +25,8 @@
 //! failed batch call is each check's failure, answered by the fail
 //! policy; the breaker and the deny shortcut are asked when the batch
 //! goes, for each check.
+//!
+//! [`DEPTH`]: crate::redis::table::flight::DEPTH
 
 use std::sync::Arc;
 

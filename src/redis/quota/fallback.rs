@@ -23,7 +23,7 @@ use crate::error::{ConfigError, CostError, ReserveError};
 use crate::limiter::{Limiter, TierAlgorithm};
 use crate::memory::Memory;
 
-/// The resolver of [`RedisBuilder::tier_by`].
+/// The resolver of [`RedisBuilder::tier_by`](crate::redis::RedisBuilder::tier_by).
 pub(crate) type Resolver = dyn Fn(&[u8]) -> Tier + Send + Sync;
 
 /// What the Redis limiter asks of its fallback.

@@ -1,7 +1,7 @@
 //! A Redis limiter's series, with the `metrics` feature: each check's
 //! answer counted by the path that gave it (Redis, the deny shortcut, the
 //! fail policy) and its outcome, on its thread's stripe; the limiter's
-//! [`RedisStats`](crate::redis::RedisStats) counters and its breaker's state
+//! [`RedisStats`] counters and its breaker's state
 //! beside them; all published through the `metrics` facade by the first
 //! check after each round of the publishing thread (see
 //! `crate::telemetry`), which publishes the checks' counts itself about

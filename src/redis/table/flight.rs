@@ -62,7 +62,7 @@ impl core::fmt::Debug for InFlight {
 /// What a check does on joining.
 pub(crate) enum Joined {
     /// Fewer than [`DEPTH`] calls of the client were in flight: go, then
-    /// [`finish`].
+    /// `check::coalesce`'s `finish`.
     Lead,
     /// Wait for the answer.
     Wait(oneshot::Receiver<Result<Decision, CheckError>>),
