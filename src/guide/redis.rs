@@ -57,7 +57,7 @@
 //!   untouched by the batch and converted by a call of its own.
 //!   [`coalesce(false)`](crate::redis::RedisBuilder::coalesce) makes every
 //!   check its own call. Shown by the batch proptests in
-//!   `src/redis/batch_equal.rs` (a batch of three clients' interleaved
+//!   `src/redis/tests/batch_equal.rs` (a batch of three clients' interleaved
 //!   checks decides as the same checks one by one, for the token bucket,
 //!   both windows and a pair, with states of other settings left alone),
 //!   by `checks_made_at_once_coalesce_and_decide_as_one_after_the_other`,
@@ -271,7 +271,7 @@
 //! # What differs from the in-process limiters
 //!
 //! One process, one limiter, the same operations: the differential test
-//! (`src/redis/differ.rs`) finds no other difference than these.
+//! (`src/redis/tests/differ.rs`) finds no other difference than these.
 //!
 //! | What | In-process | On Redis | Why | Shown by |
 //! |---|---|---|---|---|

@@ -1,6 +1,8 @@
 //! Leases: a process takes a block of a token bucket's units for a client
 //! in one call and spends them here, through the lock-free
-//! [`LeaseCell`](crate::cell::LeaseCell), until it needs more.
+//! [`LeaseCell`](crate::cell::LeaseCell), until it needs more. A floor
+//! above `check`, whose calls and fail policy it uses; the units sit in
+//! `table`'s lease table.
 //!
 //! # The rules
 //!
@@ -38,8 +40,8 @@
 //!
 //! Redis keeps each process's current lease of a client in a sorted set
 //! beside the client's key (registered from the lease's cursor at each
-//! call), so that [`reset`](super::RedisLimiter::reset) and
-//! [`remove`](super::RedisLimiter::remove) keep the slots leased to
+//! call), so that [`reset`](crate::redis::RedisLimiter::reset) and
+//! [`remove`](crate::redis::RedisLimiter::remove) keep the slots leased to
 //! processes theirs: the bucket restarts full from the end of the latest
 //! lease outstanding (at most one refill of the bucket ahead), never
 //! granting a slot a lease holds a second time. Every bucket limiter's
@@ -48,252 +50,26 @@
 //! A lease's units are spent only under the quota they were granted
 //! under (interval, capacity, and the generation of the limiter's quota
 //! for the client's tier): a check judged under another (a tier move,
-//! [`set_quota`](super::RedisLimiter::set_quota)) drops the lease, whose
+//! [`set_quota`](crate::redis::RedisLimiter::set_quota)) drops the lease, whose
 //! units lapse. A check that must wait for a call has one timeout in all.
 
-use core::fmt;
-use core::hash::BuildHasher;
 use core::time::Duration;
 use std::sync::Arc;
 
-use papaya::HashMap;
-use tokio::sync::Notify;
-
-use super::call::Script;
-use super::decide::{Failure, Request};
-use super::guard::bump;
-#[cfg(feature = "metrics")]
-use super::metrics::{Outcome, Path};
-use super::spec::{Half, Spec, WordSpec};
-use super::state::decision;
-use super::tier::Judged;
-use super::{Inner, RedisAlgorithm};
-use crate::cell::{LeaseCell, Spent};
+use crate::cell::Spent;
 use crate::check::CheckError;
 use crate::decision::Decision;
-use crate::error::ConfigError;
-use crate::sync::{AtomicBool, AtomicU64, Ordering};
-
-/// How a Redis limiter leases a token bucket's units
-/// ([`RedisBuilder::lease`](super::RedisBuilder::lease)): each process
-/// takes a block of a client's units in one call and spends it locally,
-/// so that a hot client costs a call per block rather than per check.
-///
-/// The block is sized from the process's recent rate for the client: the
-/// units it would spend in `horizon`, within `[1, max_units]`; while the
-/// bucket has room, a block reaches at least `horizon` ahead in the
-/// bucket's schedule. A larger horizon saves calls and holds more units
-/// away from the other processes; see the guide's Redis chapter
-/// ([`crate::guide::redis`]) for the bound on what that costs in
-/// accuracy.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use tollgate::redis::Lease;
-///
-/// let lease = Lease::new(Duration::from_millis(50)).max_units(64);
-/// assert_eq!(lease.horizon(), Duration::from_millis(50));
-/// assert_eq!(lease.units(), Some(64));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lease {
-    horizon: Duration,
-    max_units: Option<u64>,
-    max_clients: usize,
-}
-
-impl Lease {
-    /// Leases sized for `horizon` of the process's recent rate, at most a
-    /// tenth of the bucket's capacity (at least 1) each, for at most 65 536
-    /// clients at once per limiter (further clients are checked one call
-    /// each).
-    #[must_use]
-    pub fn new(horizon: Duration) -> Self {
-        Self {
-            horizon,
-            max_units: None,
-            max_clients: 1 << 16,
-        }
-    }
-
-    /// The most units one lease holds: at least 1, at most the bucket's
-    /// capacity ([`build`](super::RedisBuilder::build) checks).
-    #[must_use]
-    pub fn max_units(mut self, units: u64) -> Self {
-        self.max_units = Some(units);
-        self
-    }
-
-    /// The most clients holding a lease in this process at once: a
-    /// client beyond them is checked one call per check, as without
-    /// leases.
-    #[must_use]
-    pub fn max_clients(mut self, clients: usize) -> Self {
-        self.max_clients = clients;
-        self
-    }
-
-    /// The horizon a lease is sized for.
-    #[must_use]
-    pub fn horizon(&self) -> Duration {
-        self.horizon
-    }
-
-    /// The most units one lease holds, if set (else a tenth of the
-    /// capacity).
-    #[must_use]
-    pub fn units(&self) -> Option<u64> {
-        self.max_units
-    }
-
-    /// The settings checked against the limiter's spec.
-    pub(super) fn validate(self, spec: &Spec) -> Result<Valid, ConfigError> {
-        let Spec::One(half) = spec else {
-            return Err(ConfigError::Conflict {
-                field: "lease",
-                reason: "a lease holds a token bucket's units: the windows, the log and two limits at once have no units to hand out ahead of the requests",
-            });
-        };
-        let WordSpec::Bucket(_) = half.ns else {
-            return Err(ConfigError::Conflict {
-                field: "lease",
-                reason: "a lease holds a token bucket's units: a window's count cannot be handed out ahead of the requests without admitting them in the wrong window",
-            });
-        };
-        let (interval, capacity) = (half.a, half.b);
-        let horizon_us = u64::try_from(self.horizon.as_micros()).unwrap_or(u64::MAX);
-        ConfigError::check_range(
-            "lease",
-            u128::from(horizon_us),
-            (1, u128::from(capacity.saturating_mul(interval))),
-            "µs",
-            "a lease's horizon is at least 1 µs and at most the bucket's refill time",
-        )?;
-        let max_units = self.max_units.unwrap_or((capacity / 10).max(1));
-        ConfigError::check_range(
-            "lease",
-            u128::from(max_units),
-            (1, u128::from(capacity)),
-            "units",
-            "a lease holds at least 1 unit and at most the bucket's capacity",
-        )?;
-        ConfigError::check_range(
-            "lease",
-            self.max_clients as u128,
-            (1, 1 << 24),
-            "clients",
-            "each client holding a lease takes about 300 bytes",
-        )?;
-        Ok(Valid {
-            horizon_us,
-            max_units,
-            max_clients: self.max_clients,
-        })
-    }
-}
-
-/// A lease's settings, validated.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Valid {
-    horizon_us: u64,
-    max_units: u64,
-    max_clients: usize,
-}
-
-/// A leasing limiter's scripts.
-pub(super) struct LeaseScripts {
-    pub(super) grant: Script,
-    pub(super) give_back: Script,
-}
-
-/// One client's lease in this process. The cell and the count of units
-/// spent share a cache line, which a spend already holds.
-#[repr(C, align(64))]
-struct Entry {
-    cell: LeaseCell,
-    /// Units spent here, ever.
-    used: AtomicU64,
-    /// `used` when the last call asked.
-    used_then: AtomicU64,
-    /// A call for more is on its way (one at a time).
-    asking: AtomicBool,
-    /// Wakes the checks waiting for that call.
-    answered: Notify,
-    /// When the last call asked (µs).
-    asked_at: AtomicU64,
-    /// The last grant's size.
-    last: AtomicU64,
-    /// Units left at which to ask ahead (see `ahead_at`).
-    ahead: AtomicU64,
-    /// The sizing figures of the call on its way: units spent since the
-    /// call before, over how many µs.
-    pace: (AtomicU64, AtomicU64),
-    /// The last call got less than it asked for: the bucket is spent, so
-    /// a check that finds the lease empty while a call is on its way is
-    /// denied at once rather than waiting for it.
-    dry: AtomicBool,
-    /// The quiet timer is armed (see `quiet_later`).
-    quiet: AtomicBool,
-    /// The range (µs) this lease is registered with in Redis's set of
-    /// leases (`0, 0`: none). Written by the one call asking at a time.
-    registered: (AtomicU64, AtomicU64),
-    /// The quota the lease's units were granted under: the bucket's
-    /// capacity (its interval is the cell's) and the generation of the
-    /// limiter's quota for the client's tier.
-    quota: (u64, u64),
-}
-
-impl Entry {
-    fn new(half: &Half, generation: u64) -> Self {
-        Self {
-            quota: (half.b, generation),
-            cell: LeaseCell::new(half.a),
-            used: AtomicU64::new(0),
-            used_then: AtomicU64::new(0),
-            asking: AtomicBool::new(false),
-            answered: Notify::new(),
-            asked_at: AtomicU64::new(0),
-            last: AtomicU64::new(0),
-            ahead: AtomicU64::new(0),
-            pace: (AtomicU64::new(0), AtomicU64::new(1)),
-            dry: AtomicBool::new(false),
-            quiet: AtomicBool::new(false),
-            registered: (AtomicU64::new(0), AtomicU64::new(0)),
-        }
-    }
-
-    /// Whether the lease's units were granted under the quota `half` of
-    /// generation `generation`: the whole quota, not just its interval,
-    /// since a tier move or a quota change may keep the interval and
-    /// change the capacity, and a unit granted under one quota is never
-    /// spent under another.
-    fn fits(&self, half: &Half, generation: u64) -> bool {
-        self.cell.interval() == half.a && self.quota == (half.b, generation)
-    }
-}
-
-/// A limiter's leases: each client's, by its bytes.
-pub(super) struct Leases {
-    map: HashMap<Vec<u8>, Arc<Entry>, foldhash::fast::RandomState>,
-    /// When the map was last swept for room (µs).
-    swept: AtomicU64,
-    /// The table of recent clients (see `met_recently`).
-    recent: Box<[AtomicU64]>,
-    hasher: foldhash::fast::RandomState,
-    settings: Valid,
-    pub(super) scripts: LeaseScripts,
-}
-
-impl fmt::Debug for Leases {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Leases")
-            .field("clients", &self.map.len())
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
-}
+use crate::redis::check::decide::Failure;
+use crate::redis::quota::{algorithm::RedisAlgorithm, tier::Judged};
+use crate::redis::script::spec::{Half, Spec};
+use crate::redis::script::state::{decision, DecodeError};
+use crate::redis::shared::limiter::Inner;
+#[cfg(feature = "metrics")]
+use crate::redis::table::answers::{Outcome, Path};
+use crate::redis::table::lease::{leases_key, Entry};
+use crate::redis::table::request::{Mode, Request};
+use crate::redis::wire::guard::{bump, bump_by};
+use crate::sync::Ordering;
 
 /// What a call for units answered.
 enum Answer {
@@ -312,13 +88,6 @@ enum Answer {
     Convert,
 }
 
-/// The checks in a row, each within a horizon of the one before, that
-/// make a client hot enough for a lease.
-const HOT: u64 = 4;
-
-/// The slots of the table of recent clients.
-const RECENT: usize = 4_096;
-
 /// The longest a check is held here on a `Nothing` answer, µs.
 const HOLD_MAX: u64 = 1_000_000;
 
@@ -330,159 +99,6 @@ const IN_FLIGHT_DENIAL: u64 = 1_000;
 
 /// How many times a check waits for another's call before going alone.
 const ROUNDS: usize = 4;
-
-impl Leases {
-    pub(super) fn new(settings: Valid, scripts: LeaseScripts) -> Self {
-        Self {
-            map: HashMap::with_hasher(foldhash::fast::RandomState::default()),
-            swept: AtomicU64::new(0),
-            recent: (0..RECENT).map(|_| AtomicU64::new(0)).collect(),
-            hasher: foldhash::fast::RandomState::default(),
-            settings,
-            scripts,
-        }
-    }
-
-    /// The client's entry, made if there is room (`None`: none). A
-    /// client gets one only once hot (see `met_recently`, asked before),
-    /// so that a client checked now and then costs what it costs without
-    /// leases.
-    fn entry(
-        &self,
-        client: &[u8],
-        (half, generation): (&Half, u64),
-        (now, redis_now): (u64, u64),
-    ) -> Option<Arc<Entry>> {
-        if let Some(entry) = self.map.pin().get(client).map(Arc::clone) {
-            if entry.fits(half, generation) {
-                return Some(entry);
-            }
-            // Made under another quota (a tier move, a quota change): its
-            // units go (they lapse), and the client starts a lease under
-            // this one.
-            let _ = entry.cell.take_out(0);
-            let _ = self
-                .map
-                .pin()
-                .remove_if(client, |_, e| Arc::ptr_eq(e, &entry));
-        }
-        if self.map.len() >= self.settings.max_clients && !self.sweep(now, redis_now) {
-            return None;
-        }
-        let entry = Arc::new(Entry::new(half, generation));
-        entry.asked_at.store(now, Ordering::Relaxed);
-        match self
-            .map
-            .pin()
-            .try_insert(client.to_vec(), Arc::clone(&entry))
-        {
-            Ok(_) => Some(entry),
-            Err(taken) => Some(Arc::clone(taken.current)),
-        }
-    }
-
-    /// Whether `client` is hot: this check (at `now`, µs, Redis's clock as
-    /// estimated: a hint needs no other) is at least its [`HOT`]-th in a
-    /// row with no more than a horizon between two, by a table of the
-    /// latest client per slot: each slot a tag of the client's hash, the
-    /// count and the instant (ms). A collision or a lost update only makes
-    /// a client wait a few more checks for its lease.
-    fn met_recently(&self, client: &[u8], now: u64) -> bool {
-        let hash = self.hasher.hash_one(client);
-        let slot = &self.recent[(hash as usize) & (self.recent.len() - 1)];
-        let tag = hash >> 40;
-        let stamp = (now / 1_000) & 0xFFFF_FFFF;
-        // Relaxed: a hint. A load and a store, not a read-modify-write:
-        // two checks racing on a slot lose one count at worst.
-        let was = slot.load(Ordering::Relaxed);
-        let horizon_ms = self.settings.horizon_us / 1_000 + 1;
-        let recent =
-            was >> 40 == tag && stamp.wrapping_sub(was & 0xFFFF_FFFF) & 0xFFFF_FFFF <= horizon_ms;
-        let count = if recent {
-            ((was >> 32) & 0xFF).saturating_add(1).min(0xFF)
-        } else {
-            1
-        };
-        let new = tag << 40 | count << 32 | stamp;
-        if was != new {
-            slot.store(new, Ordering::Relaxed);
-        }
-        count >= HOT
-    }
-
-    /// Forgets the entries that hold nothing (no units, no hold, no call
-    /// on its way, not met in a horizon), at most once a horizon (and 100
-    /// ms): whether there is room now. `now` on this process's clock,
-    /// `redis_now` on Redis's as estimated.
-    fn sweep(&self, now: u64, redis_now: u64) -> bool {
-        // Relaxed: a rate limit on sweeps, nothing published.
-        let last = self.swept.load(Ordering::Relaxed);
-        if now < last.saturating_add(self.settings.horizon_us.max(100_000))
-            || self
-                .swept
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
-            return false;
-        }
-        let horizon = self.settings.horizon_us;
-        self.map.pin().retain(|_, e| {
-            // Acquire: as in `leased`.
-            e.asking.load(Ordering::Acquire)
-                || e.cell.left(redis_now) > 0
-                || e.cell.held(redis_now).is_some()
-                || now <= e.asked_at.load(Ordering::Relaxed).saturating_add(horizon)
-        });
-        self.map.len() < self.settings.max_clients
-    }
-
-    /// The units to ask for at `now`, for a check of `cost` (or ahead of
-    /// need): what the recent rate spends in a horizon (twice the last
-    /// grant if the lease ran out), within `[cost, max_units − left]`, so
-    /// that a lease never holds more than `max_units` unspent (but for a
-    /// check that costs more).
-    fn want(&self, entry: &Entry, local: u64, now: u64, cost: u64, ran_out: bool) -> u64 {
-        let Valid {
-            horizon_us,
-            max_units,
-            ..
-        } = self.settings;
-        // Relaxed: figures for sizing, read by the one caller asking. The
-        // recent rate: the units spent since the call before this one.
-        let asked_at = entry.asked_at.swap(local, Ordering::Relaxed);
-        let used = entry.used.load(Ordering::Relaxed);
-        let spent = used.saturating_sub(entry.used_then.swap(used, Ordering::Relaxed));
-        let last = entry.last.load(Ordering::Relaxed);
-        let elapsed = local.saturating_sub(asked_at).max(1);
-        entry.pace.0.store(spent, Ordering::Relaxed);
-        entry.pace.1.store(elapsed, Ordering::Relaxed);
-        let rate_want = u128::from(spent) * u128::from(horizon_us) / u128::from(elapsed);
-        let mut want = u64::try_from(rate_want).unwrap_or(u64::MAX);
-        // A lease spent whole, not passed: twice as much.
-        if ran_out && spent >= last {
-            want = want.max(last.saturating_mul(2));
-        }
-        let room = max_units.saturating_sub(entry.cell.left(now)).max(1);
-        want.clamp(1, room).max(cost)
-    }
-
-    /// Gives up this process's leases: on a quota change, which judges
-    /// new calls under the new quota (the units lapse).
-    pub(super) fn clear(&self) {
-        let map = self.map.pin();
-        for (_, entry) in map.iter() {
-            let _ = entry.cell.take_out(0);
-        }
-        map.clear();
-    }
-
-    /// A reset or removal of `client` by this process: its hold goes.
-    pub(super) fn reset(&self, client: &[u8]) {
-        if let Some(entry) = self.map.pin().get(client) {
-            entry.cell.reset();
-        }
-    }
-}
 
 /// The `asking` flag of an entry, held by the call on its way: given
 /// back, and the checks waiting for the call woken, when the call ends or
@@ -500,7 +116,7 @@ impl Drop for Asking<'_> {
 }
 
 /// What a check's lease did at once.
-pub(super) enum AtOnce {
+pub(crate) enum AtOnce {
     /// Answered it.
     Answered(Decision),
     /// The check must wait for a call ([`Inner::leased`]).
@@ -512,7 +128,7 @@ pub(super) enum AtOnce {
 
 /// Whether `request` is one a lease answers: a check of a cost the tier
 /// can ever admit.
-pub(super) fn leases(request: &Request) -> bool {
+pub(crate) fn leases(request: &Request) -> bool {
     request.cost > 0 && !request.beyond && matches!(request.spec(), Spec::One(_))
 }
 
@@ -535,11 +151,7 @@ impl<A: RedisAlgorithm> Inner<A> {
     /// Counts `units` lapsed: displaced from a lease, never spent.
     fn lapsed(&self, units: u64) {
         if units > 0 {
-            // Relaxed: a count, publishing nothing.
-            self.calls
-                .counters
-                .lease_lapsed
-                .fetch_add(units, Ordering::Relaxed);
+            bump_by(&self.calls.counters.lease_lapsed, units);
         }
     }
 
@@ -553,7 +165,7 @@ impl<A: RedisAlgorithm> Inner<A> {
     /// can be: admitted on a unit leased, denied under a hold, or denied
     /// at once when the lease is empty, the bucket was spent at the last
     /// call and another call is on its way.
-    pub(super) fn lease_now_or_never(
+    pub(crate) fn lease_now_or_never(
         self: &Arc<Self>,
         client: &[u8],
         judged: &Judged,
@@ -653,7 +265,7 @@ impl<A: RedisAlgorithm> Inner<A> {
 
     /// A check the lease could not answer at once: it asks Redis for more
     /// (or waits for the call on its way), then spends.
-    pub(super) async fn leased(
+    pub(crate) async fn leased(
         self: Arc<Self>,
         request: Request,
         probe_due: bool,
@@ -739,19 +351,6 @@ impl<A: RedisAlgorithm> Inner<A> {
         self.single_until(&request, probe_due, deadline).await
     }
 
-    /// A check that reached its timeout waiting for another task's call:
-    /// counted as a timeout and answered by the fail policy.
-    fn timed_out(&self, request: &Request) -> Result<Decision, CheckError> {
-        bump(&self.calls.counters.timeouts);
-        self.fallback(
-            request,
-            CheckError::with_kind(
-                crate::check::CheckErrorKind::Timeout,
-                format!("Redis did not answer within {:?}", self.timeout),
-            ),
-        )
-    }
-
     /// Starts a call for more before the lease runs out, unless one is on
     /// its way (or there is no runtime to run it on).
     fn ask_ahead(self: &Arc<Self>, entry: &Arc<Entry>, client: &[u8], judged: &Judged) {
@@ -774,7 +373,7 @@ impl<A: RedisAlgorithm> Inner<A> {
             key: self.layout.key(client),
             cost: 1,
             beyond: false,
-            mode: super::Mode::Check,
+            mode: Mode::Check,
             cache_key: None,
         };
         runtime.spawn(async move {
@@ -831,10 +430,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                 at,
             } => {
                 bump(&self.calls.counters.lease_calls);
-                self.calls
-                    .counters
-                    .lease_units
-                    .fetch_add(units, Ordering::Relaxed);
+                bump_by(&self.calls.counters.lease_units, units);
                 entry.last.store(units, Ordering::Relaxed);
                 // Relaxed: sizing figures, as in `want`.
                 let (spent, elapsed) = (
@@ -898,11 +494,7 @@ impl<A: RedisAlgorithm> Inner<A> {
             })
             .await?;
         let field = |i: usize| reply.get(i).and_then(|v| u64::try_from(*v).ok());
-        let bad = || {
-            Failure::Decode(super::state::DecodeError::Range(
-                "a lease's grant of an unexpected shape",
-            ))
-        };
+        let bad = || Failure::Decode(DecodeError::Range("a lease's grant of an unexpected shape"));
         match reply.first().copied() {
             Some(-1) => Ok(Answer::Convert),
             Some(0) => {
@@ -1028,7 +620,7 @@ impl<A: RedisAlgorithm> Inner<A> {
     async fn give_back(
         &self,
         key: &[u8],
-        judged: &super::tier::Judged,
+        judged: &Judged,
         registered: (u64, u64),
         from: u64,
         to: u64,
@@ -1056,14 +648,8 @@ impl<A: RedisAlgorithm> Inner<A> {
             .await?;
         let given = reply.first().copied().unwrap_or(0).max(0) as u64;
         let units = given / half.a.max(1);
-        self.calls
-            .counters
-            .lease_returned
-            .fetch_add(units, Ordering::Relaxed);
-        self.calls.counters.lease_lapsed.fetch_add(
-            ((to - from) / half.a.max(1)).saturating_sub(units),
-            Ordering::Relaxed,
-        );
+        bump_by(&self.calls.counters.lease_returned, units);
+        self.lapsed(((to - from) / half.a.max(1)).saturating_sub(units));
         Ok(())
     }
 }
@@ -1089,85 +675,9 @@ fn ahead_at(units: u64, spent: u64, elapsed: u64, rtt: u64) -> u64 {
     u64::try_from(need).unwrap_or(u64::MAX).clamp(1, units / 4)
 }
 
-/// The sorted set of `key`'s outstanding leases.
-pub(super) fn leases_key(key: &[u8]) -> Vec<u8> {
-    let mut set = Vec::with_capacity(key.len() + super::lua::LEASES_SUFFIX.len());
-    set.extend_from_slice(key);
-    set.extend_from_slice(super::lua::LEASES_SUFFIX.as_bytes());
-    set
-}
-
 #[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
-
-    /// What `Lease::max_clients`'s bound says of an entry: its own bytes
-    /// (a cache line and more), beside the key and the map's node.
-    #[test]
-    fn an_entry_is_a_few_cache_lines() {
-        let size = core::mem::size_of::<Entry>();
-        assert!(size <= 256, "{size} bytes");
-        assert_eq!(core::mem::align_of::<Entry>(), 64);
-    }
-
-    /// A check that finds its lease empty while another task's call for
-    /// more is on its way (its flag held, as by a call Redis holds past
-    /// the timeout) waits for that call at most until its own timeout,
-    /// and then answers by the fail policy: one timeout in all, never a
-    /// wait and then a call of its own (or several waits).
-    #[test]
-    fn a_check_waiting_for_another_s_call_answers_within_one_timeout() {
-        use super::super::testing::{runtime, Server};
-        let Some(server) = Server::start() else {
-            return;
-        };
-        let rt = runtime();
-        let timeout = Duration::from_millis(100);
-        let limiter = crate::TokenBucket::builder()
-            .rate(1_000, Duration::from_secs(1))
-            .redis(rt.block_on(server.manager()), "late")
-            .fail_policy(super::super::FailPolicy::FailOpen)
-            .timeout(timeout)
-            .lease(Lease::new(Duration::from_secs(1)).max_units(4))
-            .build()
-            .unwrap();
-        for _ in 0..20 {
-            assert!(rt.block_on(limiter.check("c")).unwrap().is_allowed());
-        }
-        let leases = limiter.inner.leases.as_ref().unwrap();
-        let entry = leases
-            .map
-            .pin()
-            .get(&b"c"[..])
-            .map(Arc::clone)
-            .expect("a hot client's lease");
-        // Another task's call on its way: the flag, once any call of the
-        // checks above has ended. Acquire: as in `leased`.
-        while entry
-            .asking
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            rt.block_on(tokio::time::sleep(Duration::from_millis(10)));
-        }
-        // The lease empty, so the check must wait for that call; Redis
-        // paused, so a call of its own would wait the timeout again.
-        let _ = entry.cell.take_out(0);
-        server.pause(1_000);
-        let started = std::time::Instant::now();
-        let decision = rt.block_on(limiter.check("c")).unwrap();
-        let took = started.elapsed();
-        assert!(decision.is_allowed(), "FailOpen admits");
-        // Under twice the timeout (it waited out the other call, then made
-        // its own: 508 ms), with room for a loaded machine's scheduling.
-        assert!(
-            took < 2 * timeout,
-            "answered after {took:?}, against a timeout of {timeout:?}"
-        );
-        assert_eq!(limiter.stats().timeouts, 1, "{:?}", limiter.stats());
-        // Release: as the call's end would.
-        entry.asking.store(false, Ordering::Release);
-    }
 
     #[test]
     fn asking_ahead_waits_for_two_round_trips_of_spending() {

@@ -6,6 +6,8 @@
 //! `google.rpc.Status` carrying `google.rpc.RetryInfo` (when to retry) and
 //! `google.rpc.QuotaFailure` (which quota ran out). The few protobuf fields
 //! are written here by hand rather than with a protobuf library.
+//! [`Refusal::default_response`] is here too, above both of its answers:
+//! this one, or `refusal`'s problem body.
 
 use core::time::Duration;
 
@@ -13,7 +15,7 @@ use http::header::CONTENT_TYPE;
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
-use super::refusal::Refusal;
+use super::refusal::{problem, Refusal};
 use super::sf::{base64, base64_decode};
 
 const STATUS: HeaderName = HeaderName::from_static("grpc-status");
@@ -117,6 +119,24 @@ pub(super) fn response(refusal: &Refusal<'_>, request: &Parts, message: &str) ->
     }
     headers.insert(STATUS_DETAILS, details(&status.0));
     response
+}
+
+impl Refusal<'_> {
+    /// The response the layer sends by default for this refusal of
+    /// `request`: an `application/problem+json` body with the
+    /// [`status`](Refusal::status); or, for a gRPC call (`content-type:
+    /// application/grpc*`), HTTP `200` with the gRPC status in the headers
+    /// (see [the module docs](super#grpc)). The layer adds the rate-limit
+    /// headers and `Retry-After` to it (as to any response
+    /// [`respond_with`](super::RateLimitLayer::respond_with) builds) when the
+    /// limiter refused.
+    #[must_use]
+    pub fn default_response(&self, request: &Parts) -> Response<String> {
+        if is_grpc(request) {
+            return response(self, request, &self.detail());
+        }
+        problem(self.status(), &self.detail())
+    }
 }
 
 /// `grpc-retry-pushback-ms` for a wait of `secs` seconds (at most what a

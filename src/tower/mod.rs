@@ -207,51 +207,11 @@ pub use key::{
 pub use refusal::Refusal;
 pub use response::AdmittedHeaders;
 use response::Respond;
+use service::Shared;
 pub use service::{RateLimitService, ResponseFuture};
 
 use crate::check::{AsyncCheck, CheckError};
 use crate::error::ConfigError;
-
-type SkipFn = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
-type PartitionFn<K> = Arc<dyn Fn(&K) -> Vec<u8> + Send + Sync>;
-
-/// What a layer and every service it makes share.
-struct Shared<C, E: KeyExtractor> {
-    limiter: Arc<C>,
-    extractor: E,
-    skip: Option<SkipFn>,
-    partition_key: Option<PartitionFn<E::Key>>,
-    respond: Arc<Respond>,
-}
-
-impl<C, E: KeyExtractor + Clone> Clone for Shared<C, E> {
-    fn clone(&self) -> Self {
-        Self {
-            limiter: Arc::clone(&self.limiter),
-            extractor: self.extractor.clone(),
-            skip: self.skip.clone(),
-            partition_key: self.partition_key.clone(),
-            respond: Arc::clone(&self.respond),
-        }
-    }
-}
-
-impl<C, E: KeyExtractor + fmt::Debug> fmt::Debug for Shared<C, E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimit")
-            .field("policy", &self.respond.name())
-            .field("quota", &self.respond.quota)
-            .field("extractor", &self.extractor)
-            .field("admitted_headers", &self.respond.admitted)
-            .field("legacy_headers", &self.respond.legacy)
-            .field("retry_jitter_s", &self.respond.jitter)
-            .field("decision_extension", &self.respond.extension)
-            .field("skip_if", &self.skip.is_some())
-            .field("hooks", &self.respond.hooks)
-            .field("partition_key", &self.partition_key.is_some())
-            .finish_non_exhaustive()
-    }
-}
 
 /// A tower [`Layer`] that rate-limits every request by the key its
 /// [`KeyExtractor`] finds, against one shared limiter.

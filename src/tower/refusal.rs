@@ -1,15 +1,13 @@
 //! The responses the layer sends itself instead of calling the inner
 //! service: why ([`Refusal`]), and the default answers, RFC 9457
-//! `application/problem+json` bodies.
+//! `application/problem+json` bodies (`grpc` answers a gRPC call).
 
 use core::fmt::Write as _;
 use core::time::Duration;
 
 use http::header::CONTENT_TYPE;
-use http::request::Parts;
 use http::{HeaderValue, Response, StatusCode};
 
-use super::grpc;
 use super::key::Rejection;
 use crate::check::CheckError;
 use crate::decision::Decision;
@@ -80,25 +78,9 @@ impl Refusal<'_> {
         }
     }
 
-    /// The response the layer sends by default for this refusal of
-    /// `request`: an `application/problem+json` body with the
-    /// [`status`](Refusal::status); or, for a gRPC call (`content-type:
-    /// application/grpc*`), HTTP `200` with the gRPC status in the headers
-    /// (see [the module docs](super#grpc)). The layer adds the rate-limit
-    /// headers and `Retry-After` to it (as to any response
-    /// [`respond_with`](RateLimitLayer::respond_with) builds) when the
-    /// limiter refused.
-    #[must_use]
-    pub fn default_response(&self, request: &Parts) -> Response<String> {
-        if grpc::is_grpc(request) {
-            return grpc::response(self, request, &self.detail());
-        }
-        problem(self.status(), &self.detail())
-    }
-
     /// The sentence the default response gives: the quota and the wait,
     /// that the limiter is unavailable (never why), or the rejection's.
-    fn detail(&self) -> std::borrow::Cow<'_, str> {
+    pub(super) fn detail(&self) -> std::borrow::Cow<'_, str> {
         match self {
             Refusal::Limited {
                 decision,

@@ -19,9 +19,49 @@ use super::key::{Extraction, KeyExtractor};
 use super::metrics::Outcome;
 use super::refusal::Refusal;
 use super::response::{Respond, Stamp};
-use super::Shared;
 use crate::check::{AsyncCheck, CheckError};
 use crate::decision::Decision;
+
+pub(super) type SkipFn = Arc<dyn Fn(&Parts) -> bool + Send + Sync>;
+pub(super) type PartitionFn<K> = Arc<dyn Fn(&K) -> Vec<u8> + Send + Sync>;
+
+/// What a layer and every service it makes share.
+pub(super) struct Shared<C, E: KeyExtractor> {
+    pub(super) limiter: Arc<C>,
+    pub(super) extractor: E,
+    pub(super) skip: Option<SkipFn>,
+    pub(super) partition_key: Option<PartitionFn<E::Key>>,
+    pub(super) respond: Arc<Respond>,
+}
+
+impl<C, E: KeyExtractor + Clone> Clone for Shared<C, E> {
+    fn clone(&self) -> Self {
+        Self {
+            limiter: Arc::clone(&self.limiter),
+            extractor: self.extractor.clone(),
+            skip: self.skip.clone(),
+            partition_key: self.partition_key.clone(),
+            respond: Arc::clone(&self.respond),
+        }
+    }
+}
+
+impl<C, E: KeyExtractor + fmt::Debug> fmt::Debug for Shared<C, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("policy", &self.respond.name())
+            .field("quota", &self.respond.quota)
+            .field("extractor", &self.extractor)
+            .field("admitted_headers", &self.respond.admitted)
+            .field("legacy_headers", &self.respond.legacy)
+            .field("retry_jitter_s", &self.respond.jitter)
+            .field("decision_extension", &self.respond.extension)
+            .field("skip_if", &self.skip.is_some())
+            .field("hooks", &self.respond.hooks)
+            .field("partition_key", &self.partition_key.is_some())
+            .finish_non_exhaustive()
+    }
+}
 
 /// The service [`RateLimitLayer`](super::RateLimitLayer) wraps around an inner service. Clones
 /// share the layer's limiter.

@@ -4,7 +4,7 @@
 //! `None`, unless `CI=true`, where a missing server fails the test.
 //!
 //! Shared by the integration suites (`tests/redis_server/mod.rs`) and the
-//! crate's own unit tests (`src/redis/testing.rs`, which includes this
+//! crate's own unit tests (`src/redis/tests/testing.rs`, which includes this
 //! file by its path), so it names nothing of tollgate's.
 
 use std::net::TcpListener;

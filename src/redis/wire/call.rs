@@ -4,7 +4,7 @@
 //! script is sent by its hash (`EVALSHA`), and if Redis has lost it
 //! (`NOSCRIPT`: a restart, a failover, `SCRIPT FLUSH`) sent whole by
 //! `EVAL`, which loads it again. Each command sent counts one round trip
-//! in [`RedisStats`](super::RedisStats). A call names exactly one key, so
+//! in [`RedisStats`](crate::redis::RedisStats). A call names exactly one key, so
 //! that on Redis Cluster it goes to the node holding that key's slot.
 //!
 //! Scripts read Redis's clock (`TIME`) themselves. A limiter built on a
@@ -15,7 +15,7 @@
 
 use ::redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script as Hashed, ServerErrorKind};
 
-use super::builder::RedisConnection;
+use super::connection::RedisConnection;
 use super::guard::{bump, Counters};
 
 /// A script: its source, and its hash for `EVALSHA`.

@@ -24,12 +24,12 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-use super::coalesce::Waiter;
-use super::decide::Request;
 use super::testing::{gap, on_clock, runner, runtime, Server};
-use super::{FailPolicy, Mode, RedisAlgorithm, RedisLimiter};
 use crate::builder::Builder;
 use crate::decision::Decision;
+use crate::redis::table::flight::Waiter;
+use crate::redis::table::request::{Mode, Request};
+use crate::redis::{FailPolicy, RedisAlgorithm, RedisLimiter};
 use crate::{FixedWindow, SlidingWindowCounter, TokenBucket};
 
 /// The clients the steps check.
@@ -71,7 +71,7 @@ fn step_of(unit: u64, max: u64) -> impl Strategy<Value = Step> {
 /// `limiter`'s request of `cost` from `client`, as a check makes it.
 fn request<A: RedisAlgorithm>(limiter: &RedisLimiter<A>, client: &str, cost: u64) -> Request {
     let inner = &limiter.inner;
-    let client = super::key::client_bytes(client);
+    let client = crate::redis::script::key::client_bytes(client);
     let judged = inner.tiers.judge(&client);
     Request {
         key: inner.layout.key(&client),

@@ -31,12 +31,12 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 use super::testing::{gap, on_clock, runner, runtime, Server};
-use super::{RedisAlgorithm, RedisLimiter};
 use crate::algorithm::Both;
 use crate::builder::Builder;
 use crate::clock::ManualClock;
 use crate::decision::Decision;
 use crate::limiter::{Limiter, TierAlgorithm};
+use crate::redis::{RedisAlgorithm, RedisLimiter};
 use crate::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, Tiered, TokenBucket};
 
 /// The clients: two in tier 0, two in tier 1.
@@ -107,7 +107,7 @@ fn ops(
 
 /// The in-process decision with its waits rounded up to whole µs.
 fn rounded(mut d: Decision) -> Decision {
-    super::state::round_figures(&mut d);
+    crate::redis::script::state::round_figures(&mut d);
     d
 }
 
@@ -209,7 +209,7 @@ type InProcess<A> = Limiter<Tiered<A>, String, ManualClock>;
 /// A booking made on both limiters.
 type Booked<'a, A> = (
     Result<crate::Reservation<'a, A, String, ManualClock>, crate::ReserveError>,
-    Result<super::RedisReservation, super::RedisReserveError>,
+    Result<crate::redis::RedisReservation, crate::redis::RedisReserveError>,
 );
 
 /// Both limiters' bookings still held, and whether another client was
@@ -218,7 +218,7 @@ type Booked<'a, A> = (
 /// differences), or, for the log, another booking was made.
 struct Held<'a, A: crate::cell::Algorithm> {
     here: crate::Reservation<'a, A, String, ManualClock>,
-    there: super::RedisReservation,
+    there: crate::redis::RedisReservation,
     client: usize,
     disturbed: bool,
 }
@@ -234,7 +234,7 @@ fn booked<'a, A: crate::cell::Algorithm>(
     match (here, there) {
         (Ok(here), Ok(there)) => {
             prop_assert_eq!(
-                super::state::round_up_to_us(here.wait()),
+                crate::redis::script::state::round_up_to_us(here.wait()),
                 there.wait(),
                 "step {}: {:?}",
                 step,
@@ -248,10 +248,10 @@ fn booked<'a, A: crate::cell::Algorithm>(
                 disturbed: false,
             });
         }
-        (Err(here), Err(super::RedisReserveError::Reserve(there))) => {
+        (Err(here), Err(crate::redis::RedisReserveError::Reserve(there))) => {
             let here = match here {
                 crate::ReserveError::TooLong { wait } => crate::ReserveError::TooLong {
-                    wait: super::state::round_up_to_us(wait),
+                    wait: crate::redis::script::state::round_up_to_us(wait),
                 },
                 other => other,
             };

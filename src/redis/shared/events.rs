@@ -2,7 +2,7 @@
 //! must see once, not per request. All have the target `"tollgate"` and a
 //! `limiter` field, its name.
 
-use super::{FailPolicy, Inner};
+use super::limiter::{FailPolicy, Inner};
 use crate::cell::Tier;
 use crate::check::Quota;
 
@@ -10,7 +10,7 @@ impl<A> Inner<A> {
     /// The breaker opened: a `WARN` event, `"redis breaker opened"`, with
     /// the fail policy that answers checks until a probe finds Redis back;
     /// under [`FailPolicy::Local`], also `"local fallback started"`.
-    pub(super) fn breaker_opened(&self) {
+    pub(crate) fn breaker_opened(&self) {
         tracing::warn!(
             target: "tollgate",
             limiter = %self.name,
@@ -29,7 +29,7 @@ impl<A> Inner<A> {
     /// The breaker closed, Redis answering again: an `INFO` event,
     /// `"redis breaker closed"`; under [`FailPolicy::Local`], also
     /// `"local fallback ended"`.
-    pub(super) fn breaker_closed(&self) {
+    pub(crate) fn breaker_closed(&self) {
         tracing::info!(
             target: "tollgate",
             limiter = %self.name,
@@ -45,11 +45,11 @@ impl<A> Inner<A> {
         }
     }
 
-    /// [`set_quota`](super::RedisLimiter::set_quota) applied a quota to
+    /// [`set_quota`](crate::redis::RedisLimiter::set_quota) applied a quota to
     /// tier `tier` (in this process): an `INFO` event, `"quota changed"`,
     /// with the tier and the new quota's limit and window (in
     /// nanoseconds), as an in-process limiter's.
-    pub(super) fn quota_changed(&self, tier: Tier, quota: Quota) {
+    pub(crate) fn quota_changed(&self, tier: Tier, quota: Quota) {
         tracing::info!(
             target: "tollgate",
             limiter = %self.name,

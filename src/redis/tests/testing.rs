@@ -4,13 +4,13 @@
 
 use core::time::Duration;
 
-use super::{RedisAlgorithm, RedisBuilder, RedisLimiter};
 use crate::clock::ManualClock;
+use crate::redis::{RedisAlgorithm, RedisBuilder, RedisLimiter};
 
 /// A `redis-server` of this test's own: the integration suites' own
 /// (`tests/redis_server/process.rs`), included by its path.
 #[allow(dead_code, unreachable_pub)] // the suites' interface, in part
-#[path = "../../tests/redis_server/process.rs"]
+#[path = "../../../tests/redis_server/process.rs"]
 mod process;
 pub(super) use process::Server;
 
@@ -90,7 +90,7 @@ pub(super) fn on_clock<A: RedisAlgorithm>(
     clock: &ManualClock,
 ) -> RedisLimiter<A> {
     builder
-        .fail_policy(super::FailPolicy::FailClosed)
+        .fail_policy(crate::redis::FailPolicy::FailClosed)
         .timeout(Duration::from_secs(30))
         .build_on_test_clock(clock.clone())
         .unwrap()

@@ -8,67 +8,35 @@ use core::future::Future;
 use core::pin::Pin;
 use core::task::{Context, Poll};
 use core::time::Duration;
-use std::sync::Arc;
 
 use ::redis::{ErrorKind, RedisError, ServerErrorKind};
 
-use super::coalesce::{coalesces, joined};
-use super::guard::{bump, Gate};
-use super::lease::AtOnce;
-#[cfg(feature = "metrics")]
-use super::metrics::{Outcome, Path};
-use super::shortcut::Entry;
-use super::spec::{Ns, Spec};
-use super::state::{
-    decision, decode_fast, expiry_ms, fresh_decision, log_decision, peek_decision, round_figures,
-    value_of, DecodeError, Fast, Stored,
-};
-use super::tier::Judged;
-use super::{failure, FailPolicy, Inner, Mode, RedisAlgorithm, RedisKey, RedisLimiter};
 use crate::algorithm::{join, Transitions};
 use crate::cell::{describe, Applied};
 use crate::check::{CheckError, CheckErrorKind};
 use crate::decision::Decision;
-use crate::error::CostError;
+use crate::redis::quota::{algorithm::RedisAlgorithm, tier::Judged};
+use crate::redis::script::spec::{Ns, Spec};
+use crate::redis::script::state::{
+    decision, decode_fast, expiry_ms, fresh_decision, log_decision, peek_decision, round_figures,
+    round_up_to_us, value_of, DecodeError, Fast, Stored,
+};
+#[cfg(doc)]
+use crate::redis::shared::limiter::RedisLimiter;
+use crate::redis::shared::limiter::{failure, FailPolicy, Inner};
+#[cfg(feature = "metrics")]
+use crate::redis::table::answers::{Outcome, Path};
+use crate::redis::table::request::{Mode, Request};
+use crate::redis::table::shortcut::Entry;
+use crate::redis::wire::guard::{bump, Breaker, Gate};
 use crate::sync::Ordering;
 
 /// How many times a check tries again when the client's state changes
 /// between the slow path's read and its write.
 pub(super) const ATTEMPTS: usize = 8;
 
-/// One request, as the limiter carries it from the check to the answer.
-pub(super) struct Request {
-    pub(super) judged: Judged,
-    pub(super) client: Vec<u8>,
-    pub(super) key: Vec<u8>,
-    /// The cost asked.
-    pub(super) cost: u64,
-    /// Whether the cost exceeds the client's tier's capacity (but not
-    /// every tier's): denied, and judged at cost 0 for the figures.
-    pub(super) beyond: bool,
-    pub(super) mode: Mode,
-    /// The deny shortcut's key for the client, under the generation read
-    /// before the request was sent.
-    pub(super) cache_key: Option<u64>,
-}
-
-impl Request {
-    /// The cost the scripts judge.
-    fn judged_cost(&self) -> u64 {
-        if self.beyond {
-            0
-        } else {
-            self.cost
-        }
-    }
-
-    pub(super) fn spec(&self) -> Spec {
-        self.judged.quota.spec
-    }
-}
-
 /// Why a round trip gave no decision.
-pub(super) enum Failure {
+pub(crate) enum Failure {
     Redis(RedisError),
     Decode(DecodeError),
     /// The client's state changed between every read and write.
@@ -99,7 +67,7 @@ pub(super) enum Cas {
 
 /// What a check learned of the client's state, for the deny shortcut.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Seen {
+pub(crate) enum Seen {
     /// A word algorithm's state, judged at `now` (µs).
     Word { word: u128, now: u64 },
     /// A log's units left, until `free_at` (ns), judged at `now` (µs).
@@ -107,88 +75,16 @@ pub(super) enum Seen {
 }
 
 /// A decision and what it saw.
-pub(super) struct Answer {
-    pub(super) decision: Decision,
-    pub(super) seen: Seen,
-}
-
-impl<A: RedisAlgorithm> RedisLimiter<A> {
-    /// A check or a peek.
-    pub(super) fn decide<K: RedisKey + ?Sized>(
-        &self,
-        key: &K,
-        cost: u64,
-        mode: Mode,
-    ) -> RedisCheck {
-        let inner = &self.inner;
-        bump(&inner.calls.counters.checks);
-        let client = super::key::client_bytes(key);
-        let judged = inner.tiers.judge(&client);
-        if cost > judged.max_capacity {
-            let err = CostError {
-                cost,
-                capacity: judged.max_capacity,
-            };
-            return RedisCheck::ready(Err(CheckError::with_kind(CheckErrorKind::Cost, err)));
-        }
-        let beyond = cost > judged.quota.spec.capacity();
-        let lease = if mode == Mode::Check && cost > 0 && !beyond {
-            inner.lease_now_or_never(&client, &judged, cost)
-        } else {
-            AtOnce::Cold
-        };
-        if let AtOnce::Answered(decision) = lease {
-            return RedisCheck::ready(Ok(decision));
-        }
-        let cache_key = inner
-            .shortcut
-            .as_ref()
-            .map(|cache| cache.key(cache.generation(), judged.tier, &client));
-        let request = Request {
-            key: inner.layout.key(&client),
-            judged,
-            client,
-            cost,
-            beyond,
-            mode,
-            cache_key,
-        };
-        let now = inner.calls.clock.local_ns();
-        if mode == Mode::Check && !beyond {
-            if let Some(decision) = inner.local_denial(&request, now) {
-                bump(&inner.calls.counters.denied_locally);
-                #[cfg(feature = "metrics")]
-                inner.answered(Path::Shortcut, Outcome::Denied, cost);
-                return RedisCheck::ready(Ok(decision));
-            }
-        }
-        let probe_due = match inner.gate(now) {
-            Ok(probe_due) => probe_due,
-            Err(err) => return RedisCheck::ready(inner.fallback(&request, err)),
-        };
-        let inner = Arc::clone(inner);
-        if matches!(lease, AtOnce::Wait) && super::lease::leases(&request) {
-            return RedisCheck(State::Waiting(Box::pin(inner.leased(request, probe_due))));
-        }
-        if mode == Mode::Check
-            && !beyond
-            && !probe_due
-            && inner.coalesce.is_some()
-            && coalesces(&request.spec())
-        {
-            return RedisCheck(State::Waiting(Box::pin(joined(inner, request))));
-        }
-        RedisCheck(State::Waiting(Box::pin(async move {
-            inner.single(&request, probe_due).await
-        })))
-    }
+pub(crate) struct Answer {
+    pub(crate) decision: Decision,
+    pub(crate) seen: Seen,
 }
 
 impl<A: RedisAlgorithm> Inner<A> {
     /// One request's call to Redis, under the breaker (`probe_due`: the
     /// gate found it due to probe) and the timeout, answered by Redis or
     /// the fail policy.
-    pub(super) async fn single(
+    pub(crate) async fn single(
         &self,
         request: &Request,
         probe_due: bool,
@@ -199,7 +95,7 @@ impl<A: RedisAlgorithm> Inner<A> {
 
     /// [`single`](Self::single), answered by `deadline`: for a check that
     /// spent part of its timeout before its call.
-    pub(super) async fn single_until(
+    pub(crate) async fn single_until(
         &self,
         request: &Request,
         probe_due: bool,
@@ -256,7 +152,7 @@ impl<A: RedisAlgorithm> Inner<A> {
 impl<A> Inner<A> {
     /// Whether a request may go to Redis now (`Ok`, and whether it is due
     /// to probe), or the breaker holds it back.
-    pub(super) fn gate(&self, now: u64) -> Result<bool, CheckError> {
+    pub(crate) fn gate(&self, now: u64) -> Result<bool, CheckError> {
         match self.breaker.gate(now) {
             Gate::Pass => Ok(false),
             Gate::Probe => Ok(true),
@@ -269,7 +165,7 @@ impl<A> Inner<A> {
 
     /// The instant a call made now must be answered by: the timeout from
     /// now.
-    pub(super) fn deadline(&self) -> tokio::time::Instant {
+    pub(crate) fn deadline(&self) -> tokio::time::Instant {
         tokio::time::Instant::now() + self.timeout
     }
 
@@ -291,7 +187,7 @@ impl<A> Inner<A> {
     /// rather than a timeout from now: for a check that spent part of its
     /// timeout before its call (waiting for another's), so that no check
     /// answers later than its timeout.
-    pub(super) async fn guarded_until<T>(
+    pub(crate) async fn guarded_until<T>(
         &self,
         deadline: tokio::time::Instant,
         probe_due: bool,
@@ -385,7 +281,7 @@ impl<A> Inner<A> {
 impl<A: RedisAlgorithm> Inner<A> {
     /// The deny shortcut's answer: a denial made here, if the state Redis
     /// last returned for the client denies the request (see `shortcut`).
-    pub(super) fn local_denial(&self, request: &Request, now: u64) -> Option<Decision> {
+    pub(crate) fn local_denial(&self, request: &Request, now: u64) -> Option<Decision> {
         let cache = self.shortcut.as_ref()?;
         let entry = cache.lookup(request.cache_key?, now)?;
         let at = entry.judge_at(now);
@@ -411,7 +307,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                 if cost != left + 1 || at >= free_at {
                     return None;
                 }
-                let wait = super::state::round_up_to_us(Duration::from_nanos(free_at - at));
+                let wait = round_up_to_us(Duration::from_nanos(free_at - at));
                 Some(Decision::new(
                     false,
                     limit,
@@ -647,7 +543,7 @@ impl<A: RedisAlgorithm> Inner<A> {
     }
 
     /// The fail policy's answer to a request that Redis could not decide.
-    pub(super) fn fallback(
+    pub(crate) fn fallback(
         &self,
         request: &Request,
         err: CheckError,
@@ -674,6 +570,19 @@ impl<A: RedisAlgorithm> Inner<A> {
             self.answered(path, outcome, request.cost);
         }
         answer
+    }
+
+    /// A check that reached its timeout waiting for another task's call:
+    /// counted as a timeout and answered by the fail policy.
+    pub(crate) fn timed_out(&self, request: &Request) -> Result<Decision, CheckError> {
+        bump(&self.calls.counters.timeouts);
+        self.fallback(
+            request,
+            CheckError::with_kind(
+                CheckErrorKind::Timeout,
+                format!("Redis did not answer within {:?}", self.timeout),
+            ),
+        )
     }
 
     /// [`fallback`](Self::fallback), uncounted.
@@ -722,7 +631,7 @@ impl<A: RedisAlgorithm> Inner<A> {
 /// (about this request, such as a script error, or keys in different
 /// slots) is [`CheckErrorKind::Other`], and a reply not understood
 /// [`CheckErrorKind::Protocol`]: Redis answered, so it is up.
-pub(super) fn classify(err: &RedisError) -> CheckErrorKind {
+pub(crate) fn classify(err: &RedisError) -> CheckErrorKind {
     if let Some("TOLLGATE" | "WRONGTYPE") = err.code() {
         return CheckErrorKind::Corrupt;
     }
@@ -754,7 +663,7 @@ pub(super) fn classify(err: &RedisError) -> CheckErrorKind {
 }
 
 /// Lets another probe go if this one's future is dropped unfinished.
-struct ProbeGuard<'a>(Option<&'a super::Breaker>);
+struct ProbeGuard<'a>(Option<&'a Breaker>);
 
 impl Drop for ProbeGuard<'_> {
     fn drop(&mut self) {
@@ -766,7 +675,7 @@ impl Drop for ProbeGuard<'_> {
 
 type Waiting = Pin<Box<dyn Future<Output = Result<Decision, CheckError>> + Send>>;
 
-enum State {
+pub(crate) enum State {
     /// Decided without Redis (the shortcut, a cost error, the fail policy
     /// while Redis is down); taken by the first poll.
     Ready(Option<Result<Decision, CheckError>>),
@@ -781,10 +690,10 @@ enum State {
 ///
 /// See [`RedisLimiter`].
 #[must_use = "a check does nothing unless awaited"]
-pub struct RedisCheck(State);
+pub struct RedisCheck(pub(crate) State);
 
 impl RedisCheck {
-    pub(super) fn ready(result: Result<Decision, CheckError>) -> Self {
+    pub(crate) fn ready(result: Result<Decision, CheckError>) -> Self {
         Self(State::Ready(Some(result)))
     }
 }

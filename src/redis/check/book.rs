@@ -29,18 +29,19 @@ use std::sync::Arc;
 
 use ::redis::Value;
 
-use super::decide::{Cas, Failure};
-use super::guard::bump;
-#[cfg(feature = "metrics")]
-use super::metrics::{Outcome, Path};
-use super::spec::{Spec, WordSpec, EXACT_MAX};
-use super::state::{expiry_ms, round_up_to_us, same_but_writer, DecodeError};
-use super::tier::Judged;
-use super::{FailPolicy, Inner, RedisAlgorithm, RedisKey, RedisLimiter};
+use super::decide::{Cas, Failure, ATTEMPTS};
 use crate::algorithm::{Reserve, Transitions, NEVER};
 use crate::check::{CheckError, CheckErrorKind};
 use crate::decision::Decision;
 use crate::error::{CostError, ReserveError};
+use crate::redis::quota::{algorithm::RedisAlgorithm, tier::Judged};
+use crate::redis::script::key::{client_bytes, RedisKey};
+use crate::redis::script::spec::{Spec, WordSpec, EXACT_MAX};
+use crate::redis::script::state::{expiry_ms, round_up_to_us, same_but_writer, DecodeError};
+use crate::redis::shared::limiter::{FailPolicy, Inner, RedisLimiter};
+#[cfg(feature = "metrics")]
+use crate::redis::table::answers::{Outcome, Path};
+use crate::redis::wire::guard::bump;
 use crate::reservation::Reservable;
 
 /// Why a booking on Redis was not made.
@@ -360,7 +361,7 @@ impl<A: RedisAlgorithm> Inner<A> {
     ) -> Result<Booked, Failure> {
         let spec = judged.quota.spec;
         let ns = spec.ns().expect("a word algorithm");
-        for _ in 0..super::decide::ATTEMPTS {
+        for _ in 0..ATTEMPTS {
             let stored = self.read(key).await?;
             let generation = self.tiers.generation();
             let settled = self.tiers.settle(judged, &stored, &self.owner)?;
@@ -555,7 +556,7 @@ impl<A: RedisAlgorithm + Reservable> RedisLimiter<A> {
         max_wait: Duration,
     ) -> impl Future<Output = Result<RedisReservation, RedisReserveError>> + Send + 'static {
         let inner = Arc::clone(&self.inner);
-        let client = super::key::client_bytes(key);
+        let client = client_bytes(key);
         async move { inner.reserve(client, cost, max_wait).await }
     }
 

@@ -59,7 +59,7 @@ end
 ";
 
 /// The reading of Redis's clock that every script judges at, in µs.
-pub(super) const CLOCK: &str = r"
+pub(crate) const CLOCK: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 ";
@@ -69,7 +69,7 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 /// sequence of instants and compare them with the in-process limiters on
 /// a `ManualClock`.
 #[cfg(test)]
-pub(super) const TEST_CLOCK: &str = r"
+pub(crate) const TEST_CLOCK: &str = r"
 local now = tonumber(ARGV[#ARGV])
 ";
 
@@ -159,7 +159,7 @@ fn state_vars(half: &Half, x: &str, n: &str) -> Vec<String> {
 /// convert; else the outcome (1 or 0), each limit's state (after the
 /// admission, or as read after any rollover; a peek's always as read) and
 /// `now`.
-pub(super) fn word_script(spec: &Spec, clock: &str, write: bool) -> String {
+pub(crate) fn word_script(spec: &Spec, clock: &str, write: bool) -> String {
     let halves = spec.halves();
     let base = 2 * halves.len();
     let mut lua = word_read(
@@ -220,7 +220,7 @@ end
 /// untouched), else `1` and, for each of its requests, what
 /// `word_script`'s check replies without `now` (the outcome and the
 /// state); then `now`.
-pub(super) fn batch_script(spec: &Spec, clock: &str) -> String {
+pub(crate) fn batch_script(spec: &Spec, clock: &str) -> String {
     let halves = spec.halves();
     let width = 2 * halves.len() + 1;
     let fields = word_fields(spec);
@@ -470,7 +470,7 @@ fn parse_state(spec: &Spec, convert: &str, bad: impl Fn(&str) -> String) -> Stri
 
 /// The slow path's read: the key's value (`nil` if absent) and `now`:
 /// `{now, value}`.
-pub(super) fn read_script(clock: &str) -> String {
+pub(crate) fn read_script(clock: &str) -> String {
     format!(
         r"{clock}
 return {{now, redis.call('GET', KEYS[1])}}
@@ -483,7 +483,7 @@ return {{now, redis.call('GET', KEYS[1])}}
 /// value (`''`: delete the key) and its expiry (ms). The reply: `{1, now}`
 /// written, `{0, now}` the value changed since it was read, `{2, now}`
 /// too late.
-pub(super) fn cas_script(clock: &str) -> String {
+pub(crate) fn cas_script(clock: &str) -> String {
     format!(
         r"{clock}
 local key = KEYS[1]
@@ -512,7 +512,7 @@ return {{1, now}}
 /// largest limit stays within Lua's stack. Members are
 /// `<instant>:<token>:<n>`: the token is unique to the call (the limiter's
 /// id and the call's number), so no entry ever replaces another.
-pub(super) fn log_script(clock: &str, write: bool) -> String {
+pub(crate) fn log_script(clock: &str, write: bool) -> String {
     let bad = bad("a score that is not a whole number of microseconds");
     format!(
         r"{PRELUDE}{clock}
@@ -578,7 +578,7 @@ end
 /// last of them expires. Reply: `{1, ready, now, member, score, …}` (the
 /// entries it took out) if booked; `{0, ready, now}` if it would wait
 /// longer than allowed (or `ready` -1: never).
-pub(super) fn log_book_script(clock: &str) -> String {
+pub(crate) fn log_book_script(clock: &str) -> String {
     let bad = bad("a score that is not a whole number of microseconds");
     format!(
         r"{PRELUDE}{clock}
@@ -612,7 +612,7 @@ return out
 /// still there (no later booking has claimed it) is taken out, and the
 /// entry it replaced put back. Reply: `{given back}` (entries), `{-1}`
 /// too late.
-pub(super) fn log_cancel_script(clock: &str) -> String {
+pub(crate) fn log_cancel_script(clock: &str) -> String {
     format!(
         r"{PRELUDE}{clock}
 local key = KEYS[1]
@@ -643,7 +643,7 @@ return {{given}}
 /// The sorted set beside a leasing limiter's key, holding the leases
 /// still outstanding: its name is the client's key with this after it
 /// (same hash tag, same slot).
-pub(super) const LEASES_SUFFIX: &str = ":lease";
+pub(crate) const LEASES_SUFFIX: &str = ":lease";
 
 /// A lease's grant: up to `want` units of a token bucket at once, as many
 /// as the bucket admits now, given the consecutive slots they take
@@ -669,7 +669,7 @@ pub(super) const LEASES_SUFFIX: &str = ":lease";
 ///
 /// The grant admits exactly what `word_script`'s check would admit for a
 /// cost of `g`, and writes the same state.
-pub(super) fn lease_script(spec: &Spec, clock: &str) -> String {
+pub(crate) fn lease_script(spec: &Spec, clock: &str) -> String {
     let mut lua = word_read(
         spec,
         clock,
@@ -732,7 +732,7 @@ return {{g, s, e, now, from}}
 /// leases' set whether or not its units could go back. The reply: `{-1}` for a state to
 /// convert (nothing given back), else `{given, now}`, `given` the µs of
 /// slots given back (0 if none).
-pub(super) fn lease_return_script(spec: &Spec, clock: &str) -> String {
+pub(crate) fn lease_return_script(spec: &Spec, clock: &str) -> String {
     let mut lua = word_read(spec, clock, "local HEAD = ARGV[3]\n");
     lua.push_str(
         r"local s, e, from = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -768,7 +768,7 @@ return {e - back, now}
 /// `KEYS`: the client's key, its leases' set. `ARGV`: the head of the
 /// values the reader writes and the call's number. The reply:
 /// `{existed, now}`, `existed` 1 if the key held a state.
-pub(super) fn lease_reset_script(clock: &str) -> String {
+pub(crate) fn lease_reset_script(clock: &str) -> String {
     format!(
         r"{PRELUDE}{clock}
 local key, lk = KEYS[1], KEYS[2]

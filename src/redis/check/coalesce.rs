@@ -12,7 +12,7 @@
 //! lone check adds no wait. Any other waits. When a call ends, the checks
 //! that waited are handed, in the order they came, to a task spawned on
 //! the current tokio runtime, which decides them in one call of the batch
-//! script ([`super::lua::batch_script`]) in the ended call's place,
+//! script ([`crate::redis::script::lua::batch_script`]) in the ended call's place,
 //! answers each, and carries on with the checks that came during that
 //! call, until none did and the place is given up (the entry going with
 //! the lane's last call).
@@ -28,167 +28,26 @@
 //! batch call is each check's failure, answered by the fail policy; the
 //! breaker and the deny shortcut are asked when the batch goes, for each
 //! check.
+//!
+//! [`DEPTH`]: crate::redis::table::flight::DEPTH
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
-use super::decide::{Answer, Failure, Request, Seen};
-use super::guard::bump;
-use super::spec::Spec;
-use super::state::{decision, decode_fast, Fast};
-use super::tier::Judged;
-use super::{Inner, RedisAlgorithm};
+use super::decide::{Answer, Failure, Seen};
 use crate::check::{CheckError, CheckErrorKind};
 use crate::decision::Decision;
+use crate::redis::quota::algorithm::RedisAlgorithm;
+use crate::redis::quota::tier::Judged;
+use crate::redis::script::spec::Spec;
+use crate::redis::script::state::{decision, decode_fast, DecodeError, Fast};
+use crate::redis::shared::limiter::Inner;
+use crate::redis::table::flight::{Joined, Waiter, BATCH_MAX};
+use crate::redis::table::request::Request;
+use crate::redis::wire::guard::{bump, bump_by};
 use crate::sync::Ordering;
-
-/// The most checks one batch call carries; more wait for the next call.
-pub(super) const BATCH_MAX: usize = 256;
-
-/// A check waiting for the next call of its lane.
-pub(super) struct Waiter {
-    pub(super) request: Arc<Request>,
-    pub(super) reply: oneshot::Sender<Result<Decision, CheckError>>,
-}
-
-/// The most calls of one lane in flight at once (one limiter, one
-/// process): a check that finds fewer goes at once, alone; one that finds
-/// this many waits for the next call to end, and goes in the batch that
-/// takes that call's place. Two let one call carry the checks that came
-/// while the other was in flight, so that the lane is never without a
-/// call on its way.
-pub(super) const DEPTH: usize = 2;
-
-/// A lane with calls in flight.
-#[derive(Default)]
-struct Lane {
-    /// Its calls in flight, at most [`DEPTH`].
-    calls: usize,
-    /// The checks waiting for the next call, in the order they came.
-    queue: Vec<Waiter>,
-}
-
-/// One shard of [`InFlight`]: each lane with a call in flight.
-///
-/// A mutex, on the Redis path only and only with coalescing on: it is held
-/// to join a lane's queue or take it (a map lookup, a push or a take),
-/// never across an `await`, a Redis call or user code, beside a round trip
-/// that costs thousands of times more. No in-process check takes it.
-type Shard = Mutex<HashMap<Vec<u8>, Lane>>;
-
-/// The lanes with a call in flight, and the checks waiting for the next.
-pub(super) struct InFlight {
-    shards: Box<[Shard]>,
-    hasher: RandomState,
-    /// Whether each client is a lane of its own (a Cluster's calls hold
-    /// one slot's keys), rather than the limiter one lane.
-    per_client: bool,
-}
-
-impl core::fmt::Debug for InFlight {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("InFlight")
-            .field("shards", &self.shards.len())
-            .finish_non_exhaustive()
-    }
-}
-
-/// What a check does on joining.
-enum Joined {
-    /// Fewer than [`DEPTH`] calls of the lane were in flight: go, then
-    /// [`finish`].
-    Lead,
-    /// Wait for the answer.
-    Wait(oneshot::Receiver<Result<Decision, CheckError>>),
-}
-
-impl InFlight {
-    /// The table for a limiter whose calls may hold many clients' keys
-    /// (`per_client` false: one server) or one client's (a Cluster).
-    pub(super) fn new(per_client: bool) -> Self {
-        let shards = if per_client {
-            std::thread::available_parallelism()
-                .map_or(8, |n| n.get() * 4)
-                .next_power_of_two()
-        } else {
-            1
-        };
-        Self {
-            shards: (0..shards).map(|_| Mutex::new(HashMap::new())).collect(),
-            hasher: RandomState::new(),
-            per_client,
-        }
-    }
-
-    /// The lane of a request: its client's key, or the limiter's one lane
-    /// (no bytes).
-    fn lane<'r>(&self, request: &'r Request) -> &'r [u8] {
-        if self.per_client {
-            &request.key
-        } else {
-            &[]
-        }
-    }
-
-    fn shard(&self, key: &[u8]) -> &Shard {
-        let hash = self.hasher.hash_one(key);
-        &self.shards[(hash as usize) & (self.shards.len() - 1)]
-    }
-
-    /// Leads a call of the request's lane if fewer than [`DEPTH`] are in
-    /// flight and no check waits before this one; else joins the next.
-    fn join(&self, request: &Arc<Request>) -> Joined {
-        let lane = self.lane(request);
-        let mut shard = self
-            .shard(lane)
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(lane) = shard.get_mut(lane) {
-            if lane.calls < DEPTH && lane.queue.is_empty() {
-                lane.calls += 1;
-                return Joined::Lead;
-            }
-            let (reply, answer) = oneshot::channel();
-            lane.queue.push(Waiter {
-                request: Arc::clone(request),
-                reply,
-            });
-            return Joined::Wait(answer);
-        }
-        shard.insert(
-            lane.to_vec(),
-            Lane {
-                calls: 1,
-                queue: Vec::new(),
-            },
-        );
-        Joined::Lead
-    }
-
-    /// One of `lane`'s calls ended: the checks waiting for the next, the
-    /// call's place passing to them; or none, and the call's place is
-    /// given up (the lane's entry going with its last).
-    fn next(&self, lane: &[u8]) -> Vec<Waiter> {
-        let mut shard = self
-            .shard(lane)
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let Some(entry) = shard.get_mut(lane) else {
-            return Vec::new();
-        };
-        if !entry.queue.is_empty() {
-            return core::mem::take(&mut entry.queue);
-        }
-        entry.calls = entry.calls.saturating_sub(1);
-        if entry.calls == 0 {
-            shard.remove(lane);
-        }
-        Vec::new()
-    }
-}
 
 /// A copy of `err` for each check a failed batch carried.
 fn copy(err: &CheckError) -> CheckError {
@@ -290,7 +149,7 @@ impl<A: RedisAlgorithm> Drop for Place<A> {
 impl<A: RedisAlgorithm> Inner<A> {
     /// Answers `waiters`, in the order they joined, in batches of at most
     /// [`BATCH_MAX`] (see [`batch_len`]).
-    pub(super) async fn batches(&self, mut waiters: Vec<Waiter>) {
+    pub(crate) async fn batches(&self, mut waiters: Vec<Waiter>) {
         while !waiters.is_empty() {
             let rest = waiters.split_off(batch_len(&waiters));
             self.batch(waiters).await;
@@ -420,7 +279,7 @@ impl<A: RedisAlgorithm> Inner<A> {
     /// for a request whose client's state is to convert or is not a
     /// tollgate state (left untouched by the script, to decide alone).
     /// `requests` hold each client under one quota (see [`batch_len`]).
-    pub(super) async fn batch_trip(
+    pub(crate) async fn batch_trip(
         &self,
         requests: &[&Request],
     ) -> Result<Vec<Option<Answer>>, Failure> {
@@ -459,7 +318,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                 }
             })
             .await?;
-        let shape = || Failure::Decode(super::state::DecodeError::Shape(reply.len()));
+        let shape = || Failure::Decode(DecodeError::Shape(reply.len()));
         let (&now, mut rest) = reply.split_last().ok_or_else(shape)?;
         let mut answers: Vec<Option<Answer>> = requests.iter().map(|_| None).collect();
         let mut one = Vec::new();
@@ -488,7 +347,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                 one.extend_from_slice(chunk);
                 one.push(now);
                 let Fast::Decided { allowed, word, now } = decode_fast(&spec, &one)? else {
-                    return Err(Failure::Decode(super::state::DecodeError::Range(
+                    return Err(Failure::Decode(DecodeError::Range(
                         "a batch's outcome of -1",
                     )));
                 };
@@ -593,19 +452,14 @@ fn batch_name(requests: &[&Request]) -> Vec<u8> {
 
 /// Whether checks of `spec` coalesce: a word algorithm's (the sliding
 /// window log's checks go one call each).
-pub(super) fn coalesces(spec: &Spec) -> bool {
+pub(crate) fn coalesces(spec: &Spec) -> bool {
     spec.ns().is_some()
-}
-
-/// Counts `n` events. Relaxed: the counters publish nothing but themselves.
-fn bump_by(counter: &crate::sync::AtomicU64, n: u64) {
-    counter.fetch_add(n, Ordering::Relaxed);
 }
 
 /// A check that may coalesce: it joins its client's next call when first
 /// polled (a check made but not yet awaited holds no one up), and leads
 /// one if none is in flight.
-pub(super) async fn joined<A: RedisAlgorithm>(
+pub(crate) async fn joined<A: RedisAlgorithm>(
     inner: Arc<Inner<A>>,
     request: Request,
 ) -> Result<Decision, CheckError> {
@@ -635,22 +489,12 @@ async fn wait<A: RedisAlgorithm>(
     answer: oneshot::Receiver<Result<Decision, CheckError>>,
 ) -> Result<Decision, CheckError> {
     let deadline = tokio::time::Instant::now() + inner.timeout;
-    let timed_out = |inner: &Inner<A>| {
-        bump(&inner.calls.counters.timeouts);
-        inner.fallback(
-            &request,
-            CheckError::with_kind(
-                CheckErrorKind::Timeout,
-                format!("Redis did not answer within {:?}", inner.timeout),
-            ),
-        )
-    };
     match tokio::time::timeout_at(deadline, answer).await {
         Ok(Ok(answer)) => answer,
         Ok(Err(_dropped)) if tokio::runtime::Handle::try_current().is_ok() => {
             match tokio::time::timeout_at(deadline, inner.single(&request, false)).await {
                 Ok(answer) => answer,
-                Err(_elapsed) => timed_out(&inner),
+                Err(_elapsed) => inner.timed_out(&request),
             }
         }
         Ok(Err(_dropped)) => inner.fallback(
@@ -660,6 +504,6 @@ async fn wait<A: RedisAlgorithm>(
                 "the call that was to carry this check was dropped",
             ),
         ),
-        Err(_elapsed) => timed_out(&inner),
+        Err(_elapsed) => inner.timed_out(&request),
     }
 }

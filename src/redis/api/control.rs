@@ -5,11 +5,13 @@
 use core::future::Future;
 use std::sync::Arc;
 
-use super::call::Script;
-use super::guard::bump;
-use super::lease::leases_key;
-use super::{Inner, Mode, RedisAlgorithm, RedisCheck, RedisKey, RedisLimiter};
 use crate::check::{CheckError, CheckErrorKind};
+use crate::redis::check::decide::{classify, RedisCheck};
+use crate::redis::quota::algorithm::RedisAlgorithm;
+use crate::redis::script::key::{client_bytes, RedisKey};
+use crate::redis::shared::limiter::{Inner, RedisLimiter};
+use crate::redis::table::{lease::leases_key, request::Mode};
+use crate::redis::wire::{call::Script, guard::bump};
 use crate::sync::Ordering;
 
 impl<A: RedisAlgorithm> RedisLimiter<A> {
@@ -23,7 +25,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// # Errors
     ///
     /// As [`check`](Self::check)'s: under
-    /// [`FailPolicy::FailClosed`](super::FailPolicy::FailClosed) only, when
+    /// [`FailPolicy::FailClosed`](crate::redis::FailPolicy::FailClosed) only, when
     /// Redis fails.
     ///
     /// # Examples
@@ -87,14 +89,14 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
     /// before it (a check in flight during the reset included); other
     /// processes' shortcuts may deny the client for at most one second
     /// more. The in-process limiter of
-    /// [`FailPolicy::Local`](super::FailPolicy::Local) forgets it too.
+    /// [`FailPolicy::Local`](crate::redis::FailPolicy::Local) forgets it too.
     ///
     /// A check racing with the reset is decided wholly before it (and
     /// forgotten with the rest) or wholly after, on the fresh state: Redis
     /// runs each script and each `DEL` alone.
     ///
     /// A token bucket's reset keeps the units other processes hold on
-    /// lease ([`RedisBuilder::lease`](super::RedisBuilder::lease)), whether
+    /// lease ([`RedisBuilder::lease`](crate::redis::RedisBuilder::lease)), whether
     /// or not this limiter leases: the bucket restarts full from the end
     /// of the latest lease outstanding (at once if none is), so that no
     /// unit a lease holds is granted twice.
@@ -130,7 +132,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         key: &K,
     ) -> impl Future<Output = Result<bool, CheckError>> + Send + 'static {
         let inner = Arc::clone(&self.inner);
-        let client = super::key::client_bytes(key);
+        let client = client_bytes(key);
         let key = inner.layout.key(&client);
         async move {
             let reply = match &inner.scripts.reset {
@@ -158,7 +160,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                 Ok(Ok(deleted)) => Ok(deleted),
                 Ok(Err(err)) => {
                     bump(&inner.calls.counters.errors);
-                    Err(CheckError::with_kind(super::decide::classify(&err), err))
+                    Err(CheckError::with_kind(classify(&err), err))
                 }
                 Err(_elapsed) => {
                     bump(&inner.calls.counters.timeouts);

@@ -150,7 +150,7 @@ impl Breaker {
 }
 
 /// A snapshot of a Redis limiter's counters, from
-/// [`RedisLimiter::stats`](super::RedisLimiter::stats). The counters only
+/// [`RedisLimiter::stats`](crate::redis::RedisLimiter::stats). The counters only
 /// grow; read two snapshots and subtract for a rate.
 ///
 /// Every check is counted once in `checks`, and answered in exactly one of
@@ -187,15 +187,15 @@ pub struct RedisStats {
     pub errors: u64,
     /// Probes sent while Redis was down, to learn whether it is back.
     pub probes: u64,
-    /// Checks admitted by [`FailPolicy::FailOpen`](super::FailPolicy::FailOpen).
+    /// Checks admitted by [`FailPolicy::FailOpen`](crate::redis::FailPolicy::FailOpen).
     pub fail_open: u64,
     /// Checks answered with an error: by
-    /// [`FailPolicy::FailClosed`](super::FailPolicy::FailClosed), and by
-    /// [`FailPolicy::FailOpen`](super::FailPolicy::FailOpen) for a failure
+    /// [`FailPolicy::FailClosed`](crate::redis::FailPolicy::FailClosed), and by
+    /// [`FailPolicy::FailOpen`](crate::redis::FailPolicy::FailOpen) for a failure
     /// other than Redis being unreachable or slow.
     pub fail_closed: u64,
     /// Checks decided by the in-process limiter of
-    /// [`FailPolicy::Local`](super::FailPolicy::Local).
+    /// [`FailPolicy::Local`](crate::redis::FailPolicy::Local).
     pub fail_local: u64,
     /// Scripts sent whole because Redis had lost them (a restart, a
     /// failover, `SCRIPT FLUSH`), which loads them again.
@@ -207,11 +207,11 @@ pub struct RedisStats {
     pub breaker_closed: u64,
     /// Checks decided by Redis in a call that carried another check of
     /// the same client (see
-    /// [`RedisBuilder::coalesce`](super::RedisBuilder::coalesce)): the
+    /// [`RedisBuilder::coalesce`](crate::redis::RedisBuilder::coalesce)): the
     /// round trips coalescing saved.
     pub coalesced: u64,
     /// Checks admitted on a unit leased before, without a round trip (see
-    /// [`RedisBuilder::lease`](super::RedisBuilder::lease)).
+    /// [`RedisBuilder::lease`](crate::redis::RedisBuilder::lease)).
     pub leased: u64,
     /// Checks denied by a lease without a round trip: while the bucket
     /// had no unit to give, or a call for more was on its way after it had
@@ -258,6 +258,11 @@ pub(crate) struct Counters {
 /// Counts one event. Relaxed: the counters publish nothing but themselves.
 pub(crate) fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts `n` events, as [`bump`].
+pub(crate) fn bump_by(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
 }
 
 impl Counters {

@@ -12,13 +12,13 @@
 //! states become the pair's 128-bit word, described by [`Both`]'s
 //! transitions.
 
+use super::algorithm::{sealed, RedisAlgorithm};
 use super::fallback::{self, Fallback};
-use super::spec::Spec;
-use super::{sealed, RedisAlgorithm};
 use crate::algorithm::{Both, FromParams, Transitions, WordAlgorithm};
 use crate::cell::{Algorithm, Tiered};
 use crate::error::ConfigError;
 use crate::limiter::TierAlgorithm;
+use crate::redis::script::spec::Spec;
 
 impl<A, B> sealed::Sealed for Both<A, B>
 where

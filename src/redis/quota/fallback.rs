@@ -1,4 +1,4 @@
-//! The in-process limiter of [`FailPolicy::Local`](super::FailPolicy::Local):
+//! The in-process limiter of [`FailPolicy::Local`](crate::redis::FailPolicy::Local):
 //! one per Redis limiter, holding each client by its bytes, with the same
 //! tiers and quotas, so that while Redis is down this process enforces
 //! the quota on its own.
@@ -15,7 +15,6 @@
 use core::time::Duration;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use super::tier::Resolver;
 use crate::algorithm::{FromParams, Params, SlidingWindowLog};
 use crate::cell::{Algorithm, Packed, Tier, Tiered};
 use crate::clock::{unix_nanos, Clock, MonotonicClock};
@@ -23,6 +22,9 @@ use crate::decision::Decision;
 use crate::error::{ConfigError, CostError, ReserveError};
 use crate::limiter::{Limiter, TierAlgorithm};
 use crate::memory::Memory;
+
+/// The resolver of [`RedisBuilder::tier_by`](crate::redis::RedisBuilder::tier_by).
+pub(crate) type Resolver = dyn Fn(&[u8]) -> Tier + Send + Sync;
 
 /// What the Redis limiter asks of its fallback.
 #[allow(unreachable_pub)] // named only through a sealed trait's method

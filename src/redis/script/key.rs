@@ -4,7 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// A client key that a Redis limiter can name: the bytes that name the
-/// client inside its Redis key (see [`RedisLimiter::key`](super::RedisLimiter::key)).
+/// client inside its Redis key (see [`RedisLimiter::key`](crate::redis::RedisLimiter::key)).
 ///
 /// Implemented for strings, byte strings, IP addresses (their text form)
 /// and integers (their decimal form), and references to them. Two keys with

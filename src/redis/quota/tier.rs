@@ -26,17 +26,14 @@ use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use super::spec::{Ns, Spec};
-use super::state::{DecodeError, Stored};
-use super::{RedisAlgorithm, RedisBuilder, RedisLimiter};
+use super::algorithm::RedisAlgorithm;
+use super::fallback::Resolver;
 use crate::algorithm::{FromParams, Params, Transitions};
-use crate::builder::Builder;
 use crate::check::Quota;
 use crate::error::ConfigError;
+use crate::redis::script::spec::{Ns, Spec};
+use crate::redis::script::state::{DecodeError, Stored};
 use crate::Tier;
-
-/// The resolver of [`RedisBuilder::tier_by`].
-pub(super) type Resolver = dyn Fn(&[u8]) -> Tier + Send + Sync;
 
 /// How many quota changes a limiter remembers to carry states through.
 pub(crate) const HISTORY: usize = 64;
@@ -44,13 +41,13 @@ pub(crate) const HISTORY: usize = 64;
 /// One tier's quota: the script's settings, the quota, the settings as
 /// given, and the generation at which it was set.
 #[derive(Debug)]
-pub(super) struct TierQuota {
-    pub(super) spec: Spec,
+pub(crate) struct TierQuota {
+    pub(crate) spec: Spec,
     /// The spec's stamp, as every state written under it carries.
-    pub(super) stamp: String,
-    pub(super) quota: Quota,
-    pub(super) params: Params,
-    pub(super) generation: u64,
+    pub(crate) stamp: String,
+    pub(crate) quota: Quota,
+    pub(crate) params: Params,
+    pub(crate) generation: u64,
     /// The tier it was set for, and the head of the values written under
     /// it for a client of that tier (`settings|writer|tier:generation|`).
     tier: Tier,
@@ -87,10 +84,10 @@ struct Table {
 
 /// The tiers' quotas, indexed by tier; tier 0 always set. Read on every
 /// request (an uncontended read lock, against a round trip), written by
-/// [`RedisLimiter::set_quota`].
-pub(super) struct Tiers {
+/// [`RedisLimiter::set_quota`](crate::redis::RedisLimiter::set_quota).
+pub(crate) struct Tiers {
     table: RwLock<Table>,
-    pub(super) resolver: Option<Arc<Resolver>>,
+    pub(crate) resolver: Option<Arc<Resolver>>,
     /// The limiter's id, in every value it writes.
     owner: String,
 }
@@ -98,17 +95,17 @@ pub(super) struct Tiers {
 /// What a request is judged by: its tier, the tier's quota, and the
 /// largest cost any tier admits.
 #[derive(Clone)]
-pub(super) struct Judged {
-    pub(super) tier: Tier,
-    pub(super) quota: Arc<TierQuota>,
-    pub(super) max_capacity: u64,
+pub(crate) struct Judged {
+    pub(crate) tier: Tier,
+    pub(crate) quota: Arc<TierQuota>,
+    pub(crate) max_capacity: u64,
 }
 
 impl Judged {
     /// The head of the values written for this request's client:
     /// `settings|tier:generation|writer.` (made once per quota for the
     /// tier it was set for).
-    pub(super) fn head(&self) -> Cow<'_, str> {
+    pub(crate) fn head(&self) -> Cow<'_, str> {
         let quota = &self.quota;
         if self.tier == quota.tier {
             Cow::Borrowed(&quota.head)
@@ -127,7 +124,7 @@ fn head(stamp: &str, writer: &str, tier: Tier, generation: u64) -> String {
 }
 
 impl Tiers {
-    pub(super) fn new<A: RedisAlgorithm>(
+    pub(crate) fn new<A: RedisAlgorithm>(
         params: Params,
         resolver: Option<Arc<Resolver>>,
         owner: String,
@@ -153,7 +150,7 @@ impl Tiers {
     }
 
     /// What `client`'s requests are judged by now.
-    pub(super) fn judge(&self, client: &[u8]) -> Judged {
+    pub(crate) fn judge(&self, client: &[u8]) -> Judged {
         let tier = self.resolver.as_ref().map_or(0, |resolve| resolve(client));
         let table = self.read();
         Judged {
@@ -165,17 +162,17 @@ impl Tiers {
 
     /// The number of quota changes made: a booking made before the last
     /// one gives nothing back.
-    pub(super) fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.read().generation
     }
 
     /// Tier `tier`'s quota, or tier 0's.
-    pub(super) fn get(&self, tier: Tier) -> Arc<TierQuota> {
+    pub(crate) fn get(&self, tier: Tier) -> Arc<TierQuota> {
         Arc::clone(effective(&self.read().quotas, tier))
     }
 
     /// Gives `tier` the quota `quota`, made at `at` (µs on Redis's clock).
-    fn set(&self, tier: Tier, quota: TierQuota, at: u64) {
+    pub(crate) fn set(&self, tier: Tier, quota: TierQuota, at: u64) {
         let mut table = self.table.write().unwrap_or_else(PoisonError::into_inner);
         let slot = usize::from(tier);
         if table.quotas.len() <= slot {
@@ -216,7 +213,7 @@ impl Tiers {
     /// `stored`'s state carried over to the quota the request is judged
     /// by, as the in-process limiter would have carried it; `None` for a
     /// key with no state. See the module docs.
-    pub(super) fn settle(
+    pub(crate) fn settle(
         &self,
         judged: &Judged,
         stored: &Stored,
@@ -269,16 +266,16 @@ impl Tiers {
 
 /// A stored state carried over to a request's quota.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Settled {
+pub(crate) struct Settled {
     /// The state under the request's quota.
-    pub(super) word: u128,
+    pub(crate) word: u128,
     /// Whether this limiter wrote it (or no one did): its conversion is
     /// one of this limiter's quota changes, written back whatever the
     /// request's fate. Another writer's state, under other settings, is
     /// written back converted only with an admission, which leaves no
     /// count above the reader's limit to clamp: a reader with a lower
     /// limit never lowers what a client spent.
-    pub(super) own: bool,
+    pub(crate) own: bool,
 }
 
 /// The quota `tier` is held to: its own, or tier 0's.
@@ -289,7 +286,10 @@ fn effective(quotas: &[Option<Arc<TierQuota>>], tier: Tier) -> &Arc<TierQuota> {
 }
 
 /// A tier's quota from its settings.
-fn quota_for<A: RedisAlgorithm>(params: Params, generation: u64) -> Result<TierQuota, ConfigError> {
+pub(crate) fn quota_for<A: RedisAlgorithm>(
+    params: Params,
+    generation: u64,
+) -> Result<TierQuota, ConfigError> {
     let algorithm = A::from_params(&params)?;
     let spec = algorithm.spec()?;
     let (limit, window) = FromParams::granted(&algorithm);
@@ -302,114 +302,4 @@ fn quota_for<A: RedisAlgorithm>(params: Params, generation: u64) -> Result<TierQ
         params,
         generation,
     })
-}
-
-impl<A> RedisBuilder<A> {
-    /// Puts each client in a tier: `resolver` runs on the client's key
-    /// bytes (as [`RedisKey`](super::RedisKey) writes them) for every
-    /// request, and the request is judged by its tier's quota, set with
-    /// [`RedisLimiter::set_quota`] (tier 0's is the builder's; a tier with
-    /// none set uses tier 0's). The resolver must be cheap: it runs before
-    /// every round trip.
-    ///
-    /// # Examples
-    ///
-    /// `no_run`: it needs a Redis server on localhost.
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    /// use tollgate::FixedWindow;
-    ///
-    /// # async fn run(conn: redis::aio::ConnectionManager) -> Result<(), Box<dyn std::error::Error>> {
-    /// let limiter = FixedWindow::builder()
-    ///     .limit(10)
-    ///     .window(Duration::from_secs(60))
-    ///     .redis(conn, "api")
-    ///     .tier_by(|client| u16::from(client.starts_with(b"pro-")))
-    ///     .build()?;
-    /// limiter.set_quota(1, FixedWindow::builder().limit(1_000).window(Duration::from_secs(60)))?;
-    /// assert_eq!(limiter.check("pro-alice").await?.limit(), 1_000);
-    /// assert_eq!(limiter.check("bob").await?.limit(), 10);
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[must_use]
-    pub fn tier_by(mut self, resolver: impl Fn(&[u8]) -> Tier + Send + Sync + 'static) -> Self {
-        self.tier_by = Some(Arc::new(resolver));
-        self
-    }
-}
-
-impl<A: RedisAlgorithm> RedisLimiter<A> {
-    /// Sets tier `tier`'s quota, for the requests judged from now on by
-    /// this limiter (other processes keep their own quotas), as an
-    /// in-process limiter's `set_quota` does: each client's state is
-    /// carried over by the algorithm's rule (see
-    /// [`Limiter::set_quota`](crate::Limiter::set_quota)) at the instant of
-    /// the change, when the limiter next meets it. The quota of the
-    /// [`FailPolicy::Local`](super::FailPolicy::Local) fallback changes
-    /// with it, keeping each client's state there too. A sliding window
-    /// log keeps every entry (it has no conversion), read under the new
-    /// limit and window.
-    ///
-    /// # Errors
-    ///
-    /// Every error of [`RedisBuilder::build`] for the quota's settings, the
-    /// field named `tier.<field>`; [`ConfigError::Conflict`]
-    /// (`tier.clock`, `tier.memory`, `tier.tier_by`) for a setting of the
-    /// limiter given to a quota, as in-process. Nothing changes.
-    ///
-    /// # Examples
-    ///
-    /// See [`RedisBuilder::tier_by`].
-    pub fn set_quota<K, C>(&self, tier: Tier, quota: Builder<A, K, C>) -> Result<(), ConfigError> {
-        let params = quota.quota_params().map_err(ConfigError::in_tier)?;
-        let new = quota_for::<A>(params, 0).map_err(ConfigError::in_tier)?;
-        let inner = &self.inner;
-        if let Some(local) = &inner.fallback {
-            local.set_quota(tier, &new.params);
-        }
-        // The change's instant on Redis's clock, as this process reads it
-        // (no earlier than it), and past every check in flight: one sent
-        // before the change is judged under the old quota, and its state
-        // converted after it, as if it had come first.
-        let in_flight = if inner.calls.clock.reads_redis() {
-            inner.timeout
-        } else {
-            Duration::ZERO
-        };
-        let at = inner.redis_now() + u64::try_from(in_flight.as_nanos()).unwrap_or(0);
-        inner.tiers.set(tier, new, at / 1_000);
-        if let Some(leases) = &inner.leases {
-            leases.clear();
-        }
-        if let Some(cache) = &inner.shortcut {
-            cache.renew();
-        }
-        #[cfg(feature = "tracing")]
-        inner.quota_changed(tier, inner.tiers.get(tier).quota);
-        Ok(())
-    }
-
-    /// The quota `tier`'s clients are held to now: its own, or tier 0's.
-    ///
-    /// # Examples
-    ///
-    /// `no_run`: it needs a Redis server on localhost.
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    /// use tollgate::{FixedWindow, Quota};
-    ///
-    /// # async fn run(conn: redis::aio::ConnectionManager) -> Result<(), tollgate::ConfigError> {
-    /// let minute = Duration::from_secs(60);
-    /// let limiter = FixedWindow::builder().limit(10).window(minute).redis(conn, "q").build()?;
-    /// assert_eq!(limiter.quota_of(3), Quota::new(10, minute));
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[must_use]
-    pub fn quota_of(&self, tier: Tier) -> Quota {
-        self.inner.tiers.get(tier).quota
-    }
 }

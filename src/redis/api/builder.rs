@@ -1,4 +1,4 @@
-//! The Redis limiter's builder, and the connections it takes.
+//! The Redis limiter's builder (its connection is `wire::connection`'s).
 
 use core::fmt;
 use core::marker::PhantomData;
@@ -7,27 +7,30 @@ use std::sync::Arc;
 
 use core::hash::{BuildHasher, Hash, Hasher};
 
-use ::redis::aio::{ConnectionLike, ConnectionManager};
-use ::redis::cluster_async::ClusterConnection;
-use ::redis::{Cmd, Pipeline, RedisFuture, Value};
+#[cfg(doc)]
+use ::redis::{aio::ConnectionManager, cluster_async::ClusterConnection};
 
-use super::call::{Calls, Clock, Script};
-use super::fallback::Settings;
-use super::guard::{Breaker, Counters};
-use super::key::Layout;
-use super::lease::{Lease, LeaseScripts, Leases};
-use super::lua::{
-    batch_script, cas_script, lease_reset_script, lease_return_script, lease_script,
-    log_book_script, log_cancel_script, log_script, read_script, word_script, CLOCK,
-};
-use super::shortcut::DenyCache;
-use super::spec::{Half, Spec, WordSpec};
-use super::tier::{Resolver, Tiers};
-use super::{FailPolicy, Inner, RedisAlgorithm, RedisLimiter, Scripts};
 use crate::algorithm::Params;
 use crate::builder::Builder;
 use crate::error::ConfigError;
 use crate::memory::Memory;
+use crate::redis::check::coalesce::coalesces;
+use crate::redis::quota::algorithm::RedisAlgorithm;
+use crate::redis::quota::fallback::{Resolver, Settings};
+use crate::redis::quota::tier::Tiers;
+use crate::redis::script::key::Layout;
+use crate::redis::script::lua::{
+    batch_script, cas_script, lease_reset_script, lease_return_script, lease_script,
+    log_book_script, log_cancel_script, log_script, read_script, word_script, CLOCK,
+};
+use crate::redis::script::spec::{Half, Spec, WordSpec};
+use crate::redis::shared::limiter::{sync_word, FailPolicy, Inner, RedisLimiter, Scripts};
+use crate::redis::table::flight::InFlight;
+use crate::redis::table::lease::{Lease, LeaseScripts, Leases};
+use crate::redis::table::shortcut::DenyCache;
+use crate::redis::wire::call::{Calls, Clock, Script};
+use crate::redis::wire::connection::RedisConnection;
+use crate::redis::wire::guard::{Breaker, Counters};
 use crate::sync::{AtomicU128, AtomicU64};
 
 impl<A, K, C> Builder<A, K, C> {
@@ -35,7 +38,7 @@ impl<A, K, C> Builder<A, K, C> {
     /// [`RedisBuilder::build`] makes shares each client's budget with every
     /// process using the same Redis and `prefix`. The algorithm's settings
     /// carry over; the key type and clock do not (keys are any
-    /// [`RedisKey`](super::RedisKey), time is Redis's), and the memory settings
+    /// [`RedisKey`](crate::redis::RedisKey), time is Redis's), and the memory settings
     /// ([`max_clients`](Builder::max_clients) and the rest) apply to the
     /// in-process limiter of [`FailPolicy::Local`].
     ///
@@ -94,92 +97,6 @@ impl<A, K, C> Builder<A, K, C> {
             tier_by: None,
             name: self.name,
             _algorithm: PhantomData,
-        }
-    }
-}
-
-/// How a Redis limiter reaches Redis: one server (or a primary behind
-/// Sentinel's address) through a [`ConnectionManager`], or Redis Cluster
-/// through a [`ClusterConnection`]. [`Builder::redis`] takes either.
-///
-/// Every check touches one key, its client's, which carries the client as
-/// its hash tag (`<prefix>:{<client>}:<tag>`), so each check's script runs
-/// on the one node that holds the client's slot, and a cluster shares each
-/// client's budget exactly as one server does.
-///
-/// # Examples
-///
-/// `no_run`: it needs a Redis Cluster on localhost.
-///
-/// ```no_run
-/// use std::time::Duration;
-/// use tollgate::TokenBucket;
-///
-/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// let nodes = vec!["redis://127.0.0.1:7000/", "redis://127.0.0.1:7001/"];
-/// let cluster = redis::cluster::ClusterClient::new(nodes)?;
-/// let conn = cluster.get_async_connection().await?;
-/// let limiter = TokenBucket::builder()
-///     .rate(100, Duration::from_secs(60))
-///     .redis(conn, "api")
-///     .build()?;
-/// assert!(limiter.check("alice").await?.is_allowed());
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Clone)]
-pub enum RedisConnection {
-    /// One server: every check over one multiplexed connection.
-    Single(ConnectionManager),
-    /// Redis Cluster: each check to the node holding its client's slot.
-    Cluster(ClusterConnection),
-}
-
-impl fmt::Debug for RedisConnection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Single(_) => "RedisConnection::Single",
-            Self::Cluster(_) => "RedisConnection::Cluster",
-        })
-    }
-}
-
-impl From<ConnectionManager> for RedisConnection {
-    fn from(conn: ConnectionManager) -> Self {
-        Self::Single(conn)
-    }
-}
-
-impl From<ClusterConnection> for RedisConnection {
-    fn from(conn: ClusterConnection) -> Self {
-        Self::Cluster(conn)
-    }
-}
-
-impl ConnectionLike for RedisConnection {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Self::Single(conn) => conn.req_packed_command(cmd),
-            Self::Cluster(conn) => conn.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Self::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
-            Self::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Self::Single(conn) => conn.get_db(),
-            Self::Cluster(conn) => conn.get_db(),
         }
     }
 }
@@ -350,7 +267,7 @@ impl<A> RedisBuilder<A> {
     /// flight at once: a check that finds fewer goes at once, alone, so a
     /// lone check waits for nothing; a batch carries at most 256 checks.
     /// Busy traffic then costs a round trip per batch rather than per
-    /// check ([`RedisStats::coalesced`](super::RedisStats::coalesced)
+    /// check ([`RedisStats::coalesced`](crate::redis::RedisStats::coalesced)
     /// counts the checks that rode another's call). Peeks, bookings, a
     /// cost beyond the client's tier and the sliding window log's checks
     /// go one call each either way.
@@ -411,15 +328,15 @@ impl<A> RedisBuilder<A> {
     /// Redis chapter, [`crate::guide::redis`], for the bound and when to
     /// turn leases on).
     ///
-    /// With leases, [`RedisLimiter::reset`](super::RedisLimiter::reset)
-    /// and [`remove`](super::RedisLimiter::remove) keep the units leased
+    /// With leases, [`RedisLimiter::reset`](crate::redis::RedisLimiter::reset)
+    /// and [`remove`](crate::redis::RedisLimiter::remove) keep the units leased
     /// to processes theirs, and the bucket restarts full from the end of
     /// the latest lease outstanding (at most one refill ahead; at once if
     /// none is), whichever replica resets, leasing or not;
-    /// [`set_quota`](super::RedisLimiter::set_quota), or a client moved to
+    /// [`set_quota`](crate::redis::RedisLimiter::set_quota), or a client moved to
     /// another tier, gives up this process's lease granted under the old
     /// quota (its units lapse) and judges the next checks under the new
-    /// one; [`peek`](super::RedisLimiter::peek) reads
+    /// one; [`peek`](crate::redis::RedisLimiter::peek) reads
     /// Redis's state, not this process's lease; when Redis fails, the
     /// units already leased are still spent and the fail policy answers
     /// the checks they cannot.
@@ -598,15 +515,14 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
                 policy: self.policy,
                 breaker: Breaker::new(first, max),
                 shortcut,
-                coalesce: (self.coalesce && super::coalesce::coalesces(&spec))
-                    .then(|| super::coalesce::InFlight::new(per_client)),
+                coalesce: (self.coalesce && coalesces(&spec)).then(|| InFlight::new(per_client)),
                 leases,
                 owner,
                 serial: AtomicU64::new(0),
-                clock_sync: AtomicU128::new(super::sync_word(offset, built)),
+                clock_sync: AtomicU128::new(sync_word(offset, built)),
                 name,
                 #[cfg(feature = "metrics")]
-                answers: super::metrics::Answers::new(),
+                answers: crate::redis::table::answers::Answers::new(),
                 _algorithm: PhantomData,
             }),
         })
@@ -619,7 +535,7 @@ fn script_clock(clock: &Clock) -> &'static str {
     let at = if clock.reads_redis() {
         CLOCK
     } else {
-        super::lua::TEST_CLOCK
+        crate::redis::script::lua::TEST_CLOCK
     };
     #[cfg(not(test))]
     let at = {

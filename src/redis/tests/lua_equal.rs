@@ -23,14 +23,14 @@ use core::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-use super::spec::Spec;
-use super::state::{round_figures, Stored};
 use super::testing::{gap, on_clock, runner, runtime, Server};
-use super::RedisLimiter;
 use crate::algorithm::{SlidingWindowLog, Transitions};
 use crate::builder::Builder;
 use crate::cell::{describe, look, Applied};
 use crate::decision::Decision;
+use crate::redis::script::spec::Spec;
+use crate::redis::script::state::{round_figures, Stored};
+use crate::redis::RedisLimiter;
 use crate::{FixedWindow, SlidingWindowCounter, TokenBucket};
 
 /// One step: the instant moves on by `gap` µs, then a request of `cost` by
@@ -105,7 +105,7 @@ fn read(conn: &mut ::redis::Connection, spec: &Spec, key: &[u8]) -> State {
 
 /// Runs `steps` through the two limiters, asserting that they decide as
 /// the model and leave its state.
-fn agree<A: super::RedisAlgorithm>(
+fn agree<A: crate::redis::RedisAlgorithm>(
     rt: &tokio::runtime::Runtime,
     conn: &mut ::redis::Connection,
     limiters: &[RedisLimiter<A>; 2],
@@ -138,7 +138,7 @@ fn agree<A: super::RedisAlgorithm>(
 }
 
 /// Pairs of settings of one family (the unit, and the two limits).
-fn run<A: super::RedisAlgorithm>(
+fn run<A: crate::redis::RedisAlgorithm>(
     builder: impl Fn(u64, u64) -> Builder<A>,
     units: &[u64],
     scales: &[u64],
@@ -165,7 +165,8 @@ fn run<A: super::RedisAlgorithm>(
             let prefix = format!("replicas{}-{}", std::process::id(), n.get());
             let build = |unit, limit| {
                 let algorithm = A::from_params(&builder(unit, limit).params).unwrap();
-                let spec = super::sealed::Sealed::spec(&algorithm).unwrap();
+                let spec =
+                    crate::redis::quota::algorithm::sealed::Sealed::spec(&algorithm).unwrap();
                 (
                     on_clock(
                         builder(unit, limit)

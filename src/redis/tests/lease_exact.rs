@@ -4,13 +4,15 @@
 //! fail policies with leases.
 
 use core::time::Duration;
+use std::sync::Arc;
 
 use proptest::prelude::*;
 
 use super::testing::{on_clock, runner, runtime, Server};
-use super::{FailPolicy, Lease, RedisLimiter};
 use crate::check::CheckErrorKind;
 use crate::clock::ManualClock;
+use crate::redis::{FailPolicy, Lease, RedisLimiter};
+use crate::sync::Ordering;
 use crate::{ConfigError, FixedWindow, TokenBucket};
 
 /// µs per unit of the buckets below.
@@ -607,4 +609,62 @@ fn leases_of_anything_but_a_bucket_or_out_of_range_are_refused() {
         .lease(Lease::new(Duration::from_millis(10)))
         .build()
         .is_ok());
+}
+
+/// A check that finds its lease empty while another task's call for
+/// more is on its way (its flag held, as by a call Redis holds past
+/// the timeout) waits for that call at most until its own timeout,
+/// and then answers by the fail policy: one timeout in all, never a
+/// wait and then a call of its own (or several waits).
+#[test]
+fn a_check_waiting_for_another_s_call_answers_within_one_timeout() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let timeout = Duration::from_millis(100);
+    let limiter = TokenBucket::builder()
+        .rate(1_000, Duration::from_secs(1))
+        .redis(rt.block_on(server.manager()), "late")
+        .fail_policy(FailPolicy::FailOpen)
+        .timeout(timeout)
+        .lease(Lease::new(Duration::from_secs(1)).max_units(4))
+        .build()
+        .unwrap();
+    for _ in 0..20 {
+        assert!(rt.block_on(limiter.check("c")).unwrap().is_allowed());
+    }
+    let leases = limiter.inner.leases.as_ref().unwrap();
+    let entry = leases
+        .map
+        .pin()
+        .get(&b"c"[..])
+        .map(Arc::clone)
+        .expect("a hot client's lease");
+    // Another task's call on its way: the flag, once any call of the
+    // checks above has ended. Acquire: as in `leased`.
+    while entry
+        .asking
+        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        rt.block_on(tokio::time::sleep(Duration::from_millis(10)));
+    }
+    // The lease empty, so the check must wait for that call; Redis
+    // paused, so a call of its own would wait the timeout again.
+    let _ = entry.cell.take_out(0);
+    server.pause(1_000);
+    let started = std::time::Instant::now();
+    let decision = rt.block_on(limiter.check("c")).unwrap();
+    let took = started.elapsed();
+    assert!(decision.is_allowed(), "FailOpen admits");
+    // Under twice the timeout (it waited out the other call, then made
+    // its own: 508 ms), with room for a loaded machine's scheduling.
+    assert!(
+        took < 2 * timeout,
+        "answered after {took:?}, against a timeout of {timeout:?}"
+    );
+    assert_eq!(limiter.stats().timeouts, 1, "{:?}", limiter.stats());
+    // Release: as the call's end would.
+    entry.asking.store(false, Ordering::Release);
 }

@@ -1,0 +1,10 @@
+//! The bottom floor: what a limiter sends to Redis and reads back, as
+//! text and data, with no I/O. The scripts' Lua (`lua`), each limit's
+//! settings in the scripts' units (`spec`), a client's state as Redis
+//! holds it and the decisions read from it (`state`), and the keys
+//! (`key`). Uses only the crate's algorithms and figures.
+
+pub(crate) mod key;
+pub(crate) mod lua;
+pub(crate) mod spec;
+pub(crate) mod state;

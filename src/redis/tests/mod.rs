@@ -1,0 +1,8 @@
+//! The Redis limiters' tests that reach inside them, each against a real
+//! `redis-server` of its own (`testing`), kept out of the production files.
+
+mod batch_equal;
+mod differ;
+mod lease_exact;
+mod lua_equal;
+mod testing;
