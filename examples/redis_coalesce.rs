@@ -1,4 +1,4 @@
-//! Measures coalescing of one client's Redis checks
+//! Measures coalescing of Redis checks
 //! ([`RedisBuilder::coalesce`]) against one call per check, side by side
 //! in one run, alternating which goes first in each round:
 //!

@@ -69,7 +69,9 @@ fn limiter(
         .redis(conn.clone(), prefix)
         .timeout(Duration::from_secs(5))
         .fail_policy(FailPolicy::FailClosed)
-        .no_deny_shortcut();
+        .no_deny_shortcut()
+        // Leases against one call per check: no coalescing either way.
+        .coalesce(false);
     if lease {
         builder.lease(Lease::new(HORIZON)).build().unwrap()
     } else {
