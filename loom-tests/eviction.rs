@@ -243,6 +243,71 @@ fn stale_reading_without_the_floor_is_caught_sliding_window_log() {
     let _ = stale_reading("stale_reading/broken/sliding_window_log", log(), true);
 }
 
+/// The idle instant an eviction records is read from the very word its
+/// compare-and-swap retires, so it is that of the state retired, even
+/// when a check admits between the evictor's load and its exchange (the
+/// exchange then fails, and nothing is retired).
+///
+/// The client's state admitted its capacity of 1 at 0 (idle from 10 on).
+/// Thread X checks at 12 (the old state is idle then: X is admitted, and
+/// leaves a state idle from 22), racing an evictor at 30, where either
+/// state is idle. Once both are done, Z checks with a reading of 15 (a
+/// thread whose clock lags). The client's true state (X's admission at 12)
+/// denies Z; so must a new state built from the floor the eviction left.
+/// The broken twin records the idle instant of the word it loaded, then
+/// retires whatever word the cell holds by then: when X admits between
+/// the two, it retires X's state (idle from 22) having recorded 10, and
+/// the new state admits Z 3 ns after X.
+fn recorded_idle_instant(name: &str, stale_record: bool) -> (usize, u64, u64) {
+    let algorithm = bucket();
+    let label = name.to_owned();
+    check(name, move || {
+        let index = Arc::new(StandIn::holding(KEY, admitted_at_zero(&algorithm)));
+        let room = Arc::new(Room::new(None));
+        let x = {
+            let (index, room) = (Arc::clone(&index), Arc::clone(&room));
+            thread::spawn(move || check_at(algorithm, &index, &room, 12, false))
+        };
+        if stale_record {
+            let retired = index
+                .with(KEY, |cell| {
+                    let idle = algorithm.idle_at(cell);
+                    idle <= 30 && {
+                        room.evicting(idle);
+                        algorithm.force_evict(cell)
+                    }
+                })
+                .unwrap_or(false);
+            if retired {
+                let _ = index.remove_if(KEY, Mortal::is_dead);
+            }
+        } else {
+            let _ = tollgate::__loom::evict(&algorithm, &*index, KEY, 30, &|t| room.evicting(t));
+        }
+        let x = x.join().unwrap();
+        let z = check_at(algorithm, &index, &room, 15, false);
+        let name = &label;
+        assert!(x, "{name}: X(12) denied on a state idle from 10");
+        assert!(
+            !z,
+            "{name}: over-admitted: X(12) and Z(15) with capacity 1 per 10 ns"
+        );
+        u64::from(x) + u64::from(z)
+    })
+}
+
+#[test]
+fn the_idle_instant_recorded_is_the_retired_states() {
+    let (_, min, max) = recorded_idle_instant("recorded_idle_instant", false);
+    assert_eq!((min, max), (1, 1));
+}
+
+#[test]
+#[should_panic(expected = "over-admitted")]
+fn an_idle_instant_recorded_before_the_exchange_is_caught() {
+    let _ = recorded_idle_instant("recorded_idle_instant/broken", true);
+}
+
 fn fixed() -> tollgate::FixedWindow {
     // One request per 10 ns window: the window of 0 ends at 10.
     tollgate::__loom::fixed_window(1, Duration::from_nanos(10)).unwrap()
