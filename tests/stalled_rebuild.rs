@@ -26,9 +26,13 @@ use stall::{Client, LIVE, STALL};
 /// Far more tokens than the checks spend; refilled one an hour.
 const CAPACITY: u64 = 2_000_000;
 
-/// The slowest check allowed: far below the stall, with a wide margin for
-/// a loaded machine.
-const BOUND: Duration = Duration::from_millis(200);
+/// The slowest check allowed: half the stall. A check that waited for the
+/// stalled rebuild would take nearly the whole stall: the checkers run from
+/// before the stall begins, so the first to meet the stalled shard would
+/// wait from the stall's start to its end. Half leaves room for a loaded
+/// machine's scheduling, which held one check 460 ms in 100 runs at
+/// `nice 19` beside a benchmark (200 ms, the bound before, failed there).
+const BOUND: Duration = Duration::from_millis(1_500);
 
 #[test]
 fn a_check_never_waits_for_a_stalled_rebuild() {
