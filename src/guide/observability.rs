@@ -45,17 +45,17 @@
 //! | `tollgate_layer_requests_total` | counter | `limiter`, `transport` (`http`, `grpc`), `outcome` (`admitted`, `limited`, `unavailable`, `rejected`, `skipped`) | every request through the HTTP layer: handed on, refused by the limiter, refused because the check failed, rejected by the key extractor, let through unchecked (`skip_if`, or an extractor's `Skip`) |
 //! | `tollgate_layer_responses_total` | counter | `limiter`, `transport`, `status` | each response the layer sent itself, by the status it carried: the HTTP status (`429`, `503`, `401`...), or for a gRPC call its `grpc-status` (`8`, `14`...) |
 //!
-//! A [Redis limiter](crate::redis::RedisLimiter) counts its checks and
+//! A Redis limiter (`tollgate::redis::RedisLimiter`) counts its checks and
 //! bookings in `tollgate_decisions_total` and `tollgate_units_total` too,
 //! whatever answered them (Redis, the deny shortcut, the fail policy), and
 //! adds:
 //!
 //! | series | kind | labels | what it counts |
 //! |---|---|---|---|
-//! | `tollgate_redis_checks_total` | counter | `limiter`, `answered_by`, `outcome` (`admitted`, `denied`, `refused`) | every check, by what answered it: `redis` (a round trip decided it; also a booking beyond its client's tier's capacity, refused by that capacity without one, as in-process), `shortcut` (the deny shortcut denied it), `fail_open` (Redis unreachable or slow, [`FailOpen`](crate::redis::FailPolicy::FailOpen) answered), `fail_closed` (Redis unreachable or slow, refused with an error), `key_refused` (refused with an error about the client's key or the request, Redis up), `local` (the in-process limiter of [`Local`](crate::redis::FailPolicy::Local)); `refused` is an error, no decision. Each pair that can happen is registered at 0 at the first publication, both sides of every ratio |
-//! | `tollgate_redis_round_trips_total` | counter | `limiter` | commands sent to Redis ([`RedisStats::round_trips`](crate::redis::RedisStats::round_trips)) |
+//! | `tollgate_redis_checks_total` | counter | `limiter`, `answered_by`, `outcome` (`admitted`, `denied`, `refused`) | every check, by what answered it: `redis` (a round trip decided it; also a booking beyond its client's tier's capacity, refused by that capacity without one, as in-process), `shortcut` (the deny shortcut denied it), `fail_open` (Redis unreachable or slow, `FailOpen` answered), `fail_closed` (Redis unreachable or slow, refused with an error), `key_refused` (refused with an error about the client's key or the request, Redis up), `local` (the in-process limiter of `Local`); `refused` is an error, no decision. Each pair that can happen is registered at 0 at the first publication, both sides of every ratio |
+//! | `tollgate_redis_round_trips_total` | counter | `limiter` | commands sent to Redis (`RedisStats::round_trips`) |
 //! | `tollgate_redis_shortcut_hits_total` | counter | `limiter` | checks the deny shortcut denied without a round trip |
-//! | `tollgate_redis_coalesced_total` | counter | `limiter` | checks Redis decided in a call that carried another check ([`RedisBuilder::coalesce`](crate::redis::RedisBuilder::coalesce)): the round trips coalescing saved |
+//! | `tollgate_redis_coalesced_total` | counter | `limiter` | checks Redis decided in a call that carried another check (`RedisBuilder::coalesce`): the round trips coalescing saved |
 //! | `tollgate_redis_script_reloads_total` | counter | `limiter` | scripts sent whole because Redis had lost them (a restart, a failover, `SCRIPT FLUSH`) |
 //! | `tollgate_redis_failures_total` | counter | `limiter`, `kind` (`timeout`, `error`) | round trips that ran past the timeout, or failed otherwise |
 //! | `tollgate_redis_breaker_transitions_total` | counter | `limiter`, `to` (`open`, `closed`) | the breaker opening (Redis failed while up: checks go to the fail policy) and closing (a probe found Redis back) |
@@ -128,7 +128,7 @@
 //!   from the limiter, and published by the limiter's first check, then
 //!   by the first check after each of the thread's rounds: so they are a
 //!   second late at most while checks go on, and as of the last such
-//!   check once checks stop. A [Redis limiter](crate::redis::RedisLimiter)
+//!   check once checks stop. A Redis limiter (`tollgate::redis::RedisLimiter`)
 //!   publishes its round trips, failures and breaker the same way. That
 //!   check runs the recorder's code, the one exception to a check running
 //!   no code but the key's and the clock's; it never waits for another
@@ -138,9 +138,9 @@
 //!   most do for a series not seen before, can still make that one check
 //!   wait. Every other check compares the clock reading it has with one
 //!   word.
-//! - **On demand**: [`Limiter::publish_metrics`](crate::Limiter::publish_metrics),
-//!   [`DirectLimiter::publish_metrics`](crate::DirectLimiter::publish_metrics),
-//!   [`RedisLimiter::publish_metrics`](crate::redis::RedisLimiter::publish_metrics),
+//! - **On demand**: `Limiter::publish_metrics`,
+//!   `DirectLimiter::publish_metrics`,
+//!   `RedisLimiter::publish_metrics`,
 //!   and the layer's `RateLimitLayer::publish_metrics` (which publishes
 //!   its limiter's too). Not needed for a scrape; call it for figures
 //!   exact to the last check (in a test, or a scrape that must not lag by
@@ -187,12 +187,12 @@
 //! | `WARN` | `client cap reached` | `max_clients`, `overflow` | a new client found the cap reached: the first time, and then the first time after a minute (of the limiter's clock) without one |
 //! | `INFO` | `quota changed` | `tier`, `limit`, `window_ns` | [`set_quota`](crate::Limiter::set_quota) applied a quota to a tier |
 //!
-//! A [Redis limiter](crate::redis::RedisLimiter) adds:
+//! A Redis limiter (`tollgate::redis::RedisLimiter`) adds:
 //!
 //! | level | message | fields | when |
 //! |---|---|---|---|
 //! | `WARN` | `redis breaker opened` | `policy` | Redis failed (unreachable, or past the timeout) while the breaker was closed: checks go to the fail policy until a probe finds it back |
-//! | `WARN` | `local fallback started` | | with it, under [`FailPolicy::Local`](crate::redis::FailPolicy::Local): the in-process limiter decides from now on |
+//! | `WARN` | `local fallback started` | | with it, under `FailPolicy::Local`: the in-process limiter decides from now on |
 //! | `INFO` | `redis breaker closed` | `policy` | Redis answered again after the breaker opened |
 //! | `INFO` | `local fallback ended` | | with it, under `Local`: Redis decides again |
-//! | `INFO` | `quota changed` | `tier`, `limit`, `window_ns` | [`RedisLimiter::set_quota`](crate::redis::RedisLimiter::set_quota) applied a quota to a tier, in this process |
+//! | `INFO` | `quota changed` | `tier`, `limit`, `window_ns` | `RedisLimiter::set_quota` applied a quota to a tier, in this process |

@@ -55,7 +55,7 @@
 //!   bookings and a cost beyond the client's tier go one call each; a
 //!   client whose state was written under other settings is left
 //!   untouched by the batch and converted by a call of its own.
-//!   [`coalesce(false)`](crate::redis::RedisBuilder::coalesce) makes every
+//!   `coalesce(false)` makes every
 //!   check its own call. Shown by the batch proptests in
 //!   `src/redis/tests/batch_equal.rs` (a batch of three clients' interleaved
 //!   checks decides as the same checks one by one, for the token bucket,
@@ -76,7 +76,7 @@
 //!
 //! # Leases
 //!
-//! [`lease(..)`](crate::redis::RedisBuilder::lease) on a token bucket's
+//! `lease(..)` on a token bucket's
 //! Redis builder lets each process take a block of a client's units in
 //! one call and spend it locally, through a lock-free cell, asking for the
 //! next block before this one runs out. A check the lease can answer is
