@@ -909,3 +909,153 @@ fn an_empty_window_recorded_far_ahead_is_not_forgotten_before_it_starts() {
     case!(fixed(1), fixed(0));
     case!(sliding(1), sliding(0));
 }
+
+/// Found by a soak (`PROPTEST_CASES=25000`), fails about once in 300 runs
+/// (the subject's table layout, and so what its rebuilds forget, depends
+/// on the process's hash seed): the forgetting limiter's cancel of client
+/// 0's booking, after a move of that client, gives back where the twin's
+/// does not. Not fixed yet: run it in a loop,
+/// `for i in $(seq 600); do target/debug/deps/oracle-* --ignored a_soak_case -q || break; done`.
+#[test]
+#[ignore = "a known defect, not fixed yet: a cancel after a move gives back differently, about 1 run in 300"]
+fn a_soak_case_a_cancel_after_a_move() {
+    let ops = vec![
+        Op::Reserve {
+            client: 1,
+            cost: 14,
+        },
+        Op::Clock(Step::Forward(22135146261)),
+        Op::Remove(1),
+        Op::SetQuota { tier: 1, quota: 1 },
+        Op::Check { client: 1, cost: 8 },
+        Op::Check {
+            client: 1,
+            cost: 13,
+        },
+        Op::Clock(Step::Forward(7882310116714)),
+        Op::Check { client: 3, cost: 3 },
+        Op::Move { client: 3, tier: 1 },
+        Op::Check { client: 2, cost: 9 },
+        Op::Cancel(13405152489894326183),
+        Op::Check {
+            client: 0,
+            cost: 19,
+        },
+        Op::Check {
+            client: 2,
+            cost: 18,
+        },
+        Op::Reserve {
+            client: 0,
+            cost: 13,
+        },
+        Op::Move { client: 0, tier: 0 },
+        Op::Move { client: 3, tier: 0 },
+        Op::Check { client: 2, cost: 9 },
+        Op::Cancel(10167889513223133291),
+        Op::Reserve { client: 0, cost: 5 },
+        Op::Check { client: 2, cost: 3 },
+        Op::Clock(Step::Back(231224831940246696)),
+        Op::Move { client: 3, tier: 1 },
+        Op::Clock(Step::Forward(7945891160730)),
+        Op::Commit(3803658945864060638),
+        Op::Check { client: 1, cost: 9 },
+        Op::Check {
+            client: 1,
+            cost: 18,
+        },
+        Op::Check {
+            client: 2,
+            cost: 16,
+        },
+        Op::Reset(1),
+        Op::Move { client: 0, tier: 1 },
+        Op::Check {
+            client: 1,
+            cost: 18,
+        },
+        Op::Reserve { client: 3, cost: 5 },
+        Op::Clock(Step::Forward(77826388919)),
+        Op::Reserve {
+            client: 0,
+            cost: 20,
+        },
+        Op::Check { client: 0, cost: 9 },
+        Op::Check {
+            client: 1,
+            cost: 21,
+        },
+        Op::Move { client: 0, tier: 0 },
+        Op::Clock(Step::Still),
+        Op::Peek {
+            client: 2,
+            cost: 15,
+        },
+        Op::Check { client: 2, cost: 6 },
+        Op::Reserve {
+            client: 0,
+            cost: 10,
+        },
+        Op::Check { client: 2, cost: 8 },
+        Op::Clock(Step::Forward(397172985132)),
+        Op::SetQuota { tier: 0, quota: 2 },
+        Op::Check { client: 0, cost: 2 },
+        Op::Cancel(4280625517744045343),
+        Op::Move { client: 0, tier: 0 },
+        Op::Check {
+            client: 3,
+            cost: 11,
+        },
+        Op::SetQuota { tier: 1, quota: 0 },
+        Op::Sweep,
+        Op::Sweep,
+        Op::Cancel(10948023201490151698),
+        Op::Clock(Step::Back(79060693585890686)),
+        Op::Flood(581),
+        Op::Reserve { client: 2, cost: 1 },
+        Op::Check {
+            client: 3,
+            cost: 18,
+        },
+        Op::Clock(Step::Back(51154129300337818)),
+        Op::Clock(Step::Forward(111286837476)),
+        Op::Peek {
+            client: 3,
+            cost: 12,
+        },
+        Op::Check {
+            client: 3,
+            cost: 15,
+        },
+        Op::Check { client: 0, cost: 2 },
+        Op::Check { client: 2, cost: 4 },
+        Op::Check { client: 0, cost: 5 },
+        Op::Move { client: 2, tier: 1 },
+        Op::Check { client: 0, cost: 1 },
+        Op::Check {
+            client: 1,
+            cost: 12,
+        },
+    ];
+    run::<Buckets>(0, 2, Memory::Passes, &ops).unwrap();
+}
+
+/// Found by the same soak: after a sweep forgot the client and the clock
+/// stepped back by 1 ns, the forgetting limiter books a log's request with
+/// no wait where the twin waits 1 ns. Not fixed yet.
+#[test]
+#[ignore = "a known defect, not fixed yet: a log booked 1 ns early after a sweep and a 1 ns step back"]
+fn a_soak_case_a_log_booked_after_a_step_back() {
+    let ops = vec![
+        Op::Check { client: 3, cost: 1 },
+        Op::Clock(Step::Forward(1_000_000_000)),
+        Op::Sweep,
+        Op::Reserve { client: 3, cost: 5 },
+        Op::Reserve { client: 3, cost: 1 },
+        Op::Clock(Step::Forward(2_000_000_000)),
+        Op::Check { client: 3, cost: 1 },
+        Op::Clock(Step::Back(1)),
+        Op::Reserve { client: 3, cost: 4 },
+    ];
+    run::<Log>(0, 0, Memory::Passes, &ops).unwrap();
+}
