@@ -65,8 +65,9 @@ enum Lib {
 
 const LIBS: [Lib; 3] = [Lib::Tollgate, Lib::Coalesced, Lib::ThrottleKit];
 
-/// The server's own time per script call (µs), since its last reset.
-fn server_usec_per_call(url: &str) -> f64 {
+/// A figure of `EVALSHA` in Redis's `INFO commandstats` since its last
+/// reset: `calls`, or `usec_per_call` (the server's own µs per call).
+fn evalsha_stat(url: &str, field: &str) -> f64 {
     let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
@@ -74,8 +75,7 @@ fn server_usec_per_call(url: &str) -> f64 {
         .unwrap();
     info.lines()
         .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
-        .and_then(|l| l.split("usec_per_call=").nth(1))
-        .and_then(|v| v.split(',').next())
+        .and_then(|l| l.split(',').find_map(|kv| kv.strip_prefix(field)?.strip_prefix('=')))
         .map_or(0.0, |v| v.parse().unwrap())
 }
 
@@ -93,20 +93,6 @@ struct Cell {
     usec: f64,
     /// Script calls per check, from Redis's own counts.
     calls_per_check: f64,
-}
-
-/// Script calls Redis has run since its last reset.
-fn server_calls(url: &str) -> f64 {
-    let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut c)
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
-        .and_then(|l| l.strip_prefix("calls="))
-        .and_then(|v| v.split(',').next())
-        .map_or(0.0, |v| v.parse().unwrap())
 }
 
 /// `lib` with `tasks` tasks for `secs`.
@@ -168,8 +154,8 @@ async fn cell(lib: Lib, url: &str, tasks: usize, secs: f64, round: usize) -> Cel
     tokio::time::sleep(Duration::from_secs_f64(secs)).await;
     let n = count.load(Ordering::Relaxed);
     let took = started.elapsed().as_secs_f64();
-    let calls = server_calls(url);
-    let usec = server_usec_per_call(url);
+    let calls = evalsha_stat(url, "calls");
+    let usec = evalsha_stat(url, "usec_per_call");
     let done = count.load(Ordering::Relaxed);
     stop.store(true, Ordering::Relaxed);
     for h in handles {
