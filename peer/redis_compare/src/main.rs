@@ -75,7 +75,10 @@ fn evalsha_stat(url: &str, field: &str) -> f64 {
         .unwrap();
     info.lines()
         .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
-        .and_then(|l| l.split(',').find_map(|kv| kv.strip_prefix(field)?.strip_prefix('=')))
+        .and_then(|l| {
+            l.split(',')
+                .find_map(|kv| kv.strip_prefix(field)?.strip_prefix('='))
+        })
         .map_or(0.0, |v| v.parse().unwrap())
 }
 
