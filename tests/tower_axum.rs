@@ -140,9 +140,9 @@ async fn a_server_without_peer_addresses_tells_clients_nothing_and_the_operator_
     );
 }
 
-/// One GET of `/` over a fresh connection from 127.0.0.1: its status and
-/// `Retry-After`.
-async fn status_and_retry(server: SocketAddr) -> (StatusCode, Option<u64>) {
+/// One GET of `/` over a fresh connection from 127.0.0.1: its status,
+/// `Retry-After` and body.
+async fn status_and_retry(server: SocketAddr) -> (StatusCode, Option<u64>, String) {
     let socket = TcpSocket::new_v4().unwrap();
     socket
         .bind(SocketAddr::new("127.0.0.1".parse().unwrap(), 0))
@@ -167,13 +167,16 @@ async fn status_and_retry(server: SocketAddr) -> (StatusCode, Option<u64>) {
         .headers()
         .get("retry-after")
         .map(|v| v.to_str().unwrap().parse().unwrap());
-    (response.status(), retry)
+    let status = response.status();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, retry, String::from_utf8(body.to_vec()).unwrap())
 }
 
 /// Stacked layers: an outer 2 per 60 s, an inner 1 per 5 s. The second
 /// request spends the outer layer's last unit and the inner one refuses
 /// it: the client must wait for the outer window too, so `Retry-After`
-/// says 60, whichever headers each layer sends on admitted responses;
+/// says 60, whichever headers each layer sends on admitted responses, and
+/// the problem body quotes no shorter wait;
 /// a client that waits less is refused again, and one that waits as told
 /// is admitted.
 #[tokio::test]
@@ -211,12 +214,15 @@ async fn stacked_layers_hold_retry_after_whatever_their_header_settings() {
                 .layer(outer);
             let server = serve(app).await;
             assert_eq!(status_and_retry(server).await.0, StatusCode::OK, "{case}");
-            let (status, retry) = status_and_retry(server).await;
+            let (status, retry, body) = status_and_retry(server).await;
             assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{case}");
             assert_eq!(retry, Some(60), "{case}");
+            // The inner layer's problem body quotes no wait of its own,
+            // which would be its 5 s.
+            assert!(!body.contains("5 s."), "{case}: {body}");
             // After the inner layer's 5 s, the outer layer refuses.
             clock.advance(Duration::from_secs(5));
-            let (status, retry) = status_and_retry(server).await;
+            let (status, retry, _) = status_and_retry(server).await;
             assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{case}");
             assert_eq!(retry, Some(55), "{case}");
             // After the wait first given, admitted.

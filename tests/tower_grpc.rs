@@ -444,8 +444,9 @@ async fn a_server_without_peer_addresses_tells_grpc_clients_nothing() {
 /// Stacked layers in front of tonic: an outer 2 per 60 s, an inner 1 per
 /// 5 s. The second call spends the outer layer's last unit and the inner
 /// one refuses it: a gRPC client is told to wait the outer 60 s in every
-/// field (`RetryInfo`, `grpc-retry-pushback-ms`, `Retry-After`), and
-/// `QuotaFailure` names both exhausted limits; whether or not the outer
+/// field (`RetryInfo`, `grpc-retry-pushback-ms`, `Retry-After`), its
+/// message quotes no shorter wait, and `QuotaFailure` names both exhausted
+/// limits; whether or not the outer
 /// layer sends headers on admitted calls.
 #[tokio::test]
 async fn stacked_layers_tell_a_grpc_client_the_whole_wait() {
@@ -482,6 +483,13 @@ async fn stacked_layers_tell_a_grpc_client_the_whole_wait() {
             assert_eq!(status.code(), Code::ResourceExhausted, "{case}");
             let retry = status.get_details_retry_info().expect("RetryInfo");
             assert_eq!(retry.retry_delay, Some(Duration::from_secs(60)), "{case}");
+            // The message names no wait of its own: the inner layer's 5 s
+            // would contradict the fields above.
+            assert!(
+                !status.message().contains("5 s.") && status.message().contains("headers"),
+                "{case}: {}",
+                status.message()
+            );
             let metadata = status.metadata();
             assert_eq!(metadata.get("retry-after").unwrap(), "60", "{case}");
             assert_eq!(

@@ -213,7 +213,7 @@ fn the_default_response_is_problem_json() {
             assert_eq!(r.headers()["retry-after"], "30");
             assert!(
                 r.body()
-                    .contains("The rate limit of 1 requests per 30 s is exhausted; retry in 30 s."),
+                    .contains("The rate limit of 1 requests per 30 s is exhausted; retry after the delay this response's headers give."),
                 "{}",
                 r.body()
             );

@@ -78,8 +78,9 @@ impl Refusal<'_> {
         }
     }
 
-    /// The sentence the default response gives: the quota and the wait,
-    /// that the limiter is unavailable (never why), or the rejection's.
+    /// The sentence the default response gives: the quota (the wait is in
+    /// the headers), that the limiter is unavailable (never why), or the
+    /// rejection's.
     pub(super) fn detail(&self) -> std::borrow::Cow<'_, str> {
         match self {
             Refusal::Limited {
@@ -87,14 +88,18 @@ impl Refusal<'_> {
                 retry_after,
                 ..
             } => {
-                let retry = retry_after.as_secs();
-                if retry >= super::sf::SF_INTEGER_MAX {
+                if retry_after.as_secs() >= super::sf::SF_INTEGER_MAX {
                     "The rate limit is exhausted for longer than the server can say.".into()
                 } else {
                     // The quota that refused: the client's own, as the
-                    // headers say.
+                    // headers say. The wait is left to the headers (and a
+                    // gRPC refusal's `RetryInfo`): a layer outside this one
+                    // may raise it there, and a body or message that named
+                    // this layer's own wait would then tell the client to
+                    // come back too early.
                     format!(
-                        "The rate limit of {} requests per {} s is exhausted; retry in {retry} s.",
+                        "The rate limit of {} requests per {} s is exhausted; retry after the \
+                         delay this response's headers give.",
                         decision.limit(),
                         super::sf::window_seconds(decision.window())
                     )
