@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release --features axum --example http_load_server -- \
 //!     [--addr 127.0.0.1:0] \
-//!     --mode bare|bare-headers|tollgate|tollgate-no-headers|tollgate-minimal|governor \
+//!     --mode bare|bare-headers|tollgate|tollgate-no-headers|tollgate-minimal|governor|governor-headers \
 //!     --scenario allowed|deny [--workers N]
 //! ```
 //!
@@ -28,6 +28,9 @@
 //! - `--mode governor`: the same handler behind tower_governor's
 //!   `GovernorLayer` with the equivalent quota keyed by its
 //!   `PeerIpKeyExtractor`, as it ships (no headers on admitted responses).
+//! - `--mode governor-headers`: the same with tower_governor's
+//!   `use_headers()`: `x-ratelimit-limit` and `x-ratelimit-remaining` on
+//!   every admitted response, the like-for-like peer of `--mode tollgate`.
 //!
 //! Scenarios: `allowed` is 10⁹ requests per second with a burst of 10⁹,
 //! so every request is admitted; `deny` is 1 request per hour with a burst
@@ -50,7 +53,7 @@ use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
 
 const USAGE: &str = "usage: http_load_server [--addr HOST:PORT] \
-    --mode bare|bare-headers|tollgate|tollgate-no-headers|tollgate-minimal|governor \
+    --mode bare|bare-headers|tollgate|tollgate-no-headers|tollgate-minimal|governor|governor-headers \
     --scenario allowed|deny [--workers N]";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +64,7 @@ enum Mode {
     TollgateNoHeaders,
     TollgateMinimal,
     Governor,
+    GovernorHeaders,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +118,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Settings, String> {
                     "tollgate-no-headers" => Mode::TollgateNoHeaders,
                     "tollgate-minimal" => Mode::TollgateMinimal,
                     "governor" => Mode::Governor,
+                    "governor-headers" => Mode::GovernorHeaders,
                     _ => return Err(bad()),
                 }
             }
@@ -183,6 +188,15 @@ fn app(mode: Mode, scenario: Scenario) -> Router {
             let config = GovernorConfigBuilder::default()
                 .period(period)
                 .burst_size(burst)
+                .finish()
+                .expect("a valid governor quota");
+            router.layer(GovernorLayer::new(config))
+        }
+        Mode::GovernorHeaders => {
+            let config = GovernorConfigBuilder::default()
+                .period(period)
+                .burst_size(burst)
+                .use_headers()
                 .finish()
                 .expect("a valid governor quota");
             router.layer(GovernorLayer::new(config))

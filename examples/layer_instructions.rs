@@ -12,7 +12,8 @@
 //! Modes, as in `examples/http_load_server.rs`: `bare` (the handler
 //! alone), `tollgate` (headers on every response, the `Decision` in the
 //! request's extensions), `tollgate-no-headers`, `tollgate-minimal` (no
-//! admitted headers and no `Decision` extension) and `governor`. Each
+//! admitted headers and no `Decision` extension), `governor` and
+//! `governor-headers` (tower_governor with `use_headers()`). Each
 //! request carries axum's `ConnectInfo<SocketAddr>`, as under
 //! `into_make_service_with_connect_info`; `PeerIp` reads it by itself with
 //! the `axum` feature, and through `peer_from` without it. The quota is
@@ -89,7 +90,7 @@ where
 fn main() {
     let mut args = std::env::args().skip(1);
     let (Some(mode), Some(n)) = (args.next(), args.next().and_then(|n| n.parse().ok())) else {
-        eprintln!("usage: layer_instructions bare|tollgate|tollgate-no-headers|tollgate-minimal|governor N");
+        eprintln!("usage: layer_instructions bare|tollgate|tollgate-no-headers|tollgate-minimal|governor|governor-headers N");
         std::process::exit(2);
     };
     let handler = tower::service_fn(ok);
@@ -126,6 +127,15 @@ fn main() {
             let config = GovernorConfigBuilder::default()
                 .period(Duration::from_nanos(1))
                 .burst_size(1_000_000_000)
+                .finish()
+                .expect("a valid governor quota");
+            time(GovernorLayer::new(config).layer(handler), n)
+        }
+        "governor-headers" => {
+            let config = GovernorConfigBuilder::default()
+                .period(Duration::from_nanos(1))
+                .burst_size(1_000_000_000)
+                .use_headers()
                 .finish()
                 .expect("a valid governor quota");
             time(GovernorLayer::new(config).layer(handler), n)

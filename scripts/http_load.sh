@@ -7,9 +7,16 @@
 #
 # Settings (environment): ROUNDS (5), DURATION (6s), WARMUP (1s),
 # CONNECTIONS (32), WRK_THREADS (1), SCENARIOS ("allowed deny"),
-# MODES ("bare tollgate governor"; also tollgate-no-headers, the layer with
-# AdmittedHeaders::Never, and tollgate-minimal, without the Decision in the
-# request's extensions too), SERVER_CPU (0), WRK_CPU (1).
+# MODES ("bare tollgate tollgate-no-headers governor governor-headers":
+# the layer as it ships, with headers on every response; with
+# AdmittedHeaders::Never, headers on refusals only, as tower_governor's
+# default; tower_governor as it ships; and with its use_headers(). Also
+# tollgate-minimal, without the Decision in the request's extensions
+# either), SERVER_CPU (0), WRK_CPU (1).
+#
+# "ratio vs peer" compares each tollgate mode with its like-for-like
+# tower_governor mode: tollgate with governor-headers, the others with
+# governor.
 #
 # With two or more CPUs and `taskset`, the server is pinned to SERVER_CPU
 # (its tokio runtime then has one worker) and wrk to WRK_CPU, so that each
@@ -34,7 +41,7 @@ WARMUP=${WARMUP:-1s}
 CONNECTIONS=${CONNECTIONS:-32}
 WRK_THREADS=${WRK_THREADS:-1}
 SCENARIOS=${SCENARIOS:-"allowed deny"}
-MODES=${MODES:-"bare tollgate governor"}
+MODES=${MODES:-"bare tollgate tollgate-no-headers governor governor-headers"}
 SERVER_CPU=${SERVER_CPU:-0}
 WRK_CPU=${WRK_CPU:-1}
 
@@ -164,12 +171,17 @@ echo
 echo "wrk --latency -t$WRK_THREADS -c$CONNECTIONS -d$DURATION against 127.0.0.1, $ROUNDS rounds per mode" \
     "(medians), $pinning, $priority; load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "| scenario | mode | req/s (median) | p99 (median) | ratio vs bare | ratio vs tower_governor | refused (429) | server CPU | CPU µs per request |"
+echo "| scenario | mode | req/s (median) | p99 (median) | ratio vs bare | ratio vs peer | refused (429) | server CPU | CPU µs per request |"
 echo "|---|---|--:|--:|--:|--:|--:|--:|--:|"
 for scenario in $SCENARIOS; do
     bare=$(field "$scenario" bare 4)
-    governor=$(field "$scenario" governor 4)
     for mode in $MODES; do
+        # The like-for-like peer: tower_governor with headers for the layer
+        # that sends them on every response, without for the others.
+        peer=governor
+        [ "$mode" = tollgate ] && [[ " $MODES " == *" governor-headers "* ]] && peer=governor-headers
+        case $mode in governor* | bare*) peer= ;; esac
+        governor=$([ -n "$peer" ] && field "$scenario" "$peer" 4 || true)
         rps=$(field "$scenario" "$mode" 4)
         p99=$(field "$scenario" "$mode" 5)
         refused=$(awk -v s="$scenario" -v m="$mode" \
@@ -178,6 +190,8 @@ for scenario in $SCENARIOS; do
         per=$(field "$scenario" "$mode" 9)
         name=$mode
         [ "$mode" = governor ] && name=tower_governor
+        [ "$mode" = governor-headers ] && name="tower_governor, use_headers()"
+        [ -n "$peer" ] && name="$name (peer: $peer)"
         awk -v s="$scenario" -v m="$name" -v r="$rps" -v p="$p99" -v b="$bare" -v g="$governor" \
             -v x="$refused" -v c="$cpu" -v u="$per" 'BEGIN {
             vb = b ? sprintf("%.3f", r / b) : "-"
