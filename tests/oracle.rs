@@ -22,7 +22,12 @@
 //!    new client at a full cap under `Overflow::DenyNew` aside); once it
 //!    has, a limiter that forgets admits nothing that the same limiter
 //!    never forgetting would refuse (checked on each client up to its
-//!    first difference, which must be a refusal by the subject).
+//!    first difference, which must be a refusal by the subject). A log
+//!    may reuse another of its free slots than the twin, which shows only
+//!    after a step back: it admits nothing the twin would refuse `d`
+//!    later, `d` the deepest step back so far. A cancel is compared while
+//!    no other client's state was replaced since its booking (stamps are
+//!    kept per stripe of clients, and stripes differ by hash seed).
 //! 2. **Moves never refill**: no sequence of quota changes or tier moves
 //!    at one instant admits more than the largest capacity involved.
 //! 3. **One budget, with or without a table**: a [`DirectLimiter`] and a
@@ -186,7 +191,9 @@ where
 }
 
 /// A booking open on both limiters, with its client.
-type Booking<'a> = (u64, Box<dyn Booked + 'a>, Box<dyn Booked + 'a>);
+/// An open booking: its client, the subject's and the twin's, and whether
+/// another client's state was replaced since it was made.
+type Booking<'a> = (u64, Box<dyn Booked + 'a>, Box<dyn Booked + 'a>, bool);
 
 /// One family of limiters the oracle drives: how to build it with its two
 /// tiers on quotas from its list, and what it supports.
@@ -196,6 +203,10 @@ trait Family {
     const QUOTAS: usize;
     /// Whether its clients can change tier and quota.
     const TIERED: bool;
+    /// Whether an admission may reuse any free part of the state (a log's
+    /// free slots), so that which one it reuses shows only at readings
+    /// before the admission's: after the clock steps back.
+    const FREE_CHOICE: bool = false;
     /// The most a client can be admitted at one instant under quota `q`.
     fn capacity(q: usize) -> u64;
     /// Tiers 0 and 1 on quotas `q0` and `q1`, resolved from `records`.
@@ -339,6 +350,7 @@ impl Family for Log {
     type A = SlidingWindowLog;
     const QUOTAS: usize = 1;
     const TIERED: bool = false;
+    const FREE_CHOICE: bool = true;
     fn capacity(_: usize) -> u64 {
         5
     }
@@ -381,6 +393,10 @@ enum Track {
     /// share. Both are held at least as strictly as the client's history
     /// before the step allows; they are no longer compared.
     Converted,
+    /// A cancel gave back on one limiter only, after another client's
+    /// replacement renewed its stripe's stamps on the other (see
+    /// `Booking`): no longer compared.
+    Renewed,
 }
 
 /// Runs `ops` on a subject and its twin of family `F`.
@@ -411,6 +427,8 @@ fn run<F: Family>(q0: usize, q1: usize, memory: Memory, ops: &[Op]) -> Result<()
     let mut at_instant = [(0u64, 0u64); CLIENTS as usize];
     let mut stepped_back = false;
     let mut high = clock_now(&clock);
+    // The deepest any reading has been below the highest before it.
+    let mut depth = 0u64;
     let mut flood_id = FLOOD_BASE;
     let capacity_now = |limiter: &Limiter<F::A, u64, ManualClock>, quotas: &[usize; 2], c: u64| {
         F::capacity(quotas[usize::from(F::tier_of(limiter, c).min(1))])
@@ -423,7 +441,9 @@ fn run<F: Family>(q0: usize, q1: usize, memory: Memory, ops: &[Op]) -> Result<()
             _ => false,
         };
         // Property 1 on one pair of answers for `client`.
-        let mut compare = |client: u64, ours: Answer, theirs: Answer, what: &str| {
+        // `later`: the twin's answer `depth` after this reading, where a
+        // free choice (`Family::FREE_CHOICE`) can have shown.
+        let mut compare = |client: u64, ours: Answer, theirs: Answer, later: Answer, what: &str| {
             let t = &mut track[client as usize];
             if *t != Track::Alike || ours == theirs {
                 return Ok(());
@@ -453,6 +473,15 @@ fn run<F: Family>(q0: usize, q1: usize, memory: Memory, ops: &[Op]) -> Result<()
                 (Some((a, r)), Some((b, q))) => (a && !b) || r > q,
                 (a, b) => a != b,
             };
+            // Which free slot a log's admission reused shows after a step
+            // back, and the limiter that forgot may have chosen another:
+            // it admits nothing the twin would refuse `depth` later.
+            if looser && F::FREE_CHOICE && stepped_back {
+                let admitted = |a: &Answer| a.is_some_and(|d| d.is_allowed());
+                if !admitted(&ours) || admitted(&later) {
+                    return Ok(());
+                }
+            }
             if !looser && (stepped_back || full) {
                 if g_ours != g_theirs {
                     *t = Track::Stricter;
@@ -472,6 +501,9 @@ fn run<F: Family>(q0: usize, q1: usize, memory: Memory, ops: &[Op]) -> Result<()
                 let cap = capacity_now(&subject, &quotas, client);
                 let slot = &mut at_instant[client as usize];
                 slot.1 = slot.1.max(cap);
+                let later = (F::FREE_CHOICE && stepped_back)
+                    .then(|| peek_later(&twin, &clock, depth, client, cost))
+                    .flatten();
                 let ours = subject.check_n(&client, cost).ok();
                 let theirs = twin.check_n(&client, cost).ok();
                 for (limiter, answer) in [(&subject, ours), (&twin, theirs)] {
@@ -495,12 +527,15 @@ fn run<F: Family>(q0: usize, q1: usize, memory: Memory, ops: &[Op]) -> Result<()
                         slot.1
                     );
                 }
-                compare(client, ours, theirs, "check")?;
+                compare(client, ours, theirs, later, "check")?;
             }
             Op::Peek { client, cost } => {
+                let later = (F::FREE_CHOICE && stepped_back)
+                    .then(|| peek_later(&twin, &clock, depth, client, cost))
+                    .flatten();
                 let ours = subject.peek_n(&client, cost).ok();
                 let theirs = twin.peek_n(&client, cost).ok();
-                compare(client, ours, theirs, "peek")?;
+                compare(client, ours, theirs, later, "peek")?;
             }
             Op::Reserve { client, cost } => {
                 let (Some(ours), Some(theirs)) = (
@@ -515,6 +550,25 @@ fn run<F: Family>(q0: usize, q1: usize, memory: Memory, ops: &[Op]) -> Result<()
                     // A booking ready now is an admission; a later or
                     // refused one is the subject being stricter.
                     let stricter = w_ours.is_none_or(|w| w_theirs.is_some_and(|t| w > t));
+                    // A log's free choice (see `compare`): up to `depth`
+                    // earlier than the twin's, and answering alike.
+                    // (A booking the twin refused as too long: its wait
+                    // is its peek's.)
+                    let chosen = F::FREE_CHOICE
+                        && stepped_back
+                        && w_ours.is_some_and(|w| {
+                            let t = w_theirs.unwrap_or_else(|| {
+                                twin.peek_n(&client, cost)
+                                    .map_or(Duration::MAX, |d| d.retry_after())
+                            });
+                            w + Duration::from_nanos(depth) >= t
+                        });
+                    if chosen {
+                        if let (Ok(a), Ok(b)) = (ours, theirs) {
+                            bookings.push((client, a, b, false));
+                        }
+                        continue;
+                    }
                     let stats = subject.stats();
                     let forced = stats.evicted_live > 0 || stats.admitted_untracked > 0;
                     prop_assert!(
@@ -525,11 +579,11 @@ fn run<F: Family>(q0: usize, q1: usize, memory: Memory, ops: &[Op]) -> Result<()
                     track[client as usize] = Track::Stricter;
                 }
                 if let (Ok(a), Ok(b)) = (ours, theirs) {
-                    bookings.push((client, a, b));
+                    bookings.push((client, a, b, false));
                 }
             }
             Op::Commit(k) | Op::Cancel(k) if !bookings.is_empty() => {
-                let (client, a, b) = bookings.remove(k % bookings.len());
+                let (client, a, b, others) = bookings.remove(k % bookings.len());
                 if let Op::Commit(_) = op {
                     a.commit();
                     b.commit();
@@ -537,21 +591,30 @@ fn run<F: Family>(q0: usize, q1: usize, memory: Memory, ops: &[Op]) -> Result<()
                     let (ga, gb) = (a.cancel(), b.cancel());
                     // While the client answers alike on a clock that never
                     // stepped back, and no cap decided for the subject.
+                    // A replacement of another client's state ends the
+                    // cancellability of its stripe's bookings, and the
+                    // stripes differ with each limiter's hash seed: the
+                    // answers may then differ.
                     if track[client as usize] == Track::Alike
                         && !stepped_back
+                        && !others
                         && matches!(memory, Memory::Passes | Memory::Paced)
                     {
                         prop_assert_eq!(ga, gb, "op {}: a cancel gave back differently", i);
+                    } else if others && ga != gb && track[client as usize] == Track::Alike {
+                        track[client as usize] = Track::Renewed;
                     }
                 }
             }
             Op::Commit(_) | Op::Cancel(_) => {}
             Op::Reset(client) => {
+                replaced(&mut bookings, Some(client));
                 let _ = subject.reset(&client);
                 let _ = twin.reset(&client);
                 at_instant[client as usize] = (0, 0);
             }
             Op::Remove(client) => {
+                replaced(&mut bookings, Some(client));
                 let _ = subject.remove(&client);
                 let _ = twin.remove(&client);
                 at_instant[client as usize] = (0, 0);
@@ -562,6 +625,7 @@ fn run<F: Family>(q0: usize, q1: usize, memory: Memory, ops: &[Op]) -> Result<()
                     // See `Track::Converted`.
                     track = [Track::Converted; CLIENTS as usize];
                 }
+                replaced(&mut bookings, None);
                 F::set_quota(&subject, tier, quota);
                 F::set_quota(&twin, tier, quota);
                 quotas[usize::from(tier)] = quota;
@@ -570,6 +634,7 @@ fn run<F: Family>(q0: usize, q1: usize, memory: Memory, ops: &[Op]) -> Result<()
                 if stepped_back {
                     track[client as usize] = Track::Converted;
                 }
+                replaced(&mut bookings, Some(client));
                 records.lock().unwrap().insert(client, tier);
                 F::retier(&subject, client);
                 F::retier(&twin, client);
@@ -589,6 +654,7 @@ fn run<F: Family>(q0: usize, q1: usize, memory: Memory, ops: &[Op]) -> Result<()
                 let to = move_clock(&clock, step);
                 if to < high {
                     stepped_back = true;
+                    depth = depth.max(high - to);
                 }
                 high = high.max(to);
                 if to != now {
@@ -606,6 +672,30 @@ fn run<F: Family>(q0: usize, q1: usize, memory: Memory, ops: &[Op]) -> Result<()
         }
     }
     Ok(())
+}
+
+/// `limiter`'s peek for `client` at `depth` after the clock's reading; the
+/// clock is set back after.
+fn peek_later<A: Algorithm>(
+    limiter: &Limiter<A, u64, ManualClock>,
+    clock: &ManualClock,
+    depth: u64,
+    client: u64,
+    cost: u64,
+) -> Answer {
+    let now = clock_now(clock);
+    clock.set(Duration::from_nanos(now.saturating_add(depth)));
+    let answer = limiter.peek_n(&client, cost).ok();
+    clock.set(Duration::from_nanos(now));
+    answer
+}
+
+/// Marks the open bookings of clients other than `client` (of every
+/// client, for `None`) as made before a replacement of another state.
+fn replaced(bookings: &mut [Booking<'_>], client: Option<u64>) {
+    for booking in bookings.iter_mut().filter(|b| Some(b.0) != client) {
+        booking.3 = true;
+    }
 }
 
 /// Moves the shared clock by `step` (a step back saturates at 0); returns
@@ -910,14 +1000,16 @@ fn an_empty_window_recorded_far_ahead_is_not_forgotten_before_it_starts() {
     case!(sliding(1), sliding(0));
 }
 
-/// Found by a soak (`PROPTEST_CASES=25000`), fails about once in 300 runs
-/// (the subject's table layout, and so what its rebuilds forget, depends
-/// on the process's hash seed): the forgetting limiter's cancel of client
-/// 0's booking, after a move of that client, gives back where the twin's
-/// does not. Not fixed yet: run it in a loop,
-/// `for i in $(seq 600); do target/debug/deps/oracle-* --ignored a_soak_case -q || break; done`.
+/// Found by a soak (`PROPTEST_CASES=25000`), about once in 300 runs: a
+/// cancel of client 0's booking gave back on one limiter and not on the
+/// other. Not a forgetting: a move of client 3 renewed the stamps of its
+/// stripe, which held client 0's booking too on one limiter's hash seed
+/// (the stripes differ by seed), and a renewed stripe's bookings give
+/// nothing back, as documented. The oracle now compares a cancel only
+/// while no other client's state was replaced since its booking; this
+/// sequence must pass on every seed (`for i in $(seq 600); do
+/// target/debug/deps/oracle-* a_soak_case -q || break; done`).
 #[test]
-#[ignore = "a known defect, not fixed yet: a cancel after a move gives back differently, about 1 run in 300"]
 fn a_soak_case_a_cancel_after_a_move() {
     let ops = vec![
         Op::Reserve {
@@ -1040,11 +1132,16 @@ fn a_soak_case_a_cancel_after_a_move() {
     run::<Buckets>(0, 2, Memory::Passes, &ops).unwrap();
 }
 
-/// Found by the same soak: after a sweep forgot the client and the clock
-/// stepped back by 1 ns, the forgetting limiter books a log's request with
-/// no wait where the twin waits 1 ns. Not fixed yet.
+/// Found by the same soak: after a sweep forgot a log client and the
+/// clock stepped back by 1 ns, the forgetting limiter booked a request with
+/// no wait where the twin waited 1 ns. A check at 1 003 s had reused a
+/// different free slot on each (the search starts where the last check
+/// ended, and the forgotten log's record of that was gone): the slot
+/// reused shows only at readings before the check's, so a log that forgot
+/// admits nothing the twin would refuse `d` later, after a step back of
+/// `d` (below what the exact log, which drops every expired admission,
+/// admits). The oracle checks that bound.
 #[test]
-#[ignore = "a known defect, not fixed yet: a log booked 1 ns early after a sweep and a 1 ns step back"]
 fn a_soak_case_a_log_booked_after_a_step_back() {
     let ops = vec![
         Op::Check { client: 3, cost: 1 },
@@ -1058,4 +1155,27 @@ fn a_soak_case_a_log_booked_after_a_step_back() {
         Op::Reserve { client: 3, cost: 4 },
     ];
     run::<Log>(0, 0, Memory::Passes, &ops).unwrap();
+}
+
+/// Found by a soak once the bound above was in place: the twin refuses a
+/// booking as longer than its two hours, where the forgetting log reused
+/// another slot a day earlier and books it at once; the twin's wait, 1 ns
+/// past two hours, is within the step back of two hours and 1 ns.
+#[test]
+fn a_soak_case_a_log_booking_the_twin_refuses_as_too_long() {
+    let ops = vec![
+        Op::Check { client: 1, cost: 3 },
+        Op::Reserve { client: 1, cost: 1 },
+        Op::Check { client: 0, cost: 0 },
+        Op::Clock(Step::Forward(2 * SEC)),
+        Op::Sweep,
+        Op::Clock(Step::FarAhead(DAY)),
+        Op::Reserve { client: 1, cost: 4 },
+        Op::Check { client: 0, cost: 0 },
+        Op::Clock(Step::Forward(SEC)),
+        Op::Check { client: 1, cost: 1 },
+        Op::Clock(Step::Back(2 * HOUR + 1)),
+        Op::Reserve { client: 1, cost: 1 },
+    ];
+    run::<Log>(0, 0, Memory::Paced, &ops).unwrap();
 }

@@ -23,12 +23,12 @@
 //!
 //! A client whose state equals a fresh client's (a full bucket, windows
 //! that have fully passed, an empty log) carries no information: forgetting
-//! it changes no decision. Two exceptions, found by a long randomized test
-//! and not fixed yet, are listed in `docs/VERIFICATION.md` ("Known
-//! defects"): a cancelled booking after a tier move can, rarely, give back
-//! where it should not, and after the clock steps back by `d` a log's
-//! booking can be granted up to `d` early. tollgate forgets such clients in
-//! two ways:
+//! it changes no decision while the clock never steps back. After a step
+//! back of `d`, a forgotten or new client may wait up to `d` longer; and a
+//! log's admission may have reused another of its free slots than it would
+//! have unforgotten, which shows only then: it admits nothing that the log
+//! never forgetting would refuse `d` later. tollgate forgets such clients
+//! in two ways:
 //!
 //! - **As new clients arrive.** A new client's request pays for the
 //!   forgetting, in two ways; a known client's check never does:
