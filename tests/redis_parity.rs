@@ -18,7 +18,7 @@ use std::task::{Context, Waker};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis_server::{prefix, runtime, Server, HOUR};
-use tollgate::redis::FailPolicy;
+use tollgate::redis::{FailPolicy, RedisLimiter};
 use tollgate::{
     CheckErrorKind, ConfigError, FixedWindow, ManualClock, SlidingWindowCounter, TokenBucket,
 };
@@ -267,6 +267,95 @@ fn set_quota_during_an_outage_keeps_the_fallback_state() {
             "{d:?}"
         );
         assert_eq!(limiter.stats().fail_local, 11);
+    });
+}
+
+/// Two replicas (two limiters, each with its own fallback) decide alone
+/// while Redis is down: with `local_share(2)` each holds a client to half
+/// of each quota, so the fleet admits one quota, where without it each
+/// admits a whole one; a quota set during the outage is shared alike, and
+/// a share of 0 is refused.
+#[test]
+fn a_local_share_keeps_a_fleet_at_one_quota_during_an_outage() {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let (shared, whole, bucket) = rt.block_on(async {
+        let replica = |share: u32, p: &'static str| {
+            let conn = server.manager();
+            async move {
+                FixedWindow::builder()
+                    .limit(10)
+                    .window(HOUR)
+                    .redis(conn.await, prefix(p))
+                    .timeout(Duration::from_millis(200))
+                    .fail_policy(FailPolicy::Local)
+                    .local_share(share)
+                    .build()
+                    .unwrap()
+            }
+        };
+        let shared = [replica(2, "share").await, replica(2, "share").await];
+        let whole = [replica(1, "whole").await, replica(1, "whole").await];
+        let bucket = TokenBucket::builder()
+            .rate(10, Duration::from_secs(60))
+            .redis(server.manager().await, prefix("share-bucket"))
+            .timeout(Duration::from_millis(200))
+            .local_share(4)
+            .build()
+            .unwrap();
+        let refused = FixedWindow::builder()
+            .limit(10)
+            .window(HOUR)
+            .redis(server.manager().await, prefix("share-0"))
+            .local_share(0)
+            .build()
+            .unwrap_err();
+        assert_eq!(refused.field(), "local_share", "{refused}");
+        (shared, whole, bucket)
+    });
+    server.stop();
+    rt.block_on(async {
+        let fleet = |replicas: &[RedisLimiter<FixedWindow>; 2]| {
+            let replicas = replicas.clone();
+            async move {
+                let mut admitted = 0;
+                for replica in &replicas {
+                    for _ in 0..20 {
+                        admitted += u32::from(replica.check("c").await.unwrap().is_allowed());
+                    }
+                }
+                admitted
+            }
+        };
+        assert_eq!(fleet(&shared).await, 10, "two replicas of half a quota");
+        assert_eq!(
+            fleet(&whole).await,
+            20,
+            "two replicas of a whole quota each"
+        );
+        let d = shared[0].check("c").await.unwrap();
+        assert_eq!((d.is_allowed(), d.limit()), (false, 5), "{d:?}");
+        // A quarter of a 10-token bucket: 2 at once.
+        let mut admitted = 0;
+        for _ in 0..10 {
+            admitted += u32::from(bucket.check("c").await.unwrap().is_allowed());
+        }
+        assert_eq!(admitted, 2);
+        // A quota set during the outage is shared too: 3 of 6 for a new
+        // client.
+        for replica in &shared {
+            replica
+                .set_quota(0, FixedWindow::builder().limit(6).window(HOUR))
+                .unwrap();
+        }
+        let d = shared[1].check("new").await.unwrap();
+        assert_eq!(
+            (d.is_allowed(), d.limit(), d.remaining()),
+            (true, 3, 2),
+            "{d:?}"
+        );
     });
 }
 

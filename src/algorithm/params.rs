@@ -32,6 +32,42 @@ impl Params {
         value.ok_or(ConfigError::Missing { field })
     }
 
+    /// One of `replicas` equal shares of these settings, every limit's and
+    /// every tier's: a bucket refills `replicas` times slower and holds a
+    /// `replicas`-th of its capacity, a window admits a `replicas`-th of its
+    /// limit (each at least 1), so that `replicas` limiters of the share
+    /// admit together no more than one of these settings would, but for
+    /// those rounded up to 1. An error where the slower refill period does
+    /// not fit a `Duration`.
+    pub(crate) fn share(&self, replicas: u32) -> Result<Self, ConfigError> {
+        let n = u64::from(replicas);
+        let mut shared = self.clone();
+        if let Some((tokens, per)) = self.rate {
+            let slower = per.checked_mul(replicas).ok_or(ConfigError::OutOfRange {
+                field: "local_share",
+                value: u128::from(replicas),
+                min: 1,
+                max: (Duration::MAX.as_nanos() / per.as_nanos().max(1)).min(u128::from(u32::MAX)),
+                unit: "replicas",
+                reason: "each replica's bucket refills that many times slower, in a period that must fit a Duration",
+            })?;
+            shared.rate = Some((tokens, slower));
+            // A bucket holds one period's worth of tokens unless told
+            // otherwise: a share holds a share of that.
+            shared.capacity = Some((self.capacity.unwrap_or(tokens) / n).max(1));
+        }
+        shared.limit = self.limit.map(|limit| (limit / n).max(1));
+        if let Some(second) = &self.second {
+            shared.second = Some(Box::new(second.share(replicas)?));
+        }
+        shared.tiers = self
+            .tiers
+            .iter()
+            .map(|(tier, params)| Ok((*tier, params.share(replicas)?)))
+            .collect::<Result<_, ConfigError>>()?;
+        Ok(shared)
+    }
+
     /// These settings for a clock that reads 0 at the Unix time `origin`
     /// (ns): every limit's and every tier's.
     pub(crate) fn on_origin(&mut self, origin: u64) {

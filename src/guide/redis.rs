@@ -221,6 +221,17 @@
 //!   `a_paused_server_trips_the_timeout`,
 //!   `the_tower_layer_takes_a_redis_limiter`,
 //!   `a_pair_reports_both_limits_when_denied_locally_or_failing_open`).
+//! - How far a fleet can go over during an outage, per policy: under
+//!   `FailClosed`, nowhere (nothing is admitted); under `FailOpen`, without
+//!   bound (every check is admitted); under `Local`, each replica's
+//!   in-process limiter admits a client at most its quota, so a fleet of
+//!   `n` replicas admits up to `n` quotas per window (or refill) besides
+//!   what Redis admitted before the outage, and with
+//!   `RedisBuilder::local_share(n)` one quota, each replica deciding on a
+//!   `n`-th share (`a_local_share_keeps_a_fleet_at_one_quota_during_an_outage`,
+//!   `redis_down_each_policy_answers_in_time_then_recovers_by_itself`).
+//!   A replica's fallback state starts full the first time it is used, and
+//!   keeps what it admitted across outages.
 //! - After such a failure, checks skip Redis for a backoff that doubles
 //!   with each failed probe, one probe at a time, so an outage never
 //!   becomes a retry storm; when Redis is back the limiter recovers by

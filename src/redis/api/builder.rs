@@ -16,7 +16,7 @@ use crate::error::ConfigError;
 use crate::memory::Memory;
 use crate::redis::check::coalesce::coalesces;
 use crate::redis::quota::algorithm::RedisAlgorithm;
-use crate::redis::quota::fallback::{Resolver, Settings};
+use crate::redis::quota::fallback::{shared, Resolver, Settings};
 use crate::redis::quota::tier::Tiers;
 use crate::redis::script::key::Layout;
 use crate::redis::script::lua::{
@@ -90,6 +90,7 @@ impl<A, K, C> Builder<A, K, C> {
             prefix: prefix.into(),
             timeout: Duration::from_millis(100),
             policy: FailPolicy::default(),
+            local_share: 1,
             backoff: (Duration::from_millis(100), Duration::from_secs(5)),
             shortcut: Some(4_096),
             coalesce: true,
@@ -137,6 +138,8 @@ pub struct RedisBuilder<A> {
     prefix: String,
     timeout: Duration,
     policy: FailPolicy,
+    /// How many replicas share the quota while each decides alone.
+    local_share: u32,
     backoff: (Duration, Duration),
     shortcut: Option<usize>,
     coalesce: bool,
@@ -155,6 +158,7 @@ impl<A> fmt::Debug for RedisBuilder<A> {
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
             .field("policy", &self.policy)
+            .field("local_share", &self.local_share)
             .field("backoff", &self.backoff)
             .field("shortcut", &self.shortcut)
             .field("coalesce", &self.coalesce)
@@ -188,6 +192,51 @@ impl<A> RedisBuilder<A> {
     #[must_use]
     pub fn fail_policy(mut self, policy: FailPolicy) -> Self {
         self.policy = policy;
+        self
+    }
+
+    /// Under [`FailPolicy::Local`], the number of replicas (processes, or
+    /// limiters) that share this limiter's quotas: while Redis is away,
+    /// each decides alone on a `replicas`-th share of each quota (a bucket
+    /// that refills `replicas` times slower and holds a `replicas`-th of
+    /// its capacity; a window with a `replicas`-th of its limit; each at
+    /// least 1), so that the fleet together stays near one quota rather
+    /// than `replicas` of them. Default 1: each replica decides on the
+    /// whole quota. A quota set later with
+    /// [`RedisLimiter::set_quota`](crate::redis::RedisLimiter::set_quota)
+    /// is shared alike. Set it to the fleet's size, or more (a fleet
+    /// larger than the setting gets more than one quota during an outage;
+    /// one smaller, less).
+    ///
+    /// # Errors
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::OutOfRange`]
+    /// (field `local_share`) for 0, or for a share whose slower refill
+    /// period does not fit a `Duration`.
+    ///
+    /// # Examples
+    ///
+    /// `no_run`: it needs a Redis server on localhost.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tollgate::TokenBucket;
+    ///
+    /// # async fn run(conn: redis::aio::ConnectionManager) -> Result<(), Box<dyn std::error::Error>> {
+    /// // Four replicas: while Redis is away, each admits a client 25 a
+    /// // minute, the fleet about 100.
+    /// let limiter = TokenBucket::builder()
+    ///     .rate(100, Duration::from_secs(60))
+    ///     .redis(conn, "api")
+    ///     .local_share(4)
+    ///     .build()?;
+    /// # let _ = limiter;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn local_share(mut self, replicas: u32) -> Self {
+        self.local_share = replicas;
         self
     }
 
@@ -476,12 +525,25 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
                 Some(DenyCache::new(slots.next_power_of_two()))
             }
         };
+        if self.local_share == 0 {
+            return Err(ConfigError::OutOfRange {
+                field: "local_share",
+                value: 0,
+                min: 1,
+                max: u128::from(u32::MAX),
+                unit: "replicas",
+                reason: "the quota is shared among at least one replica",
+            });
+        }
         let fallback = match self.policy {
-            FailPolicy::Local => Some(A::fallback(&Settings {
-                params: self.params.clone(),
-                memory,
-                resolver: self.tier_by.clone(),
-            })?),
+            FailPolicy::Local => Some(shared(
+                A::fallback(&Settings {
+                    params: self.params.share(self.local_share)?,
+                    memory,
+                    resolver: self.tier_by.clone(),
+                })?,
+                self.local_share,
+            )),
             _ => None,
         };
         let owner = owner_id();

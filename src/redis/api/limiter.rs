@@ -312,6 +312,10 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         let new = quota_for::<A>(params, 0).map_err(ConfigError::in_tier)?;
         let inner = &self.inner;
         if let Some(local) = &inner.fallback {
+            // The local share must fit before anything changes.
+            new.params
+                .share(local.replicas())
+                .map_err(ConfigError::in_tier)?;
             local.set_quota(tier, &new.params);
         }
         // The change's instant on Redis's clock, as this process reads it

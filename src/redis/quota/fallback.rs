@@ -54,6 +54,68 @@ pub trait Fallback: Send + Sync {
 
     /// Forgets `client`.
     fn remove(&self, client: &[u8]);
+
+    /// How many equal shares of each quota there are, this fallback
+    /// deciding on one (see [`shared`]).
+    fn replicas(&self) -> u32 {
+        1
+    }
+}
+
+/// `fallback`, built on one of `replicas` shares of each quota, given one
+/// of the same share of each quota set later: see
+/// [`RedisBuilder::local_share`](crate::redis::RedisBuilder::local_share).
+pub(crate) fn shared(fallback: Box<dyn Fallback>, replicas: u32) -> Box<dyn Fallback> {
+    if replicas <= 1 {
+        return fallback;
+    }
+    Box::new(Share {
+        inner: fallback,
+        replicas,
+    })
+}
+
+/// A fallback on one of `replicas` shares of each quota.
+struct Share {
+    inner: Box<dyn Fallback>,
+    replicas: u32,
+}
+
+impl Fallback for Share {
+    fn decide(
+        &self,
+        client: &[u8],
+        tier: Tier,
+        cost: u64,
+        peek: bool,
+    ) -> Result<Decision, CostError> {
+        self.inner.decide(client, tier, cost, peek)
+    }
+
+    fn reserve(
+        &self,
+        client: &[u8],
+        tier: Tier,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Duration, ReserveError> {
+        self.inner.reserve(client, tier, cost, max_wait)
+    }
+
+    fn set_quota(&self, tier: Tier, params: &Params) {
+        // Validated by the limiter's `set_quota` before it comes here.
+        if let Ok(share) = params.share(self.replicas) {
+            self.inner.set_quota(tier, &share);
+        }
+    }
+
+    fn remove(&self, client: &[u8]) {
+        self.inner.remove(client);
+    }
+
+    fn replicas(&self) -> u32 {
+        self.replicas
+    }
 }
 
 /// A decision of `limiter` for `client` (recording it unless `peek`).

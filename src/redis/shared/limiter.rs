@@ -50,9 +50,11 @@ pub enum FailPolicy {
     FailClosed,
     /// Decide with an in-process limiter of the same quotas, one per
     /// process: while Redis is down each replica enforces the quota on its
-    /// own, so a client gets at most the quota per replica. The default:
-    /// an outage of the limiter's store neither takes the service down nor
-    /// lifts every limit.
+    /// own, so a client gets at most the quota per replica, or with
+    /// [`RedisBuilder::local_share`](crate::redis::RedisBuilder::local_share)
+    /// set to the fleet's size, about one quota across the fleet. The
+    /// default: an outage of the limiter's store neither takes the service
+    /// down nor lifts every limit.
     #[default]
     Local,
 }
