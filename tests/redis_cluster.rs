@@ -250,6 +250,33 @@ fn held(s: tollgate::redis::RedisStats) -> u64 {
     s.lease_units - s.leased - s.lease_lapsed - s.lease_returned
 }
 
+/// On `cluster`, whose node `ahead` runs `ahead_ms` ahead of node 0 (as
+/// checked): a client whose key lives on that node, and one whose key
+/// lives on another.
+fn apart(cluster: &Cluster, ahead: usize, ahead_ms: i64) -> (String, String) {
+    let (mut on, mut off) = (None, None);
+    for client in (0..64).map(|i| format!("client-{i}")) {
+        let node = cluster.node_of(&client);
+        if node == ahead && on.is_none() {
+            on = Some(client);
+        } else if node != ahead && off.is_none() {
+            off = Some(client);
+        }
+    }
+    let server_now = |node: usize| -> i64 {
+        let (s, us): (i64, i64) = redis::cmd("TIME")
+            .query(&mut cluster.nodes[node].sync())
+            .unwrap();
+        s * 1_000 + us / 1_000
+    };
+    let apart = server_now(ahead) - server_now(0);
+    assert!(
+        (ahead_ms - 500..=ahead_ms + 500).contains(&apart),
+        "the node's clock is {apart} ms ahead, not {ahead_ms}"
+    );
+    (on.unwrap(), off.unwrap())
+}
+
 /// A cluster whose nodes' clocks differ: one primary runs 2 s ahead of
 /// the others (the clock shim, `tests/support/clockshift.c`). A leasing
 /// limiter (a bucket of 100, one unit per 20 ms, leases of up to 100
@@ -271,30 +298,7 @@ fn a_lease_is_spent_on_the_clock_of_the_node_that_granted_it() {
     let Some(cluster) = Cluster::start_shifted(3, 0, &[0, AHEAD_MS, 0]) else {
         return;
     };
-    let ahead = 1;
-    // One client whose key lives on the node ahead, one on another.
-    let candidates = (0..64).map(|i| format!("client-{i}"));
-    let (mut leased, mut other) = (None, None);
-    for client in candidates {
-        let node = cluster.node_of(&client);
-        if node == ahead && leased.is_none() {
-            leased = Some(client);
-        } else if node != ahead && other.is_none() {
-            other = Some(client);
-        }
-    }
-    let (leased, other) = (leased.unwrap(), other.unwrap());
-    let server_now = |node: usize| -> i64 {
-        let (s, us): (i64, i64) = redis::cmd("TIME")
-            .query(&mut cluster.nodes[node].sync())
-            .unwrap();
-        s * 1_000 + us / 1_000
-    };
-    let apart = server_now(ahead) - server_now(0);
-    assert!(
-        (AHEAD_MS - 500..=AHEAD_MS + 500).contains(&apart),
-        "the node's clock is {apart} ms ahead, not {AHEAD_MS}"
-    );
+    let (leased, other) = apart(&cluster, 1, AHEAD_MS);
     runtime().block_on(async {
         let limiter = TokenBucket::builder()
             .rate(1, INTERVAL)
@@ -346,5 +350,49 @@ fn a_lease_is_spent_on_the_clock_of_the_node_that_granted_it() {
             "{burst} admitted in {span:?} against the exact bound of {bound}: {:?}",
             limiter.stats()
         );
+    });
+}
+
+/// A booking's wait left is read on the clock of the node that booked it:
+/// on a cluster whose node holding the client's key runs 2 s ahead, a
+/// booking of a 1 s wait, followed by a check answered by another node,
+/// says at most 1 s is left (never to wait past the instant). The other
+/// node's clock would say about 3 s.
+#[test]
+fn a_booking_waits_on_the_clock_of_the_node_that_booked_it() {
+    const AHEAD_MS: i64 = 2_000;
+    let Some(cluster) = Cluster::start_shifted(3, 0, &[0, AHEAD_MS, 0]) else {
+        return;
+    };
+    let (booked, other) = apart(&cluster, 1, AHEAD_MS);
+    runtime().block_on(async {
+        let limiter = TokenBucket::builder()
+            .rate(1, Duration::from_secs(1))
+            .capacity(1)
+            .redis(cluster.connection().await, prefix("node-book"))
+            .fail_policy(FailPolicy::FailClosed)
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let first = limiter
+            .reserve(booked.as_str(), Duration::ZERO)
+            .await
+            .unwrap();
+        assert!(first.wait().is_zero());
+        first.commit();
+        let second = limiter
+            .reserve(booked.as_str(), Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(second.wait() > Duration::from_millis(500), "{second:?}");
+        // The latest reply from the other node.
+        let _ = limiter.check(other.as_str()).await.unwrap();
+        let left = second.remaining_wait();
+        assert!(
+            left <= second.wait(),
+            "{left:?} left of a wait of {:?}",
+            second.wait()
+        );
+        second.commit();
     });
 }
