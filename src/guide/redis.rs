@@ -94,10 +94,15 @@
 //! slots in the bucket's schedule (GCRA: one unit per interval `T`). The
 //! process spends a unit only after Redis granted it and no later than its
 //! slot starts, on its estimate of Redis's clock, which is never earlier
-//! than Redis's: refreshed by every reply, and allowing for the two
-//! hosts' clocks parting by up to 2 000 ppm since it (twice what NTP's
-//! slewing at its limit of 500 ppm on each host can do;
-//! `a_slow_local_clock_never_spends_a_slot_that_has_started`). So the fleet's
+//! than Redis's: refreshed by every reply to the lease's calls, and
+//! allowing for the two hosts' clocks parting by up to 2 000 ppm since it
+//! (twice what NTP's slewing at its limit of 500 ppm on each host can do;
+//! `a_slow_local_clock_never_spends_a_slot_that_has_started`). On Redis
+//! Cluster that is the clock of the node holding the client's key, whose
+//! slots they are, whatever the other nodes' clocks read: a node whose
+//! clock runs ahead of the others' still holds each lease it granted to
+//! the bound (`a_lease_is_spent_on_the_clock_of_the_node_that_granted_it`).
+//! So the fleet's
 //! admissions, leased or not, keep the bucket's exact bound in every span
 //! `[a, b]`: at most `capacity + ⌊(b − a)/T⌋`
 //! (`the_fleet_never_admits_beyond_the_exact_bound`: three processes,
@@ -266,6 +271,10 @@
 //! - A failover of a cluster's primary to its replica under load loses no
 //!   admission and admits nothing twice
 //!   (`a_failover_under_load_admits_nothing_over_the_quota`).
+//! - A booking's `RedisReservation::remaining_wait` is read on the clock
+//!   of the node that booked it, never past the instant, whatever another
+//!   node's clock reads
+//!   (`a_booking_waits_on_the_clock_of_the_node_that_booked_it`).
 //! - A quota set while Redis is down changes the `Local` fallback's quota,
 //!   keeping each client's state there
 //!   (`set_quota_during_an_outage_keeps_the_fallback_state`); a booking

@@ -14,7 +14,11 @@
 //!   never earlier than it (allowing for the clocks' drift since the last
 //!   reply): so every admission, leased or not, keeps the
 //!   bucket's exact bound in every span of time (see
-//!   `crate::algorithm::lease`).
+//!   `crate::algorithm::lease`). That estimate is the lease's own, made
+//!   from the replies to its calls alone, which come from the node that
+//!   holds the client's key: on Redis Cluster, another node's clock (which
+//!   answered the limiter's other calls) may be behind the one the slots
+//!   are on, and would spend units whose slots have passed.
 //! - **More is asked before the lease runs out**, by one call at a time
 //!   per client: when the units left fall to what two round trips spend
 //!   at the recent rate (at most a quarter of the last grant), a task
@@ -155,10 +159,20 @@ impl<A: RedisAlgorithm> Inner<A> {
         }
     }
 
-    /// Redis's clock now, µs, as this process estimates it: never earlier
-    /// than Redis's own reading (see `redis_now`), rounded up.
+    /// Redis's clock now, µs, as the latest reply of any call lets this
+    /// process estimate it (see `redis_now`), rounded up: on Redis Cluster
+    /// perhaps another node's clock than the client's, so only for a hint
+    /// (`met_recently`), never for a unit.
     fn lease_now(&self) -> u64 {
         self.redis_now() / 1_000 + 1
+    }
+
+    /// The clock of the node holding `entry`'s client now, µs, as the
+    /// lease's own latest reply lets this process estimate it (see
+    /// `Entry::now`): the clock its units are spent on. `None` before the
+    /// lease's first reply.
+    fn entry_now(&self, entry: &Entry) -> Option<u64> {
+        entry.now(&self.calls.clock)
     }
 
     /// A check answered from the client's lease without waiting, if it
@@ -177,15 +191,19 @@ impl<A: RedisAlgorithm> Inner<A> {
         let Spec::One(half) = judged.quota.spec else {
             return AtOnce::Cold;
         };
-        let now = self.lease_now();
         // Looked up without cloning the entry: a check answered here
         // writes only the lease's word (and a counter).
         let map = leases.map.pin();
         let generation = judged.quota.generation;
         let found = map.get(client).map(|entry| {
             if !entry.fits(&half, generation) {
-                return (None, None);
+                return (None, None, 0);
             }
+            // Spent on its own node's clock; before the lease's first
+            // reply the check waits for a call.
+            let Some(now) = self.entry_now(entry) else {
+                return (None, None, 0);
+            };
             let spent = self.spend(entry, now, cost);
             if let Spent::Admitted { .. } = spent {
                 // Relaxed: a sizing figure, on the line the spend holds.
@@ -209,16 +227,17 @@ impl<A: RedisAlgorithm> Inner<A> {
                             until: now + half.a,
                         }),
                         None,
+                        now,
                     );
                 }
                 _ => None,
             };
-            (Some(spent), ahead)
+            (Some(spent), ahead, now)
         });
-        let Some((spent, ahead)) = found else {
+        let Some((spent, ahead, now)) = found else {
             // No lease: a client met in the last horizon gets one, any
             // other goes one call alone, as without leases.
-            return if leases.met_recently(client, now) {
+            return if leases.met_recently(client, self.lease_now()) {
                 AtOnce::Wait
             } else {
                 AtOnce::Cold
@@ -277,7 +296,8 @@ impl<A: RedisAlgorithm> Inner<A> {
             return self.single(&request, probe_due).await;
         };
         let quota = (&half, request.judged.quota.generation);
-        let Some(entry) = leases.entry(&request.client, quota, (self.local_us(), self.lease_now()))
+        let Some(entry) =
+            leases.entry(&request.client, quota, (self.local_us(), &self.calls.clock))
         else {
             return self.single(&request, probe_due).await;
         };
@@ -292,8 +312,18 @@ impl<A: RedisAlgorithm> Inner<A> {
         // whose slot starts at that reading, is this check's).
         let mut granted_at = None;
         for _ in 0..ROUNDS {
-            let now = granted_at.take().unwrap_or_else(|| self.lease_now());
-            let spent = self.spend(&entry, now, cost);
+            // On the lease's own node's clock; before its first reply
+            // nothing is spent, and the check asks (or waits for the call
+            // on its way).
+            let (spent, now) = match granted_at.take().or_else(|| self.entry_now(&entry)) {
+                Some(now) => (self.spend(&entry, now, cost), now),
+                None => (
+                    Spent::Ask {
+                        epoch: entry.cell.epoch(),
+                    },
+                    0,
+                ),
+            };
             if let Spent::Admitted { .. } = spent {
                 // Relaxed: as in `lease_now_or_never`.
                 entry.used.fetch_add(cost, Ordering::Relaxed);
@@ -404,10 +434,11 @@ impl<A: RedisAlgorithm> Inner<A> {
             Ok(due) => due || probe_due,
             Err(err) => return Err(err),
         };
+        // Sizing only: before the lease's first reply it holds nothing.
         let want = leases.want(
             entry,
             self.local_us(),
-            self.lease_now(),
+            self.entry_now(entry).unwrap_or(0),
             request.cost,
             ran_out,
         );
@@ -419,7 +450,9 @@ impl<A: RedisAlgorithm> Inner<A> {
                 self.grant(entry, request, want),
             )
             .await?;
-        let now = self.lease_now();
+        // On the clock of the node that replied: `grant` noted its reading
+        // (none for `Convert`, which installs nothing).
+        let now = self.entry_now(entry).unwrap_or(0);
         // The call's round trip, µs (`sent` is local ns).
         let rtt = self.calls.clock.local_ns().saturating_sub(sent) / 1_000;
         match answer {
@@ -500,6 +533,7 @@ impl<A: RedisAlgorithm> Inner<A> {
             Some(0) => {
                 let (until, now) = (field(1).ok_or_else(bad)?, field(2).ok_or_else(bad)?);
                 self.judged(sent, now);
+                entry.judged(sent, now);
                 // Relaxed: as above.
                 entry
                     .registered
@@ -520,9 +554,11 @@ impl<A: RedisAlgorithm> Inner<A> {
                     field(3).ok_or_else(bad)?,
                 );
                 // Before the grant is installed: every spend of it reads
-                // Redis's clock through an estimate made from this reply
-                // or a later one, each no earlier than Redis's.
+                // the clock of the node that granted it through an
+                // estimate made from this reply or a later one of that
+                // node, each no earlier than its clock (see `Entry::now`).
                 self.judged(sent, now);
+                entry.judged(sent, now);
                 if end <= start || from > start || end > crate::algorithm::lease::TIME_MAX {
                     return Err(bad());
                 }
@@ -566,7 +602,9 @@ impl<A: RedisAlgorithm> Inner<A> {
             let _asking = loop {
                 tokio::time::sleep(horizon).await;
                 let word = entry.cell.word();
-                let held = entry.cell.held(inner.lease_now()).is_some();
+                // Armed after the lease's first reply: its clock is known.
+                let now = inner.entry_now(&entry).unwrap_or(0);
+                let held = entry.cell.held(now).is_some();
                 // Acquire: as the checks take the flag, in `leased`.
                 if word == seen
                     && !held
@@ -579,7 +617,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                 }
                 seen = word;
             };
-            let now = inner.lease_now();
+            let now = inner.entry_now(&entry).unwrap_or(0);
             // Relaxed: written by the one holding `asking`, this timer now.
             let registered = (
                 entry.registered.0.swap(0, Ordering::Relaxed),

@@ -110,11 +110,39 @@ impl Cluster {
     /// `cluster_state:ok` and every primary has its replicas; `None` (after
     /// saying why) without a `redis-server`, as [`Server::start`].
     pub fn start(primaries: usize, replicas: usize) -> Option<Self> {
+        Self::start_shifted(primaries, replicas, &[])
+    }
+
+    /// As [`Cluster::start`], node `i` running with its wall clock
+    /// `shifts_ms[i]` ms off the host's (none past the slice's end) under
+    /// the clock shim (see [`clockshift`]): Redis's `TIME`, its scripts'
+    /// reading and its key expiries all follow that clock. `None` (after
+    /// saying why) without a `redis-server`, or, when a node is shifted,
+    /// without a C compiler to build the shim.
+    pub fn start_shifted(primaries: usize, replicas: usize, shifts_ms: &[i64]) -> Option<Self> {
         let args = ["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"];
-        let first = Server::start_with(&args)?;
+        let shim = if shifts_ms.iter().any(|&ms| ms != 0) {
+            Some(clockshift()?)
+        } else {
+            None
+        };
+        let start = |i: usize| {
+            let ms = shifts_ms.get(i).copied().unwrap_or(0);
+            match &shim {
+                Some(shim) if ms != 0 => {
+                    let shim = shim.to_str().expect("a UTF-8 path");
+                    Server::start_with_env(
+                        &args,
+                        &[("LD_PRELOAD", shim), ("CLOCKSHIFT_MS", &ms.to_string())],
+                    )
+                }
+                _ => Server::start_with(&args),
+            }
+        };
+        let first = start(0)?;
         let mut nodes = vec![first];
-        for _ in 1..primaries * (1 + replicas) {
-            nodes.push(Server::start_with(&args).expect("redis-server starts"));
+        for i in 1..primaries * (1 + replicas) {
+            nodes.push(start(i).expect("redis-server starts"));
         }
         let addresses: Vec<String> = nodes
             .iter()
@@ -187,6 +215,49 @@ impl Cluster {
         }
     }
 
+    /// The index in `nodes` of the primary that holds `client`'s slot (a
+    /// client whose id has no braces: its keys' hash tag is the id).
+    pub fn node_of(&self, client: &str) -> usize {
+        let mut admin = self.nodes[0].sync();
+        let slot: u64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(client)
+            .query(&mut admin)
+            .unwrap();
+        let table: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query(&mut admin)
+            .unwrap();
+        for line in table.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() < 8 || !fields[2].contains("master") {
+                continue;
+            }
+            let port: u16 = fields[1]
+                .split(['@', ','])
+                .next()
+                .and_then(|a| a.rsplit(':').next())
+                .and_then(|p| p.parse().ok())
+                .expect("a node's address");
+            let holds = fields[8..].iter().any(|range| {
+                let mut ends = range.split('-').map(|n| n.parse::<u64>());
+                match (ends.next(), ends.next()) {
+                    (Some(Ok(a)), None) => slot == a,
+                    (Some(Ok(a)), Some(Ok(b))) => (a..=b).contains(&slot),
+                    _ => false,
+                }
+            });
+            if holds {
+                return self
+                    .nodes
+                    .iter()
+                    .position(|n| n.port == port)
+                    .expect("a node of this cluster");
+            }
+        }
+        panic!("no primary holds slot {slot}: {table}");
+    }
+
     /// Every node's URL, for a `ClusterClient`.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(Server::url).collect()
@@ -204,6 +275,41 @@ impl Cluster {
             .await
             .unwrap()
     }
+}
+
+/// The clock shim, `tests/support/clockshift.c` (an `LD_PRELOAD` library
+/// that shifts `CLOCK_REALTIME` by `CLOCKSHIFT_MS` ms), built once per test
+/// process with `cc` into Cargo's temporary directory: its path, or `None`
+/// (after saying why) without a C compiler, unless `CI=true`, where that
+/// fails the test.
+pub fn clockshift() -> Option<std::path::PathBuf> {
+    static BUILT: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let source =
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/clockshift.c");
+            let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("libclockshift-{}.so", std::process::id()));
+            let built = std::process::Command::new("cc")
+                .args(["-shared", "-fPIC", "-O2", "-o"])
+                .arg(&out)
+                .arg(&source)
+                .arg("-ldl")
+                .status();
+            match built {
+                Ok(status) if status.success() => Some(out),
+                Ok(status) => panic!("cc could not build the clock shim: {status}"),
+                Err(err) => {
+                    assert!(
+                        std::env::var("CI").as_deref() != Ok("true"),
+                        "no C compiler ({err}), and CI=true requires the clock-shift tests to run"
+                    );
+                    eprintln!("SKIPPED: no C compiler (cc) to build the clock shim: {err}");
+                    None
+                }
+            }
+        })
+        .clone()
 }
 
 /// Every decision for each of `clients`, in no particular order, from

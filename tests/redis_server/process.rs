@@ -19,6 +19,8 @@ pub struct Server {
     dir: PathBuf,
     /// Arguments beyond the defaults (cluster mode).
     extra: Vec<String>,
+    /// Environment variables set for the process (a clock shim's).
+    env: Vec<(String, String)>,
 }
 
 impl Server {
@@ -30,6 +32,12 @@ impl Server {
 
     /// As [`Server::start`], with `extra` arguments for `redis-server`.
     pub fn start_with(extra: &[&str]) -> Option<Self> {
+        Self::start_with_env(extra, &[])
+    }
+
+    /// As [`Server::start_with`], the process run with the variables
+    /// `env` set (an `LD_PRELOAD` shim and its setting).
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Option<Self> {
         if Command::new("redis-server")
             .arg("--version")
             .output()
@@ -57,6 +65,10 @@ impl Server {
                 port,
                 dir,
                 extra: extra.iter().map(|a| (*a).to_owned()).collect(),
+                env: env
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
             };
             if server.try_run() {
                 return Some(server);
@@ -83,6 +95,7 @@ impl Server {
             .arg("--dir")
             .arg(&self.dir)
             .args(&self.extra)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -24,11 +24,11 @@ use crate::redis::script::lua::{
     log_book_script, log_cancel_script, log_script, read_script, word_script, CLOCK,
 };
 use crate::redis::script::spec::{Half, Spec, WordSpec};
-use crate::redis::shared::limiter::{sync_word, FailPolicy, Inner, RedisLimiter, Scripts};
+use crate::redis::shared::limiter::{FailPolicy, Inner, RedisLimiter, Scripts};
 use crate::redis::table::flight::InFlight;
 use crate::redis::table::lease::{Lease, LeaseScripts, Leases};
 use crate::redis::table::shortcut::DenyCache;
-use crate::redis::wire::call::{Calls, Clock, Script};
+use crate::redis::wire::call::{sync_word, Calls, Clock, Script};
 use crate::redis::wire::connection::RedisConnection;
 use crate::redis::wire::guard::{Breaker, Counters};
 use crate::sync::{AtomicU128, AtomicU64};

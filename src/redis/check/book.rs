@@ -41,8 +41,10 @@ use crate::redis::script::state::{expiry_ms, round_up_to_us, same_but_writer, De
 use crate::redis::shared::limiter::{FailPolicy, Inner, RedisLimiter};
 #[cfg(feature = "metrics")]
 use crate::redis::table::answers::{Outcome, Path};
+use crate::redis::wire::call;
 use crate::redis::wire::guard::bump;
 use crate::reservation::Reservable;
+use crate::sync::Ordering;
 
 /// Why a booking on Redis was not made.
 ///
@@ -133,9 +135,10 @@ type Undo = Pin<Box<dyn Future<Output = Result<bool, CheckError>> + Send>>;
 
 /// What a [`RedisReservation`] needs of its limiter.
 trait Booker: Send + Sync {
-    /// Redis's clock now, as this process estimates it (ns): no earlier
-    /// than it.
-    fn redis_now(&self) -> u64;
+    /// The clock of the server that gave `reading` (see
+    /// `call::sync_word`) now, as this process estimates it (ns): no
+    /// earlier than it.
+    fn redis_now(&self, reading: u128) -> u64;
 
     /// Cancels `pending`: whether anything was given back.
     fn give_back(self: Arc<Self>, pending: Pending) -> Undo;
@@ -177,6 +180,10 @@ trait Booker: Send + Sync {
 pub struct RedisReservation {
     wait: Duration,
     ready_at: u64,
+    /// The reply that booked it read this of Redis's clock (see
+    /// `call::sync_word`): the clock of the node holding the client's key,
+    /// on which `ready_at` lies.
+    reading: u128,
     cost: u64,
     pending: Option<Pending>,
     booker: Option<Arc<dyn Booker>>,
@@ -215,15 +222,19 @@ impl RedisReservation {
         Duration::from_nanos(self.ready_at)
     }
 
-    /// How long is left to wait, as this process reads Redis's clock: at
-    /// most the true wait (it never says to wait past the instant).
+    /// How long is left to wait, as this process reads Redis's clock (on
+    /// Redis Cluster, the clock of the node that booked it): at most the
+    /// true wait (it never says to wait past the instant).
     ///
     /// # Examples
     ///
     /// See [`RedisReservation`].
     #[must_use]
     pub fn remaining_wait(&self) -> Duration {
-        let now = self.booker.as_ref().map_or(u64::MAX, |b| b.redis_now());
+        let now = self
+            .booker
+            .as_ref()
+            .map_or(u64::MAX, |b| b.redis_now(self.reading));
         Duration::from_nanos(self.ready_at.saturating_sub(now))
     }
 
@@ -295,8 +306,8 @@ impl Drop for RedisReservation {
 }
 
 impl<A: RedisAlgorithm> Booker for Inner<A> {
-    fn redis_now(&self) -> u64 {
-        Inner::redis_now(self)
+    fn redis_now(&self, reading: u128) -> u64 {
+        self.calls.clock.estimate(reading)
     }
 
     fn give_back(self: Arc<Self>, pending: Pending) -> Undo {
@@ -643,10 +654,14 @@ impl<A: RedisAlgorithm> Inner<A> {
         if !reserves(&spec) {
             return Err(ReserveError::Unsupported.into());
         }
-        let now = self.redis_now();
+        // Relaxed: as in `redis_now`. A booking that makes no call is
+        // ready at once, on the latest reply's clock.
+        let latest = self.clock_sync.load(Ordering::Relaxed);
+        let now = self.calls.clock.estimate(latest);
         let ready_now = |booker: Option<Arc<dyn Booker>>| RedisReservation {
             wait: Duration::ZERO,
             ready_at: now,
+            reading: latest,
             cost,
             pending: None,
             booker,
@@ -691,6 +706,8 @@ impl<A: RedisAlgorithm> Inner<A> {
                 #[cfg(feature = "metrics")]
                 self.answered(Path::Redis, Outcome::Admitted, cost);
                 self.judged(sent, now);
+                // Its wait runs on the clock of the node that booked it.
+                let reading = call::reading(sent, now);
                 // The state changed: whatever the shortcut kept is stale.
                 if let Some(cache) = &self.shortcut {
                     cache.forget(cache.key(cache.generation(), judged.tier, &client));
@@ -699,6 +716,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                 Ok(RedisReservation {
                     wait,
                     ready_at: ready * 1_000,
+                    reading,
                     cost,
                     pending: ticket.filter(|_| !wait.is_zero()).map(|ticket| Pending {
                         key,
@@ -752,6 +770,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                             wait,
                             ready_at: now
                                 .saturating_add(u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX)),
+                            reading: latest,
                             cost,
                             pending: None,
                             booker: None,

@@ -160,10 +160,10 @@ pub(crate) struct Inner<A> {
     pub(crate) owner: String,
     /// Calls made, numbered: the incarnation of a key a call creates.
     pub(crate) serial: AtomicU64,
-    /// What the latest reply read of Redis's clock: the low half, Redis's
-    /// clock less the local clock (ns, wrapping); the high half, the local
-    /// instant (ns) its call was sent. One word, so that an estimate
-    /// never pairs one reply's offset with another's instant.
+    /// What the latest reply read of Redis's clock (see
+    /// [`call::sync_word`]): on Redis Cluster, of the clock of whichever
+    /// node replied last, so that it serves only what needs no particular
+    /// node's clock; a lease keeps its own (see `lease`).
     pub(crate) clock_sync: AtomicU128,
     /// The builder's [`name`](crate::Builder::name), or `"default"`.
     pub(crate) name: std::borrow::Cow<'static, str>,
@@ -174,11 +174,6 @@ pub(crate) struct Inner<A> {
     pub(crate) _algorithm: PhantomData<fn() -> A>,
 }
 
-/// The word of [`Inner::clock_sync`].
-pub(crate) fn sync_word(offset: u64, sent: u64) -> u128 {
-    u128::from(sent) << 64 | u128::from(offset)
-}
-
 impl<A> Inner<A> {
     /// A token unique to a call: this limiter's id and the call's number.
     pub(crate) fn token(&self) -> String {
@@ -187,28 +182,23 @@ impl<A> Inner<A> {
         format!("{}.{serial}", self.owner)
     }
 
-    /// Redis's clock now, in ns, as this process estimates it: no earlier
-    /// than Redis's own. A reply read Redis's clock at `judged`, after its
-    /// call was sent at `sent` on the local clock, so Redis's clock at local
-    /// instant `t` is at most `judged + (t − sent)` while both clocks run at
-    /// one rate; and since they may part by up to [`call::DRIFT`], the
-    /// estimate adds that share of the time since `sent`.
+    /// Redis's clock now, in ns, as this process estimates it from the
+    /// latest reply (see [`Clock::estimate`](call::Clock::estimate)): no
+    /// earlier than the clock of the server that gave it (on Redis
+    /// Cluster, of the node that replied last).
     pub(crate) fn redis_now(&self) -> u64 {
         // Relaxed: an estimate, published by nothing; the word keeps each
         // reply's two halves together.
-        let sync = self.clock_sync.load(Ordering::Relaxed);
-        let (offset, sent) = (sync as u64, (sync >> 64) as u64);
-        let local = self.calls.clock.local_ns();
-        local
-            .wrapping_add(offset)
-            .wrapping_add(self.calls.clock.drift(local.saturating_sub(sent)))
+        self.calls
+            .clock
+            .estimate(self.clock_sync.load(Ordering::Relaxed))
     }
 
     /// Notes a reply judged at `judged` (µs on Redis's clock) for a call
     /// sent at `sent` (ns on the local clock).
     pub(crate) fn judged(&self, sent: u64, judged: u64) {
         self.clock_sync.store(
-            sync_word(judged.saturating_mul(1_000).wrapping_sub(sent), sent),
+            call::reading(sent, judged),
             // Relaxed: see `redis_now`.
             Ordering::Relaxed,
         );

@@ -15,8 +15,8 @@ use crate::cell::LeaseCell;
 use crate::error::ConfigError;
 use crate::redis::script::lua::LEASES_SUFFIX;
 use crate::redis::script::spec::{Half, Spec, WordSpec};
-use crate::redis::wire::call::Script;
-use crate::sync::{AtomicBool, AtomicU64, Ordering};
+use crate::redis::wire::call::{reading, Clock, Script};
+use crate::sync::{AtomicBool, AtomicU128, AtomicU64, Ordering};
 
 /// How a Redis limiter leases a token bucket's units
 /// ([`RedisBuilder::lease`](crate::redis::RedisBuilder::lease)): each process
@@ -152,6 +152,12 @@ pub(crate) struct LeaseScripts {
     pub(crate) give_back: Script,
 }
 
+/// The mark of a reading in [`Entry`]'s `clock`, its top bit: that of the
+/// local instant its call was sent, ns since the limiter was built (or the
+/// test clock's reading), which stays below 2<sup>63</sup>. So a reading
+/// whose two halves are both 0 (a test clock at 0) is still one.
+const READ: u128 = 1 << 127;
+
 /// One client's lease in this process. The cell and the count of units
 /// spent share a cache line, which a spend already holds.
 #[repr(C, align(64))]
@@ -187,6 +193,13 @@ pub(crate) struct Entry {
     /// capacity (its interval is the cell's) and the generation of the
     /// limiter's quota for the client's tier.
     pub(crate) quota: (u64, u64),
+    /// What the latest reply to a call for this lease read of Redis's
+    /// clock (see `call::sync_word`), marked by [`READ`] (0: no reply
+    /// yet): the clock of the
+    /// node holding the client's key, on which its slots lie. The lease is
+    /// spent on this reading alone, never on the limiter's, which may be
+    /// another node's (Redis Cluster), whose clock may be behind.
+    clock: AtomicU128,
 }
 
 impl Entry {
@@ -205,7 +218,33 @@ impl Entry {
             dry: AtomicBool::new(false),
             quiet: AtomicBool::new(false),
             registered: (AtomicU64::new(0), AtomicU64::new(0)),
+            clock: AtomicU128::new(0),
         }
+    }
+
+    /// Notes the reply to a call for this lease, judged at `judged` (µs on
+    /// the clock of the node that holds the client's key) for a call sent
+    /// at `sent` (ns on the local clock): before the call installs what it
+    /// got, so that whoever spends the units it granted reads that node's
+    /// clock through this reply or a later one.
+    pub(crate) fn judged(&self, sent: u64, judged: u64) {
+        // Relaxed: any reading of the node's clock bounds that clock from
+        // then on, however old (see `Clock::estimate`), so a spend needs
+        // no particular one, only one of this node's; the word keeps a
+        // reply's two halves together. A spend that loads 0 (a first grant
+        // installed since) spends nothing (see `now`).
+        self.clock
+            .store(reading(sent, judged) | READ, Ordering::Relaxed);
+    }
+
+    /// The clock of the node holding the client's key now, µs, as its
+    /// latest reply to a call for this lease lets this process estimate
+    /// it: never earlier than that node's own reading, rounded up. `None`
+    /// before the first reply: nothing of the lease can be spent yet.
+    pub(crate) fn now(&self, clock: &Clock) -> Option<u64> {
+        // Relaxed: see `judged`.
+        let word = self.clock.load(Ordering::Relaxed);
+        (word & READ != 0).then(|| clock.estimate(word & !READ) / 1_000 + 1)
     }
 
     /// Whether the lease's units were granted under the quota `half` of
@@ -266,7 +305,7 @@ impl Leases {
         &self,
         client: &[u8],
         (half, generation): (&Half, u64),
-        (now, redis_now): (u64, u64),
+        (now, clock): (u64, &Clock),
     ) -> Option<Arc<Entry>> {
         if let Some(entry) = self.map.pin().get(client).map(Arc::clone) {
             if entry.fits(half, generation) {
@@ -281,7 +320,7 @@ impl Leases {
                 .pin()
                 .remove_if(client, |_, e| Arc::ptr_eq(e, &entry));
         }
-        if self.map.len() >= self.settings.max_clients && !self.sweep(now, redis_now) {
+        if self.map.len() >= self.settings.max_clients && !self.sweep(now, clock) {
             return None;
         }
         let entry = Arc::new(Entry::new(half, generation));
@@ -327,9 +366,11 @@ impl Leases {
 
     /// Forgets the entries that hold nothing (no units, no hold, no call
     /// on its way, not met in a horizon), at most once a horizon (and 100
-    /// ms): whether there is room now. `now` on this process's clock,
-    /// `redis_now` on Redis's as estimated.
-    fn sweep(&self, now: u64, redis_now: u64) -> bool {
+    /// ms): whether there is room now. `now` on this process's clock (µs);
+    /// each entry's units and hold judged on its own node's clock, as
+    /// estimated (see [`Entry::now`]; before its first reply, every unit
+    /// and hold counts as unpassed).
+    fn sweep(&self, now: u64, clock: &Clock) -> bool {
         // Relaxed: a rate limit on sweeps, nothing published.
         let last = self.swept.load(Ordering::Relaxed);
         if now < last.saturating_add(self.settings.horizon_us.max(100_000))
@@ -342,10 +383,11 @@ impl Leases {
         }
         let horizon = self.settings.horizon_us;
         self.map.pin().retain(|_, e| {
+            let redis_now = || e.now(clock).unwrap_or(0);
             // Acquire: as in `leased`.
             e.asking.load(Ordering::Acquire)
-                || e.cell.left(redis_now) > 0
-                || e.cell.held(redis_now).is_some()
+                || e.cell.left(redis_now()) > 0
+                || e.cell.held(redis_now()).is_some()
                 || now <= e.asked_at.load(Ordering::Relaxed).saturating_add(horizon)
         });
         self.map.len() < self.settings.max_clients

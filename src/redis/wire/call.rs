@@ -44,6 +44,20 @@ impl core::fmt::Debug for Script {
 /// when NTP slews them in opposite directions at its limit of 500 ppm.
 pub(crate) const DRIFT: u64 = 500;
 
+/// A reply's reading of Redis's clock, as one word: the low half, Redis's
+/// clock less the local clock (ns, wrapping); the high half, the local
+/// instant (ns) its call was sent. One word, so that an estimate never
+/// pairs one reply's offset with another's instant.
+pub(crate) fn sync_word(offset: u64, sent: u64) -> u128 {
+    u128::from(sent) << 64 | u128::from(offset)
+}
+
+/// The word of a reply that read Redis's clock at `judged` (µs) for a
+/// call sent at `sent` (ns on the local clock).
+pub(crate) fn reading(sent: u64, judged: u64) -> u128 {
+    sync_word(judged.saturating_mul(1_000).wrapping_sub(sent), sent)
+}
+
 /// The clock a limiter's scripts and its local bookkeeping read.
 #[derive(Debug, Clone)]
 pub(crate) enum Clock {
@@ -90,6 +104,22 @@ impl Clock {
             #[cfg(test)]
             Self::Test(..) => elapsed / DRIFT,
         }
+    }
+
+    /// The clock of the server whose reply gave `word` (see [`sync_word`])
+    /// now, in ns, as estimated: no earlier than that server's own. The
+    /// reply read its clock at `judged`, after its call was sent at `sent`
+    /// on the local clock, so its clock at local instant `t` is at most
+    /// `judged + (t − sent)` while both clocks run at one rate; and since
+    /// they may part by up to [`DRIFT`], the estimate adds that share of
+    /// the time since `sent`. An estimate holds only for the server that
+    /// replied: another's clock (another node of a cluster) may be ahead.
+    pub(crate) fn estimate(&self, word: u128) -> u64 {
+        let (offset, sent) = (word as u64, (word >> 64) as u64);
+        let local = self.local_ns();
+        local
+            .wrapping_add(offset)
+            .wrapping_add(self.drift(local.saturating_sub(sent)))
     }
 
     /// The instant (µs) a script is told to judge at, if it is told one.
