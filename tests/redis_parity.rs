@@ -359,6 +359,65 @@ fn a_local_share_keeps_a_fleet_at_one_quota_during_an_outage() {
     });
 }
 
+/// A replica decides alone from what Redis last told it of a client, not
+/// from a full quota: a client that spent 8 of 10 through two replicas
+/// (`local_share(2)`) gets one more from each while Redis is down, 10 in
+/// all; a client Redis refused gets nothing locally; one never seen starts
+/// from the replica's share.
+#[test]
+fn an_outage_starts_each_client_from_what_redis_last_said() {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(60));
+    let rt = runtime();
+    let replicas = rt.block_on(async {
+        let mut replicas = Vec::new();
+        for _ in 0..2 {
+            replicas.push(
+                FixedWindow::builder()
+                    .limit(10)
+                    .window(HOUR)
+                    .redis(server.manager().await, prefix("known"))
+                    .timeout(Duration::from_millis(200))
+                    .local_share(2)
+                    .no_deny_shortcut()
+                    .build()
+                    .unwrap(),
+            );
+        }
+        for i in 0..8 {
+            assert!(replicas[i % 2].check("spent").await.unwrap().is_allowed());
+        }
+        for i in 0..12 {
+            let _ = replicas[i % 2].check("refused").await.unwrap();
+        }
+        // Each replica last heard of "spent" with 2 or 3 left: it learns
+        // on its own replies only.
+        replicas
+    });
+    server.stop();
+    rt.block_on(async {
+        let admitted = |client: &'static str| {
+            let replicas = replicas.clone();
+            async move {
+                let mut n = 0;
+                for replica in &replicas {
+                    for _ in 0..10 {
+                        n += u32::from(replica.check(client).await.unwrap().is_allowed());
+                    }
+                }
+                n
+            }
+        };
+        // Replica 0 last heard 3 left (its fourth check, the seventh in
+        // all), replica 1 heard 2: a share of 1 each.
+        assert_eq!(admitted("spent").await, 2);
+        assert_eq!(admitted("refused").await, 0);
+        assert_eq!(admitted("unseen").await, 10);
+    });
+}
+
 /// Two limiters of one algorithm under one prefix with different windows
 /// (a deploy that changed the window) keep limiting: each reads the
 /// other's state converted to its own window, never as corrupt, and the

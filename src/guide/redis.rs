@@ -228,15 +228,20 @@
 //!   `a_pair_reports_both_limits_when_denied_locally_or_failing_open`).
 //! - How far a fleet can go over during an outage, per policy: under
 //!   `FailClosed`, nowhere (nothing is admitted); under `FailOpen`, without
-//!   bound (every check is admitted); under `Local`, each replica's
-//!   in-process limiter admits a client at most its quota, so a fleet of
-//!   `n` replicas admits up to `n` quotas per window (or refill) besides
-//!   what Redis admitted before the outage, and with
-//!   `RedisBuilder::local_share(n)` one quota, each replica deciding on a
-//!   `n`-th share (`a_local_share_keeps_a_fleet_at_one_quota_during_an_outage`,
-//!   `redis_down_each_policy_answers_in_time_then_recovers_by_itself`).
-//!   A replica's fallback state starts full the first time it is used, and
-//!   keeps what it admitted across outages.
+//!   bound (every check is admitted); under `Local`, each replica decides
+//!   alone in process, holding each client to what Redis last told that
+//!   replica was left (every answer from Redis spends the client's
+//!   in-process state down to it), so a client starts an outage where the
+//!   fleet left it, not from a full quota. A fleet of `n` replicas then
+//!   admits a client at most `n` times what was left at each replica's
+//!   last answer, plus `n` times the refill during the outage; with
+//!   `RedisBuilder::local_share(n)` each replica holds it to an `n`-th of
+//!   that and refills at an `n`-th of the rate, so the fleet stays within
+//!   the quota but for what other replicas admitted after a replica's last
+//!   answer (`an_outage_starts_each_client_from_what_redis_last_said`,
+//!   `a_local_share_keeps_a_fleet_at_one_quota_during_an_outage`,
+//!   `redis_down_each_policy_answers_in_time_then_recovers_by_itself`). A
+//!   client a replica never heard of starts from its full share.
 //! - After such a failure, checks skip Redis for a backoff that doubles
 //!   with each failed probe, one probe at a time, so an outage never
 //!   becomes a retry storm; when Redis is back the limiter recovers by

@@ -338,10 +338,20 @@ impl<A: RedisAlgorithm> Inner<A> {
         let _ = (request, decision);
     }
 
-    /// Feeds the deny shortcut: a state that leaves little (at most 255
-    /// units, fewer than the capacity) is kept, judged at Redis's reading;
-    /// any other forgets the client.
+    /// Keeps what Redis's answer tells this process of the client: the
+    /// `Local` fallback holds it to its share of the units left (so that a
+    /// later outage starts it from there, not from a full quota); and the
+    /// deny shortcut keeps a state that leaves little (at most 255 units,
+    /// fewer than the capacity), judged at Redis's reading, and forgets
+    /// the client for any other.
     pub(super) fn remember(&self, request: &Request, sent: u64, answer: &Answer) {
+        if let Some(local) = &self.fallback {
+            local.hold_to(
+                &request.client,
+                request.judged.tier,
+                answer.decision.remaining,
+            );
+        }
         let (Some(cache), Some(key)) = (&self.shortcut, request.cache_key) else {
             return;
         };

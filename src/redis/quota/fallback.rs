@@ -55,6 +55,12 @@ pub trait Fallback: Send + Sync {
     /// Forgets `client`.
     fn remove(&self, client: &[u8]);
 
+    /// Holds `client` (of `tier`) to at most `units` remaining, this
+    /// fallback's share of what Redis last said the fleet has left: its
+    /// state here is spent down to that if it holds more, and left as it
+    /// is if it holds less (nothing is given back).
+    fn hold_to(&self, client: &[u8], tier: Tier, units: u64);
+
     /// How many equal shares of each quota there are, this fallback
     /// deciding on one (see [`shared`]).
     fn replicas(&self) -> u32 {
@@ -113,6 +119,11 @@ impl Fallback for Share {
         self.inner.remove(client);
     }
 
+    fn hold_to(&self, client: &[u8], tier: Tier, units: u64) {
+        self.inner
+            .hold_to(client, tier, units / u64::from(self.replicas));
+    }
+
     fn replicas(&self) -> u32 {
         self.replicas
     }
@@ -129,6 +140,17 @@ fn decide_on<A: Algorithm>(
         limiter.peek_n(client, cost)
     } else {
         limiter.check_n(client, cost)
+    }
+}
+
+/// Spends `client`'s state in `limiter` down to `units` remaining, if it
+/// holds more.
+fn hold_on<A: Algorithm>(limiter: &Limiter<A, Vec<u8>>, client: &[u8], units: u64) {
+    let left = limiter.peek_n(client, 0).map_or(0, |d| d.remaining());
+    if left > units {
+        // The excess is at most the capacity, so the cost is one the
+        // limiter takes; spent at once, as a check of that many would be.
+        let _ = limiter.check_n(client, left - units);
     }
 }
 
@@ -227,6 +249,10 @@ where
     fn remove(&self, client: &[u8]) {
         Limiter::remove(self, client);
     }
+
+    fn hold_to(&self, client: &[u8], _tier: Tier, units: u64) {
+        hold_on(self, client, units);
+    }
 }
 
 /// One tier's log, and its in-process limiter.
@@ -310,5 +336,9 @@ impl Fallback for LogFallback {
         for (_, limiter) in table.iter().flatten() {
             limiter.remove(client);
         }
+    }
+
+    fn hold_to(&self, client: &[u8], tier: Tier, units: u64) {
+        hold_on(&self.limiter(client, tier), client, units);
     }
 }
