@@ -232,13 +232,16 @@
 //!   alone in process, holding each client to what Redis last told that
 //!   replica was left (every answer from Redis spends the client's
 //!   in-process state down to it), so a client starts an outage where the
-//!   fleet left it, not from a full quota. A fleet of `n` replicas then
-//!   admits a client at most `n` times what was left at each replica's
-//!   last answer, plus `n` times the refill during the outage; with
-//!   `RedisBuilder::local_share(n)` each replica holds it to an `n`-th of
-//!   that and refills at an `n`-th of the rate, so the fleet stays within
-//!   the quota but for what other replicas admitted after a replica's last
-//!   answer (`an_outage_starts_each_client_from_what_redis_last_said`,
+//!   fleet left it, not from a full quota. Redis never hears of what was
+//!   admitted in process, and grants what it still holds once it is back:
+//!   over the exact bound, an outage admits a client at most the sum over
+//!   the replicas of what each last heard was left, plus each replica's
+//!   refill during the outage. With `RedisBuilder::local_share(n)` on a
+//!   fleet of `n`, each replica holds the client to an `n`-th of that and
+//!   refills at an `n`-th of the rate: at most what was left when the
+//!   outage began (as the replica that heard last before it saw it), plus
+//!   one refill of its duration
+//!   (`an_outage_starts_each_client_from_what_redis_last_said`,
 //!   `a_local_share_keeps_a_fleet_at_one_quota_during_an_outage`,
 //!   `redis_down_each_policy_answers_in_time_then_recovers_by_itself`). A
 //!   client a replica never heard of starts from its full share.
