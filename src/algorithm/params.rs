@@ -39,6 +39,7 @@ impl Params {
     /// admit together no more than one of these settings would, but for
     /// those rounded up to 1. An error where the slower refill period does
     /// not fit a `Duration`.
+    #[cfg(feature = "redis")]
     pub(crate) fn share(&self, replicas: u32) -> Result<Self, ConfigError> {
         let n = u64::from(replicas);
         let mut shared = self.clone();
