@@ -173,9 +173,10 @@ fn an_outage_is_counted_exactly_on_every_path() {
         }
     });
     // `FailOpen` admits them all; `FailClosed` refuses them all; the
-    // local limiter, which has never seen alice, admits 7 and denies 2.
+    // local limiter holds alice to what Redis last said was left, none:
+    // it denies all 9.
     assert_eq!((down[0].admitted, down[1].refused), (9, 9));
-    assert_eq!((down[2].admitted, down[2].denied), (LIMIT, 2));
+    assert_eq!((down[2].admitted, down[2].denied), (0, 9));
 
     // Redis back, empty: each limiter's checks go to the fail policy
     // until a probe finds it, then to Redis, which admits bob, a new
