@@ -16,7 +16,7 @@ use crate::error::ConfigError;
 use crate::memory::Memory;
 use crate::redis::check::coalesce::coalesces;
 use crate::redis::quota::algorithm::RedisAlgorithm;
-use crate::redis::quota::fallback::{shared, Resolver, Settings};
+use crate::redis::quota::fallback::{Resolver, Settings};
 use crate::redis::quota::tier::Tiers;
 use crate::redis::script::key::Layout;
 use crate::redis::script::lua::{
@@ -536,14 +536,11 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
             });
         }
         let fallback = match self.policy {
-            FailPolicy::Local => Some(shared(
-                A::fallback(&Settings {
-                    params: self.params.share(self.local_share)?,
-                    memory,
-                    resolver: self.tier_by.clone(),
-                })?,
-                self.local_share,
-            )),
+            FailPolicy::Local => Some(A::fallback(&Settings {
+                params: self.params.share(self.local_share)?,
+                memory,
+                resolver: self.tier_by.clone(),
+            })?),
             _ => None,
         };
         let owner = owner_id();
@@ -573,6 +570,7 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
                 layout: Layout::new(&self.prefix, &spec.tag()),
                 tiers,
                 fallback,
+                local_share: self.local_share,
                 timeout: self.timeout,
                 policy: self.policy,
                 breaker: Breaker::new(first, max),

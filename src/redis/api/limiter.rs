@@ -313,10 +313,11 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
         let inner = &self.inner;
         if let Some(local) = &inner.fallback {
             // The local share must fit before anything changes.
-            new.params
-                .share(local.replicas())
+            let share = new
+                .params
+                .share(inner.local_share)
                 .map_err(ConfigError::in_tier)?;
-            local.set_quota(tier, &new.params);
+            local.set_quota(tier, &share);
         }
         // The change's instant on Redis's clock, as this process reads it
         // (no earlier than it), and past every check in flight: one sent

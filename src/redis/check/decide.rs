@@ -349,7 +349,7 @@ impl<A: RedisAlgorithm> Inner<A> {
             local.hold_to(
                 &request.client,
                 request.judged.tier,
-                answer.decision.remaining,
+                answer.decision.remaining / u64::from(self.local_share),
             );
         }
         let (Some(cache), Some(key)) = (&self.shortcut, request.cache_key) else {

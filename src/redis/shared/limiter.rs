@@ -148,6 +148,9 @@ pub(crate) struct Inner<A> {
     pub(crate) tiers: tier::Tiers,
     /// The in-process limiter of [`FailPolicy::Local`].
     pub(crate) fallback: Option<Box<dyn fallback::Fallback>>,
+    /// How many equal shares of each quota there are, the fallback
+    /// deciding on one (see [`RedisBuilder::local_share`](crate::redis::RedisBuilder::local_share)).
+    pub(crate) local_share: u32,
     pub(crate) timeout: Duration,
     pub(crate) policy: FailPolicy,
     pub(crate) breaker: Breaker,
