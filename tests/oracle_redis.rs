@@ -1,0 +1,438 @@
+//! The oracle's Redis half: one state machine that drives every public
+//! operation of a fleet of Redis limiters, built differently, in any
+//! order, against a real `redis-server`, and holds every client's
+//! admissions to the token bucket's exact bound.
+//!
+//! Each case builds three replicas of one token bucket on one prefix, each
+//! drawn with or without leases (of 2 to 8 units), coalescing or one call
+//! per check, with or without the deny shortcut, and with capacities of
+//! its own for tiers 0 and 1 (6 to 12 and 2 to 5, later 2 to 12, every one
+//! at one unit per 10 minutes). One resolver, shared by the three, puts each client in its
+//! tier. The operations, on four clients:
+//!
+//! - `check_n` (costs 0 to 2), runs of checks that make a client hot (and
+//!   so leased), and tasks checking several clients at once (one batch on
+//!   a coalescing replica);
+//! - `peek_n`, `reserve_n` with no wait, then `commit` or `cancel` later,
+//!   after any other operations;
+//! - `reset` and `remove`, by any replica, leasing or not;
+//! - `set_quota` on one replica, and moves of a client between tiers;
+//! - pauses.
+//!
+//! The property, as the docs state it for a bucket (leased units
+//! included) and for quota changes and tier moves: over every span of
+//! operations after a client's latest reset or removal, every replica
+//! together admits the client at most the largest capacity any replica
+//! held it to in the span, plus the units refilled over the span (none in
+//! a case of a few seconds). A booking counts from its operation on, and
+//! stops counting where its cancel says it was given back.
+//!
+//! Without a `redis-server` binary the test prints why and passes, unless
+//! `CI=true`, where a missing server fails it. `PROPTEST_CASES` sets the
+//! number of cases (64 by default).
+
+#![cfg(not(feature = "loom"))]
+
+mod redis_server;
+
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use redis::aio::ConnectionManager;
+use redis_server::{prefix, runtime, Server};
+use tollgate::redis::{FailPolicy, Lease, RedisLimiter, RedisReservation};
+use tollgate::TokenBucket;
+
+/// The clients of a case.
+const CLIENTS: usize = 4;
+/// The replicas of a case.
+const REPLICAS: usize = 3;
+/// Every quota's interval: a unit per 10 minutes, so that a case's span
+/// refills nothing and the bound is the capacity.
+const INTERVAL: Duration = Duration::from_secs(600);
+
+/// How one replica is built.
+#[derive(Clone, Debug)]
+struct Setup {
+    /// `Some(max_units)`: it leases.
+    lease: Option<u64>,
+    coalesce: bool,
+    shortcut: bool,
+    /// Tier 0's and tier 1's capacities.
+    caps: [u64; 2],
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Check {
+        r: usize,
+        c: usize,
+        cost: u64,
+    },
+    /// `n` checks in a row: a client this hot is leased.
+    Run {
+        r: usize,
+        c: usize,
+        n: usize,
+    },
+    /// `n` tasks at once, the i-th checking client `i % CLIENTS`.
+    Together {
+        r: usize,
+        n: usize,
+    },
+    Peek {
+        r: usize,
+        c: usize,
+        cost: u64,
+    },
+    Reserve {
+        r: usize,
+        c: usize,
+        n: u64,
+    },
+    /// Settles the `i`-th booking held (modulo their number).
+    Settle {
+        i: usize,
+        cancel: bool,
+    },
+    Reset {
+        r: usize,
+        c: usize,
+    },
+    Remove {
+        r: usize,
+        c: usize,
+    },
+    SetQuota {
+        r: usize,
+        tier: u16,
+        cap: u64,
+    },
+    Move {
+        c: usize,
+        tier: u16,
+    },
+    Pause {
+        ms: u64,
+    },
+}
+
+fn setup() -> impl Strategy<Value = Setup> {
+    (
+        prop::option::of(2..=16u64),
+        any::<bool>(),
+        any::<bool>(),
+        // A paying tier 0 and a free tier 1, so that a move down binds.
+        [16..=32u64, 2..=5u64],
+    )
+        .prop_map(|(lease, coalesce, shortcut, caps)| Setup {
+            lease,
+            coalesce,
+            shortcut,
+            caps,
+        })
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let r = 0..REPLICAS;
+    let c = 0..CLIENTS;
+    prop_oneof![
+        6 => (r.clone(), c.clone(), 0..=2u64).prop_map(|(r, c, cost)| Op::Check { r, c, cost }),
+        4 => (r.clone(), c.clone(), 4..=20usize).prop_map(|(r, c, n)| Op::Run { r, c, n }),
+        2 => (r.clone(), 2..=16usize).prop_map(|(r, n)| Op::Together { r, n }),
+        1 => (r.clone(), c.clone(), 0..=2u64).prop_map(|(r, c, cost)| Op::Peek { r, c, cost }),
+        2 => (r.clone(), c.clone(), 1..=2u64).prop_map(|(r, c, n)| Op::Reserve { r, c, n }),
+        2 => (any::<usize>(), any::<bool>()).prop_map(|(i, cancel)| Op::Settle { i, cancel }),
+        2 => (r.clone(), c.clone()).prop_map(|(r, c)| Op::Reset { r, c }),
+        1 => (r.clone(), c.clone()).prop_map(|(r, c)| Op::Remove { r, c }),
+        2 => (r, 0..2u16, 2..=32u64).prop_map(|(r, tier, cap)| Op::SetQuota { r, tier, cap }),
+        2 => (c, 0..2u16).prop_map(|(c, tier)| Op::Move { c, tier }),
+        1 => (0..=30u64).prop_map(|ms| Op::Pause { ms }),
+    ]
+}
+
+/// What the oracle knows of one client over the span from one operation
+/// (since its latest reset) to now.
+#[derive(Clone, Copy, Debug)]
+struct Mark {
+    /// The operation it began at.
+    op: usize,
+    began: Instant,
+    admitted: u64,
+    /// The largest capacity any replica held the client to since.
+    most: u64,
+}
+
+/// A booking held, of `n` units of client `c`, made by operation `op`.
+struct Booked {
+    c: usize,
+    op: usize,
+    n: u64,
+    held: RedisReservation,
+}
+
+struct Case {
+    replicas: Vec<RedisLimiter<TokenBucket>>,
+    /// Each replica's capacity per tier, as set.
+    caps: Vec<[u64; 2]>,
+    tiers: Arc<[AtomicU16; CLIENTS]>,
+    /// Each client's spans, one from each operation since its latest
+    /// reset.
+    marks: [Vec<Mark>; CLIENTS],
+    booked: Vec<Booked>,
+    log: Vec<String>,
+}
+
+fn client(c: usize) -> String {
+    format!("c{c}")
+}
+
+impl Case {
+    fn build(conn: &ConnectionManager, name: &str, setups: &[Setup]) -> Self {
+        let tiers: Arc<[AtomicU16; CLIENTS]> = Arc::new(Default::default());
+        let replicas = setups
+            .iter()
+            .map(|s| {
+                let tiers = Arc::clone(&tiers);
+                let mut b = TokenBucket::builder()
+                    .rate(1, INTERVAL)
+                    .capacity(s.caps[0])
+                    .redis(conn.clone(), name)
+                    .fail_policy(FailPolicy::FailClosed)
+                    .timeout(Duration::from_secs(10))
+                    .coalesce(s.coalesce)
+                    .tier_by(move |id| {
+                        let c = usize::from(id[1] - b'0');
+                        // Relaxed: the test sets a tier before the
+                        // operations it governs, on this thread or before
+                        // spawning theirs.
+                        tiers[c].load(Ordering::Relaxed)
+                    });
+                if let Some(units) = s.lease {
+                    // A lease holds at most the bucket's capacity.
+                    let units = units.min(s.caps[0]);
+                    b = b.lease(Lease::new(Duration::from_secs(60)).max_units(units));
+                }
+                if !s.shortcut {
+                    b = b.no_deny_shortcut();
+                }
+                let limiter = b.build().unwrap();
+                let tier1 = TokenBucket::builder().rate(1, INTERVAL).capacity(s.caps[1]);
+                limiter.set_quota(1, tier1).unwrap();
+                limiter
+            })
+            .collect();
+        Case {
+            replicas,
+            caps: setups.iter().map(|s| s.caps).collect(),
+            tiers,
+            marks: Default::default(),
+            booked: Vec::new(),
+            log: Vec::new(),
+        }
+    }
+
+    /// The largest capacity any replica holds client `c` to now.
+    fn held_to(&self, c: usize) -> u64 {
+        let tier = usize::from(self.tiers[c].load(Ordering::Relaxed));
+        self.caps.iter().map(|caps| caps[tier]).max().unwrap()
+    }
+
+    /// Every span takes in the capacity each client is held to now.
+    fn held_to_now(&mut self) {
+        for c in 0..CLIENTS {
+            let most = self.held_to(c);
+            for mark in &mut self.marks[c] {
+                mark.most = mark.most.max(most);
+            }
+        }
+    }
+
+    fn admit(&mut self, c: usize, units: u64) {
+        for mark in &mut self.marks[c] {
+            mark.admitted += units;
+        }
+    }
+
+    /// A reset: no span before it bounds what comes after.
+    fn restart(&mut self, c: usize) {
+        self.marks[c].clear();
+    }
+
+    /// Operation `i`, `op`, and the spans it begins.
+    async fn apply(&mut self, i: usize, op: &Op) {
+        for c in 0..CLIENTS {
+            let most = self.held_to(c);
+            self.marks[c].push(Mark {
+                op: i,
+                began: Instant::now(),
+                admitted: 0,
+                most,
+            });
+        }
+        match *op {
+            Op::Check { r, c, cost } => {
+                let d = self.replicas[r].check_n(&client(c), cost).await.unwrap();
+                if d.is_allowed() {
+                    self.admit(c, cost);
+                }
+            }
+            Op::Run { r, c, n } => {
+                for _ in 0..n {
+                    let d = self.replicas[r].check(&client(c)).await.unwrap();
+                    self.admit(c, u64::from(d.is_allowed()));
+                }
+            }
+            Op::Together { r, n } => {
+                let handles: Vec<_> = (0..n)
+                    .map(|i| {
+                        let limiter = self.replicas[r].clone();
+                        tokio::spawn(async move {
+                            let c = i % CLIENTS;
+                            (c, limiter.check(&client(c)).await.unwrap().is_allowed())
+                        })
+                    })
+                    .collect();
+                for handle in handles {
+                    let (c, allowed) = handle.await.unwrap();
+                    self.admit(c, u64::from(allowed));
+                }
+            }
+            Op::Peek { r, c, cost } => {
+                let _ = self.replicas[r].peek_n(&client(c), cost).await.unwrap();
+            }
+            Op::Reserve { r, c, n } => {
+                if let Ok(held) = self.replicas[r]
+                    .reserve_n(&client(c), n, Duration::ZERO)
+                    .await
+                {
+                    self.admit(c, n);
+                    self.booked.push(Booked { c, op: i, n, held });
+                }
+            }
+            Op::Settle { i, cancel } => {
+                if self.booked.is_empty() {
+                    return;
+                }
+                let booked = self.booked.swap_remove(i % self.booked.len());
+                if !cancel {
+                    booked.held.commit();
+                    return;
+                }
+                let given_back = booked.held.cancel().await.unwrap();
+                self.log.push(format!("  given back: {given_back}"));
+                if given_back {
+                    // Uncounted in every span that counted it: those
+                    // begun by its operation or before, since the latest
+                    // reset (one before the booking cleared them all).
+                    for mark in &mut self.marks[booked.c] {
+                        if mark.op <= booked.op {
+                            mark.admitted -= booked.n;
+                        }
+                    }
+                }
+            }
+            Op::Reset { r, c } => {
+                let _ = self.replicas[r].reset(&client(c)).await.unwrap();
+                self.restart(c);
+            }
+            Op::Remove { r, c } => {
+                let _ = self.replicas[r].remove(&client(c)).await.unwrap();
+                self.restart(c);
+            }
+            Op::SetQuota { r, tier, cap } => {
+                let quota = TokenBucket::builder().rate(1, INTERVAL).capacity(cap);
+                match self.replicas[r].set_quota(tier, quota) {
+                    Ok(()) => self.caps[r][usize::from(tier)] = cap,
+                    // A quota below the replica's lease size is refused,
+                    // and changes nothing.
+                    Err(err) => self.log.push(format!("  refused: {err}")),
+                }
+                self.held_to_now();
+            }
+            Op::Move { c, tier } => {
+                // Relaxed: see the resolver.
+                self.tiers[c].store(tier, Ordering::Relaxed);
+                self.held_to_now();
+            }
+            Op::Pause { ms } => tokio::time::sleep(Duration::from_millis(ms)).await,
+        }
+    }
+
+    /// Every client within the bound of every span.
+    fn check_bounds(&self) -> Result<(), String> {
+        for (c, marks) in self.marks.iter().enumerate() {
+            for m in marks {
+                let refilled = (m.began.elapsed().as_nanos() / INTERVAL.as_nanos()) as u64;
+                let bound = m.most + refilled;
+                if m.admitted <= bound {
+                    continue;
+                }
+                return Err(format!(
+                    "client {c}: {} admitted from operation {} on against a bound of {bound} \
+                     (largest capacity held to {}); stats {:?}\n{}",
+                    m.admitted,
+                    m.op,
+                    m.most,
+                    self.replicas.iter().map(|r| r.stats()).collect::<Vec<_>>(),
+                    self.log.join("\n"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(64)
+}
+
+/// Every public operation of three replicas built differently, in any
+/// order, keeps each client within the bucket's exact bound from its
+/// latest reset on.
+#[test]
+fn a_fleet_built_every_way_keeps_each_client_within_its_bound() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let conn = rt.block_on(server.manager());
+    let mut runner = TestRunner::new(Config {
+        cases: cases(),
+        failure_persistence: None,
+        max_shrink_iters: 256,
+        ..Config::default()
+    });
+    let n = std::sync::atomic::AtomicU64::new(0);
+    let strategy = (
+        prop::collection::vec(setup(), REPLICAS),
+        prop::collection::vec(op(), 1..40),
+    );
+    let result = runner.run(&strategy, |(setups, ops)| {
+        // Relaxed: a counter for unique names, on this thread.
+        let case = n.fetch_add(1, Ordering::Relaxed);
+        let name = prefix(&format!("oracle-{case}"));
+        rt.block_on(async {
+            let mut case = Case::build(&conn, &name, &setups);
+            for (i, op) in ops.iter().enumerate() {
+                case.log.push(format!("{i}: {op:?}"));
+                case.apply(i, op).await;
+                case.check_bounds().map_err(TestCaseError::fail)?;
+            }
+            // What is still booked is committed: nothing is given back.
+            for booked in case.booked.drain(..) {
+                booked.held.commit();
+            }
+            Ok(())
+        })
+    });
+    if let Err(failure) = result {
+        panic!("{failure}");
+    }
+}
