@@ -245,6 +245,12 @@
 //!   `a_local_share_keeps_a_fleet_at_one_quota_during_an_outage`,
 //!   `redis_down_each_policy_answers_in_time_then_recovers_by_itself`). A
 //!   client a replica never heard of starts from its full share.
+//! - A slow reply is told from an unreachable Redis: a call that times
+//!   out after Redis answered another call of the limiter's (sent
+//!   earlier, answered while it waited) has its own check answered by the
+//!   fail policy, and opens nothing; one that times out with no reply
+//!   since it was sent, or that cannot reach Redis, opens the breaker
+//!   (`a_timeout_while_redis_answers_another_call_opens_nothing`).
 //! - After such a failure, checks skip Redis for a backoff that doubles
 //!   with each failed probe, one probe at a time, so an outage never
 //!   becomes a retry storm; when Redis is back the limiter recovers by

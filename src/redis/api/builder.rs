@@ -240,7 +240,10 @@ impl<A> RedisBuilder<A> {
         self
     }
 
-    /// After a failure, checks skip Redis for `first`, then one probe goes
+    /// After a failure to reach Redis (a refused connection, or a call
+    /// that timed out with no reply to any call since it was sent: a
+    /// timeout while Redis answers others is a slow reply, which opens
+    /// nothing), checks skip Redis for `first`, then one probe goes
     /// through; each failed probe doubles the wait, up to `max`. Default
     /// 100 ms and 5 s; [`build`](Self::build) requires
     /// `1 ms ≤ first ≤ max ≤ 1 hour`.

@@ -246,7 +246,17 @@ impl<A> Inner<A> {
             }
             Err(_elapsed) => {
                 bump(&counters.timeouts);
-                self.redis_down(probe);
+                if self.breaker.answered_since(sent) {
+                    // Slow, not unreachable: Redis answered another call
+                    // while this one waited, so the breaker stays as it
+                    // is, and only this check is answered by the fail
+                    // policy.
+                    if probe {
+                        self.breaker.abandoned();
+                    }
+                } else {
+                    self.redis_down(probe);
+                }
                 CheckError::with_kind(
                     CheckErrorKind::Timeout,
                     format!("Redis did not answer within {:?}", self.timeout),
@@ -260,7 +270,7 @@ impl<A> Inner<A> {
     /// Redis answered: tells the breaker, and counts (and reports, with the
     /// `tracing` feature) its closing if it was open.
     fn redis_up(&self, probe: bool) {
-        if self.breaker.succeeded(probe) {
+        if self.breaker.succeeded(probe, self.calls.clock.local_ns()) {
             bump(&self.calls.counters.breaker_closed);
             #[cfg(feature = "tracing")]
             self.breaker_closed();

@@ -2,6 +2,7 @@
 //! `redis-server` of its own (`testing`), kept out of the production files.
 
 mod batch_equal;
+mod breaker;
 mod differ;
 mod lease_exact;
 mod lua_equal;

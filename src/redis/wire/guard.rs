@@ -20,13 +20,15 @@ pub(crate) enum Gate {
 }
 
 /// The breaker: `down_until` (ns on the limiter's local clock, 0 while
-/// up), a probe flag, and the count of consecutive failed probes that sets
-/// the backoff.
+/// up), a probe flag, the count of consecutive failed probes that sets
+/// the backoff, and the latest instant Redis answered a call, which tells
+/// a slow reply from an unreachable Redis.
 #[derive(Debug)]
 pub(crate) struct Breaker {
     down_until: AtomicU64,
     probing: AtomicU64,
     failures: AtomicU64,
+    answered: AtomicU64,
     base: u64,
     max: u64,
 }
@@ -38,6 +40,7 @@ impl Breaker {
             down_until: AtomicU64::new(0),
             probing: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            answered: AtomicU64::new(0),
             base: ns(base).max(1),
             max: ns(max).max(1),
         }
@@ -74,9 +77,12 @@ impl Breaker {
             .is_ok()
     }
 
-    /// Redis answered: it is up. True for the one call that closed the
-    /// breaker (it was open).
-    pub(crate) fn succeeded(&self, probe: bool) -> bool {
+    /// Redis answered a call at `now`: it is up. True for the one call that
+    /// closed the breaker (it was open).
+    pub(crate) fn succeeded(&self, probe: bool, now: u64) -> bool {
+        // Relaxed: read by `answered_since` as a hint that Redis is
+        // reachable; it orders nothing else.
+        self.answered.fetch_max(now, Ordering::Relaxed);
         let mut closed = false;
         // Relaxed: a hint that spares the common case (up) a write; the
         // swap below decides.
@@ -132,6 +138,15 @@ impl Breaker {
         } else {
             false
         }
+    }
+
+    /// Whether Redis answered a call after `sent`: then a call sent at
+    /// `sent` that timed out met a slow reply, not an unreachable Redis,
+    /// and opens nothing.
+    pub(crate) fn answered_since(&self, sent: u64) -> bool {
+        // Relaxed: see `succeeded`; a reply missed here (a race with its
+        // store) opens the breaker, as any timeout did before.
+        self.answered.load(Ordering::Relaxed) > sent
     }
 
     /// A probe that never finished (its future was dropped): let another go.
@@ -336,8 +351,8 @@ mod tests {
             "a dropped probe lets another go"
         );
         assert!(b.take_probe());
-        assert!(b.succeeded(true), "closed");
-        assert!(!b.succeeded(false), "closed once");
+        assert!(b.succeeded(true, 65 * MS), "closed");
+        assert!(!b.succeeded(false, 65 * MS), "closed once");
         assert_eq!(b.gate(65 * MS), Gate::Pass);
         assert!(b.failed(false, 70 * MS), "opened again");
         assert_eq!(
@@ -345,5 +360,18 @@ mod tests {
             Gate::Down(Duration::from_millis(10)),
             "backoff restarts"
         );
+    }
+
+    #[test]
+    fn a_timeout_after_another_call_was_answered_is_a_slow_reply() {
+        let b = Breaker::new(Duration::from_millis(10), Duration::from_millis(35));
+        assert!(!b.answered_since(0), "nothing answered yet");
+        // A call sent at 5 ms; another answered at 7 ms: Redis is up.
+        assert!(!b.succeeded(false, 7 * MS));
+        assert!(b.answered_since(5 * MS));
+        assert!(!b.answered_since(7 * MS), "answered before, not since");
+        // An older reply recorded late does not move the instant back.
+        assert!(!b.succeeded(false, 6 * MS));
+        assert!(b.answered_since(6 * MS));
     }
 }
