@@ -39,6 +39,10 @@ fn child_worker() {
         parts.next().unwrap_or("each").to_string(),
     );
     let coalesce = mode == "coalesce";
+    if let Some(lease) = mode.strip_prefix("outage") {
+        outage_worker(&url, &name, lease == "-lease");
+        return;
+    }
     let admitted = runtime().block_on(async move {
         let conn: RedisConnection = match url.strip_prefix("cluster:") {
             Some(nodes) => redis::cluster::ClusterClient::new(nodes.split(',').collect::<Vec<_>>())
@@ -105,6 +109,107 @@ fn child_worker() {
 
 /// The most units one lease holds in the cross-process tests.
 const LEASE_UNITS: u64 = 10;
+
+/// The quota of the outage test: 40 an hour, for a fleet of `OUTAGE_FLEET`
+/// processes.
+const OUTAGE_QUOTA: u64 = 40;
+const OUTAGE_FLEET: u32 = 2;
+
+/// A child of `a_pause_costs_a_fleet_of_processes_no_more_than_was_left`:
+/// four tasks check one client every 5 ms for 1.5 s, under the default
+/// `Local` policy with the fleet's share, a 100 ms timeout and no deny
+/// shortcut (so that every check is a call while Redis answers), leasing
+/// if `lease`; the process prints what it admitted and how many checks
+/// its fallback decided.
+fn outage_worker(url: &str, name: &str, lease: bool) {
+    runtime().block_on(async {
+        let conn = ConnectionManager::new(redis::Client::open(url).unwrap())
+            .await
+            .unwrap();
+        let mut builder = TokenBucket::builder()
+            .rate(OUTAGE_QUOTA, HOUR)
+            .redis(conn, name)
+            .local_share(OUTAGE_FLEET)
+            .timeout(Duration::from_millis(100))
+            .no_deny_shortcut();
+        if lease {
+            builder = builder.lease(Lease::new(Duration::from_secs(60)).max_units(LEASE_UNITS));
+        }
+        let limiter = builder.build().unwrap();
+        let until = Instant::now() + Duration::from_millis(1_500);
+        let tasks: Vec<_> = (0..4)
+            .map(|_| {
+                let limiter = limiter.clone();
+                tokio::spawn(async move {
+                    let mut admitted = 0;
+                    while Instant::now() < until {
+                        admitted += u64::from(limiter.check("shared").await.unwrap().is_allowed());
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    admitted
+                })
+            })
+            .collect();
+        let mut admitted = 0;
+        for task in tasks {
+            admitted += task.await.unwrap();
+        }
+        println!("ADMITTED={admitted}");
+        println!("FAIL_LOCAL={}", limiter.stats().fail_local);
+    });
+}
+
+/// Two real processes share a bucket of 40 an hour under the default
+/// `Local` policy (each on its half, `local_share(2)`), spend it, and then
+/// Redis stops answering for 600 ms (`CLIENT PAUSE`): each process decides
+/// alone from what Redis last told it was left, nothing, so the fleet
+/// admits exactly the quota, with and without leases. A fallback that
+/// started from a full bucket admitted a full share more per process.
+#[test]
+fn a_pause_costs_a_fleet_of_processes_no_more_than_was_left() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let exe = std::env::current_exe().unwrap();
+    for mode in ["outage", "outage-lease"] {
+        let name = prefix(mode);
+        let children: Vec<_> = (0..OUTAGE_FLEET)
+            .map(|_| {
+                Command::new(&exe)
+                    .args(["child_worker", "--exact", "--nocapture", "--test-threads=1"])
+                    .env(CHILD_ENV, format!("{}|tb|{name}|{mode}", server.url()))
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        // The quota is spent within a few hundred ms of the children's
+        // start; then Redis pauses.
+        std::thread::sleep(Duration::from_millis(600));
+        let _: () = redis::cmd("CLIENT")
+            .arg(&["PAUSE", "600", "ALL"][..])
+            .query(&mut server.sync())
+            .unwrap();
+        let (mut admitted, mut local) = (0, 0);
+        for child in children {
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success(), "{mode}: a child failed");
+            let text = String::from_utf8_lossy(&out.stdout);
+            let field = |what: &str| -> u64 {
+                text.lines()
+                    .find_map(|l| l.split_once(what).map(|(_, n)| n.trim().parse().unwrap()))
+                    .unwrap_or_else(|| panic!("{mode}: no {what} in {text}"))
+            };
+            admitted += field("ADMITTED=");
+            local += field("FAIL_LOCAL=");
+        }
+        assert!(local > 0, "{mode}: the pause sent checks to the fallback");
+        assert_eq!(
+            admitted, OUTAGE_QUOTA,
+            "{mode}: {admitted} admitted ({local} checks decided in process) against a quota of {OUTAGE_QUOTA}"
+        );
+    }
+}
 
 /// Prints a leasing limiter's lease figures for the parent.
 fn report_leases<A: RedisAlgorithm>(limiter: &RedisLimiter<A>) {

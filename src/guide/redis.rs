@@ -230,9 +230,9 @@
 //!   `FailClosed`, nowhere (nothing is admitted); under `FailOpen`, without
 //!   bound (every check is admitted); under `Local`, each replica decides
 //!   alone in process, holding each client to what Redis last told that
-//!   replica was left (every answer from Redis spends the client's
-//!   in-process state down to it), so a client starts an outage where the
-//!   fleet left it, not from a full quota. Redis never hears of what was
+//!   replica was left (every answer from Redis, a lease's grant included,
+//!   spends the client's in-process state down to it), so a client starts
+//!   an outage where the fleet left it, not from a full quota. Redis never hears of what was
 //!   admitted in process, and grants what it still holds once it is back:
 //!   over the exact bound, an outage admits a client at most the sum over
 //!   the replicas of what each last heard was left, plus each replica's
@@ -242,6 +242,7 @@
 //!   outage began (as the replica that heard last before it saw it), plus
 //!   one refill of its duration
 //!   (`an_outage_starts_each_client_from_what_redis_last_said`,
+//!   `a_pause_costs_a_fleet_of_processes_no_more_than_was_left`,
 //!   `a_local_share_keeps_a_fleet_at_one_quota_during_an_outage`,
 //!   `redis_down_each_policy_answers_in_time_then_recovers_by_itself`). A
 //!   client a replica never heard of starts from its full share.

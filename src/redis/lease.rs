@@ -476,11 +476,19 @@ impl<A: RedisAlgorithm> Inner<A> {
                 // Relaxed: a hint for the checks that find the lease empty.
                 entry.dry.store(units < want, Ordering::Relaxed);
                 self.lapsed(entry.cell.grant(now, start, end));
+                // What Redis has left beside the grant: the bucket's, its
+                // TAT now at the grant's end, at Redis's reading `at`.
+                if let Spec::One(half) = request.spec() {
+                    let owed = end.saturating_sub(at).div_ceil(half.a.max(1));
+                    self.hold_local(request, half.b.saturating_sub(owed));
+                }
                 self.quiet_later(entry, request);
                 Ok(Some(Some(at)))
             }
             Answer::Nothing { until } => {
                 bump(&self.calls.counters.lease_calls);
+                // Redis has nothing left for the client until `until`.
+                self.hold_local(request, 0);
                 // Relaxed: as above.
                 entry.dry.store(true, Ordering::Relaxed);
                 self.lapsed(entry.cell.nothing(

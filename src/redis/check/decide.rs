@@ -267,6 +267,19 @@ impl<A> Inner<A> {
 }
 
 impl<A> Inner<A> {
+    /// Holds the `Local` fallback's state of `request`'s client to its
+    /// share of the `left` units Redis says the client has left, so that
+    /// an outage starts the client there.
+    pub(crate) fn hold_local(&self, request: &Request, left: u64) {
+        if let Some(local) = &self.fallback {
+            local.hold_to(
+                &request.client,
+                request.judged.tier,
+                left / u64::from(self.local_share),
+            );
+        }
+    }
+
     /// Redis answered: tells the breaker, and counts (and reports, with the
     /// `tracing` feature) its closing if it was open.
     fn redis_up(&self, probe: bool) {
@@ -355,13 +368,7 @@ impl<A: RedisAlgorithm> Inner<A> {
     /// fewer than the capacity), judged at Redis's reading, and forgets
     /// the client for any other.
     pub(super) fn remember(&self, request: &Request, sent: u64, answer: &Answer) {
-        if let Some(local) = &self.fallback {
-            local.hold_to(
-                &request.client,
-                request.judged.tier,
-                answer.decision.remaining / u64::from(self.local_share),
-            );
-        }
+        self.hold_local(request, answer.decision.remaining);
         let (Some(cache), Some(key)) = (&self.shortcut, request.cache_key) else {
             return;
         };
