@@ -958,6 +958,52 @@ fn moving_between_plans_at_one_instant_never_refills() {
     assert_eq!(admitted, 20);
 }
 
+/// Moves between two plans of one rate, spread over time: a client that
+/// spends a bucket of 32, then goes down to a bucket of 2 and back up each
+/// second (one token a second in both), gets at most the largest capacity
+/// and the rate's refill over the span: 32 + 10 in 10 s (it gets 32: back
+/// in the large bucket, a debt past the small one counts as the large one
+/// spent). Keeping only the share of the bucket turned each second's
+/// refill of the small bucket (half of it) into half of the large one:
+/// 192 in 10 s. With a resolver's moves (`retier`) and with `set_quota`.
+#[test]
+fn moving_between_plans_of_one_rate_never_outruns_the_rate() {
+    let second = Duration::from_secs(1);
+    let plan = |capacity| TokenBucket::builder().rate(1, second).capacity(capacity);
+    let records: Records = Arc::default();
+    let clock = ManualClock::new();
+    let limiter = plan(32)
+        .tier(1, plan(2))
+        .tier_by(resolver(&records))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let spend = |client: u64| (0..100).filter(|_| limiter.allow_request(&client)).count();
+    let mut admitted = spend(7);
+    for _ in 0..10 {
+        records.lock().unwrap().insert(7, 1);
+        limiter.retier(&7);
+        admitted += spend(7);
+        clock.advance(second);
+        records.lock().unwrap().insert(7, 0);
+        limiter.retier(&7);
+        admitted += spend(7);
+    }
+    assert!((32..=32 + 10).contains(&admitted), "moves: {admitted}");
+    let mut admitted = spend(8);
+    for _ in 0..10 {
+        limiter.set_quota(0, plan(2)).unwrap();
+        admitted += spend(8);
+        clock.advance(second);
+        limiter.set_quota(0, plan(32)).unwrap();
+        admitted += spend(8);
+    }
+    assert!(
+        (32..=32 + 10).contains(&admitted),
+        "quota changes: {admitted}"
+    );
+}
+
 /// A window recorded at a reading far ahead (a quota change made then)
 /// and a clock that comes back: the empty count of that window is not a
 /// fresh state before the window starts (its window still counts there),

@@ -153,7 +153,8 @@ impl WordAlgorithm for TokenBucket {
     fn admit(&self, tat: u64, now: u64, cost: u64) -> Option<u64> {
         let now = clamp_now(now);
         let tat = tat.max(now);
-        // tat ≥ now, and tat ≤ NOW_MAX + capacity·interval: no overflow.
+        // tat ≥ now; past the test, tat + cost·interval ≤ now +
+        // capacity·interval ≤ NOW_MAX + REFILL_MAX: no overflow.
         if tat - now <= self.tolerance(cost) {
             Some(tat + cost * self.interval)
         } else {
@@ -189,12 +190,18 @@ impl WordAlgorithm for TokenBucket {
         self.capacity * self.interval
     }
 
-    /// The debt is kept in tokens and as a share of the bucket, whichever
-    /// is more ([`carried`](super::carried)), at most a full bucket of the
-    /// new quota: a bucket missing `d` tokens (fractions included) of `c`
-    /// misses `max(d, d · c' / c)`, at most `c'`, under the new quota,
-    /// rounded up to a whole nanosecond of refill. A full bucket stays
-    /// full; an empty one starts the new quota empty.
+    /// The debt is kept in tokens, whole, and as a share of the bucket,
+    /// whichever is more: a bucket missing `d` tokens (fractions included)
+    /// of `c` misses `max(d, min(d · c' / c, c'))` under the new quota
+    /// ([`carried`](super::carried)), rounded up to a whole nanosecond of
+    /// refill. A full bucket stays full; an empty one starts the new quota
+    /// empty, or emptier than empty: a client moved to a smaller bucket
+    /// still waits until it has refilled every token it spent. The share
+    /// keeps moves at one instant from refilling; the whole tokens keep a
+    /// refill earned in a small bucket from being multiplied by a move
+    /// back to a large one, so a client moved between quotas of one rate
+    /// is admitted over any span at most the largest capacity involved
+    /// and that rate's refill over the span.
     fn convert(&self, tat: u64, now: u64, to: &Self) -> u64 {
         let now = clamp_now(now);
         if tat <= now {
@@ -203,18 +210,22 @@ impl WordAlgorithm for TokenBucket {
         // The debt in the new quota's nanoseconds of refill, tokens kept:
         // (tat − now) · interval' / interval, in 128 bits (each factor is
         // below 2^64, so the product fits).
-        let debt =
+        let kept =
             (u128::from(tat - now) * u128::from(to.interval)).div_ceil(u128::from(self.interval));
-        // Then at least the same share of the bucket: `debt / interval'`
+        // At least the same share of the bucket: `debt / interval'`
         // tokens of `capacity` are `debt · capacity' / capacity` ns of the
         // new bucket's `capacity' · interval'`.
         // to.capacity · to.interval ≤ REFILL_MAX, checked by `new`.
         let full = u128::from(to.capacity * to.interval);
-        let debt = super::carried(
-            debt.min(full),
+        let share = super::carried(
+            kept.min(full),
             u128::from(self.capacity) * u128::from(to.interval),
             full,
         );
+        // And the tokens whole, beyond a full bucket if need be (a debt
+        // past the longest a word holds counts as that: never met by a
+        // bucket of one quota).
+        let debt = share.max(kept).min(u128::from(REFILL_MAX));
         // now ≤ NOW_MAX and debt ≤ REFILL_MAX: a live word.
         now + debt as u64
     }

@@ -98,7 +98,12 @@
 //!
 //! - The token bucket keeps its missing tokens so (a full bucket stays
 //!   full; an empty one starts the new quota empty, refilling at the new
-//!   rate).
+//!   rate), and keeps every token it is missing even beyond the new
+//!   bucket: a client moved from a bucket of 32 it emptied to one of 2
+//!   waits until it has refilled 32 tokens' worth. So a refill earned in
+//!   a small bucket is never multiplied by a move back to a large one:
+//!   over any span, a client moved among plans gets at most the largest
+//!   capacity involved and the refill at the fastest rate involved.
 //! - The fixed window keeps the count of the window that is running so, in
 //!   the new quota's window that is running.
 //! - The sliding window counter keeps both windows' counts so with the

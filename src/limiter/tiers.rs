@@ -40,7 +40,10 @@ where
     ///
     /// - [`TokenBucket`](crate::TokenBucket): the tokens the client is
     ///   missing, so: a full bucket stays full, and an empty one starts the
-    ///   new quota empty, refilling at the new rate.
+    ///   new quota empty, refilling at the new rate; every token missing
+    ///   stays missing, even beyond a smaller new bucket, so that over any
+    ///   span the client gets at most the largest capacity involved and
+    ///   the refill at the fastest rate involved.
     /// - [`FixedWindow`](crate::FixedWindow): the requests counted in the
     ///   window that is running, so, in the new quota's window that is
     ///   running.

@@ -86,8 +86,9 @@ pub struct BucketModel {
     tokens_per_period: u128,
     per: u128,
     capacity: u64,
-    /// Tokens held, times `per`.
-    scaled: u128,
+    /// Tokens held, times `per`: below zero after a move to a smaller
+    /// bucket, until the tokens spent have refilled.
+    scaled: i128,
     last_refill: u64,
 }
 
@@ -97,7 +98,7 @@ impl BucketModel {
             tokens_per_period: tokens.into(),
             per: per.into(),
             capacity,
-            scaled: u128::from(capacity) * u128::from(per),
+            scaled: i128::from(capacity) * i128::from(per),
             last_refill: 0,
         }
     }
@@ -106,12 +107,12 @@ impl BucketModel {
 impl Model for BucketModel {
     fn admit(&mut self, now: u64, cost: u64) -> bool {
         if now > self.last_refill {
-            let refill = u128::from(now - self.last_refill) * self.tokens_per_period;
-            let cap = u128::from(self.capacity) * self.per;
+            let refill = i128::from(now - self.last_refill) * self.tokens_per_period as i128;
+            let cap = i128::from(self.capacity) * self.per as i128;
             self.scaled = (self.scaled + refill).min(cap);
             self.last_refill = now;
         }
-        let need = u128::from(cost) * self.per;
+        let need = i128::from(cost) * self.per as i128;
         if self.scaled >= need {
             self.scaled -= need;
             true
@@ -127,30 +128,36 @@ impl Model for BucketModel {
 
 impl BucketModel {
     /// This client's state carried over to the quota of `to` (a fresh
-    /// model) at `now`: the tokens missing stay missing, and at least the
-    /// same share of the bucket, at most a whole new bucket
-    /// (`Limiter::set_quota`'s rule), with the missing time rounded up to
-    /// whole nanoseconds of the new rate, then of the share. Token
-    /// intervals must be whole nanoseconds.
+    /// model) at `now`: the tokens missing stay missing, every one of them,
+    /// and at least the same share of the bucket, the share at most a
+    /// whole new bucket (`Limiter::set_quota`'s rule), with the missing
+    /// time rounded up to whole nanoseconds of the new rate, then of the
+    /// share. Token intervals must be whole nanoseconds.
     pub fn convert(&self, now: u64, to: &Self) -> Self {
         let mut m = self.clone();
-        assert!(m.admit(now, 0));
+        // Refilled to `now` (a cost of 0 passes unless the bucket is
+        // emptier than empty).
+        let _ = m.admit(now, 0);
         let (interval, to_interval) = (
             self.per / self.tokens_per_period,
             to.per / to.tokens_per_period,
         );
-        let missing = u128::from(self.capacity) * self.per - m.scaled;
+        let missing = (i128::from(self.capacity) * self.per as i128 - m.scaled) as u128;
         assert_eq!(missing % self.tokens_per_period, 0, "whole ns of debt");
         let debt = missing / self.tokens_per_period;
         let full = u128::from(to.capacity) * to_interval;
         // The tokens missing, in the new rate's nanoseconds (rounded up)...
-        let debt = (debt * to_interval).div_ceil(interval).min(full);
-        // ...and at least the same share of the new bucket (rounded up).
-        let debt = debt
-            .max((debt * u128::from(to.capacity)).div_ceil(u128::from(self.capacity)))
+        let kept = (debt * to_interval).div_ceil(interval);
+        // ...and at least the same share of the new bucket (rounded up),
+        // the share at most a whole bucket.
+        let clamped = kept.min(full);
+        let share = clamped
+            .max((clamped * u128::from(to.capacity)).div_ceil(u128::from(self.capacity)))
             .min(full);
+        let debt = kept.max(share);
         let mut out = to.clone();
-        out.scaled = u128::from(to.capacity) * to.per - debt * to.tokens_per_period;
+        out.scaled =
+            i128::from(to.capacity) * to.per as i128 - (debt * to.tokens_per_period) as i128;
         out.last_refill = now;
         out
     }
