@@ -411,7 +411,20 @@ fn dropping_before_its_time_cancels_and_after_keeps() {
     );
 
     let r = limiter.reserve("a", Duration::MAX).unwrap();
-    clock.advance(Duration::from_secs(1));
+    assert!(!r.is_ready(), "a second to wait");
+    let shown = format!("{r:?}");
+    for field in [
+        "Reservation",
+        "wait: 1s",
+        "ready_at: 1s",
+        "cost: 1",
+        "cancellable: true",
+    ] {
+        assert!(shown.contains(field), "{field} in {shown}");
+    }
+    clock.advance(Duration::from_millis(999));
+    assert!(!r.is_ready(), "1 ms to wait");
+    clock.advance(Duration::from_millis(1));
     assert!(r.is_ready());
     drop(r); // its time came: consumed
     assert_eq!(limiter.peek("a").retry_after(), Duration::from_secs(1));
