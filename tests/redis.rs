@@ -23,6 +23,18 @@ const CHILD_ENV: &str = "TOLLGATE_REDIS_CHILD";
 const TASKS: usize = 8;
 const CHECKS_PER_TASK: usize = 40;
 
+/// A child process of this test binary running `child_worker` on
+/// `target` (a server's URL, or `cluster:` and the nodes'), `algo`'s
+/// limiter under the prefix `name`, in `mode`; its output piped.
+fn child(target: &str, algo: &str, name: &str, mode: &str) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["child_worker", "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, format!("{target}|{algo}|{name}|{mode}"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Run by the child processes of `exactly_the_quota_across_processes`
 /// (and a no-op otherwise): `TASKS` tasks each check `CHECKS_PER_TASK`
 /// times, and the process prints how many were admitted.
@@ -170,18 +182,10 @@ fn a_pause_costs_a_fleet_of_processes_no_more_than_was_left() {
     let Some(server) = Server::start() else {
         return;
     };
-    let exe = std::env::current_exe().unwrap();
     for mode in ["outage", "outage-lease"] {
         let name = prefix(mode);
         let children: Vec<_> = (0..OUTAGE_FLEET)
-            .map(|_| {
-                Command::new(&exe)
-                    .args(["child_worker", "--exact", "--nocapture", "--test-threads=1"])
-                    .env(CHILD_ENV, format!("{}|tb|{name}|{mode}", server.url()))
-                    .stdout(Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
+            .map(|_| child(&server.url(), "tb", &name, mode))
             .collect();
         // The quota is spent within a few hundred ms of the children's
         // start; then Redis pauses.
@@ -345,16 +349,8 @@ fn never_beyond_the_quota_across_processes_with_leases_one_killed() {
     };
     server.away_from_hour_boundary(Duration::from_secs(60));
     let started = Instant::now();
-    let exe = std::env::current_exe().unwrap();
     let name = prefix("leases");
-    let child = |mode: &str| {
-        Command::new(&exe)
-            .args(["child_worker", "--exact", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, format!("{}|tb|{name}|{mode}", server.url()))
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
+    let spawn = |mode: &str| child(&server.url(), "tb", &name, mode);
     let field = |lines: &[String], what: &str| -> u64 {
         lines
             .iter()
@@ -362,7 +358,7 @@ fn never_beyond_the_quota_across_processes_with_leases_one_killed() {
             .unwrap_or_else(|| panic!("no {what} in {lines:?}"))
     };
     // The victim: reads until it says it holds its lease, then dies.
-    let mut victim = child("victim");
+    let mut victim = spawn("victim");
     let mut lines = Vec::new();
     for line in BufReader::new(victim.stdout.take().unwrap()).lines() {
         let line = line.unwrap();
@@ -384,7 +380,7 @@ fn never_beyond_the_quota_across_processes_with_leases_one_killed() {
         victim_held > 0,
         "the victim holds units when killed: {lines:?}"
     );
-    let survivors: Vec<_> = (0..3).map(|_| child("lease")).collect();
+    let survivors: Vec<_> = (0..3).map(|_| spawn("lease")).collect();
     let (mut admitted, mut lapsed) = (victim_admitted, field(&lines, "LAPSED="));
     for survivor in survivors {
         let out = survivor.wait_with_output().unwrap();
@@ -415,19 +411,9 @@ fn never_beyond_the_quota_across_processes_with_leases_one_killed() {
 /// checks if `coalesce`: exactly 100 admitted in all.
 fn across_processes(target: &str, label: &str, coalesce: bool) {
     let mode = if coalesce { "coalesce" } else { "each" };
-    let exe = std::env::current_exe().unwrap();
     for algo in ["tb", "swc", "fw", "swl"] {
         let name = prefix(&format!("{label}-{algo}"));
-        let children: Vec<_> = (0..4)
-            .map(|_| {
-                Command::new(&exe)
-                    .args(["child_worker", "--exact", "--nocapture", "--test-threads=1"])
-                    .env(CHILD_ENV, format!("{target}|{algo}|{name}|{mode}"))
-                    .stdout(Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
+        let children: Vec<_> = (0..4).map(|_| child(target, algo, &name, mode)).collect();
         let (mut total, mut coalesced) = (0, 0);
         let mut each = [0; MANY.len()];
         for child in children {
