@@ -68,8 +68,9 @@
 //!   `exactly_the_quota_across_processes_coalesced` (`tests/redis.rs`:
 //!   five clients, each exactly its quota).
 //! - **Leases** (a token bucket, opt-in): each process takes a block of a
-//!   hot client's units in one call and spends it in process, lock-free;
-//!   see "Leases" below.
+//!   hot client's units in one call and spends it in process, through a
+//!   lock-free cell (the tiers' quotas are read under an uncontended read
+//!   lock, as for every Redis check); see "Leases" below.
 //! - **One interface.** [`AsyncCheck`](crate::AsyncCheck) is the interface
 //!   that in-process and Redis limiters share, and the tower layer takes
 //!   either.
