@@ -119,6 +119,10 @@ enum Memory {
     /// decisions, as documented): property 1 is checked only until the
     /// first such eviction.
     EvictSampled(u64),
+    /// A cap that decides a new client on a fresh state it does not keep,
+    /// once full: such a client is not limited (as documented), and is no
+    /// longer compared; every other client still is.
+    AdmitUntracked(u64),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -156,6 +160,7 @@ fn memory() -> impl Strategy<Value = Memory> {
         Just(Memory::Paced),
         (8..64u64).prop_map(Memory::DenyNew),
         (8..64u64).prop_map(Memory::EvictSampled),
+        (8..64u64).prop_map(Memory::AdmitUntracked),
     ]
 }
 
@@ -397,6 +402,9 @@ enum Track {
     /// replacement renewed its stripe's stamps on the other (see
     /// `Booking`): no longer compared.
     Renewed,
+    /// Decided on a fresh state the subject did not keep, at a full cap
+    /// under `Overflow::AdmitUntracked`: no longer compared.
+    Untracked,
 }
 
 /// Runs `ops` on a subject and its twin of family `F`.
@@ -412,6 +420,9 @@ fn run<F: Family>(q0: usize, q1: usize, memory: Memory, ops: &[Op]) -> Result<()
         Memory::EvictSampled(cap) => subject_builder
             .max_clients(cap)
             .overflow(Overflow::EvictSampled { sample: 5 }),
+        Memory::AdmitUntracked(cap) => subject_builder
+            .max_clients(cap)
+            .overflow(Overflow::AdmitUntracked),
     };
     let subject = subject_builder.build().unwrap();
     let twin = F::builder(q0, q1, &records)
@@ -440,11 +451,21 @@ fn run<F: Family>(q0: usize, q1: usize, memory: Memory, ops: &[Op]) -> Result<()
             Memory::DenyNew(cap) => subject.len() as u64 + 1 >= cap,
             _ => false,
         };
+        // Decisions on untracked states so far: one more after this
+        // operation's call, and its client was decided untracked.
+        let untracked_before = subject.stats().admitted_untracked;
+        let untracked_now = || {
+            matches!(memory, Memory::AdmitUntracked(_))
+                && subject.stats().admitted_untracked > untracked_before
+        };
         // Property 1 on one pair of answers for `client`.
         // `later`: the twin's answer `depth` after this reading, where a
         // free choice (`Family::FREE_CHOICE`) can have shown.
         let mut compare = |client: u64, ours: Answer, theirs: Answer, later: Answer, what: &str| {
             let t = &mut track[client as usize];
+            if untracked_now() {
+                *t = Track::Untracked;
+            }
             if *t != Track::Alike || ours == theirs {
                 return Ok(());
             }
@@ -452,7 +473,8 @@ fn run<F: Family>(q0: usize, q1: usize, memory: Memory, ops: &[Op]) -> Result<()
             // documented: which one is not told, so every client is then
             // off the comparison.
             let stats = subject.stats();
-            if stats.evicted_live > 0 || stats.admitted_untracked > 0 {
+            let evicted = matches!(memory, Memory::EvictSampled(_));
+            if stats.evicted_live > 0 || (evicted && stats.admitted_untracked > 0) {
                 *t = Track::Stricter;
                 return Ok(());
             }
@@ -517,6 +539,7 @@ fn run<F: Family>(q0: usize, q1: usize, memory: Memory, ops: &[Op]) -> Result<()
                 }
                 if ours.is_some_and(|d| d.is_allowed())
                     && !matches!(memory, Memory::EvictSampled(_))
+                    && !untracked_now()
                 {
                     slot.0 += cost;
                     prop_assert!(
@@ -544,6 +567,9 @@ fn run<F: Family>(q0: usize, q1: usize, memory: Memory, ops: &[Op]) -> Result<()
                 ) else {
                     continue;
                 };
+                if untracked_now() {
+                    track[client as usize] = Track::Untracked;
+                }
                 let wait = |r: &Result<Box<dyn Booked + '_>, ()>| r.as_ref().ok().map(|b| b.wait());
                 let (w_ours, w_theirs) = (wait(&ours), wait(&theirs));
                 if track[client as usize] == Track::Alike && w_ours != w_theirs {
@@ -570,13 +596,17 @@ fn run<F: Family>(q0: usize, q1: usize, memory: Memory, ops: &[Op]) -> Result<()
                         continue;
                     }
                     let stats = subject.stats();
-                    let forced = stats.evicted_live > 0 || stats.admitted_untracked > 0;
+                    let forced = stats.evicted_live > 0
+                        || stats.admitted_untracked > 0
+                        || track[client as usize] == Track::Untracked;
                     prop_assert!(
                         forced || ((stepped_back || full) && stricter),
                         "op {i} {op:?}: the forgetting limiter booked {w_ours:?}, the one that \
                          never forgets {w_theirs:?}"
                     );
-                    track[client as usize] = Track::Stricter;
+                    if track[client as usize] == Track::Alike {
+                        track[client as usize] = Track::Stricter;
+                    }
                 }
                 if let (Ok(a), Ok(b)) = (ours, theirs) {
                     bookings.push((client, a, b, false));

@@ -5,10 +5,14 @@
 //! The clock moves in phases: within a phase every thread sees one
 //! reading, and between phases the driver moves it forward. In each phase
 //! four threads race checks of a few tracked clients (costs 1 to 3), peeks,
-//! bookings given back or kept, sweeps, removals of one-off clients and
-//! floods of new ones (which set off the pass and rebuilds). Afterwards,
-//! for every tracked client and every span of phases `[i, j]`, the units
-//! admitted are at most what the exact algorithm allows over that span:
+//! bookings ready at once then given back or kept (where the algorithm
+//! books), sweeps, removals of one-off clients and floods of new ones
+//! (which set off the pass and rebuilds); on a tiered limiter, also quota
+//! changes of either tier between two quotas and moves of tracked clients
+//! between the tiers. Afterwards, for every tracked client and every span
+//! of phases `[i, j]`, the units admitted (less those a cancel gave back)
+//! are at most what the exact algorithm allows over that span, at the
+//! largest quota involved where quotas change:
 //!
 //! - token bucket: `capacity + ⌊rate · (tⱼ − tᵢ)⌋`;
 //! - fixed window and sliding window counter: `limit` per aligned window
@@ -18,14 +22,14 @@
 // Plain `cargo test` runs this suite; the loom models skip it.
 #![cfg(not(feature = "loom"))]
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 
 use tollgate::{
-    Algorithm, Builder, FixedWindow, Limiter, ManualClock, SlidingWindowCounter, SlidingWindowLog,
-    TokenBucket,
+    Algorithm, Builder, FixedWindow, Limiter, ManualClock, Reservable, SlidingWindowCounter,
+    SlidingWindowLog, Tier, TokenBucket,
 };
 
 const THREADS: usize = 4;
@@ -34,8 +38,23 @@ const TRACKED: u64 = 3;
 const MS: u64 = 1_000_000;
 
 /// The exact bound on the units a client can be admitted over readings
-/// `[a, b]`.
-type Bound = fn(u64, u64) -> u64;
+/// `[a, b]`, for a limit (a bucket's rate and capacity, a window's limit).
+type Bound = fn(u64, u64, u64) -> u64;
+
+/// Books `cost` units of a client ready now, then cancels the booking (if
+/// asked) or keeps it: the units admitted less those given back.
+type Book<A> = fn(&Limiter<A, u64, ManualClock>, u64, u64, bool) -> u64;
+
+/// A quota change or a move of a tracked client, drawn.
+type Change<A> = Arc<dyn Fn(&Limiter<A, u64, ManualClock>, &mut Draw) + Send + Sync>;
+
+/// What the limiter under test does beside checks.
+struct Extras<A: Algorithm> {
+    book: Option<Book<A>>,
+    change: Option<Change<A>>,
+    /// The largest limit any quota of the run holds a client to.
+    most: u64,
+}
 
 /// A small deterministic generator (xorshift), one per thread and round.
 struct Draw(u64);
@@ -49,16 +68,17 @@ impl Draw {
     }
 }
 
-fn run<A: Algorithm>(name: &str, builder: impl Fn() -> Builder<A>, bound: Bound, seed: u64) {
+fn run<A: Algorithm>(
+    name: &str,
+    builder: impl Fn() -> Builder<A, u64>,
+    extras: &Extras<A>,
+    bound: Bound,
+    seed: u64,
+) {
     let clock = ManualClock::new();
     clock.set(Duration::from_secs(1_000));
-    let limiter: Arc<Limiter<A, u64, ManualClock>> = Arc::new(
-        builder()
-            .key_type::<u64>()
-            .clock(clock.clone())
-            .build()
-            .unwrap(),
-    );
+    let limiter: Arc<Limiter<A, u64, ManualClock>> =
+        Arc::new(builder().clock(clock.clone()).build().unwrap());
     // admitted[phase][client], in units.
     let admitted: Arc<Vec<Vec<AtomicU64>>> = Arc::new(
         (0..PHASES)
@@ -77,12 +97,13 @@ fn run<A: Algorithm>(name: &str, builder: impl Fn() -> Builder<A>, bound: Bound,
                 Arc::clone(&done),
                 Arc::clone(&fresh),
             );
+            let (book, change) = (extras.book, extras.change.clone());
             thread::spawn(move || {
                 let mut draw = Draw(seed.wrapping_mul(31).wrapping_add(t as u64 + 1) | 1);
                 for phase in 0..PHASES {
                     start.wait();
                     for _ in 0..40 {
-                        match draw.next(20) {
+                        match draw.next(24) {
                             0..=11 => {
                                 let (client, cost) = (draw.next(TRACKED), 1 + draw.next(3));
                                 if let Ok(d) = limiter.check_n(&client, cost) {
@@ -104,11 +125,24 @@ fn run<A: Algorithm>(name: &str, builder: impl Fn() -> Builder<A>, bound: Bound,
                                 let _ = limiter.check(&id);
                                 let _ = limiter.remove(&id);
                             }
-                            _ => {
+                            16..=19 => {
                                 // A flood of new clients.
                                 for _ in 0..(20 + draw.next(200)) {
                                     let id = fresh.fetch_add(1, Ordering::Relaxed);
                                     let _ = limiter.check(&id);
+                                }
+                            }
+                            20 | 21 => {
+                                let (client, cost) = (draw.next(TRACKED), 1 + draw.next(3));
+                                if let Some(book) = book {
+                                    let units = book(&limiter, client, cost, draw.next(2) == 0);
+                                    admitted[phase][client as usize]
+                                        .fetch_add(units, Ordering::Relaxed);
+                                }
+                            }
+                            _ => {
+                                if let Some(change) = &change {
+                                    change(&limiter, &mut draw);
                                 }
                             }
                         }
@@ -140,7 +174,7 @@ fn run<A: Algorithm>(name: &str, builder: impl Fn() -> Builder<A>, bound: Bound,
             let mut units = 0;
             for j in i..PHASES {
                 units += admitted[j][client].load(Ordering::Relaxed);
-                let most = bound(readings[i], readings[j]);
+                let most = bound(extras.most, readings[i], readings[j]);
                 assert!(
                     units <= most,
                     "{name} (seed {seed}): client {client} admitted {units} units over \
@@ -158,22 +192,23 @@ fn clock_now(clock: &ManualClock) -> u64 {
     clock.now_nanos()
 }
 
-/// 10 a second, bursts of 10; windows of 1 s for 10.
+/// 10 a second, bursts of 10; windows of 1 s for 10. Where quotas change,
+/// each tier moves between this and twice it.
 const RATE: u64 = 10;
 const SEC: u64 = 1_000_000_000;
 
-fn bucket_bound(a: u64, b: u64) -> u64 {
-    RATE + (b - a) * RATE / SEC
+fn bucket_bound(rate: u64, a: u64, b: u64) -> u64 {
+    rate + (b - a) * rate / SEC
 }
 
-fn window_bound(a: u64, b: u64) -> u64 {
+fn window_bound(limit: u64, a: u64, b: u64) -> u64 {
     // Windows start on the Unix epoch's multiples; a ManualClock reads 0 at
     // the Unix epoch's 0.
-    RATE * (b / SEC - a / SEC + 1)
+    limit * (b / SEC - a / SEC + 1)
 }
 
-fn log_bound(a: u64, b: u64) -> u64 {
-    RATE * (b - a + 1).div_ceil(SEC)
+fn log_bound(limit: u64, a: u64, b: u64) -> u64 {
+    limit * (b - a + 1).div_ceil(SEC)
 }
 
 fn seeds() -> u64 {
@@ -183,12 +218,44 @@ fn seeds() -> u64 {
         .unwrap_or(2)
 }
 
+/// See [`Book`]. A booking with no wait allowed is ready at once.
+fn book<A: Reservable>(
+    limiter: &Limiter<A, u64, ManualClock>,
+    client: u64,
+    cost: u64,
+    cancel: bool,
+) -> u64 {
+    let Ok(booking) = limiter.reserve_n(&client, cost, Duration::ZERO) else {
+        return 0;
+    };
+    assert_eq!(booking.wait(), Duration::ZERO, "a booking allowed no wait");
+    if cancel && booking.cancel() {
+        0
+    } else {
+        cost
+    }
+}
+
+/// What an untiered limiter does beside checks: bookings if it books.
+fn plain<A: Algorithm>(book: Option<Book<A>>) -> Extras<A> {
+    Extras {
+        book,
+        change: None,
+        most: RATE,
+    }
+}
+
 #[test]
 fn racing_operations_keep_every_token_bucket_client_within_the_exact_bound() {
     for seed in 1..=seeds() {
         run(
             "token bucket",
-            || TokenBucket::builder().rate(RATE, Duration::from_secs(1)),
+            || {
+                TokenBucket::builder()
+                    .rate(RATE, Duration::from_secs(1))
+                    .key_type::<u64>()
+            },
+            &plain(Some(book)),
             bucket_bound,
             seed,
         );
@@ -204,7 +271,9 @@ fn racing_operations_keep_every_fixed_window_client_within_the_exact_bound() {
                 FixedWindow::builder()
                     .limit(RATE)
                     .window(Duration::from_secs(1))
+                    .key_type::<u64>()
             },
+            &plain(Some(book)),
             window_bound,
             seed,
         );
@@ -220,7 +289,9 @@ fn racing_operations_keep_every_sliding_counter_client_within_the_exact_bound() 
                 SlidingWindowCounter::builder()
                     .limit(RATE)
                     .window(Duration::from_secs(1))
+                    .key_type::<u64>()
             },
+            &plain(None),
             window_bound,
             seed,
         );
@@ -236,8 +307,93 @@ fn racing_operations_keep_every_sliding_log_client_within_the_exact_bound() {
                 SlidingWindowLog::builder()
                     .limit(RATE)
                     .window(Duration::from_secs(1))
+                    .key_type::<u64>()
             },
+            &plain(Some(book)),
             log_bound,
+            seed,
+        );
+    }
+}
+
+/// A tiered limiter of `$quota` (a limit to its builder) for two tiers,
+/// each starting at `RATE`, whose tracked clients' tiers the run moves,
+/// with its extras: bookings (`$book`), and quota changes of either tier
+/// to `RATE` or twice it and moves of tracked clients, racing the rest.
+macro_rules! moving {
+    ($quota:expr, $book:expr) => {{
+        let tiers: Arc<[AtomicU16; TRACKED as usize]> = Arc::default();
+        let resolve = Arc::clone(&tiers);
+        let builder = move || {
+            let resolve = Arc::clone(&resolve);
+            $quota(RATE).tier(1, $quota(RATE)).tier_by(move |id: &u64| {
+                // Relaxed: a tier is a hint the next `retier` reads again;
+                // every order of a move and a check is one the bound
+                // allows.
+                resolve
+                    .get(*id as usize)
+                    .map_or(0, |t| t.load(Ordering::Relaxed))
+            })
+        };
+        let change: Change<_> = Arc::new(move |limiter, draw: &mut Draw| {
+            let tier = draw.next(2) as Tier;
+            if draw.next(2) == 0 {
+                let limit = RATE * (1 + draw.next(2));
+                limiter.set_quota(tier, $quota(limit)).unwrap();
+            } else {
+                let client = draw.next(TRACKED);
+                // Relaxed: see the resolver.
+                tiers[client as usize].store(tier, Ordering::Relaxed);
+                let _ = limiter.retier(&client);
+            }
+        });
+        let extras = Extras {
+            book: $book,
+            change: Some(change),
+            most: 2 * RATE,
+        };
+        (builder, extras)
+    }};
+}
+
+#[test]
+fn racing_quota_changes_and_moves_keep_every_token_bucket_client_within_the_bound() {
+    let (builder, extras) = moving!(
+        |limit| TokenBucket::builder().rate(limit, Duration::from_secs(1)),
+        Some(book)
+    );
+    for seed in 1..=seeds() {
+        run("tiered token bucket", &builder, &extras, bucket_bound, seed);
+    }
+}
+
+#[test]
+fn racing_quota_changes_and_moves_keep_every_fixed_window_client_within_the_bound() {
+    let (builder, extras) = moving!(
+        |limit| FixedWindow::builder()
+            .limit(limit)
+            .window(Duration::from_secs(1)),
+        Some(book)
+    );
+    for seed in 1..=seeds() {
+        run("tiered fixed window", &builder, &extras, window_bound, seed);
+    }
+}
+
+#[test]
+fn racing_quota_changes_and_moves_keep_every_sliding_counter_client_within_the_bound() {
+    let (builder, extras) = moving!(
+        |limit| SlidingWindowCounter::builder()
+            .limit(limit)
+            .window(Duration::from_secs(1)),
+        None
+    );
+    for seed in 1..=seeds() {
+        run(
+            "tiered sliding window counter",
+            &builder,
+            &extras,
+            window_bound,
             seed,
         );
     }

@@ -11,8 +11,8 @@
 //! tier. The operations, on four clients:
 //!
 //! - `check_n` (costs 0 to 2), runs of checks that make a client hot (and
-//!   so leased), and tasks checking several clients at once (one batch on
-//!   a coalescing replica);
+//!   so leased), runs of two clients' checks in turn, and tasks checking
+//!   several clients at once (one batch on a coalescing replica);
 //! - `peek_n`, `reserve_n` with no wait, then `commit` or `cancel` later,
 //!   after any other operations;
 //! - `reset` and `remove`, by any replica, leasing or not;
@@ -44,7 +44,9 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use redis_server::{prefix, runtime, Cluster, Server};
-use tollgate::redis::{FailPolicy, Lease, RedisConnection, RedisLimiter, RedisReservation};
+use tollgate::redis::{
+    FailPolicy, Lease, RedisConnection, RedisLimiter, RedisReservation, RedisStats,
+};
 use tollgate::TokenBucket;
 
 /// The clients of a case.
@@ -57,14 +59,23 @@ const INTERVAL: Duration = Duration::from_secs(600);
 /// On the cluster whose nodes' clocks differ: a unit per 20 ms, so that
 /// spending on the wrong node's clock shows (2 s is 100 units).
 const FAST: Duration = Duration::from_millis(20);
+/// How far each primary's clock runs ahead of the host's, ms. With three
+/// primaries, the hash tags `c0` and `c3` live on the second (300 ms
+/// ahead), `c1` on the third (2 s ahead) and `c2` on the first.
+const SHIFTS_MS: [i64; 3] = [0, 300, 2_000];
 
 /// How one replica is built.
 #[derive(Clone, Debug)]
 struct Setup {
     /// `Some(max_units)`: it leases.
     lease: Option<u64>,
+    /// The most clients it leases to at once (the others go one call
+    /// each).
+    lease_clients: usize,
     coalesce: bool,
     shortcut: bool,
+    /// Its fail policy (`Local` with `local_share(REPLICAS)`).
+    policy: FailPolicy,
     /// Tier 0's and tier 1's capacities.
     caps: [u64; 2],
 }
@@ -80,6 +91,15 @@ enum Op {
     Run {
         r: usize,
         c: usize,
+        n: usize,
+    },
+    /// `n` checks of client `c`, each followed by one of client `with`:
+    /// two hot clients' traffic interleaved (on a cluster, replies from two
+    /// nodes in turn).
+    Alternate {
+        r: usize,
+        c: usize,
+        with: usize,
         n: usize,
     },
     /// `n` tasks at once, the i-th checking client `i % CLIENTS`.
@@ -127,33 +147,57 @@ enum Op {
     Flush {
         scripts: bool,
     },
+    /// `CLIENT PAUSE ms ALL`: Redis answers nothing for `ms` while the
+    /// operations after this one go on (each replica's timeout is 100 ms).
+    Outage {
+        ms: u64,
+    },
 }
 
 fn setup() -> impl Strategy<Value = Setup> {
     (
         prop::option::of(2..=16u64),
+        1..=CLIENTS,
         any::<bool>(),
         any::<bool>(),
+        prop_oneof![
+            Just(FailPolicy::FailClosed),
+            Just(FailPolicy::FailOpen),
+            Just(FailPolicy::Local),
+        ],
         // A paying tier 0 and a free tier 1, so that a move down binds.
         [16..=32u64, 2..=5u64],
     )
-        .prop_map(|(lease, coalesce, shortcut, caps)| Setup {
-            lease,
-            coalesce,
-            shortcut,
-            caps,
-        })
+        .prop_map(
+            |(lease, lease_clients, coalesce, shortcut, policy, caps)| Setup {
+                lease,
+                lease_clients,
+                coalesce,
+                shortcut,
+                policy,
+                caps,
+            },
+        )
 }
 
-/// An operation; pauses up to 30 ms, or also of 200 to 800 ms if `long`
+/// An operation; pauses up to 30 ms, or also of 100 to 800 ms if `long`
 /// (for quotas that refill within a case, so that leased slots lapse).
+/// Where pauses are long, two hot clients in turn and long pauses are
+/// drawn four times as often: spending a lease on one node's clock after
+/// replies from another's, once slots have passed, takes both.
 fn op(long: bool) -> impl Strategy<Value = Op> {
-    let far = if long { 200..=800u64 } else { 0..=30u64 };
+    let (far, often) = if long {
+        (100..=800u64, 4)
+    } else {
+        (0..=30u64, 1)
+    };
     let r = 0..REPLICAS;
     let c = 0..CLIENTS;
     prop_oneof![
         6 => (r.clone(), c.clone(), 0..=2u64).prop_map(|(r, c, cost)| Op::Check { r, c, cost }),
         4 => (r.clone(), c.clone(), 4..=20usize).prop_map(|(r, c, n)| Op::Run { r, c, n }),
+        2 * often => (r.clone(), c.clone(), c.clone(), 4..=20usize)
+            .prop_map(|(r, c, with, n)| Op::Alternate { r, c, with, n }),
         2 => (r.clone(), 2..=16usize).prop_map(|(r, n)| Op::Together { r, n }),
         1 => (r.clone(), c.clone(), 0..=2u64).prop_map(|(r, c, cost)| Op::Peek { r, c, cost }),
         2 => (r.clone(), c.clone(), 1..=2u64).prop_map(|(r, c, n)| Op::Reserve { r, c, n }),
@@ -163,8 +207,9 @@ fn op(long: bool) -> impl Strategy<Value = Op> {
         2 => (r, 0..2u16, 2..=32u64).prop_map(|(r, tier, cap)| Op::SetQuota { r, tier, cap }),
         2 => (c, 0..2u16).prop_map(|(c, tier)| Op::Move { c, tier }),
         1 => (0..=30u64).prop_map(|ms| Op::Pause { ms }),
-        1 => far.prop_map(|ms| Op::Pause { ms }),
+        often => far.prop_map(|ms| Op::Pause { ms }),
         1 => any::<bool>().prop_map(|scripts| Op::Flush { scripts }),
+        1 => (100..=400u64).prop_map(|ms| Op::Outage { ms }),
     ]
 }
 
@@ -200,9 +245,18 @@ struct Case {
     /// reset.
     marks: [Vec<Mark>; CLIENTS],
     booked: Vec<Booked>,
-    /// The units leased out at every `FLUSHALL` so far: what the Redis
-    /// guide allows over the bound once Redis has lost the states.
+    /// What the Redis guide allows over the bound: the units leased out
+    /// at every `FLUSHALL` so far (Redis lost the states), two units for
+    /// each check answered by `FailOpen` (admitted without bound), and for
+    /// each stretch of operations in which a `Local` replica decided in
+    /// process, the largest share of a capacity it held a client to then
+    /// (what it may admit over what Redis last said).
     allowance: u64,
+    /// Each replica's fail policy.
+    policies: Vec<FailPolicy>,
+    /// Per replica, the share counted in `allowance` for the stretch of
+    /// operations it is deciding in process in (0 outside one).
+    stretch: Vec<u64>,
     log: Vec<String>,
 }
 
@@ -211,7 +265,12 @@ fn client(c: usize) -> String {
 }
 
 impl Case {
-    fn build(conn: &RedisConnection, name: &str, setups: &[Setup], interval: Duration) -> Self {
+    fn build(
+        conn: &RedisConnection,
+        name: &str,
+        setups: &[Setup],
+        (interval, timeout): (Duration, Duration),
+    ) -> Self {
         let tiers: Arc<[AtomicU16; CLIENTS]> = Arc::new(Default::default());
         let replicas = setups
             .iter()
@@ -221,8 +280,9 @@ impl Case {
                     .rate(1, interval)
                     .capacity(s.caps[0])
                     .redis(conn.clone(), name)
-                    .fail_policy(FailPolicy::FailClosed)
-                    .timeout(Duration::from_secs(10))
+                    .fail_policy(s.policy)
+                    .local_share(REPLICAS as u32)
+                    .timeout(timeout)
                     .coalesce(s.coalesce)
                     .tier_by(move |id| {
                         let c = usize::from(id[1] - b'0');
@@ -237,7 +297,11 @@ impl Case {
                     // And a horizon within tier 0's refill.
                     let refill = interval.saturating_mul(u32::try_from(s.caps[0]).unwrap());
                     let horizon = refill.min(Duration::from_secs(60));
-                    b = b.lease(Lease::new(horizon).max_units(units));
+                    b = b.lease(
+                        Lease::new(horizon)
+                            .max_units(units)
+                            .max_clients(s.lease_clients),
+                    );
                 }
                 if !s.shortcut {
                     b = b.no_deny_shortcut();
@@ -257,6 +321,8 @@ impl Case {
             marks: Default::default(),
             booked: Vec::new(),
             allowance: 0,
+            policies: setups.iter().map(|s| s.policy).collect(),
+            stretch: vec![0; setups.len()],
             log: Vec::new(),
         }
     }
@@ -301,15 +367,24 @@ impl Case {
         }
         match *op {
             Op::Check { r, c, cost } => {
-                let d = self.replicas[r].check_n(&client(c), cost).await.unwrap();
-                if d.is_allowed() {
+                // An error (`FailClosed`) admits nothing.
+                let d = self.replicas[r].check_n(&client(c), cost).await;
+                if d.is_ok_and(|d| d.is_allowed()) {
                     self.admit(c, cost);
                 }
             }
             Op::Run { r, c, n } => {
                 for _ in 0..n {
-                    let d = self.replicas[r].check(&client(c)).await.unwrap();
-                    self.admit(c, u64::from(d.is_allowed()));
+                    let d = self.replicas[r].check(&client(c)).await;
+                    self.admit(c, u64::from(d.is_ok_and(|d| d.is_allowed())));
+                }
+            }
+            Op::Alternate { r, c, with, n } => {
+                for _ in 0..n {
+                    for c in [c, with] {
+                        let d = self.replicas[r].check(&client(c)).await;
+                        self.admit(c, u64::from(d.is_ok_and(|d| d.is_allowed())));
+                    }
                 }
             }
             Op::Together { r, n } => {
@@ -318,7 +393,8 @@ impl Case {
                         let limiter = self.replicas[r].clone();
                         tokio::spawn(async move {
                             let c = i % CLIENTS;
-                            (c, limiter.check(&client(c)).await.unwrap().is_allowed())
+                            let d = limiter.check(&client(c)).await;
+                            (c, d.is_ok_and(|d| d.is_allowed()))
                         })
                     })
                     .collect();
@@ -328,7 +404,7 @@ impl Case {
                 }
             }
             Op::Peek { r, c, cost } => {
-                let _ = self.replicas[r].peek_n(&client(c), cost).await.unwrap();
+                let _ = self.replicas[r].peek_n(&client(c), cost).await;
             }
             Op::Reserve { r, c, n } => {
                 if let Ok(held) = self.replicas[r]
@@ -348,7 +424,9 @@ impl Case {
                     booked.held.commit();
                     return;
                 }
-                let given_back = booked.held.cancel().await.unwrap();
+                // A cancel that failed may still reach Redis: counted as
+                // given back.
+                let given_back = booked.held.cancel().await.unwrap_or(true);
                 self.log.push(format!("  given back: {given_back}"));
                 if given_back {
                     // Uncounted in every span that counted it: those
@@ -362,11 +440,13 @@ impl Case {
                 }
             }
             Op::Reset { r, c } => {
-                let _ = self.replicas[r].reset(&client(c)).await.unwrap();
+                // One that failed may still reach Redis: a reset all the
+                // same.
+                let _ = self.replicas[r].reset(&client(c)).await;
                 self.restart(c);
             }
             Op::Remove { r, c } => {
-                let _ = self.replicas[r].remove(&client(c)).await.unwrap();
+                let _ = self.replicas[r].remove(&client(c)).await;
                 self.restart(c);
             }
             Op::SetQuota { r, tier, cap } => {
@@ -385,6 +465,15 @@ impl Case {
                 self.held_to_now();
             }
             Op::Pause { ms } => tokio::time::sleep(Duration::from_millis(ms)).await,
+            Op::Outage { ms } => {
+                let () = redis::cmd("CLIENT")
+                    .arg("PAUSE")
+                    .arg(ms)
+                    .arg("ALL")
+                    .query_async(&mut self.conn)
+                    .await
+                    .unwrap();
+            }
             Op::Flush { scripts: true } => {
                 let () = redis::cmd("SCRIPT")
                     .arg("FLUSH")
@@ -414,6 +503,30 @@ impl Case {
         }
     }
 
+    /// What the fail policies answered since the replicas' stats read
+    /// `before`, added to the allowance.
+    fn account(&mut self, before: &[RedisStats]) {
+        for (r, limiter) in self.replicas.iter().enumerate() {
+            let now = limiter.stats();
+            match self.policies[r] {
+                FailPolicy::FailOpen => {
+                    self.allowance += 2 * (now.fail_open - before[r].fail_open);
+                }
+                FailPolicy::Local if now.fail_local > before[r].fail_local => {
+                    // Within the stretch, a raised capacity raises what
+                    // the fallback may hold.
+                    let most = self.caps[r].iter().max().unwrap();
+                    let share = (most / REPLICAS as u64).max(1);
+                    if share > self.stretch[r] {
+                        self.allowance += share - self.stretch[r];
+                        self.stretch[r] = share;
+                    }
+                }
+                _ => self.stretch[r] = 0,
+            }
+        }
+    }
+
     /// Every client within the bound of every span.
     fn check_bounds(&self) -> Result<(), String> {
         for (c, marks) in self.marks.iter().enumerate() {
@@ -425,7 +538,8 @@ impl Case {
                 }
                 return Err(format!(
                     "client {c}: {} admitted from operation {} on against a bound of {bound} \
-                     (largest capacity held to {}, {} leased out at flushes); stats {:?}\n{}",
+                     (largest capacity held to {}, {} allowed for flushes and fail policies); \
+                     stats {:?}\n{}",
                     m.admitted,
                     m.op,
                     m.most,
@@ -454,10 +568,17 @@ async fn run(
     (setups, interval): (&[Setup], Duration),
     ops: &[Op],
 ) -> Result<(), String> {
-    let mut case = Case::build(conn, name, setups, interval);
+    let timeout = if ops.iter().any(|op| matches!(op, Op::Outage { .. })) {
+        Duration::from_millis(100)
+    } else {
+        Duration::from_secs(10)
+    };
+    let mut case = Case::build(conn, name, setups, (interval, timeout));
     for (i, op) in ops.iter().enumerate() {
         case.log.push(format!("{i}: {op:?}"));
+        let before: Vec<_> = case.replicas.iter().map(|r| r.stats()).collect();
         case.apply(i, op).await;
+        case.account(&before);
         case.check_bounds()?;
     }
     // What is still booked is committed: nothing is given back.
@@ -468,11 +589,11 @@ async fn run(
 }
 
 /// The state machine on `conn`, quotas of one unit per `interval`,
-/// `FLUSHALL` among the operations if `flushes`.
+/// `FLUSHALL` and outages among the operations if `faults`.
 fn drive(
     rt: &tokio::runtime::Runtime,
     conn: &RedisConnection,
-    (interval, flushes): (Duration, bool),
+    (interval, faults): (Duration, bool),
     cases: u32,
 ) {
     let mut runner = TestRunner::new(Config {
@@ -484,8 +605,8 @@ fn drive(
     let n = std::sync::atomic::AtomicU64::new(0);
     // Long pauses where a pause refills.
     let long = interval < Duration::from_secs(1);
-    let ops = op(long).prop_filter("no flush", move |op| {
-        flushes || !matches!(op, Op::Flush { .. })
+    let ops = op(long).prop_filter("no fault", move |op| {
+        faults || !matches!(op, Op::Flush { .. } | Op::Outage { .. })
     });
     let strategy = (
         prop::collection::vec(setup(), REPLICAS),
@@ -516,17 +637,14 @@ fn a_fleet_built_every_way_keeps_each_client_within_its_bound() {
     drive(&rt, &conn, (INTERVAL, true), cases());
 }
 
-/// The same on a Redis Cluster of three primaries whose second node's
-/// clock runs 2 s ahead of the others' (an `LD_PRELOAD` shim over its
-/// clock), quotas of a unit per 20 ms: each client's bucket and leases
-/// live on its own node's clock, and the bound counts the refill over
-/// each span. No `FLUSHALL` (it would reach one node). (It does not find
-/// a lease spent on another node's clock when that fix is put back, in
-/// 100 cases: `tests/redis_cluster.rs` does, with a lease held across a
-/// pause shorter than its horizon and then spent out.)
+/// The same on a Redis Cluster of three primaries whose clocks run apart
+/// (an `LD_PRELOAD` shim over two of them: [`SHIFTS_MS`]), quotas of a
+/// unit per 20 ms: each client's bucket and leases live on its own node's
+/// clock, and the bound counts the refill over each span. No `FLUSHALL`
+/// (it would reach one node).
 #[test]
 fn a_fleet_on_a_cluster_with_a_node_s_clock_ahead_keeps_each_client_within_its_bound() {
-    let Some(cluster) = Cluster::start_shifted(3, 0, &[0, 2_000, 0]) else {
+    let Some(cluster) = Cluster::start_shifted(3, 0, &SHIFTS_MS) else {
         return;
     };
     let rt = runtime();
@@ -540,8 +658,10 @@ fn a_fleet_on_a_cluster_with_a_node_s_clock_ahead_keeps_each_client_within_its_b
 fn replica(lease: Option<u64>, caps: [u64; 2]) -> Setup {
     Setup {
         lease,
+        lease_clients: CLIENTS,
         coalesce: true,
         shortcut: true,
+        policy: FailPolicy::FailClosed,
         caps,
     }
 }
@@ -605,4 +725,65 @@ fn a_shrunk_case_a_leased_client_moves_to_the_free_tier() {
             Op::Together { r: 1, n: 9 },
         ],
     );
+}
+
+/// The oracle's shrunk case with `local_share` ignored (each replica's
+/// fallback holding the whole quota): through an outage a `Local` replica
+/// decides 7 checks in process, 5 over its share of a bucket of 16, on top
+/// of which Redis still holds the whole bucket (23 admitted against 21).
+#[test]
+fn a_shrunk_case_a_local_replica_decides_on_its_share() {
+    let caps = [16, 2];
+    let local = Setup {
+        policy: FailPolicy::Local,
+        ..replica(None, caps)
+    };
+    shrunk(
+        "shrunk-share",
+        &[local, replica(None, caps), replica(None, caps)],
+        &[
+            Op::Outage { ms: 100 },
+            Op::Run { r: 0, c: 1, n: 7 },
+            Op::Run { r: 1, c: 1, n: 16 },
+        ],
+    );
+}
+
+/// The oracle's case on the cluster with a lease spent on the clock of
+/// the latest reply, whichever node gave it, shrunk by hand: client 1's
+/// key lives on the node 2 s ahead, client 2's on a node of the host's
+/// clock, and client 1 alone is leased (a table of one). After a pause
+/// that passes the slots of its units left, checks of client 2 between
+/// client 1's made that clock 2 s behind client 1's slots, so the units
+/// whose slots had passed were spent on top of a bucket that had
+/// refilled them (37 to 46 admitted against 33 to 43).
+#[test]
+fn a_shrunk_case_a_lease_spent_after_another_node_s_reply() {
+    let Some(cluster) = Cluster::start_shifted(3, 0, &SHIFTS_MS) else {
+        return;
+    };
+    let caps = [32, 2];
+    let leasing = Setup {
+        lease_clients: 1,
+        ..replica(Some(16), caps)
+    };
+    runtime().block_on(async {
+        let conn = cluster.connection().await.into();
+        let setups = [leasing, replica(None, caps), replica(None, caps)];
+        // Three times over: a lease may hold few units when a pause
+        // begins.
+        let hot = |n| Op::Alternate {
+            r: 0,
+            c: 1,
+            with: 2,
+            n,
+        };
+        let ops: Vec<Op> = (0..3)
+            .flat_map(|_| [hot(20), Op::Pause { ms: 700 }, hot(60)])
+            .collect();
+        let name = prefix("shrunk-node-clock");
+        if let Err(failure) = run(&conn, &name, (&setups, FAST), &ops).await {
+            panic!("{failure}");
+        }
+    });
 }
