@@ -1,9 +1,13 @@
 //! Stacked layers, drawn at random: three `RateLimitLayer`s of random
-//! quotas, each with its own header setting, in front of one service, on
-//! plain HTTP, gRPC and gRPC-Web requests at random clock readings. Beside
-//! them, three plain limiters of the same quotas on the same clock are the
-//! model: a request passes the layers outer to inner, and each it reaches
-//! spends a unit or refuses it.
+//! quotas, each with its own header setting and each exempting CORS
+//! preflights (`skip_if(is_preflight)`) or not, in front of one service, on
+//! plain HTTP, gRPC and gRPC-Web requests, browsers' preflights, and gRPC
+//! calls sent as `OPTIONS` with a preflight's headers, at random clock
+//! readings. Beside them, three plain limiters of the same quotas on the
+//! same clock are the model: a request passes the layers outer to inner,
+//! and each it reaches spends a unit or refuses it; a layer that exempts
+//! preflights lets a preflight past untouched, and a gRPC call dressed as
+//! one is no preflight.
 //!
 //! The properties, for every request:
 //!
@@ -24,7 +28,7 @@ use std::time::Duration;
 use http::{Request, Response, StatusCode};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use tollgate::tower::{AdmittedHeaders, Extraction, KeyFn, RateLimitLayer};
+use tollgate::tower::{is_preflight, AdmittedHeaders, Extraction, KeyFn, RateLimitLayer};
 use tollgate::{Algorithm, Builder, FixedWindow, Limiter, ManualClock, TokenBucket};
 use tonic_types::StatusExt;
 use tower::{service_fn, Layer, ServiceExt};
@@ -46,6 +50,10 @@ enum Transport {
     Http,
     Grpc,
     GrpcWeb,
+    /// A browser's CORS preflight.
+    Preflight,
+    /// A gRPC call sent as `OPTIONS` with a preflight's headers.
+    GrpcAsPreflight,
 }
 
 /// One layer: its quota (`limit` per `secs`) and header setting.
@@ -54,6 +62,8 @@ struct Spec {
     limit: u64,
     secs: u64,
     headers: AdmittedHeaders,
+    /// `skip_if(is_preflight)`.
+    skips_preflights: bool,
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
@@ -62,20 +72,27 @@ fn spec() -> impl Strategy<Value = Spec> {
         Just(AdmittedHeaders::Never),
         (0..3u64).prop_map(AdmittedHeaders::NearLimit),
     ];
-    (1..4u64, prop_oneof![Just(1u64), Just(5), Just(60)], headers).prop_map(
-        |(limit, secs, headers)| Spec {
+    (
+        1..4u64,
+        prop_oneof![Just(1u64), Just(5), Just(60)],
+        headers,
+        any::<bool>(),
+    )
+        .prop_map(|(limit, secs, headers, skips_preflights)| Spec {
             limit,
             secs,
             headers,
-        },
-    )
+            skips_preflights,
+        })
 }
 
 fn transport() -> impl Strategy<Value = Transport> {
     prop_oneof![
         Just(Transport::Http),
         Just(Transport::Grpc),
-        Just(Transport::GrpcWeb)
+        Just(Transport::GrpcWeb),
+        Just(Transport::Preflight),
+        Just(Transport::GrpcAsPreflight),
     ]
 }
 
@@ -90,8 +107,20 @@ fn requests() -> impl Strategy<Value = Vec<(u64, Transport)>> {
 }
 
 fn request(transport: Transport) -> Request<Body> {
+    let preflight = || {
+        Request::options("/echo.Echo/Say")
+            .header("origin", "https://app.example")
+            .header("access-control-request-method", "POST")
+    };
     let content_type = match transport {
         Transport::Http => return Request::get("/").body(String::new()).unwrap(),
+        Transport::Preflight => return preflight().body(String::new()).unwrap(),
+        Transport::GrpcAsPreflight => {
+            return preflight()
+                .header("content-type", "application/grpc")
+                .body(String::new())
+                .unwrap()
+        }
         Transport::Grpc => "application/grpc",
         Transport::GrpcWeb => "application/grpc-web+proto",
     };
@@ -116,7 +145,13 @@ fn stacked<A: Algorithm>(
     let clock = ManualClock::new();
     let layer = |spec: &Spec| {
         let key: fn(&http::request::Parts) -> Extraction<String> = client;
-        RateLimitLayer::new(make(spec, &clock), KeyFn::new(key)).admitted_headers(spec.headers)
+        let layer =
+            RateLimitLayer::new(make(spec, &clock), KeyFn::new(key)).admitted_headers(spec.headers);
+        if spec.skips_preflights {
+            layer.skip_if(is_preflight)
+        } else {
+            layer
+        }
     };
     let service =
         layer(&specs[0]).layer(layer(&specs[1]).layer(layer(&specs[2]).layer(service_fn(ok))));
@@ -126,11 +161,15 @@ fn stacked<A: Algorithm>(
         .unwrap();
     for (i, &(advance, transport)) in requests.iter().enumerate() {
         clock.advance(Duration::from_millis(advance));
-        // The model: outer to inner, until one refuses.
-        let mut reached = 0;
+        // The model: outer to inner, until one refuses; a layer that
+        // exempts preflights lets a browser's pass without a look.
+        let mut reached = Vec::new();
         let mut admitted = true;
-        for limiter in &model {
-            reached += 1;
+        for (limiter, spec) in model.iter().zip(&specs) {
+            if spec.skips_preflights && matches!(transport, Transport::Preflight) {
+                continue;
+            }
+            reached.push((limiter, spec));
             if !limiter.allow_request("c") {
                 admitted = false;
                 break;
@@ -141,7 +180,9 @@ fn stacked<A: Algorithm>(
         let case = format!("request {i} ({transport:?})");
         let grpc = tonic::Status::from_header_map(response.headers());
         let refused = match transport {
-            Transport::Http => response.status() == StatusCode::TOO_MANY_REQUESTS,
+            Transport::Http | Transport::Preflight => {
+                response.status() == StatusCode::TOO_MANY_REQUESTS
+            }
             _ => grpc
                 .as_ref()
                 .is_some_and(|s| s.code() == tonic::Code::ResourceExhausted),
@@ -151,10 +192,9 @@ fn stacked<A: Algorithm>(
             continue;
         }
         // Until every layer reached has a unit again.
-        let reached = &model[..reached];
         let wait = reached
             .iter()
-            .map(|l| l.peek("c").retry_after())
+            .map(|(l, _)| l.peek("c").retry_after())
             .max()
             .unwrap();
         let secs = seconds_up(wait);
@@ -180,7 +220,6 @@ fn stacked<A: Algorithm>(
                 .unwrap_or_default();
             let mut exhausted: Vec<i64> = reached
                 .iter()
-                .zip(&specs)
                 .filter(|(l, _)| l.peek("c").is_denied())
                 .map(|(_, s)| s.limit as i64)
                 .collect();
@@ -230,4 +269,24 @@ proptest! {
     ) {
         stacked(|s, c| bucket(s, c).build().unwrap(), specs, &requests)?;
     }
+}
+
+/// The shrunk case with `is_preflight` blind to a `Content-Type` (a gRPC
+/// call sent as `OPTIONS` with a preflight's headers then passes the
+/// middle layer unlimited, as tonic would serve it): the next call is
+/// refused with the wrong limits named.
+#[test]
+fn a_shrunk_case_a_grpc_call_dressed_as_a_preflight_is_limited_by_every_layer() {
+    let spec = |limit, skips_preflights| Spec {
+        limit,
+        secs: 1,
+        headers: AdmittedHeaders::Always,
+        skips_preflights,
+    };
+    stacked(
+        |s, c| window(s, c).build().unwrap(),
+        [spec(3, false), spec(2, true), spec(1, false)],
+        &[(0, Transport::GrpcAsPreflight), (0, Transport::Grpc)],
+    )
+    .unwrap();
 }
