@@ -1,14 +1,17 @@
 //! The oracle's Redis half: one state machine that drives every public
 //! operation of a fleet of Redis limiters, built differently, in any
-//! order, against a real `redis-server`, and holds every client's
-//! admissions to the token bucket's exact bound.
+//! order, with faults, against a real `redis-server` (or a Cluster whose
+//! nodes' clocks run apart), and holds every client's admissions to the
+//! token bucket's exact bound plus what the guide allows.
 //!
 //! Each case builds three replicas of one token bucket on one prefix, each
-//! drawn with or without leases (of 2 to 8 units), coalescing or one call
-//! per check, with or without the deny shortcut, and with capacities of
-//! its own for tiers 0 and 1 (6 to 12 and 2 to 5, later 2 to 12, every one
-//! at one unit per 10 minutes). One resolver, shared by the three, puts each client in its
-//! tier. The operations, on four clients:
+//! drawn with or without leases (of up to 2 to 16 units, for 1 to 4
+//! clients at once), coalescing or one call per check, with or without
+//! the deny shortcut, with a fail policy (`FailClosed`, `FailOpen`, or
+//! `Local` with `local_share(3)`), and with capacities of its own for a
+//! paying tier 0 and a free tier 1 (16 to 32 and 2 to 5, later 2 to 32).
+//! One resolver, shared by the three, puts each client in its tier. The
+//! operations, on four clients:
 //!
 //! - `check_n` (costs 0 to 2), runs of checks that make a client hot (and
 //!   so leased), runs of two clients' checks in turn, and tasks checking
@@ -17,17 +20,19 @@
 //!   after any other operations;
 //! - `reset` and `remove`, by any replica, leasing or not;
 //! - `set_quota` on one replica, and moves of a client between tiers;
-//! - `FLUSHALL` and `SCRIPT FLUSH`; pauses.
+//! - faults: `FLUSHALL`, `SCRIPT FLUSH`, outages (`CLIENT PAUSE` while
+//!   the operations go on), a replica's process killed and started again;
+//!   pauses.
 //!
 //! The property, as the docs state it for a bucket (leased units
 //! included) and for quota changes and tier moves: over every span of
 //! operations after a client's latest reset or removal, every replica
 //! together admits the client at most the largest capacity any replica
-//! held it to in the span, plus the units refilled over the span (none in
-//! a case of a few seconds), plus, once Redis lost its states to a
-//! `FLUSHALL`, the units leased out then (the allowance the guide
-//! states). A booking counts from its operation on, and stops counting
-//! where its cancel says it was given back.
+//! held it to in the span, plus the units refilled over the span, plus
+//! what the guide allows: the units leased out at a `FLUSHALL`, each
+//! answer of `FailOpen`, and a `Local` replica's share for each stretch
+//! it decided in process. A booking counts from its operation on, and
+//! stops counting where its cancel says it was given back.
 //!
 //! Without a `redis-server` binary the test prints why and passes, unless
 //! `CI=true`, where a missing server fails it. `PROPTEST_CASES` sets the
@@ -152,6 +157,11 @@ enum Op {
     Outage {
         ms: u64,
     },
+    /// Replica `r`'s process killed and started again: its leases, its
+    /// in-process fallback and its bookings (kept) go with it.
+    Restart {
+        r: usize,
+    },
 }
 
 fn setup() -> impl Strategy<Value = Setup> {
@@ -210,6 +220,7 @@ fn op(long: bool) -> impl Strategy<Value = Op> {
         often => far.prop_map(|ms| Op::Pause { ms }),
         1 => any::<bool>().prop_map(|scripts| Op::Flush { scripts }),
         1 => (100..=400u64).prop_map(|ms| Op::Outage { ms }),
+        1 => (0..REPLICAS).prop_map(|r| Op::Restart { r }),
     ]
 }
 
@@ -225,8 +236,10 @@ struct Mark {
     most: u64,
 }
 
-/// A booking held, of `n` units of client `c`, made by operation `op`.
+/// A booking held, of `n` units of client `c`, made by operation `op` on
+/// replica `r`.
 struct Booked {
+    r: usize,
     c: usize,
     op: usize,
     n: u64,
@@ -235,8 +248,13 @@ struct Booked {
 
 struct Case {
     conn: RedisConnection,
+    /// The replicas' prefix.
+    name: String,
+    setups: Vec<Setup>,
     /// Every quota's interval.
     interval: Duration,
+    /// Every replica's timeout.
+    timeout: Duration,
     replicas: Vec<RedisLimiter<TokenBucket>>,
     /// Each replica's capacity per tier, as set.
     caps: Vec<[u64; 2]>,
@@ -252,11 +270,12 @@ struct Case {
     /// process, the largest share of a capacity it held a client to then
     /// (what it may admit over what Redis last said).
     allowance: u64,
-    /// Each replica's fail policy.
-    policies: Vec<FailPolicy>,
     /// Per replica, the share counted in `allowance` for the stretch of
     /// operations it is deciding in process in (0 outside one).
     stretch: Vec<u64>,
+    /// Per replica, whether its process started again in the latest
+    /// operation (its stats start again from 0).
+    restarted: Vec<bool>,
     log: Vec<String>,
 }
 
@@ -272,59 +291,64 @@ impl Case {
         (interval, timeout): (Duration, Duration),
     ) -> Self {
         let tiers: Arc<[AtomicU16; CLIENTS]> = Arc::new(Default::default());
-        let replicas = setups
-            .iter()
-            .map(|s| {
-                let tiers = Arc::clone(&tiers);
-                let mut b = TokenBucket::builder()
-                    .rate(1, interval)
-                    .capacity(s.caps[0])
-                    .redis(conn.clone(), name)
-                    .fail_policy(s.policy)
-                    .local_share(REPLICAS as u32)
-                    .timeout(timeout)
-                    .coalesce(s.coalesce)
-                    .tier_by(move |id| {
-                        let c = usize::from(id[1] - b'0');
-                        // Relaxed: the test sets a tier before the
-                        // operations it governs, on this thread or before
-                        // spawning theirs.
-                        tiers[c].load(Ordering::Relaxed)
-                    });
-                if let Some(units) = s.lease {
-                    // A lease holds at most the bucket's capacity.
-                    let units = units.min(s.caps[0]);
-                    // And a horizon within tier 0's refill.
-                    let refill = interval.saturating_mul(u32::try_from(s.caps[0]).unwrap());
-                    let horizon = refill.min(Duration::from_secs(60));
-                    b = b.lease(
-                        Lease::new(horizon)
-                            .max_units(units)
-                            .max_clients(s.lease_clients),
-                    );
-                }
-                if !s.shortcut {
-                    b = b.no_deny_shortcut();
-                }
-                let limiter = b.build().unwrap();
-                let tier1 = TokenBucket::builder().rate(1, interval).capacity(s.caps[1]);
-                limiter.set_quota(1, tier1).unwrap();
-                limiter
-            })
-            .collect();
-        Case {
+        let mut case = Case {
             conn: conn.clone(),
+            name: name.to_owned(),
+            setups: setups.to_vec(),
             interval,
-            replicas,
+            timeout,
+            replicas: Vec::new(),
             caps: setups.iter().map(|s| s.caps).collect(),
             tiers,
             marks: Default::default(),
             booked: Vec::new(),
             allowance: 0,
-            policies: setups.iter().map(|s| s.policy).collect(),
             stretch: vec![0; setups.len()],
+            restarted: vec![false; setups.len()],
             log: Vec::new(),
+        };
+        case.replicas = (0..setups.len()).map(|r| case.start(r)).collect();
+        case
+    }
+
+    /// Replica `r` as a process starting now would build it: as its setup
+    /// says, with the capacities set so far.
+    fn start(&self, r: usize) -> RedisLimiter<TokenBucket> {
+        let (s, caps, interval) = (&self.setups[r], self.caps[r], self.interval);
+        let tiers = Arc::clone(&self.tiers);
+        let mut b = TokenBucket::builder()
+            .rate(1, interval)
+            .capacity(caps[0])
+            .redis(self.conn.clone(), &self.name)
+            .fail_policy(s.policy)
+            .local_share(REPLICAS as u32)
+            .timeout(self.timeout)
+            .coalesce(s.coalesce)
+            .tier_by(move |id| {
+                let c = usize::from(id[1] - b'0');
+                // Relaxed: the test sets a tier before the operations it
+                // governs, on this thread or before spawning theirs.
+                tiers[c].load(Ordering::Relaxed)
+            });
+        if let Some(units) = s.lease {
+            // A lease holds at most the bucket's capacity.
+            let units = units.min(caps[0]);
+            // And a horizon within tier 0's refill.
+            let refill = interval.saturating_mul(u32::try_from(caps[0]).unwrap());
+            let horizon = refill.min(Duration::from_secs(60));
+            b = b.lease(
+                Lease::new(horizon)
+                    .max_units(units)
+                    .max_clients(s.lease_clients),
+            );
         }
+        if !s.shortcut {
+            b = b.no_deny_shortcut();
+        }
+        let limiter = b.build().unwrap();
+        let tier1 = TokenBucket::builder().rate(1, interval).capacity(caps[1]);
+        limiter.set_quota(1, tier1).unwrap();
+        limiter
     }
 
     /// The largest capacity any replica holds client `c` to now.
@@ -412,7 +436,13 @@ impl Case {
                     .await
                 {
                     self.admit(c, n);
-                    self.booked.push(Booked { c, op: i, n, held });
+                    self.booked.push(Booked {
+                        r,
+                        c,
+                        op: i,
+                        n,
+                        held,
+                    });
                 }
             }
             Op::Settle { i, cancel } => {
@@ -465,6 +495,21 @@ impl Case {
                 self.held_to_now();
             }
             Op::Pause { ms } => tokio::time::sleep(Duration::from_millis(ms)).await,
+            Op::Restart { r } => {
+                let fresh = self.start(r);
+                drop(std::mem::replace(&mut self.replicas[r], fresh));
+                // Its bookings stand as made.
+                let (gone, kept) = std::mem::take(&mut self.booked)
+                    .into_iter()
+                    .partition(|b| b.r == r);
+                self.booked = kept;
+                for booked in gone {
+                    booked.held.commit();
+                }
+                // A fallback of its own, from its full share again.
+                self.stretch[r] = 0;
+                self.restarted[r] = true;
+            }
             Op::Outage { ms } => {
                 let () = redis::cmd("CLIENT")
                     .arg("PAUSE")
@@ -508,11 +553,16 @@ impl Case {
     fn account(&mut self, before: &[RedisStats]) {
         for (r, limiter) in self.replicas.iter().enumerate() {
             let now = limiter.stats();
-            match self.policies[r] {
+            let before = if std::mem::take(&mut self.restarted[r]) {
+                RedisStats::default()
+            } else {
+                before[r]
+            };
+            match self.setups[r].policy {
                 FailPolicy::FailOpen => {
-                    self.allowance += 2 * (now.fail_open - before[r].fail_open);
+                    self.allowance += 2 * (now.fail_open - before.fail_open);
                 }
-                FailPolicy::Local if now.fail_local > before[r].fail_local => {
+                FailPolicy::Local if now.fail_local > before.fail_local => {
                     // Within the stretch, a raised capacity raises what
                     // the fallback may hold.
                     let most = self.caps[r].iter().max().unwrap();
