@@ -324,6 +324,80 @@ fn retain_leaves_small_tables_their_size() {
     );
 }
 
+/// Removed entries whose slots the tables still hold (their keys and
+/// cells kept until a rebuild), over every shard.
+fn tombstones(map: &TestMap) -> usize {
+    let guard = epoch::pin();
+    map.shards
+        .iter()
+        .map(|shard| {
+            let counts = map.lock(shard, &guard);
+            counts.used - counts.live
+        })
+        .sum()
+}
+
+/// A full sweep (`small` 0) rebuilds every table it removed from, however
+/// full it is left, and no other; the pass (`small` above 0) rebuilds only
+/// the tables it leaves under a quarter full.
+#[test]
+fn retain_rebuilds_the_tables_it_empties_as_each_caller_asks() {
+    let filled = || {
+        let map = map();
+        for i in 0..N {
+            assert!(put(&map, format!("client-{i}"), i));
+        }
+        map
+    };
+    let keep_all = |_: &String, _: &StateCell| false;
+    // Removing nothing rebuilds nothing.
+    let map = filled();
+    let before = capacities(&map);
+    assert_eq!(map.retain(0, keep_all, |_| unreachable!(), || ()), 0);
+    assert_eq!(capacities(&map), before, "a sweep that removed nothing");
+    // A full sweep that removes one entry in ten: every table rebuilt,
+    // no removed entry left in one.
+    let map = filled();
+    let tenth = |_: &String, cell: &StateCell| cell.load() % 10 == 0;
+    let removed = map.retain(0, tenth, |_| unreachable!(), || ());
+    assert_eq!(removed, N.div_ceil(10));
+    assert_eq!(map.len(), N - removed);
+    assert_eq!(tombstones(&map), 0, "a full sweep leaves no removed entry");
+    // The pass removing one in ten leaves the tables nine tenths full:
+    // none rebuilt.
+    let map = filled();
+    let before = capacities(&map);
+    let removed = map.retain(LANES, tenth, |_| unreachable!(), || ());
+    assert_eq!(capacities(&map), before, "the pass left every table full");
+    assert_eq!(tombstones(&map), removed as usize);
+    // The pass removing nine in ten leaves them a tenth full: every one
+    // above `small` rebuilt.
+    let map = filled();
+    let most = |_: &String, cell: &StateCell| cell.load() % 10 != 0;
+    let removed = map.retain(LANES, most, |_| unreachable!(), || ());
+    assert_eq!(map.len(), N - removed);
+    assert_eq!(tombstones(&map), 0, "the pass rebuilt the emptied tables");
+}
+
+/// A cursor drawn from uniform bits: the shard the top bits name, and a
+/// slot in proportion to the low 32 bits.
+#[test]
+fn a_drawn_cursor_lands_in_proportion() {
+    let map = map();
+    for i in 0..N {
+        assert!(put(&map, format!("client-{i}"), i));
+    }
+    let capacity = capacities(&map);
+    for shard in [0, 1, SHARDS / 2, SHARDS - 1] {
+        let top = (shard as u64) << (64 - SHARD_BITS);
+        let at = |low: u64| map.cursor_at(top | low);
+        assert_eq!(at(0).shard, shard);
+        assert_eq!(at(0).slot, 0);
+        assert_eq!(at(1 << 31).slot, capacity[shard] / 2);
+        assert_eq!(at(u64::from(u32::MAX)).slot, capacity[shard] - 1);
+    }
+}
+
 #[test]
 fn sweep_slices_visit_every_entry_once_per_pass() {
     let map = map();
@@ -352,6 +426,7 @@ fn sweep_slices_visit_every_entry_once_per_pass() {
     // A slice that removes: the entries go, and are not found again.
     let removed = map.sweep_slice(&mut cursor, N, |_, cell| cell.load() < N / 2);
     assert_eq!(removed, N / 2);
+    assert_eq!(map.len(), N - removed, "each entry removed counted once");
     assert_eq!(word(&map, "client-0"), None);
     assert_eq!(word(&map, &format!("client-{}", N - 1)), Some(N - 1));
 }
