@@ -4,7 +4,8 @@
 //! nodes' clocks run apart), and holds every client's admissions to the
 //! token bucket's exact bound plus what the guide allows.
 //!
-//! Each case builds three replicas of one token bucket on one prefix, each
+//! Each case builds three replicas of one token bucket (or of one window
+//! algorithm, windows of a day, no leases) on one prefix, each
 //! drawn with or without leases (of up to 2 to 16 units, for 1 to 4
 //! clients at once), coalescing or one call per check, with or without
 //! the deny shortcut, with a fail policy (`FailClosed`, `FailOpen`, or
@@ -28,7 +29,8 @@
 //! included) and for quota changes and tier moves: over every span of
 //! operations after a client's latest reset or removal, every replica
 //! together admits the client at most the largest capacity any replica
-//! held it to in the span, plus the units refilled over the span, plus
+//! held it to in the span, plus the units refilled over the span (for a
+//! window: that limit in each window the span touches), plus
 //! what the guide allows: the units leased out at a `FLUSHALL`, each
 //! answer of `FailOpen`, and what a `Local` replica's fallback may have
 //! held of the client when it decided in process: its share of what Redis
@@ -45,17 +47,19 @@
 
 mod redis_server;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, SystemTime};
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use redis_server::{prefix, runtime, Cluster, Server};
 use tollgate::redis::{
-    FailPolicy, Lease, RedisConnection, RedisLimiter, RedisReservation, RedisStats,
+    FailPolicy, Lease, RedisAlgorithm, RedisConnection, RedisLimiter, RedisReservation, RedisStats,
 };
-use tollgate::TokenBucket;
+use tollgate::{Builder, FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 
 /// The clients of a case.
 const CLIENTS: usize = 4;
@@ -64,6 +68,123 @@ const REPLICAS: usize = 3;
 /// Every quota's interval on one server: a unit per 10 minutes, so that a
 /// case's span refills nothing and the bound is the capacity.
 const INTERVAL: Duration = Duration::from_secs(600);
+/// The windows' length: a day, so that a case of seconds seldom crosses
+/// into another window (the bound counts the windows a span touches).
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// A booking's future.
+type Booking = Pin<Box<dyn Future<Output = Option<RedisReservation>> + Send>>;
+
+/// The algorithm a case's replicas share, and what its bound is.
+trait Family: 'static {
+    type A: RedisAlgorithm;
+    /// Whether it leases.
+    const LEASES: bool;
+    /// Whether it counts in windows (else it is the bucket).
+    const WINDOWED: bool;
+    /// A quota of `limit` per `unit` (a bucket's capacity and one unit's
+    /// refill interval; a window's limit and length).
+    fn quota(limit: u64, unit: Duration) -> Builder<Self::A>;
+    /// The most a client held to at most `most` can be admitted from
+    /// `began` (on the wall clock, which Redis's `TIME` reads on this host)
+    /// to now.
+    fn bound(most: u64, unit: Duration, began: SystemTime) -> u64;
+    /// Books `n` units of `client` with no wait, if the algorithm books.
+    fn reserve(limiter: &RedisLimiter<Self::A>, client: &str, n: u64) -> Booking;
+}
+
+/// Where a booking is made: its reservation, or none.
+fn book<A: RedisAlgorithm + tollgate::Reservable>(
+    limiter: &RedisLimiter<A>,
+    client: &str,
+    n: u64,
+) -> Booking {
+    let booking = limiter.reserve_n(client, n, Duration::ZERO);
+    Box::pin(async move { booking.await.ok() })
+}
+
+/// Ns on the wall clock at `t`.
+fn wall(t: SystemTime) -> u128 {
+    t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_nanos()
+}
+
+/// The windows of `unit` (aligned on the Unix epoch) that `began` to now
+/// touches, a second either side for the clocks' readings.
+fn windows(unit: Duration, began: SystemTime) -> u64 {
+    let slack = Duration::from_secs(1).as_nanos();
+    let (from, to) = (
+        wall(began).saturating_sub(slack),
+        wall(SystemTime::now()) + slack,
+    );
+    (to / unit.as_nanos() - from / unit.as_nanos() + 1) as u64
+}
+
+struct Bucket;
+impl Family for Bucket {
+    type A = TokenBucket;
+    const LEASES: bool = true;
+    const WINDOWED: bool = false;
+    fn quota(limit: u64, unit: Duration) -> Builder<TokenBucket> {
+        TokenBucket::builder().rate(1, unit).capacity(limit)
+    }
+    fn bound(most: u64, unit: Duration, began: SystemTime) -> u64 {
+        let elapsed = began.elapsed().unwrap_or_default();
+        most + (elapsed.as_nanos() / unit.as_nanos()) as u64
+    }
+    fn reserve(limiter: &RedisLimiter<TokenBucket>, client: &str, n: u64) -> Booking {
+        book(limiter, client, n)
+    }
+}
+
+struct Fixed;
+impl Family for Fixed {
+    type A = FixedWindow;
+    const LEASES: bool = false;
+    const WINDOWED: bool = true;
+    fn quota(limit: u64, unit: Duration) -> Builder<FixedWindow> {
+        FixedWindow::builder().limit(limit).window(unit)
+    }
+    fn bound(most: u64, unit: Duration, began: SystemTime) -> u64 {
+        most * windows(unit, began)
+    }
+    fn reserve(limiter: &RedisLimiter<FixedWindow>, client: &str, n: u64) -> Booking {
+        book(limiter, client, n)
+    }
+}
+
+struct Counter;
+impl Family for Counter {
+    type A = SlidingWindowCounter;
+    const LEASES: bool = false;
+    const WINDOWED: bool = true;
+    fn quota(limit: u64, unit: Duration) -> Builder<SlidingWindowCounter> {
+        SlidingWindowCounter::builder().limit(limit).window(unit)
+    }
+    fn bound(most: u64, unit: Duration, began: SystemTime) -> u64 {
+        most * windows(unit, began)
+    }
+    fn reserve(_: &RedisLimiter<SlidingWindowCounter>, _: &str, _: u64) -> Booking {
+        // It does not book ahead.
+        Box::pin(async { None })
+    }
+}
+
+struct Log;
+impl Family for Log {
+    type A = SlidingWindowLog;
+    const LEASES: bool = false;
+    const WINDOWED: bool = true;
+    fn quota(limit: u64, unit: Duration) -> Builder<SlidingWindowLog> {
+        SlidingWindowLog::builder().limit(limit).window(unit)
+    }
+    fn bound(most: u64, unit: Duration, began: SystemTime) -> u64 {
+        let elapsed = began.elapsed().unwrap_or_default() + Duration::from_secs(2);
+        most * (elapsed.as_nanos().div_ceil(unit.as_nanos())) as u64
+    }
+    fn reserve(limiter: &RedisLimiter<SlidingWindowLog>, client: &str, n: u64) -> Booking {
+        book(limiter, client, n)
+    }
+}
 /// On the cluster whose nodes' clocks differ: a unit per 20 ms, so that
 /// spending on the wrong node's clock shows (2 s is 100 units).
 const FAST: Duration = Duration::from_millis(20);
@@ -233,7 +354,7 @@ fn op(long: bool) -> impl Strategy<Value = Op> {
 struct Mark {
     /// The operation it began at.
     op: usize,
-    began: Instant,
+    began: SystemTime,
     admitted: u64,
     /// The largest capacity any replica held the client to since.
     most: u64,
@@ -275,7 +396,7 @@ struct Booked {
     held: RedisReservation,
 }
 
-struct Case {
+struct Case<F: Family> {
     conn: RedisConnection,
     /// The replicas' prefix.
     name: String,
@@ -284,7 +405,7 @@ struct Case {
     interval: Duration,
     /// Every replica's timeout.
     timeout: Duration,
-    replicas: Vec<RedisLimiter<TokenBucket>>,
+    replicas: Vec<RedisLimiter<F::A>>,
     /// Each replica's capacity per tier, as set.
     caps: Vec<[u64; 2]>,
     tiers: Arc<[AtomicU16; CLIENTS]>,
@@ -303,7 +424,7 @@ struct Case {
     /// Per replica and client, what its fallback may hold.
     fallbacks: Vec<[Fallback; CLIENTS]>,
     /// When the fallbacks' refill was last counted.
-    counted: Instant,
+    counted: SystemTime,
     /// Per replica, whether its process started again in the latest
     /// operation (its stats start again from 0).
     restarted: Vec<bool>,
@@ -314,7 +435,7 @@ fn client(c: usize) -> String {
     format!("c{c}")
 }
 
-impl Case {
+impl<F: Family> Case<F> {
     fn build(
         conn: &RedisConnection,
         name: &str,
@@ -336,7 +457,7 @@ impl Case {
             allowance: 0,
             local: [0; CLIENTS],
             fallbacks: Vec::new(),
-            counted: Instant::now(),
+            counted: SystemTime::now(),
             restarted: vec![false; setups.len()],
             log: Vec::new(),
         };
@@ -349,12 +470,10 @@ impl Case {
 
     /// Replica `r` as a process starting now would build it: as its setup
     /// says, with the capacities set so far.
-    fn start(&self, r: usize) -> RedisLimiter<TokenBucket> {
+    fn start(&self, r: usize) -> RedisLimiter<F::A> {
         let (s, caps, interval) = (&self.setups[r], self.caps[r], self.interval);
         let tiers = Arc::clone(&self.tiers);
-        let mut b = TokenBucket::builder()
-            .rate(1, interval)
-            .capacity(caps[0])
+        let mut b = F::quota(caps[0], interval)
             .redis(self.conn.clone(), &self.name)
             .fail_policy(s.policy)
             .local_share(REPLICAS as u32)
@@ -366,7 +485,7 @@ impl Case {
                 // governs, on this thread or before spawning theirs.
                 tiers[c].load(Ordering::Relaxed)
             });
-        if let Some(units) = s.lease {
+        if let Some(units) = s.lease.filter(|_| F::LEASES) {
             // A lease holds at most the bucket's capacity.
             let units = units.min(caps[0]);
             // And a horizon within tier 0's refill.
@@ -382,8 +501,7 @@ impl Case {
             b = b.no_deny_shortcut();
         }
         let limiter = b.build().unwrap();
-        let tier1 = TokenBucket::builder().rate(1, interval).capacity(caps[1]);
-        limiter.set_quota(1, tier1).unwrap();
+        limiter.set_quota(1, F::quota(caps[1], interval)).unwrap();
         limiter
     }
 
@@ -420,7 +538,7 @@ impl Case {
             let most = self.held_to(c);
             self.marks[c].push(Mark {
                 op: i,
-                began: Instant::now(),
+                began: SystemTime::now(),
                 admitted: 0,
                 most,
             });
@@ -467,10 +585,7 @@ impl Case {
                 let _ = self.replicas[r].peek_n(&client(c), cost).await;
             }
             Op::Reserve { r, c, n } => {
-                if let Ok(held) = self.replicas[r]
-                    .reserve_n(&client(c), n, Duration::ZERO)
-                    .await
-                {
+                if let Some(held) = F::reserve(&self.replicas[r], &client(c), n).await {
                     self.admit(c, n);
                     self.booked.push(Booked {
                         r,
@@ -516,8 +631,7 @@ impl Case {
                 self.restart(c);
             }
             Op::SetQuota { r, tier, cap } => {
-                let quota = TokenBucket::builder().rate(1, self.interval).capacity(cap);
-                match self.replicas[r].set_quota(tier, quota) {
+                match self.replicas[r].set_quota(tier, F::quota(cap, self.interval)) {
                     Ok(()) => self.caps[r][usize::from(tier)] = cap,
                     // A quota below the replica's lease size is refused,
                     // and changes nothing.
@@ -601,14 +715,15 @@ impl Case {
             let more = self.allowance + self.local[c];
             self.marks[c]
                 .iter()
-                .map(|m| (m.most + self.refilled(m) + more).saturating_sub(m.admitted))
+                .map(|m| (self.bound(m) + more).saturating_sub(m.admitted))
                 .fold(self.held_to(c) + more, u64::min)
         })
     }
 
-    /// The units the bucket refilled over `m`'s span.
-    fn refilled(&self, m: &Mark) -> u64 {
-        (m.began.elapsed().as_nanos() / self.interval.as_nanos()) as u64
+    /// The most the algorithm admits over `m`'s span, to a client held to
+    /// at most `m.most`.
+    fn bound(&self, m: &Mark) -> u64 {
+        F::bound(m.most, self.interval, m.began)
     }
 
     /// What the fail policies answered in operation `op`, since the
@@ -620,10 +735,12 @@ impl Case {
     /// and so within the slack now.)
     fn account(&mut self, op: &Op, before: &[RedisStats]) {
         let slack = self.slack();
-        // The fallbacks refill at a replica's share of the rate.
-        let elapsed = self.counted.elapsed().as_nanos();
-        self.counted = Instant::now();
-        let unit = self.interval.as_nanos() * REPLICAS as u128;
+        // The fallbacks refill: a bucket at a replica's share of the rate,
+        // a window's share over its length at most, and whole at a new
+        // window.
+        let elapsed = self.counted.elapsed().unwrap_or_default().as_nanos();
+        let crossed = F::WINDOWED && windows(self.interval, self.counted) > 1;
+        self.counted = SystemTime::now();
         // The replica an operation ran on, the clients it decided, and
         // whether every call it made was a check of that one client.
         let all: Vec<usize> = (0..CLIENTS).collect();
@@ -655,10 +772,18 @@ impl Case {
             }
             for c in 0..CLIENTS {
                 let share = self.share(r, c);
+                let unit = if F::WINDOWED {
+                    self.interval.as_nanos() / u128::from(share)
+                } else {
+                    self.interval.as_nanos() * REPLICAS as u128
+                };
                 let f = &mut self.fallbacks[r][c];
                 f.refill += elapsed;
                 f.level += (f.refill / unit) as u64;
                 f.refill %= unit;
+                if crossed {
+                    f.level = f.level.max(share);
+                }
                 // A raised capacity raises what it holds by as much.
                 f.level += share.saturating_sub(f.share);
                 f.share = share;
@@ -705,7 +830,7 @@ impl Case {
     fn check_bounds(&self) -> Result<(), String> {
         for (c, marks) in self.marks.iter().enumerate() {
             for m in marks {
-                let bound = m.most + self.refilled(m) + self.allowance + self.local[c];
+                let bound = self.bound(m) + self.allowance + self.local[c];
                 if m.admitted <= bound {
                     continue;
                 }
@@ -736,7 +861,7 @@ fn cases() -> u32 {
 
 /// Runs `ops` on replicas built as `setups`, under the prefix `name`:
 /// the first span over its bound, if any.
-async fn run(
+async fn run<F: Family>(
     conn: &RedisConnection,
     name: &str,
     (setups, interval): (&[Setup], Duration),
@@ -747,7 +872,7 @@ async fn run(
     } else {
         Duration::from_secs(10)
     };
-    let mut case = Case::build(conn, name, setups, (interval, timeout));
+    let mut case = Case::<F>::build(conn, name, setups, (interval, timeout));
     for (i, op) in ops.iter().enumerate() {
         case.log.push(format!("{i}: {op:?}"));
         let before: Vec<_> = case.replicas.iter().map(|r| r.stats()).collect();
@@ -764,7 +889,7 @@ async fn run(
 
 /// The state machine on `conn`, quotas of one unit per `interval`,
 /// `FLUSHALL` and outages among the operations if `faults`.
-fn drive(
+fn drive<F: Family>(
     rt: &tokio::runtime::Runtime,
     conn: &RedisConnection,
     (interval, faults): (Duration, bool),
@@ -790,7 +915,7 @@ fn drive(
         // Relaxed: a counter for unique names, on this thread.
         let case = n.fetch_add(1, Ordering::Relaxed);
         let name = prefix(&format!("oracle-{case}"));
-        rt.block_on(run(conn, &name, (&setups, interval), &ops))
+        rt.block_on(run::<F>(conn, &name, (&setups, interval), &ops))
             .map_err(TestCaseError::fail)
     });
     if let Err(failure) = result {
@@ -808,7 +933,24 @@ fn a_fleet_built_every_way_keeps_each_client_within_its_bound() {
     };
     let rt = runtime();
     let conn = rt.block_on(server.manager()).into();
-    drive(&rt, &conn, (INTERVAL, true), cases());
+    drive::<Bucket>(&rt, &conn, (INTERVAL, true), cases());
+}
+
+/// The same for the other algorithms (no leases), windows of a day: each
+/// client within the largest limit it was held to in every window its
+/// span touches (a log: every window's length), plus what the guide
+/// allows. A quarter of the cases each.
+#[test]
+fn a_fleet_of_windows_built_every_way_keeps_each_client_within_its_bound() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let conn = rt.block_on(server.manager()).into();
+    let cases = cases().div_ceil(4);
+    drive::<Fixed>(&rt, &conn, (DAY, true), cases);
+    drive::<Counter>(&rt, &conn, (DAY, true), cases);
+    drive::<Log>(&rt, &conn, (DAY, true), cases);
 }
 
 /// The same on a Redis Cluster of three primaries whose clocks run apart
@@ -824,7 +966,7 @@ fn a_fleet_on_a_cluster_with_a_node_s_clock_ahead_keeps_each_client_within_its_b
     let rt = runtime();
     let conn = rt.block_on(cluster.connection()).into();
     // A fifth of the cases: its long pauses make a case last seconds.
-    drive(&rt, &conn, (FAST, false), cases().div_ceil(5));
+    drive::<Bucket>(&rt, &conn, (FAST, false), cases().div_ceil(5));
 }
 
 /// A replica built as `lease` says, of tier capacities `caps`, coalescing
@@ -848,7 +990,7 @@ fn shrunk(name: &str, setups: &[Setup], ops: &[Op]) {
     let rt = runtime();
     rt.block_on(async {
         let conn = server.manager().await.into();
-        if let Err(failure) = run(&conn, &prefix(name), (setups, INTERVAL), ops).await {
+        if let Err(failure) = run::<Bucket>(&conn, &prefix(name), (setups, INTERVAL), ops).await {
             panic!("{failure}");
         }
     });
@@ -983,7 +1125,7 @@ fn a_shrunk_case_a_lease_spent_after_another_node_s_reply() {
             .flat_map(|_| [hot(20), Op::Pause { ms: 700 }, hot(60)])
             .collect();
         let name = prefix("shrunk-node-clock");
-        if let Err(failure) = run(&conn, &name, (&setups, FAST), &ops).await {
+        if let Err(failure) = run::<Bucket>(&conn, &name, (&setups, FAST), &ops).await {
             panic!("{failure}");
         }
     });
