@@ -398,6 +398,33 @@ fn a_drawn_cursor_lands_in_proportion() {
     }
 }
 
+/// A slice over a map whose tables hold no live entry reads exactly its
+/// word budget, `budget + SHARDS + 1` control words, and stops there: the
+/// cost of a slice is bounded however sparse the map.
+#[test]
+fn a_slice_over_empty_tables_reads_its_word_budget_and_stops() {
+    let map = map();
+    for i in 0..N {
+        assert!(put(&map, format!("client-{i}"), i));
+    }
+    // Every entry removed, every table kept its size.
+    let _ = map.retain(usize::MAX, |_, _| true, |_| unreachable!(), || ());
+    let groups: Vec<usize> = capacities(&map).iter().map(|c| c / LANES).collect();
+    let budget = 3;
+    let words = budget as usize + SHARDS + 1;
+    assert!(
+        groups.iter().sum::<usize>() > words,
+        "a map larger than one slice reads"
+    );
+    let mut cursor = Cursor::default();
+    assert_eq!(
+        map.sweep_slice(&mut cursor, budget, |_, _| unreachable!()),
+        0
+    );
+    let read: usize = groups[..cursor.shard].iter().sum::<usize>() + cursor.slot / LANES;
+    assert_eq!(read, words, "stopped at {cursor:?}");
+}
+
 #[test]
 fn sweep_slices_visit_every_entry_once_per_pass() {
     let map = map();
