@@ -444,6 +444,11 @@ mod tests {
             LEASE.install(reset, 50, 0, Grant::Nothing { until: 80 }),
             None
         );
+        // One asked after that reset is not: it holds.
+        let (after, _) = LEASE
+            .install(reset, 50, 1, Grant::Nothing { until: 80 })
+            .unwrap();
+        assert_eq!(LEASE.short(after, 60), Short::Held(80));
         // A reset clears a hold and keeps a range.
         assert_eq!(Parts::of(Lease::reset(held)).cursor, 0);
         let kept = Lease::reset(range(100, 130));
