@@ -5,8 +5,8 @@
 //! token bucket's exact bound plus what the guide allows.
 //!
 //! Each case builds three replicas of one token bucket (or of one window
-//! algorithm, windows of a day, no leases) on one prefix, each
-//! drawn with or without leases (of up to 2 to 16 units, for 1 to 4
+//! algorithm, windows of a day, or of a pair, no leases) on one prefix,
+//! each drawn with or without leases (of up to 2 to 16 units, for 1 to 4
 //! clients at once), coalescing or one call per check, with or without
 //! the deny shortcut, with a fail policy (`FailClosed`, `FailOpen`, or
 //! `Local` with `local_share(3)`), and with capacities of its own for a
@@ -59,7 +59,7 @@ use redis_server::{prefix, runtime, Cluster, Server};
 use tollgate::redis::{
     FailPolicy, Lease, RedisAlgorithm, RedisConnection, RedisLimiter, RedisReservation, RedisStats,
 };
-use tollgate::{Builder, FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
+use tollgate::{Both, Builder, FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 
 /// The clients of a case.
 const CLIENTS: usize = 4;
@@ -166,6 +166,25 @@ impl Family for Counter {
     fn reserve(_: &RedisLimiter<SlidingWindowCounter>, _: &str, _: u64) -> Booking {
         // It does not book ahead.
         Box::pin(async { None })
+    }
+}
+
+/// A bucket of the limit, a unit per `unit`, and a fixed window of twice
+/// the limit a day: within both bounds.
+struct Pair;
+impl Family for Pair {
+    type A = Both<TokenBucket, FixedWindow>;
+    const LEASES: bool = false;
+    // The bucket's refill bounds its fallback's.
+    const WINDOWED: bool = false;
+    fn quota(limit: u64, unit: Duration) -> Builder<Self::A> {
+        Bucket::quota(limit, unit).and(Fixed::quota(2 * limit, DAY))
+    }
+    fn bound(most: u64, unit: Duration, began: SystemTime) -> u64 {
+        Bucket::bound(most, unit, began).min(Fixed::bound(2 * most, DAY, began))
+    }
+    fn reserve(limiter: &RedisLimiter<Self::A>, client: &str, n: u64) -> Booking {
+        book(limiter, client, n)
     }
 }
 
@@ -939,7 +958,8 @@ fn a_fleet_built_every_way_keeps_each_client_within_its_bound() {
 /// The same for the other algorithms (no leases), windows of a day: each
 /// client within the largest limit it was held to in every window its
 /// span touches (a log: every window's length), plus what the guide
-/// allows. A quarter of the cases each.
+/// allows; and a pair of a bucket and a window, within both. A quarter of
+/// the cases each.
 #[test]
 fn a_fleet_of_windows_built_every_way_keeps_each_client_within_its_bound() {
     let Some(server) = Server::start() else {
@@ -951,6 +971,7 @@ fn a_fleet_of_windows_built_every_way_keeps_each_client_within_its_bound() {
     drive::<Fixed>(&rt, &conn, (DAY, true), cases);
     drive::<Counter>(&rt, &conn, (DAY, true), cases);
     drive::<Log>(&rt, &conn, (DAY, true), cases);
+    drive::<Pair>(&rt, &conn, (INTERVAL, true), cases);
 }
 
 /// The same on a Redis Cluster of three primaries whose clocks run apart
