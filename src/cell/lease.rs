@@ -423,6 +423,25 @@ mod tests {
         assert!(matches!(cell.spend(100, 1), (Spent::Admitted { .. }, 0)));
     }
 
+    /// What a cell tells the process holding it: where its next unit's
+    /// slot starts (a hold is no range), until when checks are held, and
+    /// the epoch a request carries, one more with each reset.
+    #[test]
+    fn a_cell_tells_its_cursor_its_hold_and_its_epoch() {
+        let cell = LeaseCell::new(10);
+        assert_eq!((cell.cursor(), cell.held(100), cell.epoch()), (0, None, 0));
+        cell.nothing(100, 0, 150);
+        assert_eq!(cell.held(100), Some(150));
+        assert_eq!(cell.cursor(), 0, "a hold has no slot to spend");
+        cell.reset();
+        assert_eq!((cell.held(100), cell.epoch()), (None, 1));
+        cell.reset();
+        assert_eq!(cell.epoch(), 2);
+        assert_eq!(cell.grant(100, 100, 120), 0);
+        assert!(matches!(cell.spend(100, 1), (Spent::Admitted { .. }, 0)));
+        assert_eq!(cell.cursor(), 110);
+    }
+
     #[test]
     fn taking_out_empties_both_ranges() {
         let cell = with_a_grant_behind();
