@@ -100,6 +100,20 @@ impl<K, V> Retired<K, V> {
             .is_empty()
     }
 
+    /// Whether every retired table waiting has expired (tests: one free
+    /// then takes them all).
+    #[cfg(test)]
+    pub(super) fn all_expired(&self) -> bool {
+        let pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Acquire: as in `take_expired`.
+        pending
+            .iter()
+            .all(|pending| pending.expired.load(Ordering::Acquire) != 0)
+    }
+
     /// Whether some retired table may be freed now: one load, for a writer
     /// about to let go of a shard's lock.
     #[inline]

@@ -980,3 +980,91 @@ fn a_retired_table_expires_without_waiting_for_dozens_more_and_a_writer_frees_it
     );
     assert!(!map.retired.any_expired());
 }
+
+/// A key that counts its drops on a counter of its test's own.
+#[derive(PartialEq, Eq, Hash)]
+struct Tallied(u64, DropCount);
+
+/// Bumps its counter once when dropped; equal to any other.
+struct DropCount(std::sync::Arc<PlainAtomicU64>);
+
+impl PartialEq for DropCount {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for DropCount {}
+
+impl std::hash::Hash for DropCount {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
+}
+
+impl Drop for DropCount {
+    fn drop(&mut self) {
+        // Relaxed: a counter read after the map is gone, on this thread.
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A map dropped while rebuilt tables still wait to be freed (a reader
+/// pinned since before their retirement holds the collector back) frees
+/// them: every key it was given is dropped once, the removed ones that
+/// only the retired tables held included.
+#[test]
+fn a_map_dropped_with_retired_tables_pending_drops_every_key() {
+    let drops = std::sync::Arc::new(PlainAtomicU64::new(0));
+    let keys = if cfg!(miri) { 200 } else { 2_000 };
+    let map: Map<Tallied, StateCell, _> =
+        Map::with_hasher(foldhash::fast::FixedState::with_seed(7));
+    for i in 0..keys {
+        let key = Tallied(i, DropCount(std::sync::Arc::clone(&drops)));
+        let put = map.insert(None, key, StateCell::new(i), NO_SWEEP, |_| (), |_| ());
+        assert!(put.is_ok());
+    }
+    let reader = epoch::pin();
+    let removed = map.retain(0, |key, _| key.0 % 2 == 0, |_| (), || ());
+    assert_eq!(removed, keys / 2);
+    assert!(
+        map.retired.any_pending(),
+        "the old tables wait for the reader"
+    );
+    drop(map);
+    drop(reader);
+    // Relaxed: as in `DropCount`.
+    assert_eq!(drops.load(Ordering::Relaxed), keys);
+}
+
+/// One call frees every retired table that has expired, not one of them.
+#[test]
+fn a_writer_frees_every_expired_table_at_once() {
+    let drops = std::sync::Arc::new(PlainAtomicU64::new(0));
+    let keys = if cfg!(miri) { 200 } else { 2_000 };
+    let map: Map<Tallied, StateCell, _> =
+        Map::with_hasher(foldhash::fast::FixedState::with_seed(7));
+    for i in 0..keys {
+        let key = Tallied(i, DropCount(std::sync::Arc::clone(&drops)));
+        let put = map.insert(None, key, StateCell::new(i), NO_SWEEP, |_| (), |_| ());
+        assert!(put.is_ok());
+    }
+    // Every shard rebuilt, its old table retired (a reader pinned since
+    // keeps them all from expiring until it goes).
+    let reader = epoch::pin();
+    assert_eq!(
+        map.retain(0, |key, _| key.0 % 2 == 0, |_| (), || ()),
+        keys / 2
+    );
+    drop(reader);
+    // Pins until the collector has marked every one expired.
+    while !map.retired.all_expired() {
+        drop(epoch::pin());
+    }
+    map.retired.free_expired();
+    assert!(!map.retired.any_pending(), "every expired table freed");
+    // Relaxed: as in `DropCount`.
+    assert_eq!(
+        drops.load(Ordering::Relaxed),
+        keys / 2,
+        "the removed keys went with them"
+    );
+}
