@@ -22,7 +22,8 @@
 //! - `reset` and `remove`, by any replica, leasing or not;
 //! - `set_quota` on one replica, and moves of a client between tiers;
 //! - faults: `FLUSHALL`, `SCRIPT FLUSH`, outages (`CLIENT PAUSE` while
-//!   the operations go on), a replica's process killed and started again;
+//!   the operations go on), the server killed and started again (empty)
+//!   while they go on, a replica's process killed and started again;
 //!   pauses.
 //!
 //! The property, as the docs state it for a bucket (leased units
@@ -30,14 +31,14 @@
 //! operations after a client's latest reset or removal, every replica
 //! together admits the client at most the largest capacity any replica
 //! held it to in the span, plus the units refilled over the span (for a
-//! window: that limit in each window the span touches), plus
-//! what the guide allows: the units leased out at a `FLUSHALL`, each
-//! answer of `FailOpen`, and what a `Local` replica's fallback may have
-//! held of the client when it decided in process: its share of what Redis
-//! last told it was left (a share of the slack under the bound then), or
-//! its full share for a client it never heard of, plus its refill. A
-//! booking counts from its operation on, and stops counting where its
-//! cancel says it was given back.
+//! window: that limit in each window the span touches), plus what the
+//! guide allows: the units leased out when Redis lost its states (a
+//! `FLUSHALL`, a server killed), each answer of `FailOpen`, and what a
+//! `Local` replica's fallback may have held of the client when it decided
+//! in process: its share of what Redis last told it was left (a share of
+//! the slack under the bound then), or its full share for a client it
+//! never heard of, plus its refill. A booking counts from its operation
+//! on, and stops counting where its cancel says it was given back.
 //!
 //! Without a `redis-server` binary the test prints why and passes, unless
 //! `CI=true`, where a missing server fails it. `PROPTEST_CASES` sets the
@@ -50,7 +51,7 @@ mod redis_server;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use proptest::prelude::*;
@@ -305,6 +306,11 @@ enum Op {
     Restart {
         r: usize,
     },
+    /// The `redis-server` killed, and started again (empty) `ms` later
+    /// while the operations go on.
+    Kill {
+        ms: u64,
+    },
 }
 
 fn setup() -> impl Strategy<Value = Setup> {
@@ -364,6 +370,7 @@ fn op(long: bool) -> impl Strategy<Value = Op> {
         1 => any::<bool>().prop_map(|scripts| Op::Flush { scripts }),
         1 => (100..=400u64).prop_map(|ms| Op::Outage { ms }),
         1 => (0..REPLICAS).prop_map(|r| Op::Restart { r }),
+        1 => (100..=400u64).prop_map(|ms| Op::Kill { ms }),
     ]
 }
 
@@ -417,6 +424,10 @@ struct Booked {
 
 struct Case<F: Family> {
     conn: RedisConnection,
+    /// The server, where the case may kill it.
+    server: Option<Arc<Mutex<Server>>>,
+    /// The start of a server killed, under way.
+    starting: Option<std::thread::JoinHandle<()>>,
     /// The replicas' prefix.
     name: String,
     setups: Vec<Setup>,
@@ -464,6 +475,8 @@ impl<F: Family> Case<F> {
         let tiers: Arc<[AtomicU16; CLIENTS]> = Arc::new(Default::default());
         let mut case = Case {
             conn: conn.clone(),
+            server: None,
+            starting: None,
             name: name.to_owned(),
             setups: setups.to_vec(),
             interval,
@@ -681,41 +694,68 @@ impl<F: Family> Case<F> {
                 }
                 self.restarted[r] = true;
             }
+            // Either fails only while the server is killed: nothing to do.
             Op::Outage { ms } => {
-                let () = redis::cmd("CLIENT")
+                let _: Result<(), _> = redis::cmd("CLIENT")
                     .arg("PAUSE")
                     .arg(ms)
                     .arg("ALL")
                     .query_async(&mut self.conn)
-                    .await
-                    .unwrap();
+                    .await;
             }
             Op::Flush { scripts: true } => {
-                let () = redis::cmd("SCRIPT")
+                let _: Result<(), _> = redis::cmd("SCRIPT")
                     .arg("FLUSH")
                     .query_async(&mut self.conn)
-                    .await
-                    .unwrap();
+                    .await;
             }
             Op::Flush { scripts: false } => {
-                let held: u64 = self
-                    .replicas
-                    .iter()
-                    .map(|r| {
-                        let s = r.stats();
-                        s.lease_units - s.leased - s.lease_lapsed - s.lease_returned
-                    })
-                    .sum();
-                let () = redis::cmd("FLUSHALL")
-                    .query_async(&mut self.conn)
-                    .await
-                    .unwrap();
-                self.allowance += held;
-                self.log.push(format!("  {held} units leased out"));
-                for c in 0..CLIENTS {
-                    self.restart(c);
-                }
+                // One that fails (the server killed) loses nothing more.
+                let flushed: Result<(), _> =
+                    redis::cmd("FLUSHALL").query_async(&mut self.conn).await;
+                self.states_lost(flushed.is_ok());
             }
+            Op::Kill { ms } => {
+                let Some(server) = self.server.clone() else {
+                    return;
+                };
+                self.started();
+                server.lock().unwrap().stop();
+                self.states_lost(true);
+                self.starting = Some(std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(ms));
+                    server.lock().unwrap().run();
+                }));
+            }
+        }
+    }
+
+    /// Redis lost every state (if `lost`): each client starts afresh, and
+    /// the units leased out then may be spent on top (the guide's
+    /// allowance).
+    fn states_lost(&mut self, lost: bool) {
+        if !lost {
+            return;
+        }
+        let held: u64 = self
+            .replicas
+            .iter()
+            .map(|r| {
+                let s = r.stats();
+                s.lease_units - s.leased - s.lease_lapsed - s.lease_returned
+            })
+            .sum();
+        self.allowance += held;
+        self.log.push(format!("  {held} units leased out"));
+        for c in 0..CLIENTS {
+            self.restart(c);
+        }
+    }
+
+    /// Waits for a killed server to be running again.
+    fn started(&mut self) {
+        if let Some(starting) = self.starting.take() {
+            starting.join().unwrap();
         }
     }
 
@@ -881,17 +921,27 @@ fn cases() -> u32 {
 /// Runs `ops` on replicas built as `setups`, under the prefix `name`:
 /// the first span over its bound, if any.
 async fn run<F: Family>(
-    conn: &RedisConnection,
+    (conn, server): (&RedisConnection, Option<&Arc<Mutex<Server>>>),
     name: &str,
     (setups, interval): (&[Setup], Duration),
     ops: &[Op],
 ) -> Result<(), String> {
-    let timeout = if ops.iter().any(|op| matches!(op, Op::Outage { .. })) {
+    let faulty = |op: &Op| matches!(op, Op::Outage { .. } | Op::Kill { .. });
+    let timeout = if ops.iter().any(faulty) {
         Duration::from_millis(100)
     } else {
         Duration::from_secs(10)
     };
     let mut case = Case::<F>::build(conn, name, setups, (interval, timeout));
+    case.server = server.cloned();
+    let result = run_case(&mut case, ops).await;
+    // The server running again for the next case.
+    case.started();
+    result
+}
+
+/// The operations of one case, each followed by the bounds' check.
+async fn run_case<F: Family>(case: &mut Case<F>, ops: &[Op]) -> Result<(), String> {
     for (i, op) in ops.iter().enumerate() {
         case.log.push(format!("{i}: {op:?}"));
         let before: Vec<_> = case.replicas.iter().map(|r| r.stats()).collect();
@@ -907,10 +957,11 @@ async fn run<F: Family>(
 }
 
 /// The state machine on `conn`, quotas of one unit per `interval`,
-/// `FLUSHALL` and outages among the operations if `faults`.
+/// `FLUSHALL`, outages and the server killed (where it is given) among the
+/// operations if `faults`.
 fn drive<F: Family>(
     rt: &tokio::runtime::Runtime,
-    conn: &RedisConnection,
+    conn: (&RedisConnection, Option<&Arc<Mutex<Server>>>),
     (interval, faults): (Duration, bool),
     cases: u32,
 ) {
@@ -924,7 +975,7 @@ fn drive<F: Family>(
     // Long pauses where a pause refills.
     let long = interval < Duration::from_secs(1);
     let ops = op(long).prop_filter("no fault", move |op| {
-        faults || !matches!(op, Op::Flush { .. } | Op::Outage { .. })
+        faults || !matches!(op, Op::Flush { .. } | Op::Outage { .. } | Op::Kill { .. })
     });
     let strategy = (
         prop::collection::vec(setup(), REPLICAS),
@@ -952,7 +1003,8 @@ fn a_fleet_built_every_way_keeps_each_client_within_its_bound() {
     };
     let rt = runtime();
     let conn = rt.block_on(server.manager()).into();
-    drive::<Bucket>(&rt, &conn, (INTERVAL, true), cases());
+    let server = Arc::new(Mutex::new(server));
+    drive::<Bucket>(&rt, (&conn, Some(&server)), (INTERVAL, true), cases());
 }
 
 /// The same for the other algorithms (no leases), windows of a day: each
@@ -967,11 +1019,13 @@ fn a_fleet_of_windows_built_every_way_keeps_each_client_within_its_bound() {
     };
     let rt = runtime();
     let conn = rt.block_on(server.manager()).into();
+    let server = Arc::new(Mutex::new(server));
+    let fleet = (&conn, Some(&server));
     let cases = cases().div_ceil(4);
-    drive::<Fixed>(&rt, &conn, (DAY, true), cases);
-    drive::<Counter>(&rt, &conn, (DAY, true), cases);
-    drive::<Log>(&rt, &conn, (DAY, true), cases);
-    drive::<Pair>(&rt, &conn, (INTERVAL, true), cases);
+    drive::<Fixed>(&rt, fleet, (DAY, true), cases);
+    drive::<Counter>(&rt, fleet, (DAY, true), cases);
+    drive::<Log>(&rt, fleet, (DAY, true), cases);
+    drive::<Pair>(&rt, fleet, (INTERVAL, true), cases);
 }
 
 /// The same on a Redis Cluster of three primaries whose clocks run apart
@@ -987,7 +1041,7 @@ fn a_fleet_on_a_cluster_with_a_node_s_clock_ahead_keeps_each_client_within_its_b
     let rt = runtime();
     let conn = rt.block_on(cluster.connection()).into();
     // A fifth of the cases: its long pauses make a case last seconds.
-    drive::<Bucket>(&rt, &conn, (FAST, false), cases().div_ceil(5));
+    drive::<Bucket>(&rt, (&conn, None), (FAST, false), cases().div_ceil(5));
 }
 
 /// A replica built as `lease` says, of tier capacities `caps`, coalescing
@@ -1011,7 +1065,8 @@ fn shrunk(name: &str, setups: &[Setup], ops: &[Op]) {
     let rt = runtime();
     rt.block_on(async {
         let conn = server.manager().await.into();
-        if let Err(failure) = run::<Bucket>(&conn, &prefix(name), (setups, INTERVAL), ops).await {
+        let fleet = (&conn, None);
+        if let Err(failure) = run::<Bucket>(fleet, &prefix(name), (setups, INTERVAL), ops).await {
             panic!("{failure}");
         }
     });
@@ -1146,7 +1201,7 @@ fn a_shrunk_case_a_lease_spent_after_another_node_s_reply() {
             .flat_map(|_| [hot(20), Op::Pause { ms: 700 }, hot(60)])
             .collect();
         let name = prefix("shrunk-node-clock");
-        if let Err(failure) = run::<Bucket>(&conn, &name, (&setups, FAST), &ops).await {
+        if let Err(failure) = run::<Bucket>((&conn, None), &name, (&setups, FAST), &ops).await {
             panic!("{failure}");
         }
     });
