@@ -1007,16 +1007,19 @@ impl Drop for DropCount {
     }
 }
 
-/// A map dropped while rebuilt tables still wait to be freed (a reader
-/// pinned since before their retirement holds the collector back) frees
-/// them: every key it was given is dropped once, the removed ones that
-/// only the retired tables held included.
-#[test]
-fn a_map_dropped_with_retired_tables_pending_drops_every_key() {
+/// A map of keys that count their drops, half of them removed by a full
+/// sweep: every shard rebuilt, its old table retired, and a reader pinned
+/// since, which keeps them all from expiring until it goes. The map, how
+/// many keys it was given, their drops so far, and the reader.
+fn half_retired() -> (
+    Map<Tallied, StateCell, foldhash::fast::FixedState>,
+    u64,
+    std::sync::Arc<PlainAtomicU64>,
+    epoch::Guard,
+) {
     let drops = std::sync::Arc::new(PlainAtomicU64::new(0));
     let keys = if cfg!(miri) { 200 } else { 2_000 };
-    let map: Map<Tallied, StateCell, _> =
-        Map::with_hasher(foldhash::fast::FixedState::with_seed(7));
+    let map = Map::with_hasher(foldhash::fast::FixedState::with_seed(7));
     for i in 0..keys {
         let key = Tallied(i, DropCount(std::sync::Arc::clone(&drops)));
         let put = map.insert(None, key, StateCell::new(i), NO_SWEEP, |_| (), |_| ());
@@ -1025,6 +1028,16 @@ fn a_map_dropped_with_retired_tables_pending_drops_every_key() {
     let reader = epoch::pin();
     let removed = map.retain(0, |key, _| key.0 % 2 == 0, |_| (), || ());
     assert_eq!(removed, keys / 2);
+    (map, keys, drops, reader)
+}
+
+/// A map dropped while rebuilt tables still wait to be freed (a reader
+/// pinned since before their retirement holds the collector back) frees
+/// them: every key it was given is dropped once, the removed ones that
+/// only the retired tables held included.
+#[test]
+fn a_map_dropped_with_retired_tables_pending_drops_every_key() {
+    let (map, keys, drops, reader) = half_retired();
     assert!(
         map.retired.any_pending(),
         "the old tables wait for the reader"
@@ -1038,22 +1051,7 @@ fn a_map_dropped_with_retired_tables_pending_drops_every_key() {
 /// One call frees every retired table that has expired, not one of them.
 #[test]
 fn a_writer_frees_every_expired_table_at_once() {
-    let drops = std::sync::Arc::new(PlainAtomicU64::new(0));
-    let keys = if cfg!(miri) { 200 } else { 2_000 };
-    let map: Map<Tallied, StateCell, _> =
-        Map::with_hasher(foldhash::fast::FixedState::with_seed(7));
-    for i in 0..keys {
-        let key = Tallied(i, DropCount(std::sync::Arc::clone(&drops)));
-        let put = map.insert(None, key, StateCell::new(i), NO_SWEEP, |_| (), |_| ());
-        assert!(put.is_ok());
-    }
-    // Every shard rebuilt, its old table retired (a reader pinned since
-    // keeps them all from expiring until it goes).
-    let reader = epoch::pin();
-    assert_eq!(
-        map.retain(0, |key, _| key.0 % 2 == 0, |_| (), || ()),
-        keys / 2
-    );
+    let (map, keys, drops, reader) = half_retired();
     drop(reader);
     // Pins until the collector has marked every one expired.
     while !map.retired.all_expired() {
