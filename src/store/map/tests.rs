@@ -42,6 +42,15 @@ fn map() -> TestMap {
     Map::with_hasher(foldhash::fast::FixedState::with_seed(7))
 }
 
+/// A map holding `client-0` to `client-{N - 1}`, each its own number.
+fn filled() -> TestMap {
+    let map = map();
+    for i in 0..N {
+        assert!(put(&map, format!("client-{i}"), i));
+    }
+    map
+}
+
 fn word(map: &TestMap, key: &str) -> Option<u64> {
     map.get(key, StateCell::load).ok()
 }
@@ -70,10 +79,7 @@ fn neighbours(map: &TestMap, key: &str, count: usize) -> Vec<String> {
 
 #[test]
 fn finds_every_key_it_holds_and_no_other_across_rebuilds() {
-    let map = map();
-    for i in 0..N {
-        assert!(put(&map, format!("client-{i}"), i));
-    }
+    let map = filled();
     for i in 0..N {
         assert_eq!(word(&map, &format!("client-{i}")), Some(i));
     }
@@ -93,10 +99,7 @@ fn finds_every_key_it_holds_and_no_other_across_rebuilds() {
 
 #[test]
 fn removal_needs_the_condition_and_a_removed_key_can_come_back() {
-    let map = map();
-    for i in 0..N {
-        assert!(put(&map, format!("client-{i}"), i));
-    }
+    let map = filled();
     for i in (0..N).step_by(2) {
         let key = format!("client-{i}");
         assert!(!map.remove_if(key.as_str(), |_| false));
@@ -273,10 +276,7 @@ fn capacities(map: &TestMap) -> Vec<usize> {
 
 #[test]
 fn retain_removes_what_it_is_told_and_shrinks_what_is_left() {
-    let map = map();
-    for i in 0..N {
-        assert!(put(&map, format!("client-{i}"), i));
-    }
+    let map = filled();
     let capacity = || -> usize { capacities(&map).into_iter().sum() };
     let before = capacity();
     let removed = map.retain(
@@ -305,10 +305,7 @@ fn retain_removes_what_it_is_told_and_shrinks_what_is_left() {
 /// `retain` leaves it; a larger one is shrunk.
 #[test]
 fn retain_leaves_small_tables_their_size() {
-    let map = map();
-    for i in 0..N {
-        assert!(put(&map, format!("client-{i}"), i));
-    }
+    let map = filled();
     let before = capacities(&map);
     let largest = *before.iter().max().unwrap();
     let _ = map.retain(largest, |_, _| true, |_| unreachable!(), || ());
@@ -342,13 +339,6 @@ fn tombstones(map: &TestMap) -> usize {
 /// the tables it leaves under a quarter full.
 #[test]
 fn retain_rebuilds_the_tables_it_empties_as_each_caller_asks() {
-    let filled = || {
-        let map = map();
-        for i in 0..N {
-            assert!(put(&map, format!("client-{i}"), i));
-        }
-        map
-    };
     let keep_all = |_: &String, _: &StateCell| false;
     // Removing nothing rebuilds nothing.
     let map = filled();
@@ -383,10 +373,7 @@ fn retain_rebuilds_the_tables_it_empties_as_each_caller_asks() {
 /// slot in proportion to the low 32 bits.
 #[test]
 fn a_drawn_cursor_lands_in_proportion() {
-    let map = map();
-    for i in 0..N {
-        assert!(put(&map, format!("client-{i}"), i));
-    }
+    let map = filled();
     let capacity = capacities(&map);
     for shard in [0, 1, SHARDS / 2, SHARDS - 1] {
         let top = (shard as u64) << (64 - SHARD_BITS);
@@ -403,10 +390,7 @@ fn a_drawn_cursor_lands_in_proportion() {
 /// cost of a slice is bounded however sparse the map.
 #[test]
 fn a_slice_over_empty_tables_reads_its_word_budget_and_stops() {
-    let map = map();
-    for i in 0..N {
-        assert!(put(&map, format!("client-{i}"), i));
-    }
+    let map = filled();
     // Every entry removed, every table kept its size.
     let _ = map.retain(usize::MAX, |_, _| true, |_| unreachable!(), || ());
     let groups: Vec<usize> = capacities(&map).iter().map(|c| c / LANES).collect();
@@ -427,10 +411,7 @@ fn a_slice_over_empty_tables_reads_its_word_budget_and_stops() {
 
 #[test]
 fn sweep_slices_visit_every_entry_once_per_pass() {
-    let map = map();
-    for i in 0..N {
-        assert!(put(&map, format!("client-{i}"), i));
-    }
+    let map = filled();
     let mut cursor = Cursor::default();
     let mut seen: HashMap<String, u32> = HashMap::new();
     let mut slices = 0;
