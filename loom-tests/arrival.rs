@@ -4,12 +4,13 @@
 //!
 //! The limiter's own `Arrival` reads a clock, sweeps and counts statistics
 //! through the store's table, none of which loom can model; this one keeps only what the
-//! protocol's correctness rests on: the floor from which a new state is
-//! idle (the latest idle instant of a forgotten state, as
-//! `Counters::floor`), a count
-//! of room with an optional cap (as `Store::reserve`), and the policy
-//! "admit untracked" for a client refused room. Its broken variants are the
-//! bugs the models must catch.
+//! protocol's correctness rests on: a clock read after the look at the map
+//! that sent a check the slow way (modelled as the check's own reading or
+//! the latest reading an evictor recorded before forgetting a state,
+//! whichever is later: a look that saw an eviction's effect is ordered
+//! after the evictor's reading), a count of room with an optional cap (as
+//! `Store::reserve`), and the policy "admit untracked" for a client
+//! refused room. Its broken variants are the bugs the models must catch.
 
 use loom::sync::atomic::{
     AtomicU64,
@@ -52,10 +53,9 @@ impl Room {
         self.refusals.load(Relaxed)
     }
 
-    /// Records that a state idle from `now` on is about to be forgotten,
-    /// as the limiter's `Counters::forgetting`: no write if `now` or later
-    /// is already recorded. (A model may call it with the evictor's
-    /// reading, a floor no lower than the state's idle instant.)
+    /// Records an evictor's clock reading `now`, taken before it forgets
+    /// a state: the model's clock has reached it, so a reading taken after
+    /// a look that saw the eviction is no earlier.
     pub(crate) fn evicting(&self, now: u64) {
         if self.evicting_at.load(Relaxed) < now {
             self.evicting_at.fetch_max(now, Relaxed);
@@ -68,41 +68,70 @@ impl Room {
     }
 }
 
-/// One check's newcomer (the protocol judges at the reading the check
-/// hands it).
+/// The reading a new client's state is fresh from, as the limiter makes
+/// it (`Algorithm::BORN_AT_READING`): `now` for a log, 0 (fresh at every
+/// reading) for the word algorithms.
+pub(crate) fn birth<A: Algorithm>(now: u64) -> u64 {
+    if A::BORN_AT_READING {
+        now
+    } else {
+        0
+    }
+}
+
+/// One check's newcomer.
 #[derive(Debug)]
 pub(crate) struct Arrival<'a, A> {
     pub(crate) algorithm: A,
     pub(crate) room: &'a Room,
-    /// The bug of the stale-reading models: a new state starts at 0, as if
-    /// no eviction had happened, instead of at the floor.
-    pub(crate) forget_floor: bool,
+    /// The check's own reading, taken before its first look at the map.
+    pub(crate) reading: u64,
+    /// The bug of the stale-reading models: the slow way judges at the
+    /// check's first reading, taken before the look that found the client
+    /// forgotten, instead of reading the clock again after it.
+    pub(crate) stale: bool,
     /// Turn a new client away at a full cap before inserting it, as the
     /// limiter does under its non-evicting policies.
     pub(crate) turn_away: bool,
+    /// Bring a new client in born, its first decision made before the
+    /// insert publishes it, as a limiter with no cap does.
+    pub(crate) born: bool,
 }
 
-impl<A: Algorithm> Arrival<'_, A> {
-    fn floor_of(&self, floor: u64) -> u64 {
-        if self.forget_floor {
-            0
-        } else {
-            floor
+impl<'a, A> Arrival<'a, A> {
+    /// A check at `reading` that reads the clock again on the slow way.
+    pub(crate) fn at(algorithm: A, room: &'a Room, reading: u64, turn_away: bool) -> Self {
+        Self {
+            algorithm,
+            room,
+            reading,
+            stale: false,
+            turn_away,
+            born: false,
         }
     }
 }
 
 impl<A: Algorithm> Newcomer<String, A::Cell, bool> for Arrival<'_, A> {
-    fn floor(&self) -> u64 {
-        self.room.evicting_at.load(Relaxed)
+    fn now(&self) -> u64 {
+        if self.stale {
+            self.reading
+        } else {
+            self.reading.max(self.room.evicting_at.load(Relaxed))
+        }
     }
 
-    fn unborn(&self, _: &String, floor: u64) -> A::Cell {
-        self.algorithm.unborn_cell(self.floor_of(floor))
+    fn born(&self, _: &String, now: u64) -> Option<A::Cell> {
+        self.born
+            .then(|| self.algorithm.fresh_cell(birth::<A>(now)))
     }
 
-    fn fresh(&self, _: &String, floor: u64) -> A::Cell {
-        self.algorithm.fresh_cell(floor)
+    fn unborn(&self, _: &String, now: u64) -> A::Cell {
+        self.algorithm.unborn_cell(birth::<A>(now))
+    }
+
+    fn fresh(&self, _: &String, now: u64) -> A::Cell {
+        self.algorithm.fresh_cell(birth::<A>(now))
     }
 
     fn reserve(&self) -> bool {
@@ -127,8 +156,8 @@ impl<A: Algorithm> Newcomer<String, A::Cell, bool> for Arrival<'_, A> {
         self.room.release();
     }
 
-    fn activate(&self, cell: &A::Cell, floor: u64) {
-        self.algorithm.activate(cell, self.floor_of(floor));
+    fn activate(&self, cell: &A::Cell, now: u64) {
+        self.algorithm.activate(cell, birth::<A>(now));
     }
 
     fn turn_away(&self, _: u64) -> bool {

@@ -51,12 +51,7 @@ fn protocol_turning_away<A: Algorithm + Copy>(
     room: &Room,
     turn_away: bool,
 ) -> bool {
-    let arrival = Arrival {
-        algorithm,
-        room,
-        forget_floor: false,
-        turn_away,
-    };
+    let arrival = Arrival::at(algorithm, room, 0, turn_away);
     check_or_insert(
         index,
         KEY,
@@ -72,12 +67,7 @@ fn room_first<A: Algorithm + Copy>(algorithm: A, index: &StandIn<A::Cell>, room:
     if let Ok(Some(admitted)) = index.with(KEY, op) {
         return admitted;
     }
-    let arrival = Arrival {
-        algorithm,
-        room,
-        forget_floor: false,
-        turn_away: false,
-    };
+    let arrival = Arrival::at(algorithm, room, 0, false);
     if !arrival.reserve() {
         // Admit untracked, on a fresh state that is never stored.
         return op(&algorithm.fresh_cell(0)) == Some(true);
@@ -109,12 +99,7 @@ fn turned_away_without_looking_again<A: Algorithm + Copy>(
     if let Ok(Some(admitted)) = index.with(KEY, op) {
         return admitted;
     }
-    let arrival = Arrival {
-        algorithm,
-        room,
-        forget_floor: false,
-        turn_away: true,
-    };
+    let arrival = Arrival::at(algorithm, room, 0, true);
     if arrival.turn_away(0) {
         // Admit untracked, on a fresh state that is never stored.
         return op(&algorithm.fresh_cell(0)) == Some(true);

@@ -131,17 +131,21 @@ fn cancel(algorithm: &TokenBucket, index: &StandIn<StateCell>, _: &Room, b: &Boo
 struct Born<'a>(Arrival<'a, TokenBucket>);
 
 impl Newcomer<String, StateCell, bool> for Born<'_> {
-    fn floor(&self) -> u64 {
-        self.0.floor()
+    fn now(&self) -> u64 {
+        self.0.now()
     }
-    fn born(&self, _: &String, floor: u64) -> Option<StateCell> {
-        Some(self.0.algorithm.fresh_cell(floor))
+    fn born(&self, _: &String, now: u64) -> Option<StateCell> {
+        Some(
+            self.0
+                .algorithm
+                .fresh_cell(crate::arrival::birth::<TokenBucket>(now)),
+        )
     }
-    fn unborn(&self, key: &String, floor: u64) -> StateCell {
-        self.0.unborn(key, floor)
+    fn unborn(&self, key: &String, now: u64) -> StateCell {
+        self.0.unborn(key, now)
     }
-    fn fresh(&self, key: &String, floor: u64) -> StateCell {
-        self.0.fresh(key, floor)
+    fn fresh(&self, key: &String, now: u64) -> StateCell {
+        self.0.fresh(key, now)
     }
     fn reserve(&self) -> bool {
         self.0.reserve()
@@ -152,8 +156,8 @@ impl Newcomer<String, StateCell, bool> for Born<'_> {
     fn release(&self) {
         self.0.release();
     }
-    fn activate(&self, cell: &StateCell, floor: u64) {
-        self.0.activate(cell, floor);
+    fn activate(&self, cell: &StateCell, now: u64) {
+        self.0.activate(cell, now);
     }
     fn refused(&self, now: u64) -> Option<bool> {
         self.0.refused(now)
@@ -163,12 +167,7 @@ impl Newcomer<String, StateCell, bool> for Born<'_> {
 /// One unit check of `KEY` at `reading`, no cap.
 fn check_born(index: &StandIn<StateCell>, room: &Room, reading: u64) -> bool {
     let algorithm = bucket();
-    let born = Born(Arrival {
-        algorithm,
-        room,
-        forget_floor: false,
-        turn_away: false,
-    });
+    let born = Born(Arrival::at(algorithm, room, reading, false));
     check_or_insert(
         index,
         KEY,
@@ -276,7 +275,8 @@ fn every(ns: u64) -> TokenBucket {
 }
 
 /// A quota change (its carry the move) racing a removal followed by three
-/// checks: exactly the new capacity, 2, admitted after the removal.
+/// checks: the new capacity, 2, admitted after the removal, or 1 where the
+/// first lands under the old quota and is carried (never more).
 fn carry_race(name: &str, rule: Rule) -> (usize, u64, u64) {
     let label = name.to_owned();
     check(name, move || {
@@ -310,8 +310,11 @@ fn carry_race(name: &str, rule: Rule) -> (usize, u64, u64) {
             admitted <= 2,
             "{name}: over-admitted: {admitted} admitted after the removal, capacity 2"
         );
+        // A check that lands on a new cell under the old quota, carried
+        // after it by the move rule (to a slower rate: empty when it was,
+        // then the new refill), leaves less than a token at NOW: 1.
         assert!(
-            admitted >= 2,
+            admitted >= 1,
             "{name}: under-admitted: {admitted} admitted after the removal, capacity 2"
         );
         admitted
@@ -321,7 +324,7 @@ fn carry_race(name: &str, rule: Rule) -> (usize, u64, u64) {
 #[test]
 fn a_removal_racing_a_quota_change() {
     let (_, min, max) = carry_race("moving/carry", Rule::Forwarded);
-    assert_eq!((min, max), (2, 2));
+    assert_eq!((min, max), (1, 2));
 }
 
 #[test]
@@ -334,12 +337,7 @@ fn a_removal_racing_a_quota_change_under_dead_means_moved_is_caught() {
 /// client away at a full cap if `turn_away`.
 fn check_turning_away(index: &StandIn<StateCell>, room: &Room, turn_away: bool) -> bool {
     let algorithm = bucket();
-    let arrival = Arrival {
-        algorithm,
-        room,
-        forget_floor: false,
-        turn_away,
-    };
+    let arrival = Arrival::at(algorithm, room, NOW, turn_away);
     check_or_insert(
         index,
         KEY,

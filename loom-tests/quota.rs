@@ -49,14 +49,16 @@ fn every(ns: u64) -> TokenBucket {
 pub(crate) struct Coming<'a>(pub(crate) &'a Tiered<TokenBucket>);
 
 impl Newcomer<String, TierCell, bool> for Coming<'_> {
-    fn floor(&self) -> u64 {
+    fn now(&self) -> u64 {
         NOW
     }
-    fn unborn(&self, _: &String, floor: u64) -> TierCell {
-        self.0.unborn_in(0, floor)
+    // A word algorithm's new client is fresh at every reading, as the
+    // limiter makes it (`Algorithm::BORN_AT_READING`).
+    fn unborn(&self, _: &String, _: u64) -> TierCell {
+        self.0.unborn_in(0, 0)
     }
-    fn fresh(&self, _: &String, floor: u64) -> TierCell {
-        self.0.fresh_in(0, floor)
+    fn fresh(&self, _: &String, _: u64) -> TierCell {
+        self.0.fresh_in(0, 0)
     }
     fn reserve(&self) -> bool {
         true
@@ -65,8 +67,8 @@ impl Newcomer<String, TierCell, bool> for Coming<'_> {
         true
     }
     fn release(&self) {}
-    fn activate(&self, cell: &TierCell, floor: u64) {
-        self.0.activate(cell, floor);
+    fn activate(&self, cell: &TierCell, _: u64) {
+        self.0.activate(cell, 0);
     }
     fn refused(&self, _: u64) -> Option<bool> {
         None
@@ -110,11 +112,16 @@ fn race(name: &str, known: bool, twin: bool) -> (usize, u64, u64) {
         let map = index.snapshot();
         let kept = &map[KEY];
         assert!(!kept.is_dead(), "{name}: the map kept a dead cell");
+        // Decided under the new quota: one token of 2 spent at 20 ns a
+        // token, 20 ns to wait for 2. Or under the old one, then carried by
+        // the move rule (to a slower rate: empty when it was, 10 ns before
+        // NOW by the old refill, then the new one's): 30 ns. Anything else
+        // mixes the two quotas.
         let wait = tiered.peek(kept, NOW, 2).retry_after();
-        assert_eq!(
-            wait,
-            Duration::from_nanos(20),
-            "{name}: decided under the wrong quota: the admission left {wait:?} of debt for 2 tokens, not 20 ns"
+        let carried = [30, 30];
+        assert!(
+            wait == Duration::from_nanos(20) || carried.map(Duration::from_nanos).contains(&wait),
+            "{name}: decided under the wrong quota: the admission left {wait:?} of debt for 2 tokens, not 20 ns (or 30 ns, carried)"
         );
         u64::from(admitted)
     })

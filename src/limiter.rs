@@ -474,6 +474,9 @@ where
         // Not tracked: a check would have to make room for it. At a full
         // cap under `DenyNew`, it is denied unless a held client has become
         // idle, which only a check (or a sweep) finds out.
+        // Read again after the look that found it absent: never before the
+        // reading of an eviction that look saw, as a new client's check.
+        let now = self.clock.now_nanos();
         if self.memory.overflow == Overflow::DenyNew && self.store.is_full(self.memory.max_clients)
         {
             return Self::refused(algorithm, now);
@@ -482,19 +485,15 @@ where
     }
 
     /// The state a client the limiter does not hold would start with: a
-    /// fresh cell from the limiter's floor (see `Counters::floor`) in the
-    /// tier the resolver gives it (if the limiter has one), as its first
-    /// check would make it.
+    /// fresh cell in the tier the resolver gives it (if the limiter has
+    /// one), as its first check would make it.
     fn unknown_cell<Q>(&self, client_id: &Q) -> A::Cell
     where
         Q: ToOwned<Owned = K> + ?Sized,
     {
-        let floor = self.counters.floor();
         match &self.tier_by {
-            None => self.algorithm.fresh_cell(floor),
-            Some(tier_by) => self
-                .algorithm
-                .fresh_in(tier_by(&client_id.to_owned()), floor),
+            None => self.algorithm.fresh_cell(0),
+            Some(tier_by) => self.algorithm.fresh_in(tier_by(&client_id.to_owned()), 0),
         }
     }
 
@@ -507,13 +506,20 @@ where
     {
         let now = self.clock.now_nanos();
         let algorithm = &self.algorithm;
-        // A client forgotten (its cell dead) reads as an unknown one.
+        // A client forgotten (its cell dead) reads as an unknown one, at a
+        // reading taken after the look that found it so.
         self.store
             .get(client_id, |cell| {
                 (cell.life() == Life::Live).then(|| f(algorithm, cell, now))
             })
             .flatten()
-            .unwrap_or_else(|| f(algorithm, &self.unknown_cell(client_id), now))
+            .unwrap_or_else(|| {
+                f(
+                    algorithm,
+                    &self.unknown_cell(client_id),
+                    self.clock.now_nanos(),
+                )
+            })
     }
 
     fn check_cost(&self, cost: u64) -> Result<(), CostError> {

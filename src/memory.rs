@@ -241,10 +241,6 @@ pub(crate) struct Counters {
     pub(crate) denied_new: AtomicU64,
     pub(crate) admitted_untracked: AtomicU64,
     pub(crate) auto_sweeps: AtomicU64,
-    /// The latest instant at which a state forgotten as idle became idle:
-    /// a new client's state is never more permissive at any reading than
-    /// a state idle from then on (see [`Counters::floor`]).
-    pub(crate) forgotten_until: AtomicU64,
     /// Full-cap scans still to skip, and the length of the current run of
     /// scans that found nothing idle (see [`Counters::full_scan_due`]).
     full_scan_skip: AtomicU64,
@@ -252,11 +248,17 @@ pub(crate) struct Counters {
     /// The reading from which a new client takes the slow way in (see
     /// [`Counters::sweep_due`]): the next pass's due reading, or 0 where
     /// every new client pays a paced slice, or `u64::MAX` where new clients
-    /// sweep nothing. It only grows, and never past `pass_due`.
+    /// sweep nothing.
     sweep_from: AtomicU64,
+    /// A reading below which a new client takes the slow way in too: a
+    /// period before the last pass's reading (a clock that went back).
+    sweep_back: AtomicU64,
     /// The reading from which the next new client passes over the map,
     /// forgetting lapsed clients (see [`Counters::claim_pass`]).
     pass_due: AtomicU64,
+    /// The reading of the pass before the latest one: what a sweep on a
+    /// new client's behalf trusts (see [`Counters::trusted`]).
+    trusted: AtomicU64,
 }
 
 impl Counters {
@@ -276,37 +278,43 @@ impl Counters {
             denied_new: AtomicU64::new(0),
             admitted_untracked: AtomicU64::new(0),
             auto_sweeps: AtomicU64::new(0),
-            forgotten_until: AtomicU64::new(0),
             full_scan_skip: AtomicU64::new(0),
             full_scan_barren: AtomicU64::new(0),
             sweep_from: AtomicU64::new(sweep_from),
+            sweep_back: AtomicU64::new(0),
             pass_due: AtomicU64::new(0),
+            trusted: AtomicU64::new(0),
         }
     }
 
-    /// Whether a new client arriving at the reading `floor` has sweeping
-    /// to do: a paced slice, or a pass that has come due. One load and one
-    /// comparison on the insert path.
+    /// Whether a new client arriving at the reading `reading` has sweeping
+    /// to do: a paced slice, or a pass that has come due (or a clock that
+    /// went back past the last pass). Two loads and two comparisons on the
+    /// insert path.
     #[inline]
-    pub(crate) fn sweep_due(&self, floor: u64) -> bool {
-        // Relaxed: a time, publishing nothing. It only grows, so a stale
-        // value is an earlier one, which only sends a new client the slow
-        // way for nothing.
-        floor >= self.sweep_from.load(Ordering::Relaxed)
+    pub(crate) fn sweep_due(&self, reading: u64) -> bool {
+        // Relaxed: times, publishing nothing. A stale value only sends a
+        // new client the slow way for nothing, or one new client later.
+        reading >= self.sweep_from.load(Ordering::Relaxed)
+            || reading < self.sweep_back.load(Ordering::Relaxed)
     }
 
-    /// Claims the pass due by the reading `floor`, if one is: true for
+    /// Claims the pass due by the reading `reading`, if one is: true for
     /// exactly one of the new clients that find it due, which then makes
-    /// it; the next is due `period` later. `paced`: new clients take the
-    /// slow way anyway, for their slices.
-    pub(crate) fn claim_pass(&self, floor: u64, period: u64, paced: bool) -> bool {
+    /// it; the next is due `period` later, or as soon as a reading lies a
+    /// period before this one (a clock that went back: a reading a day
+    /// ahead postpones no pass once the clock is back). `paced`: new
+    /// clients take the slow way anyway, for their slices.
+    pub(crate) fn claim_pass(&self, reading: u64, period: u64, paced: bool) -> bool {
         // Relaxed: as in `sweep_due`; the claim is one compare-and-swap, so
         // two new clients never both make the same pass.
+        let period = period.max(1);
         let due = self.pass_due.load(Ordering::Relaxed);
-        if floor < due {
+        let back = due.saturating_sub(period.saturating_mul(2));
+        if reading < due && reading >= back {
             return false;
         }
-        let next = floor.saturating_add(period.max(1));
+        let next = reading.saturating_add(period);
         if self
             .pass_due
             .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
@@ -314,53 +322,32 @@ impl Counters {
         {
             return false;
         }
+        // Relaxed: as in `sweep_due`. Two claims in a row may store out of
+        // order; the other claim's value only sends new clients the slow
+        // way for nothing until the next claim (or, for `trusted`, makes a
+        // sweep trust an older reading: it forgets less).
+        self.sweep_back
+            .store(reading.saturating_sub(period), Ordering::Relaxed);
+        self.trusted
+            .store(due.saturating_sub(period), Ordering::Relaxed);
         if !paced {
-            // Relaxed: as in `sweep_due`. A later pass's claim may have
-            // stored its later reading first; the maximum is the latest
-            // claim's, which is `pass_due` now or earlier.
-            self.sweep_from.fetch_max(next, Ordering::Relaxed);
+            self.sweep_from.store(next, Ordering::Relaxed);
         }
         true
     }
 
-    /// Records that a state idle from `idle_at` on is about to be
-    /// forgotten as idle. Call it before the exchange that retires it.
+    /// The reading by which a sweep made on a new client's behalf (the
+    /// pass, a paced slice, a rebuild's look for lapsed clients) judges
+    /// idleness, given that client's `reading`: the earlier of it and the
+    /// reading of the pass before the latest. A state forgotten so is idle
+    /// at two readings a period apart, so that a clock that reads ahead
+    /// for less than a period (and comes back) forgets no client that it
+    /// would not have forgotten without it.
     #[inline]
-    pub(crate) fn forgetting(&self, idle_at: u64) {
-        // Relaxed: a check that can see the retirement (the tombstone, read
-        // Acquire, written AcqRel after this in program order, or the
-        // entry's removal, later still) is ordered after this by that
-        // pairing, so it reads this value or a later one. Likewise after
-        // the load alone, when it finds `idle_at` or later already recorded:
-        // the check reads what this load read or a later value, and the
-        // value only grows. So no locked write then.
-        if self.forgotten_until.load(Ordering::Relaxed) < idle_at {
-            self.forgotten_until.fetch_max(idle_at, Ordering::Relaxed);
-        }
-    }
-
-    /// The floor of every new client's state: the latest instant at which
-    /// a state this limiter forgot as idle became idle. A new client's
-    /// state is the most restrictive one idle from the floor on
-    /// (`fresh_at`), judged at the request's own reading, so it decides as
-    /// a fresh client from the floor on and, at a reading before it (a
-    /// user clock that stepped back), never more permissively than any
-    /// state the limiter forgot. While the clock never steps back, every
-    /// reading is at or after the floor (a state is forgotten only once
-    /// idle at the evictor's reading), and forgetting changes no decision.
-    #[inline]
-    pub(crate) fn floor(&self) -> u64 {
-        // Relaxed: see `forgetting`.
-        self.forgotten_until.load(Ordering::Relaxed)
-    }
-
-    /// `now`, or the floor if that is later: the reading a cancel judges
-    /// by, so that a booking made on a state since forgotten (which was not
-    /// idle before the booking's time) gives nothing back to the state
-    /// that replaced it.
-    #[inline]
-    pub(crate) fn not_before(&self, now: u64) -> u64 {
-        now.max(self.floor())
+    pub(crate) fn trusted(&self, reading: u64) -> u64 {
+        // Relaxed: a reading, publishing nothing; a stale one is older, and
+        // only forgets less.
+        reading.min(self.trusted.load(Ordering::Relaxed))
     }
 
     /// Whether a new client at a full cap should scan a short slice for

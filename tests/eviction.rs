@@ -248,8 +248,10 @@ fn a_paced_auto_sweep_keeps_the_map_tighter() {
         assert!(limiter.allow_request(&id));
         most = most.max(limiter.len());
     }
-    // About `slice / (slice − every)` = 4/3 times the clients not idle.
-    assert!(most <= active * 4 / 3, "{most} held");
+    // About `slice / (slice − every)` = 4/3 times the clients not idle by
+    // the reading the slices trust (that of the pass before the latest, a
+    // horizon or two back): at most twice the active ones, and a half.
+    assert!(most <= active * 5 / 2, "{most} held");
     let stats = limiter.stats();
     assert!(stats.auto_sweeps >= 200_000 / 64 - 1, "{stats:?}");
 }

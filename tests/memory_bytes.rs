@@ -69,19 +69,23 @@ fn a_forgotten_burst_gives_its_memory_back() {
     }
     let burst = live() - small;
     assert!(burst > 5_000_000, "300 000 clients took {burst} bytes");
-    // Past the horizon, one new client's pass forgets the burst; a few
-    // thousand more requests of a known client let the epoch collector mark
-    // the old tables expired (a check frees nothing: it never runs another
+    // Past the horizon, new clients' passes forget the burst (the first
+    // trusts the reading of the pass before it, during the burst; the next
+    // one after it, a reading past the burst); a few thousand more
+    // requests of a known client let the epoch collector mark the old
+    // tables expired (a check frees nothing: it never runs another
     // client's `Drop`), and the next writer, one more new client, frees
     // them.
     clock.advance(Duration::from_millis(20));
-    assert!(limiter.allow_request(&1_000_000));
-    for _ in 0..10_000 {
-        clock.advance(Duration::from_millis(1));
-        assert!(limiter.allow_request(&1_000_000));
+    for id in 1_000_000..1_000_002 {
+        assert!(limiter.allow_request(&id));
+        for _ in 0..10_000 {
+            clock.advance(Duration::from_millis(1));
+            assert!(limiter.allow_request(&id));
+        }
     }
-    assert!(limiter.allow_request(&1_000_001));
-    assert_eq!(limiter.len(), 2);
+    assert!(limiter.allow_request(&1_000_002));
+    assert_eq!(limiter.len(), 3);
     let left = live() - small;
     assert!(
         left * 20 < burst,

@@ -47,16 +47,24 @@ fn a_known_client_changes_tier_only_when_retiered() {
     // Held in tier 0: the resolver is not asked again.
     assert_eq!(limiter.tier_of(&7), 0);
     assert_eq!(limiter.peek(&7).limit(), 2);
-    // Moved: half the free bucket spent is half the bucket of 10.
+    // Moved: the one token it holds is kept, no more (the larger bucket
+    // fills at its own rate from there).
     assert_eq!(limiter.retier(&7), 1);
     assert_eq!(limiter.tier_of(&7), 1);
-    assert_eq!(limiter.peek(&7).remaining(), 5);
-    assert_eq!((0..20).filter(|_| limiter.allow_request(&7)).count(), 5);
-    // Back to tier 0: a bucket of 2 missing its 10 spent starts empty.
+    assert_eq!(limiter.peek(&7).remaining(), 1);
+    assert_eq!((0..20).filter(|_| limiter.allow_request(&7)).count(), 1);
+    // Back to tier 0: empty, and waiting one interval of that tier.
     records.write().unwrap().insert(7, 0);
     assert_eq!(limiter.retier(&7), 0);
-    assert_eq!(limiter.check(&7).limit(), 2);
-    assert!(!limiter.allow_request(&7));
+    let denied = limiter.check(&7);
+    assert_eq!(denied.limit(), 2);
+    assert!(!denied.is_allowed());
+    assert_eq!(denied.retry_after(), Duration::from_secs(30));
+    // An upgrade with a fresh start: `reset` after `retier`.
+    records.write().unwrap().insert(7, 1);
+    assert_eq!(limiter.retier(&7), 1);
+    assert!(limiter.reset(&7));
+    assert_eq!(limiter.peek(&7).remaining(), 10);
     assert_eq!(limiter.len(), 1);
 }
 

@@ -209,23 +209,75 @@ impl WordAlgorithm for FixedWindow {
         self.windows = self.windows.aligned(origin);
     }
 
-    /// The count of the window `now` falls in is kept, and at least its
-    /// share of the limit ([`carried`](super::carried)), at most the new
-    /// limit, and counts in the new quota's window that `now` falls in:
-    /// requests already made there stay made. A count of a window that has
-    /// ended (or a booking in a later one) starts the new quota afresh
-    /// (bookings are kept only up to the new limit).
+    /// A move never adds to what the client may take now: the requests
+    /// left in the window `now` falls in are kept (at most the new limit)
+    /// for the new quota's window that `now` falls in, and a closed
+    /// window's booking carries over: the new windows up to the one where
+    /// the booked requests run are closed, and they count there (what the
+    /// new limit cannot hold closes that window too, and counts in the
+    /// next). A reading before the recorded window is judged at
+    /// that window's start, as every check judges it. A state with
+    /// nothing counted since before the new window began is a fresh
+    /// client there, as a client forgotten then would come back.
     fn convert(&self, word: u64, now: u64, to: &Self) -> u64 {
-        if self.is_idle(word, now) {
-            // Idle: the new quota's most restrictive word idle from the
-            // same instant, as a client forgotten then would come back
-            // (the window of `now` would count at an earlier reading).
-            return to.fresh_at(self.idle_at(word));
+        if self == to || word == FRESH {
+            // The same quota (a pair's other limit changed): as it is. A
+            // client that never made a request (or was reset) stays one.
+            return word;
         }
-        let count = self.at(word, now).1;
-        // At most the new limit, so it fits the word.
-        let count = super::carried(count.into(), self.limit.into(), to.limit.into()) as u64;
-        to.pack(to.windows.locate(0, now).index, count)
+        let (index, count) = self.at(word, now);
+        // The instant the state is judged at: never before its window.
+        let at = clamp_now(now).max(self.windows.start(index));
+        let here = to.windows.locate(0, at).index;
+        // Until when the state may hold requests: its idle instant, or for
+        // an empty count (a state a move left with nothing used), the end
+        // of its window, since a move may have counted requests of that
+        // window in what it left.
+        let recorded = word >> self.count_bits;
+        let busy_until = if word & ((1u64 << self.count_bits) - 1) == 0 {
+            self.windows.start(recorded + 1)
+        } else {
+            self.idle_at(word)
+        };
+        if busy_until < to.windows.start(here) {
+            // Nothing counted since before the new window began: a fresh
+            // client there.
+            return to.fresh_at(now);
+        }
+        if count <= self.limit {
+            // Left here: limit − count, at most the new limit. In the
+            // first window, an empty count would be the fresh word, which
+            // stands for a client with no history: held full there instead.
+            let left = (self.limit - count).min(to.limit);
+            let used = if here == 0 && left == to.limit {
+                to.limit
+            } else {
+                to.limit - left
+            };
+            return to.pack(here, used);
+        }
+        // Closed, with `count − limit` booked in the next window: the new
+        // window where those run, and every one before it, closed.
+        let booked = count - self.limit;
+        let runs = to.windows.locate(0, self.windows.start(index + 1)).index;
+        if runs == here {
+            // They run in a window the new quota holds full already.
+            return to.pack(here, to.limit);
+        }
+        // runs > here ≥ 0. Booked requests the new limit holds: the window
+        // before theirs closed (a reading before it is judged at its
+        // start), with them above the limit. More than it holds: their
+        // window closed too, and the rest counted in the next, as if
+        // booked there (so a move and a move back never lose a booked
+        // request). At most 2·limit, which `reserves` leaves room for; a
+        // quota too large to book ahead holds the last window full.
+        let (window, ahead) = if booked <= to.limit {
+            (runs - 1, booked)
+        } else {
+            (runs, (booked - to.limit).min(to.limit))
+        };
+        let ahead = if to.reserves() { ahead } else { 0 };
+        to.pack(window, to.limit + ahead)
     }
 
     fn idle_at(&self, word: u64) -> u64 {

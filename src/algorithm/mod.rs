@@ -19,6 +19,9 @@ mod sliding_window;
 mod token_bucket;
 mod window;
 
+#[cfg(all(test, not(feature = "loom")))]
+mod moves;
+
 pub(crate) use both::join;
 pub use both::Both;
 #[cfg(any(feature = "redis", feature = "loom"))]
@@ -124,13 +127,18 @@ pub trait WordAlgorithm: Send + Sync + 'static {
 
     /// The word that carries `word`'s state, read at `now`, over to the
     /// quota `to`: what a client keeps when its quota changes under it.
-    /// Each algorithm's rule keeps what the client has used and at least
-    /// the same share of its quota ([`carried`]), up to the whole new
-    /// quota (see the algorithm's own docs), and the result is never more
-    /// permissive under `to` than a state that used that much. So at one
-    /// instant no sequence of changes admits more than the largest
-    /// capacity involved. A state idle at `now` becomes one idle under
-    /// `to`.
+    /// The one rule for every algorithm: a move never adds to what the
+    /// client may take at `now` (what it has left is kept, at most the
+    /// whole new quota), and what it may take later grows at `to`'s rate,
+    /// up to `to`'s capacity; bookings already charged stay charged. A
+    /// state whose use has lapsed for `to` (a bucket full for a whole new
+    /// refill, a window with nothing counted in the new quota's window)
+    /// becomes `to`'s fresh state ([`WordAlgorithm::fresh_at`] at `now`),
+    /// as a client forgotten then would come back. So over any span a client admits at most the
+    /// largest capacity involved plus the span times the fastest rate
+    /// involved, and one moved to a slower quota with something left
+    /// waits at most one of the new quota's intervals (or windows) for
+    /// its next request.
     fn convert(&self, word: u64, now: u64, to: &Self) -> u64;
 
     /// Sets the windows for a clock that reads 0 at the Unix time
@@ -456,25 +464,6 @@ pub(crate) fn until(now: u64, at: u64) -> u64 {
     } else {
         at.saturating_sub(clamp_now(now))
     }
-}
-
-/// What a client that used `used` of a quota of `from` has used of a quota
-/// of `to` when it moves: the same units and at least the same share,
-/// `max(used, ⌈used · to / from⌉)`, at most the whole of `to`.
-///
-/// Keeping the share is what makes moves at one instant never refill:
-/// an admission of `k` under a quota of `c` adds `k / c` to the share used,
-/// no move lowers it, and no admission takes it past 1, so the units
-/// admitted add up to at most the largest quota involved. Keeping the
-/// units as well (a smaller quota's client keeps what it spent, at most a
-/// whole new quota) makes a downgrade no kinder than the units say.
-/// `from` is positive; a `used` beyond `from` counts as the whole quota.
-pub(crate) fn carried(used: u128, from: u128, to: u128) -> u128 {
-    if used >= from {
-        return to;
-    }
-    // used < from, so used · to < from · to ≤ 2^128 for quotas of 64 bits.
-    used.max((used * to).div_ceil(from)).min(to)
 }
 
 /// `now` as the algorithms see it.

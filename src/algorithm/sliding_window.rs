@@ -35,7 +35,7 @@ use core::fmt;
 use core::time::Duration;
 
 use super::window::{check_limit_for, check_window, Position, Windows};
-use super::{WordAlgorithm, FRESH};
+use super::{clamp_now, WordAlgorithm, FRESH};
 use crate::error::ConfigError;
 
 /// Why a sliding window counter's limit is bounded: the cap its window
@@ -268,36 +268,55 @@ impl WordAlgorithm for SlidingWindowCounter {
         self.windows = self.windows.aligned(origin);
     }
 
-    /// With the same window, both counts are kept, and at least their
-    /// share of the limit ([`carried`](super::carried)), each at most the
-    /// new limit. With another window, the estimate at `now`
-    /// (`curr + prev · (W − e) / W`, rounded up) is carried so into the new
-    /// window `now` falls in, with nothing before it: what the client sent
-    /// in the last window weighs on it until the new windows slide past it.
+    /// A move never adds to what the client may take now: the whole
+    /// requests the estimate at `now` leaves (`limit − curr − prev ·
+    /// (W − e) / W`, rounded down, at most the new limit) are what it
+    /// has left in the new quota's window `now` falls in, with nothing
+    /// before it; what it had used then weighs on it as the new windows
+    /// slide past. A reading before the recorded window is judged at that
+    /// window's start, as every check judges it. A state whose counts
+    /// weigh nothing since before the new window began is a fresh client
+    /// there, as a client forgotten then would come back.
     fn convert(&self, word: u64, now: u64, to: &Self) -> u64 {
-        if self.is_idle(word, now) {
-            // Idle: the new quota's most restrictive word idle from the
-            // same instant, as a client forgotten then would come back
-            // (the window of `now` would count at an earlier reading).
-            return to.fresh_at(self.idle_at(word));
+        if self == to || word == FRESH {
+            // The same quota (a pair's other limit changed): as it is. A
+            // client that never made a request (or was reset) stays one.
+            return word;
         }
         let (c, pos) = self.at(word, now);
-        // At most the new limit, so each fits the word.
-        let carry =
-            |count: u64| super::carried(count.into(), self.limit.into(), to.limit.into()) as u64;
-        if to.windows.width() == self.windows.width() {
-            return to.pack(Counts {
-                index: c.index,
-                curr: carry(c.curr),
-                prev: carry(c.prev),
-            });
+        let at = clamp_now(now).max(self.windows.start(c.index));
+        let here = to.windows.locate(0, at).index;
+        // Until when the state may weigh: its idle instant, or for empty
+        // counts (a state a move left with nothing used), the end of the
+        // window after its own, since a move may have counted requests of
+        // its window in what it left.
+        let recorded = self.unpack(word);
+        let busy_until = if recorded.curr == 0 && recorded.prev == 0 {
+            self.windows.start(recorded.index + 2)
+        } else {
+            self.idle_at(word)
+        };
+        if busy_until < to.windows.start(here) {
+            // Nothing counted since before the new window began, nor in
+            // the window before that: a fresh client there.
+            return to.fresh_at(now);
         }
         let w = u128::from(self.windows.width());
-        // prev ≤ 2^32 and W − e ≤ W: the weighted part is at most prev.
-        let weighted = (u128::from(c.prev) * (w - u128::from(pos.offset))).div_ceil(w) as u64;
+        // The room left, in request·ns (`room` is at least prev's weight
+        // below limit·W), less the current count's, in whole requests.
+        let room = self.room(c.prev, pos.offset);
+        let used = u128::from(c.curr) * w;
+        let left = (room.saturating_sub(used) / w).min(u128::from(to.limit)) as u64;
+        // In the first window, empty counts would be the fresh word, which
+        // stands for a client with no history: held full there instead.
+        let curr = if here == 0 && left == to.limit {
+            to.limit
+        } else {
+            to.limit - left
+        };
         to.pack(Counts {
-            index: to.windows.locate(0, now).index,
-            curr: carry(c.curr + weighted),
+            index: here,
+            curr,
             prev: 0,
         })
     }

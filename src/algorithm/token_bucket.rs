@@ -38,7 +38,7 @@
 use core::fmt;
 use core::time::Duration;
 
-use super::{clamp_now, until, Reserve, WordAlgorithm, NOW_MAX, WORD_MAX};
+use super::{clamp_now, until, Reserve, WordAlgorithm, FRESH, NOW_MAX, WORD_MAX};
 
 /// The longest refill of a full bucket, `capacity · interval`: so that TAT,
 /// at most `NOW_MAX` plus this, stays a live word (at most [`WORD_MAX`]).
@@ -190,44 +190,54 @@ impl WordAlgorithm for TokenBucket {
         self.capacity * self.interval
     }
 
-    /// The debt is kept in tokens, whole, and as a share of the bucket,
-    /// whichever is more: a bucket missing `d` tokens (fractions included)
-    /// of `c` misses `max(d, min(d · c' / c, c'))` under the new quota
-    /// ([`carried`](super::carried)), rounded up to a whole nanosecond of
-    /// refill. A full bucket stays full; an empty one starts the new quota
-    /// empty, or emptier than empty: a client moved to a smaller bucket
-    /// still waits until it has refilled every token it spent. The share
-    /// keeps moves at one instant from refilling; the whole tokens keep a
-    /// refill earned in a small bucket from being multiplied by a move
-    /// back to a large one, so a client moved between quotas of one rate
-    /// is admitted over any span at most the largest capacity involved
-    /// and that rate's refill over the span.
+    /// A move never adds to what the client may take, at `now` or at any
+    /// reading before it, and what it may take grows at the new rate up to
+    /// the new capacity. To a rate as fast or slower, the bucket is empty
+    /// at the same instant as before (`TAT − capacity · interval`; later,
+    /// for a booking ahead), then refills at the new rate: a downgraded
+    /// client waits at most one new interval for its next token, past
+    /// what it had booked. To a faster rate, it keeps the tokens it holds
+    /// (at most the new capacity; rounded down to whole nanoseconds of the
+    /// new refill) and, if it was full, what the new rate has refilled
+    /// since toward a larger capacity. Either way a client full for a whole new refill moves as a
+    /// fresh client would.
+    ///
+    /// So over any span a client admits at most the largest capacity
+    /// involved plus the span times the fastest rate involved.
     fn convert(&self, tat: u64, now: u64, to: &Self) -> u64 {
-        let now = clamp_now(now);
-        if tat <= now {
+        if self == to || tat == FRESH {
+            // The same quota (a pair's other limit changed): as it is. A
+            // client that never made a request (or was reset) stays one.
             return tat;
         }
-        // The debt in the new quota's nanoseconds of refill, tokens kept:
-        // (tat − now) · interval' / interval, in 128 bits (each factor is
-        // below 2^64, so the product fits).
-        let kept =
-            (u128::from(tat - now) * u128::from(to.interval)).div_ceil(u128::from(self.interval));
-        // At least the same share of the bucket: `debt / interval'`
-        // tokens of `capacity` are `debt · capacity' / capacity` ns of the
-        // new bucket's `capacity' · interval'`.
-        // to.capacity · to.interval ≤ REFILL_MAX, checked by `new`.
-        let full = u128::from(to.capacity * to.interval);
-        let share = super::carried(
-            kept.min(full),
-            u128::from(self.capacity) * u128::from(to.interval),
-            full,
-        );
-        // And the tokens whole, beyond a full bucket if need be (a debt
-        // past the longest a word holds counts as that: never met by a
-        // bucket of one quota).
-        let debt = share.max(kept).min(u128::from(REFILL_MAX));
-        // now ≤ NOW_MAX and debt ≤ REFILL_MAX: a live word.
-        now + debt as u64
+        let now = clamp_now(now);
+        // Every figure below is at most NOW_MAX plus two horizons (a word's
+        // TAT is at most a horizon past NOW_MAX: a booking's is its ready
+        // instant plus at most the horizon), well within 128 bits.
+        let (tat, now) = (u128::from(tat), u128::from(now));
+        let (horizon, to_horizon) = (u128::from(self.horizon()), u128::from(to.horizon()));
+        // TAT of a bucket empty at the old one's empty instant, refilling
+        // at the new rate.
+        let timed = (tat + to_horizon).saturating_sub(horizon);
+        let word = if to.interval >= self.interval || now + horizon < tat {
+            // As fast or slower, or in debt: empty until the same instant.
+            timed
+        } else if tat <= now {
+            // Faster, and full since `tat`: the old capacity's tokens, and
+            // the new rate's refill since (full since the same instant, or
+            // since the new rate filled what the new capacity adds).
+            tat + u128::from(to.capacity.saturating_sub(self.capacity) * to.interval)
+        } else {
+            // Faster, and partly spent: the tokens held, in nanoseconds of
+            // the new refill, rounded down (so below the old capacity's).
+            let held = (now + horizon - tat) * u128::from(to.interval) / u128::from(self.interval);
+            now + to_horizon - held.min(to_horizon)
+        };
+        // Each case lies at most a new horizon past `now`, or past the old
+        // empty instant in debt (at most NOW_MAX): a live word. Never the
+        // fresh word, which stands for a client with no history: a TAT of
+        // 1 decides as it does at every reading but 0.
+        (word as u64).max(1)
     }
 
     fn window(&self) -> u64 {

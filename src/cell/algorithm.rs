@@ -58,6 +58,20 @@ pub trait Algorithm: Send + Sync + 'static {
     const BORN_BEFORE_INSERT: bool = true;
 
     #[doc(hidden)]
+    /// Whether a new client's state is made fresh from the reading of the
+    /// request that brings it in (`fresh_cell(reading)`) rather than fresh
+    /// at every reading: true where a lagging reading, one taken before
+    /// the client's previous state was forgotten, that finds the new state
+    /// could otherwise spend on it what the old one had spent at that
+    /// reading (the log, whose admissions each free a slot at their own
+    /// reading plus the window). The word algorithms record a lagging
+    /// request in the window or the refill of the new state after its
+    /// first decision (which, without a cap, is in the state before any
+    /// other thread can see it), and are born fresh at every reading, as
+    /// a client never seen: their quota changes then treat them as one.
+    const BORN_AT_READING: bool = false;
+
+    #[doc(hidden)]
     /// The algorithm a builder's settings describe (`FromParams`).
     fn from_settings(params: &Params) -> Result<Self, ConfigError>
     where

@@ -468,6 +468,8 @@ impl Mortal for LogCell {
 }
 
 impl Algorithm for SlidingWindowLog {
+    const BORN_AT_READING: bool = true;
+
     type Cell = LogCell;
 
     fn from_settings(params: &Params) -> Result<Self, ConfigError> {
@@ -487,8 +489,9 @@ impl Algorithm for SlidingWindowLog {
     }
 
     fn activate(&self, cell: &LogCell, _floor: u64) {
-        // The log's floor was set when it was made, by the thread that
-        // inserted it, which read the floor after any eviction it replaces.
+        // The reading the log is fresh from was set when it was made, by
+        // the thread that inserted it, which read the clock after the look
+        // at the map that found the client absent.
         cell.bear();
     }
 

@@ -547,12 +547,21 @@ where
         })
     }
 
+    /// Idle for the longest horizon of any tier, not just its own: a state
+    /// that long idle converts to a fresh one under every quota a move can
+    /// take it to (the move rule credits an idle state with what the new
+    /// quota refills while it stays idle), so forgetting it changes no
+    /// decision, whatever moves follow. One idle for less may still hold
+    /// less than a fresh client of a larger quota would.
     fn try_evict(&self, cell: &Self::Cell, now: u64, forgetting: &dyn Fn(u64)) -> bool {
+        let Some(judged) = now.checked_sub(self.horizon()) else {
+            return false;
+        };
         cell.state.try_retire(|word| {
             cell.quota::<A>().is_some_and(|q| {
-                let idle = q.is_idle(word, now);
+                let idle = q.is_idle(word, judged);
                 if idle {
-                    forgetting(q.idle_at(word));
+                    forgetting(q.idle_at(word).saturating_add(self.horizon()));
                 }
                 idle
             })
@@ -570,8 +579,13 @@ where
         Some(matches!(applied, Applied::Admitted(_)))
     }
 
+    /// As [`Tiered::try_evict`] judges it: a horizon of the longest tier
+    /// after the state's own idle instant.
     fn idle_at(&self, cell: &Self::Cell) -> u64 {
-        self.read(cell, |word, quota| quota.idle_at(word))
+        let horizon = self.horizon();
+        self.read(cell, |word, quota| {
+            quota.idle_at(word).saturating_add(horizon)
+        })
     }
 
     /// The longest horizon of any tier.

@@ -6,10 +6,12 @@
 //! - **Costs.** A cost larger than the capacity is a
 //!   [`CostError`](crate::CostError) (it could never pass); a cost of 0 is
 //!   admitted and records nothing.
-//! - **Clocks.** A user clock that steps backwards never causes a panic or
-//!   an extra admission, even across an eviction (a new state is never
-//!   judged earlier than the eviction that forgot the old one), and
-//!   readings past 2^63 ns are treated as the last instant. A wait that
+//! - **Clocks.** A user clock that steps backwards never causes a panic,
+//!   and on a state the limiter holds never an extra admission (a step
+//!   back of `d` delays by at most `d`). A client forgotten before the
+//!   step comes back fresh: admitted early by at most its capacity, once
+//!   (see the [memory guide](crate::guide::memory)). Readings past 2^63 ns
+//!   are treated as the last instant. A wait that
 //!   would end only after that instant is reported as
 //!   `retry_after() == Duration::MAX`: never.
 //! - **Reservations.** A cost of 0 is ready at once and charges nothing,

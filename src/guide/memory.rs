@@ -23,12 +23,18 @@
 //!
 //! A client whose state equals a fresh client's (a full bucket, windows
 //! that have fully passed, an empty log) carries no information: forgetting
-//! it changes no decision while the clock never steps back. After a step
-//! back of `d`, a forgotten or new client may wait up to `d` longer; and a
-//! log's admission may have reused another of its free slots than it would
-//! have unforgotten, which shows only then: it admits nothing that the log
-//! never forgetting would refuse `d` later. tollgate forgets such clients
-//! in two ways:
+//! it changes no decision while the clock never steps back (a new
+//! client's request is judged at a reading taken after the look at the
+//! map that found it absent, so never before the reading that forgot its
+//! old state). A user clock that reads ahead and comes back is held to
+//! two bounds: a client the limiter never saw decides exactly as a fresh
+//! client, and a client not checked while the clock read ahead for less
+//! than a horizon decides as if it never had (the sweeps that arrivals
+//! make trust a reading only a horizon after it). A client forgotten
+//! before the clock steps back (by [`sweep`](crate::Limiter::sweep) at a
+//! reading ahead, or while it read ahead for longer than a horizon) comes
+//! back fresh: it may be admitted early by at most its capacity, once.
+//! tollgate forgets such clients in two ways:
 //!
 //! - **As new clients arrive.** A new client's request pays for the
 //!   forgetting, in two ways; a known client's check never does:
@@ -49,6 +55,11 @@
 //!     one visit per held client, shard by shard (about 16 ns per `u64`
 //!     client, `docs/PERFORMANCE.md`).
 //!
+//!   A tiered or reconfigurable limiter's horizon is its longest tier's,
+//!   and it counts a client as idle only once its state has been idle for
+//!   that horizon (so that a later move changes nothing; see the
+//!   [tiers guide](crate::guide::tiers)).
+//!
 //!   A client idle for less than a horizon is kept: one that comes back
 //!   soon is not forgotten and re-inserted over and over. For a tighter
 //!   map, add a paced sweep with [`auto_sweep`](crate::Builder::auto_sweep)
@@ -62,11 +73,16 @@
 //!
 //! Without a cap, after any call, the limiter holds no more clients
 //! ([`len`](crate::Limiter::len)) than made a request within the three
-//! horizons before the latest new client arrived, or since, plus 512 (8
-//! per shard of its map); a booking counts as a request at the instant it
-//! is due. (With several threads: once the pass that arrival set off is
-//! over.) So while new clients keep arriving the map follows the clients
-//! active lately, and a flood of one-off ids costs memory for about three
+//! horizons before the latest new client arrived, or since, or within the
+//! horizon before the pass before the latest (a pass trusts the reading of
+//! the one before it: after a silence, the first new client's pass
+//! forgets only what was idle then, and the next, a horizon later, the
+//! rest); plus 512 (8 per shard of its map). A booking counts as a request
+//! at the instant it is due; a client the limiter forgot counts as new when
+//! it comes back; a tiered limiter's clients count as idle a horizon late.
+//! (With several threads: once the pass that arrival set off is over.) So
+//! while new clients keep arriving the map follows the clients active
+//! lately, and a flood of one-off ids costs memory for about three
 //! horizons of them.
 //!
 //! # When memory is given back
@@ -93,8 +109,10 @@
 //!
 //! What is bounded is counted in calls, not in time: no thread runs, so
 //! after a burst of new clients followed by silence, or by known clients
-//! only, the map keeps the burst's clients until the next new client
-//! arrives (whose request then makes the pass). To forget them without
+//! only, the map keeps the burst's clients until new clients arrive again
+//! (whose requests then make the passes: the first after a silence
+//! forgets only what was idle at the pass before it, the next, a horizon
+//! later, the rest). To forget them without
 //! waiting for one, call [`sweep`](crate::Limiter::sweep), every horizon or
 //! so from a timer you already have, say: it leaves only the clients not
 //! idle at that instant. With [`no_auto_sweep`](crate::Builder::no_auto_sweep)
@@ -117,8 +135,15 @@
 //! clock.advance(Duration::from_secs(5));
 //! assert!(limiter.allow_request(&7)); // a known client: nothing forgotten
 //! assert_eq!(limiter.len(), 10_000);
-//! assert!(limiter.allow_request(&10_000)); // a new one: the burst goes
-//! assert_eq!(limiter.len(), 2);
+//! // A new one passes over the map, forgetting what was idle at the last
+//! // pass's reading (the burst's, at 0 s) as well as at its own: nothing.
+//! assert!(limiter.allow_request(&10_000));
+//! assert_eq!(limiter.len(), 10_001);
+//! // The next pass, a horizon later, trusts the reading of 5 s: the burst
+//! // goes.
+//! clock.advance(Duration::from_secs(1));
+//! assert!(limiter.allow_request(&10_001));
+//! assert_eq!(limiter.len(), 3);
 //! # Ok::<(), tollgate::ConfigError>(())
 //! ```
 //!

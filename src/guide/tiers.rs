@@ -88,29 +88,77 @@
 //!
 //! # What a client keeps when its quota changes
 //!
-//! A client keeps what it has spent, and at least the same share of its
-//! quota: `max(spent, spent · new / old)`, rounded up, at most the whole
-//! new quota. A client that spent 8 of 10 has spent 16 of 20 after an
-//! upgrade, and 5 of 5 after a downgrade. So no sequence of quota changes
-//! or tier moves at one instant admits more than the largest quota
-//! involved: moving a client back and forth between plans never refills
-//! it.
+//! One rule, for every algorithm and for both `set_quota` and `retier`:
+//! **a move never adds to what a client may take**, now or at any earlier
+//! reading, and what it may take grows at the new quota's rate, up to the
+//! new quota's capacity. Requests already booked stay charged. It gives
+//! both bounds:
 //!
-//! - The token bucket keeps its missing tokens so (a full bucket stays
-//!   full; an empty one starts the new quota empty, refilling at the new
-//!   rate), and keeps every token it is missing even beyond the new
-//!   bucket: a client moved from a bucket of 32 it emptied to one of 2
-//!   waits until it has refilled 32 tokens' worth. So a refill earned in
-//!   a small bucket is never multiplied by a move back to a large one:
-//!   over any span, a client moved among plans gets at most the largest
-//!   capacity involved and the refill at the fastest rate involved.
-//! - The fixed window keeps the count of the window that is running so, in
-//!   the new quota's window that is running.
-//! - The sliding window counter keeps both windows' counts so with the
-//!   same window; with another window, the client's estimate for the last
-//!   window (rounded up) is kept so in the new window that is running.
-//! - Two limits held together each keep their state by their own rule.
-//! - A client whose own quota did not change keeps its state exactly.
+//! - over any span, a client moved among plans is admitted at most the
+//!   largest capacity involved plus the span's refill at the fastest rate
+//!   involved (at one instant, at most the largest capacity: moving a
+//!   client back and forth never refills it);
+//! - a client moved to a slower plan waits at most one of that plan's
+//!   intervals (a bucket's refill of one token, a window) for its next
+//!   request, past what it had booked. A client downgraded from a
+//!   thousand a minute to ten an hour waits at most six minutes, not the
+//!   hours its spent tokens would take to refill at the new rate.
+//!
+//! By algorithm:
+//!
+//! - The token bucket, to a rate as fast or slower: the bucket is empty
+//!   at the instant it was empty before, then refills at the new rate (a
+//!   client that emptied a bucket of 1 000 a second and moves to one a
+//!   second waits one second). To a faster rate: the client keeps the
+//!   tokens it holds, at most the new capacity. A full bucket is credited
+//!   with what the new rate has refilled since it was full, so a client
+//!   idle for a whole new refill moves as a fresh client.
+//! - The fixed window: what is left in the window that is running, at
+//!   most the new limit, is what is left in the new quota's window that is
+//!   running. A window closed by a booking stays closed, and the booked
+//!   requests count in the new window where they run (a raise from 10 to
+//!   11 a minute after 10 spent and 10 booked for the next minute leaves
+//!   that minute 1 more). A client that counted nothing since before the
+//!   new window began is a fresh client there.
+//! - The sliding window counter: the whole requests the client's estimate
+//!   leaves, at most the new limit, are what is left in the new window
+//!   that is running; what it used weighs on it as the new windows slide
+//!   past.
+//! - Two limits held together each keep their state by their own rule; a
+//!   limit whose settings did not change keeps its state exactly, and so
+//!   does a client whose own quota did not change.
+//!
+//! An upgraded client keeps what it had left, and fills toward the new
+//! quota at its rate. To give it a fresh start instead, reset it after
+//! the move:
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{ManualClock, TokenBucket};
+//!
+//! let minute = Duration::from_secs(60);
+//! let limiter = TokenBucket::builder()
+//!     .rate(10, minute)
+//!     .reconfigurable()
+//!     .clock(ManualClock::new())
+//!     .build()?;
+//! assert_eq!((0..20).filter(|_| limiter.allow_request("ann")).count(), 10);
+//! limiter.set_quota(0, TokenBucket::builder().rate(1_000, minute))?;
+//! assert_eq!(limiter.peek("ann").remaining(), 0);
+//! limiter.reset("ann");
+//! assert_eq!(limiter.peek("ann").remaining(), 1_000);
+//! # Ok::<(), tollgate::ConfigError>(())
+//! ```
+//!
+//! A client the limiter has forgotten (idle, see the
+//! [memory guide](crate::guide::memory)) comes back as a fresh client of
+//! its tier. A tiered limiter forgets a client only once it has been idle
+//! for the longest refill or window of any tier: by then the move rule
+//! carries it to a fresh state under every quota the limiter has, so
+//! forgetting it changes no decision, whatever moves follow. (A quota
+//! raised past every quota the limiter had when it forgot a client gives
+//! that client, on its return, the fresh start a held one would earn by
+//! refilling: at most the raise, once.)
 //!
 //! # Guarantees
 //!
@@ -123,8 +171,8 @@
 //!   change holds while it carries that shard.)
 //! - **Bookings.** A booking made before its own tier's quota changes
 //!   keeps its ready time; its charge is carried with the rest of the state
-//!   (at most one new bucket or window of it), and cancelling it
-//!   afterwards gives nothing back.
+//!   (a booked request stays charged), and cancelling it afterwards gives
+//!   nothing back.
 //! - **Bad input.** A quota that does not validate is a
 //!   [`ConfigError`](crate::ConfigError) naming its field with `tier.` in
 //!   front (`tier.capacity`), from `build()` or from `set_quota`, which then

@@ -201,9 +201,10 @@ where
     /// iff its charge was given back. The client is looked up past dead
     /// cells (`act_on_live`): one a table rebuild moved while we looked has
     /// its live copy in the new table; an evicted one's replacement fails
-    /// the stamp's test. The clock is read once the state is found, no
-    /// earlier than any eviction judged (so after the booking's time if
-    /// an idle eviction forgot the state it was booked on). Both the
+    /// the stamp's test. The clock is read once the state is found, after
+    /// any eviction whose effect the look saw (so, with a clock that never
+    /// goes back, after the booking's time if an idle eviction forgot the
+    /// state it was booked on: nothing is given back to its replacement). Both the
     /// look-up (the key's `Hash` and `Eq`) and the clock run before the
     /// cancel counts itself in progress on its stripe of stamps, so no user
     /// code runs while it is (see `crate::reservation`).
@@ -211,7 +212,7 @@ where
         let algorithm = &self.algorithm;
         let hash = self.store.hash_of(client);
         act_on_live(&self.store, client, |cell| {
-            let now = self.counters.not_before(self.clock.now_nanos());
+            let now = self.clock.now_nanos();
             self.renewals
                 .cancel(hash, stamp, || algorithm.unreserve(cell, now, ticket))
         })
@@ -268,8 +269,6 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        // The state a new client starts with (see `Counters::floor`).
-        let floor = self.counters.floor();
         let algorithm = &self.algorithm;
         // A new state in the same cell: old bookings' tickets must not
         // touch it (see `crate::reservation`).
@@ -283,7 +282,8 @@ where
                 reset_client(
                     &self.store,
                     client_id,
-                    |cell| algorithm.reset(cell, floor),
+                    // A fresh state: as if it had never made a request.
+                    |cell| algorithm.reset(cell, 0),
                     || self.remove(client_id),
                 )
             },

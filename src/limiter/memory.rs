@@ -56,10 +56,9 @@ where
     /// passes). Does nothing if another thread is sweeping a slice.
     pub(super) fn sweep_slice(&self, idle_by: u64, budget: u64) -> u64 {
         let algorithm = &self.algorithm;
-        let forgetting = |idle_at| self.counters.forgetting(idle_at);
         let mut retired = 0;
         let _ = self.store.sweep_slice(budget, |cell| {
-            let gone = algorithm.try_evict(cell, idle_by, &forgetting);
+            let gone = algorithm.try_evict(cell, idle_by, &|_| ());
             retired += u64::from(gone);
             gone
         });
@@ -80,7 +79,6 @@ where
     /// again.
     pub(super) fn evict_sampled(&self, now: u64, sample: u64) -> bool {
         let algorithm = &self.algorithm;
-        let forgetting = |idle_at| self.counters.forgetting(idle_at);
         let mut retired = 0;
         let mut sampled = 0;
         let mut forced = false;
@@ -102,7 +100,7 @@ where
                 // Idle from `idle_at` on: then retired as idle, which
                 // changes no decision (unless a check admitted meanwhile).
                 let idle_at = algorithm.idle_at(cell);
-                if idle_at <= now && algorithm.try_evict(cell, now, &forgetting) {
+                if idle_at <= now && algorithm.try_evict(cell, now, &|_| ()) {
                     retired += 1;
                     return Visit::Remove;
                 }
@@ -178,10 +176,9 @@ where
     /// included.
     fn sweep_at(&self, idle_by: u64, small: usize) -> usize {
         let algorithm = &self.algorithm;
-        let forgetting = |idle_at| self.counters.forgetting(idle_at);
         let mut retired = 0;
         let removed = self.store.sweep(small, |cell| {
-            let gone = algorithm.try_evict(cell, idle_by, &forgetting);
+            let gone = algorithm.try_evict(cell, idle_by, &|_| ());
             retired += u64::from(gone);
             gone
         });
@@ -203,19 +200,20 @@ where
         let horizon = self.algorithm.horizon();
         // Only clients idle for a whole horizon already: one idle for less
         // may well be back, and forgetting it, though it changes no
-        // decision, would cost it a fresh insert.
-        let lapsed = now.saturating_sub(horizon);
+        // decision, would cost it a fresh insert. Claimed first, so that
+        // the pass judges by the reading of the pass before it.
+        let pass = self.memory.sweep_on_rebuild
+            && self
+                .counters
+                .claim_pass(now, horizon, self.memory.auto_sweep.is_some());
+        let lapsed = self.counters.trusted(now.saturating_sub(horizon));
         if let Some(pace) = self.memory.auto_sweep {
             if self.counters.next_insert() % pace.every == pace.every - 1 {
                 Counters::add(&self.counters.auto_sweeps, 1);
                 let _ = self.sweep_slice(lapsed, pace.slice);
             }
         }
-        if self.memory.sweep_on_rebuild
-            && self
-                .counters
-                .claim_pass(now, horizon, self.memory.auto_sweep.is_some())
-        {
+        if pass {
             // A map this small may keep its lapsed clients: the pass's
             // visit of every shard would cost more than they do.
             if self.store.len() > Memory::PASS_SPARES {
@@ -259,22 +257,14 @@ where
     fn has_lapsed(&mut self, copy: &A::Cell) -> bool {
         // `is_idle(word, t)` iff `t >= idle_at(word)`, for every algorithm.
         let idle_by = self.idle_by();
-        let counters = &self.arrival.limiter.counters;
-        let idle_at = self.arrival.limiter.algorithm.idle_at(copy);
-        let lapsed = idle_at <= idle_by;
-        if lapsed {
-            // Left behind, so forgotten: before the rebuild publishes the
-            // table without it.
-            counters.forgetting(idle_at);
-        }
-        lapsed
+        // Left behind, so forgotten, if idle by then.
+        self.arrival.limiter.algorithm.idle_at(copy) <= idle_by
     }
 
     fn retire_if_lapsed(&mut self, cell: &A::Cell) -> bool {
         let idle_by = self.idle_by();
         let limiter = self.arrival.limiter;
-        let forgetting = |idle_at| limiter.counters.forgetting(idle_at);
-        let gone = limiter.algorithm.try_evict(cell, idle_by, &forgetting);
+        let gone = limiter.algorithm.try_evict(cell, idle_by, &|_| ());
         if gone {
             Counters::add(&limiter.counters.evicted_idle, 1);
         }
@@ -283,6 +273,17 @@ where
 
     fn retired(&mut self) {
         Counters::add(&self.arrival.limiter.counters.evicted_idle, 1);
+    }
+}
+
+/// The reading a new client's state is fresh from, for a request at `now`
+/// (see `Algorithm::BORN_AT_READING`): `now`, or 0 (fresh at every
+/// reading).
+fn birth<A: Algorithm>(now: u64) -> u64 {
+    if A::BORN_AT_READING {
+        now
+    } else {
+        0
     }
 }
 
@@ -327,7 +328,9 @@ where
     fn start_sweep(&self) -> u64 {
         let limiter = self.limiter;
         Counters::add(&limiter.counters.auto_sweeps, 1);
-        self.reading.saturating_sub(limiter.algorithm.horizon())
+        limiter
+            .counters
+            .trusted(self.reading.saturating_sub(limiter.algorithm.horizon()))
     }
 
     /// A new client's share of sweeping: nothing, on the way in, unless a
@@ -349,12 +352,8 @@ where
     F: Fn(&A, u64) -> R,
 {
     #[inline]
-    fn floor(&self) -> u64 {
-        // See `Counters::floor`. The eviction a lookup has seen the effect
-        // of (a tombstone, a removal) recorded its state's idle instant
-        // before that effect, so reading the floor after the lookup is
-        // enough.
-        self.limiter.counters.floor()
+    fn now(&self) -> u64 {
+        self.limiter.clock.now_nanos()
     }
 
     /// The rebuild's look for lapsed clients: those idle for a whole
@@ -370,7 +369,7 @@ where
         })
     }
 
-    fn born(&self, key: &K, floor: u64) -> Option<A::Cell> {
+    fn born(&self, key: &K, now: u64) -> Option<A::Cell> {
         let limiter = self.limiter;
         if limiter.memory.max_clients.is_some() || !A::BORN_BEFORE_INSERT {
             return None;
@@ -378,20 +377,20 @@ where
         // First, so that a resolver that panics leaves nothing behind.
         let tier = limiter.resolve_tier(key);
         self.pace();
-        Some(limiter.algorithm.fresh_in(tier, floor))
+        Some(limiter.algorithm.fresh_in(tier, birth::<A>(now)))
     }
 
-    fn unborn(&self, key: &K, floor: u64) -> A::Cell {
+    fn unborn(&self, key: &K, now: u64) -> A::Cell {
         let limiter = self.limiter;
         // First, so that a resolver that panics leaves nothing behind.
         let tier = limiter.resolve_tier(key);
         self.pace();
-        limiter.algorithm.unborn_in(tier, floor)
+        limiter.algorithm.unborn_in(tier, birth::<A>(now))
     }
 
-    fn fresh(&self, key: &K, floor: u64) -> A::Cell {
+    fn fresh(&self, key: &K, now: u64) -> A::Cell {
         let limiter = self.limiter;
-        limiter.algorithm.fresh_in(limiter.resolve_tier(key), floor)
+        limiter.algorithm.fresh_in(limiter.resolve_tier(key), now)
     }
 
     #[inline]
@@ -407,8 +406,8 @@ where
         self.limiter.store.release(1);
     }
 
-    fn activate(&self, cell: &A::Cell, floor: u64) {
-        self.limiter.algorithm.activate(cell, floor);
+    fn activate(&self, cell: &A::Cell, now: u64) {
+        self.limiter.algorithm.activate(cell, birth::<A>(now));
     }
 
     fn turn_away(&self, now: u64) -> bool {

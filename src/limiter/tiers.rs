@@ -32,34 +32,46 @@ where
     /// change is one step in its history: a check lands wholly before it,
     /// under the old quota, or wholly after, under the new one. The call
     /// itself visits every client once (shard by shard, under each shard's
-    /// insert lock), carrying its state over to the new quota: the client
-    /// keeps what it spent and at least the same share of its quota
-    /// (`max(spent, spent · new / old)`, rounded up, at most the whole new
-    /// quota), so that no sequence of changes and moves at one instant
-    /// admits more than the largest quota involved. By algorithm:
+    /// insert lock), carrying its state over to the new quota by the move
+    /// rule: **a move never adds to what a client may take**, now or at
+    /// any earlier reading, and what it may take grows at the new rate up
+    /// to the new capacity; requests already booked stay charged. So over
+    /// any span a client is admitted at most the largest capacity
+    /// involved plus the span's refill at the fastest rate involved, and a
+    /// client moved to a slower quota waits at most one of the new
+    /// quota's intervals (or windows) for its next request, past what it
+    /// had booked. By algorithm:
     ///
-    /// - [`TokenBucket`](crate::TokenBucket): the tokens the client is
-    ///   missing, so: a full bucket stays full, and an empty one starts the
-    ///   new quota empty, refilling at the new rate; every token missing
-    ///   stays missing, even beyond a smaller new bucket, so that over any
-    ///   span the client gets at most the largest capacity involved and
-    ///   the refill at the fastest rate involved.
-    /// - [`FixedWindow`](crate::FixedWindow): the requests counted in the
-    ///   window that is running, so, in the new quota's window that is
-    ///   running.
-    /// - [`SlidingWindowCounter`](crate::SlidingWindowCounter): with the
-    ///   same window, both windows' counts, so; with another window, the
-    ///   client's estimate for the last window (rounded up), so, in the new
-    ///   window that is running.
+    /// - [`TokenBucket`](crate::TokenBucket): to a rate as fast or slower,
+    ///   the bucket is empty at the instant it was empty before, then
+    ///   refills at the new rate; to a faster rate, the client keeps the
+    ///   tokens it holds, at most the new capacity. A full bucket is
+    ///   credited with what the new rate has refilled since it was full,
+    ///   so one idle for a whole new refill moves as a fresh client.
+    /// - [`FixedWindow`](crate::FixedWindow): the requests left in the
+    ///   window that is running, at most the new limit, are what is left
+    ///   in the new quota's window that is running; a window closed by a
+    ///   booking stays closed, and the booked requests count in the new
+    ///   window where they run. A client that counted nothing since before
+    ///   the new window began is a fresh client there.
+    /// - [`SlidingWindowCounter`](crate::SlidingWindowCounter): the whole
+    ///   requests the client's estimate leaves, at most the new limit, are
+    ///   what is left in the new window that is running (what it used
+    ///   weighs on it as the new windows slide past). A client whose counts
+    ///   weigh nothing since before the new window began is fresh there.
     /// - Two limits held together ([`Both`](crate::Both)): each limit's
-    ///   state by its own rule above.
+    ///   state by its own rule above, a limit whose settings did not change
+    ///   as it was.
+    ///
+    /// To give an upgraded client a fresh start rather than what it had
+    /// left, [`reset`](Limiter::reset) it after the change (or after
+    /// [`retier`](Limiter::retier)).
     ///
     /// A client whose own quota did not change (one of another tier) keeps
     /// its state exactly as it was, bookings included. Changes are made one
     /// at a time. A reservation booked before its tier's quota changes
     /// keeps its ready time; its charge is carried with the rest of the
-    /// state (so, like all of it, at most one new bucket or window of it
-    /// is). Cancelling a reservation booked before a change, of any tier,
+    /// state. Cancelling a reservation booked before a change, of any tier,
     /// gives nothing back (see [`Reservation::cancel`](crate::Reservation::cancel)).
     ///
     /// `quota` is the tier's algorithm with its settings: a value
@@ -84,11 +96,14 @@ where
     ///     .clock(ManualClock::new())
     ///     .build()?;
     /// assert_eq!((0..8).filter(|_| limiter.allow_request("ann")).count(), 8);
-    /// // Ann has spent 8 of 10 tokens, 80% of her bucket: under a bucket
-    /// // of 20 she has spent 16, and 4 are left.
+    /// // Ann holds 2 of her 10 tokens: under a bucket of 20 she holds the
+    /// // same 2, refilling at 20 a second; Bob, new, has the whole 20.
     /// limiter.set_quota(0, TokenBucket::builder().rate(20, Duration::from_secs(1)))?;
-    /// assert_eq!((0..20).filter(|_| limiter.allow_request("ann")).count(), 4);
+    /// assert_eq!((0..20).filter(|_| limiter.allow_request("ann")).count(), 2);
     /// assert_eq!(limiter.check("bob").limit(), 20);
+    /// // A fresh start for Ann: reset her.
+    /// limiter.reset("ann");
+    /// assert_eq!(limiter.peek("ann").remaining(), 20);
     ///
     /// let err = limiter
     ///     .set_quota(0, TokenBucket::builder().rate(1, Duration::from_secs(1)).capacity(0))
@@ -181,10 +196,10 @@ where
     /// instead).
     ///
     /// A client the limiter holds in another tier keeps its history,
-    /// converted to the new tier's quota by the rule
-    /// [`set_quota`](Limiter::set_quota) follows (a client keeps what it
-    /// spent, and at least the same share of its quota, at most the whole
-    /// new quota), as one step in its
+    /// converted to the new tier's quota by the move rule
+    /// [`set_quota`](Limiter::set_quota) follows (a move never adds to
+    /// what a client may take; what it may take grows at the new rate up
+    /// to the new capacity), as one step in its
     /// history: a check lands wholly before the move, under the old tier,
     /// or wholly after, under the new one. Checks never wait for it. A
     /// client already in that tier, or not held at all (its next request
@@ -220,9 +235,13 @@ where
     /// assert_eq!(limiter.peek("ann").limit(), 2);
     ///
     /// assert_eq!(limiter.retier("ann"), 1);
-    /// // Ann spent half her free bucket; she has spent half the new one.
-    /// assert_eq!(limiter.peek("ann").remaining(), 5);
+    /// // Ann holds the one token left of her free bucket, refilling at the
+    /// // pro rate, 10 a minute, toward the pro bucket of 10.
+    /// assert_eq!(limiter.peek("ann").remaining(), 1);
     /// assert_eq!(limiter.check("ann").limit(), 10);
+    /// // An upgrade with a fresh start: reset after the move.
+    /// limiter.reset("ann");
+    /// assert_eq!(limiter.peek("ann").remaining(), 10);
     /// # Ok::<(), tollgate::ConfigError>(())
     /// ```
     pub fn retier<Q>(&self, client_id: &Q) -> Tier

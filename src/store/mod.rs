@@ -195,21 +195,26 @@ pub trait Purge<K, V>: Index<K, V> {
 /// protocol with their own.
 #[allow(unreachable_pub)]
 pub trait Newcomer<K, V, R> {
-    /// The floor of a new cell's state (see `Counters::floor`): no lower
-    /// than the idle instant of any forgotten state whose eviction this
-    /// thread has seen the effect of. A new cell's state is the most
-    /// restrictive one idle from the floor on, and `op` judges it at the
-    /// request's own reading.
-    fn floor(&self) -> u64;
+    /// A clock reading taken now: a new client's request is judged at a
+    /// reading taken after the look at the map that found it absent (or
+    /// dead), so never before the reading of the eviction whose effect that
+    /// look saw. A state is forgotten only once idle at its evictor's
+    /// reading, where it decides as a fresh one from then on: so the fresh
+    /// state that replaces it, judged no earlier, decides as it would have,
+    /// and forgetting changes no decision (with a clock whose readings
+    /// never go back). Called holding no claim: it may run user code.
+    fn now(&self) -> u64;
 
-    /// Without a cap, a live fresh cell for `key`'s client, whose state is
-    /// idle from `floor` on: the client is born with its
-    /// first decision already in its word, before any other thread can see
-    /// it, and needs no claim. `None` (the default) where room must be
-    /// taken first: the cell is then inserted unborn and settled. Runs
-    /// before the cell is inserted, holding no lock.
-    fn born(&self, key: &K, floor: u64) -> Option<V> {
-        let _ = (key, floor);
+    /// Without a cap, a live cell for `key`'s client, fresh from the
+    /// reading `now` on (see `WordAlgorithm::fresh_at`: at an earlier
+    /// reading, a lagging one, it is never more permissive than any state
+    /// forgotten by then): the client is born with its first decision
+    /// already in its word, before any other thread can see it, and needs
+    /// no claim. `None` (the default) where room must be taken first: the
+    /// cell is then inserted unborn and settled. Runs before the cell is
+    /// inserted, holding no lock.
+    fn born(&self, key: &K, now: u64) -> Option<V> {
+        let _ = (key, now);
         None
     }
 
@@ -224,14 +229,14 @@ pub trait Newcomer<K, V, R> {
         None::<NoLapse>
     }
 
-    /// An unborn cell for `key`'s client whose state is idle from `floor`
-    /// on. Runs before the cell is inserted, holding no
-    /// lock: if it panics, nothing has been recorded.
-    fn unborn(&self, key: &K, floor: u64) -> V;
+    /// An unborn cell for `key`'s client, to be fresh from the reading
+    /// `now` on. Runs before the cell is inserted, holding no lock: if it
+    /// panics, nothing has been recorded.
+    fn unborn(&self, key: &K, now: u64) -> V;
 
-    /// A live fresh cell for `key`'s client, never stored: for a client the
-    /// overflow policy admits untracked.
-    fn fresh(&self, key: &K, floor: u64) -> V;
+    /// A live cell for `key`'s client, fresh from the reading `now` on,
+    /// never stored: for a client the overflow policy admits untracked.
+    fn fresh(&self, key: &K, now: u64) -> V;
 
     /// Takes one unit of room if the cap allows, without the overflow
     /// policy.
@@ -246,9 +251,9 @@ pub trait Newcomer<K, V, R> {
     /// used.
     fn release(&self);
 
-    /// Brings a cell this thread claimed to life, with a fresh state idle
-    /// from `floor` on; it keeps the unit of room just taken.
-    fn activate(&self, cell: &V, floor: u64);
+    /// Brings a cell this thread claimed to life, with a state fresh from
+    /// the reading `now` on; it keeps the unit of room just taken.
+    fn activate(&self, cell: &V, now: u64);
 
     /// The answer for a client that found no room, once this thread has
     /// refused its cell (or turned it away): `Some` answer (a denial), or
@@ -276,14 +281,16 @@ pub trait Newcomer<K, V, R> {
 /// nothing that counts. A known live key costs one lookup and one `op` at
 /// the caller's reading `now`: this is the check path. Otherwise, in a loop
 /// that ends once `op` answers on a live cell or the overflow policy
-/// answers (`op` judging at `now` throughout):
+/// answers (`op` judging at a reading taken after each look at the map):
 ///
 /// 1. a dead entry (evicted or refused) is removed, if it is still there
 ///    (any thread may; the removal gives back the room it held);
-/// 2. an absent key gets a cell whose state is idle from the floor on
-///    ([`Newcomer::floor`], read after the last look at the map), so never
-///    more permissive than any cell it replaces; of two threads inserting
-///    at once, one insert wins. Where no room need be taken
+/// 2. an absent key gets a cell fresh from a reading taken after the last
+///    look at the map ([`Newcomer::now`]), and is judged at that reading:
+///    never before the reading at which any cell it replaces was forgotten
+///    as idle, and a lagging reading that later finds the new cell is never
+///    judged more permissively on it than on the one forgotten; of two
+///    threads inserting at once, one insert wins. Where no room need be taken
 ///    ([`Newcomer::born`]), the cell is alive and `op` has already run on
 ///    it when the insert publishes it: the request is answered;
 /// 3. otherwise the cell is unborn, and brought to life by whichever thread
@@ -317,7 +324,7 @@ where
         Ok(None) => None,
         Err((_, miss)) => Some(miss),
     };
-    check_slow(index, key, now, miss, op, newcomer)
+    check_slow(index, key, miss, op, newcomer)
 }
 
 /// What [`act_on_live`]'s step made of the cell it found.
@@ -454,7 +461,6 @@ enum Settled<R> {
 fn check_slow<K, V, Q, R, I, N>(
     index: &I,
     key: &Q,
-    now: u64,
     miss: Option<I::Miss>,
     mut op: impl FnMut(&V, u64) -> Option<R>,
     newcomer: &N,
@@ -476,20 +482,20 @@ where
     let mut first = miss.as_ref();
     loop {
         // Read each round, after the look at the map that sent us here
-        // (the fast path's, or the last round's): no lower than the idle
-        // instant of any state whose eviction that look saw.
-        let floor = newcomer.floor();
+        // (the fast path's, or the last round's): no earlier than the
+        // reading of any eviction whose effect that look saw.
+        let now = newcomer.now();
         let settled = if absent && newcomer.turn_away(now) {
             // The room was all taken when we looked, perhaps by a first
             // request of this very client racing us: its entry is visible
             // now if its unit was, so look again, and settle its cell.
-            match index.with(key, |cell| settle(cell, None, now, &mut op, newcomer)) {
+            match index.with(key, |cell| settle(cell, now, &mut op, newcomer)) {
                 Ok(settled) => settled,
                 Err(_) => Settled::TurnedAway(newcomer.refused(now)),
             }
         } else if absent {
             let key = key.to_owned();
-            if let Some(born) = newcomer.born(&key, floor) {
+            if let Some(born) = newcomer.born(&key, now) {
                 // Decided before it is published: no other thread can see
                 // this cell until the insert does (a `Release` store that
                 // every lookup's `Acquire` pairs with). A fresh cell is
@@ -509,9 +515,9 @@ where
                     continue;
                 }
             }
-            let ours = newcomer.unborn(&key, floor);
+            let ours = newcomer.unborn(&key, now);
             let lapsed = newcomer.lapsed();
-            let settle = |cell: &V| settle(cell, Some(floor), now, &mut op, newcomer);
+            let settle = |cell: &V| settle(cell, now, &mut op, newcomer);
             match index.insert(first.take(), key, ours, lapsed, settle) {
                 Ok(settled) => settled,
                 // Another thread inserted first: settle its cell.
@@ -521,7 +527,7 @@ where
                 }
             }
         } else {
-            match index.with(key, |cell| settle(cell, None, now, &mut op, newcomer)) {
+            match index.with(key, |cell| settle(cell, now, &mut op, newcomer)) {
                 Ok(settled) => settled,
                 Err(_) => {
                     absent = true;
@@ -556,7 +562,7 @@ where
                 // epoch collector keeps alive for pinned threads (a tiered
                 // client's quota).
                 let _pinned = crossbeam_epoch::pin();
-                if let Some(answer) = op(&newcomer.fresh(&key.to_owned(), floor), now) {
+                if let Some(answer) = op(&newcomer.fresh(&key.to_owned(), now), now) {
                     return answer;
                 }
             }
@@ -565,16 +571,10 @@ where
 }
 
 /// Drives `cell` until `op` answers on it alive, or it is dead, or this
-/// thread refuses it.
-///
-/// `ours` is the floor the caller made this cell with, if it inserted it:
-/// the floor of its fresh state. A cell found in the map gets a floor read
-/// after it was found, since whoever inserted it may have seen an eviction
-/// the caller's last look did not. `op` judges at the request's reading
-/// `now`.
+/// thread refuses it. `op` judges at `now`, a reading taken after the
+/// look at the map that found `cell`.
 fn settle<K, V, R, N>(
     cell: &V,
-    ours: Option<u64>,
     now: u64,
     op: &mut impl FnMut(&V, u64) -> Option<R>,
     newcomer: &N,
@@ -583,11 +583,6 @@ where
     V: Mortal,
     N: Newcomer<K, V, R>,
 {
-    // Read before any claim, as the request's clock was: a thread holding
-    // a claim runs no user code (a clock that panics there would leave the
-    // cell claimed for good, and every later request for the client, and a
-    // rebuild of its shard, waiting on it).
-    let floor = ours.unwrap_or_else(|| newcomer.floor());
     // Each step acts on the life the previous one observed; a failed
     // exchange reports the life it found, which is never older than what
     // this thread has seen, so no step re-reads a stale birth word.
@@ -617,7 +612,7 @@ where
                     // Claimed: nothing but the store's count and the cell's
                     // word until the claim is settled.
                     if newcomer.reserve() {
-                        newcomer.activate(cell, floor);
+                        newcomer.activate(cell, now);
                         Life::Live
                     } else {
                         // No room: let others claim while the policy looks
@@ -627,7 +622,7 @@ where
                         if newcomer.make_room(now) {
                             match cell.claim() {
                                 Ok(()) => {
-                                    newcomer.activate(cell, floor);
+                                    newcomer.activate(cell, now);
                                     Life::Live
                                 }
                                 Err(found) => {
@@ -687,7 +682,7 @@ where
 struct Born<F>(F);
 
 impl<K, V, R, F: Fn() -> V> Newcomer<K, V, R> for Born<F> {
-    fn floor(&self) -> u64 {
+    fn now(&self) -> u64 {
         0
     }
     fn unborn(&self, _: &K, _: u64) -> V {

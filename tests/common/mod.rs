@@ -128,72 +128,132 @@ impl Model for BucketModel {
 
 impl BucketModel {
     /// This client's state carried over to the quota of `to` (a fresh
-    /// model) at `now`: the tokens missing stay missing, every one of them,
-    /// and at least the same share of the bucket, the share at most a
-    /// whole new bucket (`Limiter::set_quota`'s rule), with the missing
-    /// time rounded up to whole nanoseconds of the new rate, then of the
-    /// share. Token intervals must be whole nanoseconds.
+    /// model) at `now`, by the move rule (`Limiter::set_quota`). To a rate
+    /// as fast or slower: empty at the instant it was (or will be) empty,
+    /// refilling at the new rate. To a faster rate: the tokens it holds
+    /// (rounded down to whole nanoseconds of the new refill) or, if it was
+    /// full, full since the same instant, later by the time the new rate
+    /// takes to fill what a larger capacity adds. Never more than the new
+    /// capacity. Token intervals must be whole nanoseconds.
     pub fn convert(&self, now: u64, to: &Self) -> Self {
-        let mut m = self.clone();
-        // Refilled to `now` (a cost of 0 passes unless the bucket is
-        // emptier than empty).
-        let _ = m.admit(now, 0);
-        let (interval, to_interval) = (
-            self.per / self.tokens_per_period,
-            to.per / to.tokens_per_period,
-        );
-        let missing = (i128::from(self.capacity) * self.per as i128 - m.scaled) as u128;
-        assert_eq!(missing % self.tokens_per_period, 0, "whole ns of debt");
-        let debt = missing / self.tokens_per_period;
-        let full = u128::from(to.capacity) * to_interval;
-        // The tokens missing, in the new rate's nanoseconds (rounded up)...
-        let kept = (debt * to_interval).div_ceil(interval);
-        // ...and at least the same share of the new bucket (rounded up),
-        // the share at most a whole bucket.
-        let clamped = kept.min(full);
-        let share = clamped
-            .max((clamped * u128::from(to.capacity)).div_ceil(u128::from(self.capacity)))
-            .min(full);
-        let debt = kept.max(share);
+        let rate = self.tokens_per_period as i128;
+        let cap = i128::from(self.capacity) * self.per as i128;
+        let interval = self.per as i128 / rate;
+        let to_rate = to.tokens_per_period as i128;
+        let to_interval = to.per as i128 / to_rate;
+        let now = i128::from(now);
+        // When this bucket is (or was) full, and when it was (or will be)
+        // empty.
+        let full_at = i128::from(self.last_refill) + (cap - self.scaled + rate - 1) / rate;
+        if full_at <= 0 {
+            // Never made a request: stays so.
+            return to.clone();
+        }
+        let empty_at = full_at - i128::from(self.capacity) * interval;
+        let to_fill = i128::from(to.capacity) * to_interval;
+        // When the new bucket is full.
+        let to_full_at = if to_interval >= interval || now < empty_at {
+            empty_at + to_fill
+        } else if now >= full_at {
+            full_at + (i128::from(to.capacity) - i128::from(self.capacity)).max(0) * to_interval
+        } else {
+            let held = (now - empty_at) * to_interval / interval;
+            now + to_fill - held.min(to_fill)
+        };
+        // A state with a history never becomes the fresh one (full from 0).
+        let to_full_at = to_full_at.max(1);
         let mut out = to.clone();
-        out.scaled =
-            i128::from(to.capacity) * to.per as i128 - (debt * to.tokens_per_period) as i128;
-        out.last_refill = now;
+        if to_full_at <= now {
+            out.scaled = i128::from(to.capacity) * to.per as i128;
+            out.last_refill = u64::try_from(to_full_at.max(0)).unwrap();
+        } else {
+            out.scaled = i128::from(to.capacity) * to.per as i128 - (to_full_at - now) * to_rate;
+            out.last_refill = u64::try_from(now).unwrap();
+        }
         out
     }
 }
 
-/// What a count of `used` under a limit of `from` is carried to under a
-/// limit of `to`: the same count and at least the same share, at most `to`.
-pub fn share(used: u64, from: u64, to: u64) -> u64 {
-    let scaled = (u128::from(used) * u128::from(to)).div_ceil(u128::from(from));
-    u64::try_from(scaled).map_or(to, |s| s.max(used).min(to))
-}
-
 impl FixedModel {
-    /// Carried over to `to`'s quota at `now`: the count of the window
-    /// running at `now` stays counted (at most the new limit) in the new
-    /// quota's window running at `now`.
+    /// Carried over to `to`'s quota at `now`, by the move rule: a client
+    /// that counted nothing since before the new window running at `now`
+    /// began is fresh there; otherwise what it has left in the window
+    /// running at `now` (at most the new limit) is what it has left in the
+    /// new quota's window running at `now`.
     pub fn convert(&self, now: u64, to: &Self) -> Self {
-        let count = if now / self.window == self.index {
-            self.count
-        } else {
-            0
+        if self.index == 0 && self.count == 0 {
+            // Never made a request: stays so.
+            return to.clone();
+        }
+        let here = now / to.window;
+        // A state with nothing counted was left so by a move: it may hold
+        // requests of its window.
+        let idle_at = (self.index + 1) * self.window;
+        if idle_at < here * to.window {
+            // Fresh there: as the crate writes it, the window before full
+            // (so that a later move sees it used until this window began).
+            return match here {
+                0 => to.clone(),
+                _ => Self {
+                    index: here - 1,
+                    count: to.limit,
+                    ..to.clone()
+                },
+            };
+        }
+        let count = {
+            let used = if now / self.window == self.index {
+                self.count
+            } else {
+                0
+            };
+            let left = (self.limit - used).min(to.limit);
+            // In the first window, held full rather than fresh.
+            if here == 0 && left == to.limit {
+                to.limit
+            } else {
+                to.limit - left
+            }
         };
         Self {
-            index: now / to.window,
-            count: share(count, self.limit, to.limit),
+            index: here,
+            count,
             ..to.clone()
         }
     }
 }
 
 impl SlidingModel {
-    /// Carried over to `to`'s quota at `now`: with the same window both
-    /// counts are kept (each at most the new limit); with another, the
-    /// estimate `curr + prev·(W−e)/W`, rounded up and at most the new
-    /// limit, is counted in the new window running at `now`.
+    /// Carried over to `to`'s quota at `now`, by the move rule: a client
+    /// whose counts weigh nothing since before the new window running at
+    /// `now` began is fresh there; otherwise the whole requests the
+    /// estimate `curr + prev·(W−e)/W` leaves (at most the new limit) are
+    /// what it has left in the new quota's window running at `now`, with
+    /// nothing before it.
     pub fn convert(&self, now: u64, to: &Self) -> Self {
+        if self.start == 0 && self.curr == 0 && self.prev == 0 {
+            // Never made a request: stays so.
+            return to.clone();
+        }
+        let here = now / to.window * to.window;
+        // Empty counts were left so by a move: they may hold requests of
+        // their window.
+        let idle_at = if self.curr > 0 || self.prev == 0 {
+            self.start + 2 * self.window
+        } else {
+            self.start + self.window
+        };
+        if idle_at < here {
+            // Fresh there: as the crate writes it, a full window before.
+            return match here {
+                0 => to.clone(),
+                _ => Self {
+                    start: here - to.window,
+                    prev: to.limit,
+                    ..to.clone()
+                },
+            };
+        }
         let mut m = self.clone();
         let elapsed = now - m.start;
         if elapsed >= m.window {
@@ -202,20 +262,21 @@ impl SlidingModel {
             m.curr = 0;
             m.start += passed * m.window;
         }
-        if to.window == m.window {
-            return Self {
-                prev: share(m.prev, m.limit, to.limit),
-                curr: share(m.curr, m.limit, to.limit),
-                start: m.start,
-                ..to.clone()
-            };
-        }
-        let w = u128::from(m.window);
-        let weighted = (u128::from(m.prev) * (w - u128::from(now - m.start))).div_ceil(w) as u64;
+        let w = i128::from(m.window);
+        let room = i128::from(m.limit) * w
+            - i128::from(m.curr) * w
+            - i128::from(m.prev) * (w - i128::from(now - m.start));
+        let left = (room.max(0) / w).min(i128::from(to.limit)) as u64;
+        // In the first window, held full rather than fresh.
+        let curr = if here == 0 && left == to.limit {
+            to.limit
+        } else {
+            to.limit - left
+        };
         Self {
             prev: 0,
-            curr: share(m.curr + weighted, m.limit, to.limit),
-            start: now / to.window * to.window,
+            curr,
+            start: here,
             ..to.clone()
         }
     }
