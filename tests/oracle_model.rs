@@ -207,19 +207,10 @@ fn ops(max_cost: u64, moves: bool, back: bool) -> impl Strategy<Value = Vec<Op>>
         2 => (client.clone(), 1..=max_cost).prop_map(|(client, cost)| Op::Honour { client, cost }),
         1 => client.clone().prop_map(Op::Reset),
         1 => client.clone().prop_map(Op::Remove),
-        // Without moves, their draws stand still.
         (if moves { 2 } else { 1 }) => (0..2u16, 0..5usize)
-            .prop_map(move |(tier, quota)| if moves {
-                Op::SetQuota { tier, quota }
-            } else {
-                Op::Clock(Step::Still)
-            }),
+            .prop_map(|(tier, quota)| Op::SetQuota { tier, quota }),
         (if moves { 3 } else { 1 }) => (client, 0..2u16)
-            .prop_map(move |(client, tier)| if moves {
-                Op::Move { client, tier }
-            } else {
-                Op::Clock(Step::Still)
-            }),
+            .prop_map(|(client, tier)| Op::Move { client, tier }),
         1 => Just(Op::Sweep),
         1 => prop_oneof![1..40u64, 500..700u64].prop_map(Op::Flood),
         6 => clock.prop_map(Op::Clock),
@@ -636,6 +627,11 @@ struct Run<'a> {
     flood: u64,
     /// Whether the last check was turned away at a full cap.
     refused: bool,
+    /// Whether quota changes and moves are compared by the move rule
+    /// (else a client carried over while not idle is no longer compared).
+    rule: bool,
+    /// Whether the run's clock ever steps back.
+    backs: bool,
     /// The family's plan of each quota.
     plan: fn(usize, u64) -> Plan,
 }
@@ -1075,7 +1071,7 @@ impl<'a> Run<'a> {
         moved: Option<(u64, model::Client)>,
     ) -> Result<(), TestCaseError> {
         let t = now(self.clock);
-        let Some((client, old)) = moved else {
+        let Some((client, old)) = moved.filter(|_| self.rule) else {
             return Ok(());
         };
         let (Some(new), true) = (self.model.clients.get(&client), self.exact(client)) else {
@@ -1287,13 +1283,43 @@ impl<'a> Run<'a> {
                 self.model.remove(client);
                 self.track.insert(client, Track::Exact);
             }
+            Op::SetQuota { .. } | Op::Move { .. } if !self.setup.tiered => {}
             Op::SetQuota { tier, quota } => {
+                if !self.rule {
+                    // Not compared: every client of the tier that is not
+                    // idle (an idle one decides as a fresh one from now
+                    // on under any rule; before now, as the rule says).
+                    let plan = (self.plan)(quota, self.setup.origin);
+                    let moved: Vec<u64> = (0..CLIENTS)
+                        .filter(|c| {
+                            self.model.clients.get(c).is_some_and(|held| {
+                                held.tier == tier
+                                    && held.plan != plan
+                                    && (self.backs || !self.model.is_idle(*c, t))
+                            })
+                        })
+                        .collect();
+                    for c in moved {
+                        self.track.insert(c, Track::Apart);
+                    }
+                }
                 self.real.set_quota(tier, quota);
                 let plan = (self.plan)(quota, self.setup.origin);
                 self.model.set_quota(tier, plan, t);
                 self.after_move(i, None)?;
             }
             Op::Move { client, tier } => {
+                if !self.rule && (self.backs || !self.model.is_idle(client, t)) {
+                    let to = &self.model.tiers[usize::from(tier)];
+                    if self
+                        .model
+                        .clients
+                        .get(&client)
+                        .is_some_and(|c| c.plan != *to)
+                    {
+                        self.track.insert(client, Track::Apart);
+                    }
+                }
                 self.records.lock().unwrap().insert(client, tier);
                 let got = self.real.retier(client);
                 prop_assert_eq!(
@@ -1362,6 +1388,7 @@ fn run<F: Family>(setup: Setup, ops: &[Op], moves: bool) -> Result<(), TestCaseE
         }
         tiers
     };
+    let backs = ops.iter().any(|op| matches!(op, Op::Clock(Step::Back(_))));
     let mut quotas = vec![setup.q0, setup.q1];
     for op in ops {
         if let Op::SetQuota { quota, .. } = op {
@@ -1395,6 +1422,8 @@ fn run<F: Family>(setup: Setup, ops: &[Op], moves: bool) -> Result<(), TestCaseE
             counts: Counts::default(),
             flood: 0,
             refused: false,
+            rule: moves,
+            backs,
             plan: F::plan,
         };
         for (i, op) in ops.iter().enumerate() {
@@ -1439,6 +1468,8 @@ fn run<F: Family>(setup: Setup, ops: &[Op], moves: bool) -> Result<(), TestCaseE
             counts: Counts::default(),
             flood: 0,
             refused: false,
+            rule: false,
+            backs,
             plan: F::plan,
         };
         for (i, op) in ops.iter().enumerate() {
