@@ -18,14 +18,19 @@
 //! - fixed window and sliding window counter: `limit` per aligned window
 //!   the span touches;
 //! - sliding window log: `limit` per window length, `⌈(tⱼ − tᵢ + 1) / W⌉`.
+//!
+//! The phases' gates never wait for a thread that has died: a worker that
+//! panics breaks them, the others leave, and the test fails at once with
+//! the worker's panic message; a gate that stays shut for a minute fails
+//! the test saying how many threads had arrived (see [`phases`]).
 
 // Plain `cargo test` runs this suite; the loom models skip it.
 #![cfg(not(feature = "loom"))]
 
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tollgate::{
     Algorithm, Builder, FixedWindow, Limiter, ManualClock, Reservable, SlidingWindowCounter,
@@ -77,87 +82,72 @@ fn run<A: Algorithm>(
 ) {
     let clock = ManualClock::new();
     clock.set(Duration::from_secs(1_000));
-    let limiter: Arc<Limiter<A, u64, ManualClock>> =
-        Arc::new(builder().clock(clock.clone()).build().unwrap());
+    let limiter: Limiter<A, u64, ManualClock> = builder().clock(clock.clone()).build().unwrap();
     // admitted[phase][client], in units.
-    let admitted: Arc<Vec<Vec<AtomicU64>>> = Arc::new(
-        (0..PHASES)
-            .map(|_| (0..TRACKED).map(|_| AtomicU64::new(0)).collect())
-            .collect(),
-    );
-    let start = Arc::new(Barrier::new(THREADS + 1));
-    let done = Arc::new(Barrier::new(THREADS + 1));
-    let fresh = Arc::new(AtomicU64::new(1 << 40));
-    let workers: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let (limiter, admitted, start, done, fresh) = (
-                Arc::clone(&limiter),
-                Arc::clone(&admitted),
-                Arc::clone(&start),
-                Arc::clone(&done),
-                Arc::clone(&fresh),
-            );
-            let (book, change) = (extras.book, extras.change.clone());
-            thread::spawn(move || {
-                let mut draw = Draw(seed.wrapping_mul(31).wrapping_add(t as u64 + 1) | 1);
-                for phase in 0..PHASES {
-                    start.wait();
-                    for _ in 0..40 {
-                        match draw.next(24) {
-                            0..=11 => {
-                                let (client, cost) = (draw.next(TRACKED), 1 + draw.next(3));
-                                if let Ok(d) = limiter.check_n(&client, cost) {
-                                    if d.is_allowed() {
-                                        admitted[phase][client as usize]
-                                            .fetch_add(cost, Ordering::Relaxed);
-                                    }
-                                }
-                            }
-                            12 => {
-                                let _ = limiter.peek(&draw.next(TRACKED));
-                            }
-                            13 => {
-                                let _ = limiter.sweep();
-                            }
-                            14 | 15 => {
-                                // A one-off client, then gone.
-                                let id = fresh.fetch_add(1, Ordering::Relaxed);
-                                let _ = limiter.check(&id);
-                                let _ = limiter.remove(&id);
-                            }
-                            16..=19 => {
-                                // A flood of new clients.
-                                for _ in 0..(20 + draw.next(200)) {
-                                    let id = fresh.fetch_add(1, Ordering::Relaxed);
-                                    let _ = limiter.check(&id);
-                                }
-                            }
-                            20 | 21 => {
-                                let (client, cost) = (draw.next(TRACKED), 1 + draw.next(3));
-                                if let Some(book) = book {
-                                    let units = book(&limiter, client, cost, draw.next(2) == 0);
-                                    admitted[phase][client as usize]
-                                        .fetch_add(units, Ordering::Relaxed);
-                                }
-                            }
-                            _ => {
-                                if let Some(change) = &change {
-                                    change(&limiter, &mut draw);
-                                }
-                            }
-                        }
-                    }
-                    done.wait();
-                }
-            })
-        })
+    let admitted: Vec<Vec<AtomicU64>> = (0..PHASES)
+        .map(|_| (0..TRACKED).map(|_| AtomicU64::new(0)).collect())
         .collect();
+    let fresh = AtomicU64::new(1 << 40);
     let mut readings = Vec::with_capacity(PHASES);
     let mut draw = Draw(seed | 1);
-    for _ in 0..PHASES {
+    let worker = |t: usize, phase: usize| {
+        // One generator per thread and phase, so that a phase's draws do
+        // not depend on how the phases before it interleaved.
+        let mut draw = Draw(
+            seed.wrapping_mul(31)
+                .wrapping_add(t as u64 + 1)
+                .wrapping_mul(1_000_003)
+                .wrapping_add(phase as u64)
+                | 1,
+        );
+        for _ in 0..40 {
+            match draw.next(24) {
+                0..=11 => {
+                    let (client, cost) = (draw.next(TRACKED), 1 + draw.next(3));
+                    if let Ok(d) = limiter.check_n(&client, cost) {
+                        if d.is_allowed() {
+                            admitted[phase][client as usize].fetch_add(cost, Ordering::Relaxed);
+                        }
+                    }
+                }
+                12 => {
+                    let _ = limiter.peek(&draw.next(TRACKED));
+                }
+                13 => {
+                    let _ = limiter.sweep();
+                }
+                14 | 15 => {
+                    // A one-off client, then gone.
+                    let id = fresh.fetch_add(1, Ordering::Relaxed);
+                    let _ = limiter.check(&id);
+                    let _ = limiter.remove(&id);
+                }
+                16..=19 => {
+                    // A flood of new clients.
+                    for _ in 0..(20 + draw.next(200)) {
+                        let id = fresh.fetch_add(1, Ordering::Relaxed);
+                        let _ = limiter.check(&id);
+                    }
+                }
+                20 | 21 => {
+                    let (client, cost) = (draw.next(TRACKED), 1 + draw.next(3));
+                    if let Some(book) = extras.book {
+                        let units = book(&limiter, client, cost, draw.next(2) == 0);
+                        admitted[phase][client as usize].fetch_add(units, Ordering::Relaxed);
+                    }
+                }
+                _ => {
+                    if let Some(change) = &extras.change {
+                        change(&limiter, &mut draw);
+                    }
+                }
+            }
+        }
+    };
+    let between = |_phase: usize| {
         readings.push(clock_now(&clock));
-        start.wait();
-        done.wait();
+    };
+    let after = |_phase: usize| {
         // Forward by up to about two windows, sometimes not at all.
         let step = match draw.next(4) {
             0 => 0,
@@ -165,15 +155,20 @@ fn run<A: Algorithm>(
             _ => draw.next(2_500) * MS,
         };
         clock.advance(Duration::from_nanos(step));
-    }
-    for w in workers {
-        w.join().unwrap();
+    };
+    if let Err(why) = phases(THREADS, PHASES, GATE_TIMEOUT, worker, between, after) {
+        panic!("{name} (seed {seed}): {why}");
     }
     for client in 0..TRACKED as usize {
+        // The client's units, phase by phase.
+        let by_phase: Vec<u64> = admitted
+            .iter()
+            .map(|phase| phase[client].load(Ordering::Relaxed))
+            .collect();
         for i in 0..PHASES {
             let mut units = 0;
             for j in i..PHASES {
-                units += admitted[j][client].load(Ordering::Relaxed);
+                units += by_phase[j];
                 let most = bound(extras.most, readings[i], readings[j]);
                 assert!(
                     units <= most,
@@ -182,6 +177,193 @@ fn run<A: Algorithm>(
                     readings[i],
                     readings[j]
                 );
+            }
+        }
+    }
+}
+
+/// The longest any thread waits for the others at a phase's start or end:
+/// a healthy phase takes milliseconds, so a wait this long means a thread
+/// is stuck, and the run fails saying so instead of hanging.
+const GATE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Runs `phases` phases of `threads` worker threads: in each, every thread
+/// runs `worker(thread, phase)` while the driver waits, with `before(phase)`
+/// run by the driver before the phase starts and `after(phase)` once every
+/// thread has finished it.
+///
+/// Every wait is bounded and no thread waits on one that has died: a
+/// worker that panics breaks both gates, the others leave at their next
+/// gate, and the run answers an error naming the worker and its panic's
+/// message; a gate that no one opens within `timeout` answers an error
+/// naming how many threads had arrived.
+fn phases<W, B, F>(
+    threads: usize,
+    phases: usize,
+    timeout: Duration,
+    worker: W,
+    mut before: B,
+    mut after: F,
+) -> Result<(), String>
+where
+    W: Fn(usize, usize) + Sync,
+    B: FnMut(usize),
+    F: FnMut(usize),
+{
+    let start = Gate::new(threads + 1, timeout, "start");
+    let done = Gate::new(threads + 1, timeout, "end");
+    thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (start, done, worker) = (&start, &done, &worker);
+                scope.spawn(move || {
+                    // Breaks both gates if this thread unwinds, so that no
+                    // one waits for it.
+                    let _watch = Watch {
+                        gates: [start, done],
+                        who: t,
+                    };
+                    for phase in 0..phases {
+                        if start.wait().is_err() {
+                            return;
+                        }
+                        worker(t, phase);
+                        if done.wait().is_err() {
+                            return;
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut outcome = Ok(());
+        for phase in 0..phases {
+            before(phase);
+            if let Err(why) = start.wait().and_then(|()| done.wait()) {
+                outcome = Err(format!("phase {phase}: {why}"));
+                break;
+            }
+            after(phase);
+        }
+        // Every worker has left (a broken gate lets them all go): join
+        // each, and report each panic with its message.
+        for (t, handle) in workers.into_iter().enumerate() {
+            if let Err(payload) = handle.join() {
+                let message = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic with no message".to_owned());
+                let line = format!("worker {t} panicked: {message}");
+                outcome = Err(match outcome {
+                    Ok(()) => line,
+                    Err(why) => format!("{why}; {line}"),
+                });
+            }
+        }
+        outcome
+    })
+}
+
+/// A barrier for `parties` threads whose every wait is bounded, and which
+/// a thread can break so that no one waits for it any more.
+struct Gate {
+    parties: usize,
+    timeout: Duration,
+    name: &'static str,
+    state: Mutex<GateState>,
+    turn: Condvar,
+}
+
+struct GateState {
+    arrived: usize,
+    /// Counts the times the gate opened.
+    opened: u64,
+    /// Why the gate is broken, once it is: every wait then fails with it.
+    broken: Option<String>,
+}
+
+impl Gate {
+    fn new(parties: usize, timeout: Duration, name: &'static str) -> Self {
+        Self {
+            parties,
+            timeout,
+            name,
+            state: Mutex::new(GateState {
+                arrived: 0,
+                opened: 0,
+                broken: None,
+            }),
+            turn: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        // A panic never happens while the lock is held, but a poisoned
+        // lock must not hide the gate's state either.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits until every party has arrived: `Err` with the reason if the
+    /// gate is (or gets) broken, or if `timeout` passes first (which breaks
+    /// it for everyone).
+    fn wait(&self) -> Result<(), String> {
+        let mut state = self.lock();
+        if let Some(why) = &state.broken {
+            return Err(why.clone());
+        }
+        let opened = state.opened;
+        state.arrived += 1;
+        if state.arrived == self.parties {
+            state.arrived = 0;
+            state.opened += 1;
+            self.turn.notify_all();
+            return Ok(());
+        }
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            if state.opened != opened {
+                return Ok(());
+            }
+            if let Some(why) = &state.broken {
+                return Err(why.clone());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let why = format!(
+                    "no thread moved for {:?} at the {} gate: {} of {} had arrived",
+                    self.timeout, self.name, state.arrived, self.parties
+                );
+                state.broken = Some(why.clone());
+                self.turn.notify_all();
+                return Err(why);
+            }
+            state = self
+                .turn
+                .wait_timeout(state, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Breaks the gate (unless it is already): every wait fails with `why`.
+    fn break_with(&self, why: String) {
+        let mut state = self.lock();
+        state.broken.get_or_insert(why);
+        self.turn.notify_all();
+    }
+}
+
+/// Breaks its gates if its thread unwinds.
+struct Watch<'a> {
+    gates: [&'a Gate; 2],
+    who: usize,
+}
+
+impl Drop for Watch<'_> {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            for gate in self.gates {
+                gate.break_with(format!("worker {} panicked", self.who));
             }
         }
     }
@@ -397,4 +579,76 @@ fn racing_quota_changes_and_moves_keep_every_sliding_counter_client_within_the_b
             seed,
         );
     }
+}
+
+/// A worker that panics (an overflow in a planted bug, say) fails the run
+/// at once with a message naming it and its panic, instead of leaving the
+/// others and the driver waiting for it at a gate for ever.
+#[test]
+fn a_worker_that_panics_fails_the_run_with_its_message() {
+    let began = Instant::now();
+    let mut phases_done = 0;
+    let outcome = phases(
+        THREADS,
+        PHASES,
+        GATE_TIMEOUT,
+        |t, phase| {
+            if t == 2 && phase == 3 {
+                panic!("attempt to add with overflow");
+            }
+        },
+        |_| {},
+        |_| phases_done += 1,
+    );
+    let why = outcome.expect_err("a worker panicked");
+    assert!(
+        why.contains("worker 2 panicked") && why.contains("attempt to add with overflow"),
+        "{why}"
+    );
+    assert_eq!(phases_done, 3, "the phases before the panic ran");
+    assert!(
+        began.elapsed() < GATE_TIMEOUT / 4,
+        "no one waited for the dead worker: {:?}",
+        began.elapsed()
+    );
+}
+
+/// A worker stuck past the gate's timeout fails the run with a message
+/// saying where, instead of a hang.
+#[test]
+fn a_worker_stuck_past_the_timeout_fails_the_run_with_a_message() {
+    let outcome = phases(
+        THREADS,
+        4,
+        Duration::from_millis(100),
+        |t, phase| {
+            if t == 1 && phase == 2 {
+                thread::sleep(Duration::from_millis(600));
+            }
+        },
+        |_| {},
+        |_| {},
+    );
+    let why = outcome.expect_err("a worker was stuck");
+    assert!(why.contains("phase 2") && why.contains("end gate"), "{why}");
+}
+
+/// A healthy run opens every gate.
+#[test]
+fn healthy_phases_all_run() {
+    let ran = AtomicU64::new(0);
+    let mut after = 0;
+    phases(
+        THREADS,
+        PHASES,
+        GATE_TIMEOUT,
+        |_, _| {
+            ran.fetch_add(1, Ordering::Relaxed);
+        },
+        |_| {},
+        |_| after += 1,
+    )
+    .unwrap();
+    assert_eq!(ran.load(Ordering::Relaxed), (THREADS * PHASES) as u64);
+    assert_eq!(after, PHASES);
 }
