@@ -8,7 +8,7 @@ mod redis_server;
 
 use std::time::{Duration, Instant};
 
-use redis_server::{admitted, at_once, prefix, runtime, Cluster, HOUR};
+use redis_server::{admitted, at_once, prefix, runtime, Cluster, Patient, HOUR};
 use tollgate::redis::{FailPolicy, Lease};
 use tollgate::{FixedWindow, SlidingWindowCounter, TokenBucket};
 
@@ -30,6 +30,7 @@ fn a_pair_on_a_cluster_limits_every_client_id() {
                 .window(HOUR)
                 .and(TokenBucket::builder().rate(10, HOUR))
                 .redis(conn.clone(), &p)
+                .patient()
                 .fail_policy(FailPolicy::FailOpen)
                 .build()
                 .unwrap();
@@ -204,7 +205,7 @@ fn coalesced_checks_on_a_cluster_admit_exactly_the_quota() {
                 let limiter = $builder
                     .redis(conn.clone(), prefix($name))
                     .fail_policy(FailPolicy::FailClosed)
-                    .timeout(Duration::from_secs(2))
+                    .patient()
                     .no_deny_shortcut()
                     .coalesce(true)
                     .build()
@@ -305,7 +306,7 @@ fn a_lease_is_spent_on_the_clock_of_the_node_that_granted_it() {
             .capacity(CAPACITY)
             .redis(cluster.connection().await, prefix("node-clock"))
             .fail_policy(FailPolicy::FailClosed)
-            .timeout(Duration::from_secs(2))
+            .patient()
             .no_deny_shortcut()
             .lease(
                 Lease::new(Duration::from_secs(2))
@@ -371,7 +372,7 @@ fn a_booking_waits_on_the_clock_of_the_node_that_booked_it() {
             .capacity(1)
             .redis(cluster.connection().await, prefix("node-book"))
             .fail_policy(FailPolicy::FailClosed)
-            .timeout(Duration::from_secs(2))
+            .patient()
             .build()
             .unwrap();
         let first = limiter

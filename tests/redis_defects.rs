@@ -8,7 +8,7 @@ mod redis_server;
 
 use std::time::{Duration, Instant};
 
-use redis_server::{admitted, at_once, builders, prefix, runtime, Server, HOUR};
+use redis_server::{admitted, at_once, builders, prefix, runtime, Patient, Server, HOUR};
 use tollgate::redis::{FailPolicy, RedisLimiter};
 use tollgate::{CheckErrorKind, FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 
@@ -30,7 +30,7 @@ fn a_probe_dropped_before_its_first_poll_lets_the_next_one_go() {
             .limit(1_000)
             .window(HOUR)
             .redis(server.manager().await, prefix("probe"))
-            .timeout(Duration::from_millis(300))
+            .patient()
             .backoff(Duration::from_millis(20), Duration::from_millis(40))
             .fail_policy(FailPolicy::FailClosed)
             .build()
@@ -130,6 +130,7 @@ fn a_lower_limit_denies_a_count_above_it_and_a_higher_one_admits_the_rest() {
             .rate(10, HOUR)
             .capacity(5)
             .redis(conn.clone(), &p)
+            .patient()
             .fail_policy(open)
             .build()
             .unwrap();
@@ -161,6 +162,7 @@ fn the_log_admits_its_largest_cost_and_one_bad_request_trips_nothing() {
             .limit(SlidingWindowLog::MAX_LIMIT)
             .window(HOUR)
             .redis(server.manager().await, prefix("bigcost"))
+            .patient()
             .fail_policy(FailPolicy::FailClosed)
             .build()
             .unwrap();
@@ -314,6 +316,7 @@ fn a_fixed_window_counts_exactly_up_to_its_largest_limit() {
             .limit(exact)
             .window(Duration::from_secs(365 * 86_400))
             .redis(server.manager().await, prefix("bigfw"))
+            .patient()
             .fail_policy(FailPolicy::FailClosed)
             .build()
             .unwrap();
@@ -341,6 +344,7 @@ fn the_shortcut_outlives_a_vanished_state_by_at_most_a_second() {
             .limit(2)
             .window(HOUR)
             .redis(server.manager().await, prefix("flush"))
+            .patient()
             .build()
             .unwrap();
         // The admission leaves nothing: the next check is denied here.
@@ -368,6 +372,7 @@ fn the_shortcut_denies_every_cost_above_what_is_left() {
             .limit(10)
             .window(HOUR)
             .redis(server.manager().await, prefix("cost3"))
+            .patient()
             .build()
             .unwrap();
         for _ in 0..3 {
@@ -427,6 +432,7 @@ fn round_trips_count_every_command_sent() {
         let limiter = TokenBucket::builder()
             .rate(100, HOUR)
             .redis(server.manager().await, prefix("trips"))
+            .patient()
             .build()
             .unwrap();
         assert!(limiter.check("c").await.unwrap().is_allowed());
@@ -791,16 +797,8 @@ fn checks_waiting_when_a_call_fails_find_the_breaker_it_left() {
     let rt = runtime();
     // Redis's answers awaited for up to 10 s (the limiter's timeout
     // decides), a dead server found at once.
-    let config = redis::aio::ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(Duration::from_millis(200)))
-        .set_number_of_retries(1)
-        .set_max_delay(Duration::from_millis(100))
-        .set_response_timeout(Some(Duration::from_secs(10)));
     let limiter = rt.block_on(async {
-        let client = redis::Client::open(server.url()).unwrap();
-        let conn = redis::aio::ConnectionManager::new_with_config(client, config)
-            .await
-            .unwrap();
+        let conn = server.manager().await;
         FixedWindow::builder()
             .limit(100)
             .window(HOUR)
@@ -968,7 +966,7 @@ fn coalescing_five(
         let limiter = FixedWindow::builder()
             .limit(5)
             .window(HOUR)
-            .redis(server.patient_manager().await, prefix(name))
+            .redis(server.manager().await, prefix(name))
             .fail_policy(policy)
             .timeout(timeout)
             .backoff(Duration::from_secs(5), Duration::from_secs(5))
@@ -1057,6 +1055,7 @@ fn coalesced_checks_answered_at_their_timeout_are_not_counted_again_by_their_bat
             .limit(5)
             .window(HOUR)
             .redis(server.manager().await, prefix("counted-once"))
+            .patient()
             .no_deny_shortcut()
             .build()
             .unwrap();
