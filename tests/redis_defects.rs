@@ -1108,3 +1108,114 @@ fn a_check_answered_at_its_timeout_is_not_answered_again_by_its_failed_batch() {
         assert_eq!((d.is_allowed(), d.remaining()), (true, 1), "{d:?}");
     });
 }
+
+// ---------------------------------------------------------------------------
+// A foreign value among coalesced checks.
+
+/// The checks of `GOOD` clients and of one client whose key holds a hash
+/// (another program's value, of another type), 8 tasks each, all at
+/// once on a coalescing limiter of 5 an hour under `policy`: every good
+/// client's checks, batched with the bad one's, are decided by Redis,
+/// exactly 5 admitted each (remaining 4 … 0 once each), none answered by
+/// the fail policy; only the bad client's are, each with the error that
+/// names its key (`Corrupt`, under `FailClosed`) or decided in process
+/// (`Local`); and nothing backs off. A batch script that stopped at the
+/// hash failed every check riding with it: under `Local` those were
+/// decided in process while Redis decided the others.
+fn a_foreign_value_fails_only_its_client_in_a_batch(policy: FailPolicy) {
+    const GOOD: usize = 12;
+    const TASKS: usize = 8;
+    let Some(server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(60));
+    let rt = runtime();
+    let limiter = rt.block_on(async {
+        FixedWindow::builder()
+            .limit(5)
+            .window(HOUR)
+            .redis(server.manager().await, prefix(&format!("hash-{policy:?}")))
+            .patient()
+            .fail_policy(policy)
+            .no_deny_shortcut()
+            .coalesce(true)
+            .build()
+            .unwrap()
+    });
+    let bad = limiter.key("bad");
+    let _: () = redis::cmd("HSET")
+        .arg(&bad)
+        .arg(&["field", "7"][..])
+        .query(&mut server.sync())
+        .unwrap();
+    let clients: Vec<String> = (0..GOOD)
+        .map(|c| format!("good-{c}"))
+        .chain(["bad".to_owned()])
+        .collect();
+    let answers = rt.block_on(async {
+        let start = std::sync::Arc::new(tokio::sync::Barrier::new(clients.len() * TASKS));
+        let tasks: Vec<_> = (0..clients.len() * TASKS)
+            .map(|i| {
+                let (limiter, start) = (limiter.clone(), start.clone());
+                let client = clients[i % clients.len()].clone();
+                tokio::spawn(async move {
+                    start.wait().await;
+                    let answer = limiter.check(client.as_str()).await;
+                    (client, answer)
+                })
+            })
+            .collect();
+        let mut answers = Vec::new();
+        for task in tasks {
+            answers.push(task.await.unwrap());
+        }
+        answers
+    });
+    let stats = limiter.stats();
+    for client in &clients[..GOOD] {
+        let decisions: Vec<_> = answers
+            .iter()
+            .filter(|(c, _)| c == client)
+            .map(|(_, answer)| {
+                *answer
+                    .as_ref()
+                    .unwrap_or_else(|err| panic!("{client}: {err} ({stats:?})"))
+            })
+            .collect();
+        assert_eq!(admitted(&decisions), [0, 1, 2, 3, 4], "{client}: {stats:?}");
+    }
+    let key = String::from_utf8_lossy(&bad).into_owned();
+    for (_, answer) in answers.iter().filter(|(c, _)| c == "bad") {
+        match policy {
+            FailPolicy::FailClosed => {
+                let err = answer.as_ref().unwrap_err();
+                assert_eq!(err.kind(), CheckErrorKind::Corrupt, "{err}");
+                assert!(err.to_string().contains(&key), "names the key: {err}");
+            }
+            _ => assert!(answer.is_ok(), "{answer:?}"),
+        }
+    }
+    let by_policy = stats.fail_closed + stats.fail_local + stats.fail_open;
+    assert_eq!(by_policy, TASKS as u64, "the bad client's only: {stats:?}");
+    assert_eq!(stats.breaker_opened, 0, "{stats:?}");
+    assert!(
+        stats.coalesced > 0,
+        "no check rode another's call: {stats:?}"
+    );
+    // Redis still holds the hash, untouched.
+    let kind: String = redis::cmd("TYPE")
+        .arg(&bad)
+        .query(&mut server.sync())
+        .unwrap();
+    assert_eq!(kind, "hash");
+}
+
+#[test]
+fn a_foreign_value_fails_only_its_client_in_a_batch_closed() {
+    a_foreign_value_fails_only_its_client_in_a_batch(FailPolicy::FailClosed);
+}
+
+#[test]
+fn a_foreign_value_fails_only_its_client_in_a_batch_local() {
+    a_foreign_value_fails_only_its_client_in_a_batch(FailPolicy::Local);
+}

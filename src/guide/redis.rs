@@ -271,9 +271,11 @@
 //!   program's, or of another type) fails that client's checks only, and
 //!   is never admitted by `FailOpen`: `FailOpen` and `FailClosed` answer
 //!   with the error (`Corrupt`), `Local` decides in process; other clients
-//!   are answered by Redis, with no backoff
+//!   are answered by Redis, with no backoff, their checks coalesced with
+//!   that client's or not
 //!   (`junk_under_a_key_is_a_clear_error_for_that_client_only`,
-//!   `a_foreign_value_is_never_admitted_under_fail_open`).
+//!   `a_foreign_value_is_never_admitted_under_fail_open`,
+//!   `a_foreign_value_fails_only_its_client_in_a_batch_closed`).
 //! - No client id or prefix can split a key from its slot: a pair on a
 //!   cluster limits every id (`a_pair_on_a_cluster_limits_every_client_id`,
 //!   `nested_prefixes_never_share_a_key`).

@@ -23,8 +23,10 @@
 //! the ones before it left, with the figures computed by the same code as
 //! a check of its own. A check of a state to convert, a fault, the breaker
 //! and the deny shortcut are answered per check, as for a check of its
-//! own: a client whose state is to convert (or is not a tollgate state) is
-//! left undecided by the batch and its checks go one by one; a failed
+//! own: a client whose state is to convert (or is not a tollgate state,
+//! whatever its type) is left undecided by the batch and its checks go
+//! one by one, so that a value the limiter cannot read fails only its
+//! client's checks, as a check of its own; a failed
 //! batch call is each check's failure, answered by the fail policy; the
 //! breaker and the deny shortcut are asked when the batch goes, for each
 //! check.
@@ -277,7 +279,8 @@ impl<A: RedisAlgorithm> Inner<A> {
 
     /// The batch script's round trip: each request's answer, or `None`
     /// for a request whose client's state is to convert or is not a
-    /// tollgate state (left untouched by the script, to decide alone).
+    /// tollgate state, of any type (left untouched by the script, to
+    /// decide alone, where its own call answers the fault).
     /// `requests` hold each client under one quota (see [`batch_len`]).
     pub(crate) async fn batch_trip(
         &self,

@@ -216,8 +216,9 @@ end
 /// is the number of its settings (1-based, under 1 024) and `c` the number
 /// of its requests, then their `c` costs.
 /// The reply: for each key, `-1` for a state to convert or `-2` for a
-/// value that is not a tollgate state (its requests undecided, its key
-/// untouched), else `1` and, for each of its requests, what
+/// value that is not a tollgate state, a string or a value of another
+/// type (its requests undecided, its key untouched; no other key's
+/// answer fails with it), else `1` and, for each of its requests, what
 /// `word_script`'s check replies without `now` (the outcome and the
 /// state); then `now`.
 pub(crate) fn batch_script(spec: &Spec, clock: &str) -> String {
@@ -231,7 +232,11 @@ pub(crate) fn batch_script(spec: &Spec, clock: &str) -> String {
     lua.push_str(clock);
     lua.push_str(&format!(
         r"local function read(key, HEAD)
-  local v = redis.call('GET', key)
+  -- A value of another type (WRONGTYPE) is its client's alone: caught,
+  -- so that it fails no other client's checks, and left to the client's
+  -- own checks, which answer it as a check of their own.
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then return -2 end
   local {vars}
   if v then
 {parse}
