@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis_server::{
     builders, manager_config, prefix, runtime, Cluster, Patient, Server, HOUR, PATIENCE,
 };
@@ -758,6 +758,78 @@ fn redis_down_each_policy_answers_in_time_then_recovers_by_itself() {
         // Recovered: Redis answers again, and keeps the state it now holds.
         assert_eq!(closed.check("back").await.unwrap().remaining(), 0);
     });
+}
+
+/// A replica started while Redis is down comes up: its connection is made
+/// on first use (the README's start-up), so building the limiter needs no
+/// Redis; its checks are answered by the fail policy, within the timeout,
+/// while nothing listens on the port; and once a server starts there, the
+/// limiter reaches it by itself and Redis decides, keeping the state.
+#[test]
+fn a_limiter_started_while_redis_is_down_reaches_it_once_it_is_up() {
+    let Some(mut server) = Server::unstarted() else {
+        return;
+    };
+    let rt = runtime();
+    let timeout = Duration::from_millis(500);
+    let limiter = rt.block_on(async {
+        // As the README starts one: connected on first use, with
+        // redis-rs's default settings.
+        let client = redis::Client::open(server.url()).unwrap();
+        let conn = ConnectionManager::new_lazy_with_config(client, ConnectionManagerConfig::new())
+            .unwrap();
+        FixedWindow::builder()
+            .limit(3)
+            .window(HOUR)
+            .redis(conn, prefix("lazy"))
+            .timeout(timeout)
+            .backoff(Duration::from_millis(20), Duration::from_millis(100))
+            .fail_policy(FailPolicy::FailClosed)
+            .no_deny_shortcut()
+            .build()
+            .unwrap()
+    });
+    rt.block_on(async {
+        for _ in 0..3 {
+            let started = Instant::now();
+            let err = limiter.check("c").await.unwrap_err();
+            assert!(
+                matches!(
+                    err.kind(),
+                    CheckErrorKind::Unavailable | CheckErrorKind::Timeout
+                ),
+                "{err}"
+            );
+            // The timeout, and a loaded machine's scheduling.
+            assert!(started.elapsed() < timeout * 4, "{:?}", started.elapsed());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    assert_eq!(limiter.stats().fail_closed, 3, "{:?}", limiter.stats());
+    server.run();
+    let first = rt.block_on(async {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Ok(d) = limiter.check("c").await {
+                break d;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Redis not reached {PATIENCE:?} after it started: {:?}",
+                limiter.stats()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    // Redis's decisions: the first admission, then the state it holds.
+    assert_eq!((first.is_allowed(), first.remaining()), (true, 2));
+    let next = rt.block_on(limiter.check("c")).unwrap();
+    assert_eq!((next.is_allowed(), next.remaining()), (true, 1));
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(limiter.key("c"))
+        .query(&mut server.sync())
+        .unwrap();
+    assert!(exists, "the state is in Redis");
 }
 
 #[test]

@@ -259,6 +259,14 @@
 //!   itself (`one_probe_at_a_time_with_capped_exponential_backoff`,
 //!   `redis_down_each_policy_answers_in_time_then_recovers_by_itself`,
 //!   `a_probe_dropped_before_its_first_poll_lets_the_next_one_go`).
+//! - A replica can start while Redis is down: with a connection made on
+//!   first use (`ConnectionManager::new_lazy_with_config`, as the
+//!   `tollgate::redis` example does), the limiter builds, its checks are
+//!   answered by the fail policy, and once Redis is up it answers them,
+//!   with no restart
+//!   (`a_limiter_started_while_redis_is_down_reaches_it_once_it_is_up`).
+//!   `ConnectionManager::new` instead fails while Redis is down, so a
+//!   replica that waits for it stays down with it.
 //! - A check waiting for its client's call is answered by the fail policy
 //!   if its batch's call fails, or once the timeout has passed since it
 //!   was first polled: a server lost while checks wait fails the call in

@@ -95,6 +95,15 @@ impl Server {
         panic!("no redis-server would start on a free loopback port");
     }
 
+    /// A server of this test's own that is not running yet: its port was
+    /// free when chosen, and [`Server::run`] starts it there. `None`
+    /// (after saying why) as [`Server::start`].
+    pub fn unstarted() -> Option<Self> {
+        let mut server = Self::start()?;
+        server.stop();
+        Some(server)
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
