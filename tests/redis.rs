@@ -12,7 +12,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis_server::{builders, prefix, runtime, Cluster, Server, HOUR};
+use redis_server::{
+    builders, manager_config, prefix, runtime, Cluster, Patient, Server, HOUR, PATIENCE,
+};
 use tollgate::redis::{FailPolicy, Lease, RedisAlgorithm, RedisConnection, RedisLimiter};
 use tollgate::{AsyncCheck, CheckErrorKind, Decision, FixedWindow, SlidingWindowLog, TokenBucket};
 
@@ -63,24 +65,22 @@ fn child_worker() {
                 .await
                 .unwrap()
                 .into(),
-            None => {
-                let config = ConnectionManagerConfig::new();
-                ConnectionManager::new_with_config(redis::Client::open(url).unwrap(), config)
-                    .await
-                    .unwrap()
-                    .into()
-            }
+            None => ConnectionManager::new_with_config(
+                redis::Client::open(url).unwrap(),
+                manager_config(),
+            )
+            .await
+            .unwrap()
+            .into(),
         };
+        // Exactness, not latency, is under test: the builders are
+        // patient, so a loaded machine only makes a reply slow.
         let (tb, swc, fw, swl) = builders(&conn, &name, 100, HOUR);
         let policy = FailPolicy::FailClosed;
-        // Exactness, not latency, is under test: a loaded CI machine can
-        // starve the server past the default 100 ms per call.
-        let patience = Duration::from_secs(10);
         match algo.as_str() {
             "tb" if mode == "lease" || mode == "victim" => {
                 let limiter = tb
                     .fail_policy(policy)
-                    .timeout(patience)
                     .lease(Lease::new(Duration::from_secs(60)).max_units(LEASE_UNITS))
                     .build()
                     .unwrap();
@@ -94,19 +94,19 @@ fn child_worker() {
                 (vec![admitted], coalesced)
             }
             "tb" => {
-                let limiter = tb.fail_policy(policy).timeout(patience);
+                let limiter = tb.fail_policy(policy);
                 either(limiter.coalesce(coalesce).build().unwrap(), coalesce).await
             }
             "swc" => {
-                let limiter = swc.fail_policy(policy).timeout(patience);
+                let limiter = swc.fail_policy(policy);
                 either(limiter.coalesce(coalesce).build().unwrap(), coalesce).await
             }
             "fw" => {
-                let limiter = fw.fail_policy(policy).timeout(patience);
+                let limiter = fw.fail_policy(policy);
                 either(limiter.coalesce(coalesce).build().unwrap(), coalesce).await
             }
             "swl" => {
-                let limiter = swl.fail_policy(policy).timeout(patience);
+                let limiter = swl.fail_policy(policy);
                 either(limiter.coalesce(coalesce).build().unwrap(), coalesce).await
             }
             other => panic!("unknown algorithm {other}"),
@@ -128,27 +128,31 @@ const OUTAGE_QUOTA: u64 = 40;
 const OUTAGE_FLEET: u32 = 2;
 
 /// A child of `a_pause_costs_a_fleet_of_processes_no_more_than_was_left`:
-/// four tasks check one client every 5 ms for 1.5 s, under the default
-/// `Local` policy with the fleet's share, a 100 ms timeout and no deny
+/// four tasks check one client every 5 ms for 4 s, under the default
+/// `Local` policy with the fleet's share, a 1 s timeout and no deny
 /// shortcut (so that every check is a call while Redis answers), leasing
 /// if `lease`; the process prints what it admitted and how many checks
-/// its fallback decided.
+/// its fallback decided. The timeout is short enough for the pause to
+/// trip it, and long enough that no reply before the pause misses it on a
+/// loaded machine (a first check timed out would be decided on a full
+/// share, before Redis said what was left).
 fn outage_worker(url: &str, name: &str, lease: bool) {
     runtime().block_on(async {
-        let conn = ConnectionManager::new(redis::Client::open(url).unwrap())
-            .await
-            .unwrap();
+        let conn =
+            ConnectionManager::new_with_config(redis::Client::open(url).unwrap(), manager_config())
+                .await
+                .unwrap();
         let mut builder = TokenBucket::builder()
             .rate(OUTAGE_QUOTA, HOUR)
             .redis(conn, name)
             .local_share(OUTAGE_FLEET)
-            .timeout(Duration::from_millis(100))
+            .timeout(Duration::from_secs(1))
             .no_deny_shortcut();
         if lease {
             builder = builder.lease(Lease::new(Duration::from_secs(60)).max_units(LEASE_UNITS));
         }
         let limiter = builder.build().unwrap();
-        let until = Instant::now() + Duration::from_millis(1_500);
+        let until = Instant::now() + Duration::from_secs(4);
         let tasks: Vec<_> = (0..4)
             .map(|_| {
                 let limiter = limiter.clone();
@@ -173,7 +177,7 @@ fn outage_worker(url: &str, name: &str, lease: bool) {
 
 /// Two real processes share a bucket of 40 an hour under the default
 /// `Local` policy (each on its half, `local_share(2)`), spend it, and then
-/// Redis stops answering for 600 ms (`CLIENT PAUSE`): each process decides
+/// Redis stops answering for 2.5 s (`CLIENT PAUSE`): each process decides
 /// alone from what Redis last told it was left, nothing, so the fleet
 /// admits exactly the quota, with and without leases. A fallback that
 /// started from a full bucket admitted a full share more per process.
@@ -188,10 +192,10 @@ fn a_pause_costs_a_fleet_of_processes_no_more_than_was_left() {
             .map(|_| child(&server.url(), "tb", &name, mode))
             .collect();
         // The quota is spent within a few hundred ms of the children's
-        // start; then Redis pauses.
-        std::thread::sleep(Duration::from_millis(600));
+        // start; then Redis pauses, for more than twice their timeout.
+        std::thread::sleep(Duration::from_secs(1));
         let _: () = redis::cmd("CLIENT")
-            .arg(&["PAUSE", "600", "ALL"][..])
+            .arg(&["PAUSE", "2500", "ALL"][..])
             .query(&mut server.sync())
             .unwrap();
         let (mut admitted, mut local) = (0, 0);
@@ -491,6 +495,7 @@ fn exactly_the_quota_across_processes_on_a_cluster() {
             .limit(3)
             .window(HOUR)
             .redis(conn, prefix("spread"))
+            .patient()
             .fail_policy(FailPolicy::FailClosed)
             .build()
             .unwrap();
@@ -583,6 +588,7 @@ fn the_bucket_refills_on_redis_time() {
             .rate(1, Duration::from_millis(200))
             .capacity(2)
             .redis(conn, prefix("refill"))
+            .patient()
             .no_deny_shortcut()
             .build()
             .unwrap();
@@ -600,6 +606,7 @@ fn the_bucket_refills_on_redis_time() {
             .limit(1)
             .window(Duration::from_millis(300))
             .redis(server.manager().await, prefix("refill"))
+            .patient()
             .no_deny_shortcut()
             .build()
             .unwrap();
@@ -650,14 +657,20 @@ fn every_key_expires_when_its_state_is_idle() {
 // ---------------------------------------------------------------------------
 // Faults.
 
-async fn policies(server: &Server, name: &str) -> [RedisLimiter<FixedWindow>; 3] {
+/// A limiter of each policy, 2 an hour, each under its own prefix, each
+/// waiting `timeout` for Redis.
+async fn policies(
+    server: &Server,
+    name: &str,
+    timeout: Duration,
+) -> [RedisLimiter<FixedWindow>; 3] {
     let conn = server.manager().await;
     let build = |policy| {
         FixedWindow::builder()
             .limit(2)
             .window(HOUR)
             .redis(conn.clone(), prefix(&format!("{name}-{policy:?}")))
-            .timeout(Duration::from_millis(200))
+            .timeout(timeout)
             .backoff(Duration::from_millis(50), Duration::from_millis(400))
             .fail_policy(policy)
             .no_deny_shortcut()
@@ -677,7 +690,10 @@ fn redis_down_each_policy_answers_in_time_then_recovers_by_itself() {
         return;
     };
     let rt = runtime();
-    let [open, closed, local] = rt.block_on(policies(&server, "down"));
+    // A stopped server refuses the connection at once: each policy
+    // answers in time with no help from the timeout, which only has to
+    // outlast a loaded machine's replies before the stop.
+    let [open, closed, local] = rt.block_on(policies(&server, "down", PATIENCE));
     rt.block_on(async {
         for l in [&open, &closed, &local] {
             assert!(l.check("warm").await.unwrap().is_allowed());
@@ -744,15 +760,100 @@ fn redis_down_each_policy_answers_in_time_then_recovers_by_itself() {
     });
 }
 
+/// A replica started while Redis is down comes up: its connection is made
+/// on first use (the README's start-up), so building the limiter needs no
+/// Redis; its checks are answered by the fail policy, within the timeout,
+/// while nothing listens on the port; and once a server starts there, the
+/// limiter reaches it by itself and Redis decides, keeping the state.
+#[test]
+fn a_limiter_started_while_redis_is_down_reaches_it_once_it_is_up() {
+    let Some(mut server) = Server::unstarted() else {
+        return;
+    };
+    let rt = runtime();
+    let timeout = Duration::from_millis(500);
+    let limiter = rt.block_on(async {
+        // As the README starts one: connected on first use, with
+        // redis-rs's default settings.
+        let client = redis::Client::open(server.url()).unwrap();
+        let conn = ConnectionManager::new_lazy_with_config(client, ConnectionManagerConfig::new())
+            .unwrap();
+        FixedWindow::builder()
+            .limit(3)
+            .window(HOUR)
+            .redis(conn, prefix("lazy"))
+            .timeout(timeout)
+            .backoff(Duration::from_millis(20), Duration::from_millis(100))
+            .fail_policy(FailPolicy::FailClosed)
+            .no_deny_shortcut()
+            .build()
+            .unwrap()
+    });
+    rt.block_on(async {
+        for _ in 0..3 {
+            let started = Instant::now();
+            let err = limiter.check("c").await.unwrap_err();
+            assert!(
+                matches!(
+                    err.kind(),
+                    CheckErrorKind::Unavailable | CheckErrorKind::Timeout
+                ),
+                "{err}"
+            );
+            // The timeout, and a loaded machine's scheduling.
+            assert!(started.elapsed() < timeout * 4, "{:?}", started.elapsed());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    assert_eq!(limiter.stats().fail_closed, 3, "{:?}", limiter.stats());
+    server.run();
+    let first = rt.block_on(async {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Ok(d) = limiter.check("c").await {
+                break d;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Redis not reached {PATIENCE:?} after it started: {:?}",
+                limiter.stats()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    // Redis's decisions: the first admission, then the state it holds.
+    assert_eq!((first.is_allowed(), first.remaining()), (true, 2));
+    let next = rt.block_on(limiter.check("c")).unwrap();
+    assert_eq!((next.is_allowed(), next.remaining()), (true, 1));
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(limiter.key("c"))
+        .query(&mut server.sync())
+        .unwrap();
+    assert!(exists, "the state is in Redis");
+}
+
 #[test]
 fn a_paused_server_trips_the_timeout() {
     let Some(server) = Server::start() else {
         return;
     };
     let rt = runtime();
-    let [open, closed, _] = rt.block_on(policies(&server, "slow"));
+    let [open, closed, _] = rt.block_on(policies(&server, "slow", Duration::from_millis(200)));
+    // The script loaded and the connection made by a patient twin of
+    // `closed` (its settings and keys): however slow a loaded machine
+    // makes that first reply, `closed` meets the pause with its breaker
+    // closed and its one check of `x` recorded.
     rt.block_on(async {
-        assert!(closed.check("x").await.is_ok(), "the script is loaded");
+        let twin = FixedWindow::builder()
+            .limit(2)
+            .window(HOUR)
+            .redis(server.manager().await, prefix("slow-FailClosed"))
+            .patient()
+            .fail_policy(FailPolicy::FailClosed)
+            .no_deny_shortcut()
+            .build()
+            .unwrap();
+        assert!(twin.check("x").await.unwrap().is_allowed());
     });
     let _: () = redis::cmd("CLIENT")
         .arg(&["PAUSE", "800", "ALL"][..])
@@ -874,6 +975,7 @@ fn denied_clients_are_denied_locally_until_their_quota_grows() {
         let limiter = TokenBucket::builder()
             .rate(2, Duration::from_millis(600))
             .redis(conn, prefix("shortcut"))
+            .patient()
             .build()
             .unwrap();
         assert!(limiter.check("flood").await.unwrap().is_allowed());
@@ -915,6 +1017,7 @@ fn in_process_and_redis_limiters_share_the_async_trait() {
             .limit(3)
             .window(HOUR)
             .redis(conn, prefix("trait"))
+            .patient()
             .build()
             .unwrap();
         assert_eq!(spend(&remote).await, [2, 1, 0]);
@@ -954,7 +1057,7 @@ fn the_tower_layer_takes_a_redis_limiter() {
         .limit(2)
         .window(HOUR)
         .redis(conn, prefix("layer"))
-        .timeout(Duration::from_millis(200))
+        .patient()
         .fail_policy(FailPolicy::FailClosed)
         .build()
         .unwrap();

@@ -7,7 +7,7 @@ mod redis_server;
 
 use std::time::{Duration, Instant};
 
-use redis_server::{prefix, runtime, Server, HOUR};
+use redis_server::{prefix, runtime, Patient, Server, HOUR};
 use tollgate::redis::{FailPolicy, RedisReserveError};
 use tollgate::{CheckErrorKind, FixedWindow, ReserveError, SlidingWindowLog, TokenBucket};
 
@@ -24,6 +24,7 @@ fn until_ready_waits_for_the_booking() {
             .rate(10, Duration::from_secs(1))
             .capacity(1)
             .redis(server.manager().await, prefix("ready"))
+            .patient()
             .fail_policy(FailPolicy::FailClosed)
             .build()
             .unwrap();
@@ -56,6 +57,7 @@ fn a_booking_dropped_before_its_time_gives_its_charge_back() {
         let limiter = TokenBucket::builder()
             .rate(1, HOUR)
             .redis(server.manager().await, prefix("drop"))
+            .patient()
             .fail_policy(FailPolicy::FailClosed)
             .build()
             .unwrap();
@@ -96,6 +98,7 @@ fn log_bookings_are_served_in_the_order_they_were_made() {
                 .limit(2)
                 .window(HOUR)
                 .redis(conn.clone(), prefix("logbook"))
+                .patient()
                 .fail_policy(FailPolicy::FailClosed)
                 .no_deny_shortcut()
                 .build()

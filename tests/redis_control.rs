@@ -8,7 +8,9 @@ mod redis_server;
 use std::process::Command;
 use std::time::Duration;
 
-use redis_server::{admitted, at_once, builders, prefix, runtime, Server, HOUR};
+use redis_server::{
+    admitted, at_once, builders, manager_config, prefix, runtime, Patient, Server, HOUR,
+};
 use tollgate::redis::{RedisAlgorithm, RedisConnection, RedisLimiter};
 use tollgate::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 
@@ -20,10 +22,11 @@ const CHILD_ENV: &str = "TOLLGATE_REDIS_CONTROL_CHILD";
 /// `pro` per hour.
 async fn limiters(url: &str, p: &str, n: u64, pro: u64) -> Vec<Box<dyn Control>> {
     let client = redis::Client::open(url).unwrap();
-    let conn: RedisConnection = redis::aio::ConnectionManager::new(client)
-        .await
-        .unwrap()
-        .into();
+    let conn: RedisConnection =
+        redis::aio::ConnectionManager::new_with_config(client, manager_config())
+            .await
+            .unwrap()
+            .into();
     let tier = |client: &[u8]| u16::from(client.starts_with(b"pro-"));
     let (tb, swc, fw, swl) = builders(&conn, p, n, HOUR);
     let tb = tb.tier_by(tier).build().unwrap();
@@ -45,7 +48,12 @@ async fn limiters(url: &str, p: &str, n: u64, pro: u64) -> Vec<Box<dyn Control>>
             .rate(n, HOUR)
             .and(FixedWindow::builder().limit(2 * n).window(HOUR))
     };
-    let both = pair(n).redis(conn, p).tier_by(tier).build().unwrap();
+    let both = pair(n)
+        .redis(conn, p)
+        .patient()
+        .tier_by(tier)
+        .build()
+        .unwrap();
     both.set_quota(1, pair(pro)).unwrap();
     vec![
         Box::new(tb),
@@ -256,6 +264,7 @@ fn a_reset_clears_the_deny_shortcut_here() {
             .limit(1)
             .window(HOUR)
             .redis(server.manager().await, prefix("resetshortcut"))
+            .patient()
             .build()
             .unwrap();
         assert!(limiter.check("c").await.unwrap().is_allowed());
@@ -280,6 +289,7 @@ fn set_quota_validates_as_in_process() {
             .limit(3)
             .window(HOUR)
             .redis(conn.clone(), prefix("setquota"))
+            .patient()
             .build()
             .unwrap();
         fw.set_quota(1, FixedWindow::builder().limit(3).window(minute))
@@ -307,6 +317,7 @@ fn set_quota_validates_as_in_process() {
         let tb = TokenBucket::builder()
             .rate(3, HOUR)
             .redis(conn, prefix("setquota"))
+            .patient()
             .build()
             .unwrap();
         tb.set_quota(1, TokenBucket::builder().rate(3, minute))
@@ -330,6 +341,7 @@ fn a_pair_denied_by_one_limit_charges_neither() {
             .window(HOUR)
             .and(TokenBucket::builder().rate(5, HOUR))
             .redis(server.manager().await, &p)
+            .patient()
             .no_deny_shortcut()
             .build()
             .unwrap();
@@ -380,7 +392,7 @@ fn tiers_with_coalescing_hold_each_client_to_its_tier() {
             .redis(server.manager().await, prefix("coaltiers"))
             .tier_by(|client| u16::from(client.starts_with(b"pro-")))
             .fail_policy(tollgate::redis::FailPolicy::FailClosed)
-            .timeout(Duration::from_secs(2))
+            .patient()
             .no_deny_shortcut()
             .coalesce(true)
             .build()

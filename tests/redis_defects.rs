@@ -8,7 +8,7 @@ mod redis_server;
 
 use std::time::{Duration, Instant};
 
-use redis_server::{admitted, at_once, builders, prefix, runtime, Server, HOUR};
+use redis_server::{admitted, at_once, builders, prefix, runtime, Patient, Server, HOUR};
 use tollgate::redis::{FailPolicy, RedisLimiter};
 use tollgate::{CheckErrorKind, FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 
@@ -30,7 +30,7 @@ fn a_probe_dropped_before_its_first_poll_lets_the_next_one_go() {
             .limit(1_000)
             .window(HOUR)
             .redis(server.manager().await, prefix("probe"))
-            .timeout(Duration::from_millis(300))
+            .patient()
             .backoff(Duration::from_millis(20), Duration::from_millis(40))
             .fail_policy(FailPolicy::FailClosed)
             .build()
@@ -132,6 +132,7 @@ fn a_replica_with_another_limit_admits_what_is_left_and_no_more() {
             .rate(10, HOUR)
             .capacity(5)
             .redis(conn.clone(), &p)
+            .patient()
             .fail_policy(open)
             .build()
             .unwrap();
@@ -161,6 +162,7 @@ fn the_log_admits_its_largest_cost_and_one_bad_request_trips_nothing() {
             .limit(SlidingWindowLog::MAX_LIMIT)
             .window(HOUR)
             .redis(server.manager().await, prefix("bigcost"))
+            .patient()
             .fail_policy(FailPolicy::FailClosed)
             .build()
             .unwrap();
@@ -314,6 +316,7 @@ fn a_fixed_window_counts_exactly_up_to_its_largest_limit() {
             .limit(exact)
             .window(Duration::from_secs(365 * 86_400))
             .redis(server.manager().await, prefix("bigfw"))
+            .patient()
             .fail_policy(FailPolicy::FailClosed)
             .build()
             .unwrap();
@@ -341,6 +344,7 @@ fn the_shortcut_outlives_a_vanished_state_by_at_most_a_second() {
             .limit(2)
             .window(HOUR)
             .redis(server.manager().await, prefix("flush"))
+            .patient()
             .build()
             .unwrap();
         // The admission leaves nothing: the next check is denied here.
@@ -368,6 +372,7 @@ fn the_shortcut_denies_every_cost_above_what_is_left() {
             .limit(10)
             .window(HOUR)
             .redis(server.manager().await, prefix("cost3"))
+            .patient()
             .build()
             .unwrap();
         for _ in 0..3 {
@@ -427,6 +432,7 @@ fn round_trips_count_every_command_sent() {
         let limiter = TokenBucket::builder()
             .rate(100, HOUR)
             .redis(server.manager().await, prefix("trips"))
+            .patient()
             .build()
             .unwrap();
         assert!(limiter.check("c").await.unwrap().is_allowed());
@@ -791,16 +797,8 @@ fn checks_waiting_when_a_call_fails_find_the_breaker_it_left() {
     let rt = runtime();
     // Redis's answers awaited for up to 10 s (the limiter's timeout
     // decides), a dead server found at once.
-    let config = redis::aio::ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(Duration::from_millis(200)))
-        .set_number_of_retries(1)
-        .set_max_delay(Duration::from_millis(100))
-        .set_response_timeout(Some(Duration::from_secs(10)));
     let limiter = rt.block_on(async {
-        let client = redis::Client::open(server.url()).unwrap();
-        let conn = redis::aio::ConnectionManager::new_with_config(client, config)
-            .await
-            .unwrap();
+        let conn = server.manager().await;
         FixedWindow::builder()
             .limit(100)
             .window(HOUR)
@@ -968,7 +966,7 @@ fn coalescing_five(
         let limiter = FixedWindow::builder()
             .limit(5)
             .window(HOUR)
-            .redis(server.patient_manager().await, prefix(name))
+            .redis(server.manager().await, prefix(name))
             .fail_policy(policy)
             .timeout(timeout)
             .backoff(Duration::from_secs(5), Duration::from_secs(5))
@@ -1057,6 +1055,7 @@ fn coalesced_checks_answered_at_their_timeout_are_not_counted_again_by_their_bat
             .limit(5)
             .window(HOUR)
             .redis(server.manager().await, prefix("counted-once"))
+            .patient()
             .no_deny_shortcut()
             .build()
             .unwrap();
@@ -1108,4 +1107,115 @@ fn a_check_answered_at_its_timeout_is_not_answered_again_by_its_failed_batch() {
         let d = limiter.check("c").await.unwrap();
         assert_eq!((d.is_allowed(), d.remaining()), (true, 1), "{d:?}");
     });
+}
+
+// ---------------------------------------------------------------------------
+// A foreign value among coalesced checks.
+
+/// The checks of `GOOD` clients and of one client whose key holds a hash
+/// (another program's value, of another type), 8 tasks each, all at
+/// once on a coalescing limiter of 5 an hour under `policy`: every good
+/// client's checks, batched with the bad one's, are decided by Redis,
+/// exactly 5 admitted each (remaining 4 … 0 once each), none answered by
+/// the fail policy; only the bad client's are, each with the error that
+/// names its key (`Corrupt`, under `FailClosed`) or decided in process
+/// (`Local`); and nothing backs off. A batch script that stopped at the
+/// hash failed every check riding with it: under `Local` those were
+/// decided in process while Redis decided the others.
+fn a_foreign_value_fails_only_its_client_in_a_batch(policy: FailPolicy) {
+    const GOOD: usize = 12;
+    const TASKS: usize = 8;
+    let Some(server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(60));
+    let rt = runtime();
+    let limiter = rt.block_on(async {
+        FixedWindow::builder()
+            .limit(5)
+            .window(HOUR)
+            .redis(server.manager().await, prefix(&format!("hash-{policy:?}")))
+            .patient()
+            .fail_policy(policy)
+            .no_deny_shortcut()
+            .coalesce(true)
+            .build()
+            .unwrap()
+    });
+    let bad = limiter.key("bad");
+    let _: () = redis::cmd("HSET")
+        .arg(&bad)
+        .arg(&["field", "7"][..])
+        .query(&mut server.sync())
+        .unwrap();
+    let clients: Vec<String> = (0..GOOD)
+        .map(|c| format!("good-{c}"))
+        .chain(["bad".to_owned()])
+        .collect();
+    let answers = rt.block_on(async {
+        let start = std::sync::Arc::new(tokio::sync::Barrier::new(clients.len() * TASKS));
+        let tasks: Vec<_> = (0..clients.len() * TASKS)
+            .map(|i| {
+                let (limiter, start) = (limiter.clone(), start.clone());
+                let client = clients[i % clients.len()].clone();
+                tokio::spawn(async move {
+                    start.wait().await;
+                    let answer = limiter.check(client.as_str()).await;
+                    (client, answer)
+                })
+            })
+            .collect();
+        let mut answers = Vec::new();
+        for task in tasks {
+            answers.push(task.await.unwrap());
+        }
+        answers
+    });
+    let stats = limiter.stats();
+    for client in &clients[..GOOD] {
+        let decisions: Vec<_> = answers
+            .iter()
+            .filter(|(c, _)| c == client)
+            .map(|(_, answer)| {
+                *answer
+                    .as_ref()
+                    .unwrap_or_else(|err| panic!("{client}: {err} ({stats:?})"))
+            })
+            .collect();
+        assert_eq!(admitted(&decisions), [0, 1, 2, 3, 4], "{client}: {stats:?}");
+    }
+    let key = String::from_utf8_lossy(&bad).into_owned();
+    for (_, answer) in answers.iter().filter(|(c, _)| c == "bad") {
+        match policy {
+            FailPolicy::FailClosed => {
+                let err = answer.as_ref().unwrap_err();
+                assert_eq!(err.kind(), CheckErrorKind::Corrupt, "{err}");
+                assert!(err.to_string().contains(&key), "names the key: {err}");
+            }
+            _ => assert!(answer.is_ok(), "{answer:?}"),
+        }
+    }
+    let by_policy = stats.fail_closed + stats.fail_local + stats.fail_open;
+    assert_eq!(by_policy, TASKS as u64, "the bad client's only: {stats:?}");
+    assert_eq!(stats.breaker_opened, 0, "{stats:?}");
+    assert!(
+        stats.coalesced > 0,
+        "no check rode another's call: {stats:?}"
+    );
+    // Redis still holds the hash, untouched.
+    let kind: String = redis::cmd("TYPE")
+        .arg(&bad)
+        .query(&mut server.sync())
+        .unwrap();
+    assert_eq!(kind, "hash");
+}
+
+#[test]
+fn a_foreign_value_fails_only_its_client_in_a_batch_closed() {
+    a_foreign_value_fails_only_its_client_in_a_batch(FailPolicy::FailClosed);
+}
+
+#[test]
+fn a_foreign_value_fails_only_its_client_in_a_batch_local() {
+    a_foreign_value_fails_only_its_client_in_a_batch(FailPolicy::Local);
 }

@@ -16,7 +16,7 @@ mod redis_server;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis_server::{prefix, runtime, Server, HOUR};
+use redis_server::{prefix, runtime, Patient, Server, HOUR};
 use tollgate::redis::{FailPolicy, RedisLimiter};
 use tollgate::FixedWindow;
 use tracing::field::{Field, Visit};
@@ -84,7 +84,7 @@ fn limiter(conn: &redis::aio::ConnectionManager, policy: FailPolicy) -> RedisLim
         .window(HOUR)
         .name(name.clone())
         .redis(conn.clone(), prefix(&name))
-        .timeout(Duration::from_millis(500))
+        .patient()
         .backoff(Duration::from_millis(50), Duration::from_millis(200))
         .fail_policy(policy)
         .no_deny_shortcut()
@@ -313,6 +313,7 @@ fn shortcut_denials_are_counted_as_such() {
         .window(HOUR)
         .name("shortcut")
         .redis(conn, prefix("shortcut"))
+        .patient()
         .build()
         .unwrap();
     let admitted = rt.block_on(async {
@@ -366,6 +367,7 @@ fn coalesced_checks_are_decisions_by_redis() {
             .window(HOUR)
             .name("coalesced")
             .redis(conn, prefix("coalesced"))
+            .patient()
             .no_deny_shortcut()
             .coalesce(true)
             .build()
@@ -426,6 +428,7 @@ fn leased_checks_are_counted_as_the_lease_s() {
         .capacity(20)
         .name("leased")
         .redis(conn, prefix("leased"))
+        .patient()
         .no_deny_shortcut()
         .lease(tollgate::redis::Lease::new(Duration::from_secs(60)).max_units(8))
         .build()
@@ -479,7 +482,7 @@ fn the_layer_in_front_of_redis_counts_an_outage() {
         .window(HOUR)
         .name("layer-redis")
         .redis(conn, prefix("layer-redis"))
-        .timeout(Duration::from_millis(500))
+        .patient()
         .fail_policy(FailPolicy::FailClosed)
         .no_deny_shortcut()
         .build()
@@ -553,6 +556,7 @@ fn bookings_are_decisions() {
         .rate(3, HOUR)
         .name("bookings")
         .redis(conn, prefix("bookings"))
+        .patient()
         .tier_by(|client: &[u8]| u16::from(client.starts_with(b"pro-")))
         .no_deny_shortcut()
         .build()

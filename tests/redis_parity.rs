@@ -17,7 +17,7 @@ use std::pin::pin;
 use std::task::{Context, Waker};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis_server::{prefix, runtime, Server, HOUR};
+use redis_server::{prefix, runtime, Patient, Server, HOUR};
 use tollgate::redis::{FailPolicy, RedisLimiter};
 use tollgate::{
     CheckErrorKind, ConfigError, FixedWindow, ManualClock, SlidingWindowCounter, TokenBucket,
@@ -41,6 +41,7 @@ fn nested_prefixes_never_share_a_key() {
             TokenBucket::builder()
                 .rate(1, HOUR)
                 .redis(conn.clone(), prefix)
+                .patient()
                 .fail_policy(FailPolicy::FailClosed)
                 .build()
                 .unwrap()
@@ -69,6 +70,7 @@ fn a_foreign_value_is_never_admitted_under_fail_open() {
             .limit(3)
             .window(HOUR)
             .redis(conn, prefix("foreign"))
+            .patient()
             .fail_policy(FailPolicy::FailOpen)
             .build()
             .unwrap();
@@ -99,6 +101,7 @@ fn a_foreign_value_is_never_admitted_under_fail_open() {
             .limit(3)
             .window(HOUR)
             .redis(server.manager().await, prefix("foreign"))
+            .patient()
             .fail_policy(FailPolicy::Local)
             .build()
             .unwrap();
@@ -127,6 +130,7 @@ fn a_bucket_rate_change_keeps_the_tokens_missing() {
         let limiter = TokenBucket::builder()
             .rate(10, HOUR)
             .redis(conn, prefix("rate"))
+            .patient()
             .fail_policy(FailPolicy::FailClosed)
             .no_deny_shortcut()
             .build()
@@ -177,6 +181,7 @@ fn lowering_then_raising_a_quota_converts_as_in_process() {
             .limit(10)
             .window(HOUR)
             .redis(conn.clone(), prefix("lowraise"))
+            .patient()
             .no_deny_shortcut()
             .build()
             .unwrap();
@@ -184,6 +189,7 @@ fn lowering_then_raising_a_quota_converts_as_in_process() {
             .limit(10)
             .window(HOUR)
             .redis(conn, prefix("lowraise"))
+            .patient()
             .no_deny_shortcut()
             .build()
             .unwrap();
@@ -235,7 +241,7 @@ fn set_quota_during_an_outage_keeps_the_fallback_state() {
             .limit(3)
             .window(HOUR)
             .redis(server.manager().await, prefix("outage"))
-            .timeout(Duration::from_millis(200))
+            .patient()
             .fail_policy(FailPolicy::Local)
             .build()
             .unwrap()
@@ -291,7 +297,7 @@ fn a_local_share_keeps_a_fleet_at_one_quota_during_an_outage() {
                     .limit(10)
                     .window(HOUR)
                     .redis(conn.await, prefix(p))
-                    .timeout(Duration::from_millis(200))
+                    .patient()
                     .fail_policy(FailPolicy::Local)
                     .local_share(share)
                     .build()
@@ -303,7 +309,7 @@ fn a_local_share_keeps_a_fleet_at_one_quota_during_an_outage() {
         let bucket = TokenBucket::builder()
             .rate(10, Duration::from_secs(60))
             .redis(server.manager().await, prefix("share-bucket"))
-            .timeout(Duration::from_millis(200))
+            .patient()
             .local_share(4)
             .build()
             .unwrap();
@@ -311,6 +317,7 @@ fn a_local_share_keeps_a_fleet_at_one_quota_during_an_outage() {
             .limit(10)
             .window(HOUR)
             .redis(server.manager().await, prefix("share-0"))
+            .patient()
             .local_share(0)
             .build()
             .unwrap_err();
@@ -381,7 +388,7 @@ fn an_outage_starts_each_client_from_what_redis_last_said() {
                     .limit(10)
                     .window(HOUR)
                     .redis(server.manager().await, prefix("known"))
-                    .timeout(Duration::from_millis(200))
+                    .patient()
                     .local_share(2)
                     .no_deny_shortcut()
                     .build()
@@ -441,6 +448,7 @@ fn a_window_changed_under_one_prefix_stays_limited() {
                     .limit(2)
                     .window(HOUR)
                     .redis(conn.clone(), &p)
+                    .patient()
                     .fail_policy(open)
                     .no_deny_shortcut()
                     .build()
@@ -449,6 +457,7 @@ fn a_window_changed_under_one_prefix_stays_limited() {
                     .limit(2)
                     .window(minute)
                     .redis(conn.clone(), &p)
+                    .patient()
                     .fail_policy(open)
                     .no_deny_shortcut()
                     .build()
@@ -504,7 +513,7 @@ fn a_reset_forgets_a_denial_written_by_a_check_in_flight() {
         let limiter = FixedWindow::builder()
             .limit(2)
             .window(HOUR)
-            .redis(server.patient_manager().await, prefix("inflight"))
+            .redis(server.manager().await, prefix("inflight"))
             .timeout(Duration::from_secs(5))
             .build()
             .unwrap();
@@ -549,6 +558,7 @@ fn a_raised_quota_is_never_hidden_by_the_shortcut() {
             .limit(3)
             .window(HOUR)
             .redis(server.manager().await, prefix("raise"))
+            .patient()
             .tier_by(|client| u16::from(client.starts_with(b"pro-")))
             .build()
             .unwrap();
@@ -596,7 +606,7 @@ fn a_pair_reports_both_limits_when_denied_locally_or_failing_open() {
             .window(HOUR)
             .and(TokenBucket::builder().rate(5, HOUR))
             .redis(server.manager().await, prefix("pairfig"))
-            .timeout(Duration::from_millis(200))
+            .patient()
             .fail_policy(FailPolicy::FailOpen)
             .build()
             .unwrap()
@@ -646,6 +656,7 @@ fn settings_that_would_not_apply_are_conflicts() {
                     .clock(ManualClock::new()),
             )
             .redis(conn.clone(), prefix("conflict"))
+            .patient()
             .build()
             .unwrap_err();
         assert!(
@@ -662,6 +673,7 @@ fn settings_that_would_not_apply_are_conflicts() {
             .limit(5)
             .window(HOUR)
             .redis(conn, prefix("conflict"))
+            .patient()
             .build()
             .unwrap();
         let err = limiter
@@ -743,7 +755,7 @@ fn fixed_windows_start_on_the_unix_epoch_everywhere() {
             .limit(1)
             .window(window)
             .redis(server.manager().await, prefix("epoch"))
-            .timeout(Duration::from_millis(200))
+            .patient()
             .fail_policy(FailPolicy::Local)
             .no_deny_shortcut()
             .build()

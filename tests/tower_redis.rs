@@ -12,7 +12,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
-use redis_server::{prefix, runtime, Server, HOUR};
+use redis_server::{prefix, runtime, Patient, Server, HOUR};
 use tollgate::redis::FailPolicy;
 use tollgate::tower::{Extraction, KeyFn, RateLimitLayer};
 use tollgate::FixedWindow;
@@ -30,7 +30,7 @@ fn limiter(
         .limit(5)
         .window(HOUR)
         .redis(conn.clone(), prefix(&format!("tower-outage-{policy:?}")))
-        .timeout(Duration::from_millis(200))
+        .patient()
         .backoff(Duration::from_millis(50), Duration::from_millis(400))
         .fail_policy(policy)
         .no_deny_shortcut()

@@ -259,6 +259,14 @@
 //!   itself (`one_probe_at_a_time_with_capped_exponential_backoff`,
 //!   `redis_down_each_policy_answers_in_time_then_recovers_by_itself`,
 //!   `a_probe_dropped_before_its_first_poll_lets_the_next_one_go`).
+//! - A replica can start while Redis is down: with a connection made on
+//!   first use (`ConnectionManager::new_lazy_with_config`, as the
+//!   `tollgate::redis` example does), the limiter builds, its checks are
+//!   answered by the fail policy, and once Redis is up it answers them,
+//!   with no restart
+//!   (`a_limiter_started_while_redis_is_down_reaches_it_once_it_is_up`).
+//!   `ConnectionManager::new` instead fails while Redis is down, so a
+//!   replica that waits for it stays down with it.
 //! - A check waiting for its client's call is answered by the fail policy
 //!   if its batch's call fails, or once the timeout has passed since it
 //!   was first polled: a server lost while checks wait fails the call in
@@ -271,9 +279,11 @@
 //!   program's, or of another type) fails that client's checks only, and
 //!   is never admitted by `FailOpen`: `FailOpen` and `FailClosed` answer
 //!   with the error (`Corrupt`), `Local` decides in process; other clients
-//!   are answered by Redis, with no backoff
+//!   are answered by Redis, with no backoff, their checks coalesced with
+//!   that client's or not
 //!   (`junk_under_a_key_is_a_clear_error_for_that_client_only`,
-//!   `a_foreign_value_is_never_admitted_under_fail_open`).
+//!   `a_foreign_value_is_never_admitted_under_fail_open`,
+//!   `a_foreign_value_fails_only_its_client_in_a_batch_closed`).
 //! - No client id or prefix can split a key from its slot: a pair on a
 //!   cluster limits every id (`a_pair_on_a_cluster_limits_every_client_id`,
 //!   `nested_prefixes_never_share_a_key`).

@@ -60,6 +60,8 @@
 use core::time::Duration;
 use std::sync::Arc;
 
+use ::redis::RedisResult;
+
 use crate::cell::Spent;
 use crate::check::CheckError;
 use crate::decision::Decision;
@@ -72,6 +74,7 @@ use crate::redis::shared::limiter::Inner;
 use crate::redis::table::answers::{Outcome, Path};
 use crate::redis::table::lease::{leases_key, Entry};
 use crate::redis::table::request::{Mode, Request};
+use crate::redis::wire::call::Redirect;
 use crate::redis::wire::guard::{bump, bump_by};
 use crate::sync::Ordering;
 
@@ -519,7 +522,7 @@ impl<A: RedisAlgorithm> Inner<A> {
             entry.registered.0.load(Ordering::Relaxed),
             entry.registered.1.load(Ordering::Relaxed),
         );
-        let reply: Vec<i64> = self
+        let reply: RedisResult<Vec<i64>> = self
             .calls
             .eval_keys(&leases.scripts.grant, &[&request.key, &set], |cmd| {
                 cmd.arg(half.a)
@@ -533,7 +536,15 @@ impl<A: RedisAlgorithm> Inner<A> {
                     .arg(entry.cell.cursor())
                     .arg(leases.settings.horizon_us);
             })
-            .await?;
+            .await;
+        let reply = match reply {
+            // The slot is moving and the client's key and its leases' set
+            // are split between two nodes (or, the set not made yet, will
+            // be until the slot has moved): the check goes as a check of
+            // its own, on the client's key alone.
+            Err(err) if Redirect::of(&err).is_some() => return Ok(Answer::Convert),
+            reply => reply?,
+        };
         let field = |i: usize| reply.get(i).and_then(|v| u64::try_from(*v).ok());
         let bad = || Failure::Decode(DecodeError::Range("a lease's grant of an unexpected shape"));
         match reply.first().copied() {

@@ -19,7 +19,11 @@
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let client = redis::Client::open("redis://127.0.0.1/")?;
-//! let conn = redis::aio::ConnectionManager::new(client).await?;
+//! // Connects on first use: see "Starting while Redis is down".
+//! let conn = redis::aio::ConnectionManager::new_lazy_with_config(
+//!     client,
+//!     redis::aio::ConnectionManagerConfig::new(),
+//! )?;
 //! let limiter = TokenBucket::builder()
 //!     .rate(100, Duration::from_secs(60))
 //!     .redis(conn, "api")
@@ -72,6 +76,16 @@
 //! one request ([`CheckErrorKind::Other`]) fail that client's checks only,
 //! without backing off: `FailClosed` and `FailOpen` answer them with the
 //! error, `Local` decides them in process.
+//!
+//! # Starting while Redis is down
+//!
+//! Make the connection with `ConnectionManager::new_lazy_with_config`, as
+//! above: it connects on the first check, so a replica started (or
+//! restarted) during an outage builds its limiter and serves, its checks
+//! answered by the [`FailPolicy`] until Redis is back, and then by Redis,
+//! with no restart. `ConnectionManager::new` connects before it returns,
+//! and fails while Redis is down ("Connection refused"): a replica that
+//! waits for it does not come up until Redis does.
 //!
 //! # Control, tiers and pairs
 //!

@@ -10,37 +10,32 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tollgate::redis::{RedisBuilder, RedisConnection};
 use tollgate::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, TokenBucket};
 
 pub const HOUR: Duration = Duration::from_secs(3_600);
 
 mod process;
-pub use process::Server;
+#[allow(unused_imports)] // each suite uses its own part
+pub use process::{manager_config, Server, PATIENCE};
+
+/// A limiter's timeout for a test that is not about timeouts. A test of an
+/// outage by a stopped server needs no short timeout either: a stopped
+/// server refuses the connection at once, and the fail policy answers.
+pub trait Patient {
+    /// Waits [`PATIENCE`] for each of Redis's answers: a slow reply on a
+    /// loaded machine is still Redis's answer, never the fail policy's.
+    #[must_use]
+    fn patient(self) -> Self;
+}
+
+impl<A> Patient for RedisBuilder<A> {
+    fn patient(self) -> Self {
+        self.timeout(PATIENCE)
+    }
+}
 
 impl Server {
-    pub async fn manager(&self) -> ConnectionManager {
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_millis(200)))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(100));
-        ConnectionManager::new_with_config(redis::Client::open(self.url()).unwrap(), config)
-            .await
-            .unwrap()
-    }
-
-    /// A connection that waits for Redis's answers for up to 10 s: for a
-    /// test that pauses the server, on a loaded machine.
-    pub async fn patient_manager(&self) -> ConnectionManager {
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(10)));
-        ConnectionManager::new_with_config(redis::Client::open(self.url()).unwrap(), config)
-            .await
-            .unwrap()
-    }
-
     /// Sleeps past the next hour boundary of Redis's clock if it is less
     /// than `margin` away, so that an hour-long window cannot roll over
     /// during a test.
@@ -59,7 +54,8 @@ pub fn prefix(name: &str) -> String {
 }
 
 /// The four algorithms, limited to `n` per `window` (the bucket: capacity
-/// `n`, refilled at `n` per `window`), as builders waiting for Redis.
+/// `n`, refilled at `n` per `window`), as builders waiting for Redis, each
+/// [`Patient`].
 pub fn builders(
     conn: &(impl Clone + Into<RedisConnection>),
     p: &str,
@@ -74,19 +70,23 @@ pub fn builders(
     (
         TokenBucket::builder()
             .rate(n, window)
-            .redis(conn.clone(), p),
+            .redis(conn.clone(), p)
+            .patient(),
         SlidingWindowCounter::builder()
             .limit(n)
             .window(window)
-            .redis(conn.clone(), p),
+            .redis(conn.clone(), p)
+            .patient(),
         FixedWindow::builder()
             .limit(n)
             .window(window)
-            .redis(conn.clone(), p),
+            .redis(conn.clone(), p)
+            .patient(),
         SlidingWindowLog::builder()
             .limit(n)
             .window(window)
-            .redis(conn.clone(), p),
+            .redis(conn.clone(), p)
+            .patient(),
     )
 }
 
@@ -267,7 +267,7 @@ impl Cluster {
     pub async fn connection(&self) -> redis::cluster_async::ClusterConnection {
         redis::cluster::ClusterClientBuilder::new(self.urls())
             .connection_timeout(Duration::from_millis(500))
-            .response_timeout(Duration::from_secs(2))
+            .response_timeout(PATIENCE)
             .retries(8)
             .build()
             .unwrap()

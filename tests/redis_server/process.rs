@@ -12,6 +12,24 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// How long a test's limiters and connections wait for Redis's answer: no
+/// load on a small, busy CI machine delays a reply that long, so that a
+/// test that is not about timeouts never hinges on one (redis-rs's own
+/// default gives up after 500 ms, the limiter's after 100 ms).
+pub const PATIENCE: Duration = Duration::from_secs(10);
+
+/// The settings of a test's `ConnectionManager`: Redis's answers awaited
+/// for [`PATIENCE`], a connection for 2 s; after a lost connection, one
+/// retry 100 ms later (each later call tries again), so that a test that
+/// restarts its server finds it soon.
+pub fn manager_config() -> ::redis::aio::ConnectionManagerConfig {
+    ::redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(2)))
+        .set_response_timeout(Some(PATIENCE))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(100))
+}
+
 /// A `redis-server` of this test's own.
 pub struct Server {
     child: Option<Child>,
@@ -77,6 +95,15 @@ impl Server {
         panic!("no redis-server would start on a free loopback port");
     }
 
+    /// A server of this test's own that is not running yet: its port was
+    /// free when chosen, and [`Server::run`] starts it there. `None`
+    /// (after saying why) as [`Server::start`].
+    pub fn unstarted() -> Option<Self> {
+        let mut server = Self::start()?;
+        server.stop();
+        Some(server)
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
@@ -129,6 +156,16 @@ impl Server {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// A connection for limiters (see [`manager_config`]).
+    pub async fn manager(&self) -> ::redis::aio::ConnectionManager {
+        ::redis::aio::ConnectionManager::new_with_config(
+            ::redis::Client::open(self.url()).unwrap(),
+            manager_config(),
+        )
+        .await
+        .unwrap()
     }
 
     /// A plain connection, for arranging state and reading it back.

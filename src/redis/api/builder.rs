@@ -65,7 +65,12 @@ impl<A, K, C> Builder<A, K, C> {
     ///
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
     /// let client = redis::Client::open("redis://127.0.0.1/")?;
-    /// let conn = redis::aio::ConnectionManager::new(client).await?;
+    /// // Connected on the first check: see the module docs, "Starting
+    /// // while Redis is down".
+    /// let conn = redis::aio::ConnectionManager::new_lazy_with_config(
+    ///     client,
+    ///     redis::aio::ConnectionManagerConfig::new(),
+    /// )?;
     /// let limiter = SlidingWindowCounter::builder()
     ///     .limit(100)
     ///     .window(Duration::from_secs(60))
@@ -115,7 +120,10 @@ impl<A, K, C> Builder<A, K, C> {
 /// use tollgate::FixedWindow;
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// let conn = redis::aio::ConnectionManager::new(redis::Client::open("redis://127.0.0.1/")?).await?;
+/// let conn = redis::aio::ConnectionManager::new_lazy_with_config(
+///     redis::Client::open("redis://127.0.0.1/")?,
+///     redis::aio::ConnectionManagerConfig::new(),
+/// )?;
 /// let limiter = FixedWindow::builder()
 ///     .limit(1_000)
 ///     .window(Duration::from_secs(3_600))

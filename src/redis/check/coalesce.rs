@@ -23,8 +23,10 @@
 //! the ones before it left, with the figures computed by the same code as
 //! a check of its own. A check of a state to convert, a fault, the breaker
 //! and the deny shortcut are answered per check, as for a check of its
-//! own: a client whose state is to convert (or is not a tollgate state) is
-//! left undecided by the batch and its checks go one by one; a failed
+//! own: a client whose state is to convert (or is not a tollgate state,
+//! whatever its type) is left undecided by the batch and its checks go
+//! one by one, so that a value the limiter cannot read fails only its
+//! client's checks, as a check of its own; a failed
 //! batch call is each check's failure, answered by the fail policy; the
 //! breaker and the deny shortcut are asked when the batch goes, for each
 //! check.
@@ -46,6 +48,7 @@ use crate::redis::script::state::{decision, decode_fast, DecodeError, Fast};
 use crate::redis::shared::limiter::Inner;
 use crate::redis::table::flight::{Joined, Waiter, BATCH_MAX};
 use crate::redis::table::request::Request;
+use crate::redis::wire::call::Redirect;
 use crate::redis::wire::guard::{bump, bump_by};
 use crate::sync::Ordering;
 
@@ -277,7 +280,8 @@ impl<A: RedisAlgorithm> Inner<A> {
 
     /// The batch script's round trip: each request's answer, or `None`
     /// for a request whose client's state is to convert or is not a
-    /// tollgate state (left untouched by the script, to decide alone).
+    /// tollgate state, of any type (left untouched by the script, to
+    /// decide alone, where its own call answers the fault).
     /// `requests` hold each client under one quota (see [`batch_len`]).
     pub(crate) async fn batch_trip(
         &self,
@@ -296,7 +300,7 @@ impl<A: RedisAlgorithm> Inner<A> {
             .iter()
             .map(|c| &*requests[c.requests[0]].key)
             .collect();
-        let reply: Vec<i64> = self
+        let reply: ::redis::RedisResult<Vec<i64>> = self
             .calls
             .eval_keys(script, &keys, |cmd| {
                 cmd.arg(plan.quotas.len());
@@ -317,7 +321,16 @@ impl<A: RedisAlgorithm> Inner<A> {
                     }
                 }
             })
-            .await?;
+            .await;
+        let reply = match reply {
+            // A slot moving under a batch of several keys (they are split
+            // between two nodes for now): each check as a check of its own,
+            // on its client's key alone. The script ran on no node.
+            Err(err) if keys.len() > 1 && Redirect::of(&err).is_some() => {
+                return Ok(requests.iter().map(|_| None).collect());
+            }
+            reply => reply?,
+        };
         let shape = || Failure::Decode(DecodeError::Shape(reply.len()));
         let (&now, mut rest) = reply.split_last().ok_or_else(shape)?;
         let mut answers: Vec<Option<Answer>> = requests.iter().map(|_| None).collect();

@@ -656,8 +656,10 @@ impl<A: RedisAlgorithm> Inner<A> {
 /// error about one client's key (a value of the wrong type, or one the
 /// scripts refuse) is [`CheckErrorKind::Corrupt`]; any other error reply
 /// (about this request, such as a script error, or keys in different
-/// slots) is [`CheckErrorKind::Other`], and a reply not understood
-/// [`CheckErrorKind::Protocol`]: Redis answered, so it is up.
+/// slots, or a slot's move that redirected the call more times than it
+/// follows: `MOVED`, `ASK`, `TRYAGAIN`) is [`CheckErrorKind::Other`], and
+/// a reply not understood [`CheckErrorKind::Protocol`]: Redis answered, so
+/// it is up.
 pub(crate) fn classify(err: &RedisError) -> CheckErrorKind {
     if let Some("TOLLGATE" | "WRONGTYPE") = err.code() {
         return CheckErrorKind::Corrupt;
@@ -673,12 +675,9 @@ pub(crate) fn classify(err: &RedisError) -> CheckErrorKind {
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType => CheckErrorKind::Protocol,
         ErrorKind::Server(
             ServerErrorKind::BusyLoading
-            | ServerErrorKind::TryAgain
             | ServerErrorKind::ClusterDown
             | ServerErrorKind::MasterDown
-            | ServerErrorKind::ReadOnly
-            | ServerErrorKind::Moved
-            | ServerErrorKind::Ask,
+            | ServerErrorKind::ReadOnly,
         )
         | ErrorKind::Io
         | ErrorKind::AuthenticationFailed

@@ -32,6 +32,16 @@
 //! in-process rules ([`super::state`]) and writes it back by
 //! compare-and-set. Every write sets the key (`SET … PXAT`) to expire at
 //! the instant its state becomes idle, rounded up to the millisecond.
+//!
+//! # While a slot moves
+//!
+//! On Redis Cluster, a node moving a key's slot away runs a script only if
+//! it holds all the script's keys, and fails it midway (no rollback) at a
+//! command on a key it no longer holds. So no script touches a key after
+//! a command that may have removed it, except where all it wrote before
+//! was a trim of entries that count no more: a script that fails so has
+//! changed nothing that matters, and the call layer runs it again on the
+//! node that holds the key (see `wire::call`).
 
 use super::spec::{Half, Spec, WordSpec};
 
@@ -216,8 +226,9 @@ end
 /// is the number of its settings (1-based, under 1 024) and `c` the number
 /// of its requests, then their `c` costs.
 /// The reply: for each key, `-1` for a state to convert or `-2` for a
-/// value that is not a tollgate state (its requests undecided, its key
-/// untouched), else `1` and, for each of its requests, what
+/// value that is not a tollgate state, a string or a value of another
+/// type (its requests undecided, its key untouched; no other key's
+/// answer fails with it), else `1` and, for each of its requests, what
 /// `word_script`'s check replies without `now` (the outcome and the
 /// state); then `now`.
 pub(crate) fn batch_script(spec: &Spec, clock: &str) -> String {
@@ -231,7 +242,11 @@ pub(crate) fn batch_script(spec: &Spec, clock: &str) -> String {
     lua.push_str(clock);
     lua.push_str(&format!(
         r"local function read(key, HEAD)
-  local v = redis.call('GET', key)
+  -- A value of another type (WRONGTYPE) is its client's alone: caught,
+  -- so that it fails no other client's checks, and left to the client's
+  -- own checks, which answer it as a check of their own.
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then return -2 end
   local {vars}
   if v then
 {parse}
@@ -598,8 +613,10 @@ if most >= 0 and ready - now > most then return {{0, ready, now}} end
 local out = {{1, ready, now}}
 local old = redis.call('ZRANGE', key, 0, taken - 1, 'WITHSCORES')
 for i = 1, #old do out[#out + 1] = old[i] end
-redis.call('ZREMRANGEBYRANK', key, 0, taken - 1)
+-- Added first, after every entry taken out (`ready` is past them): the
+-- set never empties midway, which fails the script while its slot moves.
 add(ready, cost)
+redis.call('ZREMRANGEBYRANK', key, 0, taken - 1)
 redis.call('PEXPIREAT', key, fmt('%d', math.floor((ready + w) / 1000) + 1))
 return out
 "
@@ -623,7 +640,6 @@ local given, taken = 0, tonumber(ARGV[4])
 for j = 1, cost do
   local member = at .. ':' .. token .. ':' .. j
   if redis.call('ZSCORE', key, member) then
-    redis.call('ZREM', key, member)
     given = given + 1
     -- The entries it replaced: the j-th, and with more taken out than
     -- added (a state of a larger quota), the first of them with the first.
@@ -633,6 +649,10 @@ for j = 1, cost do
     for i = math.max(from, 1), math.min(to, taken) do
       redis.call('ZADD', key, ARGV[4 + 2 * i], ARGV[3 + 2 * i])
     end
+    -- Removed after its entries are back: a script stopped midway (the
+    -- set emptied while its slot moves) has undone whole entries only,
+    -- and a second run undoes the rest.
+    redis.call('ZREM', key, member)
   end
 end
 return {{given}}
@@ -687,14 +707,25 @@ local g = math.min(want, math.floor(room / a))
 local lk = KEYS[2]
 local ps, pe = tonumber(ARGV[7]), tonumber(ARGV[8])
 local keep = math.max(ps, tonumber(ARGV[9]))
-if pe > 0 then redis.call('ZREM', lk, ARGV[6] .. ':' .. fmt('%d:%d', ps, pe)) end
+local old = ARGV[6] .. ':' .. fmt('%d:%d', ps, pe)
+-- While the slot moves, a command on a key this node no longer holds
+-- fails the script midway: so the new member goes in before the old one
+-- goes, the set empties only at its last command, and the key is written
+-- last.
+local function swap(new, score)
+  if new ~= old then
+    redis.call('ZADD', lk, score, new)
+    if pe > 0 then redis.call('ZREM', lk, old) end
+  end
+end
 if g <= 0 then
   local untl = s - (b - 1) * a
   if r > 0 then untl = untl + 1 end
   if pe > keep then
-    redis.call('ZADD', lk, pe, ARGV[6] .. ':' .. fmt('%d:%d', keep, pe))
+    swap(ARGV[6] .. ':' .. fmt('%d:%d', keep, pe), pe)
     return {{0, untl, now, keep, pe}}
   end
+  if pe > 0 then redis.call('ZREM', lk, old) end
   return {{0, untl, now, 0, 0}}
 end
 -- A grant reaches at least a horizon ahead, room allowing: its slots
@@ -705,13 +736,14 @@ g = math.max(g, math.min(reach, math.floor(room / a)))
 local e = s + g * a
 local idle = e
 if r > 0 then idle = e + 1 end
-redis.call('SET', key, HEAD .. ARGV[4] .. '|' .. fmt('%d', e) .. '|' .. fmt('%d', r), 'PXAT', fmt('%d', math.floor(idle / 1000) + 1))
-redis.call('ZREMRANGEBYSCORE', lk, '-inf', now)
 local from = s
 if pe == s then from = keep end
-redis.call('ZADD', lk, e, ARGV[6] .. ':' .. fmt('%d:%d', from, e))
+-- Scored `e`, after `now`: the trim keeps it.
+swap(ARGV[6] .. ':' .. fmt('%d:%d', from, e), e)
+redis.call('ZREMRANGEBYSCORE', lk, '-inf', now)
 local last = redis.call('ZRANGE', lk, -1, -1, 'WITHSCORES')
 redis.call('PEXPIREAT', lk, math.floor(tonumber(last[2]) / 1000) + 1)
+redis.call('SET', key, HEAD .. ARGV[4] .. '|' .. fmt('%d', e) .. '|' .. fmt('%d', r), 'PXAT', fmt('%d', math.floor(idle / 1000) + 1))
 return {{g, s, e, now, from}}
 ",
         bad = bad("a TAT with more than 999 ns past its microseconds"),

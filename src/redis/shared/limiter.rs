@@ -76,7 +76,10 @@ pub enum FailPolicy {
 /// use tollgate::SlidingWindowLog;
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// let conn = redis::aio::ConnectionManager::new(redis::Client::open("redis://127.0.0.1/")?).await?;
+/// let conn = redis::aio::ConnectionManager::new_lazy_with_config(
+///     redis::Client::open("redis://127.0.0.1/")?,
+///     redis::aio::ConnectionManagerConfig::new(),
+/// )?;
 /// let limiter = SlidingWindowLog::builder()
 ///     .limit(2)
 ///     .window(Duration::from_secs(10))

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-use super::testing::{gap, on_clock, runner, runtime, Server};
+use super::testing::{gap, on_clock, runner, runtime, Server, PATIENCE};
 use crate::builder::Builder;
 use crate::decision::Decision;
 use crate::redis::table::flight::Waiter;
@@ -584,6 +584,7 @@ fn clients_of_two_tiers_in_one_batch_each_get_their_tier() {
         .no_deny_shortcut()
         .coalesce(true)
         .tier_by(|client: &[u8]| u16::from(client.starts_with(b"pro-")))
+        .timeout(PATIENCE)
         .build_on_test_clock(server.clock())
         .unwrap();
     limiter

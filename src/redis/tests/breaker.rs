@@ -2,11 +2,13 @@
 //! times out while Redis answers another opens nothing, and one that
 //! times out with no reply since it was sent opens the breaker.
 
-use core::future::pending;
+use core::future::{pending, poll_fn, Future};
+use core::pin::pin;
+use core::task::Poll;
 use core::time::Duration;
 use std::sync::Arc;
 
-use super::testing::{runtime, Server};
+use super::testing::{runtime, Server, PATIENCE};
 use crate::check::CheckErrorKind;
 use crate::redis::check::decide::Failure;
 use crate::redis::FailPolicy;
@@ -18,28 +20,31 @@ fn a_timeout_while_redis_answers_another_call_opens_nothing() {
         return;
     };
     runtime().block_on(async {
+        // The limiter's own calls wait as long as a loaded machine needs;
+        // the calls under test get their own short deadlines, and the
+        // breaker, once open, stays open for the rest of the test.
         let limiter = TokenBucket::builder()
             .rate(10, Duration::from_secs(1))
             .redis(server.manager().await, "slow-reply")
             .fail_policy(FailPolicy::FailClosed)
-            .timeout(Duration::from_millis(200))
+            .timeout(PATIENCE)
+            .backoff(Duration::from_secs(600), Duration::from_secs(600))
             .build()
             .unwrap();
         let inner = Arc::clone(&limiter.inner);
-        // A call whose reply never comes, sent first...
-        let slow = tokio::spawn({
-            let inner = Arc::clone(&inner);
-            async move {
-                let work = pending::<Result<(), Failure>>();
-                inner
-                    .guarded_until(inner.deadline(), false, b"k", work)
-                    .await
-            }
-        });
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        // ...while Redis answers another.
+        let short = || tokio::time::Instant::now() + Duration::from_millis(50);
+        // A call whose reply never comes, sent first (polled once, so
+        // that its send instant is taken)...
+        let deadline = short();
+        let mut slow =
+            pin!(inner.guarded_until(deadline, false, b"k", pending::<Result<(), Failure>>()));
+        assert!(poll_fn(|cx| Poll::Ready(slow.as_mut().poll(cx).is_pending())).await);
+        // ...while Redis answers another...
         assert!(limiter.check("a").await.unwrap().is_allowed());
-        let err = slow.await.unwrap().unwrap_err();
+        // ...and only then its deadline passes: however long that answer
+        // took, it came while the slow call waited.
+        tokio::time::sleep_until(deadline).await;
+        let err = slow.await.unwrap_err();
         assert_eq!(err.kind(), CheckErrorKind::Timeout);
         let s = limiter.stats();
         assert_eq!((s.timeouts, s.breaker_opened), (1, 0), "{s:?}");
@@ -51,7 +56,7 @@ fn a_timeout_while_redis_answers_another_call_opens_nothing() {
         // unreachable as far as this limiter can tell.
         let work = pending::<Result<(), Failure>>();
         let err = inner
-            .guarded_until(inner.deadline(), false, b"k", work)
+            .guarded_until(short(), false, b"k", work)
             .await
             .unwrap_err();
         assert_eq!(err.kind(), CheckErrorKind::Timeout);

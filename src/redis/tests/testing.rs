@@ -12,16 +12,9 @@ use crate::redis::{RedisAlgorithm, RedisBuilder, RedisLimiter};
 #[allow(dead_code, unreachable_pub)] // the suites' interface, in part
 #[path = "../../../tests/redis_server/process.rs"]
 mod process;
-pub(super) use process::Server;
+pub(super) use process::{Server, PATIENCE};
 
 impl Server {
-    /// A connection for limiters.
-    pub(super) async fn manager(&self) -> ::redis::aio::ConnectionManager {
-        ::redis::aio::ConnectionManager::new(::redis::Client::open(self.url()).unwrap())
-            .await
-            .unwrap()
-    }
-
     /// Holds every client's commands for `ms`: a call sent meanwhile stays
     /// in flight until then (or until the server dies).
     pub(super) fn pause(&self, ms: u64) {
@@ -84,14 +77,44 @@ pub(super) fn gap(unit: u64, long: u64) -> impl proptest::strategy::Strategy<Val
 }
 
 /// `builder`'s limiter on `clock`: failures answered with the error, a
-/// timeout no loaded machine reaches.
+/// timeout no loaded machine reaches ([`PATIENCE`]).
 pub(super) fn on_clock<A: RedisAlgorithm>(
     builder: RedisBuilder<A>,
     clock: &ManualClock,
 ) -> RedisLimiter<A> {
     builder
         .fail_policy(crate::redis::FailPolicy::FailClosed)
-        .timeout(Duration::from_secs(30))
+        .timeout(PATIENCE)
         .build_on_test_clock(clock.clone())
         .unwrap()
+}
+
+/// The helpers' own promise: a server that stalls for longer than redis-rs
+/// (500 ms) or the limiter (100 ms) wait by default still answers a check
+/// on the test connection and [`on_clock`]'s limiter, so a loaded machine
+/// cannot turn Redis's answer into the fail policy's.
+#[test]
+fn a_check_on_the_test_connection_outwaits_a_stalled_server() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let clock = server.clock();
+    let limiter = on_clock(
+        crate::FixedWindow::builder()
+            .limit(3)
+            .window(Duration::from_secs(3_600))
+            .redis(rt.block_on(server.manager()), "stalled"),
+        &clock,
+    );
+    rt.block_on(async {
+        assert_eq!(limiter.check("a").await.unwrap().remaining(), 2);
+        server.pause(1_200);
+        let started = std::time::Instant::now();
+        let d = limiter.check("a").await.unwrap();
+        assert_eq!(d.remaining(), 1, "Redis's answer, after the stall");
+        assert!(started.elapsed() >= Duration::from_millis(1_000));
+        let s = limiter.stats();
+        assert_eq!((s.timeouts, s.errors, s.fail_closed), (0, 0, 0), "{s:?}");
+    });
 }

@@ -13,7 +13,11 @@
 //! the deny shortcut's) is then the same clock, so that a test runs the
 //! whole limiter on one manual clock.
 
-use ::redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script as Hashed, ServerErrorKind};
+use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use ::redis::{
+    Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, Script as Hashed, ServerErrorKind,
+    Value,
+};
 
 use super::connection::RedisConnection;
 use super::guard::{bump, Counters};
@@ -159,13 +163,65 @@ impl Calls {
     }
 
     /// [`eval`](Self::eval) on several keys (of one slot).
+    ///
+    /// On Redis Cluster, a slot being moved (a reshard) answers with a
+    /// redirection rather than a reply: `MOVED` (the slot has a new
+    /// owner), `ASK` (this key has moved already: ask the target node, once,
+    /// after `ASKING`), `TRYAGAIN` (the keys are split between the two
+    /// nodes for now). None of them ran the script, so the call follows
+    /// it (see [`Redirect`]), up to [`REDIRECTS`] times, whether or not
+    /// the connection follows redirections itself; only then is the
+    /// redirection the call's error. `TRYAGAIN` (only a call on several
+    /// keys meets it) is asked again [`TRY_AGAIN`] times: a key that does
+    /// not exist yet stays split from the others until the whole slot has
+    /// moved, and a caller that can decides such a call key by key instead.
     pub(crate) async fn eval_keys<T: FromRedisValue>(
         &self,
         script: &Script,
         keys: &[&[u8]],
         args: impl Fn(&mut Cmd),
     ) -> RedisResult<T> {
-        let mut conn = self.conn.clone();
+        let mut to = To::Slot;
+        let (mut redirects, mut tries) = (0, 0);
+        loop {
+            let err = match self.eval_to(script, keys, &args, &to).await {
+                Err(err) if redirects < REDIRECTS => err,
+                reply => return reply,
+            };
+            let redirect = match Redirect::of(&err) {
+                Some(Redirect::TryAgain) if tries >= TRY_AGAIN => return Err(err),
+                Some(redirect) => redirect,
+                None => return Err(err),
+            };
+            redirects += 1;
+            match redirect {
+                Redirect::Moved(node) => to = To::Node(node),
+                Redirect::Ask(node) => to = To::Asking(node),
+                Redirect::TryAgain => {
+                    // The other keys may be a MIGRATE away: wait 1, 2, 4
+                    // ms, asking the same node again.
+                    tries += 1;
+                    let wait = 1 << (tries - 1);
+                    tokio::time::sleep(core::time::Duration::from_millis(wait)).await;
+                }
+                Redirect::Moving => {
+                    eprintln!("DEBUGMOVING {err}");
+                    to = To::Slot;
+                    tokio::time::sleep(core::time::Duration::from_millis(1)).await;
+                }
+            }
+        }
+    }
+
+    /// One try of [`eval_keys`](Self::eval_keys), sent `to` a node:
+    /// `EVALSHA`, then `EVAL` if that node lacks the script.
+    async fn eval_to<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[&[u8]],
+        args: &impl Fn(&mut Cmd),
+        to: &To,
+    ) -> RedisResult<T> {
         let bytes: usize = keys.iter().map(|k| k.len()).sum();
         let command = |name: &str, body: &str| {
             // Room for a check's arguments at once: no regrowth per call.
@@ -181,17 +237,40 @@ impl Calls {
             cmd
         };
         bump(&self.counters.round_trips);
-        match command("EVALSHA", &script.hash)
-            .query_async(&mut conn)
-            .await
-        {
+        match self.send(command("EVALSHA", &script.hash), to).await {
             Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 bump(&self.counters.round_trips);
                 bump(&self.counters.script_reloads);
-                command("EVAL", &script.source).query_async(&mut conn).await
+                self.send(command("EVAL", &script.source), to).await
             }
             reply => reply,
         }
+    }
+
+    /// Sends `cmd` `to` a node: by its key's slot, or (on Redis Cluster)
+    /// to the node a redirection named.
+    async fn send<T: FromRedisValue>(&self, cmd: Cmd, to: &To) -> RedisResult<T> {
+        let mut conn = self.conn.clone();
+        let (RedisConnection::Cluster(cluster), To::Node(node) | To::Asking(node)) =
+            (&mut conn, to)
+        else {
+            return cmd.query_async(&mut conn).await;
+        };
+        let route = SingleNodeRoutingInfo::ByAddress {
+            host: node.0.clone(),
+            port: node.1,
+        };
+        let value = if let To::Asking(_) = to {
+            let mut pipe = ::redis::pipe();
+            pipe.cmd("ASKING").ignore().add_command(cmd);
+            let mut replies = cluster.route_pipeline(pipe, 1, 1, route).await?;
+            replies.pop().unwrap_or(Value::Nil)
+        } else {
+            cluster
+                .route_command(cmd, RoutingInfo::SingleNode(route))
+                .await?
+        };
+        Ok(::redis::from_redis_value(value.extract_error()?)?)
     }
 
     /// Deletes `key` (a reset or a removal): whether it held a state.
@@ -204,5 +283,70 @@ impl Calls {
             .query_async(&mut conn)
             .await?;
         Ok(deleted > 0)
+    }
+}
+
+/// How many redirections one call follows before the last is its error: a
+/// slot's move takes a few round trips to settle, and the call's timeout
+/// bounds them all anyway.
+pub(crate) const REDIRECTS: u32 = 16;
+
+/// How many times a call on several keys asks again after `TRYAGAIN`.
+pub(crate) const TRY_AGAIN: u32 = 3;
+
+/// A node of Redis Cluster: its host and port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Node(String, u16);
+
+/// Where a call goes.
+enum To {
+    /// To the node the connection routes the key's slot to.
+    Slot,
+    /// To the node a `MOVED` named.
+    Node(Node),
+    /// To the node an `ASK` named, after `ASKING`.
+    Asking(Node),
+}
+
+/// A reply that says the slot is moving, not what the script did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Redirect {
+    /// `MOVED`: the slot has a new owner.
+    Moved(Node),
+    /// `ASK`: the key has moved to this node while its slot moves.
+    Ask(Node),
+    /// `TRYAGAIN`: a call's keys are split between two nodes for now.
+    TryAgain,
+    /// A script found a key gone from the node it ran on while the slot
+    /// moves ("a non local key"). The scripts never touch a key after a
+    /// command that could remove it, except to trim entries that no
+    /// longer count (see `script::lua`): such a failure came before any
+    /// write that matters, and a second run decides as the first would
+    /// have.
+    Moving,
+}
+
+impl Redirect {
+    /// The redirection `err` is, if it is one.
+    pub(crate) fn of(err: &RedisError) -> Option<Self> {
+        let node = || {
+            let (address, _slot) = err.redirect_node()?;
+            let (host, port) = address.rsplit_once(':')?;
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            Some(Node(host.to_owned(), port.parse().ok()?))
+        };
+        match err.kind() {
+            ErrorKind::Server(ServerErrorKind::Moved) => node().map(Self::Moved),
+            ErrorKind::Server(ServerErrorKind::Ask) => node().map(Self::Ask),
+            ErrorKind::Server(ServerErrorKind::TryAgain) => Some(Self::TryAgain),
+            ErrorKind::Server(ServerErrorKind::ResponseError)
+                if err
+                    .detail()
+                    .is_some_and(|d| d.contains("attempted to access a non local key")) =>
+            {
+                Some(Self::Moving)
+            }
+            _ => None,
+        }
     }
 }
