@@ -117,11 +117,15 @@
 //! # gRPC
 //!
 //! A gRPC client expects a gRPC status, not an HTTP `429` with a JSON
-//! body (tonic reads one as a protocol error). For a request whose
+//! body (tonic reads one as a protocol error). For a `POST` whose
 //! `content-type` is `application/grpc` (or `application/grpc+proto`,
 //! `application/grpc-web`, ...), the layer's own answers are what a gRPC
 //! server sends: HTTP `200`, the request's content type, and the status in
-//! the headers with an empty body (a "trailers-only" response):
+//! the headers with an empty body (a "trailers-only" response), with
+//! `Cache-Control: no-store` so that no cache keeps a refusal as if it
+//! were content. gRPC calls are `POST` only: a request with another method
+//! is answered in HTTP's form whatever its content type (a `GET` over its
+//! quota is a `429`, not a cacheable `200`).
 //!
 //! - a refusal by the limiter is `grpc-status: 8` (`RESOURCE_EXHAUSTED`),
 //!   the problem detail as `grpc-message`, and `grpc-status-details-bin`, a

@@ -6,7 +6,7 @@ use core::fmt;
 use core::time::Duration;
 use std::sync::Arc;
 
-use http::header::{Entry, RETRY_AFTER};
+use http::header::{Entry, CACHE_CONTROL, RETRY_AFTER};
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, Response};
 
@@ -614,6 +614,13 @@ impl Respond {
             None => refusal.default_response(request),
         };
         let mut response = response.map(R::from);
+        if response.status().is_success() {
+            // A refusal in a `200` (gRPC's form, or one `respond_with`
+            // built): no cache may keep it for another request.
+            if let Entry::Vacant(slot) = response.headers_mut().entry(CACHE_CONTROL) {
+                slot.insert(grpc::NO_STORE);
+            }
+        }
         if let Refusal::Limited {
             decision,
             retry_after,
