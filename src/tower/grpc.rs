@@ -15,7 +15,7 @@ use http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
 
-use super::refusal::{problem, Refusal};
+use super::refusal::{problem, set_challenge, Refusal};
 use super::sf::{base64, base64_decode};
 
 const STATUS: HeaderName = HeaderName::from_static("grpc-status");
@@ -145,7 +145,9 @@ impl Refusal<'_> {
         if is_grpc(request) {
             return response(self, request, &self.detail());
         }
-        problem(self.status(), &self.detail())
+        let mut response = problem(self.status(), &self.detail());
+        set_challenge(self, &mut response);
+        response
     }
 }
 

@@ -5,8 +5,9 @@ use core::fmt;
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use http::header::AUTHORIZATION;
 use http::request::Parts;
-use http::{HeaderName, StatusCode};
+use http::{HeaderName, HeaderValue, StatusCode};
 
 use super::sf::{base64, base64_decode};
 
@@ -90,6 +91,8 @@ pub enum Extraction<K> {
 pub struct Rejection {
     status: StatusCode,
     detail: Cow<'static, str>,
+    /// The `WWW-Authenticate` challenge of a `401`.
+    challenge: Option<HeaderValue>,
     /// For the operator, never the client: how the server is wired wrong,
     /// where that is why the request is rejected.
     misconfigured: Option<Arc<str>>,
@@ -101,8 +104,42 @@ impl Rejection {
         Self {
             status,
             detail: detail.into(),
+            challenge: None,
             misconfigured: None,
         }
+    }
+
+    /// The same rejection with a `WWW-Authenticate` challenge, which RFC
+    /// 9110 (section 15.5.2) requires of every `401 Unauthorized`: the
+    /// layer sets it on a `401` answer to this rejection (its default
+    /// response, or one built by
+    /// [`respond_with`](super::RateLimitLayer::respond_with) that has
+    /// none), and on no other status. [`HeaderKey`] gives its `401`s one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use http::{HeaderValue, StatusCode};
+    /// use tollgate::tower::{Refusal, Rejection};
+    ///
+    /// let rejection = Rejection::new(StatusCode::UNAUTHORIZED, "sign in first")
+    ///     .with_challenge(HeaderValue::from_static("Bearer realm=\"api\""));
+    /// let (request, ()) = http::Request::get("/").body(()).unwrap().into_parts();
+    /// let response = Refusal::Rejected { rejection: &rejection }.default_response(&request);
+    /// assert_eq!(response.headers()["www-authenticate"], "Bearer realm=\"api\"");
+    /// ```
+    #[must_use]
+    pub fn with_challenge(self, challenge: HeaderValue) -> Self {
+        Self {
+            challenge: Some(challenge),
+            ..self
+        }
+    }
+
+    /// The `WWW-Authenticate` challenge of a `401`, if it has one.
+    #[must_use]
+    pub fn challenge(&self) -> Option<&HeaderValue> {
+        self.challenge.as_ref()
     }
 
     /// A `500 Internal Server Error` for a server wired so that the
@@ -112,6 +149,7 @@ impl Rejection {
         Self {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             detail: Cow::Borrowed("The server could not process this request."),
+            challenge: None,
             misconfigured: Some(advice),
         }
     }
@@ -180,7 +218,8 @@ pub enum LongKey {
 /// (HTTP/2 and HTTP/3 pass them on, so `" k"` and `"k"` are one client),
 /// as a [`String`], the default key type of a limiter. A request without
 /// the header (or with an empty or blank one) gets the configured
-/// [`MissingKey`] outcome: `401 Unauthorized` unless told otherwise. A
+/// [`MissingKey`] outcome: `401 Unauthorized` unless told otherwise, with
+/// a `WWW-Authenticate` [challenge](HeaderKey::challenge). A
 /// value that is not visible ASCII, and a request that carries the header
 /// more than once (which line names the client is ambiguous), are
 /// answered `400 Bad Request` whatever the setting, so that no client can
@@ -224,19 +263,56 @@ pub struct HeaderKey {
     missing: MissingKey,
     max_len: usize,
     too_long: LongKey,
+    challenge: HeaderValue,
 }
 
 impl HeaderKey {
-    /// Keys by the header `name`; a missing header is `401 Unauthorized`,
-    /// a key over 256 bytes `431 Request Header Fields Too Large`.
+    /// Keys by the header `name`; a missing header is `401 Unauthorized`
+    /// (with the [default challenge](HeaderKey::challenge)), a key over
+    /// 256 bytes `431 Request Header Fields Too Large`.
     #[must_use]
     pub fn new(name: HeaderName) -> Self {
+        let challenge = if name == AUTHORIZATION {
+            HeaderValue::from_static("Bearer")
+        } else {
+            // A header name is a token: a valid quoted string.
+            HeaderValue::try_from(format!("ApiKey header=\"{name}\""))
+                .expect("a header name is a valid header value")
+        };
         Self {
             name,
             missing: MissingKey::Unauthorized,
             max_len: 256,
             too_long: LongKey::HeaderFieldsTooLarge,
+            challenge,
         }
+    }
+
+    /// The `WWW-Authenticate` challenge of the `401 Unauthorized` that
+    /// answers a request without the header (RFC 9110, section 15.5.2,
+    /// requires one on every `401`). By default `Bearer` for the
+    /// `Authorization` header, and for any other header `ApiKey
+    /// header="<name>"` (the header's name, lowercase), a challenge that
+    /// names the header an API key goes in; set your own for another
+    /// scheme, such as `Basic realm="api"`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use http::header::AUTHORIZATION;
+    /// use http::{HeaderValue, StatusCode};
+    /// use tollgate::tower::{Extraction, HeaderKey, KeyExtractor};
+    ///
+    /// let basic = HeaderKey::new(AUTHORIZATION)
+    ///     .challenge(HeaderValue::from_static("Basic realm=\"api\""));
+    /// let (request, ()) = http::Request::get("/").body(()).unwrap().into_parts();
+    /// let Extraction::Reject(rejection) = basic.extract(&request) else { panic!() };
+    /// assert_eq!(rejection.status(), StatusCode::UNAUTHORIZED);
+    /// assert_eq!(rejection.challenge().unwrap(), "Basic realm=\"api\"");
+    /// ```
+    #[must_use]
+    pub fn challenge(self, challenge: HeaderValue) -> Self {
+        Self { challenge, ..self }
     }
 
     /// What to do with a request that lacks the header.
@@ -336,15 +412,13 @@ impl HeaderKey {
 
     /// The outcome for a request without a key.
     fn missing(&self) -> Extraction<String> {
-        let status = match self.missing {
+        let detail = format!("this route needs the {} header", self.name);
+        Extraction::Reject(match self.missing {
             MissingKey::Skip => return Extraction::Skip,
-            MissingKey::Unauthorized => StatusCode::UNAUTHORIZED,
-            MissingKey::BadRequest => StatusCode::BAD_REQUEST,
-        };
-        Extraction::Reject(Rejection::new(
-            status,
-            format!("this route needs a {} header", self.name),
-        ))
+            MissingKey::Unauthorized => Rejection::new(StatusCode::UNAUTHORIZED, detail)
+                .with_challenge(self.challenge.clone()),
+            MissingKey::BadRequest => Rejection::new(StatusCode::BAD_REQUEST, detail),
+        })
     }
 }
 

@@ -614,6 +614,7 @@ impl Respond {
             None => refusal.default_response(request),
         };
         let mut response = response.map(R::from);
+        super::refusal::set_challenge(&refusal, &mut response);
         if response.status().is_success() {
             // A refusal in a `200` (gRPC's form, or one `respond_with`
             // built): no cache may keep it for another request.
