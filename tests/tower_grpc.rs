@@ -512,6 +512,31 @@ async fn a_binary_key_is_one_client_padded_or_not() {
     assert_eq!(status, "3");
 }
 
+/// gRPC's `authorization` metadata is the `Authorization` header: its
+/// scheme's case and the spaces after it are no new client.
+#[tokio::test]
+async fn authorization_metadata_is_one_client_however_spelled() {
+    let clock = ManualClock::new();
+    let keyed = FixedWindow::builder()
+        .limit(1)
+        .window(Duration::from_secs(60))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let key = HeaderKey::new(http::header::AUTHORIZATION);
+    let addr = tonic_server(RateLimitLayer::new(keyed, key)).await;
+    let call = |value| async move {
+        raw_call(addr, http::Method::POST, &[("authorization", value)])
+            .await
+            .0
+    };
+    assert_eq!(call("Bearer t0k").await, "0");
+    for spelling in ["bearer t0k", "BEARER  t0k", "Bearer   t0k"] {
+        assert_eq!(call(spelling).await, "8", "{spelling}");
+    }
+    assert_eq!(call("Bearer T0K").await, "0");
+}
+
 /// A tonic server whose `PeerIp` reads an extension tonic never inserts:
 /// every call is `INTERNAL`, whose message says nothing of the server's
 /// wiring.

@@ -5,7 +5,7 @@ use core::fmt;
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use http::header::AUTHORIZATION;
+use http::header::{AUTHORIZATION, PROXY_AUTHORIZATION};
 use http::request::Parts;
 use http::{HeaderName, HeaderValue, StatusCode};
 
@@ -225,13 +225,23 @@ pub enum LongKey {
 /// answered `400 Bad Request` whatever the setting, so that no client can
 /// skip the limit, or choose between two keys, by what it sends.
 ///
+/// The `Authorization` and `Proxy-Authorization` headers hold
+/// credentials, `<scheme> <credentials>`, whose scheme RFC 9110 makes
+/// case-insensitive (section 11.1) and which one or more spaces may
+/// follow (11.4): their key is the scheme in lower case, one space, and
+/// the credentials as sent, so that `Basic X`, `basic X` and `BASIC   X`
+/// are one client with one quota (`basic X`), while `Basic x` is another.
+/// (Tabs after the scheme fold too.) A value with no blank in it, a bare
+/// token with no scheme apart, is keyed as sent. gRPC's `authorization`
+/// metadata is this header, and folds the same way.
+///
 /// A header named with the suffix `-bin` is binary metadata, as gRPC
 /// sends it: base64, padded or not. Its key is the bytes it encodes
 /// (written as padded base64), so `AAE=` and `AAE` are one client, and a
 /// value that is not base64 is answered `400 Bad Request`.
 ///
-/// A key (without the blanks around it; for binary metadata, written
-/// padded) is at most [`max_len`](HeaderKey::max_len) bytes (256 unless
+/// A key (without the blanks around it; for credentials, folded; for
+/// binary metadata, written padded) is at most [`max_len`](HeaderKey::max_len) bytes (256 unless
 /// set), and a longer one is refused ([`LongKey`]: `431 Request Header
 /// Fields Too Large` unless set) before the limiter sees it: the limiter
 /// stores each key it tracks, so the bound on its clients
@@ -299,7 +309,7 @@ impl HeaderKey {
     /// # Examples
     ///
     /// ```
-    /// use http::header::AUTHORIZATION;
+    /// use http::header::{AUTHORIZATION, PROXY_AUTHORIZATION};
     /// use http::{HeaderValue, StatusCode};
     /// use tollgate::tower::{Extraction, HeaderKey, KeyExtractor};
     ///
@@ -367,6 +377,19 @@ impl KeyExtractor for HeaderKey {
         if key.is_empty() {
             return self.missing();
         }
+        if let Some((scheme, credentials)) = self.credentials(key) {
+            // `scheme credentials`, folded: one client however it is
+            // spelled. Measured before it is written.
+            if scheme.len() + 1 + credentials.len() > self.max_len {
+                return self.too_long();
+            }
+            let mut folded = String::with_capacity(scheme.len() + 1 + credentials.len());
+            folded.push_str(scheme);
+            folded.make_ascii_lowercase();
+            folded.push(' ');
+            folded.push_str(credentials);
+            return Extraction::Key(folded);
+        }
         // A binary value's padded form is never shorter than what was
         // sent: too long as sent, too long decoded, and refused before
         // it is decoded.
@@ -395,6 +418,18 @@ impl KeyExtractor for HeaderKey {
 }
 
 impl HeaderKey {
+    /// For `Authorization` and `Proxy-Authorization`, a `key` (trimmed)
+    /// split into its scheme and its credentials, without the blanks
+    /// between them; `None` for any other header, or a value with no
+    /// blank (no scheme apart from its credentials).
+    fn credentials<'k>(&self, key: &'k str) -> Option<(&'k str, &'k str)> {
+        if self.name != AUTHORIZATION && self.name != PROXY_AUTHORIZATION {
+            return None;
+        }
+        let (scheme, credentials) = key.split_once([' ', '\t'])?;
+        Some((scheme, credentials.trim_start_matches([' ', '\t'])))
+    }
+
     /// The refusal of a key longer than `max_len`.
     fn too_long(&self) -> Extraction<String> {
         let status = match self.too_long {
