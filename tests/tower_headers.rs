@@ -437,6 +437,62 @@ fn retry_after_is_never_earlier_than_an_exhausted_outer_item() {
     });
 }
 
+/// `X-RateLimit-Limit`, `-Remaining` and `-Reset`, as one line.
+fn legacy(response: &Response<Body>) -> [String; 3] {
+    ["limit", "remaining", "reset"].map(|h| {
+        let name = format!("x-ratelimit-{h}");
+        let lines: Vec<_> = response.headers().get_all(&name).iter().collect();
+        assert_eq!(lines.len(), 1, "{name}: {lines:?}");
+        lines[0].to_str().unwrap().to_owned()
+    })
+}
+
+/// Stacked layers with legacy headers (an outer 2 per 60 s, an inner 1 per
+/// 5 s): the `X-RateLimit-*` headers are those of the limit that binds,
+/// the one with the fewest requests left and, of those, the longest
+/// wait, so that they agree with `Retry-After` and `RateLimit`: a client
+/// that read `X-RateLimit-Reset: 5` would come back to be refused.
+#[test]
+fn stacked_legacy_headers_name_the_binding_limit() {
+    run(async {
+        let clock = ManualClock::new();
+        let window = |limit, secs| window(&clock, limit, secs);
+        let inner = named(window(1, 5), "inner").legacy_headers(true);
+        let outer = named(window(2, 60), "outer").legacy_headers(true);
+        let service = outer.layer(inner.layer(service_fn(ok)));
+        // The inner layer's last unit: it binds.
+        let first = send(&service).await;
+        assert_eq!(first.status(), StatusCode::OK);
+        assert_eq!(legacy(&first), ["1", "0", "5"]);
+        // The outer layer's last unit, refused by the inner: both have
+        // none left, and the outer one's wait is the longer.
+        let refused = send(&service).await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.headers()["retry-after"], "60");
+        assert_eq!(legacy(&refused), ["2", "0", "60"]);
+        assert_eq!(
+            figures(&refused, "ratelimit", ["r", "t"]),
+            vec![("inner".to_owned(), [0, 5]), ("outer".to_owned(), [0, 60])]
+        );
+        // The outer layer refuses by itself.
+        clock.advance(Duration::from_secs(5));
+        let refused = send(&service).await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.headers()["retry-after"], "55");
+        assert_eq!(legacy(&refused), ["2", "0", "55"]);
+
+        // The other way round: the inner layer's wait is the longer one.
+        let clock = ManualClock::new();
+        let inner = named(self::window(&clock, 1, 60), "inner").legacy_headers(true);
+        let outer = named(self::window(&clock, 2, 5), "outer").legacy_headers(true);
+        let service = outer.layer(inner.layer(service_fn(ok)));
+        assert_eq!(legacy(&send(&service).await), ["1", "0", "60"]);
+        let refused = send(&service).await;
+        assert_eq!(refused.headers()["retry-after"], "60");
+        assert_eq!(legacy(&refused), ["1", "0", "60"]);
+    });
+}
+
 /// Stacked layers left at the default name: an outer layer whose item
 /// names an inner layer has taken appends the first free suffix (`-2`,
 /// `-3`, ...) to them, so every item in the list has its own name and

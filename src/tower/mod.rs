@@ -70,6 +70,9 @@
 //!   either layer's [`AdmittedHeaders`], and to a gRPC refusal's
 //!   `RetryInfo` and `grpc-retry-pushback-ms` too, whose `QuotaFailure`
 //!   then names the outer layer's exhausted item after the inner one's.
+//!   The legacy `X-RateLimit-*` headers, which name one limit, name the
+//!   one that binds: the fewest requests left, and of those the latest
+//!   reset.
 //! - **CORS preflights** are limited like any request unless exempted
 //!   with [`skip_if`](RateLimitLayer::skip_if)`(`[`is_preflight`]`)`.
 //!
@@ -322,7 +325,11 @@ where
 
     /// Also writes `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
     /// `X-RateLimit-Reset` (seconds until more quota, as `t`) wherever the
-    /// standard headers go, for clients that know only those.
+    /// standard headers go, for clients that know only those. These name
+    /// one limit: where stacked layers both write them, the response
+    /// keeps the limit that binds, the one with the fewest requests left
+    /// and, of those, the latest reset, so that they agree with
+    /// `Retry-After`.
     #[must_use]
     pub fn legacy_headers(mut self, on: bool) -> Self {
         self.respond().legacy = on;

@@ -2,6 +2,7 @@
 //! `RateLimit-Policy` and `RateLimit` (RFC 9651 structured fields) and
 //! `Retry-After`; and what the layer answers when it refuses a request.
 
+use core::cmp::Reverse;
 use core::fmt;
 use core::time::Duration;
 use std::sync::Arc;
@@ -186,7 +187,7 @@ impl Stamp {
     /// already, this layer's list members join its own (one list, inner
     /// layer's first, this layer's items renamed if an inner item has
     /// their name), the legacy headers keep whichever layer has fewer
-    /// requests remaining, and, when this layer's request left no unit
+    /// requests remaining (of two with as many, the later reset), and, when this layer's request left no unit
     /// (`r=0`), an inner refusal's `Retry-After` earlier than this layer's
     /// `t` is put back to it, as are a gRPC refusal's `RetryInfo` and
     /// `grpc-retry-pushback-ms`, and its `QuotaFailure` names this layer's
@@ -286,13 +287,16 @@ impl Headers {
         }
         if let Some(legacy) = legacy {
             let [limit, remaining, reset] = *legacy;
-            let fewer = headers
-                .get(X_REMAINING)
-                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-                .is_none_or(|theirs| {
-                    remaining.to_str().ok().and_then(|r| r.parse::<u64>().ok()) < Some(theirs)
-                });
-            if fewer {
+            // The limit that binds: the fewest requests left, and of
+            // those, the longest wait, as `Retry-After` holds to.
+            let number = |v: &HeaderValue| v.to_str().ok()?.parse::<u64>().ok();
+            let theirs = headers.get(X_REMAINING).and_then(number);
+            let binds = theirs.is_none_or(|theirs| {
+                let ours = (number(&remaining), Reverse(number(&reset)));
+                let their_reset = headers.get(X_RESET).and_then(number);
+                ours < (Some(theirs), Reverse(their_reset))
+            });
+            if binds {
                 headers.insert(X_LIMIT, limit);
                 headers.insert(X_REMAINING, remaining);
                 headers.insert(X_RESET, reset);
