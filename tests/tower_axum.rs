@@ -194,6 +194,64 @@ async fn a_401_carries_a_challenge() {
     assert!(refused.headers.get(WWW_AUTHENTICATE).is_none());
 }
 
+/// The layer outermost, a concurrency limit of 1 inside it, and a handler
+/// held until released: while one request holds the only slot, a client
+/// over its quota is refused at once (the layer decides before it waits
+/// for the inner service), and an admitted request waits for the slot.
+#[tokio::test]
+async fn a_refusal_does_not_wait_for_the_inner_service() {
+    use tokio::sync::{mpsc, Semaphore};
+    use tollgate::tower::{Extraction, KeyFn};
+
+    let gate = Arc::new(Semaphore::new(0));
+    let (entered, mut entering) = mpsc::unbounded_channel();
+    let handler = {
+        let gate = Arc::clone(&gate);
+        move || async move {
+            entered.send(()).unwrap();
+            gate.acquire().await.unwrap().forget();
+            "hello"
+        }
+    };
+    let client = KeyFn::new(|request: &http::request::Parts| {
+        let client = request.headers.get("x-client").unwrap().to_str().unwrap();
+        Extraction::Key(client.to_owned())
+    });
+    let stack = tower::ServiceBuilder::new()
+        .layer(RateLimitLayer::new(keyed(1), client))
+        .concurrency_limit(1);
+    let app = Router::new().route("/", get(handler)).layer(stack);
+    let server = serve(app).await;
+
+    // Alice's one request holds the only slot.
+    let first = tokio::spawn(get_with(server, "/", &[("x-client", "alice")]));
+    tokio::time::timeout(Duration::from_secs(10), entering.recv())
+        .await
+        .expect("the handler entered within 10 s");
+    // Her next is refused while the slot is held, not after.
+    let refused = tokio::time::timeout(
+        Duration::from_secs(2),
+        get_with(server, "/", &[("x-client", "alice")]),
+    )
+    .await
+    .expect("a refusal that does not wait for the slot");
+    assert_eq!(refused.0.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.0.headers["retry-after"], "60");
+    // Bob is admitted, and waits for the slot.
+    let second = tokio::spawn(get_with(server, "/", &[("x-client", "bob")]));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!second.is_finished());
+    assert!(entering.try_recv().is_err(), "two requests in the handler");
+    gate.add_permits(2);
+    for request in [first, second] {
+        let (head, body) = tokio::time::timeout(Duration::from_secs(10), request)
+            .await
+            .expect("served within 10 s")
+            .unwrap();
+        assert_eq!((head.status, body.as_str()), (StatusCode::OK, "hello"));
+    }
+}
+
 /// Serves `app` on 127.0.0.1:0 *without* connect info: a server not wired
 /// to record peer addresses.
 async fn serve_without_connect_info(app: Router) -> SocketAddr {

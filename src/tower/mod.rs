@@ -181,10 +181,19 @@
 //! future that is ready at once, and the layer then calls the inner service
 //! straight away, boxing nothing. A limiter whose state lives elsewhere
 //! (a shared store) implements `AsyncCheck` with a future that completes when
-//! the store answers: the layer keeps the request, and the inner service it
-//! had readied, until then, and answers a failed check
+//! the store answers: the layer keeps the request, and a clone of the inner
+//! service, until then, and answers a failed check
 //! ([`CheckError`]) with `503 Service Unavailable`. Neither the layer's
 //! types nor its constructors change.
+//!
+//! # Decided before the inner service is ready
+//!
+//! The layer's service is always ready (`poll_ready`): it decides on each
+//! request first, and only an admitted request waits for the inner
+//! service to be ready for it, in its response future, as `oneshot` does.
+//! So with a concurrency limit (or any service that holds requests back)
+//! inside the layer, a client over its quota is refused at once rather
+//! than after a slot frees for a request that will never use it.
 
 mod cidr;
 mod forwarded;
