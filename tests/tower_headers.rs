@@ -651,3 +651,185 @@ fn a_call_sent_as_options_is_no_preflight() {
         .header("origin", "https://app.example")
         .header("access-control-request-method", "POST")));
 }
+
+/// What `RateLimitHeaders` wrote for the decision a response was made on.
+#[derive(Clone)]
+struct Written(http::HeaderMap);
+
+/// `RateLimitHeaders` writes what the layer writes: for each decision the
+/// layer makes (admitted: the one in the request's extensions; refused:
+/// the one `respond_with` is handed), the writer with the same settings
+/// writes exactly the response's headers, whatever the algorithm, quota,
+/// pair of limits, policy name, header settings and partition key.
+mod writer {
+    use super::*;
+    use proptest::prelude::*;
+    use tollgate::tower::{AdmittedHeaders, RateLimitHeaders, Refusal};
+    use tollgate::{Both, SlidingWindowLog};
+
+    #[derive(Clone, Copy, Debug)]
+    enum Shape {
+        Window,
+        Bucket,
+        Log,
+        Pair,
+    }
+
+    #[derive(Clone, Debug)]
+    struct Settings {
+        shape: Shape,
+        limit: u64,
+        window_ms: u64,
+        name: &'static str,
+        legacy: bool,
+        admitted: AdmittedHeaders,
+        partitioned: bool,
+    }
+
+    fn settings() -> impl Strategy<Value = Settings> {
+        (
+            prop_oneof![
+                Just(Shape::Window),
+                Just(Shape::Bucket),
+                Just(Shape::Log),
+                Just(Shape::Pair)
+            ],
+            1..5u64,
+            prop_oneof![Just(400u64), Just(1_000), Just(1_400), Just(60_000)],
+            prop_oneof![Just("default"), Just("api"), Just("a \"b\"")],
+            any::<bool>(),
+            prop_oneof![
+                Just(AdmittedHeaders::Always),
+                Just(AdmittedHeaders::Never),
+                (0..3u64).prop_map(AdmittedHeaders::NearLimit),
+            ],
+            any::<bool>(),
+        )
+            .prop_map(
+                |(shape, limit, window_ms, name, legacy, admitted, partitioned)| Settings {
+                    shape,
+                    limit,
+                    window_ms,
+                    name,
+                    legacy,
+                    admitted,
+                    partitioned,
+                },
+            )
+    }
+
+    /// Runs `advances` (ms before each request) through a layer of
+    /// `settings` on `limiter`, checking each response against the writer.
+    fn compare<L>(
+        limiter: L,
+        s: &Settings,
+        clock: &ManualClock,
+        advances: &[u64],
+    ) -> Result<(), TestCaseError>
+    where
+        L: tollgate::AsyncCheck<String>,
+    {
+        let writer = RateLimitHeaders::new()
+            .policy_name(s.name)
+            .unwrap()
+            .legacy_headers(s.legacy)
+            .admitted_headers(s.admitted);
+        let partitioned = s.partitioned;
+        let write = move |decision: &tollgate::Decision| {
+            let mut headers = http::HeaderMap::new();
+            if partitioned {
+                writer.write_partitioned(decision, b"c", &mut headers);
+            } else {
+                writer.write(decision, &mut headers);
+            }
+            headers
+        };
+        let refused_write = write.clone();
+        let key: fn(&http::request::Parts) -> Extraction<String> = client;
+        let mut layer = RateLimitLayer::new(limiter, KeyFn::new(key))
+            .policy_name(s.name)
+            .unwrap()
+            .legacy_headers(s.legacy)
+            .admitted_headers(s.admitted)
+            .respond_with(move |refusal, _| {
+                let Refusal::Limited { decision, .. } = refusal else {
+                    panic!("{refusal:?}")
+                };
+                let mut response = Response::new(String::new());
+                *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                response
+                    .extensions_mut()
+                    .insert(Written(refused_write(decision)));
+                response
+            });
+        if s.partitioned {
+            layer = layer.partition_key(|key: &String| key.as_bytes().to_vec());
+        }
+        let service = layer.layer(service_fn(move |request: Request<Body>| {
+            let decision = *request.extensions().get::<tollgate::Decision>().unwrap();
+            let written = write(&decision);
+            async move {
+                let mut response = Response::new(String::new());
+                response.extensions_mut().insert(Written(written));
+                Ok::<_, Infallible>(response)
+            }
+        }));
+        run(async {
+            for (i, &advance) in advances.iter().enumerate() {
+                clock.advance(Duration::from_millis(advance));
+                let response = send(&service).await;
+                let Written(written) = response.extensions().get::<Written>().unwrap().clone();
+                prop_assert_eq!(
+                    response.headers(),
+                    &written,
+                    "request {} ({})",
+                    i,
+                    response.status()
+                );
+            }
+            Ok(())
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 128,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        #[test]
+        fn the_writer_writes_what_the_layer_writes(
+            s in settings(),
+            advances in prop::collection::vec(prop_oneof![3 => Just(0u64), 1 => 0..2_000u64], 1..16),
+        ) {
+            let clock = ManualClock::new();
+            let window = Duration::from_millis(s.window_ms);
+            match s.shape {
+                Shape::Window => {
+                    let l = FixedWindow::builder().limit(s.limit).window(window).clock(clock.clone());
+                    compare(l.build().unwrap(), &s, &clock, &advances)?;
+                }
+                Shape::Bucket => {
+                    let l = TokenBucket::builder().rate(s.limit, window).clock(clock.clone());
+                    compare(l.build().unwrap(), &s, &clock, &advances)?;
+                }
+                Shape::Log => {
+                    let l = SlidingWindowLog::builder().limit(s.limit).window(window).clock(clock.clone());
+                    compare(l.build().unwrap(), &s, &clock, &advances)?;
+                }
+                Shape::Pair => {
+                    let l: tollgate::Limiter<Both<FixedWindow, FixedWindow>, String, ManualClock> =
+                        FixedWindow::builder()
+                            .limit(s.limit)
+                            .window(window)
+                            .and(FixedWindow::builder().limit(s.limit + 2).window(Duration::from_secs(60)))
+                            .clock(clock.clone())
+                            .build()
+                            .unwrap();
+                    compare(l, &s, &clock, &advances)?;
+                }
+            }
+        }
+    }
+}

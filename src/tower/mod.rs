@@ -75,6 +75,9 @@
 //!   reset.
 //! - **CORS preflights** are limited like any request unless exempted
 //!   with [`skip_if`](RateLimitLayer::skip_if)`(`[`is_preflight`]`)`.
+//! - **Servers outside tower** (plain hyper, actix-web, a handler that
+//!   checks a limiter itself) write the same headers for a
+//!   [`Decision`](crate::Decision) with [`RateLimitHeaders`].
 //!
 //! # Examples
 //!
@@ -221,8 +224,8 @@ pub use key::{
     Extraction, GlobalKey, HeaderKey, KeyExtractor, KeyFn, LongKey, MissingKey, Rejection,
 };
 pub use refusal::Refusal;
-pub use response::AdmittedHeaders;
 use response::Respond;
+pub use response::{AdmittedHeaders, RateLimitHeaders};
 use service::Shared;
 pub use service::{RateLimitService, ResponseFuture};
 
