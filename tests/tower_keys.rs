@@ -841,3 +841,36 @@ fn authorization_credentials_are_keyed_folded() {
         Extraction::Key("Basic  X".to_owned())
     );
 }
+
+/// `HeaderKey::new` takes a header's name as a string too, in any case;
+/// an invalid one is an error from `try_new` and a panic that quotes it
+/// from `new`.
+#[test]
+fn a_header_key_is_named_by_a_string_too() {
+    let of = |key: &HeaderKey| {
+        let (parts, ()) = Request::get("/")
+            .header("x-api-key", "k-1")
+            .body(())
+            .unwrap()
+            .into_parts();
+        key.extract(&parts)
+    };
+    let want = Extraction::Key("k-1".to_owned());
+    assert_eq!(of(&HeaderKey::new("x-api-key")), want);
+    assert_eq!(of(&HeaderKey::new("X-Api-Key")), want);
+    assert_eq!(of(&HeaderKey::new(String::from("x-api-key"))), want);
+    assert_eq!(of(&HeaderKey::try_new("X-API-KEY").unwrap()), want);
+    assert_eq!(
+        of(&HeaderKey::new(HeaderName::from_static("x-api-key"))),
+        want
+    );
+    for invalid in ["", "x api key", "x-api-key:", "ключ"] {
+        assert!(HeaderKey::try_new(invalid).is_err(), "{invalid:?}");
+        let panic = std::panic::catch_unwind(|| HeaderKey::new(invalid)).unwrap_err();
+        let message = panic.downcast_ref::<String>().unwrap();
+        assert_eq!(
+            message,
+            &format!("HeaderKey::new: {invalid:?} is not a valid header name")
+        );
+    }
+}

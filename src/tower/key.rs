@@ -280,8 +280,66 @@ impl HeaderKey {
     /// Keys by the header `name`; a missing header is `401 Unauthorized`
     /// (with the [default challenge](HeaderKey::challenge)), a key over
     /// 256 bytes `431 Request Header Fields Too Large`.
+    ///
+    /// `name` is a [`HeaderName`] (such as `http::header::AUTHORIZATION`)
+    /// or anything that converts into one: a `&str` or `String`, in any
+    /// case (`"X-Api-Key"` is the header `x-api-key`). For a name that
+    /// comes from configuration, [`try_new`](HeaderKey::try_new) returns
+    /// the error instead of panicking.
+    ///
+    /// # Panics
+    ///
+    /// If `name` is not a valid header name (empty, or with a character a
+    /// header name cannot hold, such as a space or a colon); the message
+    /// quotes it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::tower::{Extraction, HeaderKey, KeyExtractor};
+    ///
+    /// let api_key = HeaderKey::new("X-Api-Key");
+    /// let (request, ()) = http::Request::get("/").header("x-api-key", "k-1").body(()).unwrap().into_parts();
+    /// assert_eq!(api_key.extract(&request), Extraction::Key("k-1".to_owned()));
+    /// let bearer = HeaderKey::new(http::header::AUTHORIZATION);
+    /// # let _ = bearer;
+    /// ```
     #[must_use]
-    pub fn new(name: HeaderName) -> Self {
+    #[track_caller]
+    pub fn new<N>(name: N) -> Self
+    where
+        N: TryInto<HeaderName> + Clone + fmt::Debug,
+    {
+        match Self::try_new(name.clone()) {
+            Ok(key) => key,
+            Err(_) => panic!("HeaderKey::new: {name:?} is not a valid header name"),
+        }
+    }
+
+    /// [`new`](HeaderKey::new), answering an invalid header name with the
+    /// conversion's error rather than a panic: for a `&str` or `String`,
+    /// [`http::header::InvalidHeaderName`]; for a [`HeaderName`], none can
+    /// occur.
+    ///
+    /// # Errors
+    ///
+    /// The conversion's error if `name` is not a valid header name (empty,
+    /// or with a character a header name cannot hold).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::tower::HeaderKey;
+    ///
+    /// assert!(HeaderKey::try_new("x-api-key").is_ok());
+    /// assert!(HeaderKey::try_new("x api key").is_err());
+    /// assert!(HeaderKey::try_new(String::new()).is_err());
+    /// ```
+    pub fn try_new<N: TryInto<HeaderName>>(name: N) -> Result<Self, N::Error> {
+        Ok(Self::named(name.try_into()?))
+    }
+
+    fn named(name: HeaderName) -> Self {
         let challenge = if name == AUTHORIZATION {
             HeaderValue::from_static("Bearer")
         } else {
