@@ -66,7 +66,7 @@
 //! | *(none)* | the in-process limiters: [`TokenBucket`], [`SlidingWindowCounter`], [`SlidingWindowLog`], [`FixedWindow`], pairs, tiers, reservations, [`DirectLimiter`] | `crossbeam-epoch`, `crossbeam-utils`, `quanta`, `foldhash`, `portable-atomic` |
 //! | `tower` | [`tower::RateLimitLayer`] for axum, tonic and hyper: client-IP and API-key extraction, IETF `RateLimit` headers, `429` with `Retry-After` | `tower`, `http`, `pin-project-lite` |
 //! | `axum` | `tower`, and `PeerIp` and `TrustedProxyIp` reading axum's `ConnectInfo` by themselves | `axum` (its `tokio` feature only) |
-//! | `tokio` | `until_ready` on [`Limiter`] and [`DirectLimiter`]: book a request and sleep until it may proceed | `tokio` (`time` only) |
+//! | `tokio` | `until_ready` on [`Limiter`] and [`DirectLimiter`]: book a request and sleep until it may proceed; [`TokioClock`], a clock that follows tokio's paused time in tests | `tokio` (`time` only) |
 //! | `redis` | `tollgate::redis`: the same limiters with their state in Redis 7+, shared by every replica | `redis`, `tokio`, `papaya` |
 //! | `metrics` | counters and gauges on the `metrics` facade (decisions by limiter and outcome, clients held, the layer's requests, a Redis limiter's round trips and breaker), for whichever recorder the application installs; `cargo run --features axum,metrics --example metrics` serves them to Prometheus | `metrics` |
 //! | `tracing` | `tracing` events for what an operator must see once: a client cap reached, a quota changed, a Redis breaker opening or closing | `tracing` |
@@ -103,7 +103,8 @@
 //! A limiter reads its [`Clock`] once per check; [`MonotonicClock`] (the
 //! CPU's time-stamp counter) is the default, [`CoarseClock`] trades up to
 //! its resolution of accuracy for a reading that is one load from memory,
-//! and [`ManualClock`] drives time by hand in tests. Windows start on the
+//! and [`ManualClock`] drives time by hand in tests; with the `tokio`
+//! feature, [`TokioClock`] follows tokio's paused time in async tests. Windows start on the
 //! Unix epoch's multiples of their length ([`Clock::unix_origin`]). Inside a
 //! client's state time never runs backwards: if a user clock steps back, a
 //! windowed algorithm treats the reading as the start of the window it last
@@ -211,6 +212,11 @@
     not(feature = "tower"),
     doc = "[`tower::RateLimitLayer`]: https://docs.rs/tollgate/latest/tollgate/tower/struct.RateLimitLayer.html"
 )]
+#![cfg_attr(feature = "tokio", doc = "[`TokioClock`]: crate::TokioClock")]
+#![cfg_attr(
+    not(feature = "tokio"),
+    doc = "[`TokioClock`]: https://docs.rs/tollgate/latest/tollgate/struct.TokioClock.html"
+)]
 #![cfg_attr(feature = "redis", doc = "[`redis`]: crate::redis")]
 #![cfg_attr(
     feature = "redis",
@@ -264,6 +270,8 @@ pub use algorithm::{Both, FixedWindow, SlidingWindowCounter, SlidingWindowLog, T
 pub use builder::{Builder, Tierable, Windowed};
 pub use cell::{Algorithm, Tier, Tiered};
 pub use check::{AsyncCheck, CheckError, CheckErrorKind, Quota};
+#[cfg(feature = "tokio")]
+pub use clock::TokioClock;
 pub use clock::{Clock, CoarseClock, InstantClock, ManualClock, MonotonicClock};
 pub use decision::{Decision, LimitFigures};
 pub use error::{ConfigError, CostError, ReserveError};
