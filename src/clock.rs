@@ -392,6 +392,86 @@ impl Clock for InstantClock {
     }
 }
 
+/// tokio's clock, [`tokio::time::Instant`], as a [`Clock`] (`tokio`
+/// feature): the time tokio's timer sleeps on, so that a limiter on it
+/// follows tokio's paused time in tests. Under
+/// `#[tokio::test(start_paused = true)]`, or after `tokio::time::pause()`
+/// (both need tokio's `test-util` feature), the limiter refills exactly as
+/// `tokio::time::advance` (or the runtime's auto-advance) moves the time,
+/// and [`until_ready`](crate::Limiter::until_ready) returns after exactly
+/// the wait the limiter computed, in no real time.
+///
+/// Readings are the time since the clock was made, as tokio reports it to
+/// the calling thread: a runtime's own time in its tasks (paused, if the
+/// runtime's is), and the OS monotonic clock outside any runtime, where a
+/// paused runtime's time is not seen. Make the clock, and check the
+/// limiter, inside the runtime whose time it should follow. Windows start
+/// on multiples of their length from the clock's origin, as a
+/// [`ManualClock`]'s do ([`unix_origin`](Clock::unix_origin) is zero), so a
+/// test sees the same windows on every run.
+///
+/// It is a clock for tests: outside paused time it reads what
+/// [`InstantClock`] reads, with windows that do not start on Unix time's
+/// multiples; and once a runtime's time has been paused, tokio reads
+/// time under a lock of its own, so a check on this clock may wait for it.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{TokenBucket, TokioClock};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // In a test: #[tokio::test(start_paused = true)]
+/// let limiter = TokenBucket::builder()
+///     .rate(1, Duration::from_secs(10))
+///     .clock(TokioClock::new())
+///     .build()?;
+/// assert!(limiter.allow_request("alice"));
+/// assert!(!limiter.allow_request("alice"));
+/// tokio::time::advance(Duration::from_secs(10)).await;
+/// assert!(limiter.allow_request("alice")); // refilled, in no real time
+///
+/// let start = tokio::time::Instant::now();
+/// limiter.until_ready("alice").await?;
+/// assert_eq!(start.elapsed(), Duration::from_secs(10));
+/// # Ok(())
+/// # }
+/// ```
+#[cfg(feature = "tokio")]
+#[derive(Debug, Clone, Copy)]
+pub struct TokioClock {
+    origin: tokio::time::Instant,
+}
+
+#[cfg(feature = "tokio")]
+impl TokioClock {
+    /// A clock whose origin is tokio's time now, as the calling thread
+    /// sees it.
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            origin: tokio::time::Instant::now(),
+        }
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Clock for TokioClock {
+    #[inline]
+    fn now_nanos(&self) -> u64 {
+        duration_to_nanos(tokio::time::Instant::now().saturating_duration_since(self.origin))
+    }
+}
+
 /// A clock moved by hand, for tests and simulations.
 ///
 /// It starts at 0. Clones share one reading, so a test keeps a clone and moves

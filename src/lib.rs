@@ -1,22 +1,58 @@
-//! Per-client rate limiting, checked in-process on every request.
+//! Per-client rate limiting, checked in-process on every request: a budget
+//! per API key, user or IP address (or one for every caller), with four
+//! algorithms behind one call site, two limits on one key, plans that
+//! change at run time, a tower layer for HTTP servers and Redis-backed
+//! limiters that share one budget across replicas.
 //!
-//! A server calls [`Limiter::check`] (or [`RateLimiter::allow_request`]) on
-//! every request, for every client (API key, user id, IP address). Each
-//! client's state lives in a table of the limiter's own and is updated by
-//! compare-and-swap: one 64-bit word for the token bucket and both window
-//! counters, two words exchanged as one for a client held to two limits
-//! ([`Both`]), and one slot per admission for the sliding window log (a
-//! client with a tier of its own keeps a word naming its quota beside its
-//! state, [`Tiered`]). A check on a client the limiter holds takes no lock
-//! and never waits for another thread, even while the table rebuilds, and
-//! a denied request writes nothing to the client's state (with the
-//! `metrics` feature, the one check a second that publishes the counts
-//! runs the installed recorder's code; see the
-//! [observability guide](crate::guide::observability)). A client's first
-//! request inserts it
-//! under a lock per shard of the table, and two limits at once stay
-//! lock-free where the CPU has a 128-bit compare-and-swap
-//! ([`Both::is_lock_free`]: x86-64, AArch64).
+//! # What to use when
+//!
+//! **Which algorithm.** Each is built with its `builder()` and checked
+//! through the same calls:
+//!
+//! - [`TokenBucket`] (GCRA, governor's algorithm): bursts up to a
+//!   capacity, then a steady rate. The usual choice.
+//! - [`SlidingWindowCounter`]: about `limit` per window with no boundary
+//!   spike, in one word: the previous window's count weighted by its
+//!   overlap, plus this window's (an estimate, computed exactly).
+//! - [`SlidingWindowLog`]: exactly `limit` in any window, at one
+//!   timestamp per admission; for small limits.
+//! - [`FixedWindow`]: `limit` per clock-aligned window, counts that reset
+//!   on the clock (up to twice the limit across a boundary).
+//!
+//! **One budget, or one per client.** [`Builder::build`] makes a
+//! [`Limiter`], keyed: each client (a `String` by default, checked by
+//! `&str`; any `Hash + Eq` type with [`Builder::key_type`]) has a budget of
+//! its own. [`Builder::build_direct`] makes a [`DirectLimiter`]: one budget
+//! for every caller (calls to an upstream API, a job's writes), its state
+//! one cell with no table and no key.
+//!
+//! **Two limits on one key.** [`Builder::and`] holds each client to two
+//! limits at once (10 a second and 1 000 a day), admitting a request only
+//! if both do and charging both in one exchange ([`Both`]).
+//!
+//! **Plans.** [`Builder::tier`] gives a tier a quota of its own and
+//! [`Builder::tier_by`] picks a new client's tier; [`Limiter::set_quota`]
+//! changes a tier's quota while the limiter runs, and [`Limiter::retier`]
+//! moves a client whose plan changed, keeping what it has spent.
+//!
+//! **Waiting instead of refusing.** A token bucket, a fixed window or a
+//! sliding window log (or a pair of them) books requests ahead:
+//! [`Limiter::reserve`] charges now and says how long to wait (a
+//! [`Reservation`], given back if cancelled before its time), and with the
+//! `tokio` feature `until_ready` sleeps until then.
+//!
+//! **HTTP.** With the `tower` feature, [`tower::RateLimitLayer`] puts any
+//! limiter in front of a tower service (axum, tonic, hyper with tower):
+//! keys from the peer address, trusted proxies' `X-Forwarded-For`, an API
+//! key header or a closure; `429` with `Retry-After` and the IETF
+//! `RateLimit` headers. See the [`tower`] module and [`guide::http`].
+//!
+//! **Several replicas.** With the `redis` feature, `Builder::redis` moves a
+//! limiter's state to Redis (the [`redis`] module), so that every replica
+//! shares each client's budget; such a limiter is asked through
+//! [`AsyncCheck`], which every in-process [`Limiter`] implements too.
+//!
+//! # Quick start
 //!
 //! ```
 //! use std::time::Duration;
@@ -66,7 +102,7 @@
 //! | *(none)* | the in-process limiters: [`TokenBucket`], [`SlidingWindowCounter`], [`SlidingWindowLog`], [`FixedWindow`], pairs, tiers, reservations, [`DirectLimiter`] | `crossbeam-epoch`, `crossbeam-utils`, `quanta`, `foldhash`, `portable-atomic` |
 //! | `tower` | [`tower::RateLimitLayer`] for axum, tonic and hyper: client-IP and API-key extraction, IETF `RateLimit` headers, `429` with `Retry-After` | `tower`, `http`, `pin-project-lite` |
 //! | `axum` | `tower`, and `PeerIp` and `TrustedProxyIp` reading axum's `ConnectInfo` by themselves | `axum` (its `tokio` feature only) |
-//! | `tokio` | `until_ready` on [`Limiter`] and [`DirectLimiter`]: book a request and sleep until it may proceed | `tokio` (`time` only) |
+//! | `tokio` | `until_ready` on [`Limiter`] and [`DirectLimiter`]: book a request and sleep until it may proceed; [`TokioClock`], a clock that follows tokio's paused time in tests | `tokio` (`time` only) |
 //! | `redis` | `tollgate::redis`: the same limiters with their state in Redis 7+, shared by every replica | `redis`, `tokio`, `papaya` |
 //! | `metrics` | counters and gauges on the `metrics` facade (decisions by limiter and outcome, clients held, the layer's requests, a Redis limiter's round trips and breaker), for whichever recorder the application installs; `cargo run --features axum,metrics --example metrics` serves them to Prometheus | `metrics` |
 //! | `tracing` | `tracing` events for what an operator must see once: a client cap reached, a quota changed, a Redis breaker opening or closing | `tracing` |
@@ -77,33 +113,91 @@
 //! (`loom` is for the crate's own model checking, `cargo test --features
 //! loom`: never enable it in a build.)
 //!
-//! # Algorithms
+//! # Coming from governor
 //!
-//! - [`TokenBucket`]: bursts up to a capacity, continuous refill (GCRA).
-//! - [`SlidingWindowCounter`]: an estimate of the count over the last
-//!   window (the previous window's count weighted by its overlap, plus the
-//!   current one's), computed exactly.
-//! - [`SlidingWindowLog`]: the exact count over the last window, one
-//!   timestamp per admission.
-//! - [`FixedWindow`]: a count per clock-aligned window.
+//! The [`TokenBucket`] is the GCRA that governor implements: on the same
+//! quota and the same clock readings it makes the same decisions, and a
+//! denied single check reports the same wait, to the nanosecond.
+//!
+//! | governor 0.10 | tollgate |
+//! |---|---|
+//! | `Quota::per_second(n)` (`per_minute`, `per_hour`) | `TokenBucket::builder().rate(n, Duration::from_secs(1))` (60 s, 3 600 s); the capacity defaults to `n`, as governor's burst does |
+//! | `Quota::with_period(p)?.allow_burst(b)` | `.rate(1, p).capacity(b)` |
+//! | `RateLimiter::keyed(quota)`, `DefaultKeyedRateLimiter<K>` | `TokenBucket::builder()…key_type::<K>().build()?`, [`TokenBucketLimiter<K>`](TokenBucketLimiter) |
+//! | `RateLimiter::direct(quota)`, `DefaultDirectRateLimiter` | `TokenBucket::builder()…build_direct()?`, [`DirectLimiter<TokenBucket>`](DirectLimiter) |
+//! | `check_key(&k)`: `Result<(), NotUntil>` | [`check(&k)`](Limiter::check): a [`Decision`] (`is_allowed()`, `remaining()`, `retry_after()`); or [`allow_request(&k)`](Limiter::allow_request): a `bool` |
+//! | `not_until.wait_time_from(clock.now())` | [`decision.retry_after()`](Decision::retry_after) |
+//! | `check_key_n(&k, n)`, direct `check_n(n)`: `Result<Result<(), NotUntil>, InsufficientCapacity>` | [`check_n(&k, n)`](Limiter::check_n), direct [`check_n(n)`](DirectLimiter::check_n): `Result<Decision, CostError>` |
+//! | `retain_recent()`, `len()` | [`sweep()`](Limiter::sweep), [`len()`](Limiter::len); idle clients are also forgotten as new ones arrive, and [`max_clients(n)`](Builder::max_clients) caps the table |
+//! | `until_ready()`, `until_key_ready(&k)` | `until_ready()`, `until_ready(&k)` (`tokio` feature) |
+//! | `until_key_ready_with_jitter(&k, Jitter::up_to(d))` | `until_ready_jittered(&k, 1, d)` (`tokio` feature) |
+//! | `RateLimiter::dashmap_with_clock(quota, clock)`, `FakeRelativeClock` | [`.clock(clock)`](Builder::clock) on the builder, [`ManualClock`] (or, on tokio's paused time, [`TokioClock`]) |
+//! | tower_governor's `GovernorLayer::new(config)` | [`tower::RateLimitLayer`]`::new(limiter, key)` (`tower` feature) |
+//! | tower_governor's `GovernorConfigBuilder::default().per_second(s).burst_size(b)`: one request every `s` seconds | `.rate(1, Duration::from_secs(s)).capacity(b)` |
+//! | tower_governor's `PeerIpKeyExtractor`, `GlobalKeyExtractor` | `PeerIp` (IPv6 grouped by `/64` unless `.ipv6_prefix(128)`), `GlobalKey` (with a direct limiter) |
+//! | tower_governor's `SmartIpKeyExtractor` (trusts forwarding headers from any peer) | `TrustedProxyIp::new(proxies)` (reads `X-Forwarded-For`, or `Forwarded`, only from the proxies you list) |
+//!
+//! Two differences in the numbers: a period that is not a whole number of
+//! nanoseconds (`Quota::per_second(3)`) is rounded down by governor and up
+//! by tollgate, which errs toward denying, so the two part by a nanosecond
+//! per token; and governor's `retain_recent` keeps a key one emission
+//! interval after its state is a fresh one's, where `sweep` forgets it
+//! then. The repository's `tests/from_governor.rs` runs every row beside
+//! governor's (and tower_governor's) on clocks moved together. The rows
+//! that need no feature, here:
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{ManualClock, TokenBucket};
+//!
+//! let clock = ManualClock::new(); // FakeRelativeClock
+//! // RateLimiter::dashmap_with_clock(Quota::per_second(10), clock)
+//! let keyed = TokenBucket::builder()
+//!     .rate(10, Duration::from_secs(1))
+//!     .clock(clock.clone())
+//!     .build()?;
+//! // RateLimiter::direct_with_clock(
+//! //     Quota::with_period(100 ms).allow_burst(5), clock)
+//! let direct = TokenBucket::builder()
+//!     .rate(1, Duration::from_millis(100))
+//!     .capacity(5)
+//!     .clock(clock.clone())
+//!     .build_direct()?;
+//!
+//! for _ in 0..10 {
+//!     assert!(keyed.allow_request("alice")); // check_key(..).is_ok()
+//! }
+//! let decision = keyed.check("alice"); // check_key(&k)
+//! assert!(decision.is_denied());
+//! // NotUntil::wait_time_from(clock.now())
+//! assert_eq!(decision.retry_after(), Duration::from_millis(100));
+//!
+//! assert!(direct.check_n(5)?.is_allowed()); // check_n(5)
+//! assert!(direct.check_n(6).is_err()); // Err(InsufficientCapacity)
+//!
+//! clock.advance(Duration::from_secs(1));
+//! assert_eq!(keyed.sweep(), 1); // retain_recent()
+//! assert!(keyed.is_empty());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Algorithms
 //!
 //! Each is built with its `builder()`, which validates the settings into a
 //! [`ConfigError`] naming the field, and yields a [`Limiter`]. Besides
 //! `allow_request`, a limiter offers [`Limiter::check`] and
 //! [`Limiter::check_n`] (a [`Decision`] with the remaining quota and the
-//! retry-after duration) and [`Limiter::peek`]. A token bucket, a fixed
-//! window (or a pair of them) or a sliding window log also books requests
-//! ahead: [`Limiter::reserve`] charges now and
-//! says how long to wait (a [`Reservation`], given back if cancelled before
-//! its time), and with the `tokio` feature `Limiter::until_ready` sleeps
-//! until then.
+//! retry-after duration) and [`Limiter::peek`]. The
+//! [algorithms chapter](guide::algorithms) of the guide compares them
+//! request by request.
 //!
 //! # Time
 //!
 //! A limiter reads its [`Clock`] once per check; [`MonotonicClock`] (the
 //! CPU's time-stamp counter) is the default, [`CoarseClock`] trades up to
 //! its resolution of accuracy for a reading that is one load from memory,
-//! and [`ManualClock`] drives time by hand in tests. Windows start on the
+//! and [`ManualClock`] drives time by hand in tests; with the `tokio`
+//! feature, [`TokioClock`] follows tokio's paused time in async tests. Windows start on the
 //! Unix epoch's multiples of their length ([`Clock::unix_origin`]). Inside a
 //! client's state time never runs backwards: if a user clock steps back, a
 //! windowed algorithm treats the reading as the start of the window it last
@@ -167,27 +261,33 @@
 //! # Ok::<(), tollgate::ConfigError>(())
 //! ```
 //!
-//! # HTTP servers
+//! # How it works
 //!
-//! With the `tower` feature, [`tower::RateLimitLayer`] puts any limiter in
-//! front of a tower service (axum, tonic, hyper with tower): keys from the
-//! peer address, trusted proxies' `X-Forwarded-For`, an API key header or a
-//! closure; `429` with `Retry-After` and the IETF `RateLimit` headers. See
-//! the [`tower`] module and [`guide::http`].
+//! Each client's state lives in a table of the limiter's own and is
+//! updated by compare-and-swap: one 64-bit word for the token bucket and
+//! both window counters, two words exchanged as one for a client held to
+//! two limits ([`Both`]), and one slot per admission for the sliding
+//! window log (a client with a tier of its own keeps a word naming its
+//! quota beside its state, [`Tiered`]). A check on a client the limiter
+//! holds takes no lock and never waits for another thread, even while the
+//! table rebuilds, and a denied request writes nothing to the client's
+//! state (with the `metrics` feature, the one check a second that
+//! publishes the counts runs the installed recorder's code; see the
+//! [observability guide](crate::guide::observability); and a check reads
+//! its clock, which for a [`TokioClock`] on paused time means tokio's own
+//! lock). A client's first request inserts it under a lock per shard of
+//! the table, and two limits at once stay lock-free where the CPU has a
+//! 128-bit compare-and-swap ([`Both::is_lock_free`]: x86-64, AArch64).
 //!
-//! # Beyond one machine
+//! # Platforms
 //!
-//! With the `redis` feature, `Builder::redis` moves a limiter's state to
-//! Redis (the [`redis`] module), so that every replica shares each client's
-//! budget; such a limiter is asked through [`AsyncCheck`], which every
-//! in-process [`Limiter`] implements too.
-//!
-//! # One budget for everyone
-//!
-//! When the limit is not per client (calls to an upstream API, a job's
-//! writes), [`Builder::build_direct`] makes a [`DirectLimiter`]: the same
-//! algorithms and [`Decision`]s, with no clients, its state one cell
-//! beside its settings, with no table and no key to hash.
+//! tollgate needs `std`: it is not `no_std`. It uses threads
+//! ([`CoarseClock`]'s updater, the `metrics` feature's publisher), std's
+//! clocks ([`InstantClock`], and the wall clock that [`MonotonicClock`]
+//! reads once to place windows on Unix time), and `crossbeam-epoch` and
+//! `quanta` built with std. WebAssembly is not supported: no wasm32 target
+//! is built or tested, and on `wasm32-unknown-unknown` std's clocks, which
+//! the default clock reads when it is made, panic when read.
 //!
 //! # Layers
 //!
@@ -210,6 +310,11 @@
 #![cfg_attr(
     not(feature = "tower"),
     doc = "[`tower::RateLimitLayer`]: https://docs.rs/tollgate/latest/tollgate/tower/struct.RateLimitLayer.html"
+)]
+#![cfg_attr(feature = "tokio", doc = "[`TokioClock`]: crate::TokioClock")]
+#![cfg_attr(
+    not(feature = "tokio"),
+    doc = "[`TokioClock`]: https://docs.rs/tollgate/latest/tollgate/struct.TokioClock.html"
 )]
 #![cfg_attr(feature = "redis", doc = "[`redis`]: crate::redis")]
 #![cfg_attr(
@@ -264,6 +369,8 @@ pub use algorithm::{Both, FixedWindow, SlidingWindowCounter, SlidingWindowLog, T
 pub use builder::{Builder, Tierable, Windowed};
 pub use cell::{Algorithm, Tier, Tiered};
 pub use check::{AsyncCheck, CheckError, CheckErrorKind, Quota};
+#[cfg(feature = "tokio")]
+pub use clock::TokioClock;
 pub use clock::{Clock, CoarseClock, InstantClock, ManualClock, MonotonicClock};
 pub use decision::{Decision, LimitFigures};
 pub use error::{ConfigError, CostError, ReserveError};

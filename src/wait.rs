@@ -75,7 +75,9 @@ where
     /// since; see [`Reservation::cancel`](crate::Reservation::cancel)).
     ///
     /// The limiter's clock must advance with tokio's: a frozen
-    /// [`ManualClock`](crate::ManualClock) never becomes ready.
+    /// [`ManualClock`](crate::ManualClock) never becomes ready. Under
+    /// tokio's paused time, give the limiter a
+    /// [`TokioClock`](crate::TokioClock), which follows it.
     ///
     /// # Errors
     ///
@@ -216,7 +218,9 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
     /// limiter since; see [`Reservation::cancel`](crate::Reservation::cancel)).
     ///
     /// The limiter's clock must advance with tokio's: a frozen
-    /// [`ManualClock`](crate::ManualClock) never becomes ready.
+    /// [`ManualClock`](crate::ManualClock) never becomes ready. Under
+    /// tokio's paused time, give the limiter a
+    /// [`TokioClock`](crate::TokioClock), which follows it.
     ///
     /// # Errors
     ///

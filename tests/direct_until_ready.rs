@@ -1,6 +1,6 @@
 //! `DirectLimiter::until_ready` and `until_ready_n` (the `tokio` feature),
 //! on tokio's paused clock: the limiter reads the same clock as tokio's
-//! timer, so sleeps are exact and instant. The keyed limiter's
+//! timer (`TokioClock`), so sleeps are exact and instant. The keyed limiter's
 //! `tests/until_ready.rs`, on the one budget.
 
 #![cfg(all(feature = "tokio", not(feature = "loom")))]
@@ -9,23 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tollgate::{Clock, DirectLimiter, FixedWindow, ManualClock, ReserveError, TokenBucket};
-
-/// tokio's (paused) clock as the limiter's.
-#[derive(Debug, Clone, Copy)]
-struct TokioClock(Instant);
-
-impl Clock for TokioClock {
-    fn now_nanos(&self) -> u64 {
-        self.0.elapsed().as_nanos() as u64
-    }
-}
+use tollgate::{DirectLimiter, FixedWindow, ManualClock, ReserveError, TokenBucket, TokioClock};
 
 fn limiter(per: Duration, capacity: u64) -> DirectLimiter<TokenBucket, TokioClock> {
     TokenBucket::builder()
         .rate(1, per)
         .capacity(capacity)
-        .clock(TokioClock(Instant::now()))
+        .clock(TokioClock::new())
         .build_direct()
         .unwrap()
 }

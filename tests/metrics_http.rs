@@ -23,8 +23,8 @@ use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-/// One GET of `path` over a fresh connection, with `content_type` if
-/// given: its status, `grpc-status` header and body.
+/// One GET of `path` over a fresh connection (a POST with `content_type`,
+/// if given): its status, `grpc-status` header and body.
 async fn get(
     server: SocketAddr,
     path: &str,
@@ -40,7 +40,10 @@ async fn get(
     tokio::spawn(connection);
     let mut request = Request::get(path).header("host", server.to_string());
     if let Some(content_type) = content_type {
-        request = request.header("content-type", content_type);
+        // A gRPC call is a POST.
+        request = Request::post(path)
+            .header("host", server.to_string())
+            .header("content-type", content_type);
     }
     let response = tokio::time::timeout(
         Duration::from_secs(10),

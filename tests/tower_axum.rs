@@ -13,14 +13,17 @@ use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
-use http::{Request, StatusCode};
+use http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use http::{HeaderName, HeaderValue, Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use serve::serve;
 use tokio::net::TcpListener;
-use tokio::net::TcpSocket;
-use tollgate::tower::{AdmittedHeaders, PeerIp, RateLimitLayer, TrustedProxyIp};
+use tokio::net::{TcpSocket, TcpStream};
+use tollgate::tower::{
+    AdmittedHeaders, HeaderKey, MissingKey, PeerIp, RateLimitLayer, TrustedProxyIp,
+};
 use tollgate::{FixedWindow, ManualClock, TokenBucket};
 
 /// One GET over a fresh connection from the loopback address `from`: its
@@ -89,6 +92,164 @@ async fn peer_ip_reads_axums_connect_info_by_itself() {
         statuses.push(status.as_u16());
     }
     assert_eq!(statuses, [200, 200, 429]);
+}
+
+/// One GET of `path` over a fresh connection from 127.0.0.1 with
+/// `headers`: the response's head and body.
+async fn get_with(
+    server: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (http::response::Parts, String) {
+    let stream = tokio::time::timeout(Duration::from_secs(10), TcpStream::connect(server))
+        .await
+        .expect("connect within 10 s")
+        .unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let mut request = Request::get(path).header("host", server.to_string());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(Empty::<Bytes>::new()).unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(10), sender.send_request(request))
+        .await
+        .expect("a response within 10 s")
+        .unwrap();
+    let (head, body) = response.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    (head, String::from_utf8(body.to_vec()).unwrap())
+}
+
+/// A string-keyed fixed window of `limit` per minute.
+fn keyed(limit: u64) -> tollgate::Limiter<FixedWindow, String, ManualClock> {
+    FixedWindow::builder()
+        .limit(limit)
+        .window(Duration::from_secs(60))
+        .clock(ManualClock::new())
+        .build()
+        .unwrap()
+}
+
+/// RFC 9110 (15.5.2): a `401` carries `WWW-Authenticate` with a challenge
+/// for the credentials the route asks for: `Bearer` for `Authorization`,
+/// an `ApiKey` challenge naming any other header, or the one configured;
+/// also on a `401` that `respond_with` builds. A request with its
+/// credentials passes, and a `400` has no challenge.
+#[tokio::test]
+async fn a_401_carries_a_challenge() {
+    let route = |key: HeaderKey| {
+        let app = Router::new()
+            .route("/", get(|| async { "hello" }))
+            .layer(RateLimitLayer::new(keyed(5), key));
+        serve(app)
+    };
+    let cases = [
+        (HeaderKey::new(AUTHORIZATION), "Bearer"),
+        (
+            HeaderKey::new(HeaderName::from_static("x-api-key")),
+            "ApiKey header=\"x-api-key\"",
+        ),
+        (
+            HeaderKey::new(AUTHORIZATION)
+                .challenge(HeaderValue::from_static("Basic realm=\"api\"")),
+            "Basic realm=\"api\"",
+        ),
+    ];
+    for (key, challenge) in cases {
+        let server = route(key).await;
+        let (refused, body) = get_with(server, "/", &[]).await;
+        assert_eq!(refused.status, StatusCode::UNAUTHORIZED, "{body}");
+        let challenges: Vec<_> = refused.headers.get_all(WWW_AUTHENTICATE).iter().collect();
+        assert_eq!(challenges, [challenge], "{body}");
+    }
+    let server = route(HeaderKey::new(AUTHORIZATION)).await;
+    let (ok, _) = get_with(server, "/", &[("authorization", "Bearer t")]).await;
+    assert_eq!(ok.status, StatusCode::OK);
+    assert!(ok.headers.get(WWW_AUTHENTICATE).is_none());
+
+    // A 401 of the server's own making gets the challenge too.
+    let layer =
+        RateLimitLayer::new(keyed(5), HeaderKey::new(AUTHORIZATION)).respond_with(|refusal, _| {
+            let mut response = http::Response::new(String::from("who are you?"));
+            *response.status_mut() = refusal.status();
+            response
+        });
+    let app = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .layer(layer);
+    let (refused, body) = get_with(serve(app).await, "/", &[]).await;
+    assert_eq!(
+        (refused.status, body.as_str()),
+        (StatusCode::UNAUTHORIZED, "who are you?")
+    );
+    assert_eq!(refused.headers[WWW_AUTHENTICATE], "Bearer");
+
+    // A missing key answered 400 challenges nothing.
+    let key = HeaderKey::new(AUTHORIZATION).on_missing(MissingKey::BadRequest);
+    let (refused, _) = get_with(route(key).await, "/", &[]).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    assert!(refused.headers.get(WWW_AUTHENTICATE).is_none());
+}
+
+/// The layer outermost, a concurrency limit of 1 inside it, and a handler
+/// held until released: while one request holds the only slot, a client
+/// over its quota is refused at once (the layer decides before it waits
+/// for the inner service), and an admitted request waits for the slot.
+#[tokio::test]
+async fn a_refusal_does_not_wait_for_the_inner_service() {
+    use tokio::sync::{mpsc, Semaphore};
+    use tollgate::tower::{Extraction, KeyFn};
+
+    let gate = Arc::new(Semaphore::new(0));
+    let (entered, mut entering) = mpsc::unbounded_channel();
+    let handler = {
+        let gate = Arc::clone(&gate);
+        move || async move {
+            entered.send(()).unwrap();
+            gate.acquire().await.unwrap().forget();
+            "hello"
+        }
+    };
+    let client = KeyFn::new(|request: &http::request::Parts| {
+        let client = request.headers.get("x-client").unwrap().to_str().unwrap();
+        Extraction::Key(client.to_owned())
+    });
+    let stack = tower::ServiceBuilder::new()
+        .layer(RateLimitLayer::new(keyed(1), client))
+        .concurrency_limit(1);
+    let app = Router::new().route("/", get(handler)).layer(stack);
+    let server = serve(app).await;
+
+    // Alice's one request holds the only slot.
+    let first = tokio::spawn(get_with(server, "/", &[("x-client", "alice")]));
+    tokio::time::timeout(Duration::from_secs(10), entering.recv())
+        .await
+        .expect("the handler entered within 10 s");
+    // Her next is refused while the slot is held, not after.
+    let refused = tokio::time::timeout(
+        Duration::from_secs(2),
+        get_with(server, "/", &[("x-client", "alice")]),
+    )
+    .await
+    .expect("a refusal that does not wait for the slot");
+    assert_eq!(refused.0.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.0.headers["retry-after"], "60");
+    // Bob is admitted, and waits for the slot.
+    let second = tokio::spawn(get_with(server, "/", &[("x-client", "bob")]));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!second.is_finished());
+    assert!(entering.try_recv().is_err(), "two requests in the handler");
+    gate.add_permits(2);
+    for request in [first, second] {
+        let (head, body) = tokio::time::timeout(Duration::from_secs(10), request)
+            .await
+            .expect("served within 10 s")
+            .unwrap();
+        assert_eq!((head.status, body.as_str()), (StatusCode::OK, "hello"));
+    }
 }
 
 /// Serves `app` on 127.0.0.1:0 *without* connect info: a server not wired

@@ -319,6 +319,16 @@ async fn raw_call(
     method: http::Method,
     headers: &[(&str, &str)],
 ) -> (String, Bytes) {
+    let (_, status, body) = raw_call_head(server, method, headers).await;
+    (status.expect("a grpc-status"), body)
+}
+
+/// [`raw_call`], with the response's head too.
+async fn raw_call_head(
+    server: SocketAddr,
+    method: http::Method,
+    headers: &[(&str, &str)],
+) -> (http::response::Parts, Option<String>, Bytes) {
     let stream = TcpStream::connect(server).await.unwrap();
     let (mut sender, connection) = hyper::client::conn::http2::handshake(
         hyper_util::rt::TokioExecutor::new(),
@@ -346,16 +356,105 @@ async fn raw_call(
         .headers
         .get("grpc-status")
         .or_else(|| body.trailers().and_then(|t| t.get("grpc-status")))
-        .expect("a grpc-status")
-        .to_str()
-        .unwrap()
-        .to_owned();
-    (status, body.to_bytes())
+        .map(|status| status.to_str().unwrap().to_owned());
+    (head, status, body.to_bytes())
+}
+
+/// One HTTP/1.1 request over a fresh connection to `server`: `method` on
+/// `path` with `headers`; the response's head and body.
+async fn http1(
+    server: SocketAddr,
+    method: http::Method,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (http::response::Parts, String) {
+    let stream = TcpStream::connect(server).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let mut request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", server.to_string());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(Empty::<Bytes>::new()).unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(10), sender.send_request(request))
+        .await
+        .expect("a response within 10 s")
+        .unwrap();
+    let (head, body) = response.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    (head, String::from_utf8(body.to_vec()).unwrap())
+}
+
+/// A refusal must never be a response a shared cache may store and serve
+/// to other clients. gRPC is POST only, so a `GET` with a gRPC content type
+/// is refused as plain HTTP (`429` over its quota, `401` without its API
+/// key), which no cache stores by default; and a gRPC call's refusal, a
+/// `200` by gRPC's rules, says `Cache-Control: no-store`.
+#[tokio::test]
+async fn no_refusal_is_a_cacheable_200() {
+    const GRPC: (&str, &str) = ("content-type", "application/grpc");
+    let clock = ManualClock::new();
+    let grpc = tonic::service::Routes::new(Echo).into_axum_router();
+    let app = axum::Router::new()
+        .route("/", get(|| async { "hello" }))
+        .merge(grpc)
+        .layer(RateLimitLayer::new(window(1, &clock), PeerIp::new()));
+    let addr = serve(app).await;
+    let (ok, _) = http1(addr, http::Method::GET, "/", &[GRPC]).await;
+    assert_eq!(ok.status, StatusCode::OK);
+    // Over its quota: a GET is answered in HTTP's form whatever its
+    // content type.
+    let (refused, body) = http1(addr, http::Method::GET, "/", &[GRPC]).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS, "{body:?}");
+    assert!(refused.headers.get("grpc-status").is_none());
+    assert_eq!(refused.headers["content-type"], "application/problem+json");
+    assert!(body.contains("\"status\":429"), "{body}");
+    assert_eq!(refused.headers["retry-after"], "60");
+    // A gRPC call is answered in gRPC's form, and no cache may keep it.
+    let (head, status, body) = raw_call_head(addr, http::Method::POST, &[]).await;
+    assert_eq!(
+        (head.status, status.as_deref()),
+        (StatusCode::OK, Some("8"))
+    );
+    assert!(body.is_empty());
+    assert_eq!(head.headers["cache-control"], "no-store");
+
+    // Without the API key a route asks for.
+    let keyed = FixedWindow::builder()
+        .limit(1)
+        .window(Duration::from_secs(60))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let api_key = HeaderKey::new(http::HeaderName::from_static("x-api-key"));
+    let grpc = tonic::service::Routes::new(Echo).into_axum_router();
+    let app = axum::Router::new()
+        .route("/", get(|| async { "hello" }))
+        .merge(grpc)
+        .layer(RateLimitLayer::new(keyed, api_key));
+    let addr = serve(app).await;
+    let (refused, body) = http1(addr, http::Method::GET, "/", &[GRPC]).await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED, "{body:?}");
+    assert!(refused.headers.get("grpc-status").is_none());
+    assert!(body.contains("x-api-key"), "{body}");
+    let (head, status, body) = raw_call_head(addr, http::Method::POST, &[]).await;
+    assert_eq!(
+        (head.status, status.as_deref()),
+        (StatusCode::OK, Some("16"))
+    );
+    assert!(body.is_empty());
+    assert_eq!(head.headers["cache-control"], "no-store");
 }
 
 /// A gRPC call sent as `OPTIONS` with the headers of a CORS preflight is
 /// still a call, and tonic serves it as one: `skip_if(is_preflight)` must
-/// not let it past a spent quota.
+/// not let it past a spent quota. gRPC is `POST` only, so its refusal is
+/// HTTP's `429`.
 #[tokio::test]
 async fn a_grpc_call_dressed_as_a_preflight_is_limited() {
     let clock = ManualClock::new();
@@ -374,9 +473,12 @@ async fn a_grpc_call_dressed_as_a_preflight_is_limited() {
         ("access-control-request-method", "POST"),
     ];
     for _ in 0..3 {
-        let (status, body) = raw_call(addr, http::Method::OPTIONS, &dressed).await;
-        assert_eq!(status, "8", "served unlimited: {body:?}");
-        assert!(body.is_empty());
+        let (head, status, body) = raw_call_head(addr, http::Method::OPTIONS, &dressed).await;
+        assert_eq!(
+            (head.status, status),
+            (StatusCode::TOO_MANY_REQUESTS, None),
+            "served unlimited: {body:?}"
+        );
     }
     assert_eq!(
         say(&channel(addr).await, &[]).await.unwrap_err().code(),
@@ -408,6 +510,31 @@ async fn a_binary_key_is_one_client_padded_or_not() {
     // What is not base64 names no client.
     let (status, _) = raw_call(addr, http::Method::POST, &[("x-token-bin", "AAF")]).await;
     assert_eq!(status, "3");
+}
+
+/// gRPC's `authorization` metadata is the `Authorization` header: its
+/// scheme's case and the spaces after it are no new client.
+#[tokio::test]
+async fn authorization_metadata_is_one_client_however_spelled() {
+    let clock = ManualClock::new();
+    let keyed = FixedWindow::builder()
+        .limit(1)
+        .window(Duration::from_secs(60))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let key = HeaderKey::new(http::header::AUTHORIZATION);
+    let addr = tonic_server(RateLimitLayer::new(keyed, key)).await;
+    let call = |value| async move {
+        raw_call(addr, http::Method::POST, &[("authorization", value)])
+            .await
+            .0
+    };
+    assert_eq!(call("Bearer t0k").await, "0");
+    for spelling in ["bearer t0k", "BEARER  t0k", "Bearer   t0k"] {
+        assert_eq!(call(spelling).await, "8", "{spelling}");
+    }
+    assert_eq!(call("Bearer T0K").await, "0");
 }
 
 /// A tonic server whose `PeerIp` reads an extension tonic never inserts:

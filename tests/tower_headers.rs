@@ -437,6 +437,62 @@ fn retry_after_is_never_earlier_than_an_exhausted_outer_item() {
     });
 }
 
+/// `X-RateLimit-Limit`, `-Remaining` and `-Reset`, as one line.
+fn legacy(response: &Response<Body>) -> [String; 3] {
+    ["limit", "remaining", "reset"].map(|h| {
+        let name = format!("x-ratelimit-{h}");
+        let lines: Vec<_> = response.headers().get_all(&name).iter().collect();
+        assert_eq!(lines.len(), 1, "{name}: {lines:?}");
+        lines[0].to_str().unwrap().to_owned()
+    })
+}
+
+/// Stacked layers with legacy headers (an outer 2 per 60 s, an inner 1 per
+/// 5 s): the `X-RateLimit-*` headers are those of the limit that binds,
+/// the one with the fewest requests left and, of those, the longest
+/// wait, so that they agree with `Retry-After` and `RateLimit`: a client
+/// that read `X-RateLimit-Reset: 5` would come back to be refused.
+#[test]
+fn stacked_legacy_headers_name_the_binding_limit() {
+    run(async {
+        let clock = ManualClock::new();
+        let window = |limit, secs| window(&clock, limit, secs);
+        let inner = named(window(1, 5), "inner").legacy_headers(true);
+        let outer = named(window(2, 60), "outer").legacy_headers(true);
+        let service = outer.layer(inner.layer(service_fn(ok)));
+        // The inner layer's last unit: it binds.
+        let first = send(&service).await;
+        assert_eq!(first.status(), StatusCode::OK);
+        assert_eq!(legacy(&first), ["1", "0", "5"]);
+        // The outer layer's last unit, refused by the inner: both have
+        // none left, and the outer one's wait is the longer.
+        let refused = send(&service).await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.headers()["retry-after"], "60");
+        assert_eq!(legacy(&refused), ["2", "0", "60"]);
+        assert_eq!(
+            figures(&refused, "ratelimit", ["r", "t"]),
+            vec![("inner".to_owned(), [0, 5]), ("outer".to_owned(), [0, 60])]
+        );
+        // The outer layer refuses by itself.
+        clock.advance(Duration::from_secs(5));
+        let refused = send(&service).await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.headers()["retry-after"], "55");
+        assert_eq!(legacy(&refused), ["2", "0", "55"]);
+
+        // The other way round: the inner layer's wait is the longer one.
+        let clock = ManualClock::new();
+        let inner = named(self::window(&clock, 1, 60), "inner").legacy_headers(true);
+        let outer = named(self::window(&clock, 2, 5), "outer").legacy_headers(true);
+        let service = outer.layer(inner.layer(service_fn(ok)));
+        assert_eq!(legacy(&send(&service).await), ["1", "0", "60"]);
+        let refused = send(&service).await;
+        assert_eq!(refused.headers()["retry-after"], "60");
+        assert_eq!(legacy(&refused), ["1", "0", "60"]);
+    });
+}
+
 /// Stacked layers left at the default name: an outer layer whose item
 /// names an inner layer has taken appends the first free suffix (`-2`,
 /// `-3`, ...) to them, so every item in the list has its own name and
@@ -594,4 +650,186 @@ fn a_call_sent_as_options_is_no_preflight() {
     assert!(!is(Request::post("/")
         .header("origin", "https://app.example")
         .header("access-control-request-method", "POST")));
+}
+
+/// What `RateLimitHeaders` wrote for the decision a response was made on.
+#[derive(Clone)]
+struct Written(http::HeaderMap);
+
+/// `RateLimitHeaders` writes what the layer writes: for each decision the
+/// layer makes (admitted: the one in the request's extensions; refused:
+/// the one `respond_with` is handed), the writer with the same settings
+/// writes exactly the response's headers, whatever the algorithm, quota,
+/// pair of limits, policy name, header settings and partition key.
+mod writer {
+    use super::*;
+    use proptest::prelude::*;
+    use tollgate::tower::{AdmittedHeaders, RateLimitHeaders, Refusal};
+    use tollgate::{Both, SlidingWindowLog};
+
+    #[derive(Clone, Copy, Debug)]
+    enum Shape {
+        Window,
+        Bucket,
+        Log,
+        Pair,
+    }
+
+    #[derive(Clone, Debug)]
+    struct Settings {
+        shape: Shape,
+        limit: u64,
+        window_ms: u64,
+        name: &'static str,
+        legacy: bool,
+        admitted: AdmittedHeaders,
+        partitioned: bool,
+    }
+
+    fn settings() -> impl Strategy<Value = Settings> {
+        (
+            prop_oneof![
+                Just(Shape::Window),
+                Just(Shape::Bucket),
+                Just(Shape::Log),
+                Just(Shape::Pair)
+            ],
+            1..5u64,
+            prop_oneof![Just(400u64), Just(1_000), Just(1_400), Just(60_000)],
+            prop_oneof![Just("default"), Just("api"), Just("a \"b\"")],
+            any::<bool>(),
+            prop_oneof![
+                Just(AdmittedHeaders::Always),
+                Just(AdmittedHeaders::Never),
+                (0..3u64).prop_map(AdmittedHeaders::NearLimit),
+            ],
+            any::<bool>(),
+        )
+            .prop_map(
+                |(shape, limit, window_ms, name, legacy, admitted, partitioned)| Settings {
+                    shape,
+                    limit,
+                    window_ms,
+                    name,
+                    legacy,
+                    admitted,
+                    partitioned,
+                },
+            )
+    }
+
+    /// Runs `advances` (ms before each request) through a layer of
+    /// `settings` on `limiter`, checking each response against the writer.
+    fn compare<L>(
+        limiter: L,
+        s: &Settings,
+        clock: &ManualClock,
+        advances: &[u64],
+    ) -> Result<(), TestCaseError>
+    where
+        L: tollgate::AsyncCheck<String>,
+    {
+        let writer = RateLimitHeaders::new()
+            .policy_name(s.name)
+            .unwrap()
+            .legacy_headers(s.legacy)
+            .admitted_headers(s.admitted);
+        let partitioned = s.partitioned;
+        let write = move |decision: &tollgate::Decision| {
+            let mut headers = http::HeaderMap::new();
+            if partitioned {
+                writer.write_partitioned(decision, b"c", &mut headers);
+            } else {
+                writer.write(decision, &mut headers);
+            }
+            headers
+        };
+        let refused_write = write.clone();
+        let key: fn(&http::request::Parts) -> Extraction<String> = client;
+        let mut layer = RateLimitLayer::new(limiter, KeyFn::new(key))
+            .policy_name(s.name)
+            .unwrap()
+            .legacy_headers(s.legacy)
+            .admitted_headers(s.admitted)
+            .respond_with(move |refusal, _| {
+                let Refusal::Limited { decision, .. } = refusal else {
+                    panic!("{refusal:?}")
+                };
+                let mut response = Response::new(String::new());
+                *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                response
+                    .extensions_mut()
+                    .insert(Written(refused_write(decision)));
+                response
+            });
+        if s.partitioned {
+            layer = layer.partition_key(|key: &String| key.as_bytes().to_vec());
+        }
+        let service = layer.layer(service_fn(move |request: Request<Body>| {
+            let decision = *request.extensions().get::<tollgate::Decision>().unwrap();
+            let written = write(&decision);
+            async move {
+                let mut response = Response::new(String::new());
+                response.extensions_mut().insert(Written(written));
+                Ok::<_, Infallible>(response)
+            }
+        }));
+        run(async {
+            for (i, &advance) in advances.iter().enumerate() {
+                clock.advance(Duration::from_millis(advance));
+                let response = send(&service).await;
+                let Written(written) = response.extensions().get::<Written>().unwrap().clone();
+                prop_assert_eq!(
+                    response.headers(),
+                    &written,
+                    "request {} ({})",
+                    i,
+                    response.status()
+                );
+            }
+            Ok(())
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 128,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        #[test]
+        fn the_writer_writes_what_the_layer_writes(
+            s in settings(),
+            advances in prop::collection::vec(prop_oneof![3 => Just(0u64), 1 => 0..2_000u64], 1..16),
+        ) {
+            let clock = ManualClock::new();
+            let window = Duration::from_millis(s.window_ms);
+            match s.shape {
+                Shape::Window => {
+                    let l = FixedWindow::builder().limit(s.limit).window(window).clock(clock.clone());
+                    compare(l.build().unwrap(), &s, &clock, &advances)?;
+                }
+                Shape::Bucket => {
+                    let l = TokenBucket::builder().rate(s.limit, window).clock(clock.clone());
+                    compare(l.build().unwrap(), &s, &clock, &advances)?;
+                }
+                Shape::Log => {
+                    let l = SlidingWindowLog::builder().limit(s.limit).window(window).clock(clock.clone());
+                    compare(l.build().unwrap(), &s, &clock, &advances)?;
+                }
+                Shape::Pair => {
+                    let l: tollgate::Limiter<Both<FixedWindow, FixedWindow>, String, ManualClock> =
+                        FixedWindow::builder()
+                            .limit(s.limit)
+                            .window(window)
+                            .and(FixedWindow::builder().limit(s.limit + 2).window(Duration::from_secs(60)))
+                            .clock(clock.clone())
+                            .build()
+                            .unwrap();
+                    compare(l, &s, &clock, &advances)?;
+                }
+            }
+        }
+    }
 }

@@ -688,3 +688,189 @@ fn nat64_clients_are_keyed_by_their_ipv4_address() {
         assert_eq!(key(peer), ip(client), "{peer}");
     }
 }
+
+/// One spelling of the credentials `scheme token`: the scheme in the case
+/// `case` picks letter by letter (bit `i` set: upper case), `spaces`
+/// spaces after it, and `pad` spaces around the whole.
+fn spelling(scheme: &str, token: &str, case: u32, spaces: usize, pad: usize) -> String {
+    let scheme: String = scheme
+        .chars()
+        .enumerate()
+        .map(|(i, c)| {
+            if case >> (i % 32) & 1 == 1 {
+                c.to_ascii_uppercase()
+            } else {
+                c.to_ascii_lowercase()
+            }
+        })
+        .collect();
+    let pad = " ".repeat(pad);
+    format!("{pad}{scheme}{}{token}{pad}", " ".repeat(spaces))
+}
+
+/// How many of `values`, sent as `Authorization` in this order to a fresh
+/// layer of 2 per minute keyed by that header, it admits, by value.
+fn admitted(values: &[String]) -> Vec<(String, bool)> {
+    use std::convert::Infallible;
+    use std::time::Duration;
+    use tollgate::tower::RateLimitLayer;
+    use tollgate::{FixedWindow, ManualClock};
+    use tower::{service_fn, Layer, ServiceExt};
+
+    let limiter = FixedWindow::builder()
+        .limit(2)
+        .window(Duration::from_secs(60))
+        .clock(ManualClock::new())
+        .build()
+        .unwrap();
+    let service = RateLimitLayer::new(limiter, HeaderKey::new(http::header::AUTHORIZATION)).layer(
+        service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(http::Response::new(String::new()))
+        }),
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    values
+        .iter()
+        .map(|value| {
+            let request = Request::get("/")
+                .header(http::header::AUTHORIZATION, value.as_str())
+                .body(String::new())
+                .unwrap();
+            let response = rt.block_on(service.clone().oneshot(request)).unwrap();
+            let status = response.status();
+            assert!(
+                status == StatusCode::OK || status == StatusCode::TOO_MANY_REQUESTS,
+                "{value:?}: {status}"
+            );
+            (value.clone(), status == StatusCode::OK)
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// RFC 9110 makes an authentication scheme case-insensitive (11.1) and
+    /// lets one or more spaces follow it (11.4): every spelling of one
+    /// credential is one client with one quota, so that no client earns a
+    /// budget per spelling. Any two tokens, even ones that differ in case
+    /// alone, are two clients.
+    #[test]
+    fn every_spelling_of_one_credential_shares_one_quota(
+        scheme in prop_oneof![Just("Basic"), Just("Bearer"), Just("Digest"), Just("ApiKey")],
+        tokens in prop_oneof![
+            Just(["QWxhZGRpbjpvcGVu", "qwxhzgrpbjpvcgvu"]),
+            Just(["t0k3n", "t0k3n-2"]),
+            Just(["a=1, b=\"x  y\"", "a=1, b=\"x y\""]),
+        ],
+        spellings in prop::collection::vec((any::<u32>(), 1..5usize, 0..3usize, any::<bool>()), 3..16),
+    ) {
+        let values: Vec<String> = spellings
+            .iter()
+            .map(|&(case, spaces, pad, second)| {
+                spelling(scheme, tokens[usize::from(second)], case, spaces, pad)
+            })
+            .collect();
+        let outcomes = admitted(&values);
+        for (i, token) in tokens.iter().enumerate() {
+            let sent = spellings.iter().filter(|s| usize::from(s.3) == i).count();
+            let passed = outcomes
+                .iter()
+                .zip(&spellings)
+                .filter(|((_, ok), s)| *ok && usize::from(s.3) == i)
+                .count();
+            prop_assert_eq!(passed, sent.min(2), "{:?}: {:?}", token, outcomes);
+        }
+    }
+}
+
+/// The folding of an `Authorization` header's scheme and the blanks after
+/// it, spelled out; and a value with no scheme apart keyed as it is.
+#[test]
+fn authorization_credentials_are_keyed_folded() {
+    let key = HeaderKey::new(http::header::AUTHORIZATION);
+    let of = |value: &str| {
+        let (parts, ()) = Request::get("/")
+            .header(http::header::AUTHORIZATION, value)
+            .body(())
+            .unwrap()
+            .into_parts();
+        key.extract(&parts)
+    };
+    let folded = Extraction::Key("basic X".to_owned());
+    for value in [
+        "Basic X",
+        "basic X",
+        "BASIC X",
+        "Basic  X",
+        "Basic   X",
+        " bAsIc \t X ",
+    ] {
+        assert_eq!(of(value), folded, "{value:?}");
+    }
+    assert_eq!(of("Basic x"), Extraction::Key("basic x".to_owned()));
+    assert_eq!(of("Bearer X"), Extraction::Key("bearer X".to_owned()));
+    // Blanks inside the credentials are theirs.
+    assert_eq!(
+        of("Digest a=1,  b=2"),
+        Extraction::Key("digest a=1,  b=2".to_owned())
+    );
+    // A bare token (no scheme apart) is keyed as sent.
+    assert_eq!(of("SeCrEt"), Extraction::Key("SeCrEt".to_owned()));
+    // The bound applies to the key as stored.
+    let short = HeaderKey::new(http::header::AUTHORIZATION).max_len(8);
+    let (parts, ()) = Request::get("/")
+        .header(http::header::AUTHORIZATION, "Basic      XY")
+        .body(())
+        .unwrap()
+        .into_parts();
+    assert_eq!(
+        short.extract(&parts),
+        Extraction::Key("basic XY".to_owned())
+    );
+    // Another header is keyed as sent, blanks inside and case alike.
+    let api_key = HeaderKey::new(HeaderName::from_static("x-api-key"));
+    assert_eq!(
+        api_key_of(&api_key, &[b"Basic  X"]),
+        Extraction::Key("Basic  X".to_owned())
+    );
+}
+
+/// `HeaderKey::new` takes a header's name as a string too, in any case;
+/// an invalid one is an error from `try_new` and a panic that quotes it
+/// from `new`.
+#[test]
+fn a_header_key_is_named_by_a_string_too() {
+    let of = |key: &HeaderKey| {
+        let (parts, ()) = Request::get("/")
+            .header("x-api-key", "k-1")
+            .body(())
+            .unwrap()
+            .into_parts();
+        key.extract(&parts)
+    };
+    let want = Extraction::Key("k-1".to_owned());
+    assert_eq!(of(&HeaderKey::new("x-api-key")), want);
+    assert_eq!(of(&HeaderKey::new("X-Api-Key")), want);
+    assert_eq!(of(&HeaderKey::new(String::from("x-api-key"))), want);
+    assert_eq!(of(&HeaderKey::try_new("X-API-KEY").unwrap()), want);
+    assert_eq!(
+        of(&HeaderKey::new(HeaderName::from_static("x-api-key"))),
+        want
+    );
+    for invalid in ["", "x api key", "x-api-key:", "ключ"] {
+        assert!(HeaderKey::try_new(invalid).is_err(), "{invalid:?}");
+        let panic = std::panic::catch_unwind(|| HeaderKey::new(invalid)).unwrap_err();
+        let message = panic.downcast_ref::<String>().unwrap();
+        assert_eq!(
+            message,
+            &format!("HeaderKey::new: {invalid:?} is not a valid header name")
+        );
+    }
+}

@@ -958,3 +958,41 @@ fn the_guides_depend_on_this_release() {
         }
     }
 }
+
+/// An inner service that is never ready: it fails `poll_ready`.
+#[derive(Clone)]
+struct Broken;
+
+impl Service<Request<Body>> for Broken {
+    type Response = Response<Body>;
+    type Error = &'static str;
+    type Future = Ready<Result<Response<Body>, &'static str>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), &'static str>> {
+        Poll::Ready(Err("broken"))
+    }
+
+    fn call(&mut self, _: Request<Body>) -> Self::Future {
+        panic!("called without being ready")
+    }
+}
+
+/// The layer is ready whatever its inner service: a refusal is answered
+/// without it, and an admitted request gets the inner service's
+/// readiness error, never a call it was not ready for.
+#[test]
+fn an_inner_service_that_fails_readiness_fails_admitted_requests_only() {
+    run(async {
+        let clock = ManualClock::new();
+        let mut service = RateLimitLayer::new(bucket(1, 60, &clock), PeerIp::new()).layer(Broken);
+        let waker = std::task::Waker::noop();
+        assert!(matches!(
+            service.poll_ready(&mut Context::from_waker(waker)),
+            Poll::Ready(Ok(()))
+        ));
+        let admitted = service.call(from("192.0.2.1:1", &[])).await;
+        assert_eq!(admitted.unwrap_err(), "broken");
+        let refused = service.call(from("192.0.2.1:1", &[])).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    });
+}

@@ -245,6 +245,7 @@ fn a_grpc_refusal_names_the_limit_that_ran_out() {
             .layer(service_fn(ok));
         let call = || {
             let mut request = from("192.0.2.1:1");
+            *request.method_mut() = http::Method::POST;
             request.headers_mut().insert(
                 "content-type",
                 "application/grpc-web+proto".parse().unwrap(),

@@ -7,7 +7,7 @@
 //! same clock are the model: a request passes the layers outer to inner,
 //! and each it reaches spends a unit or refuses it; a layer that exempts
 //! preflights lets a preflight past untouched, and a gRPC call dressed as
-//! one is no preflight.
+//! one is no preflight (gRPC being `POST` only, its refusal is HTTP's `429`).
 //!
 //! The properties, for every request:
 //!
@@ -179,8 +179,10 @@ fn stacked<A: Algorithm>(
         let response = response.unwrap();
         let case = format!("request {i} ({transport:?})");
         let grpc = tonic::Status::from_header_map(response.headers());
+        // gRPC is POST only: a call sent as `OPTIONS` is refused in
+        // HTTP's form.
         let refused = match transport {
-            Transport::Http | Transport::Preflight => {
+            Transport::Http | Transport::Preflight | Transport::GrpcAsPreflight => {
                 response.status() == StatusCode::TOO_MANY_REQUESTS
             }
             _ => grpc

@@ -1,6 +1,6 @@
 //! `Limiter::until_ready` and friends (the `tokio` feature), on tokio's
-//! paused clock: the limiter reads the same clock as tokio's timer, so
-//! sleeps are exact and instant.
+//! paused clock: the limiter reads the same clock as tokio's timer
+//! (`TokioClock`), so sleeps are exact and instant.
 
 #![cfg(not(feature = "loom"))]
 
@@ -8,23 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tollgate::{Clock, ReserveError, TokenBucket};
-
-/// tokio's (paused) clock as the limiter's.
-#[derive(Debug, Clone, Copy)]
-struct TokioClock(Instant);
-
-impl Clock for TokioClock {
-    fn now_nanos(&self) -> u64 {
-        self.0.elapsed().as_nanos() as u64
-    }
-}
+use tollgate::{Clock, FixedWindow, ReserveError, TokenBucket, TokioClock};
 
 fn limiter(per: Duration, capacity: u64) -> tollgate::Limiter<TokenBucket, String, TokioClock> {
     TokenBucket::builder()
         .rate(1, per)
         .capacity(capacity)
-        .clock(TokioClock(Instant::now()))
+        .clock(TokioClock::new())
         .build()
         .unwrap()
 }
@@ -188,4 +178,86 @@ async fn never_is_refused_at_once_not_slept() {
         .expect("refused at once, not slept on");
     assert!(matches!(never, Err(ReserveError::TooLong { wait }) if wait == Duration::MAX));
     assert_eq!(start.elapsed(), Duration::ZERO, "no sleep at all");
+}
+
+/// `TokioClock` reads tokio's paused time to the nanosecond: a token
+/// bucket on it refills exactly as `advance` moves the time, and a fixed
+/// window's windows start at the clock's origin.
+#[tokio::test(start_paused = true)]
+async fn a_tokio_clock_refills_exactly_as_tokio_time_advances() {
+    let clock = TokioClock::new();
+    assert_eq!(clock.now_nanos(), 0);
+    assert_eq!(clock.unix_origin(), Duration::ZERO);
+    let bucket = TokenBucket::builder()
+        .rate(1, SEC)
+        .capacity(3)
+        .clock(clock)
+        .build()
+        .unwrap();
+    let window = FixedWindow::builder()
+        .limit(2)
+        .window(SEC)
+        .clock(clock)
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        assert!(bucket.allow_request("a"));
+    }
+    for _ in 0..2 {
+        assert!(window.allow_request("a"));
+    }
+    assert!(bucket.check("a").is_denied());
+    assert!(window.check("a").is_denied());
+
+    let tick = Duration::from_nanos(1);
+    tokio::time::advance(SEC - tick).await;
+    assert_eq!(clock.now_nanos(), 999_999_999);
+    assert_eq!(bucket.check("a").retry_after(), tick);
+    assert_eq!(window.check("a").retry_after(), tick);
+    tokio::time::advance(tick).await;
+    assert_eq!(clock.now_nanos(), 1_000_000_000);
+    assert!(
+        bucket.allow_request("a"),
+        "one token, refilled at 1 s exactly"
+    );
+    assert!(bucket.check("a").is_denied(), "and only one");
+    assert!(window.allow_request("a"), "a new window at 1 s exactly");
+
+    tokio::time::advance(10 * SEC).await;
+    assert_eq!(clock.now_nanos(), 11_000_000_000);
+    assert_eq!(bucket.peek("a").remaining(), 3, "full again, no fuller");
+}
+
+/// `until_ready` on a `TokioClock` completes once `advance` has moved
+/// tokio's time by exactly the wait, and not a nanosecond before.
+#[tokio::test(start_paused = true)]
+async fn until_ready_on_a_tokio_clock_completes_after_exactly_the_advanced_time() {
+    let limiter = Arc::new(
+        TokenBucket::builder()
+            .rate(1, 4 * SEC)
+            .clock(TokioClock::new())
+            .build()
+            .unwrap(),
+    );
+    let start = Instant::now();
+    assert!(limiter.allow_request("a"));
+    let waiter = {
+        let limiter = Arc::clone(&limiter);
+        tokio::spawn(async move {
+            limiter.until_ready("a").await.unwrap();
+            start.elapsed()
+        })
+    };
+    tokio::task::yield_now().await; // the waiter books, and sleeps
+    assert_eq!(limiter.peek("a").retry_after(), 8 * SEC, "booked");
+    let tick = Duration::from_nanos(1);
+    tokio::time::advance(4 * SEC - tick).await;
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!waiter.is_finished(), "1 ns early");
+    tokio::time::advance(tick).await;
+    // The deadline has passed: the waiter wakes without more time passing.
+    assert_eq!(waiter.await.unwrap(), 4 * SEC);
+    assert_eq!(start.elapsed(), 4 * SEC);
 }

@@ -195,7 +195,11 @@ pub trait WordAlgorithm: Send + Sync + 'static {
 ///
 /// `pub` in this private module, as [`WordAlgorithm`] is, so that public
 /// bounds may name it.
+// The `loom` feature re-exports it (hidden) for the loom models, which
+// makes rustdoc read its links to the private `WordAlgorithm` as public
+// docs linking to a private item; they are never published.
 #[allow(unreachable_pub)]
+#[cfg_attr(feature = "loom", allow(rustdoc::private_intra_doc_links))]
 pub trait Transitions: Send + Sync + 'static {
     /// The packed state: `u64` or `u128`.
     type Word: Wide;
@@ -352,8 +356,10 @@ impl Wide for u128 {
 
 /// What [`WordAlgorithm::reserve`] (or a pair's [`Transitions::reserve`])
 /// makes of a booking.
+// Re-exported (hidden) under `loom`, as `Transitions` is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(unreachable_pub)]
+#[cfg_attr(feature = "loom", allow(rustdoc::private_intra_doc_links))]
 pub enum Reserve<W = u64> {
     /// Charged now by writing `word`; the request conforms from `ready_at`.
     At {

@@ -42,7 +42,7 @@
 //! | `tollgate_clients` | gauge | `limiter` | clients held now ([`len`](crate::Limiter::len)); keyed limiters only |
 //! | `tollgate_clients_max` | gauge | `limiter` | the cap ([`max_clients`](crate::Builder::max_clients)); capped limiters only |
 //! | `tollgate_entries_awaiting_removal` | gauge | `limiter` | clients removed or forgotten whose keys and state their table still holds, until the next rebuild of their shard |
-//! | `tollgate_layer_requests_total` | counter | `limiter`, `transport` (`http`, `grpc`), `outcome` (`admitted`, `limited`, `unavailable`, `rejected`, `skipped`) | every request through the HTTP layer: handed on, refused by the limiter, refused because the check failed, rejected by the key extractor, let through unchecked (`skip_if`, or an extractor's `Skip`) |
+//! | `tollgate_layer_requests_total` | counter | `limiter`, `transport` (`grpc` for a `POST` with a gRPC content type, `http` for any other), `outcome` (`admitted`, `limited`, `unavailable`, `rejected`, `skipped`) | every request through the HTTP layer: handed on, refused by the limiter, refused because the check failed, rejected by the key extractor, let through unchecked (`skip_if`, or an extractor's `Skip`) |
 //! | `tollgate_layer_responses_total` | counter | `limiter`, `transport`, `status` | each response the layer sent itself, by the status it carried: the HTTP status (`429`, `503`, `401`...), or for a gRPC call its `grpc-status` (`8`, `14`...) |
 //!
 //! A Redis limiter (`tollgate::redis::RedisLimiter`) counts its checks and

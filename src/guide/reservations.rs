@@ -115,7 +115,11 @@
 //! `until_ready_n(&key, n).await` book and sleep on tokio's timer until
 //! the request may proceed; `until_ready_jittered(&key, n, max_jitter)`
 //! adds up to `max_jitter` so that clients woken by one refill spread out.
-//! Dropping the future while it sleeps cancels its booking.
+//! Dropping the future while it sleeps cancels its booking. In tests on
+//! tokio's paused time (`#[tokio::test(start_paused = true)]`), build the
+//! limiter with `.clock(TokioClock::new())`: it reads tokio's time, so the
+//! limiter refills as `tokio::time::advance` moves it and `until_ready`
+//! returns after exactly its wait, in no real time.
 //!
 //! # One budget for everyone
 //!

@@ -11,11 +11,11 @@
 
 use core::time::Duration;
 
-use http::header::CONTENT_TYPE;
+use http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use http::request::Parts;
-use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
 
-use super::refusal::{problem, Refusal};
+use super::refusal::{problem, set_challenge, Refusal};
 use super::sf::{base64, base64_decode};
 
 const STATUS: HeaderName = HeaderName::from_static("grpc-status");
@@ -24,6 +24,9 @@ const MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 pub(super) const STATUS_DETAILS: HeaderName = HeaderName::from_static("grpc-status-details-bin");
 /// When a client with a retry policy may try again, in milliseconds.
 pub(super) const RETRY_PUSHBACK: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
+
+/// `Cache-Control` of every refusal in gRPC's form.
+pub(super) const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
 
 /// gRPC status codes the layer answers with.
 mod code {
@@ -36,16 +39,20 @@ mod code {
     pub(super) const UNAUTHENTICATED: u64 = 16;
 }
 
-/// Whether `request` is a gRPC call: its `content-type` is
-/// `application/grpc`, alone or followed by `+`, `-` or `;` (any case).
+/// Whether `request` is a gRPC call: a `POST` (gRPC sends no other
+/// method) whose `content-type` is `application/grpc`, alone or followed
+/// by `+`, `-` or `;` (any case). Any other request is answered in HTTP's
+/// form: a `GET` with a gRPC content type answered `200`, as a gRPC
+/// refusal is, would be a response a cache may store.
 pub(super) fn is_grpc(request: &Parts) -> bool {
     const GRPC: &[u8] = b"application/grpc";
-    request.headers.get(CONTENT_TYPE).is_some_and(|value| {
-        let value = value.as_bytes();
-        value.len() >= GRPC.len()
-            && value[..GRPC.len()].eq_ignore_ascii_case(GRPC)
-            && matches!(value.get(GRPC.len()), None | Some(b'+' | b'-' | b';'))
-    })
+    request.method == Method::POST
+        && request.headers.get(CONTENT_TYPE).is_some_and(|value| {
+            let value = value.as_bytes();
+            value.len() >= GRPC.len()
+                && value[..GRPC.len()].eq_ignore_ascii_case(GRPC)
+                && matches!(value.get(GRPC.len()), None | Some(b'+' | b'-' | b';'))
+        })
 }
 
 /// The gRPC status for an HTTP status the layer would have sent.
@@ -76,6 +83,8 @@ pub(super) fn response(refusal: &Refusal<'_>, request: &Parts, message: &str) ->
         .cloned()
         .unwrap_or(HeaderValue::from_static("application/grpc"));
     headers.insert(CONTENT_TYPE, content_type);
+    // A refusal in a `200`: no cache may keep it for another request.
+    headers.insert(CACHE_CONTROL, NO_STORE);
     headers.insert(STATUS, HeaderValue::from(code));
     headers.insert(MESSAGE, percent_encoded(message));
     let mut status = Message::default();
@@ -124,9 +133,10 @@ pub(super) fn response(refusal: &Refusal<'_>, request: &Parts, message: &str) ->
 impl Refusal<'_> {
     /// The response the layer sends by default for this refusal of
     /// `request`: an `application/problem+json` body with the
-    /// [`status`](Refusal::status); or, for a gRPC call (`content-type:
-    /// application/grpc*`), HTTP `200` with the gRPC status in the headers
-    /// (see [the module docs](super#grpc)). The layer adds the rate-limit
+    /// [`status`](Refusal::status); or, for a gRPC call (a `POST` with
+    /// `content-type: application/grpc*`), HTTP `200` with the gRPC status
+    /// in the headers and `Cache-Control: no-store` (see [the module
+    /// docs](super#grpc)). The layer adds the rate-limit
     /// headers and `Retry-After` to it (as to any response
     /// [`respond_with`](super::RateLimitLayer::respond_with) builds) when the
     /// limiter refused.
@@ -135,7 +145,9 @@ impl Refusal<'_> {
         if is_grpc(request) {
             return response(self, request, &self.detail());
         }
-        problem(self.status(), &self.detail())
+        let mut response = problem(self.status(), &self.detail());
+        set_challenge(self, &mut response);
+        response
     }
 }
 
@@ -426,6 +438,16 @@ mod tests {
             assert!(!is_grpc(&parts(Some(other))), "{other}");
         }
         assert!(!is_grpc(&parts(None)));
+        // gRPC is POST only: another method is answered in HTTP's form.
+        for method in [Method::GET, Method::HEAD, Method::PUT, Method::OPTIONS] {
+            let (request, ()) = http::Request::builder()
+                .method(method.clone())
+                .header(CONTENT_TYPE, "application/grpc")
+                .body(())
+                .unwrap()
+                .into_parts();
+            assert!(!is_grpc(&request), "{method}");
+        }
     }
 
     #[test]

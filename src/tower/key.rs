@@ -5,8 +5,9 @@ use core::fmt;
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use http::header::{AUTHORIZATION, PROXY_AUTHORIZATION};
 use http::request::Parts;
-use http::{HeaderName, StatusCode};
+use http::{HeaderName, HeaderValue, StatusCode};
 
 use super::sf::{base64, base64_decode};
 
@@ -90,6 +91,8 @@ pub enum Extraction<K> {
 pub struct Rejection {
     status: StatusCode,
     detail: Cow<'static, str>,
+    /// The `WWW-Authenticate` challenge of a `401`.
+    challenge: Option<HeaderValue>,
     /// For the operator, never the client: how the server is wired wrong,
     /// where that is why the request is rejected.
     misconfigured: Option<Arc<str>>,
@@ -101,8 +104,42 @@ impl Rejection {
         Self {
             status,
             detail: detail.into(),
+            challenge: None,
             misconfigured: None,
         }
+    }
+
+    /// The same rejection with a `WWW-Authenticate` challenge, which RFC
+    /// 9110 (section 15.5.2) requires of every `401 Unauthorized`: the
+    /// layer sets it on a `401` answer to this rejection (its default
+    /// response, or one built by
+    /// [`respond_with`](super::RateLimitLayer::respond_with) that has
+    /// none), and on no other status. [`HeaderKey`] gives its `401`s one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use http::{HeaderValue, StatusCode};
+    /// use tollgate::tower::{Refusal, Rejection};
+    ///
+    /// let rejection = Rejection::new(StatusCode::UNAUTHORIZED, "sign in first")
+    ///     .with_challenge(HeaderValue::from_static("Bearer realm=\"api\""));
+    /// let (request, ()) = http::Request::get("/").body(()).unwrap().into_parts();
+    /// let response = Refusal::Rejected { rejection: &rejection }.default_response(&request);
+    /// assert_eq!(response.headers()["www-authenticate"], "Bearer realm=\"api\"");
+    /// ```
+    #[must_use]
+    pub fn with_challenge(self, challenge: HeaderValue) -> Self {
+        Self {
+            challenge: Some(challenge),
+            ..self
+        }
+    }
+
+    /// The `WWW-Authenticate` challenge of a `401`, if it has one.
+    #[must_use]
+    pub fn challenge(&self) -> Option<&HeaderValue> {
+        self.challenge.as_ref()
     }
 
     /// A `500 Internal Server Error` for a server wired so that the
@@ -112,6 +149,7 @@ impl Rejection {
         Self {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             detail: Cow::Borrowed("The server could not process this request."),
+            challenge: None,
             misconfigured: Some(advice),
         }
     }
@@ -180,19 +218,30 @@ pub enum LongKey {
 /// (HTTP/2 and HTTP/3 pass them on, so `" k"` and `"k"` are one client),
 /// as a [`String`], the default key type of a limiter. A request without
 /// the header (or with an empty or blank one) gets the configured
-/// [`MissingKey`] outcome: `401 Unauthorized` unless told otherwise. A
+/// [`MissingKey`] outcome: `401 Unauthorized` unless told otherwise, with
+/// a `WWW-Authenticate` [challenge](HeaderKey::challenge). A
 /// value that is not visible ASCII, and a request that carries the header
 /// more than once (which line names the client is ambiguous), are
 /// answered `400 Bad Request` whatever the setting, so that no client can
 /// skip the limit, or choose between two keys, by what it sends.
+///
+/// The `Authorization` and `Proxy-Authorization` headers hold
+/// credentials, `<scheme> <credentials>`, whose scheme RFC 9110 makes
+/// case-insensitive (section 11.1) and which one or more spaces may
+/// follow (11.4): their key is the scheme in lower case, one space, and
+/// the credentials as sent, so that `Basic X`, `basic X` and `BASIC   X`
+/// are one client with one quota (`basic X`), while `Basic x` is another.
+/// (Tabs after the scheme fold too.) A value with no blank in it, a bare
+/// token with no scheme apart, is keyed as sent. gRPC's `authorization`
+/// metadata is this header, and folds the same way.
 ///
 /// A header named with the suffix `-bin` is binary metadata, as gRPC
 /// sends it: base64, padded or not. Its key is the bytes it encodes
 /// (written as padded base64), so `AAE=` and `AAE` are one client, and a
 /// value that is not base64 is answered `400 Bad Request`.
 ///
-/// A key (without the blanks around it; for binary metadata, written
-/// padded) is at most [`max_len`](HeaderKey::max_len) bytes (256 unless
+/// A key (without the blanks around it; for credentials, folded; for
+/// binary metadata, written padded) is at most [`max_len`](HeaderKey::max_len) bytes (256 unless
 /// set), and a longer one is refused ([`LongKey`]: `431 Request Header
 /// Fields Too Large` unless set) before the limiter sees it: the limiter
 /// stores each key it tracks, so the bound on its clients
@@ -224,19 +273,114 @@ pub struct HeaderKey {
     missing: MissingKey,
     max_len: usize,
     too_long: LongKey,
+    challenge: HeaderValue,
 }
 
 impl HeaderKey {
-    /// Keys by the header `name`; a missing header is `401 Unauthorized`,
-    /// a key over 256 bytes `431 Request Header Fields Too Large`.
+    /// Keys by the header `name`; a missing header is `401 Unauthorized`
+    /// (with the [default challenge](HeaderKey::challenge)), a key over
+    /// 256 bytes `431 Request Header Fields Too Large`.
+    ///
+    /// `name` is a [`HeaderName`] (such as `http::header::AUTHORIZATION`)
+    /// or anything that converts into one: a `&str` or `String`, in any
+    /// case (`"X-Api-Key"` is the header `x-api-key`). For a name that
+    /// comes from configuration, [`try_new`](HeaderKey::try_new) returns
+    /// the error instead of panicking.
+    ///
+    /// # Panics
+    ///
+    /// If `name` is not a valid header name (empty, or with a character a
+    /// header name cannot hold, such as a space or a colon); the message
+    /// quotes it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::tower::{Extraction, HeaderKey, KeyExtractor};
+    ///
+    /// let api_key = HeaderKey::new("X-Api-Key");
+    /// let (request, ()) = http::Request::get("/").header("x-api-key", "k-1").body(()).unwrap().into_parts();
+    /// assert_eq!(api_key.extract(&request), Extraction::Key("k-1".to_owned()));
+    /// let bearer = HeaderKey::new(http::header::AUTHORIZATION);
+    /// # let _ = bearer;
+    /// ```
     #[must_use]
-    pub fn new(name: HeaderName) -> Self {
+    #[track_caller]
+    pub fn new<N>(name: N) -> Self
+    where
+        N: TryInto<HeaderName> + Clone + fmt::Debug,
+    {
+        match Self::try_new(name.clone()) {
+            Ok(key) => key,
+            Err(_) => panic!("HeaderKey::new: {name:?} is not a valid header name"),
+        }
+    }
+
+    /// [`new`](HeaderKey::new), answering an invalid header name with the
+    /// conversion's error rather than a panic: for a `&str` or `String`,
+    /// [`http::header::InvalidHeaderName`]; for a [`HeaderName`], none can
+    /// occur.
+    ///
+    /// # Errors
+    ///
+    /// The conversion's error if `name` is not a valid header name (empty,
+    /// or with a character a header name cannot hold).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tollgate::tower::HeaderKey;
+    ///
+    /// assert!(HeaderKey::try_new("x-api-key").is_ok());
+    /// assert!(HeaderKey::try_new("x api key").is_err());
+    /// assert!(HeaderKey::try_new(String::new()).is_err());
+    /// ```
+    pub fn try_new<N: TryInto<HeaderName>>(name: N) -> Result<Self, N::Error> {
+        Ok(Self::named(name.try_into()?))
+    }
+
+    fn named(name: HeaderName) -> Self {
+        let challenge = if name == AUTHORIZATION {
+            HeaderValue::from_static("Bearer")
+        } else {
+            // A header name is a token: a valid quoted string.
+            HeaderValue::try_from(format!("ApiKey header=\"{name}\""))
+                .expect("a header name is a valid header value")
+        };
         Self {
             name,
             missing: MissingKey::Unauthorized,
             max_len: 256,
             too_long: LongKey::HeaderFieldsTooLarge,
+            challenge,
         }
+    }
+
+    /// The `WWW-Authenticate` challenge of the `401 Unauthorized` that
+    /// answers a request without the header (RFC 9110, section 15.5.2,
+    /// requires one on every `401`). By default `Bearer` for the
+    /// `Authorization` header, and for any other header `ApiKey
+    /// header="<name>"` (the header's name, lowercase), a challenge that
+    /// names the header an API key goes in; set your own for another
+    /// scheme, such as `Basic realm="api"`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use http::header::{AUTHORIZATION, PROXY_AUTHORIZATION};
+    /// use http::{HeaderValue, StatusCode};
+    /// use tollgate::tower::{Extraction, HeaderKey, KeyExtractor};
+    ///
+    /// let basic = HeaderKey::new(AUTHORIZATION)
+    ///     .challenge(HeaderValue::from_static("Basic realm=\"api\""));
+    /// let (request, ()) = http::Request::get("/").body(()).unwrap().into_parts();
+    /// let Extraction::Reject(rejection) = basic.extract(&request) else { panic!() };
+    /// assert_eq!(rejection.status(), StatusCode::UNAUTHORIZED);
+    /// assert_eq!(rejection.challenge().unwrap(), "Basic realm=\"api\"");
+    /// ```
+    #[must_use]
+    pub fn challenge(self, challenge: HeaderValue) -> Self {
+        Self { challenge, ..self }
     }
 
     /// What to do with a request that lacks the header.
@@ -291,6 +435,19 @@ impl KeyExtractor for HeaderKey {
         if key.is_empty() {
             return self.missing();
         }
+        if let Some((scheme, credentials)) = self.credentials(key) {
+            // `scheme credentials`, folded: one client however it is
+            // spelled. Measured before it is written.
+            if scheme.len() + 1 + credentials.len() > self.max_len {
+                return self.too_long();
+            }
+            let mut folded = String::with_capacity(scheme.len() + 1 + credentials.len());
+            folded.push_str(scheme);
+            folded.make_ascii_lowercase();
+            folded.push(' ');
+            folded.push_str(credentials);
+            return Extraction::Key(folded);
+        }
         // A binary value's padded form is never shorter than what was
         // sent: too long as sent, too long decoded, and refused before
         // it is decoded.
@@ -319,6 +476,18 @@ impl KeyExtractor for HeaderKey {
 }
 
 impl HeaderKey {
+    /// For `Authorization` and `Proxy-Authorization`, a `key` (trimmed)
+    /// split into its scheme and its credentials, without the blanks
+    /// between them; `None` for any other header, or a value with no
+    /// blank (no scheme apart from its credentials).
+    fn credentials<'k>(&self, key: &'k str) -> Option<(&'k str, &'k str)> {
+        if self.name != AUTHORIZATION && self.name != PROXY_AUTHORIZATION {
+            return None;
+        }
+        let (scheme, credentials) = key.split_once([' ', '\t'])?;
+        Some((scheme, credentials.trim_start_matches([' ', '\t'])))
+    }
+
     /// The refusal of a key longer than `max_len`.
     fn too_long(&self) -> Extraction<String> {
         let status = match self.too_long {
@@ -336,15 +505,13 @@ impl HeaderKey {
 
     /// The outcome for a request without a key.
     fn missing(&self) -> Extraction<String> {
-        let status = match self.missing {
+        let detail = format!("this route needs the {} header", self.name);
+        Extraction::Reject(match self.missing {
             MissingKey::Skip => return Extraction::Skip,
-            MissingKey::Unauthorized => StatusCode::UNAUTHORIZED,
-            MissingKey::BadRequest => StatusCode::BAD_REQUEST,
-        };
-        Extraction::Reject(Rejection::new(
-            status,
-            format!("this route needs a {} header", self.name),
-        ))
+            MissingKey::Unauthorized => Rejection::new(StatusCode::UNAUTHORIZED, detail)
+                .with_challenge(self.challenge.clone()),
+            MissingKey::BadRequest => Rejection::new(StatusCode::BAD_REQUEST, detail),
+        })
     }
 }
 

@@ -70,8 +70,14 @@
 //!   either layer's [`AdmittedHeaders`], and to a gRPC refusal's
 //!   `RetryInfo` and `grpc-retry-pushback-ms` too, whose `QuotaFailure`
 //!   then names the outer layer's exhausted item after the inner one's.
+//!   The legacy `X-RateLimit-*` headers, which name one limit, name the
+//!   one that binds: the fewest requests left, and of those the latest
+//!   reset.
 //! - **CORS preflights** are limited like any request unless exempted
 //!   with [`skip_if`](RateLimitLayer::skip_if)`(`[`is_preflight`]`)`.
+//! - **Servers outside tower** (plain hyper, actix-web, a handler that
+//!   checks a limiter itself) write the same headers for a
+//!   [`Decision`](crate::Decision) with [`RateLimitHeaders`].
 //!
 //! # Examples
 //!
@@ -117,11 +123,15 @@
 //! # gRPC
 //!
 //! A gRPC client expects a gRPC status, not an HTTP `429` with a JSON
-//! body (tonic reads one as a protocol error). For a request whose
+//! body (tonic reads one as a protocol error). For a `POST` whose
 //! `content-type` is `application/grpc` (or `application/grpc+proto`,
 //! `application/grpc-web`, ...), the layer's own answers are what a gRPC
 //! server sends: HTTP `200`, the request's content type, and the status in
-//! the headers with an empty body (a "trailers-only" response):
+//! the headers with an empty body (a "trailers-only" response), with
+//! `Cache-Control: no-store` so that no cache keeps a refusal as if it
+//! were content. gRPC calls are `POST` only: a request with another method
+//! is answered in HTTP's form whatever its content type (a `GET` over its
+//! quota is a `429`, not a cacheable `200`).
 //!
 //! - a refusal by the limiter is `grpc-status: 8` (`RESOURCE_EXHAUSTED`),
 //!   the problem detail as `grpc-message`, and `grpc-status-details-bin`, a
@@ -174,10 +184,19 @@
 //! future that is ready at once, and the layer then calls the inner service
 //! straight away, boxing nothing. A limiter whose state lives elsewhere
 //! (a shared store) implements `AsyncCheck` with a future that completes when
-//! the store answers: the layer keeps the request, and the inner service it
-//! had readied, until then, and answers a failed check
+//! the store answers: the layer keeps the request, and a clone of the inner
+//! service, until then, and answers a failed check
 //! ([`CheckError`]) with `503 Service Unavailable`. Neither the layer's
 //! types nor its constructors change.
+//!
+//! # Decided before the inner service is ready
+//!
+//! The layer's service is always ready (`poll_ready`): it decides on each
+//! request first, and only an admitted request waits for the inner
+//! service to be ready for it, in its response future, as `oneshot` does.
+//! So with a concurrency limit (or any service that holds requests back)
+//! inside the layer, a client over its quota is refused at once rather
+//! than after a slot frees for a request that will never use it.
 
 mod cidr;
 mod forwarded;
@@ -205,8 +224,8 @@ pub use key::{
     Extraction, GlobalKey, HeaderKey, KeyExtractor, KeyFn, LongKey, MissingKey, Rejection,
 };
 pub use refusal::Refusal;
-pub use response::AdmittedHeaders;
 use response::Respond;
+pub use response::{AdmittedHeaders, RateLimitHeaders};
 use service::Shared;
 pub use service::{RateLimitService, ResponseFuture};
 
@@ -318,7 +337,11 @@ where
 
     /// Also writes `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
     /// `X-RateLimit-Reset` (seconds until more quota, as `t`) wherever the
-    /// standard headers go, for clients that know only those.
+    /// standard headers go, for clients that know only those. These name
+    /// one limit: where stacked layers both write them, the response
+    /// keeps the limit that binds, the one with the fewest requests left
+    /// and, of those, the latest reset, so that they agree with
+    /// `Retry-After`.
     #[must_use]
     pub fn legacy_headers(mut self, on: bool) -> Self {
         self.respond().legacy = on;

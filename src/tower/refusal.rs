@@ -5,7 +5,7 @@
 use core::fmt::Write as _;
 use core::time::Duration;
 
-use http::header::CONTENT_TYPE;
+use http::header::{Entry, CONTENT_TYPE, WWW_AUTHENTICATE};
 use http::{HeaderValue, Response, StatusCode};
 
 use super::key::Rejection;
@@ -115,6 +115,20 @@ impl Refusal<'_> {
 }
 
 const PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
+
+/// Sets a rejection's `WWW-Authenticate` challenge on `response` if it is
+/// a `401` without one.
+pub(super) fn set_challenge<R>(refusal: &Refusal<'_>, response: &mut Response<R>) {
+    if let Refusal::Rejected { rejection } = refusal {
+        if let Some(challenge) = rejection.challenge() {
+            if response.status() == StatusCode::UNAUTHORIZED {
+                if let Entry::Vacant(slot) = response.headers_mut().entry(WWW_AUTHENTICATE) {
+                    slot.insert(challenge.clone());
+                }
+            }
+        }
+    }
+}
 
 /// An RFC 9457 `application/problem+json` response.
 pub(super) fn problem<R: From<String>>(status: StatusCode, detail: &str) -> Response<R> {

@@ -2,11 +2,12 @@
 //! `RateLimit-Policy` and `RateLimit` (RFC 9651 structured fields) and
 //! `Retry-After`; and what the layer answers when it refuses a request.
 
+use core::cmp::Reverse;
 use core::fmt;
 use core::time::Duration;
 use std::sync::Arc;
 
-use http::header::{Entry, RETRY_AFTER};
+use http::header::{Entry, CACHE_CONTROL, RETRY_AFTER};
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, Response};
 
@@ -186,7 +187,7 @@ impl Stamp {
     /// already, this layer's list members join its own (one list, inner
     /// layer's first, this layer's items renamed if an inner item has
     /// their name), the legacy headers keep whichever layer has fewer
-    /// requests remaining, and, when this layer's request left no unit
+    /// requests remaining (of two with as many, the later reset), and, when this layer's request left no unit
     /// (`r=0`), an inner refusal's `Retry-After` earlier than this layer's
     /// `t` is put back to it, as are a gRPC refusal's `RetryInfo` and
     /// `grpc-retry-pushback-ms`, and its `QuotaFailure` names this layer's
@@ -286,13 +287,16 @@ impl Headers {
         }
         if let Some(legacy) = legacy {
             let [limit, remaining, reset] = *legacy;
-            let fewer = headers
-                .get(X_REMAINING)
-                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-                .is_none_or(|theirs| {
-                    remaining.to_str().ok().and_then(|r| r.parse::<u64>().ok()) < Some(theirs)
-                });
-            if fewer {
+            // The limit that binds: the fewest requests left, and of
+            // those, the longest wait, as `Retry-After` holds to.
+            let number = |v: &HeaderValue| v.to_str().ok()?.parse::<u64>().ok();
+            let theirs = headers.get(X_REMAINING).and_then(number);
+            let binds = theirs.is_none_or(|theirs| {
+                let ours = (number(&remaining), Reverse(number(&reset)));
+                let their_reset = headers.get(X_RESET).and_then(number);
+                ours < (Some(theirs), Reverse(their_reset))
+            });
+            if binds {
                 headers.insert(X_LIMIT, limit);
                 headers.insert(X_REMAINING, remaining);
                 headers.insert(X_RESET, reset);
@@ -614,6 +618,14 @@ impl Respond {
             None => refusal.default_response(request),
         };
         let mut response = response.map(R::from);
+        super::refusal::set_challenge(&refusal, &mut response);
+        if response.status().is_success() {
+            // A refusal in a `200` (gRPC's form, or one `respond_with`
+            // built): no cache may keep it for another request.
+            if let Entry::Vacant(slot) = response.headers_mut().entry(CACHE_CONTROL) {
+                slot.insert(grpc::NO_STORE);
+            }
+        }
         if let Refusal::Limited {
             decision,
             retry_after,
@@ -627,6 +639,157 @@ impl Respond {
         #[cfg(feature = "metrics")]
         self.requests.responded(request, &response);
         response
+    }
+}
+
+/// The layer's rate-limit headers for a [`Decision`], for servers that
+/// check a limiter themselves rather than through
+/// [`RateLimitLayer`](super::RateLimitLayer) (plain hyper, actix-web, or a
+/// handler that checks by hand): `RateLimit-Policy`, `RateLimit`,
+/// `Retry-After` on a refusal, and with
+/// [`legacy_headers`](RateLimitHeaders::legacy_headers) the
+/// `X-RateLimit-*` headers, written exactly as a layer with the same
+/// settings writes them (the same rounding up of `w`, `t` and
+/// `Retry-After`, the same caps, the same two items for a pair of limits,
+/// the same joining of headers already in the map).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use http::HeaderMap;
+/// use tollgate::tower::RateLimitHeaders;
+/// use tollgate::TokenBucket;
+///
+/// let limiter = TokenBucket::builder().rate(2, Duration::from_secs(60)).build()?;
+/// let headers = RateLimitHeaders::new().policy_name("api")?.legacy_headers(true);
+///
+/// // In a handler: check, then answer with the headers.
+/// let decision = limiter.check("alice");
+/// let mut response = HeaderMap::new();
+/// headers.write(&decision, &mut response);
+/// assert_eq!(response["ratelimit-policy"], "\"api\";q=2;w=60");
+/// assert_eq!(response["ratelimit"], "\"api\";r=1;t=30");
+/// assert_eq!(response["x-ratelimit-remaining"], "1");
+///
+/// let _ = limiter.check("alice");
+/// let refused = limiter.check("alice");
+/// assert!(refused.is_denied()); // answer 429 Too Many Requests, with:
+/// let mut response = HeaderMap::new();
+/// headers.write(&refused, &mut response);
+/// assert_eq!(response["retry-after"], "30");
+/// assert_eq!(response["ratelimit"], "\"api\";r=0;t=30");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct RateLimitHeaders {
+    respond: Respond,
+}
+
+impl RateLimitHeaders {
+    /// The layer's defaults: policy `"default"`, headers on every
+    /// admitted decision, no legacy headers.
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            // The quota only saves rendering a policy that matches it;
+            // what is written is the decision's.
+            respond: Respond::new(Quota::new(1, Duration::from_secs(1))),
+        }
+    }
+
+    /// Names the policy in the headers (`"default"` unless set), as
+    /// [`RateLimitLayer::policy_name`](super::RateLimitLayer::policy_name).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming `policy_name` if `name` holds a character
+    /// that is not printable ASCII, which a structured field cannot carry.
+    pub fn policy_name(mut self, name: &str) -> Result<Self, ConfigError> {
+        self.respond.set_name(name)?;
+        Ok(self)
+    }
+
+    /// Also writes `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
+    /// `X-RateLimit-Reset`, as
+    /// [`RateLimitLayer::legacy_headers`](super::RateLimitLayer::legacy_headers).
+    #[must_use]
+    pub fn legacy_headers(mut self, on: bool) -> Self {
+        self.respond.legacy = on;
+        self
+    }
+
+    /// When an admitted decision gets the headers, as
+    /// [`RateLimitLayer::admitted_headers`](super::RateLimitLayer::admitted_headers):
+    /// always unless set. A refusal always does, and an admission that
+    /// spent nothing never does.
+    #[must_use]
+    pub fn admitted_headers(mut self, when: AdmittedHeaders) -> Self {
+        self.respond.admitted = when;
+        self
+    }
+
+    /// Writes the headers for `decision` into `headers`: on a refusal
+    /// ([`Decision::is_denied`]) the rate-limit headers and `Retry-After`
+    /// (whole seconds, rounded up, at least 1, never before `t`); on an
+    /// admission the rate-limit headers if
+    /// [`admitted_headers`](RateLimitHeaders::admitted_headers) says so.
+    /// `RateLimit-Policy` and `RateLimit` already in `headers` (another
+    /// limit's) are joined, as stacked layers join theirs.
+    pub fn write(&self, decision: &Decision, headers: &mut HeaderMap) {
+        self.write_with(decision, None, headers);
+    }
+
+    /// [`write`](RateLimitHeaders::write), with the `pk` parameter: the
+    /// partition key `key` as a structured-field byte sequence, as
+    /// [`RateLimitLayer::partition_key`](super::RateLimitLayer::partition_key)
+    /// writes it. The client sees it: pass something it may see.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use http::HeaderMap;
+    /// use tollgate::tower::RateLimitHeaders;
+    /// use tollgate::FixedWindow;
+    ///
+    /// let limiter = FixedWindow::builder().limit(5).window(Duration::from_secs(60)).build()?;
+    /// let mut headers = HeaderMap::new();
+    /// RateLimitHeaders::new().write_partitioned(&limiter.check("acct-7"), b"acct-7", &mut headers);
+    /// assert_eq!(headers["ratelimit-policy"], "\"default\";q=5;w=60;pk=:YWNjdC03:");
+    /// # Ok::<(), tollgate::ConfigError>(())
+    /// ```
+    pub fn write_partitioned(&self, decision: &Decision, key: &[u8], headers: &mut HeaderMap) {
+        self.write_with(decision, Some(&super::sf::sf_bytes(key)), headers);
+    }
+
+    fn write_with(&self, decision: &Decision, pk: Option<&str>, headers: &mut HeaderMap) {
+        let respond = &self.respond;
+        if decision.is_denied() {
+            let _ = respond.headers(decision, pk).apply(headers);
+            headers.insert(
+                RETRY_AFTER,
+                HeaderValue::from(respond.retry_after(decision)),
+            );
+        } else if respond.stamps_admitted(decision) {
+            let _ = respond.headers(decision, pk).apply(headers);
+        }
+    }
+}
+
+impl Default for RateLimitHeaders {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for RateLimitHeaders {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitHeaders")
+            .field("policy", &self.respond.plain_name())
+            .field("admitted_headers", &self.respond.admitted)
+            .field("legacy_headers", &self.respond.legacy)
+            .finish()
     }
 }
 

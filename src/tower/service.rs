@@ -123,9 +123,15 @@ where
     type Error = S::Error;
     type Future = ResponseFuture<S, B>;
 
+    /// Always ready: the layer decides on a request before the inner
+    /// service is ready for it, so that a refusal is answered at once
+    /// even while the inner service holds requests back (a concurrency
+    /// limit, say). An admitted request waits in its response future
+    /// until the inner service is ready for it, as
+    /// tower's `ServiceExt::oneshot` does.
     #[inline]
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
@@ -134,20 +140,14 @@ where
         if shared.skip.as_ref().is_some_and(|skip| skip(&parts)) {
             #[cfg(feature = "metrics")]
             shared.respond.requests.count(&parts, Outcome::Skipped);
-            return ResponseFuture::calling(
-                self.inner.call(Request::from_parts(parts, body)),
-                None,
-            );
+            return forward(&mut self.inner, Request::from_parts(parts, body), None);
         }
         let key = match shared.extractor.extract(&parts) {
             Extraction::Key(key) => key,
             Extraction::Skip => {
                 #[cfg(feature = "metrics")]
                 shared.respond.requests.count(&parts, Outcome::Skipped);
-                return ResponseFuture::calling(
-                    self.inner.call(Request::from_parts(parts, body)),
-                    None,
-                );
+                return forward(&mut self.inner, Request::from_parts(parts, body), None);
             }
             Extraction::Reject(rejection) => {
                 #[cfg(feature = "metrics")]
@@ -173,22 +173,17 @@ where
         let mut noop = Context::from_waker(Waker::noop());
         match &Pin::new(&mut check).poll(&mut noop) {
             Poll::Ready(result) => match judge(result, &mut parts, &shared.respond, pk) {
-                Ok(stamp) => ResponseFuture::calling(
-                    self.inner.call(Request::from_parts(parts, body)),
-                    stamp,
-                ),
+                Ok(stamp) => forward(&mut self.inner, Request::from_parts(parts, body), stamp),
                 Err(refused) => ResponseFuture::ready(refused),
             },
             Poll::Pending => {
-                // The readied inner service goes with the request; this
-                // service keeps a clone, which it readies on its next call.
-                let clone = self.inner.clone();
-                let readied = mem::replace(&mut self.inner, clone);
+                // A clone of the inner service goes with the request, to
+                // be readied once the check admits it.
                 ResponseFuture {
                     state: State::Checking {
                         waiting: Some(Box::new(Waiting {
                             check: Box::new(check),
-                            inner: readied,
+                            inner: self.inner.clone(),
                             parts,
                             body,
                             respond: Arc::clone(&shared.respond),
@@ -201,10 +196,34 @@ where
     }
 }
 
+/// Calls `inner` with `request` if it is ready for it now; otherwise
+/// the response future readies it first, and `inner` is left a clone for
+/// the next request (the one it was readying goes with this request).
+#[inline]
+fn forward<S, B>(inner: &mut S, request: Request<B>, stamp: Option<Stamp>) -> ResponseFuture<S, B>
+where
+    S: Service<Request<B>> + Clone,
+{
+    // A service ready at once (most are) is called at once. The no-op
+    // waker is never woken: a service not ready yet is polled again, with
+    // the task's waker, by the response future.
+    let mut noop = Context::from_waker(Waker::noop());
+    match inner.poll_ready(&mut noop) {
+        Poll::Ready(Ok(())) => ResponseFuture::calling(inner.call(request), stamp),
+        Poll::Ready(Err(error)) => ResponseFuture {
+            state: State::Failed { error: Some(error) },
+        },
+        Poll::Pending => {
+            let clone = inner.clone();
+            ResponseFuture::readying(mem::replace(inner, clone), request, stamp)
+        }
+    }
+}
+
 type CheckFuture = Box<dyn Future<Output = Result<Decision, CheckError>> + Send + Unpin>;
 
-/// A request whose check is still pending, with the inner service readied
-/// for it.
+/// A request whose check is still pending, with a clone of the inner
+/// service for it.
 struct Waiting<S, B> {
     check: CheckFuture,
     inner: S,
@@ -281,15 +300,36 @@ pin_project! {
         S: Service<Request<B>>,
     {
         Checking { waiting: Option<Box<Waiting<S, B>>> },
+        Readying { readying: Option<Box<Readying<S, B>>> },
         Calling { #[pin] future: S::Future, stamp: Option<Stamp> },
         Ready { response: Option<S::Response> },
+        Failed { error: Option<S::Error> },
     }
+}
+
+/// An admitted request waiting for the inner service to be ready for it.
+struct Readying<S, B> {
+    inner: S,
+    request: Request<B>,
+    stamp: Option<Stamp>,
 }
 
 impl<S: Service<Request<B>>, B> ResponseFuture<S, B> {
     fn calling(future: S::Future, stamp: Option<Stamp>) -> Self {
         Self {
             state: State::Calling { future, stamp },
+        }
+    }
+
+    fn readying(inner: S, request: Request<B>, stamp: Option<Stamp>) -> Self {
+        Self {
+            state: State::Readying {
+                readying: Some(Box::new(Readying {
+                    inner,
+                    request,
+                    stamp,
+                })),
+            },
         }
     }
 
@@ -306,8 +346,10 @@ impl<S: Service<Request<B>>, B> fmt::Debug for ResponseFuture<S, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match self.state {
             State::Checking { .. } => "checking",
+            State::Readying { .. } => "readying",
             State::Calling { .. } => "calling",
             State::Ready { .. } => "ready",
+            State::Failed { .. } => "failed",
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)
@@ -330,7 +372,7 @@ where
     let pending = waiting.as_mut().expect("polled after completion");
     let result = ready!(Pin::new(&mut pending.check).poll(cx));
     let Waiting {
-        mut inner,
+        inner,
         mut parts,
         body,
         respond,
@@ -338,9 +380,33 @@ where
         ..
     } = *waiting.take().expect("checked above");
     Poll::Ready(match judge(&result, &mut parts, &respond, pk) {
-        Ok(stamp) => ResponseFuture::calling(inner.call(Request::from_parts(parts, body)), stamp),
+        Ok(stamp) => ResponseFuture::readying(inner, Request::from_parts(parts, body), stamp),
         Err(refused) => ResponseFuture::ready(refused),
     })
+}
+
+/// The inner service readied for an admitted request, then called: the
+/// call's future, or the error readying it failed with. Out of line, as
+/// [`checked`] is.
+#[inline(never)]
+fn readied<S, B>(
+    readying: &mut Option<Box<Readying<S, B>>>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<ResponseFuture<S, B>, S::Error>>
+where
+    S: Service<Request<B>>,
+{
+    let pending = readying.as_mut().expect("polled after completion");
+    if let Err(error) = ready!(pending.inner.poll_ready(cx)) {
+        *readying = None;
+        return Poll::Ready(Err(error));
+    }
+    let Readying {
+        mut inner,
+        request,
+        stamp,
+    } = *readying.take().expect("readied above");
+    Poll::Ready(Ok(ResponseFuture::calling(inner.call(request), stamp)))
 }
 
 impl<S, B, R> Future for ResponseFuture<S, B>
@@ -358,6 +424,10 @@ where
                     let next = ready!(checked(waiting, cx));
                     state.set(next.state);
                 }
+                StateProj::Readying { readying } => {
+                    let next = ready!(readied(readying, cx))?;
+                    state.set(next.state);
+                }
                 StateProj::Calling { future, stamp } => {
                     // The response is stamped where the inner future left
                     // it, in the output, rather than moved out and back.
@@ -371,6 +441,9 @@ where
                 }
                 StateProj::Ready { response } => {
                     return Poll::Ready(Ok(response.take().expect("polled after completion")))
+                }
+                StateProj::Failed { error } => {
+                    return Poll::Ready(Err(error.take().expect("polled after completion")))
                 }
             }
         }
