@@ -145,9 +145,29 @@ pub(crate) fn check_at<A: Algorithm + Copy>(
     reading: u64,
     stale: bool,
 ) -> bool {
-    // A word algorithm's new client comes in born, its first decision
-    // made before anyone can see it, as without a cap; a log's unborn,
-    // fresh from its reading.
+    let arrival = Arrival {
+        stale,
+        ..Arrival::at(algorithm, room, reading, false)
+    };
+    check_or_insert(
+        index,
+        KEY,
+        reading,
+        |cell: &A::Cell, now| algorithm.try_admit(cell, now, 1),
+        &arrival,
+    )
+}
+
+/// As [`check_at`], with a word algorithm's new client brought in born,
+/// its first decision made before anyone can see it, as a limiter with no
+/// cap brings it in (a log's comes in unborn, fresh from its reading).
+fn check_born_at<A: Algorithm + Copy>(
+    algorithm: A,
+    index: &StandIn<A::Cell>,
+    room: &Room,
+    reading: u64,
+    stale: bool,
+) -> bool {
     let arrival = Arrival {
         stale,
         born: !A::BORN_AT_READING,
@@ -193,13 +213,13 @@ where
         let room = Arc::new(Room::new(None));
         let x = {
             let (index, room) = (Arc::clone(&index), Arc::clone(&room));
-            thread::spawn(move || check_at(algorithm, &index, &room, 5, stale))
+            thread::spawn(move || check_born_at(algorithm, &index, &room, 5, stale))
         };
         room.evicting(10);
         let _ = tollgate::__loom::evict(&algorithm, &*index, KEY, 10, &|t| room.evicting(t));
-        let y = check_at(algorithm, &index, &room, 10, stale);
+        let y = check_born_at(algorithm, &index, &room, 10, stale);
         let x = x.join().unwrap();
-        let z = check_at(algorithm, &index, &room, 15, stale);
+        let z = check_born_at(algorithm, &index, &room, 15, stale);
         let admitted = u64::from(x) + u64::from(y) + u64::from(z);
         let name = &label;
         assert!(

@@ -112,16 +112,11 @@ fn race(name: &str, known: bool, twin: bool) -> (usize, u64, u64) {
         let map = index.snapshot();
         let kept = &map[KEY];
         assert!(!kept.is_dead(), "{name}: the map kept a dead cell");
-        // Decided under the new quota: one token of 2 spent at 20 ns a
-        // token, 20 ns to wait for 2. Or under the old one, then carried by
-        // the move rule (to a slower rate: empty when it was, 10 ns before
-        // NOW by the old refill, then the new one's): 30 ns. Anything else
-        // mixes the two quotas.
         let wait = tiered.peek(kept, NOW, 2).retry_after();
-        let carried = [30, 30];
-        assert!(
-            wait == Duration::from_nanos(20) || carried.map(Duration::from_nanos).contains(&wait),
-            "{name}: decided under the wrong quota: the admission left {wait:?} of debt for 2 tokens, not 20 ns (or 30 ns, carried)"
+        assert_eq!(
+            wait,
+            Duration::from_nanos(20),
+            "{name}: decided under the wrong quota: the admission left {wait:?} of debt for 2 tokens, not 20 ns"
         );
         u64::from(admitted)
     })

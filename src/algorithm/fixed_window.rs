@@ -217,7 +217,7 @@ impl WordAlgorithm for FixedWindow {
     /// new limit cannot hold closes that window too, and counts in the
     /// next). A reading before the recorded window is judged at
     /// that window's start, as every check judges it. A state with
-    /// nothing counted since before the new window began is a fresh
+    /// nothing counted since the new window began is a fresh
     /// client there, as a client forgotten then would come back.
     fn convert(&self, word: u64, now: u64, to: &Self) -> u64 {
         if self == to || word == FRESH {
@@ -239,8 +239,8 @@ impl WordAlgorithm for FixedWindow {
         } else {
             self.idle_at(word)
         };
-        if busy_until < to.windows.start(here) {
-            // Nothing counted since before the new window began: a fresh
+        if busy_until <= to.windows.start(here) {
+            // Nothing counted since the new window began: a fresh
             // client there.
             return to.fresh_at(now);
         }

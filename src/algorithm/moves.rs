@@ -82,18 +82,21 @@ fn a_bucket_moved_to_a_faster_rate_keeps_the_tokens_it_holds_capped() {
 }
 
 #[test]
-fn a_bucket_moved_to_a_slower_rate_is_empty_when_it_was_then_refills_at_the_new_rate() {
+fn a_bucket_moved_to_a_slower_rate_keeps_the_tokens_it_holds() {
     let (from, to) = (bucket(10, SEC, 10), bucket(1, SEC, 100));
     let now = 50 * SEC;
-    // 4 spent of 10 at 50 s: empty 0.6 s before, by the old refill.
+    // 4 spent of 10 at 50 s: 6 held, refilling at the new rate.
     let mut word = FRESH;
     for _ in 0..4 {
         word = from.admit(word, now, 1).unwrap();
     }
     let moved = from.convert(word, now, &to);
-    assert_eq!(to.remaining(moved, now), 0);
-    assert_eq!(to.retry_after(moved, now, 1), 400_000_000);
-    assert_eq!(to.remaining(moved, now + 10 * SEC), 10);
+    assert_eq!(to.remaining(moved, now), 6);
+    assert_eq!(to.remaining(moved, now + 10 * SEC), 16);
+    // A full one moved to one an hour, capacity 1: full, fresh from now.
+    let hourly = bucket(1, 3_600 * SEC, 1);
+    let full = from.convert(FRESH + 1, now, &hourly);
+    assert_eq!(hourly.remaining(full, now), 1);
 }
 
 #[test]

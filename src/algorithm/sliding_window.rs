@@ -275,7 +275,7 @@ impl WordAlgorithm for SlidingWindowCounter {
     /// before it; what it had used then weighs on it as the new windows
     /// slide past. A reading before the recorded window is judged at that
     /// window's start, as every check judges it. A state whose counts
-    /// weigh nothing since before the new window began is a fresh client
+    /// weigh nothing since the new window began is a fresh client
     /// there, as a client forgotten then would come back.
     fn convert(&self, word: u64, now: u64, to: &Self) -> u64 {
         if self == to || word == FRESH {
@@ -296,8 +296,8 @@ impl WordAlgorithm for SlidingWindowCounter {
         } else {
             self.idle_at(word)
         };
-        if busy_until < to.windows.start(here) {
-            // Nothing counted since before the new window began, nor in
+        if busy_until <= to.windows.start(here) {
+            // Nothing counted since the new window began, nor in
             // the window before that: a fresh client there.
             return to.fresh_at(now);
         }

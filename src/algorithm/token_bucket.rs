@@ -192,18 +192,22 @@ impl WordAlgorithm for TokenBucket {
 
     /// A move never adds to what the client may take, at `now` or at any
     /// reading before it, and what it may take grows at the new rate up to
-    /// the new capacity. To a rate as fast or slower, the bucket is empty
-    /// at the same instant as before (`TAT − capacity · interval`; later,
-    /// for a booking ahead), then refills at the new rate: a downgraded
-    /// client waits at most one new interval for its next token, past
-    /// what it had booked. To a faster rate, it keeps the tokens it holds
-    /// (at most the new capacity; rounded down to whole nanoseconds of the
-    /// new refill) and, if it was full, what the new rate has refilled
-    /// since toward a larger capacity. Either way a client full for a whole new refill moves as a
-    /// fresh client would.
+    /// the new capacity (Bucket4j's "as is"). The tokens the client holds
+    /// are kept, at most the new capacity (rounded down to whole
+    /// nanoseconds of the new refill). A full bucket holds the old
+    /// capacity and what the new rate has refilled since it was full
+    /// toward a larger one (so a client full for a whole new refill moves
+    /// as a fresh client); at a reading before `now` (the clock back from
+    /// a reading ahead) it is no fuller than a bucket empty when the old
+    /// one was, refilling at the new rate. A bucket in debt at `now` (a booking ahead, or a reading
+    /// behind the state's) stays empty until the same instant, then
+    /// refills at the new rate. A client that never made a request stays
+    /// one.
     ///
     /// So over any span a client admits at most the largest capacity
-    /// involved plus the span times the fastest rate involved.
+    /// involved plus the span times the fastest rate involved, and one
+    /// moved to a slower quota with any of a token in hand waits at most
+    /// one new interval for its next.
     fn convert(&self, tat: u64, now: u64, to: &Self) -> u64 {
         if self == to || tat == FRESH {
             // The same quota (a pair's other limit changed): as it is. A
@@ -216,20 +220,22 @@ impl WordAlgorithm for TokenBucket {
         // instant plus at most the horizon), well within 128 bits.
         let (tat, now) = (u128::from(tat), u128::from(now));
         let (horizon, to_horizon) = (u128::from(self.horizon()), u128::from(to.horizon()));
-        // TAT of a bucket empty at the old one's empty instant, refilling
-        // at the new rate.
-        let timed = (tat + to_horizon).saturating_sub(horizon);
-        let word = if to.interval >= self.interval || now + horizon < tat {
-            // As fast or slower, or in debt: empty until the same instant.
-            timed
-        } else if tat <= now {
-            // Faster, and full since `tat`: the old capacity's tokens, and
-            // the new rate's refill since (full since the same instant, or
-            // since the new rate filled what the new capacity adds).
-            tat + u128::from(to.capacity.saturating_sub(self.capacity) * to.interval)
+        let word = if tat <= now {
+            // Full since `tat`: the old capacity, and the new rate's refill
+            // since toward a larger one. And, at readings before `now`, no
+            // fuller than a bucket empty when the old one was, refilling at
+            // the new rate (a reading behind `now`, the clock back from one
+            // ahead, finds it no fuller than the old one), though full at
+            // `now` when the old one is.
+            let more = u128::from(to.capacity.saturating_sub(self.capacity) * to.interval);
+            let timed = (tat + to_horizon).saturating_sub(horizon).min(now);
+            (tat + more).max(timed).min(now + to_horizon)
+        } else if now + horizon < tat {
+            // In debt: empty until the same instant, then the new refill.
+            tat - horizon + to_horizon
         } else {
-            // Faster, and partly spent: the tokens held, in nanoseconds of
-            // the new refill, rounded down (so below the old capacity's).
+            // Partly spent: the tokens held, in nanoseconds of the new
+            // refill, rounded down, at most the new bucket.
             let held = (now + horizon - tat) * u128::from(to.interval) / u128::from(self.interval);
             now + to_horizon - held.min(to_horizon)
         };

@@ -58,7 +58,7 @@ where
     ///   requests the client's estimate leaves, at most the new limit, are
     ///   what is left in the new window that is running (what it used
     ///   weighs on it as the new windows slide past). A client whose counts
-    ///   weigh nothing since before the new window began is fresh there.
+    ///   weigh nothing since the new window began is fresh there.
     /// - Two limits held together ([`Both`](crate::Both)): each limit's
     ///   state by its own rule above, a limit whose settings did not change
     ///   as it was.

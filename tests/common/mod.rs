@@ -128,13 +128,14 @@ impl Model for BucketModel {
 
 impl BucketModel {
     /// This client's state carried over to the quota of `to` (a fresh
-    /// model) at `now`, by the move rule (`Limiter::set_quota`). To a rate
-    /// as fast or slower: empty at the instant it was (or will be) empty,
-    /// refilling at the new rate. To a faster rate: the tokens it holds
-    /// (rounded down to whole nanoseconds of the new refill) or, if it was
-    /// full, full since the same instant, later by the time the new rate
-    /// takes to fill what a larger capacity adds. Never more than the new
-    /// capacity. Token intervals must be whole nanoseconds.
+    /// model) at `now`, by the move rule (`Limiter::set_quota`, "as is"):
+    /// the tokens it holds are kept (rounded down to whole nanoseconds of
+    /// the new refill), at most the new capacity; a full bucket holds the
+    /// old capacity and the new rate's refill since it was full toward a
+    /// larger one, and no more than a bucket empty when it was, refilling
+    /// at the new rate, would hold before `now`; a bucket in debt
+    /// stays empty until the same instant. A client that never made a
+    /// request stays one. Token intervals must be whole nanoseconds.
     pub fn convert(&self, now: u64, to: &Self) -> Self {
         let rate = self.tokens_per_period as i128;
         let cap = i128::from(self.capacity) * self.per as i128;
@@ -152,10 +153,13 @@ impl BucketModel {
         let empty_at = full_at - i128::from(self.capacity) * interval;
         let to_fill = i128::from(to.capacity) * to_interval;
         // When the new bucket is full.
-        let to_full_at = if to_interval >= interval || now < empty_at {
+        let to_full_at = if now >= full_at {
+            let more = (i128::from(to.capacity) - i128::from(self.capacity)).max(0) * to_interval;
+            (full_at + more)
+                .max((empty_at + to_fill).min(now))
+                .min(now + to_fill)
+        } else if now < empty_at {
             empty_at + to_fill
-        } else if now >= full_at {
-            full_at + (i128::from(to.capacity) - i128::from(self.capacity)).max(0) * to_interval
         } else {
             let held = (now - empty_at) * to_interval / interval;
             now + to_fill - held.min(to_fill)
@@ -176,7 +180,7 @@ impl BucketModel {
 
 impl FixedModel {
     /// Carried over to `to`'s quota at `now`, by the move rule: a client
-    /// that counted nothing since before the new window running at `now`
+    /// that counted nothing since the new window began running at `now`
     /// began is fresh there; otherwise what it has left in the window
     /// running at `now` (at most the new limit) is what it has left in the
     /// new quota's window running at `now`.
@@ -189,7 +193,7 @@ impl FixedModel {
         // A state with nothing counted was left so by a move: it may hold
         // requests of its window.
         let idle_at = (self.index + 1) * self.window;
-        if idle_at < here * to.window {
+        if idle_at <= here * to.window {
             // Fresh there: as the crate writes it, the window before full
             // (so that a later move sees it used until this window began).
             return match here {
@@ -225,7 +229,7 @@ impl FixedModel {
 
 impl SlidingModel {
     /// Carried over to `to`'s quota at `now`, by the move rule: a client
-    /// whose counts weigh nothing since before the new window running at
+    /// whose counts weigh nothing since the new window began running at
     /// `now` began is fresh there; otherwise the whole requests the
     /// estimate `curr + prev·(W−e)/W` leaves (at most the new limit) are
     /// what it has left in the new quota's window running at `now`, with
@@ -243,7 +247,7 @@ impl SlidingModel {
         } else {
             self.start + self.window
         };
-        if idle_at < here {
+        if idle_at <= here {
             // Fresh there: as the crate writes it, a full window before.
             return match here {
                 0 => to.clone(),

@@ -488,9 +488,10 @@ impl Limit {
     /// `to` (a quota change or a move between tiers).
     pub fn convert(&self, word: &Word, t: u64, to: &Limit) -> Word {
         let t = clamp(t);
-        if self.is_idle(word, t) {
-            // Idle: a fresh state from `t` on under the new quota.
-            return to.fresh_from(t);
+        // The same settings (a pair's other limit changed), or a client
+        // that never made a request (or was reset): as it is.
+        if self == to || *word == self.fresh() {
+            return word.clone();
         }
         match (*self, word, *to) {
             (
@@ -502,6 +503,21 @@ impl Limit {
                 },
             ) => {
                 let full = u128::from(to_capacity) * u128::from(to_interval);
+                if tat <= t {
+                    // Full since `tat`: the old capacity, and the new
+                    // rate's refill since toward a larger one; before `t`,
+                    // no fuller than a bucket empty when the old one was,
+                    // refilling at the new rate.
+                    let more =
+                        u128::from(to_capacity.saturating_sub(capacity)) * u128::from(to_interval);
+                    let timed = (u128::from(tat) + full)
+                        .saturating_sub(u128::from(capacity) * u128::from(interval))
+                        .min(u128::from(t));
+                    let tat = (u128::from(tat) + more)
+                        .max(timed)
+                        .min(u128::from(t) + full);
+                    return Word::Tat((tat as u64).max(1));
+                }
                 // The instant the bucket was (or will be) empty.
                 let empty = i128::from(tat) - i128::from(capacity) * i128::from(interval);
                 if i128::from(t) < empty {
@@ -512,7 +528,7 @@ impl Limit {
                 // capped at the new capacity: never more.
                 let held =
                     (t as i128 - empty) as u128 * u128::from(to_interval) / u128::from(interval);
-                Word::Tat((u128::from(t) + full - held.min(full)) as u64)
+                Word::Tat(((u128::from(t) + full - held.min(full)) as u64).max(1))
             }
             (
                 Self::Fixed {
@@ -530,11 +546,33 @@ impl Limit {
                 let (i, c) = self.fixed_at(word, t);
                 let t_eff = t.max(start(width, phase, i));
                 let j = index_of(to_width, to_phase, t_eff);
+                // Until when the state may hold requests: its idle instant,
+                // or, for an empty count (left so by a move), its window's
+                // end. Nothing since the new window began: fresh.
+                let &Word::Fixed {
+                    index: recorded,
+                    count: raw,
+                } = word
+                else {
+                    panic!("{self:?} holds no {word:?}");
+                };
+                let busy_until = if raw == 0 {
+                    start(width, phase, recorded + 1)
+                } else {
+                    self.idle_at(word)
+                };
+                if busy_until <= start(to_width, to_phase, j) {
+                    return to.fresh_from(t);
+                }
                 if c <= limit {
-                    return Word::Fixed {
-                        index: j,
-                        count: to_limit - to_limit.min(limit - c),
+                    let left = to_limit.min(limit - c);
+                    // In the first window, held full rather than fresh.
+                    let count = if j == 0 && left == to_limit {
+                        to_limit
+                    } else {
+                        to_limit - left
                     };
+                    return Word::Fixed { index: j, count };
                 }
                 // Closed, with `c − limit` booked in window i + 1.
                 let booked = c - limit;
@@ -544,10 +582,17 @@ impl Limit {
                         index: j,
                         count: to_limit,
                     }
-                } else {
+                } else if booked <= to_limit {
                     Word::Fixed {
                         index: m - 1,
-                        count: to_limit + booked.min(to_limit),
+                        count: to_limit + booked,
+                    }
+                } else {
+                    // More than the new limit holds: their window closed
+                    // too, the rest counted in the next.
+                    Word::Fixed {
+                        index: m,
+                        count: to_limit + (booked - to_limit).min(to_limit),
                     }
                 }
             }
@@ -561,15 +606,42 @@ impl Limit {
                 },
             ) => {
                 let s = self.sliding_at(word, t);
+                let t_eff = instant(width, self.phase(), s.index, s.offset);
+                let j = index_of(to_width, to_phase, t_eff);
+                // Until when the state may weigh: its idle instant, or, for
+                // empty counts (left so by a move), the end of the window
+                // after its own. Nothing since the new window began
+                // began: fresh.
+                let &Word::Sliding {
+                    index: recorded,
+                    curr: raw_curr,
+                    prev: raw_prev,
+                } = word
+                else {
+                    panic!("{self:?} holds no {word:?}");
+                };
+                let busy_until = if raw_curr == 0 && raw_prev == 0 {
+                    start(width, self.phase(), recorded + 2)
+                } else {
+                    self.idle_at(word)
+                };
+                if busy_until <= start(to_width, to_phase, j) {
+                    return to.fresh_from(t);
+                }
                 let w = i128::from(width);
                 let room = i128::from(limit) * w
                     - i128::from(s.curr) * w
                     - i128::from(s.prev) * (w - i128::from(s.offset));
-                let left = room.div_euclid(w).clamp(0, i128::from(limit)) as u64;
-                let t_eff = instant(width, self.phase(), s.index, s.offset);
+                let left = to_limit.min(room.div_euclid(w).clamp(0, i128::from(limit)) as u64);
+                // In the first window, held full rather than fresh.
+                let curr = if j == 0 && left == to_limit {
+                    to_limit
+                } else {
+                    to_limit - left
+                };
                 Word::Sliding {
-                    index: index_of(to_width, to_phase, t_eff),
-                    curr: to_limit - to_limit.min(left),
+                    index: j,
+                    curr,
                     prev: 0,
                 }
             }
