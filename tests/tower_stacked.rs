@@ -1,13 +1,16 @@
 //! Stacked layers, drawn at random: three `RateLimitLayer`s of random
-//! quotas, each with its own header setting and each exempting CORS
-//! preflights (`skip_if(is_preflight)`) or not, in front of one service, on
-//! plain HTTP, gRPC and gRPC-Web requests, browsers' preflights, and gRPC
-//! calls sent as `OPTIONS` with a preflight's headers, at random clock
-//! readings. Beside them, three plain limiters of the same quotas on the
-//! same clock are the model: a request passes the layers outer to inner,
-//! and each it reaches spends a unit or refuses it; a layer that exempts
-//! preflights lets a preflight past untouched, and a gRPC call dressed as
-//! one is no preflight (gRPC being `POST` only, its refusal is HTTP's `429`).
+//! quotas, each with its own policy name, header setting and legacy
+//! `X-RateLimit-*` headers on or off, and each exempting CORS preflights
+//! (`skip_if(is_preflight)`) or not, in front of one service, on plain
+//! HTTP, gRPC and gRPC-Web requests, browsers' preflights, gRPC calls sent
+//! as `OPTIONS` with a preflight's headers, and `OPTIONS` requests that
+//! are no preflight (one with a body, one chunked, one without `Origin`),
+//! at random clock readings. Beside them, three plain limiters of the same
+//! quotas on the same clock are the model: a request passes the layers
+//! outer to inner, and each it reaches spends a unit or refuses it; a layer
+//! that exempts preflights lets a preflight past untouched, and anything
+//! else sent as `OPTIONS` is no preflight (gRPC being `POST` only, its
+//! refusal is HTTP's `429`).
 //!
 //! The properties, for every request:
 //!
@@ -17,19 +20,32 @@
 //!    `Retry-After` header, and for gRPC `RetryInfo` and
 //!    `grpc-retry-pushback-ms` too, whatever each layer's header setting;
 //! 3. a gRPC refusal's `QuotaFailure` names every exhausted limit the
-//!    request reached, and no other.
+//!    request reached, and no other;
+//! 4. `RateLimit-Policy` and `RateLimit` list one item for each layer that
+//!    writes its headers (the refusing layer always, an admitting one as
+//!    its setting says), innermost first, each named by its policy (an
+//!    outer item whose name an inner one took gets the first free `-n`),
+//!    with the layer's `q` and `w` (rounded up to whole seconds), and the
+//!    requests it has left (`r`) and the seconds until its quota grows
+//!    (`t`, rounded up);
+//! 5. the legacy `X-RateLimit-Limit`, `-Remaining` and `-Reset` are there
+//!    exactly when a layer that writes its headers sends them, and name the
+//!    limit that binds among those: the fewest requests left and, of
+//!    those, the latest reset; on a refusal where every layer left with no
+//!    request sent them, the reset is `Retry-After`.
 
 // Plain `cargo test --features tower` runs this suite; the loom models skip it.
 #![cfg(not(feature = "loom"))]
 
+use std::cmp::Reverse;
 use std::convert::Infallible;
 use std::time::Duration;
 
-use http::{Request, Response, StatusCode};
+use http::{HeaderMap, Request, Response, StatusCode};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use tollgate::tower::{is_preflight, AdmittedHeaders, Extraction, KeyFn, RateLimitLayer};
-use tollgate::{Algorithm, Builder, FixedWindow, Limiter, ManualClock, TokenBucket};
+use tollgate::{Algorithm, Builder, Decision, FixedWindow, Limiter, ManualClock, TokenBucket};
 use tonic_types::StatusExt;
 use tower::{service_fn, Layer, ServiceExt};
 
@@ -54,16 +70,33 @@ enum Transport {
     Preflight,
     /// A gRPC call sent as `OPTIONS` with a preflight's headers.
     GrpcAsPreflight,
+    /// `OPTIONS` with a preflight's headers and a body (`Content-Length`).
+    OptionsWithBody,
+    /// `OPTIONS` with a preflight's headers and `Transfer-Encoding: chunked`.
+    OptionsChunked,
+    /// `OPTIONS` with `Access-Control-Request-Method` but no `Origin`.
+    OptionsWithoutOrigin,
 }
 
-/// One layer: its quota (`limit` per `secs`) and header setting.
+/// One layer: its quota (`limit` per `window`) and header settings.
 #[derive(Clone, Copy, Debug)]
 struct Spec {
     limit: u64,
-    secs: u64,
+    window: Duration,
+    /// `policy_name`, if set (`"default"` if not).
+    name: Option<&'static str>,
     headers: AdmittedHeaders,
+    /// `legacy_headers(true)`.
+    legacy: bool,
     /// `skip_if(is_preflight)`.
     skips_preflights: bool,
+}
+
+impl Spec {
+    /// The name the policy goes by in the headers, before any renaming.
+    fn name(&self) -> &'static str {
+        self.name.unwrap_or("default")
+    }
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
@@ -72,18 +105,29 @@ fn spec() -> impl Strategy<Value = Spec> {
         Just(AdmittedHeaders::Never),
         (0..3u64).prop_map(AdmittedHeaders::NearLimit),
     ];
-    (
-        1..4u64,
-        prop_oneof![Just(1u64), Just(5), Just(60)],
-        headers,
-        any::<bool>(),
-    )
-        .prop_map(|(limit, secs, headers, skips_preflights)| Spec {
+    // Names that clash with each other and with the renamed ones.
+    let name = prop_oneof![
+        2 => Just(None),
+        1 => Just(Some("a")),
+        1 => Just(Some("a-2")),
+        1 => Just(Some("default-2")),
+    ];
+    let window = prop_oneof![
+        Just(Duration::from_secs(1)),
+        Just(Duration::from_millis(1_500)),
+        Just(Duration::from_secs(5)),
+        Just(Duration::from_secs(60)),
+    ];
+    (1..4u64, window, name, headers, any::<bool>(), any::<bool>()).prop_map(
+        |(limit, window, name, headers, legacy, skips_preflights)| Spec {
             limit,
-            secs,
+            window,
+            name,
             headers,
+            legacy,
             skips_preflights,
-        })
+        },
+    )
 }
 
 fn transport() -> impl Strategy<Value = Transport> {
@@ -93,6 +137,9 @@ fn transport() -> impl Strategy<Value = Transport> {
         Just(Transport::GrpcWeb),
         Just(Transport::Preflight),
         Just(Transport::GrpcAsPreflight),
+        Just(Transport::OptionsWithBody),
+        Just(Transport::OptionsChunked),
+        Just(Transport::OptionsWithoutOrigin),
     ]
 }
 
@@ -121,6 +168,24 @@ fn request(transport: Transport) -> Request<Body> {
                 .body(String::new())
                 .unwrap()
         }
+        Transport::OptionsWithBody => {
+            return preflight()
+                .header("content-length", "5")
+                .body(String::from("hello"))
+                .unwrap()
+        }
+        Transport::OptionsChunked => {
+            return preflight()
+                .header("transfer-encoding", "chunked")
+                .body(String::from("hello"))
+                .unwrap()
+        }
+        Transport::OptionsWithoutOrigin => {
+            return Request::options("/echo.Echo/Say")
+                .header("access-control-request-method", "POST")
+                .body(String::new())
+                .unwrap()
+        }
         Transport::Grpc => "application/grpc",
         Transport::GrpcWeb => "application/grpc-web+proto",
     };
@@ -135,6 +200,165 @@ fn seconds_up(ns: Duration) -> u64 {
     ns.as_secs() + u64::from(ns.subsec_nanos() > 0)
 }
 
+/// Header `name`'s field lines as one list (`None` if absent).
+fn list(headers: &HeaderMap, name: &str) -> Option<String> {
+    let lines: Vec<&str> = headers
+        .get_all(name)
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    (!lines.is_empty()).then(|| lines.join(", "))
+}
+
+/// Header `name` as a number (`None` if absent).
+fn number(headers: &HeaderMap, name: &str) -> Option<u64> {
+    headers
+        .get(name)
+        .map(|v| v.to_str().unwrap().parse().unwrap())
+}
+
+/// A layer the request reached, as the model saw it: its settings, its
+/// check's decision, and a peek just after (what another request would
+/// meet).
+struct Reached<'a> {
+    spec: &'a Spec,
+    decision: Decision,
+    after: Decision,
+}
+
+impl Reached<'_> {
+    /// Whether the layer writes its headers on the response: the refusing
+    /// layer always; an admitting one as its setting says.
+    fn writes(&self) -> bool {
+        let d = &self.decision;
+        d.is_denied()
+            || match self.spec.headers {
+                AdmittedHeaders::Always => true,
+                AdmittedHeaders::Never => false,
+                AdmittedHeaders::NearLimit(at_most) => d.remaining() <= at_most,
+            }
+    }
+
+    /// `t` and `X-RateLimit-Reset`: seconds until the quota grows.
+    fn reset(&self) -> u64 {
+        seconds_up(self.decision.replenish_after())
+    }
+}
+
+/// The `RateLimit-Policy` and `RateLimit` the layers in `reached` (outer
+/// to inner) write, from the model: an item for each that writes its
+/// headers, innermost first, each under its policy's name or, where an
+/// inner item has taken that, the name with the first free `-n` (`n` from
+/// 2) appended. `None` for a header no layer writes.
+fn expected_lists(reached: &[Reached<'_>]) -> (Option<String>, Option<String>) {
+    let mut taken: Vec<String> = Vec::new();
+    let mut policy = Vec::new();
+    let mut limit = Vec::new();
+    for layer in reached.iter().rev().filter(|l| l.writes()) {
+        let base = layer.spec.name();
+        let name = std::iter::once(base.to_owned())
+            .chain((2..).map(|n| format!("{base}-{n}")))
+            .find(|name| !taken.contains(name))
+            .unwrap();
+        // The quota the model's limiter holds: a bucket's window is its
+        // capacity times the time per token rounded up to whole
+        // nanoseconds, so 3 per second is a window just over a second,
+        // stated `w=2`.
+        let d = &layer.decision;
+        let w = seconds_up(d.window()).max(1);
+        policy.push(format!("\"{name}\";q={};w={w}", d.limit()));
+        limit.push(format!(
+            "\"{name}\";r={};t={}",
+            layer.decision.remaining(),
+            layer.reset()
+        ));
+        taken.push(name);
+    }
+    let joined = |items: Vec<String>| (!items.is_empty()).then(|| items.join(", "));
+    (joined(policy), joined(limit))
+}
+
+/// Checks the rate-limit headers of `response` against the model's
+/// `reached` layers (outer to inner); `retry_after` is the refusal's
+/// `Retry-After`, if refused.
+fn check_headers(
+    case: &str,
+    headers: &HeaderMap,
+    reached: &[Reached<'_>],
+    retry_after: Option<u64>,
+) -> Result<(), TestCaseError> {
+    let (policy, limit) = expected_lists(reached);
+    prop_assert_eq!(
+        list(headers, "ratelimit-policy"),
+        policy,
+        "{}: RateLimit-Policy",
+        case
+    );
+    prop_assert_eq!(list(headers, "ratelimit"), limit, "{}: RateLimit", case);
+
+    // The legacy headers: the limit that binds among the layers that send
+    // them, the fewest requests left, and of those the latest reset. Of
+    // limits tied on both, any may be named.
+    let legacy: Vec<&Reached<'_>> = reached
+        .iter()
+        .filter(|l| l.writes() && l.spec.legacy)
+        .collect();
+    let key = |l: &Reached<'_>| (l.decision.remaining(), Reverse(l.reset()));
+    let Some(binds) = legacy.iter().map(|l| key(l)).min() else {
+        for name in [
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+            "x-ratelimit-reset",
+        ] {
+            prop_assert!(!headers.contains_key(name), "{}: {} sent", case, name);
+        }
+        return Ok(());
+    };
+    let (remaining, Reverse(reset)) = binds;
+    prop_assert_eq!(
+        number(headers, "x-ratelimit-remaining"),
+        Some(remaining),
+        "{}: X-RateLimit-Remaining",
+        case
+    );
+    prop_assert_eq!(
+        number(headers, "x-ratelimit-reset"),
+        Some(reset),
+        "{}: X-RateLimit-Reset",
+        case
+    );
+    let limits: Vec<u64> = legacy
+        .iter()
+        .filter(|l| key(l) == binds)
+        .map(|l| l.spec.limit)
+        .collect();
+    let sent = number(headers, "x-ratelimit-limit");
+    prop_assert!(
+        sent.is_some_and(|q| limits.contains(&q)),
+        "{}: X-RateLimit-Limit {:?}, not one of {:?}",
+        case,
+        sent,
+        limits
+    );
+    // A refusal whose exhausted layers all sent them: the reset agrees
+    // with `Retry-After`.
+    if let Some(retry_after) = retry_after {
+        let exhausted_sent = reached
+            .iter()
+            .filter(|l| l.decision.remaining() == 0)
+            .all(|l| l.writes() && l.spec.legacy);
+        if exhausted_sent {
+            prop_assert_eq!(
+                reset,
+                retry_after,
+                "{}: X-RateLimit-Reset against Retry-After",
+                case
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Runs `requests` through three stacked layers of `specs` (outermost
 /// first), each limiter made by `make`, against the model.
 fn stacked<A: Algorithm>(
@@ -145,8 +369,12 @@ fn stacked<A: Algorithm>(
     let clock = ManualClock::new();
     let layer = |spec: &Spec| {
         let key: fn(&http::request::Parts) -> Extraction<String> = client;
-        let layer =
-            RateLimitLayer::new(make(spec, &clock), KeyFn::new(key)).admitted_headers(spec.headers);
+        let mut layer = RateLimitLayer::new(make(spec, &clock), KeyFn::new(key))
+            .admitted_headers(spec.headers)
+            .legacy_headers(spec.legacy);
+        if let Some(name) = spec.name {
+            layer = layer.policy_name(name).unwrap();
+        }
         if spec.skips_preflights {
             layer.skip_if(is_preflight)
         } else {
@@ -169,8 +397,14 @@ fn stacked<A: Algorithm>(
             if spec.skips_preflights && matches!(transport, Transport::Preflight) {
                 continue;
             }
-            reached.push((limiter, spec));
-            if !limiter.allow_request("c") {
+            let decision = limiter.check("c");
+            let after = limiter.peek("c");
+            reached.push(Reached {
+                spec,
+                decision,
+                after,
+            });
+            if decision.is_denied() {
                 admitted = false;
                 break;
             }
@@ -182,30 +416,22 @@ fn stacked<A: Algorithm>(
         // gRPC is POST only: a call sent as `OPTIONS` is refused in
         // HTTP's form.
         let refused = match transport {
-            Transport::Http | Transport::Preflight | Transport::GrpcAsPreflight => {
-                response.status() == StatusCode::TOO_MANY_REQUESTS
-            }
-            _ => grpc
+            Transport::Grpc | Transport::GrpcWeb => grpc
                 .as_ref()
                 .is_some_and(|s| s.code() == tonic::Code::ResourceExhausted),
+            _ => response.status() == StatusCode::TOO_MANY_REQUESTS,
         };
         prop_assert_eq!(refused, !admitted, "{}: refused by the stack", case);
         if admitted {
+            check_headers(&case, response.headers(), &reached, None)?;
             continue;
         }
         // Until every layer reached has a unit again.
-        let wait = reached
-            .iter()
-            .map(|(l, _)| l.peek("c").retry_after())
-            .max()
-            .unwrap();
+        let wait = reached.iter().map(|l| l.after.retry_after()).max().unwrap();
         let secs = seconds_up(wait);
-        let retry_after: u64 = response.headers()["retry-after"]
-            .to_str()
-            .unwrap()
-            .parse()
-            .unwrap();
-        prop_assert_eq!(retry_after, secs, "{}: Retry-After", case);
+        let retry_after = number(response.headers(), "retry-after");
+        prop_assert_eq!(retry_after, Some(secs), "{}: Retry-After", case);
+        check_headers(&case, response.headers(), &reached, Some(secs))?;
         if let Some(status) = grpc {
             let delay = status.get_details_retry_info().and_then(|r| r.retry_delay);
             prop_assert_eq!(
@@ -222,8 +448,8 @@ fn stacked<A: Algorithm>(
                 .unwrap_or_default();
             let mut exhausted: Vec<i64> = reached
                 .iter()
-                .filter(|(l, _)| l.peek("c").is_denied())
-                .map(|(_, s)| s.limit as i64)
+                .filter(|l| l.after.is_denied())
+                .map(|l| l.spec.limit as i64)
                 .collect();
             named.sort_unstable();
             exhausted.sort_unstable();
@@ -236,14 +462,14 @@ fn stacked<A: Algorithm>(
 fn window(spec: &Spec, clock: &ManualClock) -> Builder<FixedWindow, String, ManualClock> {
     FixedWindow::builder()
         .limit(spec.limit)
-        .window(Duration::from_secs(spec.secs))
+        .window(spec.window)
         .key_type::<String>()
         .clock(clock.clone())
 }
 
 fn bucket(spec: &Spec, clock: &ManualClock) -> Builder<TokenBucket, String, ManualClock> {
     TokenBucket::builder()
-        .rate(spec.limit, Duration::from_secs(spec.secs))
+        .rate(spec.limit, spec.window)
         .capacity(spec.limit)
         .key_type::<String>()
         .clock(clock.clone())
@@ -281,8 +507,10 @@ proptest! {
 fn a_shrunk_case_a_grpc_call_dressed_as_a_preflight_is_limited_by_every_layer() {
     let spec = |limit, skips_preflights| Spec {
         limit,
-        secs: 1,
+        window: Duration::from_secs(1),
+        name: None,
         headers: AdmittedHeaders::Always,
+        legacy: false,
         skips_preflights,
     };
     stacked(
