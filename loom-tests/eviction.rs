@@ -145,17 +145,7 @@ pub(crate) fn check_at<A: Algorithm + Copy>(
     reading: u64,
     stale: bool,
 ) -> bool {
-    let arrival = Arrival {
-        stale,
-        ..Arrival::at(algorithm, room, reading, false)
-    };
-    check_or_insert(
-        index,
-        KEY,
-        reading,
-        |cell: &A::Cell, now| algorithm.try_admit(cell, now, 1),
-        &arrival,
-    )
+    check_coming(algorithm, index, room, reading, stale, false)
 }
 
 /// As [`check_at`], with a word algorithm's new client brought in born,
@@ -168,9 +158,20 @@ fn check_born_at<A: Algorithm + Copy>(
     reading: u64,
     stale: bool,
 ) -> bool {
+    check_coming(algorithm, index, room, reading, stale, !A::BORN_AT_READING)
+}
+
+fn check_coming<A: Algorithm + Copy>(
+    algorithm: A,
+    index: &StandIn<A::Cell>,
+    room: &Room,
+    reading: u64,
+    stale: bool,
+    born: bool,
+) -> bool {
     let arrival = Arrival {
         stale,
-        born: !A::BORN_AT_READING,
+        born,
         ..Arrival::at(algorithm, room, reading, false)
     };
     check_or_insert(

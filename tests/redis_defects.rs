@@ -126,7 +126,7 @@ fn a_replica_with_another_limit_admits_what_is_left_and_no_more() {
         case!(fw10, fw5, fw20, 2, 2, "fixed window");
         case!(swc10, swc5, swc20, 2, 2, "sliding window counter");
         case!(swl10, swl5, swl20, 0, 12, "sliding window log");
-        // The bucket at the same rate keeps the instant it was empty: the
+        // The bucket at the same rate keeps the tokens it holds: the
         // 2 tokens left, at most its capacity of 5, then one every 6 min.
         let tb5 = TokenBucket::builder()
             .rate(10, HOUR)

@@ -127,19 +127,25 @@ fn a_bucket_converted_at_a_reading_ahead_admits_nothing_more_back_at_the_true_on
 fn moves_down_and_up_at_one_instant_never_add() {
     // Spend all but what the small bucket holds, move down (a full small
     // bucket), move up: the large bucket holds that much again, no more.
-    let (large, small) = (bucket(1, SEC, 32), bucket(1, SEC, 2));
-    let now = 10 * SEC;
+    let (admitted, _) = down_and_up(&bucket(1, SEC, 32), &bucket(1, SEC, 2), 10 * SEC);
+    assert_eq!(admitted, 32);
+}
+
+/// Five times at `now`: spends all but the small quota's capacity of the
+/// large one, moves down to the small one and back up. Then spends what
+/// is left. How many were admitted, and the word left.
+fn down_and_up<A: WordAlgorithm>(large: &A, small: &A, now: u64) -> (u64, u64) {
     let mut word = FRESH;
     let mut admitted = 0;
     for _ in 0..5 {
-        for _ in 0..large.remaining(word, now).saturating_sub(2) {
+        for _ in 0..large.remaining(word, now).saturating_sub(small.capacity()) {
             word = large.admit(word, now, 1).unwrap();
             admitted += 1;
         }
-        word = small.convert(large.convert(word, now, &small), now, &large);
+        word = small.convert(large.convert(word, now, small), now, large);
     }
-    admitted += spend_all(&large, word, now).0;
-    assert_eq!(admitted, 32);
+    let (rest, word) = spend_all(large, word, now);
+    (admitted + rest, word)
 }
 
 #[test]
@@ -209,18 +215,8 @@ fn a_fixed_window_converted_at_a_reading_behind_keeps_its_count_in_its_window() 
 
 #[test]
 fn a_fixed_window_moved_down_and_up_at_one_instant_never_adds() {
-    let (large, small) = (fixed(32, MINUTE), fixed(2, MINUTE));
-    let now = 5 * MINUTE;
-    let mut word = FRESH;
-    let mut admitted = 0;
-    for _ in 0..5 {
-        for _ in 0..large.remaining(word, now).saturating_sub(2) {
-            word = large.admit(word, now, 1).unwrap();
-            admitted += 1;
-        }
-        word = small.convert(large.convert(word, now, &small), now, &large);
-    }
-    admitted += spend_all(&large, word, now).0;
+    let large = fixed(32, MINUTE);
+    let (admitted, word) = down_and_up(&large, &fixed(2, MINUTE), 5 * MINUTE);
     assert_eq!(admitted, 32);
     // In the next window, a fresh count.
     assert_eq!(spend_all(&large, word, 6 * MINUTE).0, 32);

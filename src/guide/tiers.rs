@@ -106,13 +106,13 @@
 //!
 //! By algorithm:
 //!
-//! - The token bucket, to a rate as fast or slower: the bucket is empty
-//!   at the instant it was empty before, then refills at the new rate (a
-//!   client that emptied a bucket of 1 000 a second and moves to one a
-//!   second waits one second). To a faster rate: the client keeps the
-//!   tokens it holds, at most the new capacity. A full bucket is credited
-//!   with what the new rate has refilled since it was full, so a client
-//!   idle for a whole new refill moves as a fresh client.
+//! - The token bucket keeps the tokens it holds, at most the new
+//!   capacity, refilling at the new rate (a client that emptied a bucket
+//!   of 1 000 a second and moves to one a second waits one second). A
+//!   full bucket is credited with what the new rate has refilled since it
+//!   was full toward a larger capacity, so a client idle for a whole new
+//!   refill moves as a fresh client. A bucket in debt (a booking ahead)
+//!   stays empty until the same instant.
 //! - The fixed window: what is left in the window that is running, at
 //!   most the new limit, is what is left in the new quota's window that is
 //!   running. A window closed by a booking stays closed, and the booked

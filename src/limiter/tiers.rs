@@ -42,12 +42,12 @@ where
     /// quota's intervals (or windows) for its next request, past what it
     /// had booked. By algorithm:
     ///
-    /// - [`TokenBucket`](crate::TokenBucket): to a rate as fast or slower,
-    ///   the bucket is empty at the instant it was empty before, then
-    ///   refills at the new rate; to a faster rate, the client keeps the
-    ///   tokens it holds, at most the new capacity. A full bucket is
-    ///   credited with what the new rate has refilled since it was full,
-    ///   so one idle for a whole new refill moves as a fresh client.
+    /// - [`TokenBucket`](crate::TokenBucket): the client keeps the tokens
+    ///   it holds, at most the new capacity, refilling at the new rate. A
+    ///   full bucket is credited with what the new rate has refilled since
+    ///   it was full toward a larger capacity, so one idle for a whole new
+    ///   refill moves as a fresh client; one in debt (a booking ahead)
+    ///   stays empty until the same instant.
     /// - [`FixedWindow`](crate::FixedWindow): the requests left in the
     ///   window that is running, at most the new limit, are what is left
     ///   in the new quota's window that is running; a window closed by a
