@@ -16,7 +16,9 @@
 #
 # "ratio vs peer" compares each tollgate mode with its like-for-like
 # tower_governor mode: tollgate with governor-headers, the others with
-# governor.
+# governor. "paired ratio vs peer" is the median over rounds of each
+# round's own ratio: the machine's speed can shift between rounds, and a
+# round's modes run back to back.
 #
 # With two or more CPUs and `taskset`, the server is pinned to SERVER_CPU
 # (its tokio runtime then has one worker) and wrk to WRK_CPU, so that each
@@ -166,13 +168,19 @@ log "   load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 field() { awk -v s="$1" -v m="$2" -v f="$3" '$1 == s && $2 == m { print $f }' "$results" | median; }
+# The median over rounds of each round's req/s ratio of mode $2 to mode $3:
+# rounds alternate the modes, so a round's pair shared the machine's state.
+paired() {
+    awk -v s="$1" -v a="$2" -v b="$3" '$1 == s && $2 == a { x[$3] = $4 } $1 == s && $2 == b { y[$3] = $4 }
+        END { for (r in x) if (r in y && y[r] > 0) print x[r] / y[r] }' "$results" | median
+}
 
 echo
 echo "wrk --latency -t$WRK_THREADS -c$CONNECTIONS -d$DURATION against 127.0.0.1, $ROUNDS rounds per mode" \
     "(medians), $pinning, $priority; load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "| scenario | mode | req/s (median) | p99 (median) | ratio vs bare | ratio vs peer | refused (429) | server CPU | CPU µs per request |"
-echo "|---|---|--:|--:|--:|--:|--:|--:|--:|"
+echo "| scenario | mode | req/s (median) | p99 (median) | ratio vs bare | ratio vs peer | paired ratio vs peer | refused (429) | server CPU | CPU µs per request |"
+echo "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|"
 for scenario in $SCENARIOS; do
     bare=$(field "$scenario" bare 4)
     for mode in $MODES; do
@@ -182,6 +190,7 @@ for scenario in $SCENARIOS; do
         [ "$mode" = tollgate ] && [[ " $MODES " == *" governor-headers "* ]] && peer=governor-headers
         case $mode in governor* | bare*) peer= ;; esac
         governor=$([ -n "$peer" ] && field "$scenario" "$peer" 4 || true)
+        pair=$([ -n "$peer" ] && paired "$scenario" "$mode" "$peer" || true)
         rps=$(field "$scenario" "$mode" 4)
         p99=$(field "$scenario" "$mode" 5)
         refused=$(awk -v s="$scenario" -v m="$mode" \
@@ -193,10 +202,11 @@ for scenario in $SCENARIOS; do
         [ "$mode" = governor-headers ] && name="tower_governor, use_headers()"
         [ -n "$peer" ] && name="$name (peer: $peer)"
         awk -v s="$scenario" -v m="$name" -v r="$rps" -v p="$p99" -v b="$bare" -v g="$governor" \
-            -v x="$refused" -v c="$cpu" -v u="$per" 'BEGIN {
+            -v x="$refused" -v c="$cpu" -v u="$per" -v q="$pair" 'BEGIN {
             vb = b ? sprintf("%.3f", r / b) : "-"
             vg = g ? sprintf("%.3f", r / g) : "-"
-            printf "| %s | %s | %.0f | %.0f µs | %s | %s | %s | %s%% | %.2f |\n", s, m, r, p, vb, vg, x, c, u
+            vq = q != "" ? sprintf("%.3f", q) : "-"
+            printf "| %s | %s | %.0f | %.0f µs | %s | %s | %s | %s | %s%% | %.2f |\n", s, m, r, p, vb, vg, vq, x, c, u
         }'
     done
 done
