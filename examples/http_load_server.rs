@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release --features axum --example http_load_server -- \
 //!     [--addr 127.0.0.1:0] \
-//!     --mode bare|bare-headers|tollgate|tollgate-no-headers|tollgate-minimal|governor|governor-headers \
+//!     --mode bare|bare-headers|tollgate|tollgate-no-headers|tollgate-extension|governor|governor-headers \
 //!     --scenario allowed|deny [--workers N]
 //! ```
 //!
@@ -17,14 +17,13 @@
 //! - `--mode tollgate`: the same handler behind tollgate's
 //!   [`RateLimitLayer`] with a token bucket keyed by [`PeerIp`] (which
 //!   reads axum's `ConnectInfo` with the `axum` feature), as it ships
-//!   (rate-limit headers on every response, the `Decision` in the
-//!   request's extensions).
+//!   (rate-limit headers on every response).
 //! - `--mode tollgate-no-headers`: the same, with
 //!   `AdmittedHeaders::Never`: headers only on refusals, like
 //!   tower_governor's default.
-//! - `--mode tollgate-minimal`: the same, also without the `Decision` in
-//!   the request's extensions (`decision_extension(false)`): no more than
-//!   tower_governor gives the handler.
+//! - `--mode tollgate-extension`: as `tollgate`, with the `Decision` in
+//!   the request's extensions too (`decision_extension(true)`), for
+//!   handlers that read it.
 //! - `--mode governor`: the same handler behind tower_governor's
 //!   `GovernorLayer` with the equivalent quota keyed by its
 //!   `PeerIpKeyExtractor`, as it ships (no headers on admitted responses).
@@ -53,7 +52,7 @@ use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
 
 const USAGE: &str = "usage: http_load_server [--addr HOST:PORT] \
-    --mode bare|bare-headers|tollgate|tollgate-no-headers|tollgate-minimal|governor|governor-headers \
+    --mode bare|bare-headers|tollgate|tollgate-no-headers|tollgate-extension|governor|governor-headers \
     --scenario allowed|deny [--workers N]";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,7 +61,7 @@ enum Mode {
     BareHeaders,
     Tollgate,
     TollgateNoHeaders,
-    TollgateMinimal,
+    TollgateExtension,
     Governor,
     GovernorHeaders,
 }
@@ -116,7 +115,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Settings, String> {
                     "bare-headers" => Mode::BareHeaders,
                     "tollgate" => Mode::Tollgate,
                     "tollgate-no-headers" => Mode::TollgateNoHeaders,
-                    "tollgate-minimal" => Mode::TollgateMinimal,
+                    "tollgate-extension" => Mode::TollgateExtension,
                     "governor" => Mode::Governor,
                     "governor-headers" => Mode::GovernorHeaders,
                     _ => return Err(bad()),
@@ -164,7 +163,7 @@ fn app(mode: Mode, scenario: Scenario) -> Router {
     match mode {
         Mode::Bare => router,
         Mode::BareHeaders => Router::new().route("/", get(ok_with_headers)),
-        Mode::Tollgate | Mode::TollgateNoHeaders | Mode::TollgateMinimal => {
+        Mode::Tollgate | Mode::TollgateNoHeaders | Mode::TollgateExtension => {
             let limiter = TokenBucket::builder()
                 .rate(1, period)
                 .capacity(u64::from(burst))
@@ -176,11 +175,7 @@ fn app(mode: Mode, scenario: Scenario) -> Router {
                 Mode::TollgateNoHeaders => {
                     router.layer(layer.admitted_headers(AdmittedHeaders::Never))
                 }
-                Mode::TollgateMinimal => router.layer(
-                    layer
-                        .admitted_headers(AdmittedHeaders::Never)
-                        .decision_extension(false),
-                ),
+                Mode::TollgateExtension => router.layer(layer.decision_extension(true)),
                 _ => router.layer(layer),
             }
         }

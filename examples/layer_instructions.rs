@@ -10,9 +10,9 @@
 //! ```
 //!
 //! Modes, as in `examples/http_load_server.rs`: `bare` (the handler
-//! alone), `tollgate` (headers on every response, the `Decision` in the
-//! request's extensions), `tollgate-no-headers`, `tollgate-minimal` (no
-//! admitted headers and no `Decision` extension), `governor` and
+//! alone), `tollgate` (headers on every response), `tollgate-no-headers`,
+//! `tollgate-extension` (headers, and the `Decision` in the request's
+//! extensions), `governor` and
 //! `governor-headers` (tower_governor with `use_headers()`). Each
 //! request carries axum's `ConnectInfo<SocketAddr>`, as under
 //! `into_make_service_with_connect_info`; `PeerIp` reads it by itself with
@@ -90,7 +90,7 @@ where
 fn main() {
     let mut args = std::env::args().skip(1);
     let (Some(mode), Some(n)) = (args.next(), args.next().and_then(|n| n.parse().ok())) else {
-        eprintln!("usage: layer_instructions bare|tollgate|tollgate-no-headers|tollgate-minimal|governor|governor-headers N");
+        eprintln!("usage: layer_instructions bare|tollgate|tollgate-no-headers|tollgate-extension|governor|governor-headers N");
         std::process::exit(2);
     };
     let handler = tower::service_fn(ok);
@@ -116,13 +116,7 @@ fn main() {
                 .layer(handler),
             n,
         ),
-        "tollgate-minimal" => time(
-            layer
-                .admitted_headers(AdmittedHeaders::Never)
-                .decision_extension(false)
-                .layer(handler),
-            n,
-        ),
+        "tollgate-extension" => time(layer.decision_extension(true).layer(handler), n),
         "governor" => {
             let config = GovernorConfigBuilder::default()
                 .period(Duration::from_nanos(1))

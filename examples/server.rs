@@ -135,7 +135,9 @@ pub fn app(limiter: SharedLimiter, trust_proxy: &[Cidr]) -> Router {
     // With no trusted blocks this is the peer address itself.
     let client_ip = TrustedProxyIp::new(trust_proxy.iter().copied())
         .peer_from(|c: &ConnectInfo<SocketAddr>| c.0.ip());
-    let layer = RateLimitLayer::new(limiter, client_ip);
+    // The handler reads the decision, so the layer leaves it in the
+    // request's extensions.
+    let layer = RateLimitLayer::new(limiter, client_ip).decision_extension(true);
     Router::new()
         .route("/", get(hello))
         // Only the routes above get the limit.

@@ -10,13 +10,13 @@
 #   bash scripts/http_instructions.sh
 #
 # Settings (environment): MODES ("bare bare-headers tollgate
-# tollgate-no-headers tollgate-minimal governor"), SCENARIOS ("allowed"),
+# tollgate-no-headers tollgate-extension governor"), SCENARIOS ("allowed"),
 # ROUNDS (2), SHORT (3s), LONG (9s),
 # SERVER (a server binary to use instead of building this tree's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-MODES=${MODES:-"bare bare-headers tollgate tollgate-no-headers tollgate-minimal governor"}
+MODES=${MODES:-"bare bare-headers tollgate tollgate-no-headers tollgate-extension governor"}
 SCENARIOS=${SCENARIOS:-allowed}
 ROUNDS=${ROUNDS:-2}
 SHORT=${SHORT:-3s}

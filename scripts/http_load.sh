@@ -11,8 +11,8 @@
 # the layer as it ships, with headers on every response; with
 # AdmittedHeaders::Never, headers on refusals only, as tower_governor's
 # default; tower_governor as it ships; and with its use_headers(). Also
-# tollgate-minimal, without the Decision in the request's extensions
-# either), SERVER_CPU (0), WRK_CPU (1).
+# tollgate-extension, with the Decision in the request's extensions too),
+# SERVER_CPU (0), WRK_CPU (1).
 #
 # "ratio vs peer" compares each tollgate mode with its like-for-like
 # tower_governor mode: tollgate with governor-headers, the others with

@@ -8,13 +8,13 @@
 #   bash scripts/layer_instructions.sh
 #
 # Settings (environment): MODES ("bare tollgate tollgate-no-headers
-# tollgate-minimal governor governor-headers"), N (20000 requests), FEATURES (axum; with
+# tollgate-extension governor governor-headers"), N (20000 requests), FEATURES (axum; with
 # `tower` alone, PeerIp reads ConnectInfo through peer_from), BIN (a
 # binary to use instead of building this tree's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-MODES=${MODES:-"bare tollgate tollgate-no-headers tollgate-minimal governor governor-headers"}
+MODES=${MODES:-"bare tollgate tollgate-no-headers tollgate-extension governor governor-headers"}
 N=${N:-20000}
 FEATURES=${FEATURES:-axum}
 

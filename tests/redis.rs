@@ -1061,15 +1061,14 @@ fn the_tower_layer_takes_a_redis_limiter() {
         .fail_policy(FailPolicy::FailClosed)
         .build()
         .unwrap();
-    let service = RateLimitLayer::new(limiter, PeerIp::new()).layer(service_fn(
-        |request: Request<String>| async move {
-            let remaining = request
-                .extensions()
-                .get::<Decision>()
-                .map(Decision::remaining);
-            Ok::<_, Infallible>(Response::new(format!("{remaining:?}")))
-        },
-    ));
+    let layer = RateLimitLayer::new(limiter, PeerIp::new()).decision_extension(true);
+    let service = layer.layer(service_fn(|request: Request<String>| async move {
+        let remaining = request
+            .extensions()
+            .get::<Decision>()
+            .map(Decision::remaining);
+        Ok::<_, Infallible>(Response::new(format!("{remaining:?}")))
+    }));
     let request = |peer: &str| {
         let mut request = Request::get("/").body(String::new()).unwrap();
         request

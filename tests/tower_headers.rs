@@ -751,6 +751,7 @@ mod writer {
             .unwrap()
             .legacy_headers(s.legacy)
             .admitted_headers(s.admitted)
+            .decision_extension(true)
             .respond_with(move |refusal, _| {
                 let Refusal::Limited { decision, .. } = refusal else {
                     panic!("{refusal:?}")

@@ -105,7 +105,9 @@ fn limit_of(response: &Response<Body>) -> (i64, i64) {
 fn peer_ip_service(
     limiter: Limiter<TokenBucket, IpAddr, ManualClock>,
 ) -> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone {
-    RateLimitLayer::new(limiter, PeerIp::new()).layer(service_fn(echo))
+    RateLimitLayer::new(limiter, PeerIp::new())
+        .decision_extension(true)
+        .layer(service_fn(echo))
 }
 
 #[test]
@@ -905,13 +907,19 @@ fn a_global_key_is_one_budget_for_everyone() {
 }
 
 #[test]
-fn the_decision_extension_can_be_turned_off() {
+fn the_decision_extension_is_off_unless_turned_on() {
     run(async {
         let clock = ManualClock::new();
-        for (on, body) in [(true, "r=1 t=30s"), (false, "unchecked")] {
-            let service = RateLimitLayer::new(bucket(2, 60, &clock), PeerIp::new())
-                .decision_extension(on)
-                .layer(service_fn(echo));
+        for (on, body) in [
+            (None, "unchecked"),
+            (Some(true), "r=1 t=30s"),
+            (Some(false), "unchecked"),
+        ] {
+            let mut layer = RateLimitLayer::new(bucket(2, 60, &clock), PeerIp::new());
+            if let Some(on) = on {
+                layer = layer.decision_extension(on);
+            }
+            let service = layer.layer(service_fn(echo));
             let r = send(&service, from("192.0.2.1:1", &[])).await;
             assert_eq!(r.status(), StatusCode::OK);
             assert_eq!(r.body(), body);

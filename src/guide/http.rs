@@ -23,8 +23,11 @@
 //!   9651 structured fields): `RateLimit-Policy` and `RateLimit` on
 //!   admitted responses (always, never, or near the limit), and on a
 //!   refusal a `429` with `Retry-After` in whole seconds rounded up and an
-//!   `application/problem+json` body. The handler finds the
-//!   [`Decision`](crate::Decision) in the request's extensions.
+//!   `application/problem+json` body. A handler that wants the
+//!   [`Decision`](crate::Decision) itself finds it in the request's
+//!   extensions once
+//!   [`decision_extension(true)`](crate::tower::RateLimitLayer::decision_extension)
+//!   is set.
 //! - **Any limiter.** The layer asks its limiter through
 //!   [`AsyncCheck`](crate::AsyncCheck): in-process limiters answer at once
 //!   (no allocation, no extra task), and the Redis limiters plug in

@@ -398,7 +398,7 @@ impl Respond {
             admitted: AdmittedHeaders::Always,
             legacy: false,
             jitter: 0,
-            extension: true,
+            extension: false,
             policy: HeaderValue::from_static(""),
             hooks: Hooks::default(),
             #[cfg(feature = "metrics")]
