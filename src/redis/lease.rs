@@ -449,7 +449,7 @@ impl<A: RedisAlgorithm> Inner<A> {
     ) -> Result<Option<Option<u64>>, CheckError> {
         let _asking = Asking(entry);
         let leases = self.leases.as_ref().expect("a leasing limiter");
-        let probe_due = match self.gate(self.calls.clock.local_ns()) {
+        let probe_due = match self.gate(self.calls.clock.local_ns(), &request.key) {
             Ok(due) => due || probe_due,
             Err(err) => return Err(err),
         };
@@ -501,10 +501,9 @@ impl<A: RedisAlgorithm> Inner<A> {
                     let owed = end.saturating_sub(at).div_ceil(half.a.max(1));
                     self.hold_local(request, half.b.saturating_sub(owed));
                     // Relaxed: a figure for the decisions, as `dry`.
-                    entry.frees.store(
-                        end.saturating_sub((half.b - 1) * half.a),
-                        Ordering::Relaxed,
-                    );
+                    entry
+                        .frees
+                        .store(end.saturating_sub((half.b - 1) * half.a), Ordering::Relaxed);
                 }
                 self.lapsed(entry.cell.grant(now, start, end));
                 self.quiet_later(entry, request);

@@ -73,7 +73,7 @@ impl<A> Inner<A> {
             .increment(delta(|s| s.breaker_opened));
         telemetry::counter(TRANSITIONS, name, &[("to", "closed")])
             .increment(delta(|s| s.breaker_closed));
-        telemetry::gauge(BREAKER_OPEN, name, &[]).set(if self.breaker.is_open() {
+        telemetry::gauge(BREAKER_OPEN, name, &[]).set(if self.breakers.is_open() {
             1.0
         } else {
             0.0

@@ -1,0 +1,164 @@
+//! The Redis limiters on Redis Clusters whose nodes' clocks differ (the
+//! clock shim, `tests/support/clockshift.c`, run under one node or more):
+//! a lease and a booking are read on the clock of the node that holds
+//! the client's key.
+
+mod redis_server;
+
+use std::time::{Duration, Instant};
+
+use redis_server::{prefix, runtime, Cluster, Patient};
+use tollgate::redis::{FailPolicy, Lease};
+use tollgate::TokenBucket;
+
+/// The units a limiter holds leased and unspent.
+fn held(s: tollgate::redis::RedisStats) -> u64 {
+    s.lease_units - s.leased - s.lease_lapsed - s.lease_returned
+}
+
+/// On `cluster`, whose node `ahead` runs `ahead_ms` ahead of node 0 (as
+/// checked): a client whose key lives on that node, and one whose key
+/// lives on another.
+fn apart(cluster: &Cluster, ahead: usize, ahead_ms: i64) -> (String, String) {
+    let (mut on, mut off) = (None, None);
+    for client in (0..64).map(|i| format!("client-{i}")) {
+        let node = cluster.node_of(&client);
+        if node == ahead && on.is_none() {
+            on = Some(client);
+        } else if node != ahead && off.is_none() {
+            off = Some(client);
+        }
+    }
+    let server_now = |node: usize| -> i64 {
+        let (s, us): (i64, i64) = redis::cmd("TIME")
+            .query(&mut cluster.nodes[node].sync())
+            .unwrap();
+        s * 1_000 + us / 1_000
+    };
+    let apart = server_now(ahead) - server_now(0);
+    assert!(
+        (ahead_ms - 500..=ahead_ms + 500).contains(&apart),
+        "the node's clock is {apart} ms ahead, not {ahead_ms}"
+    );
+    (on.unwrap(), off.unwrap())
+}
+
+/// A cluster whose nodes' clocks differ: one primary runs 2 s ahead of
+/// the others (the clock shim, `tests/support/clockshift.c`). A leasing
+/// limiter (a bucket of 100, one unit per 20 ms, leases of up to 100
+/// units for a horizon of 2 s) leases the units of a client whose key
+/// lives on the node ahead; the limiter also checks a client whose key
+/// lives on a node of the host's clock, one call each (the table holds
+/// one lease), between every two checks of the first, so that most of
+/// its replies come from the other node. The lease is taken, left unspent
+/// for 1.2 s (more than half of its slots pass), then spent in a burst:
+/// the burst admits at most the bucket's exact bound over its span,
+/// `100 + ⌊span / 20 ms⌋`. Spending the lease on the other node's clock,
+/// 2 s behind the one its slots are on, would spend the units whose slots
+/// passed as if they had not: up to 100 more.
+#[test]
+fn a_lease_is_spent_on_the_clock_of_the_node_that_granted_it() {
+    const CAPACITY: u64 = 100;
+    const INTERVAL: Duration = Duration::from_millis(20);
+    const AHEAD_MS: i64 = 2_000;
+    let Some(cluster) = Cluster::start_shifted(3, 0, &[0, AHEAD_MS, 0]) else {
+        return;
+    };
+    let (leased, other) = apart(&cluster, 1, AHEAD_MS);
+    runtime().block_on(async {
+        let limiter = TokenBucket::builder()
+            .rate(1, INTERVAL)
+            .capacity(CAPACITY)
+            .redis(cluster.connection().await, prefix("node-clock"))
+            .fail_policy(FailPolicy::FailClosed)
+            .patient()
+            .no_deny_shortcut()
+            .lease(
+                Lease::new(Duration::from_secs(2))
+                    .max_units(CAPACITY)
+                    .max_clients(1),
+            )
+            .build()
+            .unwrap();
+        let check = |client: &str| {
+            let (limiter, client) = (limiter.clone(), client.to_owned());
+            async move { limiter.check(client.as_str()).await.unwrap().is_allowed() }
+        };
+        // The client gets its lease (its first checks go one call each,
+        // until it is hot).
+        let mut before = 0;
+        for _ in 0..200 {
+            before += u64::from(check(&leased).await);
+            if before >= 8 && held(limiter.stats()) > 0 {
+                break;
+            }
+        }
+        let then = held(limiter.stats());
+        assert!(then > 0, "no lease: {:?}", limiter.stats());
+        tokio::time::sleep(Duration::from_millis(1_200)).await;
+        // The latest reply from the other node.
+        check(&other).await;
+        let started = Instant::now();
+        let mut burst = 0;
+        for _ in 0..3 * CAPACITY {
+            burst += u64::from(check(&leased).await);
+            check(&other).await;
+        }
+        let span = started.elapsed();
+        let bound = CAPACITY + (span.as_nanos() / INTERVAL.as_nanos()) as u64;
+        eprintln!(
+            "node clock: {burst} admitted in the burst of {span:?} against a bound of {bound} \
+             ({then} units held before it; {:?})",
+            limiter.stats()
+        );
+        assert!(
+            burst <= bound,
+            "{burst} admitted in {span:?} against the exact bound of {bound}: {:?}",
+            limiter.stats()
+        );
+    });
+}
+
+/// A booking's wait left is read on the clock of the node that booked it:
+/// on a cluster whose node holding the client's key runs 2 s ahead, a
+/// booking of a 1 s wait, followed by a check answered by another node,
+/// says at most 1 s is left (never to wait past the instant). The other
+/// node's clock would say about 3 s.
+#[test]
+fn a_booking_waits_on_the_clock_of_the_node_that_booked_it() {
+    const AHEAD_MS: i64 = 2_000;
+    let Some(cluster) = Cluster::start_shifted(3, 0, &[0, AHEAD_MS, 0]) else {
+        return;
+    };
+    let (booked, other) = apart(&cluster, 1, AHEAD_MS);
+    runtime().block_on(async {
+        let limiter = TokenBucket::builder()
+            .rate(1, Duration::from_secs(1))
+            .capacity(1)
+            .redis(cluster.connection().await, prefix("node-book"))
+            .fail_policy(FailPolicy::FailClosed)
+            .patient()
+            .build()
+            .unwrap();
+        let first = limiter
+            .reserve(booked.as_str(), Duration::ZERO)
+            .await
+            .unwrap();
+        assert!(first.wait().is_zero());
+        first.commit();
+        let second = limiter
+            .reserve(booked.as_str(), Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(second.wait() > Duration::from_millis(500), "{second:?}");
+        // The latest reply from the other node.
+        let _ = limiter.check(other.as_str()).await.unwrap();
+        let left = second.remaining_wait();
+        assert!(
+            left <= second.wait(),
+            "{left:?} left of a wait of {:?}",
+            second.wait()
+        );
+        second.commit();
+    });
+}
