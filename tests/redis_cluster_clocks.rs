@@ -1,13 +1,14 @@
 //! The Redis limiters on Redis Clusters whose nodes' clocks differ (the
 //! clock shim, `tests/support/clockshift.c`, run under one node or more):
 //! a lease and a booking are read on the clock of the node that holds
-//! the client's key.
+//! the client's key, and a slot moved between two such nodes keeps the
+//! bound the Redis guide states.
 
 mod redis_server;
 
 use std::time::{Duration, Instant};
 
-use redis_server::{prefix, runtime, Cluster, Patient};
+use redis_server::{move_slot, prefix, runtime, slot_of, Cluster, Patient};
 use tollgate::redis::{FailPolicy, Lease};
 use tollgate::TokenBucket;
 
@@ -37,7 +38,7 @@ fn apart(cluster: &Cluster, ahead: usize, ahead_ms: i64) -> (String, String) {
     };
     let apart = server_now(ahead) - server_now(0);
     assert!(
-        (ahead_ms - 500..=ahead_ms + 500).contains(&apart),
+        (ahead_ms - SHIFT_SLACK_MS..=ahead_ms + SHIFT_SLACK_MS).contains(&apart),
         "the node's clock is {apart} ms ahead, not {ahead_ms}"
     );
     (on.unwrap(), off.unwrap())
@@ -161,4 +162,134 @@ fn a_booking_waits_on_the_clock_of_the_node_that_booked_it() {
         );
         second.commit();
     });
+}
+
+/// The bucket of the slot-move tests: 100, one unit per 10 ms.
+const CAPACITY: u64 = 100;
+const INTERVAL: Duration = Duration::from_millis(10);
+/// How far the shifted nodes' clocks are from the host's (ms), and the
+/// most the shim's reading may differ from that (`apart` checks).
+const SHIFT_MS: i64 = 2_000;
+const SHIFT_SLACK_MS: i64 = 500;
+
+/// A cluster of three primaries: node 0 on the host's clock, node 1
+/// [`SHIFT_MS`] ahead, node 2 as far behind; a client whose key lives on
+/// node 0, and its slot.
+fn shifted() -> Option<(Cluster, String, u16)> {
+    let cluster = Cluster::start_shifted(3, 0, &[0, SHIFT_MS, -SHIFT_MS])?;
+    // The shim took: each node's clock as set.
+    let _ = apart(&cluster, 1, SHIFT_MS);
+    let _ = apart(&cluster, 2, -SHIFT_MS);
+    let client = (0..)
+        .map(|i| format!("mover-{i}"))
+        .find(|c| cluster.node_of(c) == 0)
+        .unwrap();
+    let slot = slot_of(client.as_bytes());
+    Some((cluster, client, slot))
+}
+
+/// A limiter of the bucket on `cluster`, each check Redis's answer.
+async fn bucket(cluster: &Cluster, name: &str) -> tollgate::redis::RedisLimiter<TokenBucket> {
+    TokenBucket::builder()
+        .rate(1, INTERVAL)
+        .capacity(CAPACITY)
+        .redis(cluster.connection().await, prefix(name))
+        .fail_policy(FailPolicy::FailClosed)
+        .patient()
+        .no_deny_shortcut()
+        .build()
+        .unwrap()
+}
+
+/// A client's slot moved to a node whose clock is ahead: the client spends
+/// its bucket on node 0, its slot moves to node 1 (2 s ahead), and it
+/// spends what it is given there. Over the whole span the fleet admits
+/// at most the exact bound plus what the design allows a move to a clock
+/// ahead by `d`: `min(capacity, ⌈d/T⌉)` (here the whole bucket again);
+/// `exact` asks for the exact bound alone.
+fn moved_ahead(exact: bool) {
+    let Some((cluster, client, slot)) = shifted() else {
+        return;
+    };
+    runtime().block_on(async {
+        let limiter = bucket(&cluster, "ahead").await;
+        let started = Instant::now();
+        let mut admitted = 0;
+        while limiter.check(client.as_str()).await.unwrap().is_allowed() {
+            admitted += 1;
+        }
+        move_slot(&cluster, slot, 0, 1, Duration::ZERO);
+        while limiter.check(client.as_str()).await.unwrap().is_allowed() {
+            admitted += 1;
+        }
+        let span = started.elapsed();
+        let bound = CAPACITY + (span.as_nanos() / INTERVAL.as_nanos()) as u64;
+        let shift = Duration::from_millis((SHIFT_MS + SHIFT_SLACK_MS) as u64);
+        let more = CAPACITY.min(shift.as_nanos().div_ceil(INTERVAL.as_nanos()) as u64);
+        let allowed = if exact { bound } else { bound + more };
+        assert!(
+            admitted <= allowed,
+            "{admitted} admitted in {span:?}: the exact bound is {bound}, the guide's {}",
+            bound + more
+        );
+    });
+}
+
+/// The guide's bound across a move to a clock ahead.
+#[test]
+fn a_slot_moved_to_a_clock_ahead_admits_at_most_a_bucket_more() {
+    moved_ahead(false);
+}
+
+/// The exact bound across a move to a clock ahead.
+///
+/// Ignored: a bucket's state is judged on the clock of the node that holds
+/// it, and a node `d` ahead reads `d` more refill in it (258 to 260
+/// admitted where the exact bound is 160 to 164); keeping each key's own
+/// clock across a move is not built.
+#[test]
+#[ignore = "a move to a node whose clock is ahead refills the bucket by up to the clocks' difference"]
+fn a_slot_moved_to_a_clock_ahead_keeps_the_exact_bound() {
+    moved_ahead(true);
+}
+
+/// A client's slot moved to a node whose clock is behind: the client
+/// spends one unit of 100 on node 0, its slot moves to node 2 (2 s
+/// behind), and it checks again. The design's bound: it waits at most the
+/// clocks' difference (its state lies that far in the new node's future);
+/// `exact` asks that it be admitted, 98 left.
+fn moved_behind(exact: bool) {
+    let Some((cluster, client, slot)) = shifted() else {
+        return;
+    };
+    runtime().block_on(async {
+        let limiter = bucket(&cluster, "behind").await;
+        let d = limiter.check(client.as_str()).await.unwrap();
+        assert_eq!((d.is_allowed(), d.remaining()), (true, CAPACITY - 1));
+        move_slot(&cluster, slot, 0, 2, Duration::ZERO);
+        let d = limiter.check(client.as_str()).await.unwrap();
+        if exact {
+            assert!(d.is_allowed(), "99 of 100 left, refused: {d:?}");
+        } else {
+            let shift = Duration::from_millis((SHIFT_MS + SHIFT_SLACK_MS) as u64);
+            assert!(d.is_allowed() || d.retry_after() <= shift, "{d:?}");
+        }
+    });
+}
+
+/// The guide's bound across a move to a clock behind.
+#[test]
+fn a_slot_moved_to_a_clock_behind_waits_at_most_the_difference() {
+    moved_behind(false);
+}
+
+/// The exact answer across a move to a clock behind.
+///
+/// Ignored: a node `d` behind reads the bucket's state `d` in its future,
+/// so a client with 99 of 100 left is refused (`retry_after` about 1 s);
+/// keeping each key's own clock across a move is not built.
+#[test]
+#[ignore = "a move to a node whose clock is behind refuses a client with units left"]
+fn a_slot_moved_to_a_clock_behind_admits_what_is_left() {
+    moved_behind(true);
 }

@@ -260,10 +260,16 @@ fn in_process() -> (Vec<String>, Vec<String>) {
     let tier = |c: &String| u16::from(c.starts_with("pro-"));
     let pro = "pro-a".to_owned();
     let (mut peeks, mut checks) = (Vec::new(), Vec::new());
-    let tb = TokenBucket::builder().rate(3, HOUR).tier_by(tier).build().unwrap();
-    tb.set_quota(1, TokenBucket::builder().rate(6, HOUR)).unwrap();
+    let tb = TokenBucket::builder()
+        .rate(3, HOUR)
+        .tier_by(tier)
+        .build()
+        .unwrap();
+    tb.set_quota(1, TokenBucket::builder().rate(6, HOUR))
+        .unwrap();
     let _ = tb.check_n(&pro, 5).unwrap();
-    tb.set_quota(1, TokenBucket::builder().rate(3, HOUR)).unwrap();
+    tb.set_quota(1, TokenBucket::builder().rate(3, HOUR))
+        .unwrap();
     peeks.push(show(tb.peek(&pro)));
     checks.push(show(tb.check(&pro)));
     let swc = SlidingWindowCounter::builder()
