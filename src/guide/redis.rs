@@ -283,7 +283,9 @@
 //!   holds which slot from `CLUSTER SLOTS`, read when it is built, every
 //!   ten seconds, and a second after a breaker opens or closes; until the
 //!   first reading, and for a slot it does not place, the slots share one
-//!   breaker, as a single server's checks do.
+//!   breaker, as a single server's checks do. The table of slots and the
+//!   breakers of up to 255 nodes take at most 28 KiB per limiter
+//!   (`a_cluster_s_breakers_and_slot_table_take_about_28_kib`).
 //! - A replica can start while Redis is down: with a connection made on
 //!   first use (`ConnectionManager::new_lazy_with_config`, as the
 //!   `tollgate::redis` example does), the limiter builds, its checks are

@@ -26,7 +26,8 @@ const SCRIPT_RELOADS: &str = "tollgate_redis_script_reloads_total";
 const FAILURES: &str = "tollgate_redis_failures_total";
 /// The breaker's transitions, by `limiter` and `to` (`open`, `closed`).
 const TRANSITIONS: &str = "tollgate_redis_breaker_transitions_total";
-/// 1 while the breaker is open, else 0, by `limiter`.
+/// 1 while the breaker is open (on Redis Cluster, any node's), else 0, by
+/// `limiter`.
 const BREAKER_OPEN: &str = "tollgate_redis_breaker_open";
 
 impl<A> Inner<A> {

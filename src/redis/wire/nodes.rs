@@ -279,6 +279,13 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_s_breakers_and_slot_table_take_about_28_kib() {
+        let bytes =
+            SLOTS * core::mem::size_of::<AtomicU8>() + NODES * core::mem::size_of::<Breaker>();
+        assert!(bytes <= 28 * 1024, "{bytes} bytes");
+    }
+
+    #[test]
     fn a_cluster_slots_reply_names_each_range_s_primary() {
         let node = |host: &str, port: i64| {
             Value::Array(vec![
