@@ -110,8 +110,8 @@
 //! random checks, waits and resets, every span checked;
 //! `never_beyond_the_quota_across_processes_with_leases_one_killed`:
 //! four real processes, one killed while it holds a lease), on nodes
-//! whose clocks agree: a slot moved to a node whose clock differs adds
-//! what "When Redis fails" below says.
+//! whose clocks agree (a slot moved to a node whose clock differs: see
+//! "When Redis fails" below).
 //!
 //! **What leases cost in accuracy.** With `P` processes leasing a client,
 //! `U` = `max_units`, a horizon `H` and the bucket's interval `T`, let
@@ -329,17 +329,24 @@
 //!   node's clock reads
 //!   (`a_booking_waits_on_the_clock_of_the_node_that_booked_it`).
 //! - A client's state is judged on the clock of the node that holds its
-//!   key, so a slot moved (a reshard, a failover) between nodes whose
-//!   clocks differ by `d` reads `d` as time passed, or as time to come.
-//!   Moved to a node `d` ahead, a token bucket gives up to
-//!   `min(capacity, ⌈d/T⌉)` units beyond its exact bound, once per move
-//!   (`a_slot_moved_to_a_clock_ahead_admits_at_most_a_bucket_more`: 2 s
-//!   ahead, a bucket of 100 at 10 ms a unit, a whole bucket more). Moved
-//!   to a node `d` behind, the client is refused for at most `d` more than
-//!   its state asks (`a_slot_moved_to_a_clock_behind_waits_at_most_the_difference`:
-//!   99 of 100 left, refused for about a second). Keep the nodes' clocks
-//!   in step (NTP): the exact bound across a move holds only for nodes
-//!   whose clocks agree.
+//!   key. A token bucket alone (no second limit) keeps its own clock
+//!   across a slot moved by `MIGRATE` (a reshard) to a node whose clock
+//!   differs: the key's expiry, which `MIGRATE` carries as a time to live,
+//!   tells the new node how far its clock is from the writer's, to within
+//!   3 ms, and the bucket's state is carried onto the new node's clock. So
+//!   a move costs at most `⌈3 ms / T⌉` units beyond the exact bound
+//!   (`a_slot_moved_to_a_clock_ahead_keeps_the_bucket_s_bound`: a node
+//!   2 s ahead, a bucket of 100 at 10 ms a unit, with and without leases;
+//!   judged on the new clock as it stood, the client got the whole bucket
+//!   again, 202 admitted where the bound was 103), and a client moved to
+//!   a node behind keeps what it had left
+//!   (`a_slot_moved_to_a_clock_behind_admits_what_is_left`: 99 of 100
+//!   left, admitted; it was refused for a second). Not carried: the
+//!   windows, the log, a pair, bookings, the leases' record of their
+//!   slots, and a failover to a replica (which holds the key's expiry as
+//!   an instant): these are judged on the new node's clock as written,
+//!   so a node `d` ahead may end their windows up to `d` early, and one
+//!   `d` behind late. Keep the nodes' clocks in step (NTP).
 //! - A quota set while Redis is down changes the `Local` fallback's quota,
 //!   keeping each client's state there
 //!   (`set_quota_during_an_outage_keeps_the_fallback_state`); a booking

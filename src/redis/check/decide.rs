@@ -539,9 +539,9 @@ impl<A: RedisAlgorithm> Inner<A> {
 
     /// The slow path's read of a word algorithm's key.
     pub(super) async fn read(&self, key: &[u8]) -> Result<Stored, Failure> {
-        let (now, value): (u64, Option<String>) =
+        let (now, expiry, value): (u64, i64, Option<String>) =
             self.calls.eval(&self.scripts.read, key, |_| {}).await?;
-        Ok(Stored { now, value })
+        Ok(Stored { now, expiry, value })
     }
 
     /// The value of `word` under `judged`'s quota, written by this
