@@ -342,11 +342,12 @@
 //!   a node behind keeps what it had left
 //!   (`a_slot_moved_to_a_clock_behind_admits_what_is_left`: 99 of 100
 //!   left, admitted; it was refused for a second). Not carried: the
-//!   windows, the log, a pair, bookings, the leases' record of their
-//!   slots, and a failover to a replica (which holds the key's expiry as
-//!   an instant): these are judged on the new node's clock as written,
-//!   so a node `d` ahead may end their windows up to `d` early, and one
-//!   `d` behind late. Keep the nodes' clocks in step (NTP).
+//!   windows, the log and a pair, judged on the new node's clock as
+//!   written (a node `d` ahead may end their windows up to `d` early, one
+//!   `d` behind late); the instants a process keeps of the old node's
+//!   clock (a booking's instant, a lease's slots and their record in
+//!   Redis); and a failover to a replica, which holds the key's expiry as
+//!   an instant. Keep the nodes' clocks in step (NTP).
 //! - A quota set while Redis is down changes the `Local` fallback's quota,
 //!   keeping each client's state there
 //!   (`set_quota_during_an_outage_keeps_the_fallback_state`); a booking
