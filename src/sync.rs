@@ -26,6 +26,11 @@ pub(crate) use std::sync::{
 #[cfg(feature = "redis")]
 pub(crate) use std::sync::atomic::AtomicBool;
 
+/// Each slot's owner in a Redis limiter's map of a cluster's nodes: on
+/// the Redis path only, which no loom model runs.
+#[cfg(feature = "redis")]
+pub(crate) use std::sync::atomic::AtomicU8;
+
 #[cfg(feature = "loom")]
 pub(crate) use loom::sync::atomic::Ordering;
 

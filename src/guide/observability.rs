@@ -59,7 +59,7 @@
 //! | `tollgate_redis_script_reloads_total` | counter | `limiter` | scripts sent whole because Redis had lost them (a restart, a failover, `SCRIPT FLUSH`) |
 //! | `tollgate_redis_failures_total` | counter | `limiter`, `kind` (`timeout`, `error`) | round trips that ran past the timeout, or failed otherwise |
 //! | `tollgate_redis_breaker_transitions_total` | counter | `limiter`, `to` (`open`, `closed`) | the breaker opening (Redis failed while up: checks go to the fail policy) and closing (a probe found Redis back) |
-//! | `tollgate_redis_breaker_open` | gauge | `limiter` | 1 while the breaker is open, else 0 |
+//! | `tollgate_redis_breaker_open` | gauge | `limiter` | 1 while the breaker is open (on Redis Cluster, any node's), else 0 |
 //!
 //! A Redis limiter's peeks are no decision, but their round trips count.
 //!

@@ -109,7 +109,9 @@
 //! (`the_fleet_never_admits_beyond_the_exact_bound`: three processes,
 //! random checks, waits and resets, every span checked;
 //! `never_beyond_the_quota_across_processes_with_leases_one_killed`:
-//! four real processes, one killed while it holds a lease).
+//! four real processes, one killed while it holds a lease), on nodes
+//! whose clocks agree (a slot moved to a node whose clock differs: see
+//! "When Redis fails" below).
 //!
 //! **What leases cost in accuracy.** With `P` processes leasing a client,
 //! `U` = `max_units`, a horizon `H` and the bucket's interval `T`, let
@@ -238,10 +240,21 @@
 //!   over the exact bound, an outage admits a client at most the sum over
 //!   the replicas of what each last heard was left, plus each replica's
 //!   refill during the outage. With `RedisBuilder::local_share(n)` on a
-//!   fleet of `n`, each replica holds the client to an `n`-th of that and
-//!   refills at an `n`-th of the rate: at most what was left when the
-//!   outage began (as the replica that heard last before it saw it), plus
-//!   one refill of its duration
+//!   fleet of `n`, each replica holds the client to an `n`-th of what it
+//!   last heard and refills at an `n`-th of the rate: the fleet admits at
+//!   most the mean, over the replicas, of what each last heard was left,
+//!   plus one refill of the outage's duration (each share rounded down,
+//!   a replica's refill up to its next whole unit). What a replica last
+//!   heard is what Redis told it at its own last answer for the client:
+//!   a replica that heard early, before the others spent the client's
+//!   quota, still holds its share of what it heard then, so the fleet may
+//!   admit more than was left when the outage began, at most one
+//!   `n`-th of what the early replicas heard each (four replicas, one that
+//!   heard 999 of 1 000 left and three that spent the rest: 249 admitted
+//!   by the first, none by the others, where Redis had none left;
+//!   `an_outage_admits_each_replica_s_share_of_what_it_last_heard`). A
+//!   fleet whose replicas all heard last when the outage began admits at
+//!   most what was left then, plus the refill
 //!   (`an_outage_starts_each_client_from_what_redis_last_said`,
 //!   `a_pause_costs_a_fleet_of_processes_no_more_than_was_left`,
 //!   `a_local_share_keeps_a_fleet_at_one_quota_during_an_outage`,
@@ -259,6 +272,20 @@
 //!   itself (`one_probe_at_a_time_with_capped_exponential_backoff`,
 //!   `redis_down_each_policy_answers_in_time_then_recovers_by_itself`,
 //!   `a_probe_dropped_before_its_first_poll_lets_the_next_one_go`).
+//! - On Redis Cluster each node is judged on its own, with a breaker of
+//!   its own: a primary frozen or killed opens the breaker for the clients
+//!   whose slots it holds, and the other nodes' replies neither keep it
+//!   closed nor open theirs; their clients are answered by Redis while the
+//!   cluster serves them (`cluster-require-full-coverage no`; by default
+//!   the cluster refuses every key once it marks a node failed)
+//!   (`a_slow_or_dead_node_opens_its_own_breaker_only`: a primary of three
+//!   stopped by `SIGSTOP`, then killed). The limiter learns which node
+//!   holds which slot from `CLUSTER SLOTS`, read when it is built, every
+//!   ten seconds, and a second after a breaker opens or closes; until the
+//!   first reading, and for a slot it does not place, the slots share one
+//!   breaker, as a single server's checks do. The table of slots and the
+//!   breakers of up to 255 nodes take at most 28 KiB per limiter
+//!   (`a_cluster_s_breakers_and_slot_table_take_about_28_kib`).
 //! - A replica can start while Redis is down: with a connection made on
 //!   first use (`ConnectionManager::new_lazy_with_config`, as the
 //!   `tollgate::redis` example does), the limiter builds, its checks are
@@ -301,6 +328,26 @@
 //!   of the node that booked it, never past the instant, whatever another
 //!   node's clock reads
 //!   (`a_booking_waits_on_the_clock_of_the_node_that_booked_it`).
+//! - A client's state is judged on the clock of the node that holds its
+//!   key. A token bucket alone (no second limit) keeps its own clock
+//!   across a slot moved by `MIGRATE` (a reshard) to a node whose clock
+//!   differs: the key's expiry, which `MIGRATE` carries as a time to live,
+//!   tells the new node how far its clock is from the writer's, to within
+//!   3 ms, and the bucket's state is carried onto the new node's clock. So
+//!   a move costs at most `⌈3 ms / T⌉` units beyond the exact bound
+//!   (`a_slot_moved_to_a_clock_ahead_keeps_the_bucket_s_bound`: a node
+//!   2 s ahead, a bucket of 100 at 10 ms a unit, with and without leases;
+//!   judged on the new clock as it stood, the client got the whole bucket
+//!   again, 202 admitted where the bound was 103), and a client moved to
+//!   a node behind keeps what it had left
+//!   (`a_slot_moved_to_a_clock_behind_admits_what_is_left`: 99 of 100
+//!   left, admitted; it was refused for a second). Not carried: the
+//!   windows, the log and a pair, judged on the new node's clock as
+//!   written (a node `d` ahead may end their windows up to `d` early, one
+//!   `d` behind late); the instants a process keeps of the old node's
+//!   clock (a booking's instant, a lease's slots and their record in
+//!   Redis); and a failover to a replica, which holds the key's expiry as
+//!   an instant. Keep the nodes' clocks in step (NTP).
 //! - A quota set while Redis is down changes the `Local` fallback's quota,
 //!   keeping each client's state there
 //!   (`set_quota_during_an_outage_keeps_the_fallback_state`); a booking

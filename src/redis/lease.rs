@@ -200,12 +200,12 @@ impl<A: RedisAlgorithm> Inner<A> {
         let generation = judged.quota.generation;
         let found = map.get(client).map(|entry| {
             if !entry.fits(&half, generation) {
-                return (None, None, 0);
+                return (None, None, 0, 0);
             }
             // Spent on its own node's clock; before the lease's first
             // reply the check waits for a call.
             let Some(now) = self.entry_now(entry) else {
-                return (None, None, 0);
+                return (None, None, 0, 0);
             };
             let spent = self.spend(entry, now, cost);
             if let Spent::Admitted { .. } = spent {
@@ -231,13 +231,17 @@ impl<A: RedisAlgorithm> Inner<A> {
                         }),
                         None,
                         now,
+                        // Relaxed: as below.
+                        entry.frees.load(Ordering::Relaxed),
                     );
                 }
                 _ => None,
             };
-            (Some(spent), ahead, now)
+            // Relaxed: a figure for the decision, as `dry`.
+            let frees = entry.frees.load(Ordering::Relaxed);
+            (Some(spent), ahead, now, frees)
         });
-        let Some((spent, ahead, now)) = found else {
+        let Some((spent, ahead, now, frees)) = found else {
             // No lease: a client met in the last horizon gets one, any
             // other goes one call alone, as without leases.
             return if leases.met_recently(client, self.lease_now()) {
@@ -249,21 +253,31 @@ impl<A: RedisAlgorithm> Inner<A> {
         if let Some(entry) = ahead {
             self.ask_ahead(&entry, client, judged);
         }
-        match spent.and_then(|spent| self.lease_decision(spent, &half, now, cost)) {
+        match spent.and_then(|spent| self.lease_decision(spent, &half, (now, frees), cost)) {
             Some(decision) => AtOnce::Answered(decision),
             None => AtOnce::Wait,
         }
     }
 
-    /// The decision on what a spend did, `None` if it must ask.
-    fn lease_decision(&self, spent: Spent, half: &Half, now: u64, cost: u64) -> Option<Decision> {
+    /// The decision on what a spend did at `now`, `None` if it must ask;
+    /// `frees`: when Redis last said the bucket's next unit beyond the
+    /// lease frees (the entry's `frees`).
+    fn lease_decision(
+        &self,
+        spent: Spent,
+        half: &Half,
+        (now, frees): (u64, u64),
+        cost: u64,
+    ) -> Option<Decision> {
         let (interval, capacity) = (half.a, half.b);
         let ns = Spec::One(*half).ns().expect("a word algorithm");
         let (allowed, tat) = match spent {
             // The figures of a bucket holding the units left here.
             Spent::Admitted { left } => (true, now + capacity.saturating_sub(left) * interval),
-            // Of a spent bucket whose next unit frees at `until`.
-            Spent::Held { until } => (false, until + (capacity - 1) * interval),
+            // Of a spent bucket whose next unit frees at `until`, or
+            // later, when Redis said so: the hold ends within a second,
+            // the bucket's wait may be longer.
+            Spent::Held { until } => (false, until.max(frees) + (capacity - 1) * interval),
             Spent::Ask { .. } => return None,
         };
         let counters = &self.calls.counters;
@@ -339,8 +353,10 @@ impl<A: RedisAlgorithm> Inner<A> {
                     {
                         self.ask_ahead(&entry, &request.client, &request.judged);
                     }
+                    // Relaxed: as in `lease_now_or_never`.
+                    let frees = entry.frees.load(Ordering::Relaxed);
                     return Ok(self
-                        .lease_decision(spent, &half, now, cost)
+                        .lease_decision(spent, &half, (now, frees), cost)
                         .expect("spent or held"));
                 }
             };
@@ -433,7 +449,7 @@ impl<A: RedisAlgorithm> Inner<A> {
     ) -> Result<Option<Option<u64>>, CheckError> {
         let _asking = Asking(entry);
         let leases = self.leases.as_ref().expect("a leasing limiter");
-        let probe_due = match self.gate(self.calls.clock.local_ns()) {
+        let probe_due = match self.gate(self.calls.clock.local_ns(), &request.key) {
             Ok(due) => due || probe_due,
             Err(err) => return Err(err),
         };
@@ -478,13 +494,18 @@ impl<A: RedisAlgorithm> Inner<A> {
                     .store(ahead_at(units, spent, elapsed, rtt), Ordering::Relaxed);
                 // Relaxed: a hint for the checks that find the lease empty.
                 entry.dry.store(units < want, Ordering::Relaxed);
-                self.lapsed(entry.cell.grant(now, start, end));
                 // What Redis has left beside the grant: the bucket's, its
-                // TAT now at the grant's end, at Redis's reading `at`.
+                // TAT now at the grant's end, at Redis's reading `at`; its
+                // next unit frees a capacity less one before that end.
                 if let Spec::One(half) = request.spec() {
                     let owed = end.saturating_sub(at).div_ceil(half.a.max(1));
                     self.hold_local(request, half.b.saturating_sub(owed));
+                    // Relaxed: a figure for the decisions, as `dry`.
+                    entry
+                        .frees
+                        .store(end.saturating_sub((half.b - 1) * half.a), Ordering::Relaxed);
                 }
+                self.lapsed(entry.cell.grant(now, start, end));
                 self.quiet_later(entry, request);
                 Ok(Some(Some(at)))
             }
@@ -494,6 +515,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                 self.hold_local(request, 0);
                 // Relaxed: as above.
                 entry.dry.store(true, Ordering::Relaxed);
+                entry.frees.store(until, Ordering::Relaxed);
                 self.lapsed(entry.cell.nothing(
                     now,
                     epoch,

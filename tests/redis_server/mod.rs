@@ -120,7 +120,24 @@ impl Cluster {
     /// saying why) without a `redis-server`, or, when a node is shifted,
     /// without a C compiler to build the shim.
     pub fn start_shifted(primaries: usize, replicas: usize, shifts_ms: &[i64]) -> Option<Self> {
-        let args = ["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"];
+        Self::start_with(primaries, replicas, shifts_ms, &[])
+    }
+
+    /// As [`Cluster::start`], each node also given `extra` arguments (such
+    /// as `--cluster-require-full-coverage no`, so that the other nodes
+    /// keep answering while one primary is lost).
+    pub fn start_args(primaries: usize, replicas: usize, extra: &[&str]) -> Option<Self> {
+        Self::start_with(primaries, replicas, &[], extra)
+    }
+
+    fn start_with(
+        primaries: usize,
+        replicas: usize,
+        shifts_ms: &[i64],
+        extra: &[&str],
+    ) -> Option<Self> {
+        let mut args = vec!["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"];
+        args.extend_from_slice(extra);
         let shim = if shifts_ms.iter().any(|&ms| ms != 0) {
             Some(clockshift()?)
         } else {
@@ -356,4 +373,104 @@ pub fn admitted(decisions: &[tollgate::Decision]) -> Vec<u64> {
         .collect();
     left.sort_unstable();
     left
+}
+
+/// Redis Cluster's hash slot of a key whose hash tag is `tag` (CRC16,
+/// XMODEM, modulo 16 384).
+pub fn slot_of(tag: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in tag {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16_384
+}
+
+/// `n` client ids (hash tags of their own) whose keys all fall in one
+/// slot, and that slot.
+pub fn clients_of_one_slot(n: usize) -> (Vec<String>, u16) {
+    let mut by_slot: std::collections::HashMap<u16, Vec<String>> = Default::default();
+    for i in 0.. {
+        let client = format!("c{i}");
+        let slot = slot_of(client.as_bytes());
+        let same = by_slot.entry(slot).or_default();
+        same.push(client);
+        if same.len() == n {
+            return (same.clone(), slot);
+        }
+    }
+    unreachable!()
+}
+
+/// Moves `slot` from node `from` to node `to` of `cluster` as
+/// `redis-cli --cluster reshard` does: `IMPORTING` on the target,
+/// `MIGRATING` on the source, every key moved one by one by `MIGRATE …
+/// KEYS` (`pause` between keys, so that checks meet the slot half moved),
+/// then `SETSLOT … NODE` on every primary. Keys made meanwhile are made
+/// on the target (the source sends their checks there by `ASK`).
+pub fn move_slot(cluster: &Cluster, slot: u16, from: usize, to: usize, pause: Duration) -> usize {
+    let id = |node: usize| -> String {
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut cluster.nodes[node].sync())
+            .unwrap()
+    };
+    let (source, target) = (id(from), id(to));
+    let mut src = cluster.nodes[from].sync();
+    let mut dst = cluster.nodes[to].sync();
+    let _: () = redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg("IMPORTING")
+        .arg(&source)
+        .query(&mut dst)
+        .unwrap();
+    let _: () = redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg("MIGRATING")
+        .arg(&target)
+        .query(&mut src)
+        .unwrap();
+    let mut moved = 0;
+    loop {
+        let keys: Vec<Vec<u8>> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(1)
+            .query(&mut src)
+            .unwrap();
+        let Some(key) = keys.first() else { break };
+        let _: redis::Value = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(cluster.nodes[to].port)
+            .arg("")
+            .arg(0)
+            .arg(5_000)
+            .arg("KEYS")
+            .arg(key)
+            .query(&mut src)
+            .unwrap();
+        moved += 1;
+        std::thread::sleep(pause);
+    }
+    for node in [to, from]
+        .into_iter()
+        .chain((0..cluster.nodes.len()).filter(|&n| n != to && n != from))
+    {
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("NODE")
+            .arg(&target)
+            .query(&mut cluster.nodes[node].sync())
+            .unwrap();
+    }
+    moved
 }

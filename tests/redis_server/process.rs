@@ -151,6 +151,17 @@ impl Server {
         }
     }
 
+    /// Sends the process `signal` (`STOP` freezes it: its connections stay
+    /// open and unanswered; `CONT` resumes it).
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("a running server").id();
+        let sent = Command::new("kill")
+            .args(["-s", signal, &pid.to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "kill -s {signal} {pid} failed");
+    }
+
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();

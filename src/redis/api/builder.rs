@@ -30,7 +30,8 @@ use crate::redis::table::lease::{Lease, LeaseScripts, Leases};
 use crate::redis::table::shortcut::DenyCache;
 use crate::redis::wire::call::{sync_word, Calls, Clock, Script};
 use crate::redis::wire::connection::RedisConnection;
-use crate::redis::wire::guard::{Breaker, Counters};
+use crate::redis::wire::guard::Counters;
+use crate::redis::wire::nodes::Breakers;
 use crate::sync::{AtomicU128, AtomicU64};
 
 impl<A, K, C> Builder<A, K, C> {
@@ -570,6 +571,14 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
         // Until the first reply: this host's own clock, from now.
         let built = clock.local_ns();
         let offset = unix_ns().wrapping_sub(built);
+        // On Redis Cluster, a breaker per node.
+        let breakers = match &self.conn {
+            RedisConnection::Cluster(cluster) => {
+                Breakers::cluster(first, max, cluster.clone(), self.timeout)
+            }
+            RedisConnection::Single(_) => Breakers::single(first, max),
+        };
+        breakers.map_now(clock.local_ns());
         Ok(RedisLimiter {
             inner: Arc::new(Inner {
                 calls: Calls {
@@ -584,7 +593,7 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
                 local_share: self.local_share,
                 timeout: self.timeout,
                 policy: self.policy,
-                breaker: Breaker::new(first, max),
+                breakers,
                 shortcut,
                 coalesce: (self.coalesce && coalesces(&spec)).then(|| InFlight::new(per_client)),
                 leases,

@@ -227,7 +227,7 @@ impl<A: RedisAlgorithm> RedisLimiter<A> {
                 return RedisCheck::ready(Ok(decision));
             }
         }
-        let probe_due = match inner.gate(now) {
+        let probe_due = match inner.gate(now, &request.key) {
             Ok(probe_due) => probe_due,
             Err(err) => return RedisCheck::ready(inner.fallback(&request, err)),
         };

@@ -679,7 +679,7 @@ impl<A: RedisAlgorithm> Inner<A> {
         }
         let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
         let key = self.layout.key(&client);
-        let booked = match self.gate(self.calls.clock.local_ns()) {
+        let booked = match self.gate(self.calls.clock.local_ns(), &key) {
             Ok(probe_due) => {
                 let work = async {
                     match spec {

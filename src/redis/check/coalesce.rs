@@ -179,7 +179,12 @@ impl<A: RedisAlgorithm> Inner<A> {
                 }
                 going.push(waiter);
             }
-            let probe_due = match self.gate(now) {
+            // The breaker of the first check's node: on Redis Cluster a
+            // batch holds one slot's keys.
+            let Some(first) = going.first() else {
+                return;
+            };
+            let probe_due = match self.gate(now, &first.request.key) {
                 Ok(probe_due) => probe_due,
                 Err(err) => {
                     for waiter in going {

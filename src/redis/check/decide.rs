@@ -150,10 +150,11 @@ impl<A: RedisAlgorithm> Inner<A> {
 }
 
 impl<A> Inner<A> {
-    /// Whether a request may go to Redis now (`Ok`, and whether it is due
-    /// to probe), or the breaker holds it back.
-    pub(crate) fn gate(&self, now: u64) -> Result<bool, CheckError> {
-        match self.breaker.gate(now) {
+    /// Whether a request on `key` may go to Redis now (`Ok`, and whether
+    /// it is due to probe), or the breaker of the node holding `key` holds
+    /// it back.
+    pub(crate) fn gate(&self, now: u64, key: &[u8]) -> Result<bool, CheckError> {
+        match self.breakers.of(key, now).gate(now) {
             Gate::Pass => Ok(false),
             Gate::Probe => Ok(true),
             Gate::Down(wait) => Err(CheckError::with_kind(
@@ -197,7 +198,10 @@ impl<A> Inner<A> {
         // The probe flag is taken here, at the first poll, and the guard
         // that gives it back exists from that instant: a future dropped
         // before its first poll never took it.
-        let probe = probe_due && self.breaker.take_probe();
+        // The breaker of the node holding the key: on Redis Cluster, each
+        // node is judged on its own replies.
+        let breaker = self.breakers.of(key, self.calls.clock.local_ns());
+        let probe = probe_due && breaker.take_probe();
         if probe_due && !probe {
             return Err(CheckError::with_kind(
                 CheckErrorKind::Unavailable,
@@ -208,22 +212,22 @@ impl<A> Inner<A> {
         if probe {
             bump(&counters.probes);
         }
-        let mut abandon = ProbeGuard(probe.then_some(&self.breaker));
+        let mut abandon = ProbeGuard(probe.then_some(breaker));
         let sent = self.calls.clock.local_ns();
         let reply = tokio::time::timeout_at(deadline, work).await;
         abandon.0 = None;
         Err(match reply {
             Ok(Ok(value)) => {
-                self.redis_up(probe);
+                self.redis_up(breaker, probe);
                 return Ok((value, sent));
             }
             Ok(Err(Failure::Decode(err))) => {
-                self.redis_up(probe);
+                self.redis_up(breaker, probe);
                 bump(&counters.errors);
                 failure(CheckErrorKind::Corrupt, key, err)
             }
             Ok(Err(Failure::Contended)) => {
-                self.redis_up(probe);
+                self.redis_up(breaker, probe);
                 bump(&counters.errors);
                 failure(
                     CheckErrorKind::Other,
@@ -235,27 +239,27 @@ impl<A> Inner<A> {
                 bump(&counters.errors);
                 let kind = classify(&err);
                 if kind == CheckErrorKind::Unavailable {
-                    self.redis_down(probe);
+                    self.redis_down(breaker, probe);
                     CheckError::with_kind(kind, err)
                 } else {
                     // About this request or this client's key only:
                     // Redis answered, so it is up.
-                    self.redis_up(probe);
+                    self.redis_up(breaker, probe);
                     failure(kind, key, err)
                 }
             }
             Err(_elapsed) => {
                 bump(&counters.timeouts);
-                if self.breaker.answered_since(sent) {
-                    // Slow, not unreachable: Redis answered another call
-                    // while this one waited, so the breaker stays as it
-                    // is, and only this check is answered by the fail
+                if breaker.answered_since(sent) {
+                    // Slow, not unreachable: the node answered another
+                    // call while this one waited, so the breaker stays as
+                    // it is, and only this check is answered by the fail
                     // policy.
                     if probe {
-                        self.breaker.abandoned();
+                        breaker.abandoned();
                     }
                 } else {
-                    self.redis_down(probe);
+                    self.redis_down(breaker, probe);
                 }
                 CheckError::with_kind(
                     CheckErrorKind::Timeout,
@@ -280,20 +284,26 @@ impl<A> Inner<A> {
         }
     }
 
-    /// Redis answered: tells the breaker, and counts (and reports, with the
-    /// `tracing` feature) its closing if it was open.
-    fn redis_up(&self, probe: bool) {
-        if self.breaker.succeeded(probe, self.calls.clock.local_ns()) {
+    /// Redis (the node `breaker` judges) answered: tells the breaker, and
+    /// counts (and reports, with the `tracing` feature) its closing if it
+    /// was open.
+    fn redis_up(&self, breaker: &Breaker, probe: bool) {
+        let now = self.calls.clock.local_ns();
+        if breaker.succeeded(probe, now) {
+            self.breakers.moved(now);
             bump(&self.calls.counters.breaker_closed);
             #[cfg(feature = "tracing")]
             self.breaker_closed();
         }
     }
 
-    /// Redis failed to answer: tells the breaker, and counts (and reports,
-    /// with the `tracing` feature) its opening if it was closed.
-    fn redis_down(&self, probe: bool) {
-        if self.breaker.failed(probe, self.calls.clock.local_ns()) {
+    /// Redis (the node `breaker` judges) failed to answer: tells the
+    /// breaker, and counts (and reports, with the `tracing` feature) its
+    /// opening if it was closed.
+    fn redis_down(&self, breaker: &Breaker, probe: bool) {
+        let now = self.calls.clock.local_ns();
+        if breaker.failed(probe, now) {
+            self.breakers.moved(now);
             bump(&self.calls.counters.breaker_opened);
             #[cfg(feature = "tracing")]
             self.breaker_opened();
@@ -529,9 +539,9 @@ impl<A: RedisAlgorithm> Inner<A> {
 
     /// The slow path's read of a word algorithm's key.
     pub(super) async fn read(&self, key: &[u8]) -> Result<Stored, Failure> {
-        let (now, value): (u64, Option<String>) =
+        let (now, expiry, value): (u64, i64, Option<String>) =
             self.calls.eval(&self.scripts.read, key, |_| {}).await?;
-        Ok(Stored { now, value })
+        Ok(Stored { now, expiry, value })
     }
 
     /// The value of `word` under `judged`'s quota, written by this

@@ -31,7 +31,11 @@
 //! is answered `{-1}`, and the limiter converts it in Rust by the
 //! in-process rules ([`super::state`]) and writes it back by
 //! compare-and-set. Every write sets the key (`SET … PXAT`) to expire at
-//! the instant its state becomes idle, rounded up to the millisecond.
+//! the instant its state becomes idle, rounded up to the millisecond; a
+//! token bucket's scripts (and the slow path's read) read that expiry
+//! back, so that a key `MIGRATE` moved to a node whose clock differs
+//! (the expiry travels as a time to live) is carried onto that node's
+//! clock (`moved`).
 //!
 //! # While a slot moves
 //!
@@ -43,6 +47,7 @@
 //! changed nothing that matters, and the call layer runs it again on the
 //! node that holds the key (see `wire::call`).
 
+use super::moved::carried_lua;
 use super::spec::{Half, Spec, WordSpec};
 
 /// The helper every script starts with: an integer parser that tells
@@ -479,16 +484,18 @@ fn parse_state(spec: &Spec, convert: &str, bad: impl Fn(&str) -> String) -> Stri
                 "\n  if x{x}2 > 999 then {} end",
                 bad("a TAT with more than 999 ns past its microseconds")
             ))
-            .collect::<String>(),
+            .collect::<String>()
+            + &carried_lua(spec),
     )
 }
 
-/// The slow path's read: the key's value (`nil` if absent) and `now`:
-/// `{now, value}`.
+/// The slow path's read: `now`, the key's expiry (ms, as `PEXPIRETIME`
+/// answers: negative for none) and its value (`nil` if absent):
+/// `{now, expiry, value}`.
 pub(crate) fn read_script(clock: &str) -> String {
     format!(
         r"{clock}
-return {{now, redis.call('GET', KEYS[1])}}
+return {{now, redis.call('PEXPIRETIME', KEYS[1]), redis.call('GET', KEYS[1])}}
 "
     )
 }

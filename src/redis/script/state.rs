@@ -13,6 +13,7 @@
 
 use core::time::Duration;
 
+use super::moved::carried;
 use super::spec::{word_of, Half, Ns, Spec, WordSpec, EXACT_MAX, SPAN_MAX_US};
 use crate::algorithm::{SlidingWindowLog, Transitions};
 use crate::cell::{describe, look, Applied};
@@ -170,10 +171,12 @@ pub(crate) fn round_up_to_us(wait: Duration) -> Duration {
 }
 
 /// A word algorithm's key as the read script returned it: the instant
-/// (µs) and the value, `None` for no key.
+/// (µs), the key's expiry (ms; negative for none) and the value, `None`
+/// for no key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Stored {
     pub(crate) now: u64,
+    pub(crate) expiry: i64,
     pub(crate) value: Option<String>,
 }
 
@@ -227,6 +230,10 @@ impl Stored {
                         .ok_or(DecodeError::Range("a field that is not a whole number"))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
+            let values = match (spec, half.ns) {
+                (Spec::One(_), WordSpec::Bucket(_)) => carried(&values, self.expiry),
+                _ => values,
+            };
             words.push(half_word(&half, &values)?);
             at += n;
         }
@@ -411,6 +418,7 @@ mod tests {
         assert_eq!(value, format!("{head}12|1237567|891|0|3"));
         let stored = Stored {
             now: 0,
+            expiry: -1,
             value: Some(value),
         };
         assert_eq!(stored.word(&pair).unwrap(), Some(word));
@@ -418,16 +426,53 @@ mod tests {
         assert_eq!(stored.writer(), (Some("me"), Some("0:7")));
         let none = Stored {
             now: 0,
+            expiry: -2,
             value: None,
         };
         assert_eq!(none.word(&pair).unwrap(), None);
         for junk in ["", "x", "a|b|c|1|2|3", "a|b|c|1|2|3|x", "a|b|c|1|1000|0|3"] {
             let junk = Stored {
                 now: 0,
+                expiry: -1,
                 value: Some(junk.into()),
             };
             assert!(junk.word(&pair).is_err(), "{junk:?}");
         }
+    }
+
+    #[test]
+    fn a_bucket_moved_to_another_clock_is_read_on_it() {
+        let tb = Spec::bucket(&TokenBucket::new(1, Duration::from_millis(1), 9).unwrap()).unwrap();
+        // A TAT of 5 000 123.456 ms: written to expire at 5 000 124 ms.
+        let stored = |expiry| Stored {
+            now: 0,
+            expiry,
+            value: Some("tb:1000:9|0:1|me.1|5000123456|0".into()),
+        };
+        let word = |expiry| stored(expiry).word(&tb).unwrap().unwrap();
+        let at = 5_000_123_456_000;
+        // Where it was written (or within a ms of rounding), or with no
+        // expiry: as it is.
+        for expiry in [5_000_124, 5_000_123, 5_000_125, -1] {
+            assert_eq!(word(expiry), at, "{expiry}");
+        }
+        // A node 2 s ahead, or behind: the TAT carried by as much.
+        assert_eq!(word(5_002_124), at + 2_000_000_000);
+        assert_eq!(word(4_998_124), at - 2_000_000_000);
+        // The earliest an expiry carries it: within the ms it expires.
+        assert_eq!(word(1), 456_000);
+        // A pair's halves are not carried.
+        let fw = Spec::fixed(&FixedWindow::new(5, Duration::from_secs(60)).unwrap()).unwrap();
+        let pair = Spec::pair(&tb, &fw).unwrap();
+        let value = Stored {
+            now: 0,
+            expiry: 9_999_999,
+            value: Some(format!("{}|0:1|me.1|5000123456|0|3|1", pair.stamp())),
+        };
+        assert_eq!(
+            value.word(&pair).unwrap().unwrap() & u128::from(u64::MAX),
+            at
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::redis::script::key::Layout;
 #[cfg(feature = "metrics")]
 use crate::redis::table::answers::Answers;
 use crate::redis::table::{flight::InFlight, lease, request::Mode, shortcut::DenyCache};
-use crate::redis::wire::{call, guard::Breaker};
+use crate::redis::wire::{call, nodes::Breakers};
 use crate::sync::{AtomicU128, AtomicU64, Ordering};
 
 /// What a Redis limiter answers when Redis does not: it timed out, could
@@ -156,7 +156,8 @@ pub(crate) struct Inner<A> {
     pub(crate) local_share: u32,
     pub(crate) timeout: Duration,
     pub(crate) policy: FailPolicy,
-    pub(crate) breaker: Breaker,
+    /// The breaker, or on Redis Cluster one per node.
+    pub(crate) breakers: Breakers,
     pub(crate) shortcut: Option<DenyCache>,
     /// The clients with a call in flight, when checks coalesce.
     pub(crate) coalesce: Option<InFlight>,

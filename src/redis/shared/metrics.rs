@@ -26,7 +26,8 @@ const SCRIPT_RELOADS: &str = "tollgate_redis_script_reloads_total";
 const FAILURES: &str = "tollgate_redis_failures_total";
 /// The breaker's transitions, by `limiter` and `to` (`open`, `closed`).
 const TRANSITIONS: &str = "tollgate_redis_breaker_transitions_total";
-/// 1 while the breaker is open, else 0, by `limiter`.
+/// 1 while the breaker is open (on Redis Cluster, any node's), else 0, by
+/// `limiter`.
 const BREAKER_OPEN: &str = "tollgate_redis_breaker_open";
 
 impl<A> Inner<A> {
@@ -73,7 +74,7 @@ impl<A> Inner<A> {
             .increment(delta(|s| s.breaker_opened));
         telemetry::counter(TRANSITIONS, name, &[("to", "closed")])
             .increment(delta(|s| s.breaker_closed));
-        telemetry::gauge(BREAKER_OPEN, name, &[]).set(if self.breaker.is_open() {
+        telemetry::gauge(BREAKER_OPEN, name, &[]).set(if self.breakers.is_open() {
             1.0
         } else {
             0.0

@@ -184,6 +184,11 @@ pub(crate) struct Entry {
     /// a check that finds the lease empty while a call is on its way is
     /// denied at once rather than waiting for it.
     pub(crate) dry: AtomicBool,
+    /// When, as Redis last said (µs on the clock of the node holding the
+    /// client's key), the bucket's next unit beyond this lease frees (0:
+    /// not said): a denial by the lease's hold, which lasts at most a
+    /// second, says the wait to then, however long.
+    pub(crate) frees: AtomicU64,
     /// The quiet timer is armed (see `quiet_later`).
     pub(crate) quiet: AtomicBool,
     /// The range (µs) this lease is registered with in Redis's set of
@@ -216,6 +221,7 @@ impl Entry {
             ahead: AtomicU64::new(0),
             pace: (AtomicU64::new(0), AtomicU64::new(1)),
             dry: AtomicBool::new(false),
+            frees: AtomicU64::new(0),
             quiet: AtomicBool::new(false),
             registered: (AtomicU64::new(0), AtomicU64::new(0)),
             clock: AtomicU128::new(0),

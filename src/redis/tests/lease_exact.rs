@@ -517,6 +517,55 @@ fn set_quota_gives_up_the_lease_and_judges_by_the_new_quota() {
     assert!(after <= 3 - taken.min(3), "{after} after {taken} taken");
 }
 
+/// A denial by a lease says the wait Redis gives, however long: a bucket
+/// spent, then slowed by `set_quota` to one unit per 10 s (the state
+/// converted as is: still spent), is denied by the new lease's hold, and
+/// each denial's `retry_after` is the one a `peek` reads from Redis's
+/// state (about 10 s; at most a µs less, the lease's reading of Redis's
+/// clock rounded up), never the hold's end (at most a second away), at
+/// every instant of the wait.
+#[test]
+fn a_leased_denial_after_set_quota_says_the_real_wait() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let clock = server.clock();
+    let limiter = leasing(&server, &rt, &clock, "quotawait", 100, 10);
+    warm_up(&rt, &limiter);
+    while rt.block_on(limiter.check("c")).unwrap().is_allowed() {}
+    let slow = TokenBucket::builder()
+        .rate(1, Duration::from_secs(10))
+        .capacity(100);
+    limiter.set_quota(0, slow).unwrap();
+    let held_before = limiter.stats().lease_held;
+    // Until the wait is under the longest hold: steps whose wait the
+    // hold's end would cut short.
+    let mut long = 0;
+    for step in 0.. {
+        let d = rt.block_on(limiter.check("c")).unwrap();
+        let exact = rt.block_on(limiter.peek("c")).unwrap();
+        if exact.retry_after() <= Duration::from_millis(1_250) {
+            break;
+        }
+        long += 1;
+        assert!(d.is_denied() && exact.is_denied(), "{d:?} {exact:?}");
+        // The lease reads Redis's clock no earlier than it is (rounded
+        // up to the µs): its wait is at most that much shorter.
+        let (wait, exact) = (d.retry_after(), exact.retry_after());
+        assert!(
+            wait <= exact && exact - wait <= Duration::from_micros(1),
+            "step {step}: {wait:?} where Redis says {exact:?}: {d:?}"
+        );
+        // A quarter second on: the hold (at most a second) ends every
+        // four steps, the wait does not.
+        clock.advance(Duration::from_millis(250));
+    }
+    assert!(long >= 8, "a wait of {long} quarter seconds");
+    let s = limiter.stats();
+    assert!(s.lease_held > held_before, "denied by the lease: {s:?}");
+}
+
 /// Redis stops while a lease holds units: they are still spent, and the
 /// checks they cannot answer get the fail policy's answer.
 #[test]

@@ -98,7 +98,11 @@ fn expect(state: State, reader: &Spec, now: u64, step: &Step) -> (Decision, Stat
 /// The state a word algorithm's key holds, as the model keeps it.
 fn read(conn: &mut ::redis::Connection, spec: &Spec, key: &[u8]) -> State {
     let value: Option<String> = ::redis::cmd("GET").arg(key).query(conn).unwrap();
-    let stored = Stored { now: 0, value };
+    let stored = Stored {
+        now: 0,
+        expiry: -1,
+        value,
+    };
     let written = spec.parse_stamp(stored.stamp()?).unwrap();
     Some((stored.word(&written).unwrap()?, written))
 }

@@ -6,4 +6,5 @@ mod breaker;
 mod differ;
 mod lease_exact;
 mod lua_equal;
+mod outage;
 mod testing;

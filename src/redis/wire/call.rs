@@ -205,7 +205,6 @@ impl Calls {
                     tokio::time::sleep(core::time::Duration::from_millis(wait)).await;
                 }
                 Redirect::Moving => {
-                    eprintln!("DEBUGMOVING {err}");
                     to = To::Slot;
                     tokio::time::sleep(core::time::Duration::from_millis(1)).await;
                 }

@@ -216,9 +216,11 @@ pub struct RedisStats {
     /// failover, `SCRIPT FLUSH`), which loads them again.
     pub script_reloads: u64,
     /// Times the breaker opened: Redis failed while it was up, and checks
-    /// went to the fail policy until a probe found it back.
+    /// went to the fail policy until a probe found it back. On Redis
+    /// Cluster, each node's breaker's openings, summed.
     pub breaker_opened: u64,
-    /// Times the breaker closed: Redis answered again after it opened.
+    /// Times the breaker closed: Redis answered again after it opened (on
+    /// Redis Cluster, each node's, summed).
     pub breaker_closed: u64,
     /// Checks decided by Redis in a call that carried another check of
     /// the same client (see
