@@ -25,9 +25,7 @@
 //!   refusal a `429` with `Retry-After` in whole seconds rounded up and an
 //!   `application/problem+json` body. A handler that wants the
 //!   [`Decision`](crate::Decision) itself finds it in the request's
-//!   extensions once
-//!   [`decision_extension(true)`](crate::tower::RateLimitLayer::decision_extension)
-//!   is set.
+//!   extensions once the layer's `decision_extension(true)` is set.
 //! - **Any limiter.** The layer asks its limiter through
 //!   [`AsyncCheck`](crate::AsyncCheck): in-process limiters answer at once
 //!   (no allocation, no extra task), and the Redis limiters plug in
