@@ -601,18 +601,35 @@ fn coalesced_checks_through_a_killed_server_are_answered_then_exact() {
     rt.block_on(async {
         for limiter in [&closed, &local] {
             until_redis_answers(limiter).await;
-            let before = limiter.stats();
-            let clients = ["c", "d", "e"];
-            for (client, decisions) in clients.iter().zip(at_once(limiter, &clients, 8, 2).await) {
-                assert_eq!(admitted(&decisions), vec![0, 1, 2, 3, 4], "{client}");
+            // Exact again, with no check left to the fail policy; and
+            // coalescing again: checks of a client made at once share
+            // calls. Whether the spawned tasks overlap a call in flight is
+            // up to the machine's scheduler (under load they may each find
+            // none), so fresh clients try again until some did, every try
+            // exact.
+            let coalesced = limiter.stats().coalesced;
+            let mut tries = 0;
+            while limiter.stats().coalesced == coalesced {
+                tries += 1;
+                assert!(
+                    tries <= 50,
+                    "no check shared a call in 50 tries: {:?}",
+                    limiter.stats()
+                );
+                let before = limiter.stats();
+                let names: Vec<&'static str> = (0..3)
+                    .map(|c| &*Box::leak(format!("back-{tries}-{c}").into_boxed_str()))
+                    .collect();
+                for (client, decisions) in names.iter().zip(at_once(limiter, &names, 8, 2).await) {
+                    assert_eq!(admitted(&decisions), vec![0, 1, 2, 3, 4], "{client}");
+                }
+                let after = limiter.stats();
+                assert_eq!(
+                    (after.fail_closed, after.fail_local),
+                    (before.fail_closed, before.fail_local),
+                    "{after:?}"
+                );
             }
-            let after = limiter.stats();
-            assert_eq!(
-                (after.fail_closed, after.fail_local),
-                (before.fail_closed, before.fail_local),
-                "{after:?}"
-            );
-            assert!(after.coalesced > before.coalesced, "{after:?}");
         }
     });
 }
