@@ -137,7 +137,11 @@ where
     /// optional; call it to forget idle clients when no new client
     /// arrives, after a burst (see the [memory guide](crate::guide::memory),
     /// "The bound"). It gives back before it returns the memory of every
-    /// client forgotten or removed (see the guide, "When memory is given
+    /// client forgotten or removed, whatever other threads do: if they are
+    /// checking, it waits for the checks they have in flight to end,
+    /// sleeping and holding no lock (so no check waits for it), for at
+    /// most a second; a check held up longer leaves the memory it could
+    /// still read to a later write (see the guide, "When memory is given
     /// back").
     ///
     /// # Examples
@@ -165,7 +169,7 @@ where
     pub fn sweep(&self) -> usize {
         let removed = self.sweep_at(self.clock.now_nanos(), 0);
         // The tables it shrank, and the keys they hold, freed now rather
-        // than by a later write.
+        // than by a later write, once the lookups in flight have ended.
         self.store.reclaim();
         removed
     }
