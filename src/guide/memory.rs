@@ -181,7 +181,7 @@
 //! | `Overflow` | what happens to the new client | held clients |
 //! |---|---|---|
 //! | `EvictSampled { sample: 5 }` (default) | tracked, after forgetting one of 5 sampled clients: the one whose state becomes idle soonest | the forgotten one starts afresh: **the only policy that changes a tracked client's decisions** |
-//! | `DenyNew` | denied, `retry_after` set to the longest a state stays busy | untouched |
+//! | `DenyNew` | denied, `retry_after` set to the longest a held client can stay busy: a horizon past now, or past the instant the latest booking falls due if later | untouched |
 //! | `AdmitUntracked` | decided on a fresh state that is not stored: admitted, and unlimited until room frees up | untouched |
 //!
 //! ```

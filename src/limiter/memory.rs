@@ -31,9 +31,10 @@ where
         #[cfg(feature = "tracing")]
         self.cap_reached(now);
         let max = self.memory.max_clients;
-        if self.counters.full_scan_due() {
+        if self.counters.full_scan_due(now) {
             let retired = self.sweep_slice(now, Memory::FULL_SLICE);
-            self.counters.full_scan_found(retired);
+            let idle_from = now.saturating_add(self.busy_for(now));
+            self.counters.full_scan_found(retired, now, idle_from);
             if self.store.reserve(max) {
                 return true;
             }
@@ -315,7 +316,8 @@ pub(super) struct Arrival<'a, A: Algorithm, K, C, F> {
     pub(super) limiter: &'a Limiter<A, K, C>,
     /// The request's one clock reading.
     pub(super) reading: u64,
-    /// The answer for a new client denied by [`Overflow::DenyNew`].
+    /// The answer for a new client denied by [`Overflow::DenyNew`], given
+    /// its wait in ns (see [`Limiter::busy_for`]).
     pub(super) refuse: F,
 }
 
@@ -440,7 +442,10 @@ where
             Overflow::DenyNew => {
                 Counters::add(&counters.overflows, 1);
                 Counters::add(&counters.denied_new, 1);
-                Some((self.refuse)(&self.limiter.algorithm, now))
+                Some((self.refuse)(
+                    &self.limiter.algorithm,
+                    self.limiter.busy_for(now),
+                ))
             }
             Overflow::AdmitUntracked => {
                 Counters::add(&counters.overflows, 1);
