@@ -271,6 +271,9 @@ pub(crate) struct Counters {
     /// The latest instant a booking made so far falls due (see
     /// [`Counters::booked`]).
     due: AtomicU64,
+    /// The latest reading at which a client was judged idle to be
+    /// forgotten (see [`Counters::forgetting`]).
+    forgot_at: AtomicU64,
 }
 
 impl Counters {
@@ -298,7 +301,35 @@ impl Counters {
             pass_due: AtomicU64::new(0),
             trusted: AtomicU64::new(0),
             due: AtomicU64::new(0),
+            forgot_at: AtomicU64::new(0),
         }
+    }
+
+    /// Clients are about to be forgotten as idle at the reading `idle_by`:
+    /// called before any of them is retired, so that a thread whose look at
+    /// the map sees one gone (after the removal's `Release` store) sees
+    /// this reading too, or a later one ([`Counters::judges_at`]).
+    #[inline]
+    pub(crate) fn forgetting(&self, idle_by: u64) {
+        // Relaxed: ordered before the retirements and removals by program
+        // order, and seen through their Release stores by the Acquire loads
+        // of a look that sees them gone.
+        if idle_by > self.forgot_at.load(Ordering::Relaxed) {
+            self.forgot_at.fetch_max(idle_by, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a new client's `reading`, taken before the look at the map
+    /// that found it absent, may judge it: no client whose removal that
+    /// look may have seen was judged idle at a later reading. Forgotten at
+    /// `idle_by`, a state decides as a fresh one from `idle_by` on, so the
+    /// fresh state judged at `reading` decides as it would have. Called
+    /// after the look.
+    #[inline]
+    pub(crate) fn judges_at(&self, reading: u64) -> bool {
+        // Relaxed: see `forgetting`; the look's Acquire loads order this
+        // load after the removals it saw.
+        reading >= self.forgot_at.load(Ordering::Relaxed)
     }
 
     /// A booking made falls due at the reading `due`: until then, and a

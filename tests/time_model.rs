@@ -234,3 +234,33 @@ fn a_sweep_between_a_reading_and_the_look_refuses_no_first_request() {
         "the sweep ran and forgot 1"
     );
 }
+
+/// The client a racing sweep forgets is its own: spent at 0, checked again
+/// at 0.5 s, where the sweep (at 10.5 s, after that reading and before the
+/// look at the map) forgets it as idle. The request is judged no earlier
+/// than the sweep's reading, so the client's next request at that same
+/// reading finds its one unit spent; judged at the reading taken before
+/// the look (0.5 s, on the fresh state), the bucket of one would have
+/// admitted both.
+#[test]
+fn a_client_a_racing_sweep_forgot_is_judged_no_earlier_than_the_sweep() {
+    let clock = Racing::default();
+    let limiter = Arc::new(
+        TokenBucket::builder()
+            .rate(1, Duration::from_secs(1))
+            .key_type::<u64>()
+            .clock(clock.clone())
+            .build()
+            .unwrap(),
+    );
+    clock.0.limiter.set(Arc::downgrade(&limiter)).unwrap();
+    assert!(limiter.allow_request(&1));
+    clock.0.now.store(SEC / 2, Ordering::SeqCst);
+    clock.0.armed.store(true, Ordering::SeqCst);
+    assert!(limiter.allow_request(&1), "idle by the sweep's reading");
+    assert_eq!(limiter.stats().evicted_idle, 1, "the sweep forgot it");
+    assert!(
+        !limiter.allow_request(&1),
+        "a second unit at 10.5 s from a bucket of one"
+    );
+}

@@ -58,6 +58,7 @@ where
     pub(super) fn sweep_slice(&self, idle_by: u64, budget: u64) -> u64 {
         let algorithm = &self.algorithm;
         let mut retired = 0;
+        self.counters.forgetting(idle_by);
         let _ = self.store.sweep_slice(budget, |cell| {
             let gone = algorithm.try_evict(cell, idle_by, &|_| ());
             retired += u64::from(gone);
@@ -86,6 +87,8 @@ where
         let mut cursor = SAMPLE_AT
             .with(Cell::get)
             .unwrap_or_else(|| self.store.cursor_at(draw()));
+        // Idle clients it forgets are judged at `now`.
+        self.counters.forgetting(now);
         let swept = self.store.sample(
             &mut cursor,
             // One more than the sample: the new client's own unborn entry
@@ -182,6 +185,7 @@ where
     fn sweep_at(&self, idle_by: u64, small: usize) -> usize {
         let algorithm = &self.algorithm;
         let mut retired = 0;
+        self.counters.forgetting(idle_by);
         let removed = self.store.sweep(small, |cell| {
             let gone = algorithm.try_evict(cell, idle_by, &|_| ());
             retired += u64::from(gone);
@@ -334,9 +338,11 @@ where
     fn start_sweep(&self) -> u64 {
         let limiter = self.limiter;
         Counters::add(&limiter.counters.auto_sweeps, 1);
-        limiter
+        let idle_by = limiter
             .counters
-            .trusted(self.reading.saturating_sub(limiter.algorithm.horizon()))
+            .trusted(self.reading.saturating_sub(limiter.algorithm.horizon()));
+        limiter.counters.forgetting(idle_by);
+        idle_by
     }
 
     /// A new client's share of sweeping: nothing, on the way in, unless a
@@ -360,6 +366,11 @@ where
     #[inline]
     fn now(&self) -> u64 {
         self.limiter.clock.now_nanos()
+    }
+
+    #[inline]
+    fn judges_at(&self, reading: u64) -> bool {
+        self.limiter.counters.judges_at(reading)
     }
 
     /// The rebuild's look for lapsed clients: those idle for a whole
