@@ -205,12 +205,8 @@ impl Clock for Racing {
     }
 }
 
-/// A capacity-1 bucket: a client spent at 0 is forgotten by a sweep that
-/// runs between a brand-new client's clock reading (at 0.5 s, before the
-/// spent client's idle instant) and its look at the map. The new client's
-/// first request is admitted, as with no sweep.
-#[test]
-fn a_sweep_between_a_reading_and_the_look_refuses_no_first_request() {
+/// A capacity-1 bucket of one a second on a [`Racing`] clock, not armed.
+fn racing() -> (Racing, Arc<Limiter<TokenBucket, u64, Racing>>) {
     let clock = Racing::default();
     let limiter = Arc::new(
         TokenBucket::builder()
@@ -221,6 +217,16 @@ fn a_sweep_between_a_reading_and_the_look_refuses_no_first_request() {
             .unwrap(),
     );
     clock.0.limiter.set(Arc::downgrade(&limiter)).unwrap();
+    (clock, limiter)
+}
+
+/// A capacity-1 bucket: a client spent at 0 is forgotten by a sweep that
+/// runs between a brand-new client's clock reading (at 0.5 s, before the
+/// spent client's idle instant) and its look at the map. The new client's
+/// first request is admitted, as with no sweep.
+#[test]
+fn a_sweep_between_a_reading_and_the_look_refuses_no_first_request() {
+    let (clock, limiter) = racing();
     assert!(limiter.allow_request(&1));
     clock.0.now.store(SEC / 2, Ordering::SeqCst);
     clock.0.armed.store(true, Ordering::SeqCst);
@@ -244,16 +250,7 @@ fn a_sweep_between_a_reading_and_the_look_refuses_no_first_request() {
 /// admitted both.
 #[test]
 fn a_client_a_racing_sweep_forgot_is_judged_no_earlier_than_the_sweep() {
-    let clock = Racing::default();
-    let limiter = Arc::new(
-        TokenBucket::builder()
-            .rate(1, Duration::from_secs(1))
-            .key_type::<u64>()
-            .clock(clock.clone())
-            .build()
-            .unwrap(),
-    );
-    clock.0.limiter.set(Arc::downgrade(&limiter)).unwrap();
+    let (clock, limiter) = racing();
     assert!(limiter.allow_request(&1));
     clock.0.now.store(SEC / 2, Ordering::SeqCst);
     clock.0.armed.store(true, Ordering::SeqCst);
