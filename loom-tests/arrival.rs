@@ -121,6 +121,13 @@ impl<A: Algorithm> Newcomer<String, A::Cell, bool> for Arrival<'_, A> {
         }
     }
 
+    /// As the limiter judges (`Counters::judges_at`): the first reading
+    /// serves when no eviction the look may have seen was at a later one,
+    /// by the record every evictor makes before it forgets.
+    fn judges_at(&self, reading: u64) -> bool {
+        reading >= self.room.evicting_at.load(Relaxed)
+    }
+
     fn born(&self, _: &String, now: u64) -> Option<A::Cell> {
         self.born
             .then(|| self.algorithm.fresh_cell(birth::<A>(now)))

@@ -239,7 +239,8 @@ where
 
     /// Runs `op` on the client's live cell (creating it if need be) at the
     /// clock's reading: the one path every recording check takes. `refuse`
-    /// answers for a new client that a full limiter denies. `cost` is what
+    /// answers for a new client that a full limiter denies, given its wait
+    /// in ns ([`Limiter::busy_for`]). `cost` is what
     /// the decision is counted as, with the `metrics` feature.
     #[inline]
     fn run<Q, R: Outcome>(
@@ -377,18 +378,26 @@ where
     }
 
     /// The decision for a new client that a full limiter denies
-    /// ([`Overflow::DenyNew`]): nothing remains, and room is likely once the
-    /// longest-lived state has had time to become idle.
-    fn refused(algorithm: &A, _now: u64) -> Decision {
+    /// ([`Overflow::DenyNew`]): nothing remains, and room is likely after
+    /// `wait` ns, the longest a held client can stay busy (see
+    /// [`Limiter::busy_for`]).
+    fn refused(algorithm: &A, wait: u64) -> Decision {
         Decision {
             allowed: false,
             limit: algorithm.capacity(),
             remaining: 0,
-            retry_after: algorithm.horizon(),
-            replenish_after: algorithm.horizon(),
+            retry_after: wait,
+            replenish_after: wait,
             window: algorithm.quota_granted().1,
             pair: None,
         }
+    }
+
+    /// The longest a client held at the reading `now` can stay busy,
+    /// bookings included (see `Counters::busy_for`): the wait of a new
+    /// client that [`Overflow::DenyNew`] turns away.
+    pub(crate) fn busy_for(&self, now: u64) -> u64 {
+        self.counters.busy_for(now, self.algorithm.horizon())
     }
 
     /// Whether [`check`](Limiter::check) would admit now (and if not,
@@ -479,7 +488,7 @@ where
         let now = self.clock.now_nanos();
         if self.memory.overflow == Overflow::DenyNew && self.store.is_full(self.memory.max_clients)
         {
-            return Self::refused(algorithm, now);
+            return Self::refused(algorithm, self.busy_for(now));
         }
         algorithm.peek(&self.unknown_cell(client_id), now, cost)
     }

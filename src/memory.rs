@@ -61,8 +61,13 @@ pub enum Overflow {
     },
     /// Deny the new client's request, tracking nothing; held clients are
     /// untouched. Counted in [`Stats::denied_new`]. A denial's
-    /// [`retry_after`](crate::Decision::retry_after) is the longest time a
-    /// held client can stay non-idle, after which room is likely.
+    /// [`retry_after`](crate::Decision::retry_after) is the longest a held
+    /// client can stay busy, bookings included: a horizon (the longest any
+    /// state stays non-idle after its last admission) past the later of
+    /// now and the instant the latest booking made on the limiter falls
+    /// due. By then every client held now is idle unless it has made
+    /// another request, and a new client that honours the wait makes room
+    /// by forgetting idle ones.
     DenyNew,
     /// Admit the new client's request as if it were its first (if its cost
     /// fits the capacity), tracking nothing; held clients are untouched.
@@ -245,6 +250,10 @@ pub(crate) struct Counters {
     /// scans that found nothing idle (see [`Counters::full_scan_due`]).
     full_scan_skip: AtomicU64,
     full_scan_barren: AtomicU64,
+    /// The reading from which a full-cap scan is due whatever is left to
+    /// skip: every client held at the last scan, which found none idle, is
+    /// idle by then.
+    full_scan_from: AtomicU64,
     /// The reading from which a new client takes the slow way in (see
     /// [`Counters::sweep_due`]): the next pass's due reading, or 0 where
     /// every new client pays a paced slice, or `u64::MAX` where new clients
@@ -259,6 +268,12 @@ pub(crate) struct Counters {
     /// The reading of the pass before the latest one: what a sweep on a
     /// new client's behalf trusts (see [`Counters::trusted`]).
     trusted: AtomicU64,
+    /// The latest instant a booking made so far falls due (see
+    /// [`Counters::booked`]).
+    due: AtomicU64,
+    /// The latest reading at which a client was judged idle to be
+    /// forgotten (see [`Counters::forgetting`]).
+    forgot_at: AtomicU64,
 }
 
 impl Counters {
@@ -280,11 +295,66 @@ impl Counters {
             auto_sweeps: AtomicU64::new(0),
             full_scan_skip: AtomicU64::new(0),
             full_scan_barren: AtomicU64::new(0),
+            full_scan_from: AtomicU64::new(0),
             sweep_from: AtomicU64::new(sweep_from),
             sweep_back: AtomicU64::new(0),
             pass_due: AtomicU64::new(0),
             trusted: AtomicU64::new(0),
+            due: AtomicU64::new(0),
+            forgot_at: AtomicU64::new(0),
         }
+    }
+
+    /// Clients are about to be forgotten as idle at the reading `idle_by`:
+    /// called before any of them is retired, so that a thread whose look at
+    /// the map sees one gone (after the removal's `Release` store) sees
+    /// this reading too, or a later one ([`Counters::judges_at`]).
+    #[inline]
+    pub(crate) fn forgetting(&self, idle_by: u64) {
+        // Relaxed: ordered before the retirements and removals by program
+        // order, and seen through their Release stores by the Acquire loads
+        // of a look that sees them gone.
+        if idle_by > self.forgot_at.load(Ordering::Relaxed) {
+            self.forgot_at.fetch_max(idle_by, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a new client's `reading`, taken before the look at the map
+    /// that found it absent, may judge it: no client whose removal that
+    /// look may have seen was judged idle at a later reading. Forgotten at
+    /// `idle_by`, a state decides as a fresh one from `idle_by` on, so the
+    /// fresh state judged at `reading` decides as it would have. Called
+    /// after the look.
+    #[inline]
+    pub(crate) fn judges_at(&self, reading: u64) -> bool {
+        // Relaxed: see `forgetting`; the look's Acquire loads order this
+        // load after the removals it saw.
+        reading >= self.forgot_at.load(Ordering::Relaxed)
+    }
+
+    /// A booking made falls due at the reading `due`: until then, and a
+    /// horizon after, its client may stay busy (see [`Counters::busy_for`]).
+    #[inline]
+    pub(crate) fn booked(&self, due: u64) {
+        // Relaxed: a time, publishing nothing; a stale look only costs the
+        // exchange. Written only by a booking later than any before it.
+        if due > self.due.load(Ordering::Relaxed) {
+            self.due.fetch_max(due, Ordering::Relaxed);
+        }
+    }
+
+    /// The longest a client held at the reading `now` may stay busy, with
+    /// a state that becomes idle at most `horizon` after its last admission
+    /// (a booking counting as an admission at the instant it falls due):
+    /// the horizon after the latest booking's instant, or after `now`.
+    /// [`Overflow::DenyNew`]'s wait: by then every client held now is idle
+    /// (unless it made another request), and the first new client to come
+    /// finds room.
+    pub(crate) fn busy_for(&self, now: u64, horizon: u64) -> u64 {
+        // Relaxed: as in `booked`; a booking this thread has not seen yet
+        // was made after the refusal it answers, or at its very instant.
+        let due = self.due.load(Ordering::Relaxed);
+        due.saturating_sub(now).saturating_add(horizon)
     }
 
     /// Whether a new client arriving at the reading `reading` has sweeping
@@ -350,19 +420,24 @@ impl Counters {
         reading.min(self.trusted.load(Ordering::Relaxed))
     }
 
-    /// Whether a new client at a full cap should scan a short slice for
-    /// idle clients. After `k` scans in a row found nothing, the next
-    /// `2^k − 1` (at most [`Memory::SCAN_SKIP_MAX`]) overflows skip it; any
-    /// scan that finds an idle client ends the run. So a flood against busy
-    /// clients pays for a scan about once per 64 new clients, and a map
-    /// with idle clients in it is scanned on every overflow.
+    /// Whether a new client at a full cap, at the reading `now`, should
+    /// scan a short slice for idle clients. After `k` scans in a row found
+    /// nothing, the next `2^k − 1` (at most [`Memory::SCAN_SKIP_MAX`])
+    /// overflows skip it, unless they come once every client held at the
+    /// last scan is idle ([`Counters::full_scan_found`]'s `idle_from`);
+    /// any scan that finds an idle client ends the run. So a flood against
+    /// busy clients pays for a scan about once per 64 new clients, a map
+    /// with idle clients in it is scanned on every overflow, and a new
+    /// client that waits as [`Overflow::DenyNew`] tells it finds room.
     #[inline]
-    pub(crate) fn full_scan_due(&self) -> bool {
+    pub(crate) fn full_scan_due(&self, now: u64) -> bool {
         // Relaxed: a heuristic tally; a race only scans once more or less.
         // A load and a store, not a locked read-modify-write: two threads
         // that skip at once may count one skip, which only scans sooner.
         let skip = self.full_scan_skip.load(Ordering::Relaxed);
-        if skip == 0 {
+        // Relaxed: a reading, publishing nothing; a stale one only scans
+        // sooner, or skips as the tally says.
+        if skip == 0 || now >= self.full_scan_from.load(Ordering::Relaxed) {
             return true;
         }
         self.full_scan_skip.store(skip - 1, Ordering::Relaxed);
@@ -370,11 +445,21 @@ impl Counters {
     }
 
     /// Records what a full-cap scan retired; see [`Counters::full_scan_due`].
-    pub(crate) fn full_scan_found(&self, retired: u64) {
+    /// `idle_from`: the reading by which every client held at the scan, at
+    /// the reading `now`, is idle, unless it has made another request
+    /// ([`Counters::busy_for`]); the next scan is due then, or at the
+    /// instant an earlier scan set, if that is still to come and sooner.
+    pub(crate) fn full_scan_found(&self, retired: u64, now: u64, idle_from: u64) {
         // Relaxed: as in `full_scan_due`.
         if retired > 0 {
             self.full_scan_barren.store(0, Ordering::Relaxed);
             return;
+        }
+        // Kept if still ahead and sooner: a refusal before this one was
+        // told to wait until then.
+        let from = self.full_scan_from.load(Ordering::Relaxed);
+        if from <= now || idle_from < from {
+            self.full_scan_from.store(idle_from, Ordering::Relaxed);
         }
         let run = (self.full_scan_barren.fetch_add(1, Ordering::Relaxed) + 1).min(6);
         let skip = ((1u64 << run) - 1).min(Memory::SCAN_SKIP_MAX);

@@ -396,3 +396,47 @@ fn a_full_tiered_limiter_refuses_for_its_longest_tiers_horizon() {
     limiter.set_quota(3, fixed(5)).unwrap();
     refuses_for(&limiter, horizon_of(fixed(10)));
 }
+
+/// A full `DenyNew` limiter tells a new client to wait as long as a held
+/// client can stay busy, bookings included: a horizon past the instant the
+/// latest booking falls due (it told the horizon alone, 1 s, while a
+/// client booked 100 s ahead stayed busy 101 s). Both ways: a nanosecond
+/// short of the wait the held client is still busy, and a new client that
+/// honours the wait is admitted, even after refusals that found no one
+/// idle (which otherwise put the next scans for idle clients off).
+#[test]
+fn a_full_limiter_refuses_for_as_long_as_a_booking_keeps_a_client_busy() {
+    use tollgate::{Overflow, ReserveError};
+
+    let clock = ManualClock::new();
+    let limiter = TokenBucket::builder()
+        .rate(1, Duration::from_secs(1))
+        .max_clients(1)
+        .overflow(Overflow::DenyNew)
+        .key_type::<u64>()
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let booked: Vec<_> = (0..=100)
+        .map(|_| limiter.reserve(&1, Duration::MAX).unwrap())
+        .collect();
+    assert_eq!(booked[100].wait(), Duration::from_secs(100));
+    // The last booking falls due at 100 s; client 1's bucket is full, so
+    // idle, a second later.
+    let wait = Duration::from_secs(101);
+    let refused = limiter.check(&2);
+    assert!(!refused.is_allowed());
+    assert_eq!(refused.retry_after(), wait);
+    assert_eq!(refused.replenish_after(), wait);
+    assert_eq!(
+        limiter.reserve(&2, Duration::MAX).unwrap_err(),
+        ReserveError::Full { retry_after: wait }
+    );
+    assert_eq!(limiter.peek(&2).retry_after(), wait);
+    clock.advance(wait - Duration::from_nanos(1));
+    assert!(!limiter.allow_request(&3), "client 1 is still busy");
+    clock.advance(Duration::from_nanos(1));
+    assert!(limiter.allow_request(&2), "the wait honoured, room");
+    assert_eq!(limiter.stats().denied_new, 3);
+    drop(booked);
+}

@@ -627,6 +627,9 @@ struct Run<'a> {
     flood: u64,
     /// Whether the last check was turned away at a full cap.
     refused: bool,
+    /// The latest instant a booking made so far falls due: a full cap's
+    /// refusal waits a horizon past it (or past now, if later).
+    due: u64,
     /// Whether quota changes and moves are compared by the move rule
     /// (else a client carried over is no longer compared).
     rule: bool,
@@ -663,7 +666,9 @@ impl<'a> Run<'a> {
         self.track.get(&client).copied().unwrap_or(Track::Exact) == Track::Exact
     }
 
-    /// The refusal a full cap under `DenyNew` answers.
+    /// The refusal a full cap under `DenyNew` answers, at the clock's
+    /// reading: it waits as long as a held client can stay busy, a horizon
+    /// past the latest booking's instant, or past now if later.
     fn refusal(&self) -> Answer {
         let granted = self.model.tiers[0]
             .iter()
@@ -681,12 +686,16 @@ impl<'a> Run<'a> {
                 .max()
                 .unwrap()
         };
+        let wait = self
+            .due
+            .saturating_sub(now(self.clock))
+            .saturating_add(horizon);
         Answer {
             allowed: false,
             limit: self.model.max_capacity(),
             remaining: 0,
-            retry_after: horizon,
-            replenish_after: horizon,
+            retry_after: wait,
+            replenish_after: wait,
             window: granted.window(),
             pair: None,
         }
@@ -904,10 +913,10 @@ impl<'a> Run<'a> {
                 "{}",
                 what
             );
-            let horizon = self.refusal().retry_after;
+            let wait = self.refusal().retry_after;
             prop_assert!(
                 matches!(&real, Err(ReserveError::Full { retry_after })
-                    if *retry_after == Duration::from_nanos(horizon)),
+                    if *retry_after == Duration::from_nanos(wait)),
                 "{} {}: turned away as new: {:?}",
                 self.name,
                 what,
@@ -922,6 +931,10 @@ impl<'a> Run<'a> {
             self.model.reserve(client, tier, t, cost, max_wait)
         };
         let exact = self.exact(client);
+        if let (Ok(b), true) = (&real, cost > 0) {
+            let ready_at = u64::try_from(b.ready_at().as_nanos()).unwrap();
+            self.due = self.due.max(ready_at);
+        }
         let real_figures = match &real {
             Ok(b) => Ok((
                 u64::try_from(b.wait().as_nanos()).unwrap(),
@@ -1428,6 +1441,7 @@ fn run<F: Family>(setup: Setup, ops: &[Op], moves: bool) -> Result<(), TestCaseE
             counts: Counts::default(),
             flood: 0,
             refused: false,
+            due: 0,
             rule: moves,
             plan: F::plan,
         };
@@ -1473,6 +1487,7 @@ fn run<F: Family>(setup: Setup, ops: &[Op], moves: bool) -> Result<(), TestCaseE
             counts: Counts::default(),
             flood: 0,
             refused: false,
+            due: 0,
             rule: false,
             plan: F::plan,
         };

@@ -205,12 +205,8 @@ impl Clock for Racing {
     }
 }
 
-/// A capacity-1 bucket: a client spent at 0 is forgotten by a sweep that
-/// runs between a brand-new client's clock reading (at 0.5 s, before the
-/// spent client's idle instant) and its look at the map. The new client's
-/// first request is admitted, as with no sweep.
-#[test]
-fn a_sweep_between_a_reading_and_the_look_refuses_no_first_request() {
+/// A capacity-1 bucket of one a second on a [`Racing`] clock, not armed.
+fn racing() -> (Racing, Arc<Limiter<TokenBucket, u64, Racing>>) {
     let clock = Racing::default();
     let limiter = Arc::new(
         TokenBucket::builder()
@@ -221,6 +217,16 @@ fn a_sweep_between_a_reading_and_the_look_refuses_no_first_request() {
             .unwrap(),
     );
     clock.0.limiter.set(Arc::downgrade(&limiter)).unwrap();
+    (clock, limiter)
+}
+
+/// A capacity-1 bucket: a client spent at 0 is forgotten by a sweep that
+/// runs between a brand-new client's clock reading (at 0.5 s, before the
+/// spent client's idle instant) and its look at the map. The new client's
+/// first request is admitted, as with no sweep.
+#[test]
+fn a_sweep_between_a_reading_and_the_look_refuses_no_first_request() {
+    let (clock, limiter) = racing();
     assert!(limiter.allow_request(&1));
     clock.0.now.store(SEC / 2, Ordering::SeqCst);
     clock.0.armed.store(true, Ordering::SeqCst);
@@ -232,5 +238,26 @@ fn a_sweep_between_a_reading_and_the_look_refuses_no_first_request() {
         limiter.stats().evicted_idle,
         1,
         "the sweep ran and forgot 1"
+    );
+}
+
+/// The client a racing sweep forgets is its own: spent at 0, checked again
+/// at 0.5 s, where the sweep (at 10.5 s, after that reading and before the
+/// look at the map) forgets it as idle. The request is judged no earlier
+/// than the sweep's reading, so the client's next request at that same
+/// reading finds its one unit spent; judged at the reading taken before
+/// the look (0.5 s, on the fresh state), the bucket of one would have
+/// admitted both.
+#[test]
+fn a_client_a_racing_sweep_forgot_is_judged_no_earlier_than_the_sweep() {
+    let (clock, limiter) = racing();
+    assert!(limiter.allow_request(&1));
+    clock.0.now.store(SEC / 2, Ordering::SeqCst);
+    clock.0.armed.store(true, Ordering::SeqCst);
+    assert!(limiter.allow_request(&1), "idle by the sweep's reading");
+    assert_eq!(limiter.stats().evicted_idle, 1, "the sweep forgot it");
+    assert!(
+        !limiter.allow_request(&1),
+        "a second unit at 10.5 s from a bucket of one"
     );
 }

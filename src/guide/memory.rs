@@ -89,23 +89,40 @@
 //!
 //! A forgotten or removed client's key and state stay in its shard's
 //! table until that table is rebuilt, which a shard is when a new client
-//! fills it, when the pass or a [`sweep`](crate::Limiter::sweep) leaves it
+//! fills it; when a removal (a [`remove`](crate::Limiter::remove), a
+//! [`reset`](crate::Limiter::reset) that forgets, an eviction, a sweep
+//! slice) leaves it with more removed entries than live ones, and more
+//! than 28; when the pass or a [`sweep`](crate::Limiter::sweep) leaves it
 //! under a quarter full (tables of up to 32 slots keep their size; `sweep`
-//! rebuilds those too), or when a quota changes. The old table, and the
-//! keys it holds, is then freed by the first *write* once no thread can
-//! still be reading it: a new client's first request, a `remove`, a
-//! `reset`, a sweep. Each write frees what has expired, outside any lock.
-//! A check of a client the limiter holds never frees anything, because it
-//! never runs another client's key's `Drop`. So after a burst and then
-//! only known clients, the burst's keys stay allocated until the next
-//! write; and [`sweep`](crate::Limiter::sweep) gives back everything it
-//! can before it returns: it rebuilds every table that holds a forgotten
-//! or removed client and frees the old tables at once, unless a thread is
-//! held up
-//! inside a lookup that started before (its tables then go at a later
-//! write). The limiter then owns about one key per client it holds
-//! (`tests/memory_return.rs` shows it with a key type that counts its
-//! values).
+//! rebuilds those too); or when a quota changes. So after any call the
+//! tables hold at most twice as many keys as the limiter holds clients
+//! ([`len`](crate::Limiter::len), which counts a removed client whose
+//! entry is still in place), plus 1 792 (28 per shard of 64); and a
+//! rebuild a removal makes comes after more removals than entries it
+//! moves, so it costs each of them a constant share.
+//!
+//! The table a rebuild replaces, and the keys of removed clients it holds,
+//! is freed once no thread can still be reading it. A `remove`, a `reset`
+//! or a `sweep` that rebuilt a table frees it before it returns if no
+//! other thread is inside a call on the limiter; otherwise, and after a new
+//! client's rebuild, the first *write* that finds it expired frees it (a
+//! new client's first request, a `remove`, a `reset`, a sweep), outside
+//! any lock. A check of a client the limiter holds never frees anything,
+//! because it never runs another client's key's `Drop`. So after a burst
+//! and then only known clients, the burst's keys stay allocated until the
+//! next write, or the next [`sweep`](crate::Limiter::sweep).
+//!
+//! `sweep` gives back everything before it returns, whatever other
+//! threads do: it rebuilds every table that holds a forgotten or removed
+//! client, then frees the old tables. If other threads are checking, it
+//! waits for the checks they have in flight to end (checks begun since
+//! never read the old tables), sleeping and holding no lock, so that no
+//! check waits for it. It waits for at most a second: a check held up
+//! longer than that (a key's `Eq` that blocks, a thread stopped inside a
+//! call) leaves the tables it could still read to the first write after
+//! it ends. The limiter then owns about one key per client it holds
+//! (`tests/memory_return.rs` shows both with a key type that counts its
+//! values, the second with two threads checking throughout).
 //!
 //! What is bounded is counted in calls, not in time: no thread runs, so
 //! after a burst of new clients followed by silence, or by known clients
@@ -164,7 +181,7 @@
 //! | `Overflow` | what happens to the new client | held clients |
 //! |---|---|---|
 //! | `EvictSampled { sample: 5 }` (default) | tracked, after forgetting one of 5 sampled clients: the one whose state becomes idle soonest | the forgotten one starts afresh: **the only policy that changes a tracked client's decisions** |
-//! | `DenyNew` | denied, `retry_after` set to the longest a state stays busy | untouched |
+//! | `DenyNew` | denied, `retry_after` set to the longest a held client can stay busy: a horizon past now, or past the instant the latest booking falls due if later | untouched |
 //! | `AdmitUntracked` | decided on a fresh state that is not stored: admitted, and unlimited until room frees up | untouched |
 //!
 //! ```

@@ -183,11 +183,15 @@ where
                 // exchange on it (see `crate::reservation`).
                 let stamp = self.renewals.stamp(hash);
                 let booked = book_on(algorithm, cell, now, cost, max_wait)?;
+                if let Ok((_, wait)) = booked {
+                    // Its client stays busy until a horizon after it.
+                    self.counters.booked(now.saturating_add(wait));
+                }
                 Some(booked.map(|(ticket, wait)| ((ticket, wait, stamp), now)))
             },
-            |algorithm, _| {
+            |_, wait| {
                 Err(ReserveError::Full {
-                    retry_after: Decision::wait(algorithm.horizon()),
+                    retry_after: Decision::wait(wait),
                 })
             },
         )?;

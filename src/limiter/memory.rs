@@ -31,9 +31,10 @@ where
         #[cfg(feature = "tracing")]
         self.cap_reached(now);
         let max = self.memory.max_clients;
-        if self.counters.full_scan_due() {
+        if self.counters.full_scan_due(now) {
             let retired = self.sweep_slice(now, Memory::FULL_SLICE);
-            self.counters.full_scan_found(retired);
+            let idle_from = now.saturating_add(self.busy_for(now));
+            self.counters.full_scan_found(retired, now, idle_from);
             if self.store.reserve(max) {
                 return true;
             }
@@ -57,6 +58,7 @@ where
     pub(super) fn sweep_slice(&self, idle_by: u64, budget: u64) -> u64 {
         let algorithm = &self.algorithm;
         let mut retired = 0;
+        self.counters.forgetting(idle_by);
         let _ = self.store.sweep_slice(budget, |cell| {
             let gone = algorithm.try_evict(cell, idle_by, &|_| ());
             retired += u64::from(gone);
@@ -85,6 +87,8 @@ where
         let mut cursor = SAMPLE_AT
             .with(Cell::get)
             .unwrap_or_else(|| self.store.cursor_at(draw()));
+        // Idle clients it forgets are judged at `now`.
+        self.counters.forgetting(now);
         let swept = self.store.sample(
             &mut cursor,
             // One more than the sample: the new client's own unborn entry
@@ -137,7 +141,11 @@ where
     /// optional; call it to forget idle clients when no new client
     /// arrives, after a burst (see the [memory guide](crate::guide::memory),
     /// "The bound"). It gives back before it returns the memory of every
-    /// client forgotten or removed (see the guide, "When memory is given
+    /// client forgotten or removed, whatever other threads do: if they are
+    /// checking, it waits for the checks they have in flight to end,
+    /// sleeping and holding no lock (so no check waits for it), for at
+    /// most a second; a check held up longer leaves the memory it could
+    /// still read to a later write (see the guide, "When memory is given
     /// back").
     ///
     /// # Examples
@@ -165,7 +173,7 @@ where
     pub fn sweep(&self) -> usize {
         let removed = self.sweep_at(self.clock.now_nanos(), 0);
         // The tables it shrank, and the keys they hold, freed now rather
-        // than by a later write.
+        // than by a later write, once the lookups in flight have ended.
         self.store.reclaim();
         removed
     }
@@ -177,6 +185,7 @@ where
     fn sweep_at(&self, idle_by: u64, small: usize) -> usize {
         let algorithm = &self.algorithm;
         let mut retired = 0;
+        self.counters.forgetting(idle_by);
         let removed = self.store.sweep(small, |cell| {
             let gone = algorithm.try_evict(cell, idle_by, &|_| ());
             retired += u64::from(gone);
@@ -311,7 +320,8 @@ pub(super) struct Arrival<'a, A: Algorithm, K, C, F> {
     pub(super) limiter: &'a Limiter<A, K, C>,
     /// The request's one clock reading.
     pub(super) reading: u64,
-    /// The answer for a new client denied by [`Overflow::DenyNew`].
+    /// The answer for a new client denied by [`Overflow::DenyNew`], given
+    /// its wait in ns (see [`Limiter::busy_for`]).
     pub(super) refuse: F,
 }
 
@@ -328,9 +338,11 @@ where
     fn start_sweep(&self) -> u64 {
         let limiter = self.limiter;
         Counters::add(&limiter.counters.auto_sweeps, 1);
-        limiter
+        let idle_by = limiter
             .counters
-            .trusted(self.reading.saturating_sub(limiter.algorithm.horizon()))
+            .trusted(self.reading.saturating_sub(limiter.algorithm.horizon()));
+        limiter.counters.forgetting(idle_by);
+        idle_by
     }
 
     /// A new client's share of sweeping: nothing, on the way in, unless a
@@ -354,6 +366,11 @@ where
     #[inline]
     fn now(&self) -> u64 {
         self.limiter.clock.now_nanos()
+    }
+
+    #[inline]
+    fn judges_at(&self, reading: u64) -> bool {
+        self.limiter.counters.judges_at(reading)
     }
 
     /// The rebuild's look for lapsed clients: those idle for a whole
@@ -436,7 +453,10 @@ where
             Overflow::DenyNew => {
                 Counters::add(&counters.overflows, 1);
                 Counters::add(&counters.denied_new, 1);
-                Some((self.refuse)(&self.limiter.algorithm, now))
+                Some((self.refuse)(
+                    &self.limiter.algorithm,
+                    self.limiter.busy_for(now),
+                ))
             }
             Overflow::AdmitUntracked => {
                 Counters::add(&counters.overflows, 1);

@@ -91,19 +91,16 @@ where
     V: Mortal + Send + Sync + 'static,
     S: BuildHasher,
 {
-    /// Gives back the room the removed cell held (see [`Store::leaving`]).
+    /// Gives back the room the removed cell held, and that of any dead
+    /// entry a rebuild on the way leaves behind (see [`Store::leaving`]).
     fn remove_if<Q, F>(&self, key: &Q, condition: F) -> bool
     where
         F: FnOnce(&V) -> bool,
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.map.remove_if(key, |cell| {
-            let gone = condition(cell);
-            if gone {
-                self.leaving(cell, false);
-            }
-            gone
+        self.map.remove_if(key, condition, |cell| {
+            self.leaving(cell, false);
         })
     }
 
@@ -115,12 +112,8 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.map.try_remove_if(key, |cell| {
-            let gone = condition(cell);
-            if gone {
-                self.leaving(cell, false);
-            }
-            gone
+        self.map.try_remove_if(key, condition, |cell| {
+            self.leaving(cell, false);
         })
     }
 }
@@ -266,20 +259,22 @@ where
         self.map.removed()
     }
 
+    /// Frees the retired tables (and the forgotten keys they hold),
+    /// helping the epoch collector along, and waiting (sleeping, for up to
+    /// `Map::PATIENCE`) for the lookups in flight that could still read
+    /// them: for a full sweep, which gives back before it returns the
+    /// memory of what it forgot. Runs keys' `Drop`; holds no lock while it
+    /// waits, so it holds up no other thread.
+    pub(crate) fn reclaim(&self) {
+        self.map.reclaim_waiting();
+    }
+
     /// Visits every entry once and removes those for which `evict` is true
     /// (it must retire the cell first) or whose cell is already dead, giving
     /// back the room of each group of slots' removed entries in one step,
     /// before they are removed, then shrinks tables left mostly empty,
     /// except those of at most `small` slots (see `Map::retain`). Returns
     /// how many were removed.
-    /// Frees the retired tables (and the forgotten keys they hold) that
-    /// no reader can hold any more, helping the epoch collector along
-    /// first: for a full sweep, which returns what it can before it
-    /// returns. Runs keys' `Drop`; never waits for another thread.
-    pub(crate) fn reclaim(&self) {
-        self.map.reclaim();
-    }
-
     pub(crate) fn sweep(&self, small: usize, mut evict: impl FnMut(&V) -> bool) -> u64 {
         // Units to give back for the group of slots being swept: one shared
         // `fetch_sub` per group with removals instead of one per entry.
@@ -313,13 +308,20 @@ where
     /// nothing).
     pub(crate) fn sweep_slice(&self, budget: u64, mut visit: impl FnMut(&V) -> bool) -> Option<()> {
         let mut cursor = self.cursor()?;
-        self.map.sweep_slice(&mut cursor, budget, |_, cell| {
-            let gone = visit(cell) || cell.is_dead();
-            if gone {
+        self.map.sweep_slice(
+            &mut cursor,
+            budget,
+            |_, cell| {
+                let gone = visit(cell) || cell.is_dead();
+                if gone {
+                    self.leaving(cell, false);
+                }
+                gone
+            },
+            |cell| {
                 self.leaving(cell, false);
-            }
-            gone
-        });
+            },
+        );
         Some(())
     }
 
@@ -375,6 +377,10 @@ where
                     keep(cell);
                 }
                 gone
+            },
+            // A dead entry a rebuild leaves behind gives its room back.
+            |cell| {
+                self.leaving(cell, false);
             },
         );
         Swept { kept: kept.get() }

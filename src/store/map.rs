@@ -37,7 +37,12 @@
 //! place, so a reader that found the entry keeps a valid reference to the
 //! value it found, a dead cell, and can never be handed another client's
 //! state through it. Room taken by deleted slots comes back only when the
-//! shard is *rebuilt* into a new table. A removal takes the lock only for
+//! shard is *rebuilt* into a new table: a removal (or a walk's) that
+//! leaves the table with more deleted slots than live ones, and more than
+//! 28, rebuilds it at once ([`Map::shed`]), so that a shard holds at most
+//! twice its live entries plus 28 once its writer lets go, and the rebuild
+//! is paid for by the removals since the last one, more than it moves.
+//! A removal takes the lock only for
 //! an entry whose cell is dead, which no check needs; and a removal that
 //! must not wait ([`Map::try_remove_if`], for a client's removal or reset)
 //! takes it only if no other writer holds it, and otherwise leaves the
@@ -469,34 +474,44 @@ where
     /// rebuilder. A dead entry's removal waits for the shard's lock, which
     /// an insert, a sweep or a rebuild may hold: for the insert path, where
     /// waiting is allowed (see [`Map::try_remove_if`] for a removal that
-    /// never waits).
-    pub(crate) fn remove_if<Q>(&self, key: &Q, condition: impl FnOnce(&V) -> bool) -> bool
+    /// never waits). `on_dead` runs, under the lock, on the value removed
+    /// just before its entry goes, and, if the removal leaves the table
+    /// more than half dead, which rebuilds it ([`Map::shed`]), on each dead
+    /// entry the rebuild leaves behind, as in [`Map::insert`].
+    pub(crate) fn remove_if<Q>(
+        &self,
+        key: &Q,
+        condition: impl FnOnce(&V) -> bool,
+        on_dead: impl FnMut(&V),
+    ) -> bool
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
         // Never `None`: a removal that may wait always gets the lock.
-        self.remove_dead(key, condition, true).unwrap_or(false)
+        self.remove_dead(key, condition, on_dead, true)
+            .unwrap_or(false)
     }
 
     /// As [`Map::remove_if`], but never waits for another thread: if the
     /// entry is dead and another thread holds the shard's lock, answers
     /// `None` at once and leaves the entry in the table. A dead entry left
     /// there reads as dead to every reader (a lookup returns it only when
-    /// no live copy exists) and is removed by whoever next meets it holding
-    /// the lock: a rebuild leaves it behind (`on_dead`), a sweep removes
-    /// it, an insert of its key removes it first. `Some(removed)` otherwise,
-    /// as [`Map::remove_if`] answers.
+    /// no live copy exists), still counts in [`Map::len`], and is removed
+    /// by whoever next meets it holding the lock: a rebuild leaves it
+    /// behind (`on_dead`), a sweep removes it, an insert of its key removes
+    /// it first. `Some(removed)` otherwise, as [`Map::remove_if`] answers.
     pub(crate) fn try_remove_if<Q>(
         &self,
         key: &Q,
         condition: impl FnOnce(&V) -> bool,
+        on_dead: impl FnMut(&V),
     ) -> Option<bool>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.remove_dead(key, condition, false)
+        self.remove_dead(key, condition, on_dead, false)
     }
 
     /// The removal of [`Map::remove_if`] (`wait`) and
@@ -506,6 +521,7 @@ where
         &self,
         key: &Q,
         condition: impl FnOnce(&V) -> bool,
+        mut on_dead: impl FnMut(&V),
         wait: bool,
     ) -> Option<bool>
     where
@@ -544,9 +560,54 @@ where
             return Some(false);
         }
         debug_assert!(value.is_dead(), "only dead entries are removed");
+        on_dead(value);
         table.mark(index, DELETED);
         counts.live -= 1;
+        let shed = self.shed(shard, &mut counts, &mut on_dead, &guard);
+        drop(counts);
+        drop(guard);
+        if shed && !epoch::is_pinned() {
+            // The old table, and the removed keys it holds, freed now
+            // rather than by a later write (unless another thread still
+            // reads it: see `reclaim`).
+            self.reclaim();
+        }
         Some(true)
+    }
+
+    /// The rebuild of [`Map::shed`]: the one an insert makes, for the live
+    /// entries, forwarding each entry it moves (see "Rebuilds" in the
+    /// module docs). Holding the shard's lock.
+    #[cold]
+    #[inline(never)]
+    fn shed_now(
+        &self,
+        shard: &Shard<K, V>,
+        counts: &mut Counts,
+        on_dead: impl FnMut(&V),
+        guard: &Guard,
+    ) {
+        let room_for = counts.live;
+        let _ = self.rebuild(shard, counts, room_for, on_dead, V::relocate, guard);
+    }
+
+    /// After removals under the shard's lock: if they left its table more
+    /// than half dead ([`Counts::half_dead`]), rebuilds it for its live
+    /// entries, calling `on_dead` on the dead ones it leaves behind (as
+    /// [`Map::insert`] does); true iff it did. Holding the shard's lock.
+    #[inline]
+    fn shed(
+        &self,
+        shard: &Shard<K, V>,
+        counts: &mut Counts,
+        on_dead: impl FnMut(&V),
+        guard: &Guard,
+    ) -> bool {
+        if !counts.half_dead() {
+            return false;
+        }
+        self.shed_now(shard, counts, on_dead, guard);
+        true
     }
 }
 
@@ -577,6 +638,32 @@ where
             }
         }
     }
+
+    /// As [`Map::reclaim`], and while retired tables are left (another
+    /// thread is inside a lookup begun before they were retired), sleeps
+    /// and tries again, the naps doubling from 1 µs to 1 ms, for at most
+    /// [`Map::PATIENCE`] in all: so every table is freed once the lookups
+    /// in flight have ended, however busy the other threads keep the map
+    /// with lookups begun since, unless one is held up longer (its tables
+    /// then go at a later write). Never holds up another thread: it holds
+    /// no lock and no pin while it sleeps. For a caller that holds no pin
+    /// and may wait (a full sweep).
+    pub(crate) fn reclaim_waiting(&self) {
+        let start = std::time::Instant::now();
+        let mut nap = core::time::Duration::from_micros(1);
+        loop {
+            self.reclaim();
+            if !self.retired.any_pending() || start.elapsed() >= Self::PATIENCE {
+                return;
+            }
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(core::time::Duration::from_millis(1));
+        }
+    }
+
+    /// How long [`Map::reclaim_waiting`] waits at most for the lookups in
+    /// flight to end.
+    pub(crate) const PATIENCE: core::time::Duration = core::time::Duration::from_secs(1);
 }
 
 impl<K, V, S> Drop for Map<K, V, S> {

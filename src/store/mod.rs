@@ -205,6 +205,17 @@ pub trait Newcomer<K, V, R> {
     /// never go back). Called holding no claim: it may run user code.
     fn now(&self) -> u64;
 
+    /// Whether `reading`, taken before the look at the map that found the
+    /// key absent, may judge the new client all the same, sparing a second
+    /// reading: only if no client forgotten as idle, whose removal that
+    /// look may have seen, was judged idle at a later reading (see
+    /// [`Newcomer::now`]). Read after the look. `false` (the default): a
+    /// reading is always taken after it.
+    fn judges_at(&self, reading: u64) -> bool {
+        let _ = reading;
+        false
+    }
+
     /// Without a cap, a live cell for `key`'s client, fresh from the
     /// reading `now` on (see `WordAlgorithm::fresh_at`: at an earlier
     /// reading, a lagging one, it is never more permissive than any state
@@ -286,7 +297,9 @@ pub trait Newcomer<K, V, R> {
 /// 1. a dead entry (evicted or refused) is removed, if it is still there
 ///    (any thread may; the removal gives back the room it held);
 /// 2. an absent key gets a cell fresh from a reading taken after the last
-///    look at the map ([`Newcomer::now`]), and is judged at that reading:
+///    look at the map ([`Newcomer::now`]; or, the first time, the caller's
+///    `now` if [`Newcomer::judges_at`] allows it), and is judged at that
+///    reading:
 ///    never before the reading at which any cell it replaces was forgotten
 ///    as idle, and a lagging reading that later finds the new cell is never
 ///    judged more permissively on it than on the one forgotten; of two
@@ -324,7 +337,7 @@ where
         Ok(None) => None,
         Err((_, miss)) => Some(miss),
     };
-    check_slow(index, key, miss, op, newcomer)
+    check_slow(index, key, now, miss, op, newcomer)
 }
 
 /// What [`act_on_live`]'s step made of the cell it found.
@@ -461,6 +474,7 @@ enum Settled<R> {
 fn check_slow<K, V, Q, R, I, N>(
     index: &I,
     key: &Q,
+    before: u64,
     miss: Option<I::Miss>,
     mut op: impl FnMut(&V, u64) -> Option<R>,
     newcomer: &N,
@@ -480,11 +494,15 @@ where
     // The lookup's miss serves the first insert only: after that, this
     // thread has looked again.
     let mut first = miss.as_ref();
+    // The reading taken before the fast path's look, if it may judge the
+    // client that look found absent: no eviction it may have seen judged
+    // later.
+    let mut before = (absent && newcomer.judges_at(before)).then_some(before);
     loop {
         // Read each round, after the look at the map that sent us here
         // (the fast path's, or the last round's): no earlier than the
         // reading of any eviction whose effect that look saw.
-        let now = newcomer.now();
+        let now = before.take().unwrap_or_else(|| newcomer.now());
         let settled = if absent && newcomer.turn_away(now) {
             // The room was all taken when we looked, perhaps by a first
             // request of this very client racing us: its entry is visible

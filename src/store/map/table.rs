@@ -77,6 +77,12 @@ pub(super) fn max_used(capacity: usize) -> usize {
     capacity - capacity / 8
 }
 
+/// The removed entries a shard's table may hold beyond as many as it holds
+/// live before a removal rebuilds it (see [`Counts::half_dead`]): as many
+/// as a table of four groups can use, so that the small tables the pass
+/// over the map leaves their size (32 slots) are never rebuilt for this.
+pub(super) const DEAD_SPARES: usize = 28;
+
 /// Where a [`Table::search`] that missed stopped: a group holding an empty
 /// slot, the first of the key's probe sequence.
 #[derive(Debug, Clone, Copy)]
@@ -358,4 +364,17 @@ pub(super) struct Counts {
     pub(super) live: usize,
     pub(super) used: usize,
     pub(super) retired: bool,
+}
+
+impl Counts {
+    /// Whether the table holds more removed entries (slots used, not live)
+    /// than live ones, and more than [`DEAD_SPARES`]: a removal that leaves
+    /// it so rebuilds it. So a shard never holds more than its live entries
+    /// plus `DEAD_SPARES` removed ones once a writer lets its lock go, and
+    /// the rebuild, which costs about the slots used, is paid for by the
+    /// removals since the last one, more than half of them.
+    pub(super) fn half_dead(&self) -> bool {
+        let dead = self.used.saturating_sub(self.live);
+        dead > self.live && dead > DEAD_SPARES
+    }
 }

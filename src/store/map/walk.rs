@@ -50,7 +50,10 @@ where
     /// (the pass a new client makes every horizon,
     /// `Limiter::sweep_for_newcomer`, would otherwise rebuild the small
     /// tables of a map of short-lived clients on every pass, only for new
-    /// clients to grow them again). `on_dead` is as in [`Map::insert`].
+    /// clients to grow them again), and those it leaves more than half
+    /// dead ([`Map::shed`]: with `small` at most 32, as the pass's is,
+    /// every one, since such a table uses more than 28 slots, so has more
+    /// than 32). `on_dead` is as in [`Map::insert`].
     /// The removals are made a group of slots at a time: `removing` runs
     /// once a group's are decided, before they are made (one store of the
     /// group's control word), still under the lock, so a caller can settle
@@ -94,10 +97,11 @@ where
             }
             // A full sweep (`small` 0) rebuilds every table holding removed
             // entries, so that their keys go; the pass only those left
-            // under a quarter full.
+            // under a quarter full or more than half dead (see
+            // `Map::shed`).
             if counts.used > counts.live
                 && table.capacity() > small
-                && (small == 0 || counts.live * 4 < table.capacity())
+                && (small == 0 || counts.live * 4 < table.capacity() || counts.half_dead())
             {
                 let room_for = counts.live;
                 self.rebuild(
@@ -155,6 +159,7 @@ where
         cursor: &mut Cursor,
         budget: u64,
         mut visit: impl FnMut(&K, &V) -> bool,
+        on_dead: impl FnMut(&V),
     ) -> u64 {
         let visit = |key: &K, value: &V| {
             if visit(key, value) {
@@ -163,7 +168,8 @@ where
                 Visit::Keep
             }
         };
-        self.walk(cursor, budget, false, visit, |_, _| false).0
+        self.walk(cursor, budget, false, visit, |_, _| false, on_dead)
+            .0
     }
 
     /// A position drawn from `draw` (uniform bits): the shard its top bits
@@ -203,13 +209,18 @@ where
         budget: u64,
         visit: impl FnMut(&K, &V) -> Visit,
         pick: impl FnOnce(&K, &V) -> bool,
+        on_dead: impl FnMut(&V),
     ) -> (u64, bool) {
-        self.walk(cursor, budget, true, visit, pick)
+        self.walk(cursor, budget, true, visit, pick, on_dead)
     }
 
     /// The walk of [`Map::sweep_slice`] and [`Map::sample`]: with `round`,
     /// at the end of the map it goes on from the start, up to where it
-    /// began.
+    /// began. A shard its removals (or the pick's) leave more than half
+    /// dead is rebuilt ([`Map::shed`], calling `on_dead` as
+    /// [`Map::insert`] does) before the walk lets its lock go for good:
+    /// as it leaves the shard, or, for one holding the entry ranked lowest
+    /// so far, at the end, once the pick is made.
     fn walk(
         &self,
         cursor: &mut Cursor,
@@ -217,8 +228,16 @@ where
         round: bool,
         mut visit: impl FnMut(&K, &V) -> Visit,
         pick: impl FnOnce(&K, &V) -> bool,
+        mut on_dead: impl FnMut(&V),
     ) -> (u64, bool) {
+        const _: () = assert!(SHARDS <= 64, "a shard's bit in a u64");
         let guard = epoch::pin();
+        // Shards left more than half dead while they held the entry
+        // ranked lowest then: rebuilt at the end, once the pick is made.
+        let mut unshed = 0_u64;
+        // The pick, if the walk made it in the shard it ended in (once).
+        let mut picked = None;
+        let mut pick = Some(pick);
         let start = *cursor;
         let mut wrapped = false;
         let mut seen = 0;
@@ -294,10 +313,19 @@ where
                     if let Some((_, _, was, index)) = best.filter(|&(_, at, ..)| at == cursor.shard)
                     {
                         let held = ptr::eq(table, was) && table.tag(index) & FULL != 0;
-                        let picked = held && Self::pick(table, index, &mut counts, pick);
-                        return (removed, picked);
+                        let pick = pick.take().expect("picked once, at the walk's end");
+                        picked = Some(held && Self::pick(table, index, &mut counts, pick));
+                        unshed &= !(1 << cursor.shard);
                     }
+                    self.shed(shard, &mut counts, &mut on_dead, &guard);
                     break 'walk;
+                }
+                if best.is_some_and(|(_, at, ..)| at == cursor.shard) {
+                    if counts.half_dead() {
+                        unshed |= 1 << cursor.shard;
+                    }
+                } else {
+                    self.shed(shard, &mut counts, &mut on_dead, &guard);
                 }
             } else if last {
                 break;
@@ -314,17 +342,32 @@ where
                 wrapped = true;
             }
         }
-        let Some((_, at, was, index)) = best else {
-            return (removed, false);
+        let picked = match (picked, best) {
+            (Some(picked), _) => picked,
+            (None, None) => false,
+            (None, Some((_, at, was, index))) => {
+                // A shard the walk has left: lock it again.
+                let shard = &self.shards[at];
+                let mut counts = self.lock(shard, &guard);
+                let pick = pick.take().expect("picked once, at the walk's end");
+                let picked = Self::current(shard, &guard).is_some_and(|table| {
+                    ptr::eq(table, was)
+                        && table.tag(index) & FULL != 0
+                        && Self::pick(table, index, &mut counts, pick)
+                });
+                self.shed(shard, &mut counts, &mut on_dead, &guard);
+                unshed &= !(1 << at);
+                picked
+            }
         };
-        // A shard the walk has left: lock it again.
-        let shard = &self.shards[at];
-        let mut counts = self.lock(shard, &guard);
-        let picked = Self::current(shard, &guard).is_some_and(|table| {
-            ptr::eq(table, was)
-                && table.tag(index) & FULL != 0
-                && Self::pick(table, index, &mut counts, pick)
-        });
+        // Shards left half dead under an entry ranked lowest then, and
+        // outranked since.
+        while unshed != 0 {
+            let shard = &self.shards[unshed.trailing_zeros() as usize];
+            unshed &= unshed - 1;
+            let mut counts = self.lock(shard, &guard);
+            self.shed(shard, &mut counts, &mut on_dead, &guard);
+        }
         (removed, picked)
     }
 
