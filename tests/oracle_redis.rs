@@ -1199,20 +1199,26 @@ fn a_fleet_on_a_cluster_with_a_node_s_clock_ahead_keeps_each_client_within_its_b
 /// leases.
 #[test]
 fn a_fleet_whose_quotas_refill_through_outages_keeps_each_client_within_its_bound() {
+    let how = Drive {
+        down: true,
+        ..Drive::new(FAST, true)
+    };
+    let local = Drive { local: true, ..how };
+    on_a_server(&[(how, cases().div_ceil(20)), (local, cases().div_ceil(20))]);
+}
+
+/// The state machine of the token bucket on a server of its own, each
+/// drive of `drives` for its number of cases.
+fn on_a_server(drives: &[(Drive, u32)]) {
     let Some(server) = Server::start() else {
         return;
     };
     let rt = runtime();
     let conn = rt.block_on(server.manager()).into();
     let server = Arc::new(Mutex::new(server));
-    let fleet = (&conn, Some(&server));
-    let how = Drive {
-        down: true,
-        ..Drive::new(FAST, true)
-    };
-    drive::<Bucket>(&rt, fleet, how, cases().div_ceil(20));
-    let local = Drive { local: true, ..how };
-    drive::<Bucket>(&rt, fleet, local, cases().div_ceil(20));
+    for &(how, cases) in drives {
+        drive::<Bucket>(&rt, (&conn, Some(&server)), how, cases);
+    }
 }
 
 /// Patient timeouts (10 s) and a server that stalls for up to 400 ms
@@ -1222,16 +1228,9 @@ fn a_fleet_whose_quotas_refill_through_outages_keeps_each_client_within_its_boun
 /// cases.
 #[test]
 fn a_slow_reply_opens_no_breaker_and_no_answer_opens_it() {
-    let Some(server) = Server::start() else {
-        return;
-    };
-    let rt = runtime();
-    let conn = rt.block_on(server.manager()).into();
-    let server = Arc::new(Mutex::new(server));
-    let fleet = (&conn, Some(&server));
     let how = Drive {
         down: true,
         ..Drive::new(FAST, false)
     };
-    drive::<Bucket>(&rt, fleet, how, cases().div_ceil(10));
+    on_a_server(&[(how, cases().div_ceil(10))]);
 }
