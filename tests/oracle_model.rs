@@ -258,6 +258,8 @@ fn resolver(records: &Records) -> impl Fn(&u64) -> u16 + Send + Sync + 'static {
 trait Booked {
     fn wait(&self) -> Duration;
     fn ready_at(&self) -> Duration;
+    fn remaining_wait(&self) -> Duration;
+    fn is_ready(&self) -> bool;
     fn commit(self: Box<Self>);
     fn cancel(self: Box<Self>) -> bool;
 }
@@ -272,6 +274,12 @@ where
     }
     fn ready_at(&self) -> Duration {
         Reservation::ready_at(self)
+    }
+    fn remaining_wait(&self) -> Duration {
+        Reservation::remaining_wait(self)
+    }
+    fn is_ready(&self) -> bool {
+        Reservation::is_ready(self)
     }
     fn commit(self: Box<Self>) {
         Reservation::commit(*self);
@@ -1181,6 +1189,18 @@ impl<'a> Run<'a> {
                     return Ok(());
                 }
                 let (booking, real) = self.bookings.remove(k % self.bookings.len());
+                // Read on the limiter's clock now.
+                let ready_at = real.ready_at();
+                let now = Duration::from_nanos(t);
+                prop_assert_eq!(
+                    (real.remaining_wait(), real.is_ready()),
+                    (ready_at.saturating_sub(now), now >= ready_at),
+                    "{} step {}: a booking ready at {:?} read at {:?}",
+                    self.name,
+                    i,
+                    ready_at,
+                    now
+                );
                 let expected = self.model.cancel_expected(&booking, t);
                 let exact = self.exact(booking.client);
                 match op {
