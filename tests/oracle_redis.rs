@@ -24,7 +24,10 @@
 //! - faults: `FLUSHALL`, `SCRIPT FLUSH`, outages (`CLIENT PAUSE` while
 //!   the operations go on), the server killed and started again (empty)
 //!   while they go on, a replica's process killed and started again;
-//!   pauses.
+//!   pauses; the server stopped while each replica checks; on patient
+//!   replicas, slow replies (`CLIENT PAUSE` well within their timeout);
+//! - one client's checks all at once (a batch that spends it), and a
+//!   hash under one client's key while every client checks at once.
 //!
 //! The property, as the docs state it for a bucket (leased units
 //! included) and for quota changes and tier moves: over every span of
@@ -40,13 +43,25 @@
 //! never heard of, plus its refill. A booking counts from its operation
 //! on, and stops counting where its cancel says it was given back.
 //!
+//! And, answer by answer (`oracle_redis/told.rs`, `oracle_redis/faults.rs`):
+//! each `Local` replica's fallback within what Redis last told that
+//! replica; a slow reply never counted as a failure, and with no node
+//! answering each check goes to the fail policy with the breaker open; a
+//! foreign value failing its own client's checks only.
+//!
 //! Without a `redis-server` binary the test prints why and passes, unless
 //! `CI=true`, where a missing server fails it. `PROPTEST_CASES` sets the
 //! number of cases (64 by default).
 
 #![cfg(not(feature = "loom"))]
 
+#[path = "oracle_redis/faults.rs"]
+mod faults;
 mod redis_server;
+#[path = "oracle_redis/shrunk.rs"]
+mod shrunk;
+#[path = "oracle_redis/told.rs"]
+mod told;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -83,6 +98,9 @@ trait Family: 'static {
     const LEASES: bool;
     /// Whether it counts in windows (else it is the bucket).
     const WINDOWED: bool;
+    /// Whether each `Local` replica's fallback is bounded from what Redis
+    /// last told it (`told.rs`): the token bucket alone.
+    const TOLD: bool = false;
     /// A quota of `limit` per `unit` (a bucket's capacity and one unit's
     /// refill interval; a window's limit and length).
     fn quota(limit: u64, unit: Duration) -> Builder<Self::A>;
@@ -125,6 +143,7 @@ impl Family for Bucket {
     type A = TokenBucket;
     const LEASES: bool = true;
     const WINDOWED: bool = false;
+    const TOLD: bool = true;
     fn quota(limit: u64, unit: Duration) -> Builder<TokenBucket> {
         TokenBucket::builder().rate(1, unit).capacity(limit)
     }
@@ -256,6 +275,13 @@ enum Op {
         r: usize,
         n: usize,
     },
+    /// `n` tasks at once, each checking client `c`: one client's checks
+    /// in one batch on a coalescing replica, enough to spend it.
+    Burst {
+        r: usize,
+        c: usize,
+        n: usize,
+    },
     Peek {
         r: usize,
         c: usize,
@@ -311,6 +337,25 @@ enum Op {
     Kill {
         ms: u64,
     },
+    /// The `redis-server` stopped, one check of client 0 on each replica
+    /// (no node answers: each is answered by the fail policy, and opens
+    /// the replica's breaker, or finds it open), and the server started
+    /// again (empty).
+    Down,
+    /// `CLIENT PAUSE ms ALL` on replicas whose timeout is patient: a slow
+    /// reply, never a failure.
+    Slow {
+        ms: u64,
+    },
+    /// A value of another type (a hash) under client `c`'s key, then `n`
+    /// tasks at once on replica `r`, the i-th checking client `i %
+    /// CLIENTS`: only client `c`'s checks fail (one batch on a coalescing
+    /// replica); then the key deleted.
+    Foreign {
+        r: usize,
+        c: usize,
+        n: usize,
+    },
 }
 
 fn setup() -> impl Strategy<Value = Setup> {
@@ -358,6 +403,7 @@ fn op(long: bool) -> impl Strategy<Value = Op> {
         2 * often => (r.clone(), c.clone(), c.clone(), 4..=20usize)
             .prop_map(|(r, c, with, n)| Op::Alternate { r, c, with, n }),
         2 => (r.clone(), 2..=16usize).prop_map(|(r, n)| Op::Together { r, n }),
+        2 => (r.clone(), c.clone(), 2..=40usize).prop_map(|(r, c, n)| Op::Burst { r, c, n }),
         1 => (r.clone(), c.clone(), 0..=2u64).prop_map(|(r, c, cost)| Op::Peek { r, c, cost }),
         2 => (r.clone(), c.clone(), 1..=2u64).prop_map(|(r, c, n)| Op::Reserve { r, c, n }),
         2 => (any::<usize>(), any::<bool>()).prop_map(|(i, cancel)| Op::Settle { i, cancel }),
@@ -371,6 +417,9 @@ fn op(long: bool) -> impl Strategy<Value = Op> {
         1 => (100..=400u64).prop_map(|ms| Op::Outage { ms }),
         1 => (0..REPLICAS).prop_map(|r| Op::Restart { r }),
         1 => (100..=400u64).prop_map(|ms| Op::Kill { ms }),
+        1 => Just(Op::Down),
+        1 => (50..=400u64).prop_map(|ms| Op::Slow { ms }),
+        1 => (0..REPLICAS, 0..CLIENTS, 4..=16usize).prop_map(|(r, c, n)| Op::Foreign { r, c, n }),
     ]
 }
 
@@ -458,6 +507,9 @@ struct Case<F: Family> {
     /// Per replica, whether its process started again in the latest
     /// operation (its stats start again from 0).
     restarted: Vec<bool>,
+    /// Per replica and client, what its fallback may hold by what Redis
+    /// last told it (`told.rs`).
+    told: Vec<[told::Told; CLIENTS]>,
     log: Vec<String>,
 }
 
@@ -491,11 +543,15 @@ impl<F: Family> Case<F> {
             fallbacks: Vec::new(),
             counted: SystemTime::now(),
             restarted: vec![false; setups.len()],
+            told: Vec::new(),
             log: Vec::new(),
         };
         case.replicas = (0..setups.len()).map(|r| case.start(r)).collect();
         case.fallbacks = (0..setups.len())
             .map(|r| std::array::from_fn(|c| Fallback::fresh(case.share(r, c))))
+            .collect();
+        case.told = (0..setups.len())
+            .map(|r| std::array::from_fn(|c| case.told_fresh(r, c)))
             .collect();
         case
     }
@@ -564,8 +620,9 @@ impl<F: Family> Case<F> {
         self.marks[c].clear();
     }
 
-    /// Operation `i`, `op`, and the spans it begins.
-    async fn apply(&mut self, i: usize, op: &Op) {
+    /// Operation `i`, `op`, and the spans it begins: an error where an
+    /// answer breaks what the guide states of it.
+    async fn apply(&mut self, i: usize, op: &Op) -> Result<(), String> {
         for c in 0..CLIENTS {
             let most = self.held_to(c);
             self.marks[c].push(Mark {
@@ -576,41 +633,35 @@ impl<F: Family> Case<F> {
             });
         }
         match *op {
-            Op::Check { r, c, cost } => {
-                // An error (`FailClosed`) admits nothing.
-                let d = self.replicas[r].check_n(&client(c), cost).await;
-                if d.is_ok_and(|d| d.is_allowed()) {
-                    self.admit(c, cost);
-                }
-            }
+            Op::Check { r, c, cost } => self.checked(r, c, cost).await?,
             Op::Run { r, c, n } => {
                 for _ in 0..n {
-                    let d = self.replicas[r].check(&client(c)).await;
-                    self.admit(c, u64::from(d.is_ok_and(|d| d.is_allowed())));
+                    self.checked(r, c, 1).await?;
                 }
             }
             Op::Alternate { r, c, with, n } => {
                 for _ in 0..n {
                     for c in [c, with] {
-                        let d = self.replicas[r].check(&client(c)).await;
-                        self.admit(c, u64::from(d.is_ok_and(|d| d.is_allowed())));
+                        self.checked(r, c, 1).await?;
                     }
                 }
             }
-            Op::Together { r, n } => {
-                let handles: Vec<_> = (0..n)
-                    .map(|i| {
-                        let limiter = self.replicas[r].clone();
-                        tokio::spawn(async move {
-                            let c = i % CLIENTS;
-                            let d = limiter.check(&client(c)).await;
-                            (c, d.is_ok_and(|d| d.is_allowed()))
-                        })
-                    })
-                    .collect();
-                for handle in handles {
-                    let (c, allowed) = handle.await.unwrap();
-                    self.admit(c, u64::from(allowed));
+            Op::Together { r, n } | Op::Burst { r, n, .. } => {
+                let (sent, before) = (SystemTime::now(), self.replicas[r].stats());
+                let one = match *op {
+                    Op::Burst { c, .. } => Some(c),
+                    _ => None,
+                };
+                let answers = self.together(r, n, one).await;
+                if told::all_answered(&before, &self.replicas[r].stats()) {
+                    // Every admission came from Redis (the shortcut only
+                    // denies).
+                    for (c, d) in answers {
+                        match d {
+                            Ok(d) if d.is_allowed() => self.heard(r, c, d.remaining(), sent),
+                            _ => {}
+                        }
+                    }
                 }
             }
             Op::Peek { r, c, cost } => {
@@ -630,12 +681,12 @@ impl<F: Family> Case<F> {
             }
             Op::Settle { i, cancel } => {
                 if self.booked.is_empty() {
-                    return;
+                    return Ok(());
                 }
                 let booked = self.booked.swap_remove(i % self.booked.len());
                 if !cancel {
                     booked.held.commit();
-                    return;
+                    return Ok(());
                 }
                 // A cancel that failed may still reach Redis: counted as
                 // given back.
@@ -657,10 +708,13 @@ impl<F: Family> Case<F> {
                 // same.
                 let _ = self.replicas[r].reset(&client(c)).await;
                 self.restart(c);
+                // Perhaps its fallback's state went too.
+                self.told[r][c] = self.told_fresh(r, c);
             }
             Op::Remove { r, c } => {
                 let _ = self.replicas[r].remove(&client(c)).await;
                 self.restart(c);
+                self.told[r][c] = self.told_fresh(r, c);
             }
             Op::SetQuota { r, tier, cap } => {
                 match self.replicas[r].set_quota(tier, F::quota(cap, self.interval)) {
@@ -670,13 +724,17 @@ impl<F: Family> Case<F> {
                     Err(err) => self.log.push(format!("  refused: {err}")),
                 }
                 self.held_to_now();
+                self.told_reshare_all();
             }
             Op::Move { c, tier } => {
                 // Relaxed: see the resolver.
                 self.tiers[c].store(tier, Ordering::Relaxed);
                 self.held_to_now();
+                self.told_reshare_all();
             }
             Op::Pause { ms } => tokio::time::sleep(Duration::from_millis(ms)).await,
+            Op::Down => self.down().await?,
+            Op::Foreign { r, c, n } => self.foreign(r, c, n).await?,
             Op::Restart { r } => {
                 let fresh = self.start(r);
                 drop(std::mem::replace(&mut self.replicas[r], fresh));
@@ -691,11 +749,12 @@ impl<F: Family> Case<F> {
                 // A fallback of its own, each client's full share again.
                 for c in 0..CLIENTS {
                     self.fallbacks[r][c] = Fallback::fresh(self.share(r, c));
+                    self.told[r][c] = self.told_fresh(r, c);
                 }
                 self.restarted[r] = true;
             }
             // Either fails only while the server is killed: nothing to do.
-            Op::Outage { ms } => {
+            Op::Outage { ms } | Op::Slow { ms } => {
                 let _: Result<(), _> = redis::cmd("CLIENT")
                     .arg("PAUSE")
                     .arg(ms)
@@ -717,7 +776,7 @@ impl<F: Family> Case<F> {
             }
             Op::Kill { ms } => {
                 let Some(server) = self.server.clone() else {
-                    return;
+                    return Ok(());
                 };
                 self.started();
                 server.lock().unwrap().stop();
@@ -728,6 +787,7 @@ impl<F: Family> Case<F> {
                 }));
             }
         }
+        Ok(())
     }
 
     /// Redis lost every state (if `lost`): each client starts afresh, and
@@ -810,7 +870,10 @@ impl<F: Family> Case<F> {
             | Op::Reset { r, c }
             | Op::Remove { r, c } => (Some(r), vec![c], false),
             Op::Alternate { r, c, with, .. } => (Some(r), vec![c, with], false),
+            // Every client checks, one with a foreign value.
+            Op::Foreign { r, .. } => (Some(r), all.clone(), false),
             Op::Together { r, .. } => (Some(r), all.clone(), false),
+            Op::Burst { r, c, .. } => (Some(r), vec![c], false),
             _ => (None, all.clone(), false),
         };
         for r in 0..self.replicas.len() {
@@ -945,9 +1008,10 @@ async fn run_case<F: Family>(case: &mut Case<F>, ops: &[Op]) -> Result<(), Strin
     for (i, op) in ops.iter().enumerate() {
         case.log.push(format!("{i}: {op:?}"));
         let before: Vec<_> = case.replicas.iter().map(|r| r.stats()).collect();
-        case.apply(i, op).await;
+        case.apply(i, op).await?;
         case.account(op, &before);
         case.check_bounds()?;
+        case.check_breakers(op, &before)?;
     }
     // What is still booked is committed: nothing is given back.
     for booked in case.booked.drain(..) {
@@ -956,15 +1020,70 @@ async fn run_case<F: Family>(case: &mut Case<F>, ops: &[Op]) -> Result<(), Strin
     Ok(())
 }
 
+/// One operation, or (where `spent`) also, as often, a client spent in
+/// one batch on a replica, an outage, and that client's checks on the
+/// same replica through it: the fallback must start from what the batch's
+/// answers said was left.
+fn chunk(op: impl Strategy<Value = Op> + 'static, spent: bool) -> BoxedStrategy<Vec<Op>> {
+    let one = op.prop_map(|op| vec![op]);
+    if !spent {
+        return one.boxed();
+    }
+    let spent = (0..REPLICAS, 0..CLIENTS, 8..=40usize, 100..=400u64).prop_map(|(r, c, n, ms)| {
+        vec![
+            Op::Burst { r, c, n },
+            Op::Outage { ms },
+            Op::Run { r, c, n: n / 2 },
+        ]
+    });
+    prop_oneof![4 => one, 1 => spent].boxed()
+}
+
+/// What a drive draws.
+#[derive(Clone, Copy)]
+struct Drive {
+    /// Every quota's unit of refill.
+    interval: Duration,
+    /// `FLUSHALL`, outages and the server killed (timeouts of 100 ms);
+    /// else slow replies (patient timeouts).
+    faults: bool,
+    /// Pauses of 100 to 800 ms, drawn four times as often.
+    long: bool,
+    /// The server stopped while each replica checks.
+    down: bool,
+    /// Every replica `Local`, coalescing, without leases: each fallback
+    /// bounded by what Redis last told it (`told.rs`) at every outage.
+    local: bool,
+}
+
+impl Drive {
+    fn new(interval: Duration, faults: bool) -> Self {
+        Drive {
+            interval,
+            faults,
+            long: false,
+            down: false,
+            local: false,
+        }
+    }
+}
+
 /// The state machine on `conn`, quotas of one unit per `interval`,
 /// `FLUSHALL`, outages and the server killed (where it is given) among the
 /// operations if `faults`.
 fn drive<F: Family>(
     rt: &tokio::runtime::Runtime,
     conn: (&RedisConnection, Option<&Arc<Mutex<Server>>>),
-    (interval, faults): (Duration, bool),
+    drive: Drive,
     cases: u32,
 ) {
+    let Drive {
+        interval,
+        faults,
+        long,
+        down,
+        local,
+    } = drive;
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,
@@ -972,14 +1091,31 @@ fn drive<F: Family>(
         ..Config::default()
     });
     let n = std::sync::atomic::AtomicU64::new(0);
-    // Long pauses where a pause refills.
-    let long = interval < Duration::from_secs(1);
-    let ops = op(long).prop_filter("no fault", move |op| {
-        faults || !matches!(op, Op::Flush { .. } | Op::Outage { .. } | Op::Kill { .. })
+    // Faults where the timeout is short; slow replies where it is
+    // patient.
+    let ops = op(long).prop_filter("no fault", move |op| match op {
+        Op::Flush { .. } | Op::Outage { .. } | Op::Kill { .. } => faults,
+        Op::Slow { .. } => !faults,
+        Op::Down => down,
+        _ => true,
     });
     let strategy = (
-        prop::collection::vec(setup(), REPLICAS),
-        prop::collection::vec(ops, 1..40),
+        prop::collection::vec(
+            setup().prop_map(move |s| {
+                if local {
+                    Setup {
+                        lease: None,
+                        coalesce: true,
+                        policy: FailPolicy::Local,
+                        ..s
+                    }
+                } else {
+                    s
+                }
+            }),
+            REPLICAS,
+        ),
+        prop::collection::vec(chunk(ops, local), 1..40).prop_map(|chunks| chunks.concat()),
     );
     let result = runner.run(&strategy, |(setups, ops)| {
         // Relaxed: a counter for unique names, on this thread.
@@ -1004,7 +1140,12 @@ fn a_fleet_built_every_way_keeps_each_client_within_its_bound() {
     let rt = runtime();
     let conn = rt.block_on(server.manager()).into();
     let server = Arc::new(Mutex::new(server));
-    drive::<Bucket>(&rt, (&conn, Some(&server)), (INTERVAL, true), cases());
+    drive::<Bucket>(
+        &rt,
+        (&conn, Some(&server)),
+        Drive::new(INTERVAL, true),
+        cases(),
+    );
 }
 
 /// The same for the other algorithms (no leases), windows of a day: each
@@ -1022,10 +1163,10 @@ fn a_fleet_of_windows_built_every_way_keeps_each_client_within_its_bound() {
     let server = Arc::new(Mutex::new(server));
     let fleet = (&conn, Some(&server));
     let cases = cases().div_ceil(4);
-    drive::<Fixed>(&rt, fleet, (DAY, true), cases);
-    drive::<Counter>(&rt, fleet, (DAY, true), cases);
-    drive::<Log>(&rt, fleet, (DAY, true), cases);
-    drive::<Pair>(&rt, fleet, (INTERVAL, true), cases);
+    drive::<Fixed>(&rt, fleet, Drive::new(DAY, true), cases);
+    drive::<Counter>(&rt, fleet, Drive::new(DAY, true), cases);
+    drive::<Log>(&rt, fleet, Drive::new(DAY, true), cases);
+    drive::<Pair>(&rt, fleet, Drive::new(INTERVAL, true), cases);
 }
 
 /// The same on a Redis Cluster of three primaries whose clocks run apart
@@ -1041,168 +1182,55 @@ fn a_fleet_on_a_cluster_with_a_node_s_clock_ahead_keeps_each_client_within_its_b
     let rt = runtime();
     let conn = rt.block_on(cluster.connection()).into();
     // A fifth of the cases: its long pauses make a case last seconds.
-    drive::<Bucket>(&rt, (&conn, None), (FAST, false), cases().div_ceil(5));
+    let how = Drive {
+        long: true,
+        ..Drive::new(FAST, false)
+    };
+    drive::<Bucket>(&rt, (&conn, None), how, cases().div_ceil(5));
 }
 
-/// A replica built as `lease` says, of tier capacities `caps`, coalescing
-/// and with the shortcut.
-fn replica(lease: Option<u64>, caps: [u64; 2]) -> Setup {
-    Setup {
-        lease,
-        lease_clients: CLIENTS,
-        coalesce: true,
-        shortcut: true,
-        policy: FailPolicy::FailClosed,
-        caps,
-    }
+/// Quotas that refill within a case (a unit per 20 ms, a bucket of 16 to
+/// 32 refilled in under a second), with outages and the server killed
+/// while the operations go on: each client within the bound of every
+/// span (its refill included), and each `Local` replica's fallback within
+/// what Redis last told that replica, plus its refill (`told.rs`); and
+/// the server stopped while each replica checks (`faults.rs`). A tenth of
+/// the cases: half with every replica `Local`, coalescing and without
+/// leases.
+#[test]
+fn a_fleet_whose_quotas_refill_through_outages_keeps_each_client_within_its_bound() {
+    let how = Drive {
+        down: true,
+        ..Drive::new(FAST, true)
+    };
+    let local = Drive { local: true, ..how };
+    on_a_server(&[(how, cases().div_ceil(20)), (local, cases().div_ceil(20))]);
 }
 
-/// Runs one shrunk case on a server of its own.
-fn shrunk(name: &str, setups: &[Setup], ops: &[Op]) {
+/// The state machine of the token bucket on a server of its own, each
+/// drive of `drives` for its number of cases.
+fn on_a_server(drives: &[(Drive, u32)]) {
     let Some(server) = Server::start() else {
         return;
     };
     let rt = runtime();
-    rt.block_on(async {
-        let conn = server.manager().await.into();
-        let fleet = (&conn, None);
-        if let Err(failure) = run::<Bucket>(fleet, &prefix(name), (setups, INTERVAL), ops).await {
-            panic!("{failure}");
-        }
-    });
+    let conn = rt.block_on(server.manager()).into();
+    let server = Arc::new(Mutex::new(server));
+    for &(how, cases) in drives {
+        drive::<Bucket>(&rt, (&conn, Some(&server)), how, cases);
+    }
 }
 
-/// The oracle's shrunk case with a plain replica's removal deleting the
-/// key, leases ignored: the leasing replica's units held then were spent
-/// on top of a full bucket (12 admitted against 11).
+/// Patient timeouts (10 s) and a server that stalls for up to 400 ms
+/// (`CLIENT PAUSE`), or stops: a slow reply is never a failure (no
+/// timeout, no breaker opened), and with no node answering each replica's
+/// check goes to its fail policy and opens its breaker. A tenth of the
+/// cases.
 #[test]
-fn a_shrunk_case_a_plain_replica_removes_a_leased_client() {
-    let caps = [11, 3];
-    shrunk(
-        "shrunk-remove",
-        &[
-            replica(None, caps),
-            replica(None, caps),
-            replica(Some(8), caps),
-        ],
-        &[
-            Op::Run { r: 2, c: 0, n: 8 },
-            Op::Remove { r: 0, c: 0 },
-            Op::Run { r: 2, c: 0, n: 12 },
-        ],
-    );
-}
-
-/// The oracle's shrunk case with a lease kept while the interval matches:
-/// a lease of the paying tier (capacity 16) spent after a move to the
-/// free one (capacity 2).
-#[test]
-fn a_shrunk_case_a_leased_client_moves_to_the_free_tier() {
-    let caps = [16, 2];
-    shrunk(
-        "shrunk-move",
-        &[
-            replica(None, caps),
-            replica(Some(11), caps),
-            replica(None, caps),
-        ],
-        &[
-            Op::Check {
-                r: 0,
-                c: 0,
-                cost: 0,
-            },
-            Op::Run { r: 1, c: 0, n: 5 },
-            Op::Move { c: 0, tier: 1 },
-            Op::Together { r: 1, n: 9 },
-        ],
-    );
-}
-
-/// The oracle's shrunk case with `local_share` ignored (each replica's
-/// fallback holding the whole quota): through an outage a `Local` replica
-/// decides 7 checks in process, 5 over its share of a bucket of 16, on top
-/// of which Redis still holds the whole bucket (23 admitted against 21).
-#[test]
-fn a_shrunk_case_a_local_replica_decides_on_its_share() {
-    let caps = [16, 2];
-    let local = Setup {
-        policy: FailPolicy::Local,
-        ..replica(None, caps)
+fn a_slow_reply_opens_no_breaker_and_no_answer_opens_it() {
+    let how = Drive {
+        down: true,
+        ..Drive::new(FAST, false)
     };
-    shrunk(
-        "shrunk-share",
-        &[local, replica(None, caps), replica(None, caps)],
-        &[
-            Op::Outage { ms: 100 },
-            Op::Run { r: 0, c: 1, n: 7 },
-            Op::Run { r: 1, c: 1, n: 16 },
-        ],
-    );
-}
-
-/// The oracle's shrunk case with no answer holding the `Local` fallback
-/// (each client's fallback at its full share whatever Redis said), shrunk
-/// further by hand: a `Local` replica spends a bucket of 24 through
-/// Redis, then decides 8 checks in process through an outage, its
-/// fallback at a third of 24 where Redis had said nothing was left (32
-/// admitted against 25).
-#[test]
-fn a_shrunk_case_an_outage_starts_from_what_redis_last_said() {
-    let caps = [24, 2];
-    // Without the shortcut, which would deny at once after an answer
-    // that nothing is left.
-    let local = Setup {
-        policy: FailPolicy::Local,
-        shortcut: false,
-        ..replica(None, caps)
-    };
-    shrunk(
-        "shrunk-hold",
-        &[local, replica(None, caps), replica(None, caps)],
-        &[
-            Op::Run { r: 0, c: 2, n: 24 },
-            Op::Outage { ms: 400 },
-            Op::Run { r: 0, c: 2, n: 8 },
-        ],
-    );
-}
-
-/// The oracle's case on the cluster with a lease spent on the clock of
-/// the latest reply, whichever node gave it, shrunk by hand: client 1's
-/// key lives on the node 2 s ahead, client 2's on a node of the host's
-/// clock, and client 1 alone is leased (a table of one). After a pause
-/// that passes the slots of its units left, checks of client 2 between
-/// client 1's made that clock 2 s behind client 1's slots, so the units
-/// whose slots had passed were spent on top of a bucket that had
-/// refilled them (37 to 46 admitted against 33 to 43).
-#[test]
-fn a_shrunk_case_a_lease_spent_after_another_node_s_reply() {
-    let Some(cluster) = Cluster::start_shifted(3, 0, &SHIFTS_MS) else {
-        return;
-    };
-    let caps = [32, 2];
-    let leasing = Setup {
-        lease_clients: 1,
-        ..replica(Some(16), caps)
-    };
-    runtime().block_on(async {
-        let conn = cluster.connection().await.into();
-        let setups = [leasing, replica(None, caps), replica(None, caps)];
-        // Three times over: a lease may hold few units when a pause
-        // begins.
-        let hot = |n| Op::Alternate {
-            r: 0,
-            c: 1,
-            with: 2,
-            n,
-        };
-        let ops: Vec<Op> = (0..3)
-            .flat_map(|_| [hot(20), Op::Pause { ms: 700 }, hot(60)])
-            .collect();
-        let name = prefix("shrunk-node-clock");
-        if let Err(failure) = run::<Bucket>((&conn, None), &name, (&setups, FAST), &ops).await {
-            panic!("{failure}");
-        }
-    });
+    on_a_server(&[(how, cases().div_ceil(10))]);
 }

@@ -64,8 +64,10 @@ impl<A: Algorithm, K, C: Clock> Builder<A, K, C> {
             );
         }
         let name = super::valid_name(self.name)?;
-        let algorithm = A::from_settings(&self.params)?;
         let clock = self.clock.unwrap_or_else(|make| make());
+        let mut params = self.params;
+        params.on_origin(crate::clock::unix_nanos(clock.unix_origin()));
+        let algorithm = A::from_settings(&params)?;
         Ok(DirectLimiter::new(algorithm, clock).named(name))
     }
 }

@@ -551,8 +551,11 @@ where
     /// that long idle converts to a fresh one under every quota a move can
     /// take it to (the move rule credits an idle state with what the new
     /// quota refills while it stays idle), so forgetting it changes no
-    /// decision, whatever moves follow. One idle for less may still hold
-    /// less than a fresh client of a larger quota would.
+    /// decision until the quotas change (a later quota past every one of
+    /// them, or one lowered and raised again, may give the forgotten
+    /// client at most that quota's capacity more, once: the tiers guide).
+    /// One idle for less may still hold less than a fresh client of a
+    /// larger quota would.
     fn try_evict(&self, cell: &Self::Cell, now: u64, forgetting: &dyn Fn(u64)) -> bool {
         let Some(judged) = now.checked_sub(self.horizon()) else {
             return false;

@@ -155,10 +155,14 @@
 //! its tier. A tiered limiter forgets a client only once it has been idle
 //! for the longest refill or window of any tier: by then the move rule
 //! carries it to a fresh state under every quota the limiter has, so
-//! forgetting it changes no decision, whatever moves follow. (A quota
-//! raised past every quota the limiter had when it forgot a client gives
-//! that client, on its return, the fresh start a held one would earn by
-//! refilling: at most the raise, once.)
+//! forgetting it changes no decision until the quotas change. A later
+//! change can set the two apart, once: a client the limiter forgot comes
+//! back as a fresh client of its tier's quota then, where a held one is
+//! carried by the rule, which never adds. So after a quota raised past
+//! every quota the limiter had when it forgot the client, or one lowered
+//! and raised again, the forgotten client may be admitted at most that
+//! quota's capacity more than a held one would be, once, and is never
+//! refused longer.
 //!
 //! # Guarantees
 //!

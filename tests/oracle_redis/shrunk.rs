@@ -1,0 +1,170 @@
+//! The Redis oracle's shrunk cases, each a defect it found, kept as a
+//! test of its own.
+
+use tollgate::redis::FailPolicy;
+
+use super::redis_server::{prefix, runtime, Cluster, Server};
+use super::{run, Bucket, Op, Setup, CLIENTS, FAST, INTERVAL, SHIFTS_MS};
+
+/// A replica built as `lease` says, of tier capacities `caps`, coalescing
+/// and with the shortcut.
+fn replica(lease: Option<u64>, caps: [u64; 2]) -> Setup {
+    Setup {
+        lease,
+        lease_clients: CLIENTS,
+        coalesce: true,
+        shortcut: true,
+        policy: FailPolicy::FailClosed,
+        caps,
+    }
+}
+
+/// Runs one shrunk case on a server of its own.
+fn shrunk(name: &str, setups: &[Setup], ops: &[Op]) {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let conn = server.manager().await.into();
+        let fleet = (&conn, None);
+        if let Err(failure) = run::<Bucket>(fleet, &prefix(name), (setups, INTERVAL), ops).await {
+            panic!("{failure}");
+        }
+    });
+}
+
+/// The oracle's shrunk case with a plain replica's removal deleting the
+/// key, leases ignored: the leasing replica's units held then were spent
+/// on top of a full bucket (12 admitted against 11).
+#[test]
+fn a_shrunk_case_a_plain_replica_removes_a_leased_client() {
+    let caps = [11, 3];
+    shrunk(
+        "shrunk-remove",
+        &[
+            replica(None, caps),
+            replica(None, caps),
+            replica(Some(8), caps),
+        ],
+        &[
+            Op::Run { r: 2, c: 0, n: 8 },
+            Op::Remove { r: 0, c: 0 },
+            Op::Run { r: 2, c: 0, n: 12 },
+        ],
+    );
+}
+
+/// The oracle's shrunk case with a lease kept while the interval matches:
+/// a lease of the paying tier (capacity 16) spent after a move to the
+/// free one (capacity 2).
+#[test]
+fn a_shrunk_case_a_leased_client_moves_to_the_free_tier() {
+    let caps = [16, 2];
+    shrunk(
+        "shrunk-move",
+        &[
+            replica(None, caps),
+            replica(Some(11), caps),
+            replica(None, caps),
+        ],
+        &[
+            Op::Check {
+                r: 0,
+                c: 0,
+                cost: 0,
+            },
+            Op::Run { r: 1, c: 0, n: 5 },
+            Op::Move { c: 0, tier: 1 },
+            Op::Together { r: 1, n: 9 },
+        ],
+    );
+}
+
+/// The oracle's shrunk case with `local_share` ignored (each replica's
+/// fallback holding the whole quota): through an outage a `Local` replica
+/// decides 7 checks in process, 5 over its share of a bucket of 16, on top
+/// of which Redis still holds the whole bucket (23 admitted against 21).
+#[test]
+fn a_shrunk_case_a_local_replica_decides_on_its_share() {
+    let caps = [16, 2];
+    let local = Setup {
+        policy: FailPolicy::Local,
+        ..replica(None, caps)
+    };
+    shrunk(
+        "shrunk-share",
+        &[local, replica(None, caps), replica(None, caps)],
+        &[
+            Op::Outage { ms: 100 },
+            Op::Run { r: 0, c: 1, n: 7 },
+            Op::Run { r: 1, c: 1, n: 16 },
+        ],
+    );
+}
+
+/// The oracle's shrunk case with no answer holding the `Local` fallback
+/// (each client's fallback at its full share whatever Redis said), shrunk
+/// further by hand: a `Local` replica spends a bucket of 24 through
+/// Redis, then decides 8 checks in process through an outage, its
+/// fallback at a third of 24 where Redis had said nothing was left (32
+/// admitted against 25).
+#[test]
+fn a_shrunk_case_an_outage_starts_from_what_redis_last_said() {
+    let caps = [24, 2];
+    // Without the shortcut, which would deny at once after an answer
+    // that nothing is left.
+    let local = Setup {
+        policy: FailPolicy::Local,
+        shortcut: false,
+        ..replica(None, caps)
+    };
+    shrunk(
+        "shrunk-hold",
+        &[local, replica(None, caps), replica(None, caps)],
+        &[
+            Op::Run { r: 0, c: 2, n: 24 },
+            Op::Outage { ms: 400 },
+            Op::Run { r: 0, c: 2, n: 8 },
+        ],
+    );
+}
+
+/// The oracle's case on the cluster with a lease spent on the clock of
+/// the latest reply, whichever node gave it, shrunk by hand: client 1's
+/// key lives on the node 2 s ahead, client 2's on a node of the host's
+/// clock, and client 1 alone is leased (a table of one). After a pause
+/// that passes the slots of its units left, checks of client 2 between
+/// client 1's made that clock 2 s behind client 1's slots, so the units
+/// whose slots had passed were spent on top of a bucket that had
+/// refilled them (37 to 46 admitted against 33 to 43).
+#[test]
+fn a_shrunk_case_a_lease_spent_after_another_node_s_reply() {
+    let Some(cluster) = Cluster::start_shifted(3, 0, &SHIFTS_MS) else {
+        return;
+    };
+    let caps = [32, 2];
+    let leasing = Setup {
+        lease_clients: 1,
+        ..replica(Some(16), caps)
+    };
+    runtime().block_on(async {
+        let conn = cluster.connection().await.into();
+        let setups = [leasing, replica(None, caps), replica(None, caps)];
+        // Three times over: a lease may hold few units when a pause
+        // begins.
+        let hot = |n| Op::Alternate {
+            r: 0,
+            c: 1,
+            with: 2,
+            n,
+        };
+        let ops: Vec<Op> = (0..3)
+            .flat_map(|_| [hot(20), Op::Pause { ms: 700 }, hot(60)])
+            .collect();
+        let name = prefix("shrunk-node-clock");
+        if let Err(failure) = run::<Bucket>((&conn, None), &name, (&setups, FAST), &ops).await {
+            panic!("{failure}");
+        }
+    });
+}

@@ -1,0 +1,182 @@
+//! Each `Local` replica's fallback, bounded from what Redis last told that
+//! replica, as the Redis guide states it: every answer from Redis spends
+//! the client's in-process state down to what it says is left; with
+//! `local_share(n)` the replica holds the client to an `n`-th of that, and
+//! refills at an `n`-th of the rate, up to its share of the capacity; a
+//! client it never heard of starts from its full share. So, between two
+//! answers from Redis, what a replica admits in process is at most an
+//! `n`-th of what Redis last told it was left, plus its refill since, plus
+//! a fraction of a unit.
+//!
+//! The oracle keeps, per replica and client, an upper bound of what the
+//! fallback may hold (in ns of the replica's refill: one unit is `n`
+//! intervals), lowers it to each answer it sees come from Redis (a check
+//! whose call went out and came back, nothing answered by the fail policy),
+//! spends it by each admission it sees decided in process, and asserts it
+//! never goes a unit below zero. Where it cannot tell which check was
+//! answered how (tasks at once with some answered by the fail policy), it
+//! neither lowers nor spends: it only ever errs toward more. Token bucket
+//! replicas that lease are left to the span bound (a leased check is
+//! answered without Redis, and a grant's answer counts the units handed
+//! out).
+
+use std::time::SystemTime;
+
+use tollgate::redis::{FailPolicy, RedisStats};
+
+use super::{Case, Family, CLIENTS, REPLICAS};
+
+/// What one replica's fallback may hold of one client, at most.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Told {
+    /// ns of the replica's refill (a unit is `REPLICAS` intervals).
+    credit: i128,
+    /// Its capacity: the replica's share, in the same ns.
+    cap: i128,
+    /// When its refill was last counted.
+    at: SystemTime,
+}
+
+/// How a call's answer came, from the replica's stats around it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Came {
+    /// From Redis: a call went out and came back, and nothing else.
+    Redis,
+    /// Decided in process by the fallback.
+    Local,
+    /// Otherwise (the deny shortcut, a lease, an error, a timeout).
+    Other,
+}
+
+/// Whether every check between two snapshots was answered by Redis or
+/// by the deny shortcut (which only denies): none by the fail policy, no
+/// timeout, no error, no lease.
+pub(super) fn all_answered(before: &RedisStats, after: &RedisStats) -> bool {
+    (after.timeouts, after.errors, after.leased, after.lease_held)
+        == (
+            before.timeouts,
+            before.errors,
+            before.leased,
+            before.lease_held,
+        )
+        && (after.fail_open, after.fail_closed, after.fail_local)
+            == (before.fail_open, before.fail_closed, before.fail_local)
+}
+
+pub(super) fn came(before: &RedisStats, after: &RedisStats) -> Came {
+    let quiet = (
+        after.timeouts,
+        after.errors,
+        after.denied_locally,
+        after.leased,
+    ) == (
+        before.timeouts,
+        before.errors,
+        before.denied_locally,
+        before.leased,
+    ) && (after.fail_open, after.fail_closed, after.lease_held)
+        == (before.fail_open, before.fail_closed, before.lease_held);
+    if after.fail_local > before.fail_local {
+        Came::Local
+    } else if quiet && after.round_trips > before.round_trips {
+        Came::Redis
+    } else {
+        Came::Other
+    }
+}
+
+fn ns_since(t: SystemTime) -> i128 {
+    t.elapsed().unwrap_or_default().as_nanos() as i128
+}
+
+impl<F: Family> Case<F> {
+    /// Whether replica `r`'s fallback is bounded here: a `Local` bucket
+    /// replica that does not lease.
+    pub(super) fn told_bounds(&self, r: usize) -> bool {
+        F::TOLD && self.setups[r].policy == FailPolicy::Local && self.setups[r].lease.is_none()
+    }
+
+    /// A unit of a replica's fallback, in ns: `REPLICAS` intervals.
+    fn told_unit(&self) -> i128 {
+        self.interval.as_nanos() as i128 * REPLICAS as i128
+    }
+
+    /// A fallback that never heard of the client: its full share.
+    pub(super) fn told_fresh(&self, r: usize, c: usize) -> Told {
+        let cap = i128::from(self.share(r, c)) * self.told_unit();
+        Told {
+            credit: cap,
+            cap,
+            at: SystemTime::now(),
+        }
+    }
+
+    /// Counts the refill since it was last counted.
+    fn told_refill(&mut self, r: usize, c: usize) {
+        let t = &mut self.told[r][c];
+        t.credit = (t.credit + ns_since(t.at)).min(t.cap);
+        t.at = SystemTime::now();
+    }
+
+    /// Redis told replica `r` that `remaining` units of client `c` were
+    /// left, in a call sent at `sent`.
+    pub(super) fn heard(&mut self, r: usize, c: usize, remaining: u64, sent: SystemTime) {
+        if !self.told_bounds(r) {
+            return;
+        }
+        self.told_refill(r, c);
+        // An n-th of what is left, as ns of the replica's refill: each of
+        // its units is n intervals. Refilled since the call went out.
+        let held = i128::from(remaining) * self.interval.as_nanos() as i128 + ns_since(sent);
+        let t = &mut self.told[r][c];
+        t.credit = t.credit.min(held);
+    }
+
+    /// Replica `r` admitted `units` of client `c` in process: within what
+    /// Redis last told it, its refill since, and a fraction of a unit.
+    pub(super) fn spent_locally(&mut self, r: usize, c: usize, units: u64) -> Result<(), String> {
+        if !self.told_bounds(r) || units == 0 {
+            return Ok(());
+        }
+        self.told_refill(r, c);
+        let unit = self.told_unit();
+        let t = &mut self.told[r][c];
+        t.credit -= i128::from(units) * unit;
+        if t.credit < -unit {
+            return Err(format!(
+                "replica {r} admitted client {c} in process beyond what Redis last told it was \
+                 left and its refill since: {:.2} units over (a share of {} units)\n{}",
+                (-t.credit - unit) as f64 / unit as f64,
+                t.cap / unit,
+                self.log.join("\n"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Replica `r`'s quotas or client `c`'s tier changed: a raise raises
+    /// what the fallback may hold by as much, at most. (A lower share is
+    /// not taken as a bound: the fallback, an in-process tiered limiter,
+    /// holds a client in the tier it found it in, and a move reaches it
+    /// only at the fallback's own pace.)
+    pub(super) fn told_reshare(&mut self, r: usize, c: usize) {
+        if !self.told_bounds(r) {
+            return;
+        }
+        self.told_refill(r, c);
+        let cap = self.told_fresh(r, c).cap;
+        let t = &mut self.told[r][c];
+        t.credit += (cap - t.cap).max(0);
+        t.cap = t.cap.max(cap);
+    }
+
+    /// Every replica's fallback of every client, after a change that may
+    /// reach any.
+    pub(super) fn told_reshare_all(&mut self) {
+        for r in 0..self.setups.len() {
+            for c in 0..CLIENTS {
+                self.told_reshare(r, c);
+            }
+        }
+    }
+}
