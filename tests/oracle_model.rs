@@ -1152,13 +1152,6 @@ impl<'a> Run<'a> {
                 // counts its wait from that window's start, which such a
                 // reading has not reached.
                 let behind = self.latest > t;
-                // A fixed window that a move left recorded ahead of the
-                // reading (its bookings carried into a later window): the
-                // wait counts from that window's start, not from the
-                // reading, and is short by the gap. A defect, kept as
-                // `a_fixed_window_moved_with_bookings_ahead_waits_from_the_reading`
-                // (ignored); not checked here until it is fixed.
-                let behind = behind || self.model.window_ahead(client, t);
                 if first.allowed || self.refused || behind || wait == NEVER || t + wait > LATEST {
                     return Ok(());
                 }
@@ -1639,7 +1632,6 @@ fn a_direct_limiters_windows_start_on_the_unix_epochs_multiples() {
 /// minute's start, not from the reading, so a client that honours it is
 /// refused again (retry_after 60 s, then 20 s more).
 #[test]
-#[ignore = "defect: a fixed window's retry_after counts from a recorded window ahead of the reading (left so by a move that carries bookings) instead of from the reading"]
 fn a_fixed_window_moved_with_bookings_ahead_waits_from_the_reading() {
     let clock = ManualClock::new();
     clock.set(Duration::from_secs(1_000));

@@ -342,7 +342,7 @@ impl<A: WordAlgorithm, B: WordAlgorithm> super::Transitions for Both<A, B> {
         // `now + retry_after` for a reading at or after the word's last
         // charge, and stays exact for a reading behind it (a fixed window
         // judges such a reading at its recorded window's start, and counts
-        // its wait from there).
+        // its wait from the reading to the instant its count resets).
         let ready = |booked: Reserve| match booked {
             Reserve::At { ready_at, .. } => Some(ready_at),
             Reserve::Never => None,

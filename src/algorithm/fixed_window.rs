@@ -184,16 +184,15 @@ impl WordAlgorithm for FixedWindow {
             // never does.
             let booked = count.saturating_sub(self.limit);
             let next = if booked + cost <= self.limit { 1 } else { 2 };
-            // A reading before the recorded window is judged at its start,
-            // unless the window is closed by a booking: a word booked ahead
-            // lies ahead of every reading by design, and its wait counts
-            // from the reading, as the booking's own did.
-            let now = if count > self.limit {
-                clamp_now(now)
-            } else {
-                clamp_now(now).max(self.windows.start(index))
-            };
-            super::until(now, self.windows.start(index + next))
+            // The wait counts from the reading, also for a reading before
+            // the recorded window (judged, for the count, at that window's
+            // start): the count resets at an instant, and a client that
+            // waits until then on this clock finds it reset. A word ahead
+            // of the reading is one closed by a booking, one a move left in
+            // the window its carried bookings run in, or one a clock that
+            // stepped back left ahead (whose wait is then longer by the
+            // step, at most).
+            super::until(clamp_now(now), self.windows.start(index + next))
         }
     }
 
@@ -404,7 +403,10 @@ mod tests {
         let f = fw(1, 100);
         let w = f.admit(FRESH, 550, 1).unwrap();
         assert_eq!(f.admit(w, 120, 1), None);
-        assert_eq!(f.retry_after(w, 120, 1), 100);
+        // The count resets at 600, which a reading of 120 is 480 from.
+        assert_eq!(f.retry_after(w, 120, 1), 480);
+        assert_eq!(f.admit(w, 599, 1), None);
+        assert!(f.admit(w, 600, 1).is_some());
     }
 
     #[test]

@@ -276,15 +276,9 @@ impl Limit {
                 // What is booked in the next window, if this one is closed.
                 let booked = count.saturating_sub(limit);
                 let next = if booked + cost <= limit { 1 } else { 2 };
-                // A reading before the recorded window is judged at its
-                // start, unless the window is closed by a booking: such a
-                // word lies ahead of every reading by design.
-                let from = if count > limit {
-                    t
-                } else {
-                    t.max(start(width, phase, index))
-                };
-                until(from, start(width, phase, index + next))
+                // The count resets at an instant: the wait counts from the
+                // reading, also from one before the recorded window.
+                until(t, start(width, phase, index + next))
             }
             (Self::Sliding { width, phase, .. }, _) => {
                 let s = self.sliding_at(word, t);

@@ -158,19 +158,6 @@ impl Model {
             .is_none_or(|c| c.plan.iter().zip(&c.state).all(|(l, w)| l.is_idle(w, t)))
     }
 
-    /// Whether the client's state records a fixed window that begins after
-    /// `t` (a move that carried bookings leaves one).
-    pub fn window_ahead(&self, client: u64, t: u64) -> bool {
-        self.clients.get(&client).is_some_and(|c| {
-            c.plan.iter().zip(&c.state).any(|(l, w)| match (*l, w) {
-                (Limit::Fixed { width, phase, .. }, &Word::Fixed { index, .. }) => {
-                    limits::start(width, phase, index) > t
-                }
-                _ => false,
-            })
-        })
-    }
-
     /// `check_n(client, cost)` at `t`, for a client whose records put it
     /// in `tier` (used only if the model holds no state for it).
     pub fn check(&mut self, client: u64, tier: u16, t: u64, cost: u64) -> Result<Answer, CostErr> {
