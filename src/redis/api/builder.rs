@@ -479,7 +479,7 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
 
     /// A limiter whose scripts and local bookkeeping read `clock` (the
     /// crate's tests).
-    #[cfg(test)]
+    #[cfg(all(test, not(feature = "loom")))]
     pub(crate) fn build_on_test_clock(
         self,
         clock: crate::clock::ManualClock,
@@ -489,7 +489,7 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
 
     /// The same, with the local clock running `slow_ppm` parts per million
     /// slower than `clock`, which the scripts read.
-    #[cfg(test)]
+    #[cfg(all(test, not(feature = "loom")))]
     pub(crate) fn build_on_slow_test_clock(
         self,
         clock: crate::clock::ManualClock,

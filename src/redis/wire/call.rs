@@ -71,7 +71,7 @@ pub(crate) enum Clock {
     /// One manual clock for both: its reading (µs) is each script's last
     /// argument. Locally it runs slow by the given parts per million, as a
     /// host's clock may against Redis's.
-    #[cfg(test)]
+    #[cfg(all(test, not(feature = "loom")))]
     Test(crate::clock::ManualClock, u64),
 }
 
@@ -87,7 +87,7 @@ impl Clock {
             Self::Redis(origin) => {
                 u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX / 4)
             }
-            #[cfg(test)]
+            #[cfg(all(test, not(feature = "loom")))]
             Self::Test(clock, slow_ppm) => {
                 let ns = crate::clock::Clock::now_nanos(clock);
                 let behind = u128::from(ns) * u128::from(*slow_ppm) / 1_000_000;
@@ -103,9 +103,9 @@ impl Clock {
     pub(crate) fn drift(&self, elapsed: u64) -> u64 {
         match self {
             Self::Redis(_) => elapsed / DRIFT,
-            #[cfg(test)]
+            #[cfg(all(test, not(feature = "loom")))]
             Self::Test(_, 0) => 0,
-            #[cfg(test)]
+            #[cfg(all(test, not(feature = "loom")))]
             Self::Test(..) => elapsed / DRIFT,
         }
     }
@@ -130,7 +130,7 @@ impl Clock {
     fn script_now(&self) -> Option<u64> {
         match self {
             Self::Redis(_) => None,
-            #[cfg(test)]
+            #[cfg(all(test, not(feature = "loom")))]
             Self::Test(clock, _) => Some(crate::clock::Clock::now_nanos(clock) / 1_000),
         }
     }
