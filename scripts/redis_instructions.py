@@ -126,6 +126,7 @@ def main():
     while r.call('PING') != 'PONG':
         time.sleep(0.3)
     shas = [r.call('SCRIPT', 'LOAD', body).decode() for body in (check, batch, tk)]
+    short = '-sc' in batch
 
     def count():
         subprocess.run(['callgrind_control', '-d', str(srv.pid)], capture_output=True)
@@ -179,7 +180,10 @@ def main():
                 for j in range(calls):
                     keys = [key(ph, f'{size}.{j * size + i}', 10 ** 9) if not present
                             else key(ph, j * size + i, 1000) for i in range(size)]
-                    per_key = [x for _ in keys for x in (1024 + 1, 1)]
+                    # Each client one request of cost 1, as the limiter
+                    # sends it: `-1` alone where the script reads that
+                    # form, else `1024 + 1` and the cost.
+                    per_key = [x for _ in keys for x in ((-1,) if short else (1024 + 1, 1))]
                     cmds.append(['EVALSHA', shas[1], size, *keys, 1, a, 1_000_000, head, j, *per_key])
                 return cmds
             measure(f'key {case}, batches of {size}', make, calls * size)
