@@ -318,9 +318,18 @@ impl<A: RedisAlgorithm> Inner<A> {
                 }
                 cmd.arg(serial);
                 for client in &plan.clients {
+                    let quota = client.quota as i64 + 1;
+                    if let [at] = client.requests[..] {
+                        if requests[at].cost == 1 {
+                            // The most common: one request of cost 1, in
+                            // one argument (see `batch_script`).
+                            cmd.arg(-quota);
+                            continue;
+                        }
+                    }
                     // Both in one argument: one number for the script to
                     // parse (see `batch_script`).
-                    cmd.arg(client.requests.len() * 1024 + client.quota + 1);
+                    cmd.arg(client.requests.len() as i64 * 1024 + quota);
                     for &at in &client.requests {
                         cmd.arg(requests[at].cost);
                     }
