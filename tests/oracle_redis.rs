@@ -797,6 +797,16 @@ impl<F: Family> Case<F> {
         if !lost {
             return;
         }
+        self.leased_out();
+        for c in 0..CLIENTS {
+            self.restart(c);
+        }
+    }
+
+    /// The units leased out now, which a replica may spend on top of a
+    /// state Redis lost or a client's key deleted: added to the
+    /// allowance.
+    fn leased_out(&mut self) {
         let held: u64 = self
             .replicas
             .iter()
@@ -807,9 +817,6 @@ impl<F: Family> Case<F> {
             .sum();
         self.allowance += held;
         self.log.push(format!("  {held} units leased out"));
-        for c in 0..CLIENTS {
-            self.restart(c);
-        }
     }
 
     /// Waits for a killed server to be running again.

@@ -121,8 +121,9 @@ impl<F: Family> Case<F> {
     /// the breaker; then the key deleted, and the client starts afresh.
     pub(super) async fn foreign(&mut self, r: usize, c: usize, n: usize) -> Result<(), String> {
         let key = self.replicas[r].key(&client(c));
-        // The client's state deleted (a reset, as far as the bound goes),
-        // a hash in its place.
+        // The client's state deleted (a reset, as far as the bound goes,
+        // with the units leased out then spendable on top, as when Redis
+        // loses a state), a hash in its place.
         let set: Result<((), ()), _> = redis::pipe()
             .atomic()
             .cmd("DEL")
@@ -133,6 +134,7 @@ impl<F: Family> Case<F> {
             .arg(7)
             .query_async(&mut self.conn)
             .await;
+        self.leased_out();
         self.restart(c);
         let before = self.replicas[r].stats();
         let answers = self.together(r, n, None).await;
@@ -141,6 +143,7 @@ impl<F: Family> Case<F> {
             .arg(&key)
             .query_async(&mut self.conn)
             .await;
+        self.leased_out();
         self.restart(c);
         let policy = self.setups[r].policy;
         if policy == FailPolicy::Local && set.is_ok() {
