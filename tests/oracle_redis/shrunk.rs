@@ -34,6 +34,21 @@ fn shrunk(name: &str, setups: &[Setup], ops: &[Op]) {
     });
 }
 
+/// Runs one shrunk case on a cluster of three primaries whose clocks run
+/// apart ([`SHIFTS_MS`]), quotas of a unit per 20 ms.
+fn shrunk_on_cluster(name: &str, setups: &[Setup], ops: &[Op]) {
+    let Some(cluster) = Cluster::start_shifted(3, 0, &SHIFTS_MS) else {
+        return;
+    };
+    runtime().block_on(async {
+        let conn = cluster.connection().await.into();
+        let name = prefix(name);
+        if let Err(failure) = run::<Bucket>((&conn, None), &name, (setups, FAST), ops).await {
+            panic!("{failure}");
+        }
+    });
+}
+
 /// The oracle's shrunk case with a plain replica's removal deleting the
 /// key, leases ignored: the leasing replica's units held then were spent
 /// on top of a full bucket (12 admitted against 11).
@@ -140,33 +155,26 @@ fn a_shrunk_case_an_outage_starts_from_what_redis_last_said() {
 /// refilled them (37 to 46 admitted against 33 to 43).
 #[test]
 fn a_shrunk_case_a_lease_spent_after_another_node_s_reply() {
-    let Some(cluster) = Cluster::start_shifted(3, 0, &SHIFTS_MS) else {
-        return;
-    };
     let caps = [32, 2];
     let leasing = Setup {
         lease_clients: 1,
         ..replica(Some(16), caps)
     };
-    runtime().block_on(async {
-        let conn = cluster.connection().await.into();
-        let setups = [leasing, replica(None, caps), replica(None, caps)];
-        // Three times over: a lease may hold few units when a pause
-        // begins.
-        let hot = |n| Op::Alternate {
-            r: 0,
-            c: 1,
-            with: 2,
-            n,
-        };
-        let ops: Vec<Op> = (0..3)
-            .flat_map(|_| [hot(20), Op::Pause { ms: 700 }, hot(60)])
-            .collect();
-        let name = prefix("shrunk-node-clock");
-        if let Err(failure) = run::<Bucket>((&conn, None), &name, (&setups, FAST), &ops).await {
-            panic!("{failure}");
-        }
-    });
+    // Three times over: a lease may hold few units when a pause begins.
+    let hot = |n| Op::Alternate {
+        r: 0,
+        c: 1,
+        with: 2,
+        n,
+    };
+    let ops: Vec<Op> = (0..3)
+        .flat_map(|_| [hot(20), Op::Pause { ms: 700 }, hot(60)])
+        .collect();
+    shrunk_on_cluster(
+        "shrunk-node-clock",
+        &[leasing, replica(None, caps), replica(None, caps)],
+        &ops,
+    );
 }
 
 /// The oracle's shrunk case with a client's key replaced by a foreign
@@ -177,9 +185,6 @@ fn a_shrunk_case_a_lease_spent_after_another_node_s_reply() {
 /// the deletion as a reset without that allowance.
 #[test]
 fn a_shrunk_case_a_leased_client_s_key_replaced_by_a_foreign_value() {
-    let Some(cluster) = Cluster::start_shifted(3, 0, &SHIFTS_MS) else {
-        return;
-    };
     let caps = [16, 2];
     let plain = Setup {
         coalesce: false,
@@ -208,12 +213,5 @@ fn a_shrunk_case_a_leased_client_s_key_replaced_by_a_foreign_value() {
             n: 9,
         },
     ];
-    runtime().block_on(async {
-        let conn = cluster.connection().await.into();
-        let setups = [plain.clone(), plain, leasing];
-        let name = prefix("shrunk-foreign");
-        if let Err(failure) = run::<Bucket>((&conn, None), &name, (&setups, FAST), &ops).await {
-            panic!("{failure}");
-        }
-    });
+    shrunk_on_cluster("shrunk-foreign", &[plain.clone(), plain, leasing], &ops);
 }
