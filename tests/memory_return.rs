@@ -8,9 +8,13 @@
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tollgate::{Limiter, ManualClock, TokenBucket};
+
+/// How long `sweep()` waits at most for the checks in flight (its docs:
+/// "for at most a second").
+const PATIENCE: Duration = Duration::from_secs(1);
 
 /// Live `Counted` values. One test binary per file, and its tests take
 /// turns ([`alone`]), so no other test changes it.
@@ -188,7 +192,8 @@ fn removals_leave_at_most_twice_the_keys_of_the_clients_held() {
 /// returns while other threads keep checking the clients they hold: it
 /// waits for the checks they have in flight to end (before, 20 000 to
 /// 40 000 forgotten keys were still owned when it returned, in most
-/// rounds). Ten rounds of 20 000 one-off clients.
+/// rounds), unless a check was held up for the whole second it waits.
+/// Ten rounds of 20 000 one-off clients.
 #[test]
 fn a_sweep_gives_back_forgotten_keys_while_other_threads_check() {
     let _alone = alone();
@@ -221,16 +226,23 @@ fn a_sweep_gives_back_forgotten_keys_while_other_threads_check() {
                 assert!(limiter.allow_request(&Counted::new(id)));
             }
             clock.advance(Duration::from_secs(10));
+            let started = Instant::now();
             let _ = limiter.sweep();
+            let waited = started.elapsed();
             // The checkers' two clients, their two keys of their own, and
             // two more a checker may hold for a moment (one of its clients
             // forgotten between two of its checks, and back in).
             let held = limiter.len() as i64;
             assert!(held <= 2, "round {round}: {held} clients held");
+            // A sweep never returns early with keys still owned: either it
+            // gave them back, or a checker was held up inside a check (on a
+            // busy machine, preempted while pinned) for the whole second
+            // the sweep waits, and the keys go with a later write (the
+            // next round's sweep, or the drop below).
+            let owned = live();
             assert!(
-                live() <= held + 4,
-                "round {round}: {} keys owned for {held} clients",
-                live()
+                owned <= held + 4 || waited >= PATIENCE,
+                "round {round}: {owned} keys owned for {held} clients, the sweep back after {waited:?}"
             );
         }
     });

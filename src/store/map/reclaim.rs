@@ -43,6 +43,11 @@ pub(super) struct Retired<K, V> {
     /// functions, lowered by the writers that free them. Read first, so
     /// that a writer with nothing to free touches no lock.
     expired: Arc<PlainAtomicU64>,
+    /// How many tables writers have taken out of the list and not yet
+    /// finished freeing: still pending for [`Retired::any_pending`], so a
+    /// sweep that waits for every table to be freed does not return while
+    /// another writer is still dropping one's keys.
+    freeing: PlainAtomicU64,
 }
 
 // SAFETY: the pending tables are owned by the map (a retired table is
@@ -59,6 +64,7 @@ impl<K, V> Retired<K, V> {
         Self {
             pending: Mutex::new(VecDeque::new()),
             expired: Arc::new(PlainAtomicU64::new(0)),
+            freeing: PlainAtomicU64::new(0),
         }
     }
 
@@ -91,13 +97,19 @@ impl<K, V> Retired<K, V> {
             });
     }
 
-    /// Whether any retired table waits to be freed, expired or not.
+    /// Whether any retired table waits to be freed, expired or not, or is
+    /// being freed by another writer at this instant.
     pub(super) fn any_pending(&self) -> bool {
-        !self
+        let pending = self
             .pending
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .is_empty()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Acquire: pairs with the Release decrement in `free_expired`, so a
+        // caller told that nothing is pending sees every key and value of
+        // the tables freed as dropped. A table leaves the list only with
+        // this count raised first, under the list's lock held here, so a
+        // table is always in one or the other.
+        !pending.is_empty() || self.freeing.load(Ordering::Acquire) != 0
     }
 
     /// Whether every retired table waiting has expired (tests: one free
@@ -135,7 +147,17 @@ impl<K, V> Retired<K, V> {
     #[cold]
     #[inline(never)]
     pub(super) fn free_expired(&self) {
+        /// Lowers `freeing` once the table is freed, or its freeing ends
+        /// in a panic (a key's `Drop`), which frees what it can.
+        struct Freed<'a>(&'a PlainAtomicU64);
+        impl Drop for Freed<'_> {
+            fn drop(&mut self) {
+                // Release: pairs with the Acquire load in `any_pending`.
+                self.0.fetch_sub(1, Ordering::Release);
+            }
+        }
         while let Some(table) = self.take_expired() {
+            let _freed = Freed(&self.freeing);
             // Relaxed: as in `retire`.
             let left = self.expired.fetch_sub(1, Ordering::Relaxed) - 1;
             // SAFETY: made by `Owned::new` (a rebuild's new table), retired
@@ -171,7 +193,12 @@ impl<K, V> Retired<K, V> {
         } else {
             return None;
         };
-        pending.remove(at).map(|pending| pending.table)
+        let table = pending.remove(at).map(|pending| pending.table)?;
+        // Relaxed: ordered by the list's lock, held here and by
+        // `any_pending`'s load; the free's end is published by the Release
+        // decrement in `free_expired`.
+        self.freeing.fetch_add(1, Ordering::Relaxed);
+        Some(table)
     }
 }
 
