@@ -1,6 +1,7 @@
 //! The Redis limiters decide as the in-process ones do, against a real
 //! `redis-server` (see `redis_server`): quota changes, window changes
-//! under one prefix, the deny shortcut after a reset or a raised quota,
+//! under one prefix (at Redis's instant, on a server whose clock runs
+//! ahead too), the deny shortcut after a reset or a raised quota,
 //! the fallback of `FailPolicy::Local` across a quota change, a pair's
 //! figures, settings that would not apply, keys no client id can steer,
 //! foreign values under a key, and windows aligned to the Unix epoch.
@@ -118,13 +119,38 @@ fn a_foreign_value_is_never_admitted_under_fail_open() {
 // Quota changes.
 
 /// A token bucket's rate change keeps the tokens missing, as in-process:
-/// lowered from 10 to 10 per 10 hours after spending 10, nothing is left;
-/// raised to 100 per hour, 90 are.
+/// lowered from 10 to 10 per 10 hours after spending 10, nothing is left,
+/// and after spending 5, the 5 held are kept (converted at the change's
+/// instant on Redis's clock: at an instant before the state's, the bucket
+/// would read as empty, refused for an hour); raised to 100 per hour, 90
+/// are.
 #[test]
 fn a_bucket_rate_change_keeps_the_tokens_missing() {
     let Some(server) = Server::start() else {
         return;
     };
+    rate_change_keeps_the_tokens_missing(&server);
+}
+
+/// As [`a_bucket_rate_change_keeps_the_tokens_missing`], on a server whose
+/// clock runs a minute ahead of this process's (the clock shim,
+/// `tests/support/clockshift.c`): the change's instant is Redis's, as the
+/// replies told it, never this process's own clock (a minute before the
+/// state was written, where the bucket spent by half reads as empty).
+#[test]
+fn a_rate_change_on_a_server_whose_clock_runs_ahead_converts_at_redis_s_instant() {
+    let Some(shim) = redis_server::clockshift() else {
+        return;
+    };
+    let shim = shim.to_str().expect("a UTF-8 path");
+    let env = [("LD_PRELOAD", shim), ("CLOCKSHIFT_MS", "60000")];
+    let Some(server) = Server::start_with_env(&[], &env) else {
+        return;
+    };
+    rate_change_keeps_the_tokens_missing(&server);
+}
+
+fn rate_change_keeps_the_tokens_missing(server: &Server) {
     runtime().block_on(async {
         let conn = server.manager().await;
         let limiter = TokenBucket::builder()
@@ -141,19 +167,22 @@ fn a_bucket_rate_change_keeps_the_tokens_missing() {
             .clock(ManualClock::new())
             .build()
             .unwrap();
-        for client in ["low", "high"] {
-            assert!(limiter.check_n(client, 10).await.unwrap().is_allowed());
-            assert!(local.check_n(client, 10).unwrap().is_allowed());
+        for (client, spent) in [("low", 10), ("high", 10), ("half", 5)] {
+            assert!(limiter.check_n(client, spent).await.unwrap().is_allowed());
+            assert!(local.check_n(client, spent).unwrap().is_allowed());
         }
         let slow = || TokenBucket::builder().rate(10, 10 * HOUR);
         limiter.set_quota(0, slow()).unwrap();
         local.set_quota(0, slow()).unwrap();
-        let (remote, here) = (limiter.check("low").await.unwrap(), local.check("low"));
-        assert_eq!(
-            (remote.is_allowed(), remote.remaining()),
-            (here.is_allowed(), here.remaining()),
-            "lowered: {remote:?} in-process {here:?}"
-        );
+        for client in ["low", "half"] {
+            let (remote, here) = (limiter.check(client).await.unwrap(), local.check(client));
+            assert_eq!(
+                (remote.is_allowed(), remote.remaining()),
+                (here.is_allowed(), here.remaining()),
+                "lowered, {client}: {remote:?} in-process {here:?}"
+            );
+        }
+        assert_eq!(local.check("half").remaining(), 3, "5 kept, 2 taken");
         let fast = || TokenBucket::builder().rate(100, HOUR);
         limiter.set_quota(0, fast()).unwrap();
         local.set_quota(0, fast()).unwrap();
