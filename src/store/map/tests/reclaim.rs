@@ -73,13 +73,26 @@ fn a_retired_table_expires_without_waiting_for_dozens_more_and_a_writer_frees_it
     assert_eq!(reported, 1, "one rebuild left the dead entry behind");
     // Pins alone (no flush here): once every thread has moved on, the
     // collector marks the table expired. A table kept in this thread's own
-    // bag would wait there until dozens more were retired.
-    let pins = if cfg!(miri) { 5_000 } else { 1_000_000 };
-    for _ in 0..pins {
-        if map.retired.any_expired() {
-            break;
-        }
+    // bag would wait there until dozens more were retired. Another test's
+    // thread pinned meanwhile (on a busy machine, preempted while pinned)
+    // holds the epoch back for as long: so the pins go on, napping now and
+    // then, for up to a minute (Miri: a fixed count), never a count that a
+    // busy machine can use up first.
+    let started = std::time::Instant::now();
+    let mut pins = 0u64;
+    while !map.retired.any_expired() {
         drop(epoch::pin());
+        pins += 1;
+        if cfg!(miri) {
+            if pins == 5_000 {
+                break;
+            }
+        } else if pins % 10_000 == 0 {
+            if started.elapsed() > std::time::Duration::from_secs(60) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
     }
     assert!(map.retired.any_expired(), "the retired table expired");
     // Relaxed: set by this thread's own frees.
