@@ -44,8 +44,17 @@
 //!    Then `PENDING → FULL` on `s`. An inserter whose slot was given up
 //!    finds the winner: a `FULL` lane of its key, or else the earliest
 //!    `PENDING` one, which it resolves itself (helping), and looks again.
-//!    No step waits for another thread: each resolution it helps turns one
-//!    `PENDING` lane `FULL` or `DELETED`.
+//!    If it finds neither (the entry that won was removed since, its cell
+//!    dead), it publishes its own slot again (`DELETED → PENDING`: a slot
+//!    given up never was `FULL`, so it is still its inserter's) and
+//!    resolves it. No step waits for another thread: an inserter stalled
+//!    for good after publishing is resolved by the next inserter of its
+//!    key, and each resolution helped turns one `PENDING` lane `FULL` or
+//!    `DELETED`.
+//!
+//!    A loser never takes its key back once published: other resolvers may
+//!    be comparing it. The slot keeps key and value (`DELETED`, dropped
+//!    with the table), and the inserter decides on the winner's cell.
 //!
 //! **Why one entry.** Say slots `s` (earlier) and `t` of one key both
 //! became `FULL`, by resolvers `R_s` and `R_t`, each of which read its slot
@@ -79,9 +88,15 @@
 //!   and an insert with no resolution at all, both over-admit;
 //! * two keys into one group: both found, each decided once; twin: a claim
 //!   made by a load and a store, which loses a key;
-//! * an insert racing a rebuild: the key found exactly once, in the new
-//!   table, every old key moved; twin: a rebuild that does not seal, which
-//!   strands the entry in the old table.
+//! * an insert (or two of one key) racing a rebuild: the key found
+//!   exactly once, in the new table, every old key moved; twin: a rebuild
+//!   that does not seal, which strands the entry in the old table;
+//! * an inserter stalled for good after publishing, a second inserter of
+//!   its key and a removal of the entry: the second returns (it resolves
+//!   the stalled slot itself) on a slot that held the entry, and the key
+//!   has at most one entry; twin: a loser that only looks again, which
+//!   loops for ever once the entry that won is removed (loom's bound on
+//!   branches catches it).
 
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
@@ -146,6 +161,9 @@ pub(crate) enum Break {
     RacyClaim,
     /// A rebuild that moves `FULL` entries without sealing first.
     NoSeal,
+    /// An inserter that lost, finding no entry (the one that won removed),
+    /// looks again rather than publishing its slot again.
+    NoRevive,
 }
 
 /// How a resolution ended for the slot it resolved.
@@ -320,11 +338,12 @@ impl Table {
         }
     }
 
-    /// The key's entry once its inserter's own slot was given up: a `FULL`
-    /// lane, or, helping, the earliest `PENDING` one resolved. `None` only
-    /// if the table is sealed and neither is found (a rebuild moved the
-    /// entry on).
-    fn winner(&self, key: u8, broken: Break) -> Option<usize> {
+    /// The key's entry once its inserter's own slot `s` was given up: a
+    /// `FULL` lane, or, helping, the earliest `PENDING` one resolved; or,
+    /// if there is neither (the entry that won was removed since, its cell
+    /// dead), `s` itself published again. `None` only if the table is
+    /// sealed and neither is found (a rebuild moved the entry on).
+    fn winner(&self, s: usize, key: u8, broken: Break) -> Option<usize> {
         loop {
             let mut earliest = None;
             'scan: for g in 0..GROUPS {
@@ -353,12 +372,23 @@ impl Table {
                 // Sealed: the entry may have moved on.
                 // Acquire: pairs with the rebuild's Release store.
                 None if self.sealed.load(Ordering::Acquire) => return None,
-                // Not one published lane of the key: the scan read a group
-                // before the earliest slot's publication and a later group
-                // after that slot gave the others up (the earliest published
-                // slot is given up only once a `FULL` one exists). Each such
-                // miss means another thread moved on: look again.
-                None => {}
+                // The broken twin: look again, and again.
+                None if broken == Break::NoRevive => {}
+                // Not one published lane of the key: either the scan read a
+                // group before the earliest slot's publication and a later
+                // group after that slot gave the others up (the earliest
+                // published slot is given up only once a `FULL` one exists),
+                // or the entry that won has been removed since. Publish `s`
+                // again (it never was `FULL`, so it is this inserter's to
+                // revive: `DELETED → PENDING`) and resolve it as a new
+                // publication: "Why one entry" holds of each publication.
+                None => {
+                    if self.swap_lane(s, DELETED, pending(key)).is_ok()
+                        && self.resolve(s, key, broken) == Resolved::Won
+                    {
+                        return Some(s);
+                    }
+                }
             }
         }
     }
@@ -385,7 +415,19 @@ impl Table {
         }
         match self.resolve(s, key, broken) {
             Resolved::Won => Some(s),
-            Resolved::Lost => self.winner(key, broken),
+            Resolved::Lost => self.winner(s, key, broken),
+        }
+    }
+
+    /// Removes `key`'s entry, as a removal of a dead entry does under the
+    /// writers' lock (which no claim takes): `FULL → DELETED`.
+    fn remove(&self, key: u8) {
+        for t in 0..GROUPS * LANES {
+            // Acquire: the key of a lane read `FULL`.
+            let word = self.ctrl[t / LANES].load(Ordering::Acquire);
+            if lane(word, t % LANES) == full(key) && self.key(t) == key {
+                let _ = self.swap_lane(t, full(key), DELETED);
+            }
         }
     }
 
@@ -482,6 +524,45 @@ pub(crate) fn two_keys(broken: Break) -> Explored {
             );
         }
         assert_eq!(admitted, 2, "{name}: each new key decided once");
+    })
+}
+
+/// An inserter stalled for good after publishing its slot (`PENDING`,
+/// set up before the race), a second inserter of its key, and a removal of
+/// the key's entry (whose cell is dead: the removal a `forget` makes): the
+/// second inserter never waits for the stalled one (it resolves the
+/// stalled slot itself), returns a slot that held the key's entry (`FULL`,
+/// or `DELETED` by the removal), and the key has at most one entry at the
+/// end.
+pub(crate) fn stalled_inserter_and_a_removal(broken: Break) -> Explored {
+    let name = format!("claim/stalled_inserter_and_a_removal/{broken:?}");
+    check_bounded(&name.clone(), PREEMPTION_BOUND, move |tally| {
+        let key = 9;
+        let table = Table::holding(&OLD);
+        let stalled = OLD.len();
+        table.keys[stalled].with_mut(|slot| {
+            // SAFETY: no other thread exists yet.
+            unsafe { *slot = key };
+        });
+        // Relaxed: no other thread exists yet; spawning orders it.
+        let word = table.ctrl[0].load(Ordering::Relaxed);
+        table.ctrl[0].store(with(word, stalled, pending(key)), Ordering::Relaxed);
+        let table = Arc::new(table);
+        let remover = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.remove(key))
+        };
+        let at = table.insert(key, broken).expect("no rebuild here");
+        remover.join().unwrap();
+        let entries = table.entries(key);
+        tally.record(entries.len() as u64);
+        assert!(entries.len() <= 1, "{name}: two entries for one key");
+        // Acquire: after the join.
+        let word = table.ctrl[at / LANES].load(Ordering::Acquire);
+        assert!(
+            matches!(lane(word, at % LANES), b if b == full(key) || b == DELETED),
+            "{name}: the inserter ended on a slot that is not the key's entry"
+        );
     })
 }
 
@@ -647,6 +728,19 @@ fn an_insert_racing_a_rebuild_is_found_once() {
 #[test]
 fn two_inserts_of_one_key_racing_a_rebuild_make_one_entry() {
     assert_reached(racing_rebuild(Break::None, 2), 0, 2);
+}
+
+#[test]
+fn an_inserter_never_waits_for_a_stalled_one_and_outlives_a_removal() {
+    // With the entry removed at the end, and kept.
+    assert_reached(stalled_inserter_and_a_removal(Break::None), 0, 1);
+}
+
+#[test]
+#[should_panic(expected = "maximum number of branches")]
+fn a_loser_that_only_looks_again_is_caught() {
+    // With the entry that won removed, it looks for ever.
+    let _ = stalled_inserter_and_a_removal(Break::NoRevive);
 }
 
 #[test]
