@@ -87,12 +87,12 @@
 //!   clock, or 3 racing inserts) take 1.5 to 7 minutes each without a bound,
 //!   too slow for CI; those that were run unbounded passed too.
 //!
-//! The whole suite (186 tests) takes about 160 s on 2 cores in the debug
-//! profile (at a load average of 8, other builds beside it), with `loom`
+//! The whole suite (186 tests) takes about 105 s on 2 cores in the debug
+//! profile (at a load average of 3 to 5, other builds beside it), with `loom`
 //! and `generator` built optimised (`Cargo.toml`), most of it the
 //! moving-clock races, whose clients all run as spawned threads so that
 //! the clock moves under each of them, and model 21's wide races (about
-//! 30 s).
+//! 20 s).
 
 mod arrival;
 mod both;
