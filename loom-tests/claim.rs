@@ -451,6 +451,17 @@ impl Table {
     }
 }
 
+/// The preemption bound for a race of `threads` loom threads (the main
+/// thread among them): the wide races' from three on (see "Bounds" in
+/// `main.rs`).
+fn bound(threads: usize) -> usize {
+    if threads >= 3 {
+        WIDE_RACE_BOUND
+    } else {
+        PREEMPTION_BOUND
+    }
+}
+
 /// The keys the tables start with, all `FULL` in group 0.
 const OLD: [u8; 3] = [1, 2, 3];
 
@@ -461,13 +472,7 @@ const OLD: [u8; 3] = [1, 2, 3];
 /// one admitted.
 pub(crate) fn one_key(broken: Break, inserters: usize) -> Explored {
     let name = format!("claim/one_key/{inserters}/{broken:?}");
-    // Three inserters and the joining main thread: the wide races' bound.
-    let bound = if inserters > 2 {
-        WIDE_RACE_BOUND
-    } else {
-        PREEMPTION_BOUND
-    };
-    check_bounded(&name.clone(), bound, move |tally| {
+    check_bounded(&name.clone(), bound(inserters), move |tally| {
         let table = Arc::new(Table::holding(&OLD));
         let key = 9;
         let run = move |table: &Table| {
@@ -504,7 +509,7 @@ pub(crate) fn one_key(broken: Break, inserters: usize) -> Explored {
 /// group: both keys found, each once, each decided once.
 pub(crate) fn two_keys(broken: Break) -> Explored {
     let name = format!("claim/two_keys/{broken:?}");
-    check_bounded(&name.clone(), PREEMPTION_BOUND, move |tally| {
+    check_bounded(&name.clone(), bound(2), move |tally| {
         let table = Arc::new(Table::holding(&OLD[..2]));
         let other = {
             let table = Arc::clone(&table);
@@ -536,7 +541,7 @@ pub(crate) fn two_keys(broken: Break) -> Explored {
 /// end.
 pub(crate) fn stalled_inserter_and_a_removal(broken: Break) -> Explored {
     let name = format!("claim/stalled_inserter_and_a_removal/{broken:?}");
-    check_bounded(&name.clone(), PREEMPTION_BOUND, move |tally| {
+    check_bounded(&name.clone(), bound(2), move |tally| {
         let key = 9;
         let table = Table::holding(&OLD);
         let stalled = OLD.len();
@@ -657,14 +662,8 @@ impl Shard {
 /// the inserts that went in with no lock.
 pub(crate) fn racing_rebuild(broken: Break, inserters: usize) -> Explored {
     let name = format!("claim/racing_rebuild/{inserters}/{broken:?}");
-    // Two inserters, the rebuilder and the joining main thread: the wide
-    // races' bound.
-    let bound = if inserters > 1 {
-        WIDE_RACE_BOUND
-    } else {
-        PREEMPTION_BOUND
-    };
-    check_bounded(&name.clone(), bound, move |tally| {
+    // The inserters and the rebuilder.
+    check_bounded(&name.clone(), bound(inserters + 1), move |tally| {
         let shard = Arc::new(Shard {
             tables: [Table::holding(&OLD), Table::new()],
             current: AtomicUsize::new(0),
@@ -736,35 +735,27 @@ fn an_inserter_never_waits_for_a_stalled_one_and_outlives_a_removal() {
     assert_reached(stalled_inserter_and_a_removal(Break::None), 0, 1);
 }
 
-#[test]
-#[should_panic(expected = "maximum number of branches")]
-fn a_loser_that_only_looks_again_is_caught() {
+/// `name: "what the checker reports" => model call;` becomes a test that
+/// expects the broken twin's model to fail with that report.
+macro_rules! caught {
+    ($($name:ident: $expected:literal => $model:expr;)*) => {$(
+        #[test]
+        #[should_panic(expected = $expected)]
+        fn $name() {
+            let _ = $model;
+        }
+    )*};
+}
+
+caught! {
     // With the entry that won removed, it looks for ever.
-    let _ = stalled_inserter_and_a_removal(Break::NoRevive);
-}
-
-#[test]
-#[should_panic(expected = "over-admitted")]
-fn a_resolution_scanning_by_loads_is_caught() {
-    let _ = one_key(Break::LoadScan, 2);
-}
-
-#[test]
-#[should_panic(expected = "over-admitted")]
-fn an_insert_with_no_resolution_is_caught() {
-    let _ = one_key(Break::NoResolve, 2);
-}
-
-#[test]
-// Both claimers take one lane and write its slot at once: loom's
-// `UnsafeCell` reports it (one key would be lost).
-#[should_panic(expected = "Concurrent write accesses to `UnsafeCell`")]
-fn a_claim_by_load_and_store_is_caught() {
-    let _ = two_keys(Break::RacyClaim);
-}
-
-#[test]
-#[should_panic(expected = "stranded")]
-fn a_rebuild_that_does_not_seal_is_caught() {
-    let _ = racing_rebuild(Break::NoSeal, 1);
+    a_loser_that_only_looks_again_is_caught:
+        "maximum number of branches" => stalled_inserter_and_a_removal(Break::NoRevive);
+    a_resolution_scanning_by_loads_is_caught: "over-admitted" => one_key(Break::LoadScan, 2);
+    an_insert_with_no_resolution_is_caught: "over-admitted" => one_key(Break::NoResolve, 2);
+    // Both claimers take one lane and write its slot at once: loom's
+    // `UnsafeCell` reports it (one key would be lost).
+    a_claim_by_load_and_store_is_caught:
+        "Concurrent write accesses to `UnsafeCell`" => two_keys(Break::RacyClaim);
+    a_rebuild_that_does_not_seal_is_caught: "stranded" => racing_rebuild(Break::NoSeal, 1);
 }
