@@ -14,10 +14,12 @@
 //! A lane is `EMPTY`, `CLAIMED` (owned by one inserter, its key not yet
 //! written, never read by anyone else), `PENDING` with six bits of the key
 //! (key and value written, the entry not yet decided), `FULL` with seven
-//! bits (an entry: the only state a lookup matches), `DELETED` (a slot
-//! that keeps its key and value, owned by the table), `MOVED` (a slot that
-//! owns nothing) or `SEALED` (an empty lane a rebuild closed: a probe stops
-//! there, as at `EMPTY`, and no one claims it).
+//! bits (an entry: the only state a lookup matches), `GIVEN_UP` (a slot
+//! that lost its resolution, keeping key and value, which only its
+//! inserter may publish again), `DELETED` (a slot that keeps its key and
+//! value for good, owned by the table), `MOVED` (a slot that owns nothing)
+//! or `SEALED` (an empty lane a rebuild closed: a probe stops there, as at
+//! `EMPTY`, and no one claims it).
 //!
 //! 1. **Claim**: probe from the home group for the first group holding an
 //!    `EMPTY` lane, and compare-and-swap its word with the lowest such lane
@@ -36,25 +38,26 @@
 //!    each word by a read-modify-write (`fetch_or(0, AcqRel)`), and for
 //!    every other lane `t` holding the same key, `PENDING` or `FULL`:
 //!    - `FULL`: the key has its entry; `s` gives itself up
-//!      (`PENDING → DELETED`);
+//!      (`PENDING → GIVEN_UP`);
 //!    - `PENDING`, earlier in probe order than `s`: `s` gives itself up;
-//!    - `PENDING`, later: `s` gives `t` up (`PENDING → DELETED`); if `t`
+//!    - `PENDING`, later: `s` gives `t` up (`PENDING → GIVEN_UP`); if `t`
 //!      became `FULL` first, `s` gives itself up.
 //!
 //!    Then `PENDING → FULL` on `s`. An inserter whose slot was given up
 //!    finds the winner: a `FULL` lane of its key, or else the earliest
 //!    `PENDING` one, which it resolves itself (helping), and looks again.
 //!    If it finds neither (the entry that won was removed since, its cell
-//!    dead), it publishes its own slot again (`DELETED → PENDING`: a slot
+//!    dead), it publishes its own slot again (`GIVEN_UP → PENDING`: a slot
 //!    given up never was `FULL`, so it is still its inserter's) and
-//!    resolves it. No step waits for another thread: an inserter stalled
-//!    for good after publishing is resolved by the next inserter of its
-//!    key, and each resolution helped turns one `PENDING` lane `FULL` or
-//!    `DELETED`.
+//!    resolves it; unless a rebuild has sealed the table, which turns
+//!    every `GIVEN_UP` lane `DELETED`, and then it goes to the lock. No
+//!    step waits for another thread: an inserter stalled for good after
+//!    publishing is resolved by the next inserter of its key, and each
+//!    resolution helped turns one `PENDING` lane `FULL` or `GIVEN_UP`.
 //!
 //!    A loser never takes its key back once published: other resolvers may
-//!    be comparing it. The slot keeps key and value (`DELETED`, dropped
-//!    with the table), and the inserter decides on the winner's cell.
+//!    be comparing it. The slot keeps key and value (dropped with the
+//!    table), and the inserter decides on the winner's cell.
 //!
 //! **Why one entry.** Say slots `s` (earlier) and `t` of one key both
 //! became `FULL`, by resolvers `R_s` and `R_t`, each of which read its slot
@@ -68,17 +71,22 @@
 //! out). `R_t` seeing `s` `PENDING` (earlier) or `FULL` gives `t` up;
 //! `R_s` seeing `t` `FULL` gives `s` up, and seeing it `PENDING` (later)
 //! gives `t` up or, failing that, finds it `FULL` and gives `s` up. A
-//! `DELETED` lane never becomes `FULL`. So at most one of them is `FULL`.
+//! `GIVEN_UP` lane becomes `FULL` only through a new publication (its
+//! inserter's), to which the argument applies afresh. So at most one of
+//! them is `FULL`.
 //! Both slots are in each scan's range: every group before a claimed lane
 //! holds no `EMPTY` lane from the claim on, and a group is `SEALED` only
 //! once no claim can be made in it.
 //!
 //! **A rebuild never waits and strands nothing.** Holding the writers'
-//! lock, it (1) seals every group (`EMPTY → SEALED`, `CLAIMED → MOVED`, one
-//! compare-and-swap per word), after which no lane becomes `PENDING`; (2)
-//! resolves every `PENDING` lane itself, as its inserter would; (3) moves
-//! every `FULL` entry (the forwarding protocol of `migrate.rs`, here a
-//! copy) and retags it `MOVED`; (4) publishes the new table.
+//! lock, it (1) seals every group (`EMPTY → SEALED`, `CLAIMED → MOVED`,
+//! `GIVEN_UP → DELETED`, one compare-and-swap per word), after which no
+//! lane becomes `PENDING`; (2) resolves every `PENDING` lane itself, as
+//! its inserter would; (3) moves every `FULL` entry (the forwarding
+//! protocol of `migrate.rs`, here a copy) and retags it `MOVED`; (4)
+//! publishes the new table. Every group is sealed before any lane is
+//! resolved or moved: a resolution after some entries had left could miss
+//! a `FULL` lane already `MOVED`.
 //!
 //! # The models, and their broken twins
 //!
@@ -96,7 +104,11 @@
 //!   the stalled slot itself) on a slot that held the entry, and the key
 //!   has at most one entry; twin: a loser that only looks again, which
 //!   loops for ever once the entry that won is removed (loom's bound on
-//!   branches catches it).
+//!   branches catches it);
+//! * the same with a rebuild beside it: nothing left `FULL` or `PENDING`
+//!   in the old table; twin: a seal that leaves given-up lanes revivable,
+//!   which lets a loser publish again in a table the rebuild has left,
+//!   stranding its entry there.
 
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
@@ -115,6 +127,7 @@ const DELETED: u8 = 0x01;
 const MOVED: u8 = 0x02;
 const CLAIMED: u8 = 0x03;
 const SEALED: u8 = 0x04;
+const GIVEN_UP: u8 = 0x05;
 /// `PENDING`'s two high bits; its low six are the key's.
 const PENDING: u8 = 0x40;
 /// `FULL`'s high bit; its low seven are the key's.
@@ -164,6 +177,8 @@ pub(crate) enum Break {
     /// An inserter that lost, finding no entry (the one that won removed),
     /// looks again rather than publishing its slot again.
     NoRevive,
+    /// A seal that leaves given-up lanes revivable.
+    ReviveSealed,
 }
 
 /// How a resolution ended for the slot it resolved.
@@ -210,6 +225,22 @@ impl Table {
             let word = group.load(Ordering::Relaxed);
             group.store(with(word, index % LANES, full(key)), Ordering::Relaxed);
         }
+        table
+    }
+
+    /// A table holding `old`, and `key` published in the next slot
+    /// (`PENDING`) by an inserter stalled for good, set up before the
+    /// model's threads start.
+    fn with_stalled(old: &[u8], key: u8) -> Self {
+        let table = Self::holding(old);
+        let stalled = old.len();
+        table.keys[stalled].with_mut(|slot| {
+            // SAFETY: no other thread exists yet.
+            unsafe { *slot = key };
+        });
+        // Relaxed: no other thread exists yet; spawning orders it.
+        let word = table.ctrl[0].load(Ordering::Relaxed);
+        table.ctrl[0].store(with(word, stalled, pending(key)), Ordering::Relaxed);
         table
     }
 
@@ -302,9 +333,9 @@ impl Table {
     /// Resolves slot `s`, holding `key`, read `PENDING` by this thread (or
     /// published by it): see "The protocol", step 4.
     fn resolve(&self, s: usize, key: u8, broken: Break) -> Resolved {
-        let give_up = |table: &Self| match table.swap_lane(s, pending(key), DELETED) {
+        let give_up = |table: &Self| match table.swap_lane(s, pending(key), GIVEN_UP) {
             // Given up by this call or another resolver's.
-            Ok(()) | Err(DELETED) => Resolved::Lost,
+            Ok(()) | Err(GIVEN_UP | DELETED) => Resolved::Lost,
             // Made `FULL` (and maybe moved since) by another resolver,
             // whose scan found it the key's entry: the broken twins
             // reach this with two entries, which the models catch.
@@ -322,7 +353,7 @@ impl Table {
                     return give_up(self);
                 }
                 // A later PENDING slot of the key: give it up.
-                if self.swap_lane(t, pending(key), DELETED) == Err(full(key)) {
+                if self.swap_lane(t, pending(key), GIVEN_UP) == Err(full(key)) {
                     return give_up(self);
                 }
             }
@@ -332,7 +363,7 @@ impl Table {
         }
         match self.swap_lane(s, pending(key), full(key)) {
             Ok(()) => Resolved::Won,
-            Err(DELETED) => Resolved::Lost,
+            Err(GIVEN_UP | DELETED) => Resolved::Lost,
             // Resolved `FULL` by a helper (and maybe moved since).
             Err(_) => Resolved::Won,
         }
@@ -383,7 +414,7 @@ impl Table {
                 // revive: `DELETED → PENDING`) and resolve it as a new
                 // publication: "Why one entry" holds of each publication.
                 None => {
-                    if self.swap_lane(s, DELETED, pending(key)).is_ok()
+                    if self.swap_lane(s, GIVEN_UP, pending(key)).is_ok()
                         && self.resolve(s, key, broken) == Resolved::Won
                     {
                         return Some(s);
@@ -543,16 +574,7 @@ pub(crate) fn stalled_inserter_and_a_removal(broken: Break) -> Explored {
     let name = format!("claim/stalled_inserter_and_a_removal/{broken:?}");
     check_bounded(&name.clone(), bound(2), move |tally| {
         let key = 9;
-        let table = Table::holding(&OLD);
-        let stalled = OLD.len();
-        table.keys[stalled].with_mut(|slot| {
-            // SAFETY: no other thread exists yet.
-            unsafe { *slot = key };
-        });
-        // Relaxed: no other thread exists yet; spawning orders it.
-        let word = table.ctrl[0].load(Ordering::Relaxed);
-        table.ctrl[0].store(with(word, stalled, pending(key)), Ordering::Relaxed);
-        let table = Arc::new(table);
+        let table = Arc::new(Table::with_stalled(&OLD, key));
         let remover = {
             let table = Arc::clone(&table);
             thread::spawn(move || table.remove(key))
@@ -620,6 +642,9 @@ impl Shard {
                     Some((0..LANES).fold(word, |sealed, l| match lane(word, l) {
                         EMPTY => with(sealed, l, SEALED),
                         CLAIMED => with(sealed, l, MOVED),
+                        // No longer its inserter's to revive: it goes to
+                        // the lock, to the table this rebuild publishes.
+                        GIVEN_UP if broken != Break::ReviveSealed => with(sealed, l, DELETED),
                         _ => sealed,
                     }))
                 });
@@ -700,6 +725,58 @@ pub(crate) fn racing_rebuild(broken: Break, inserters: usize) -> Explored {
     })
 }
 
+/// The race of [`stalled_inserter_and_a_removal`] with a rebuild beside
+/// it (the removal under the writers' lock, as the map's is): nothing
+/// left `FULL` or `PENDING` in the old table once the rebuild is done, and
+/// the key has at most one entry, in the new table.
+pub(crate) fn stalled_inserter_removal_and_rebuild(broken: Break) -> Explored {
+    let name = format!("claim/stalled_inserter_removal_and_rebuild/{broken:?}");
+    check_bounded(&name.clone(), bound(3), move |tally| {
+        let key = 9;
+        let shard = Arc::new(Shard {
+            // No other key: the rebuild has only this one's lanes to seal,
+            // resolve and move, which keeps the race of three threads small.
+            tables: [Table::with_stalled(&[], key), Table::new()],
+            current: AtomicUsize::new(0),
+            writers: Mutex::new(()),
+        });
+        let others: Vec<_> = [false, true]
+            .into_iter()
+            .map(|rebuild| {
+                let shard = Arc::clone(&shard);
+                thread::spawn(move || {
+                    if rebuild {
+                        shard.rebuild(broken);
+                    } else {
+                        let _held = shard.writers.lock().unwrap();
+                        // Acquire: as in `Shard::insert`.
+                        let current = shard.current.load(Ordering::Acquire);
+                        shard.tables[current].remove(key);
+                    }
+                })
+            })
+            .collect();
+        let lock_free = shard.insert(key, broken);
+        for other in others {
+            other.join().unwrap();
+        }
+        tally.record(u64::from(lock_free));
+        let (old, new) = (&shard.tables[0], &shard.tables[1]);
+        for t in 0..GROUPS * LANES {
+            // Acquire: after the joins.
+            let byte = lane(old.ctrl[t / LANES].load(Ordering::Acquire), t % LANES);
+            assert!(
+                byte & FULL == 0 && byte & 0xC0 != PENDING,
+                "{name}: stranded: slot {t} left {byte:#04x} in the old table"
+            );
+        }
+        assert!(
+            new.entries(key).len() <= 1,
+            "{name}: two entries for one key"
+        );
+    })
+}
+
 #[test]
 fn two_inserters_of_one_key_make_one_entry() {
     let explored = one_key(Break::None, 2);
@@ -727,6 +804,11 @@ fn an_insert_racing_a_rebuild_is_found_once() {
 #[test]
 fn two_inserts_of_one_key_racing_a_rebuild_make_one_entry() {
     assert_reached(racing_rebuild(Break::None, 2), 0, 2);
+}
+
+#[test]
+fn a_stalled_inserter_a_removal_and_a_rebuild_strand_nothing() {
+    let _ = stalled_inserter_removal_and_rebuild(Break::None);
 }
 
 #[test]
@@ -758,4 +840,6 @@ caught! {
     a_claim_by_load_and_store_is_caught:
         "Concurrent write accesses to `UnsafeCell`" => two_keys(Break::RacyClaim);
     a_rebuild_that_does_not_seal_is_caught: "stranded" => racing_rebuild(Break::NoSeal, 1);
+    a_seal_that_leaves_given_up_lanes_revivable_is_caught:
+        "stranded" => stalled_inserter_removal_and_rebuild(Break::ReviveSealed);
 }
