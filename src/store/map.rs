@@ -30,7 +30,12 @@
 //!
 //! # Writers
 //!
-//! Inserts, removals, sweeps and rebuilds of a shard hold its lock. A slot
+//! Inserts, removals, sweeps and rebuilds of a shard hold its lock. An
+//! insert holds it so that two first requests of one key never make two
+//! entries and a rebuild never waits for an insert nor leaves one behind;
+//! so a first request waits for whichever writer holds its shard. (The
+//! claim that would lift this, with no lock, is checked as a design model
+//! in `loom-tests/claim.rs`; the map does not run it.) A slot
 //! is written once, from `EMPTY`: the writer fills it, then publishes its
 //! tag with a `Release` store of the group's control word. A slot is never
 //! refilled: removal turns its tag to `DELETED` and leaves key and value in

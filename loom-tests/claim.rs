@@ -1,0 +1,571 @@
+//! Model 21 (a design model): a first request that claims its slot with no
+//! lock, over a slot-level table of its own.
+//!
+//! **The map does not run this protocol yet.** Today a first request
+//! inserts under its shard's lock (`src/store/map.rs`, "Writers"). This
+//! file models, on loom's atomics, the claim the map is to take, so that
+//! the protocol is checked before the map is changed: a small table of
+//! control words (four one-byte lanes per `u32`, every key's probe starting
+//! at group 0) and slots whose keys sit in loom's `UnsafeCell`, so that a
+//! key read before its writer published it is reported as a data race.
+//!
+//! # The protocol
+//!
+//! A lane is `EMPTY`, `CLAIMED` (owned by one inserter, its key not yet
+//! written, never read by anyone else), `PENDING` with six bits of the key
+//! (key and value written, the entry not yet decided), `FULL` with seven
+//! bits (an entry: the only state a lookup matches), `GIVEN_UP` (a slot
+//! that lost its resolution, keeping key and value, which only its
+//! inserter may publish again), `DELETED` (a slot that keeps its key and
+//! value for good, owned by the table), `MOVED` (a slot that owns nothing)
+//! or `SEALED` (an empty lane a rebuild closed: a probe stops there, as at
+//! `EMPTY`, and no one claims it).
+//!
+//! 1. **Claim**: probe from the home group for the first group holding an
+//!    `EMPTY` lane, and compare-and-swap its word with the lowest such lane
+//!    `CLAIMED`. Since a lane never becomes `EMPTY` again, a claim always
+//!    takes the first `EMPTY` lane of the probe sequence at its instant, so
+//!    two inserters of one key claim in probe order, and every group before
+//!    a claimed lane holds no `EMPTY` lane from then on.
+//! 2. **Write** key and value into the claimed slot (no one else reads it).
+//! 3. **Publish** `CLAIMED → PENDING` by a compare-and-swap (`AcqRel`: its
+//!    release half publishes the key to every later reader of the word).
+//!    If a rebuild sealed the lane (`CLAIMED → MOVED`), the compare fails
+//!    and the inserter takes its key and value back (no one read them) and
+//!    inserts under the writers' lock, in the table the rebuild publishes.
+//! 4. **Resolve** its slot `s`: scan the probe sequence from the home group
+//!    through the first group holding an `EMPTY` or `SEALED` lane, reading
+//!    each word by a read-modify-write (`fetch_or(0, AcqRel)`), and for
+//!    every other lane `t` holding the same key, `PENDING` or `FULL`:
+//!    - `FULL`: the key has its entry; `s` gives itself up
+//!      (`PENDING → GIVEN_UP`);
+//!    - `PENDING`, earlier in probe order than `s`: `s` gives itself up;
+//!    - `PENDING`, later: `s` gives `t` up (`PENDING → GIVEN_UP`); if `t`
+//!      became `FULL` first, `s` gives itself up.
+//!
+//!    Then `PENDING → FULL` on `s`. An inserter whose slot was given up
+//!    finds the winner: a `FULL` lane of its key, or else the earliest
+//!    `PENDING` one, which it resolves itself (helping), and looks again.
+//!    If it finds neither (the entry that won was removed since, its cell
+//!    dead), it publishes its own slot again (`GIVEN_UP → PENDING`: a slot
+//!    given up never was `FULL`, so it is still its inserter's) and
+//!    resolves it; unless a rebuild has sealed the table, which turns
+//!    every `GIVEN_UP` lane `DELETED`, and then it goes to the lock. No
+//!    step waits for another thread: an inserter stalled for good after
+//!    publishing is resolved by the next inserter of its key, and each
+//!    resolution helped turns one `PENDING` lane `FULL` or `GIVEN_UP`.
+//!
+//!    A loser never takes its key back once published: other resolvers may
+//!    be comparing it. The slot keeps key and value (dropped with the
+//!    table), and the inserter decides on the winner's cell.
+//!
+//! **Why one entry.** Say slots `s` (earlier) and `t` of one key both
+//! became `FULL`, by resolvers `R_s` and `R_t`, each of which read its slot
+//! `PENDING` before its scan. The two publications are read-modify-writes
+//! on their words, and so are the scans' reads: if `R_s`'s read of `t`'s
+//! word came before `t`'s publication in that word's order, it synchronised
+//! with it (release to acquire), so `s`'s publication happens before
+//! `R_t`'s read of `s`'s word, which therefore sees `s` `PENDING` or later.
+//! So one of them saw the other published (the store-buffering race that
+//! plain loads would allow, and the broken twin below exhibits, is ruled
+//! out). `R_t` seeing `s` `PENDING` (earlier) or `FULL` gives `t` up;
+//! `R_s` seeing `t` `FULL` gives `s` up, and seeing it `PENDING` (later)
+//! gives `t` up or, failing that, finds it `FULL` and gives `s` up. A
+//! `GIVEN_UP` lane becomes `FULL` only through a new publication (its
+//! inserter's), to which the argument applies afresh. So at most one of
+//! them is `FULL`.
+//! Both slots are in each scan's range: every group before a claimed lane
+//! holds no `EMPTY` lane from the claim on, and a group is `SEALED` only
+//! once no claim can be made in it.
+//!
+//! **A rebuild never waits and strands nothing.** Holding the writers'
+//! lock, it (1) seals every group (`EMPTY → SEALED`, `CLAIMED → MOVED`,
+//! `GIVEN_UP → DELETED`, one compare-and-swap per word), after which no
+//! lane becomes `PENDING`; (2) resolves every `PENDING` lane itself, as
+//! its inserter would; (3) moves every `FULL` entry (the forwarding
+//! protocol of `migrate.rs`, here a copy) and retags it `MOVED`; (4)
+//! publishes the new table. Every group is sealed before any lane is
+//! resolved or moved: a resolution after some entries had left could miss
+//! a `FULL` lane already `MOVED`.
+//!
+//! # The models, and their broken twins (`claim/models.rs`)
+//!
+//! * two inserters of one key, landing in two groups: one `FULL` entry,
+//!   both inserters deciding on its cell (capacity 1: exactly one
+//!   admitted); twins: a resolution that scans with plain `Acquire` loads,
+//!   and an insert with no resolution at all, both over-admit;
+//! * two keys into one group: both found, each decided once; twin: a claim
+//!   made by a load and a store, which loses a key;
+//! * an insert (or two of one key) racing a rebuild: the key found
+//!   exactly once, in the new table, every old key moved; twin: a rebuild
+//!   that does not seal, which strands the entry in the old table;
+//! * an inserter stalled for good after publishing, a second inserter of
+//!   its key and a removal of the entry: the second returns (it resolves
+//!   the stalled slot itself) on a slot that held the entry, and the key
+//!   has at most one entry; twin: a loser that only looks again, which
+//!   loops for ever once the entry that won is removed (loom's bound on
+//!   branches catches it);
+//! * the same with a rebuild beside it: nothing left `FULL` or `PENDING`
+//!   in the old table; twin: a seal that leaves given-up lanes revivable,
+//!   which lets a loser publish again in a table the rebuild has left,
+//!   stranding its entry there.
+
+use loom::cell::UnsafeCell;
+use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use loom::sync::Mutex;
+use loom::thread;
+
+/// Lanes per control word.
+const LANES: usize = 4;
+/// Groups per table.
+const GROUPS: usize = 2;
+
+const EMPTY: u8 = 0x00;
+const DELETED: u8 = 0x01;
+const MOVED: u8 = 0x02;
+const CLAIMED: u8 = 0x03;
+const SEALED: u8 = 0x04;
+const GIVEN_UP: u8 = 0x05;
+/// `PENDING`'s two high bits; its low six are the key's.
+const PENDING: u8 = 0x40;
+/// `FULL`'s high bit; its low seven are the key's.
+const FULL: u8 = 0x80;
+
+fn pending(key: u8) -> u8 {
+    PENDING | (key & 0x3F)
+}
+
+fn full(key: u8) -> u8 {
+    FULL | (key & 0x7F)
+}
+
+fn lane(word: u32, lane: usize) -> u8 {
+    (word >> (lane * 8)) as u8
+}
+
+fn with(word: u32, lane: usize, byte: u8) -> u32 {
+    (word & !(0xFF << (lane * 8))) | (u32::from(byte) << (lane * 8))
+}
+
+/// Whether `byte` is a lane that may hold `key`, published: `PENDING` or
+/// `FULL` with the key's bits.
+fn may_hold(byte: u8, key: u8) -> bool {
+    byte == pending(key) || byte == full(key)
+}
+
+/// Whether a probe stops after this group: it holds an `EMPTY` or a
+/// `SEALED` lane.
+fn stops(word: u32) -> bool {
+    (0..LANES).any(|l| matches!(lane(word, l), EMPTY | SEALED))
+}
+
+/// How a model breaks the protocol (each broken twin sets one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Break {
+    /// The protocol as designed.
+    None,
+    /// The resolution's scan reads words by plain `Acquire` loads.
+    LoadScan,
+    /// No resolution: a published slot is made `FULL` at once.
+    NoResolve,
+    /// A claim made by a load and a store.
+    RacyClaim,
+    /// A rebuild that moves `FULL` entries without sealing first.
+    NoSeal,
+    /// An inserter that lost, finding no entry (the one that won removed),
+    /// looks again rather than publishing its slot again.
+    NoRevive,
+    /// A seal that leaves given-up lanes revivable.
+    ReviveSealed,
+}
+
+/// How a resolution ended for the slot it resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resolved {
+    /// The slot is the key's entry.
+    Won,
+    /// The slot was given up: another is, or will be, the entry.
+    Lost,
+}
+
+/// One table: control words, keys, and each slot's cell (a budget of one
+/// unit: `0` unspent, `1` spent).
+struct Table {
+    ctrl: Vec<AtomicU32>,
+    keys: Vec<UnsafeCell<u8>>,
+    cells: Vec<AtomicU8>,
+    /// Set by a rebuild before it seals the table (the map's link to the
+    /// next table).
+    sealed: AtomicBool,
+}
+
+impl Table {
+    fn new() -> Self {
+        Self {
+            ctrl: (0..GROUPS).map(|_| AtomicU32::new(0)).collect(),
+            keys: (0..GROUPS * LANES).map(|_| UnsafeCell::new(0)).collect(),
+            cells: (0..GROUPS * LANES).map(|_| AtomicU8::new(0)).collect(),
+            sealed: AtomicBool::new(false),
+        }
+    }
+
+    /// A table holding `keys` `FULL` from slot 0 on, set up before the
+    /// model's threads start.
+    fn holding(keys: &[u8]) -> Self {
+        let table = Self::new();
+        for (index, &key) in keys.iter().enumerate() {
+            table.keys[index].with_mut(|slot| {
+                // SAFETY: no other thread exists yet.
+                unsafe { *slot = key };
+            });
+            let group = &table.ctrl[index / LANES];
+            // Relaxed: no other thread exists yet; spawning orders it.
+            let word = group.load(Ordering::Relaxed);
+            group.store(with(word, index % LANES, full(key)), Ordering::Relaxed);
+        }
+        table
+    }
+
+    /// A table holding `old`, and `key` published in the next slot
+    /// (`PENDING`) by an inserter stalled for good, set up before the
+    /// model's threads start.
+    fn with_stalled(old: &[u8], key: u8) -> Self {
+        let table = Self::holding(old);
+        let stalled = old.len();
+        table.keys[stalled].with_mut(|slot| {
+            // SAFETY: no other thread exists yet.
+            unsafe { *slot = key };
+        });
+        // Relaxed: no other thread exists yet; spawning orders it.
+        let word = table.ctrl[0].load(Ordering::Relaxed);
+        table.ctrl[0].store(with(word, stalled, pending(key)), Ordering::Relaxed);
+        table
+    }
+
+    /// The key in slot `index`, whose lane was read `PENDING` or `FULL` by
+    /// an acquiring read of its word (or which this thread wrote).
+    fn key(&self, index: usize) -> u8 {
+        // SAFETY: the key was written before the release that published
+        // the lane, which the caller's read acquired; it is never written
+        // again while the table lives.
+        self.keys[index].with(|slot| unsafe { *slot })
+    }
+
+    /// Reads group `group`'s word for a resolution: a read-modify-write
+    /// that changes nothing (`AcqRel`: see "Why one entry"), or, for the
+    /// broken twin, an `Acquire` load.
+    fn scan_read(&self, group: usize, broken: Break) -> u32 {
+        if broken == Break::LoadScan {
+            // Acquire: pairs with the publishing compare-and-swap, but
+            // orders nothing against this thread's own publication.
+            self.ctrl[group].load(Ordering::Acquire)
+        } else {
+            // AcqRel: acquires the keys of the lanes it reads published,
+            // and releases this thread's own publication to the next
+            // read-modify-write of this word (see "Why one entry").
+            self.ctrl[group].fetch_or(0, Ordering::AcqRel)
+        }
+    }
+
+    /// Changes slot `index`'s lane from `from` to `to`, whatever the other
+    /// lanes do meanwhile: `Err` with the lane found if it is not `from`.
+    fn swap_lane(&self, index: usize, from: u8, to: u8) -> Result<(), u8> {
+        let (group, l) = (&self.ctrl[index / LANES], index % LANES);
+        // Acquire: the lane found is acted on (a `FULL` one's key read).
+        let mut word = group.load(Ordering::Acquire);
+        loop {
+            if lane(word, l) != from {
+                return Err(lane(word, l));
+            }
+            // AcqRel: release publishes what this thread wrote before (a
+            // key, for `CLAIMED → PENDING`) and continues the word's
+            // release sequence; acquire as above, on failure too.
+            match group.compare_exchange(
+                word,
+                with(word, l, to),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(now) => word = now,
+            }
+        }
+    }
+
+    /// Claims the first `EMPTY` lane of the probe sequence: `None` if the
+    /// probe meets a `SEALED` lane first (a rebuild is under way).
+    fn claim(&self, broken: Break) -> Option<usize> {
+        for (g, group) in self.ctrl.iter().enumerate() {
+            // Acquire: as in `swap_lane`.
+            let mut word = group.load(Ordering::Acquire);
+            loop {
+                if (0..LANES).any(|l| lane(word, l) == SEALED) {
+                    return None;
+                }
+                let Some(l) = (0..LANES).find(|&l| lane(word, l) == EMPTY) else {
+                    break;
+                };
+                if broken == Break::RacyClaim {
+                    // The broken twin: nothing stops another claimer
+                    // between this load and this store.
+                    thread::yield_now();
+                    group.store(with(word, l, CLAIMED), Ordering::Release);
+                    return Some(g * LANES + l);
+                }
+                // Acquire on success and failure: as in `swap_lane`; the
+                // claim publishes nothing (the slot is written after it).
+                match group.compare_exchange(
+                    word,
+                    with(word, l, CLAIMED),
+                    Ordering::Acquire,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return Some(g * LANES + l),
+                    Err(now) => word = now,
+                }
+            }
+        }
+        None
+    }
+
+    /// Resolves slot `s`, holding `key`, read `PENDING` by this thread (or
+    /// published by it): see "The protocol", step 4.
+    fn resolve(&self, s: usize, key: u8, broken: Break) -> Resolved {
+        let give_up = |table: &Self| match table.swap_lane(s, pending(key), GIVEN_UP) {
+            // Given up by this call or another resolver's.
+            Ok(()) | Err(GIVEN_UP | DELETED) => Resolved::Lost,
+            // Made `FULL` (and maybe moved since) by another resolver,
+            // whose scan found it the key's entry: the broken twins
+            // reach this with two entries, which the models catch.
+            Err(_) => Resolved::Won,
+        };
+        for g in 0..GROUPS {
+            let word = self.scan_read(g, broken);
+            for l in 0..LANES {
+                let t = g * LANES + l;
+                let byte = lane(word, l);
+                if t == s || !may_hold(byte, key) || self.key(t) != key {
+                    continue;
+                }
+                if byte == full(key) || t < s {
+                    return give_up(self);
+                }
+                // A later PENDING slot of the key: give it up.
+                if self.swap_lane(t, pending(key), GIVEN_UP) == Err(full(key)) {
+                    return give_up(self);
+                }
+            }
+            if stops(word) {
+                break;
+            }
+        }
+        match self.swap_lane(s, pending(key), full(key)) {
+            Ok(()) => Resolved::Won,
+            Err(GIVEN_UP | DELETED) => Resolved::Lost,
+            // Resolved `FULL` by a helper (and maybe moved since).
+            Err(_) => Resolved::Won,
+        }
+    }
+
+    /// The key's entry once its inserter's own slot `s` was given up: a
+    /// `FULL` lane, or, helping, the earliest `PENDING` one resolved; or,
+    /// if there is neither (the entry that won was removed since, its cell
+    /// dead), `s` itself published again. `None` only if the table is
+    /// sealed and neither is found (a rebuild moved the entry on).
+    fn winner(&self, s: usize, key: u8, broken: Break) -> Option<usize> {
+        loop {
+            let mut earliest = None;
+            'scan: for g in 0..GROUPS {
+                let word = self.scan_read(g, broken);
+                for l in 0..LANES {
+                    let t = g * LANES + l;
+                    let byte = lane(word, l);
+                    if !may_hold(byte, key) || self.key(t) != key {
+                        continue;
+                    }
+                    if byte == full(key) {
+                        return Some(t);
+                    }
+                    if earliest.is_none() {
+                        earliest = Some(t);
+                    }
+                }
+                if stops(word) {
+                    break 'scan;
+                }
+            }
+            match earliest {
+                Some(t) => {
+                    let _ = self.resolve(t, key, broken);
+                }
+                // Sealed: the entry may have moved on.
+                // Acquire: pairs with the rebuild's Release store.
+                None if self.sealed.load(Ordering::Acquire) => return None,
+                // The broken twin: look again, and again.
+                None if broken == Break::NoRevive => {}
+                // Not one published lane of the key: either the scan read a
+                // group before the earliest slot's publication and a later
+                // group after that slot gave the others up (the earliest
+                // published slot is given up only once a `FULL` one exists),
+                // or the entry that won has been removed since. Publish `s`
+                // again (it never was `FULL`, so it is this inserter's to
+                // revive: `DELETED → PENDING`) and resolve it as a new
+                // publication: "Why one entry" holds of each publication.
+                None => {
+                    if self.swap_lane(s, GIVEN_UP, pending(key)).is_ok()
+                        && self.resolve(s, key, broken) == Resolved::Won
+                    {
+                        return Some(s);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Inserts `key` with no lock: the slot that holds its entry, or `None`
+    /// if a rebuild sealed the claim (the caller goes to the lock).
+    fn insert(&self, key: u8, broken: Break) -> Option<usize> {
+        let s = self.claim(broken)?;
+        self.keys[s].with_mut(|slot| {
+            // SAFETY: the lane is CLAIMED by this thread: no one else reads
+            // or writes the slot until it is published.
+            unsafe { *slot = key };
+        });
+        if let Err(sealed) = self.swap_lane(s, CLAIMED, pending(key)) {
+            debug_assert_eq!(sealed, MOVED);
+            // Sealed by a rebuild: the key and value are this thread's
+            // again (no one read them), and the slot owns nothing.
+            let _ = self.key(s);
+            return None;
+        }
+        if broken == Break::NoResolve {
+            let _ = self.swap_lane(s, pending(key), full(key));
+            return Some(s);
+        }
+        match self.resolve(s, key, broken) {
+            Resolved::Won => Some(s),
+            Resolved::Lost => self.winner(s, key, broken),
+        }
+    }
+
+    /// Removes `key`'s entry, as a removal of a dead entry does under the
+    /// writers' lock (which no claim takes): `FULL → DELETED`.
+    fn remove(&self, key: u8) {
+        for t in 0..GROUPS * LANES {
+            // Acquire: the key of a lane read `FULL`.
+            let word = self.ctrl[t / LANES].load(Ordering::Acquire);
+            if lane(word, t % LANES) == full(key) && self.key(t) == key {
+                let _ = self.swap_lane(t, full(key), DELETED);
+            }
+        }
+    }
+
+    /// The `FULL` slots holding `key`, for the checks after a model's race.
+    fn entries(&self, key: u8) -> Vec<usize> {
+        (0..GROUPS * LANES)
+            .filter(|&t| {
+                // Acquire: after the join, for the key's sake.
+                let word = self.ctrl[t / LANES].load(Ordering::Acquire);
+                lane(word, t % LANES) == full(key) && self.key(t) == key
+            })
+            .collect()
+    }
+
+    /// Decides one unit on the cell of slot `index`: true iff admitted.
+    fn decide(&self, index: usize) -> bool {
+        // AcqRel: the cell's own compare-and-swap (the crate's `apply`).
+        self.cells[index]
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+}
+
+/// The shard: its current table and the one a rebuild publishes, and the
+/// writers' lock (rebuilds, and inserts whose claim a rebuild sealed).
+struct Shard {
+    tables: [Table; 2],
+    current: AtomicUsize,
+    writers: Mutex<()>,
+}
+
+impl Shard {
+    /// An insert of a new key: with no lock into the current table (true),
+    /// or, if a rebuild of it is under way or sealed the claim, under the
+    /// lock into the table the rebuild published (false).
+    fn insert(&self, key: u8, broken: Break) -> bool {
+        // Acquire: pairs with the rebuild's Release stores.
+        let current = self.current.load(Ordering::Acquire);
+        let table = &self.tables[current];
+        // Acquire: pairs with the rebuild's Release store (in the map, the
+        // old table's link to the new one): a rebuild under way sends the
+        // insert to the lock.
+        if !table.sealed.load(Ordering::Acquire) && table.insert(key, broken).is_some() {
+            return true;
+        }
+        let _held = self.writers.lock().unwrap();
+        // Acquire: as above; the lock orders it after the rebuild anyway.
+        let current = self.current.load(Ordering::Acquire);
+        let table = &self.tables[current];
+        if table.entries(key).is_empty() {
+            let _ = table.insert(key, broken).expect("no seal in a new table");
+        }
+        false
+    }
+
+    /// The rebuild: seal, resolve what is pending, move, publish (see the
+    /// module docs). Holding the writers' lock; never waits for an
+    /// inserter.
+    fn rebuild(&self, broken: Break) {
+        let _held = self.writers.lock().unwrap();
+        let (old, new) = (&self.tables[0], &self.tables[1]);
+        // Release: pairs with the inserters' Acquire loads (in `insert` and
+        // `winner`).
+        old.sealed.store(true, Ordering::Release);
+        if broken != Break::NoSeal {
+            for group in &old.ctrl {
+                // AcqRel: acquires each pending lane's key; continues the
+                // word's release sequence.
+                let _ = group.fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
+                    Some((0..LANES).fold(word, |sealed, l| match lane(word, l) {
+                        EMPTY => with(sealed, l, SEALED),
+                        CLAIMED => with(sealed, l, MOVED),
+                        // No longer its inserter's to revive: it goes to
+                        // the lock, to the table this rebuild publishes.
+                        GIVEN_UP if broken != Break::ReviveSealed => with(sealed, l, DELETED),
+                        _ => sealed,
+                    }))
+                });
+            }
+            for index in 0..GROUPS * LANES {
+                // Acquire: the pending lane's key.
+                let word = old.ctrl[index / LANES].load(Ordering::Acquire);
+                let byte = lane(word, index % LANES);
+                if byte & 0xC0 == PENDING {
+                    let _ = old.resolve(index, old.key(index), broken);
+                }
+            }
+        }
+        for index in 0..GROUPS * LANES {
+            // Acquire: as above.
+            let word = old.ctrl[index / LANES].load(Ordering::Acquire);
+            let byte = lane(word, index % LANES);
+            if byte & FULL == 0 {
+                continue;
+            }
+            let key = old.key(index);
+            let to = new
+                .insert(key, Break::None)
+                .expect("a new table is not sealed");
+            // Relaxed: the cell's state moves with the entry (the
+            // forwarding protocol's part, not modelled here).
+            new.cells[to].store(old.cells[index].load(Ordering::Relaxed), Ordering::Relaxed);
+            let moved = old.swap_lane(index, byte, MOVED);
+            assert!(moved.is_ok(), "a FULL lane changes only under the lock");
+        }
+        // Release: publishes the new table's entries to the inserters'
+        // Acquire load.
+        self.current.store(1, Ordering::Release);
+    }
+}
+
+mod models;

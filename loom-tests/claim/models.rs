@@ -1,0 +1,283 @@
+//! Model 21's races and their broken twins (see the parent module for the
+//! protocol and what each model checks).
+
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::{Arc, Mutex};
+use loom::thread;
+
+use super::{full, lane, Break, Shard, Table, DELETED, FULL, GROUPS, LANES, PENDING};
+use crate::harness::{assert_reached, check_bounded, Explored, PREEMPTION_BOUND, WIDE_RACE_BOUND};
+
+/// The preemption bound for a race of `threads` loom threads (the main
+/// thread among them): the wide races' from three on (see "Bounds" in
+/// `main.rs`).
+fn bound(threads: usize) -> usize {
+    if threads >= 3 {
+        WIDE_RACE_BOUND
+    } else {
+        PREEMPTION_BOUND
+    }
+}
+
+/// The keys the tables start with, all `FULL` in group 0.
+const OLD: [u8; 3] = [1, 2, 3];
+
+/// Two (or three) inserters of one new key race into a table whose home
+/// group has one `EMPTY` lane left, so that they land in two groups; each
+/// decides one unit on the cell of the slot its insert returned, with a
+/// budget of one. One `FULL` entry, every inserter on its cell, exactly
+/// one admitted.
+pub(crate) fn one_key(broken: Break, inserters: usize) -> Explored {
+    let name = format!("claim/one_key/{inserters}/{broken:?}");
+    check_bounded(&name.clone(), bound(inserters), move |tally| {
+        let table = Arc::new(Table::holding(&OLD));
+        let key = 9;
+        let run = move |table: &Table| {
+            let at = table.insert(key, broken).expect("no rebuild here");
+            (at, table.decide(at))
+        };
+        let others: Vec<_> = (1..inserters)
+            .map(|_| {
+                let table = Arc::clone(&table);
+                thread::spawn(move || run(&table))
+            })
+            .collect();
+        let mut results = vec![run(&table)];
+        results.extend(others.into_iter().map(|t| t.join().unwrap()));
+        let admitted = results.iter().filter(|(_, ok)| *ok).count() as u64;
+        tally.record(admitted);
+        assert!(
+            admitted <= 1,
+            "{name}: over-admitted: {admitted} admitted on a budget of 1"
+        );
+        let entries = table.entries(key);
+        assert_eq!(entries.len(), 1, "{name}: one key, one entry");
+        assert!(
+            results.iter().all(|&(at, _)| at == entries[0]),
+            "{name}: an inserter decided on a cell the table does not keep"
+        );
+        for old in OLD {
+            assert_eq!(table.entries(old).len(), 1, "{name}: key {old} kept");
+        }
+    })
+}
+
+/// Two inserters of two keys race for the last two lanes of the home
+/// group: both keys found, each once, each decided once.
+pub(crate) fn two_keys(broken: Break) -> Explored {
+    let name = format!("claim/two_keys/{broken:?}");
+    check_bounded(&name.clone(), bound(2), move |tally| {
+        let table = Arc::new(Table::holding(&OLD[..2]));
+        let other = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || {
+                let at = table.insert(8, broken).expect("no rebuild here");
+                table.decide(at)
+            })
+        };
+        let at = table.insert(9, broken).expect("no rebuild here");
+        let admitted = u64::from(table.decide(at)) + u64::from(other.join().unwrap());
+        tally.record(admitted);
+        for key in [8, 9, 1, 2] {
+            assert_eq!(
+                table.entries(key).len(),
+                1,
+                "{name}: lost a key: {key} is not found exactly once"
+            );
+        }
+        assert_eq!(admitted, 2, "{name}: each new key decided once");
+    })
+}
+
+/// An inserter stalled for good after publishing its slot (`PENDING`,
+/// set up before the race), a second inserter of its key, and a removal of
+/// the key's entry (whose cell is dead: the removal a `forget` makes): the
+/// second inserter never waits for the stalled one (it resolves the
+/// stalled slot itself), returns a slot that held the key's entry (`FULL`,
+/// or `DELETED` by the removal), and the key has at most one entry at the
+/// end.
+pub(crate) fn stalled_inserter_and_a_removal(broken: Break) -> Explored {
+    let name = format!("claim/stalled_inserter_and_a_removal/{broken:?}");
+    check_bounded(&name.clone(), bound(2), move |tally| {
+        let key = 9;
+        let table = Arc::new(Table::with_stalled(&OLD, key));
+        let remover = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.remove(key))
+        };
+        let at = table.insert(key, broken).expect("no rebuild here");
+        remover.join().unwrap();
+        let entries = table.entries(key);
+        tally.record(entries.len() as u64);
+        assert!(entries.len() <= 1, "{name}: two entries for one key");
+        // Acquire: after the join.
+        let word = table.ctrl[at / LANES].load(Ordering::Acquire);
+        assert!(
+            matches!(lane(word, at % LANES), b if b == full(key) || b == DELETED),
+            "{name}: the inserter ended on a slot that is not the key's entry"
+        );
+    })
+}
+
+/// One insert of a new key (or two of the same key) races a rebuild of
+/// its table, which holds three keys: the key found exactly once, in the
+/// new table; every old key moved; nothing left in the old table. Tallies
+/// the inserts that went in with no lock.
+pub(crate) fn racing_rebuild(broken: Break, inserters: usize) -> Explored {
+    let name = format!("claim/racing_rebuild/{inserters}/{broken:?}");
+    // The inserters and the rebuilder.
+    check_bounded(&name.clone(), bound(inserters + 1), move |tally| {
+        let shard = Arc::new(Shard {
+            tables: [Table::holding(&OLD), Table::new()],
+            current: AtomicUsize::new(0),
+            writers: Mutex::new(()),
+        });
+        let rebuilder = {
+            let shard = Arc::clone(&shard);
+            thread::spawn(move || shard.rebuild(broken))
+        };
+        let others: Vec<_> = (1..inserters)
+            .map(|_| {
+                let shard = Arc::clone(&shard);
+                thread::spawn(move || shard.insert(9, broken))
+            })
+            .collect();
+        let mut lock_free = u64::from(shard.insert(9, broken));
+        for other in others {
+            lock_free += u64::from(other.join().unwrap());
+        }
+        rebuilder.join().unwrap();
+        tally.record(lock_free);
+        let (old, new) = (&shard.tables[0], &shard.tables[1]);
+        for key in OLD.into_iter().chain([9]) {
+            assert_eq!(
+                new.entries(key).len(),
+                1,
+                "{name}: stranded: key {key} is not in the new table exactly once"
+            );
+            assert!(
+                old.entries(key).is_empty(),
+                "{name}: stranded: key {key} left FULL in the old table"
+            );
+        }
+    })
+}
+
+/// The race of [`stalled_inserter_and_a_removal`] with a rebuild beside
+/// it (the removal under the writers' lock, as the map's is): nothing
+/// left `FULL` or `PENDING` in the old table once the rebuild is done, and
+/// the key has at most one entry, in the new table.
+pub(crate) fn stalled_inserter_removal_and_rebuild(broken: Break) -> Explored {
+    let name = format!("claim/stalled_inserter_removal_and_rebuild/{broken:?}");
+    check_bounded(&name.clone(), bound(3), move |tally| {
+        let key = 9;
+        let shard = Arc::new(Shard {
+            // No other key: the rebuild has only this one's lanes to seal,
+            // resolve and move, which keeps the race of three threads small.
+            tables: [Table::with_stalled(&[], key), Table::new()],
+            current: AtomicUsize::new(0),
+            writers: Mutex::new(()),
+        });
+        let others: Vec<_> = [false, true]
+            .into_iter()
+            .map(|rebuild| {
+                let shard = Arc::clone(&shard);
+                thread::spawn(move || {
+                    if rebuild {
+                        shard.rebuild(broken);
+                    } else {
+                        let _held = shard.writers.lock().unwrap();
+                        // Acquire: as in `Shard::insert`.
+                        let current = shard.current.load(Ordering::Acquire);
+                        shard.tables[current].remove(key);
+                    }
+                })
+            })
+            .collect();
+        let lock_free = shard.insert(key, broken);
+        for other in others {
+            other.join().unwrap();
+        }
+        tally.record(u64::from(lock_free));
+        let (old, new) = (&shard.tables[0], &shard.tables[1]);
+        for t in 0..GROUPS * LANES {
+            // Acquire: after the joins.
+            let byte = lane(old.ctrl[t / LANES].load(Ordering::Acquire), t % LANES);
+            assert!(
+                byte & FULL == 0 && byte & 0xC0 != PENDING,
+                "{name}: stranded: slot {t} left {byte:#04x} in the old table"
+            );
+        }
+        assert!(
+            new.entries(key).len() <= 1,
+            "{name}: two entries for one key"
+        );
+    })
+}
+
+#[test]
+fn two_inserters_of_one_key_make_one_entry() {
+    let explored = one_key(Break::None, 2);
+    assert_reached(explored, 1, 1);
+}
+
+#[test]
+fn three_inserters_of_one_key_make_one_entry() {
+    let explored = one_key(Break::None, 3);
+    assert_reached(explored, 1, 1);
+}
+
+#[test]
+fn two_keys_into_one_group_are_both_found() {
+    let explored = two_keys(Break::None);
+    assert_reached(explored, 2, 2);
+}
+
+#[test]
+fn an_insert_racing_a_rebuild_is_found_once() {
+    // Both ways in reached: with no lock, and under the lock after a seal.
+    assert_reached(racing_rebuild(Break::None, 1), 0, 1);
+}
+
+#[test]
+fn two_inserts_of_one_key_racing_a_rebuild_make_one_entry() {
+    assert_reached(racing_rebuild(Break::None, 2), 0, 2);
+}
+
+#[test]
+fn a_stalled_inserter_a_removal_and_a_rebuild_strand_nothing() {
+    let _ = stalled_inserter_removal_and_rebuild(Break::None);
+}
+
+#[test]
+fn an_inserter_never_waits_for_a_stalled_one_and_outlives_a_removal() {
+    // With the entry removed at the end, and kept.
+    assert_reached(stalled_inserter_and_a_removal(Break::None), 0, 1);
+}
+
+/// `name: "what the checker reports" => model call;` becomes a test that
+/// expects the broken twin's model to fail with that report.
+macro_rules! caught {
+    ($($name:ident: $expected:literal => $model:expr;)*) => {$(
+        #[test]
+        #[should_panic(expected = $expected)]
+        fn $name() {
+            let _ = $model;
+        }
+    )*};
+}
+
+caught! {
+    // With the entry that won removed, it looks for ever.
+    a_loser_that_only_looks_again_is_caught:
+        "maximum number of branches" => stalled_inserter_and_a_removal(Break::NoRevive);
+    a_resolution_scanning_by_loads_is_caught: "over-admitted" => one_key(Break::LoadScan, 2);
+    an_insert_with_no_resolution_is_caught: "over-admitted" => one_key(Break::NoResolve, 2);
+    // Both claimers take one lane and write its slot at once: loom's
+    // `UnsafeCell` reports it (one key would be lost).
+    a_claim_by_load_and_store_is_caught:
+        "Concurrent write accesses to `UnsafeCell`" => two_keys(Break::RacyClaim);
+    a_rebuild_that_does_not_seal_is_caught: "stranded" => racing_rebuild(Break::NoSeal, 1);
+    a_seal_that_leaves_given_up_lanes_revivable_is_caught:
+        "stranded" => stalled_inserter_removal_and_rebuild(Break::ReviveSealed);
+}
