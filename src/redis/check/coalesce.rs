@@ -308,7 +308,15 @@ impl<A: RedisAlgorithm> Inner<A> {
         let reply: ::redis::RedisResult<Vec<i64>> = self
             .calls
             .eval_keys(script, &keys, |cmd| {
-                cmd.arg(plan.quotas.len());
+                // The most common batch, one settings and each client one
+                // request of cost 1, sends nothing per client (see
+                // `batch_script`).
+                let same = plan.quotas.len() == 1
+                    && plan
+                        .clients
+                        .iter()
+                        .all(|c| matches!(c.requests[..], [at] if requests[at].cost == 1));
+                cmd.arg(if same { 0 } else { plan.quotas.len() });
                 for &at in &plan.quotas {
                     let judged = &requests[at].judged;
                     for (half, _) in judged.quota.spec.halves() {
@@ -317,6 +325,9 @@ impl<A: RedisAlgorithm> Inner<A> {
                     cmd.arg(&*judged.head());
                 }
                 cmd.arg(serial);
+                if same {
+                    return;
+                }
                 for client in &plan.clients {
                     let quota = client.quota as i64 + 1;
                     if let [at] = client.requests[..] {

@@ -461,7 +461,11 @@ impl<A: RedisAlgorithm> Inner<A> {
                     for (half, _) in spec.halves() {
                         cmd.arg(half.a).arg(half.b);
                     }
-                    cmd.arg(cost).arg(&*head).arg(serial);
+                    cmd.arg(&*head).arg(serial);
+                    // A cost of 1 goes unsaid (see `word_script`).
+                    if cost != 1 {
+                        cmd.arg(cost);
+                    }
                 })
                 .await?;
             match decode_fast(&spec, &reply)? {

@@ -96,6 +96,12 @@ pub(crate) const TEST_CLOCK: &str = r"
 local now = tonumber(ARGV[#ARGV])
 ";
 
+/// How many arguments the script's clock takes, after all others: one
+/// (the instant) on a test clock, none on Redis's.
+fn clock_args(clock: &str) -> usize {
+    usize::from(clock.contains("ARGV"))
+}
+
 /// The error reply for a value the limiter did not write (`what` goes in
 /// a single-quoted Lua string: no quotes in it).
 fn bad(what: &str) -> String {
@@ -176,9 +182,11 @@ fn state_vars(half: &Half, x: &str, n: &str) -> Vec<String> {
 
 /// A word algorithm's check (`write`) or peek: see the module docs.
 ///
-/// `ARGV`: each limit's two settings, then `cost`, the head of the values
-/// the reader writes (`settings|tier:generation|writer.`) and the call's
-/// number. The reply: `{-1}` for a state to
+/// `ARGV`: each limit's two settings, then the head of the values the
+/// reader writes (`settings|tier:generation|writer.`), the call's number
+/// and `cost`, left out for a cost of 1 (the most common: an argument
+/// less costs Redis about 2.5 k instructions, the string sent, read, and
+/// made a Lua string). The reply: `{-1}` for a state to
 /// convert; else the outcome (1 or 0), each limit's state (after the
 /// admission, or as read after any rollover; a peek's always as read) and
 /// `now`.
@@ -189,9 +197,12 @@ pub(crate) fn word_script(spec: &Spec, clock: &str, write: bool) -> String {
         spec,
         clock,
         &format!(
-            "local cost, HEAD = ARGV[{c}] + 0, ARGV[{h}]\n",
-            c = base + 1,
-            h = base + 2,
+            "local HEAD, cost = ARGV[{h}], 1\nif #ARGV > {n} then cost = ARGV[{c}] + 0 end\n",
+            h = base + 1,
+            c = base + 3,
+            // Without the cost, the arguments end at the call's number
+            // (or, on a test clock, at the instant after it).
+            n = base + 2 + clock_args(clock),
         ),
     );
     lua.push_str(&word_settings(spec));
@@ -206,7 +217,7 @@ pub(crate) fn word_script(spec: &Spec, clock: &str, write: bool) -> String {
   redis.call('SET', key, HEAD .. ARGV[{id}] .. '|' .. {value}, 'PXAT', fmt('%d', math.floor({idle} / 1000) + 1))
 end
 ",
-            id = base + 3,
+            id = base + 2,
             value = word_value(&next),
             idle = word_idle(spec),
         ));
@@ -241,6 +252,8 @@ end
 /// of its requests, then their `c` costs; or, for a key of one request of
 /// cost 1 (the most common), `-s` alone (an argument less costs Redis
 /// about 2 k instructions: the string sent, read, and made a Lua string).
+/// `S` sent as `0` is the most common batch of all: one settings, and
+/// every key one request of cost 1, with nothing sent for the keys.
 /// The reply: for each key, `-1` for a state to convert or `-2` for a
 /// value that is not a tollgate state, a string or a value of another
 /// type (its requests undecided, its key untouched; no other key's
@@ -329,7 +342,8 @@ end
             .join("; ")
     };
     lua.push_str(&format!(
-        r"local S = ARGV[1] + 0
+        r"local S, same = ARGV[1] + 0, false
+if S == 0 then S, same = 1, true end
 {tables}local H = {{}}
 for s = 1, S do
 local o = 1 + (s - 1) * {width}
@@ -340,14 +354,17 @@ local id = ARGV[p]
 p = p + 1
 local out, n = {{}}, 0
 for j = 1, #KEYS do
-local sc = ARGV[p] + 0
-local c, si, one = 1, -sc, true
-if sc > 0 then
-  c = math.floor(sc / 1024)
-  si = sc - c * 1024
-  one = false
+local c, si, one = 1, 1, true
+if not same then
+  local sc = ARGV[p] + 0
+  si = -sc
+  if sc > 0 then
+    c = math.floor(sc / 1024)
+    si = sc - c * 1024
+    one = false
+  end
+  p = p + 1
 end
-p = p + 1
 {settings}local HEAD, key = H[si], KEYS[j]
 local st, {fields} = read(key, V[j], HEAD)
 n = n + 1
