@@ -560,12 +560,12 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
         // client's checks; on one server, any clients'.
         let per_client = matches!(self.conn, RedisConnection::Cluster(_));
         let tiers = Tiers::new::<A>(self.params, self.tier_by, owner.clone())?;
-        let scripts = scripts(&spec, &clock);
+        let scripts = scripts(&spec, &clock, per_client);
         let leases = match self.lease {
             None => None,
             Some(lease) => {
                 let valid = lease.validate(&spec)?;
-                Some(Leases::new(valid, lease_scripts(&spec, &clock)))
+                Some(Leases::new(valid, lease_scripts(&spec, &clock, per_client)))
             }
         };
         // Until the first reply: this host's own clock, from now.
@@ -625,8 +625,10 @@ fn script_clock(clock: &Clock) -> &'static str {
     at
 }
 
-/// A limiter's scripts, for its spec, on its clock.
-fn scripts(spec: &Spec, clock: &Clock) -> Scripts {
+/// A limiter's scripts, for its spec, on its clock; `moves`: on Redis
+/// Cluster, whose slots move between nodes (a bucket's scripts then carry
+/// a key moved onto its new node's clock).
+fn scripts(spec: &Spec, clock: &Clock, moves: bool) -> Scripts {
     let at = script_clock(clock);
     match spec {
         Spec::Log { .. } => Scripts {
@@ -638,11 +640,11 @@ fn scripts(spec: &Spec, clock: &Clock) -> Scripts {
             reset: None,
         },
         _ => Scripts {
-            check: Script::new(word_script(spec, at, true)),
-            peek: Script::new(word_script(spec, at, false)),
-            read: Script::new(read_script(at)),
+            check: Script::new(word_script(spec, at, moves, true)),
+            peek: Script::new(word_script(spec, at, moves, false)),
+            read: Script::new(read_script(at, moves)),
             cas: Script::new(cas_script(at)),
-            batch: Some(Script::new(batch_script(spec, at))),
+            batch: Some(Script::new(batch_script(spec, at, moves))),
             // Any bucket's, leasing or not: another replica of the same
             // settings may lease the client's units.
             reset: matches!(
@@ -657,12 +659,13 @@ fn scripts(spec: &Spec, clock: &Clock) -> Scripts {
     }
 }
 
-/// A leasing limiter's scripts, for its spec, on its clock.
-fn lease_scripts(spec: &Spec, clock: &Clock) -> LeaseScripts {
+/// A leasing limiter's scripts, for its spec, on its clock (`moves`: as
+/// for [`scripts`]).
+fn lease_scripts(spec: &Spec, clock: &Clock, moves: bool) -> LeaseScripts {
     let at = script_clock(clock);
     LeaseScripts {
-        grant: Script::new(lease_script(spec, at)),
-        give_back: Script::new(lease_return_script(spec, at)),
+        grant: Script::new(lease_script(spec, at, moves)),
+        give_back: Script::new(lease_return_script(spec, at, moves)),
     }
 }
 

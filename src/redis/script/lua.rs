@@ -190,12 +190,13 @@ fn state_vars(half: &Half, x: &str, n: &str) -> Vec<String> {
 /// convert; else the outcome (1 or 0), each limit's state (after the
 /// admission, or as read after any rollover; a peek's always as read) and
 /// `now`.
-pub(crate) fn word_script(spec: &Spec, clock: &str, write: bool) -> String {
+pub(crate) fn word_script(spec: &Spec, clock: &str, moves: bool, write: bool) -> String {
     let halves = spec.halves();
     let base = 2 * halves.len();
     let mut lua = word_read(
         spec,
         clock,
+        moves,
         &format!(
             "local HEAD, cost = ARGV[{h}], 1\nif #ARGV > {n} then cost = ARGV[{c}] + 0 end\n",
             h = base + 1,
@@ -260,7 +261,7 @@ end
 /// answer fails with it), else `1` and, for each of its requests, what
 /// `word_script`'s check replies without `now` (the outcome and the
 /// state); then `now`.
-pub(crate) fn batch_script(spec: &Spec, clock: &str) -> String {
+pub(crate) fn batch_script(spec: &Spec, clock: &str, moves: bool) -> String {
     let halves = spec.halves();
     let width = 2 * halves.len() + 1;
     let fields = word_fields(spec);
@@ -306,7 +307,7 @@ local function read(key, v, HEAD)
 end
 ",
         vars = fields.join(", "),
-        parse = parse_state(spec, "return -1", |_| "return -2".into()),
+        parse = parse_state(spec, moves, "return -1", |_| "return -2".into()),
     ));
     // Each settings' figures and head, read once: `A<x>[s]`, `B<x>[s]`,
     // `H[s]`.
@@ -481,7 +482,7 @@ fn uses_windows(spec: &Spec) -> bool {
 /// What a word algorithm's scripts start with: the clock, `args` (which
 /// defines `HEAD`), and the key's state read into the field variables
 /// (`nil` for no key), or `{-1}` answered for a state to convert.
-fn word_read(spec: &Spec, clock: &str, args: &str) -> String {
+fn word_read(spec: &Spec, clock: &str, moves: bool, args: &str) -> String {
     let mut lua = String::from("\nlocal fmt = string.format\n");
     if uses_windows(spec) {
         lua.push_str(FDIV);
@@ -492,7 +493,7 @@ fn word_read(spec: &Spec, clock: &str, args: &str) -> String {
     lua.push_str(&format!(
         "local v = redis.call('GET', key)\nlocal {vars}\nif v then\n{parse}\nend\n",
         vars = word_fields(spec).join(", "),
-        parse = parse_state(spec, "return {-1}", bad),
+        parse = parse_state(spec, moves, "return {-1}", bad),
     ));
     lua
 }
@@ -501,7 +502,14 @@ fn word_read(spec: &Spec, clock: &str, args: &str) -> String {
 /// variables: a value of another writer is read as it is if written under
 /// the same settings as `HEAD`'s; else `convert` runs (a state to
 /// convert). `bad(what)` runs for a value that is not a tollgate state.
-fn parse_state(spec: &Spec, convert: &str, bad: impl Fn(&str) -> String) -> String {
+/// Where keys `moves` (Redis Cluster), a token bucket's state is carried
+/// onto this node's clock (`moved`).
+fn parse_state(
+    spec: &Spec,
+    moves: bool,
+    convert: &str,
+    bad: impl Fn(&str) -> String,
+) -> String {
     let fields = word_fields(spec);
     let pattern = format!("^%d+|{}$", vec!["(%d+)"; fields.len()].join("|"));
     format!(
@@ -543,17 +551,23 @@ fn parse_state(spec: &Spec, convert: &str, bad: impl Fn(&str) -> String) -> Stri
                 bad("a TAT with more than 999 ns past its microseconds")
             ))
             .collect::<String>()
-            + &carried_lua(spec),
+            + &carried_lua(spec, moves),
     )
 }
 
 /// The slow path's read: `now`, the key's expiry (ms, as `PEXPIRETIME`
 /// answers: negative for none) and its value (`nil` if absent):
-/// `{now, expiry, value}`.
-pub(crate) fn read_script(clock: &str) -> String {
+/// `{now, expiry, value}`. Where no key `moves` (one server), the expiry
+/// is not read and answered as none (`-1`): it carries nothing there.
+pub(crate) fn read_script(clock: &str, moves: bool) -> String {
+    let expiry = if moves {
+        "redis.call('PEXPIRETIME', KEYS[1])"
+    } else {
+        "-1"
+    };
     format!(
         r"{clock}
-return {{now, redis.call('PEXPIRETIME', KEYS[1]), redis.call('GET', KEYS[1])}}
+return {{now, {expiry}, redis.call('GET', KEYS[1])}}
 "
     )
 }
@@ -754,10 +768,11 @@ pub(crate) const LEASES_SUFFIX: &str = ":lease";
 ///
 /// The grant admits exactly what `word_script`'s check would admit for a
 /// cost of `g`, and writes the same state.
-pub(crate) fn lease_script(spec: &Spec, clock: &str) -> String {
+pub(crate) fn lease_script(spec: &Spec, clock: &str, moves: bool) -> String {
     let mut lua = word_read(
         spec,
         clock,
+        moves,
         "local HEAD, want = ARGV[3], tonumber(ARGV[5])\n",
     );
     lua.push_str(&format!(
@@ -829,8 +844,8 @@ return {{g, s, e, now, from}}
 /// leases' set whether or not its units could go back. The reply: `{-1}` for a state to
 /// convert (nothing given back), else `{given, now}`, `given` the µs of
 /// slots given back (0 if none).
-pub(crate) fn lease_return_script(spec: &Spec, clock: &str) -> String {
-    let mut lua = word_read(spec, clock, "local HEAD = ARGV[3]\n");
+pub(crate) fn lease_return_script(spec: &Spec, clock: &str, moves: bool) -> String {
+    let mut lua = word_read(spec, clock, moves, "local HEAD = ARGV[3]\n");
     lua.push_str(
         r"local s, e, from = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 redis.call('ZREM', KEYS[2], ARGV[5] .. ':' .. fmt('%d:%d', s, e))

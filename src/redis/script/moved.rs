@@ -9,11 +9,14 @@
 
 use super::spec::{Spec, WordSpec, EXACT_MAX};
 
-/// For a token bucket alone: its TAT carried onto this node's clock if
-/// the key came from a node whose clock differs (see [`MOVED`]).
-pub(super) fn carried_lua(spec: &Spec) -> String {
+/// For a token bucket alone, where keys `moves` (Redis Cluster, whose
+/// slots move between nodes): its TAT carried onto this node's clock if
+/// the key came from a node whose clock differs (see [`MOVED`]). On one
+/// server no slot moves, and the scripts leave out the `PEXPIRETIME` (about
+/// 5.5 k instructions inside `redis-server` a check).
+pub(super) fn carried_lua(spec: &Spec, moves: bool) -> String {
     match spec {
-        Spec::One(half) if matches!(half.ns, WordSpec::Bucket(_)) => MOVED.to_owned(),
+        Spec::One(half) if moves && matches!(half.ns, WordSpec::Bucket(_)) => MOVED.to_owned(),
         _ => String::new(),
     }
 }
