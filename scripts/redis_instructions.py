@@ -16,7 +16,7 @@ Needs redis-server, redis-cli, valgrind (callgrind_control,
 callgrind_annotate). Environment: N (checks per case, default 1280),
 SIZES (batch sizes, default 8,32,64).
 """
-import glob, os, re, socket, subprocess, sys, tempfile, time
+import glob, os, re, socket, subprocess, sys, tempfile, threading, time
 
 
 class R:
@@ -96,20 +96,31 @@ def capture(binary):
     mon = subprocess.Popen(['redis-cli', '-p', str(port), 'monitor'], stdout=subprocess.PIPE, text=True,
                            stderr=subprocess.DEVNULL,
                            errors='surrogateescape')
+    # Drained as it comes (a full pipe would hold the monitor back), up to
+    # a marker sent after the runs: the server is stopped only once the
+    # monitor has passed on everything before it.
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(mon.stdout.readline, '')), daemon=True)
+    reader.start()
     time.sleep(0.3)
     env = dict(os.environ, REDIS_URL=f'redis://127.0.0.1:{port}/')
     for lib, tasks in [('tollgate', '1'), ('coalesced', '64'), ('throttle-kit', '1')]:
         subprocess.run([binary, '--only', lib, '--tasks', tasks, '--secs', '0.1'], env=env,
                        stdout=subprocess.DEVNULL, check=True)
-    time.sleep(0.3)
+    R(port).call('ECHO', 'redis-instructions-end')
+    for _ in range(600):
+        if any('redis-instructions-end' in line for line in lines[-5:]):
+            break
+        time.sleep(0.1)
     srv.terminate(); srv.wait()
-    out = mon.communicate()[0]
+    mon.wait(); reader.join()
+    out = ''.join(lines)
     bodies = []
     for line in out.splitlines():
         if '"EVAL" ' in line or '"SCRIPT" "LOAD" ' in line:
             args = [unquote(m.group(1)) for m in re.finditer(r'"((?:[^"\\]|\\.)*)"', line.split('] ', 1)[1])]
             bodies.append(args[1] if args[0] == 'EVAL' else args[2])
-    check = next(b for b in bodies if 'local cost, HEAD' in b)
+    check = next(b for b in bodies if 'local cost, HEAD' in b or 'local HEAD, cost' in b)
     batch = next(b for b in bodies if 'local function read' in b)
     tk = next(b for b in bodies if 'GCRA' in b)
     return check, batch, tk
@@ -127,6 +138,11 @@ def main():
         time.sleep(0.3)
     shas = [r.call('SCRIPT', 'LOAD', body).decode() for body in (check, batch, tk)]
     short = '-sc' in batch
+    # What each build reads: a check's cost left out where it is 1, and a
+    # batch of clients of one request of cost 1 each sent without an
+    # argument per client.
+    bare = 'local HEAD, cost' in check
+    same = 'if S == 0 then' in batch
 
     def count():
         subprocess.run(['callgrind_control', '-d', str(srv.pid)], capture_output=True)
@@ -170,7 +186,8 @@ def main():
             return f'{case}:{i % cycle}' if present else f'{case}:{phase}:{i}'
 
         measure(f'key {case}, one call per check',
-                lambda ph: [['EVALSHA', shas[0], 1, key(ph, i, 100), a, 1_000_000, 1, head, i]
+                lambda ph: [['EVALSHA', shas[0], 1, key(ph, i, 100), a, 1_000_000, head, i] if bare else
+                            ['EVALSHA', shas[0], 1, key(ph, i, 100), a, 1_000_000, 1, head, i]
                             for i in range(n_checks)], n_checks)
         for size in sizes:
             calls = max(1, n_checks // size)
@@ -184,7 +201,10 @@ def main():
                     # sends it: `-1` alone where the script reads that
                     # form, else `1024 + 1` and the cost.
                     per_key = [x for _ in keys for x in ((-1,) if short else (1024 + 1, 1))]
-                    cmds.append(['EVALSHA', shas[1], size, *keys, 1, a, 1_000_000, head, j, *per_key])
+                    if same:
+                        cmds.append(['EVALSHA', shas[1], size, *keys, 0, a, 1_000_000, head, j])
+                    else:
+                        cmds.append(['EVALSHA', shas[1], size, *keys, 1, a, 1_000_000, head, j, *per_key])
                 return cmds
             measure(f'key {case}, batches of {size}', make, calls * size)
         now = int(time.time() * 1000)

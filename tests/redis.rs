@@ -912,6 +912,16 @@ fn junk_under_a_key_is_a_clear_error_for_that_client_only() {
                 .query(&mut c)
                 .unwrap();
         }
+        // Packed (as the scripts write a state: `#`, then each field a
+        // little-endian double), a TAT that is not a whole number of µs.
+        let mut packed = b"tb:720000000:5|0:0|o.1#".to_vec();
+        packed.extend(1.5f64.to_le_bytes());
+        packed.extend(0f64.to_le_bytes());
+        let _: () = redis::cmd("SET")
+            .arg(tb.key("fraction"))
+            .arg(packed)
+            .query(&mut c)
+            .unwrap();
         let _: () = redis::cmd("ZADD")
             .arg(swl.key("victim"))
             .arg(&["99999999999999999999", "x"][..])
@@ -920,6 +930,7 @@ fn junk_under_a_key_is_a_clear_error_for_that_client_only() {
         for (client, err) in [
             ("victim", tb.check("victim").await.unwrap_err()),
             ("negative", tb.check("negative").await.unwrap_err()),
+            ("fraction", tb.check("fraction").await.unwrap_err()),
             ("victim", fw.check("victim").await.unwrap_err()),
             ("half", fw.check("half").await.unwrap_err()),
             ("bare", fw.check("bare").await.unwrap_err()),

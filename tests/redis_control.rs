@@ -396,10 +396,23 @@ fn a_pair_denied_by_one_limit_charges_neither() {
         let d = limiter.check("c").await.unwrap();
         assert_eq!((d.is_allowed(), d.remaining()), (true, 0));
         let key = limiter.key("c");
-        // The value: settings|generation|writer.call|k|c|t|r.
+        // The value: settings|generation|writer.call, then k, c, t, r:
+        // packed (`#` and four little-endian doubles) or as text (`|k|c|t|r`).
         let tat = |c: &mut redis::Connection| -> u64 {
-            let value: String = redis::cmd("GET").arg(&key).query(c).unwrap();
-            value.split('|').nth(5).unwrap().parse().unwrap()
+            let value: Vec<u8> = redis::cmd("GET").arg(&key).query(c).unwrap();
+            match value.iter().position(|&b| b == b'#') {
+                Some(mark) => {
+                    let t = &value[mark + 1 + 16..mark + 1 + 24];
+                    f64::from_le_bytes(t.try_into().unwrap()) as u64
+                }
+                None => String::from_utf8(value)
+                    .unwrap()
+                    .split('|')
+                    .nth(5)
+                    .unwrap()
+                    .parse()
+                    .unwrap(),
+            }
         };
         let mut c = server.sync();
         let before = tat(&mut c);

@@ -642,8 +642,8 @@ fn scripts(spec: &Spec, clock: &Clock, moves: bool) -> Scripts {
         _ => Scripts {
             check: Script::new(word_script(spec, at, moves, true)),
             peek: Script::new(word_script(spec, at, moves, false)),
-            read: Script::new(read_script(at, moves)),
-            cas: Script::new(cas_script(at)),
+            read: Script::new(read_script(spec, at, moves)),
+            cas: Script::new(cas_script(spec, at)),
             batch: Some(Script::new(batch_script(spec, at, moves))),
             // Any bucket's, leasing or not: another replica of the same
             // settings may lease the client's units.

@@ -48,6 +48,7 @@
 //! node that holds the key (see `wire::call`).
 
 use super::moved::carried_lua;
+use super::packed::{is_packed, pack, text_lua, unpack};
 use super::spec::{Half, Spec, WordSpec};
 
 /// The helper every script starts with: an integer parser that tells
@@ -215,11 +216,11 @@ pub(crate) fn word_script(spec: &Spec, clock: &str, moves: bool, write: bool) ->
     if write {
         lua.push_str(&format!(
             r"if allowed and cost > 0 then
-  redis.call('SET', key, HEAD .. ARGV[{id}] .. '|' .. {value}, 'PXAT', fmt('%d', math.floor({idle} / 1000) + 1))
+  redis.call('SET', key, HEAD .. ARGV[{id}] .. {value}, 'PXAT', fmt('%d', math.floor({idle} / 1000) + 1))
 end
 ",
             id = base + 2,
-            value = word_value(&next),
+            value = pack(&next),
             idle = word_idle(spec),
         ));
         lua.push_str(&format!(
@@ -388,7 +389,7 @@ if allowed and cost > 0 then
 end
 end
 if wrote then
-  redis.call('SET', key, HEAD .. id .. '|' .. {value}, 'PXAT', fmt('%d', math.floor(last / 1000) + 1))
+  redis.call('SET', key, HEAD .. id .. {value}, 'PXAT', fmt('%d', math.floor(last / 1000) + 1))
 end
 end
 if not one then p = p + c end
@@ -403,7 +404,7 @@ return out
         fields = fields.join(", "),
         next = next.join(", "),
         idle = word_idle(spec),
-        value = word_value(&fields),
+        value = pack(&fields),
     ));
     lua
 }
@@ -444,17 +445,6 @@ fn word_idle(spec: &Spec) -> String {
         [(_, x)] => format!("idle{x}"),
         _ => "math.max(idle1, idle2)".into(),
     }
-}
-
-/// The state part of a value, from the variables `vars`. A field of 0
-/// (a bucket's ns past its µs, most often; a window's previous count) is
-/// written as a literal: `string.format` costs about 1.5 k instructions
-/// in `redis-server`, and writes `0` alike.
-fn word_value(vars: &[String]) -> String {
-    vars.iter()
-        .map(|v| format!("({v} == 0 and '0' or fmt('%d', {v}))"))
-        .collect::<Vec<_>>()
-        .join(" .. '|' .. ")
 }
 
 /// Each limit's settings, `a<suffix>` and `b<suffix>`, from `ARGV`.
@@ -504,12 +494,7 @@ fn word_read(spec: &Spec, clock: &str, moves: bool, args: &str) -> String {
 /// convert). `bad(what)` runs for a value that is not a tollgate state.
 /// Where keys `moves` (Redis Cluster), a token bucket's state is carried
 /// onto this node's clock (`moved`).
-fn parse_state(
-    spec: &Spec,
-    moves: bool,
-    convert: &str,
-    bad: impl Fn(&str) -> String,
-) -> String {
+fn parse_state(spec: &Spec, moves: bool, convert: &str, bad: impl Fn(&str) -> String) -> String {
     let fields = word_fields(spec);
     let pattern = format!("^%d+|{}$", vec!["(%d+)"; fields.len()].join("|"));
     format!(
@@ -524,10 +509,17 @@ fn parse_state(
     if w == nil or w == o then {convert} end
     at = i
   end
-  {vars} = string.match(v, '{pattern}', at)
-  if {first} == nil then {bad_fields} end
-  {vars} = {nums}
-  if {over} then {bad_range} end{bucket}",
+  if {packed} then
+    {unpack}
+  else
+    -- The text form (see `packed`).
+    {vars} = string.match(v, '{pattern}', at)
+    if {first} == nil then {bad_fields} end
+    {vars} = {nums}
+    if {over} then {bad_range} end
+  end{bucket}",
+        packed = is_packed(fields.len()),
+        unpack = unpack(&fields, &bad("a number out of range")),
         vars = fields.join(", "),
         first = fields[0],
         bad_fields = bad("its fields are not whole numbers"),
@@ -559,16 +551,19 @@ fn parse_state(
 /// answers: negative for none) and its value (`nil` if absent):
 /// `{now, expiry, value}`. Where no key `moves` (one server), the expiry
 /// is not read and answered as none (`-1`): it carries nothing there.
-pub(crate) fn read_script(clock: &str, moves: bool) -> String {
+///
+/// The value is in the text form (see `packed`).
+pub(crate) fn read_script(spec: &Spec, clock: &str, moves: bool) -> String {
     let expiry = if moves {
         "redis.call('PEXPIRETIME', KEYS[1])"
     } else {
         "-1"
     };
     format!(
-        r"{clock}
-return {{now, {expiry}, redis.call('GET', KEYS[1])}}
-"
+        r"{text}{clock}
+return {{now, {expiry}, text(redis.call('GET', KEYS[1]))}}
+",
+        text = text_lua(word_fields(spec).len()),
     )
 }
 
@@ -576,12 +571,13 @@ return {{now, {expiry}, redis.call('GET', KEYS[1])}}
 /// key), an instant (µs) the write must come before (or `-1`), the new
 /// value (`''`: delete the key) and its expiry (ms). The reply: `{1, now}`
 /// written, `{0, now}` the value changed since it was read, `{2, now}`
-/// too late.
-pub(crate) fn cas_script(clock: &str) -> String {
+/// too late. The value expected is in the text form, as `read_script`
+/// answered it, and the value held is compared in that form.
+pub(crate) fn cas_script(spec: &Spec, clock: &str) -> String {
     format!(
-        r"{clock}
+        r"{text}{clock}
 local key = KEYS[1]
-local v = redis.call('GET', key)
+local v = text(redis.call('GET', key))
 if (v or '') ~= ARGV[1] then return {{0, now}} end
 local before = tonumber(ARGV[2])
 if before >= 0 and now >= before then return {{2, now}} end
@@ -591,7 +587,8 @@ else
   redis.call('SET', key, ARGV[3], 'PXAT', ARGV[4])
 end
 return {{1, now}}
-"
+",
+        text = text_lua(word_fields(spec).len()),
     )
 }
 

@@ -10,7 +10,11 @@
 //! writer) checks between the steps, so that the batch script reads other
 //! writers' states too, and a limiter of other settings now and then
 //! writes a client's state, which the batch must leave undecided and
-//! untouched, to be converted by a check of its own. Then whole limiters: 64 checks
+//! untouched, to be converted by a check of its own. Now and then a
+//! client's value on one side is put back in the text form an earlier
+//! release writes (by another writer, its expiry kept), the other side's
+//! left packed: the two must still decide alike and leave the same state,
+//! and the next write leaves it packed. Then whole limiters: 64 checks
 //! of one client made at once through `check` coalesce, and decide as 64
 //! checks one after the other; 64 tasks on two limiters (two processes)
 //! admit exactly the quota; a quota change while checks wait splits their
@@ -27,6 +31,7 @@ use proptest::test_runner::TestCaseError;
 use super::testing::{gap, on_clock, runner, runtime, Server, PATIENCE};
 use crate::builder::Builder;
 use crate::decision::Decision;
+use crate::redis::script::packed::text_of;
 use crate::redis::table::flight::Waiter;
 use crate::redis::table::request::{Mode, Request};
 use crate::redis::{FailPolicy, RedisAlgorithm, RedisLimiter};
@@ -37,13 +42,15 @@ const CLIENTS: [&str; 3] = ["c", "d", "e"];
 
 /// One step: the instant moves on by `gap` µs; the twins check `twin`
 /// (each a client and a cost); a limiter of other settings checks
-/// `other`'s client (its state then to convert); then the checks `batch`
-/// go, in order, in one batch.
+/// `other`'s client (its state then to convert); `old`'s client's value
+/// on one side (the batch's if `true`) is put in the text form of an
+/// earlier release; then the checks `batch` go, in order, in one batch.
 #[derive(Debug, Clone)]
 struct Step {
     gap: u64,
     twin: Vec<(usize, u64)>,
     other: Option<usize>,
+    old: Option<(usize, bool)>,
     batch: Vec<(usize, u64)>,
 }
 
@@ -54,16 +61,19 @@ fn steps(unit: u64, max: u64) -> impl Strategy<Value = Vec<Step>> {
 fn step_of(unit: u64, max: u64) -> impl Strategy<Value = Step> {
     let checks = move |n| proptest::collection::vec((0..CLIENTS.len(), 0..=max), n);
     let other = proptest::option::weighted(0.1, 0..CLIENTS.len());
+    let old = proptest::option::weighted(0.2, (0..CLIENTS.len(), any::<bool>()));
     (
         gap(unit, 100_000_000_000),
         checks(0..2),
         other,
+        old,
         checks(1..12),
     )
-        .prop_map(|(gap, twin, other, batch)| Step {
+        .prop_map(|(gap, twin, other, old, batch)| Step {
             gap,
             twin,
             other,
+            old,
             batch,
         })
 }
@@ -87,12 +97,42 @@ fn request<A: RedisAlgorithm>(limiter: &RedisLimiter<A>, client: &str, cost: u64
 /// The state part of the value under `key` (past the settings, the quota
 /// and the writer) and its expiry (ms).
 fn state(conn: &mut ::redis::Connection, key: &[u8]) -> (Option<String>, i64) {
-    let value: Option<String> = ::redis::cmd("GET").arg(key).query(conn).unwrap();
+    let value: Option<Vec<u8>> = ::redis::cmd("GET").arg(key).query(conn).unwrap();
     let at: i64 = ::redis::cmd("PEXPIRETIME").arg(key).query(conn).unwrap();
     (
-        value.map(|v| v.splitn(4, '|').nth(3).unwrap_or("").to_owned()),
+        value.map(|v| {
+            let v = text_of(&v).expect("a tollgate state");
+            v.splitn(4, '|').nth(3).unwrap_or("").to_owned()
+        }),
         at,
     )
+}
+
+/// Puts the value under `key`, if any, in the text form an earlier
+/// release writes, as another writer of the same settings and quota
+/// wrote it (`0123456789abcdef`), its expiry kept.
+fn as_earlier_release(conn: &mut ::redis::Connection, key: &[u8]) {
+    let value: Option<Vec<u8>> = ::redis::cmd("GET").arg(key).query(conn).unwrap();
+    let Some(value) = value else { return };
+    let text = text_of(&value).expect("a tollgate state");
+    let mut fields: Vec<&str> = text.split('|').collect();
+    let call = fields[2].split_once('.').expect("writer.call").1;
+    let writer = format!("0123456789abcdef.{call}");
+    fields[2] = &writer;
+    let at: i64 = ::redis::cmd("PEXPIRETIME").arg(key).query(conn).unwrap();
+    let () = ::redis::cmd("SET")
+        .arg(key)
+        .arg(fields.join("|"))
+        .arg("PXAT")
+        .arg(at)
+        .query(conn)
+        .unwrap();
+}
+
+/// Whether the value under `key` is packed (see `script::packed`).
+fn packed(conn: &mut ::redis::Connection, key: &[u8]) -> bool {
+    let value: Option<Vec<u8>> = ::redis::cmd("GET").arg(key).query(conn).unwrap();
+    value.is_some_and(|v| v.contains(&b'#'))
 }
 
 /// The two triples of limiters: `[batched, its twin, of other
@@ -120,6 +160,10 @@ fn agree<A: RedisAlgorithm>(
             let b = rt.block_on(single[2].check(CLIENTS[c]));
             prop_assert_eq!(a.ok(), b.ok(), "step {}: other settings", i);
         }
+        if let Some((c, batch_side)) = s.old {
+            let side = if batch_side { &batched[0] } else { &single[0] };
+            as_earlier_release(conn, &side.key(CLIENTS[c]));
+        }
         let requests: Vec<Request> = s
             .batch
             .iter()
@@ -146,8 +190,8 @@ fn agree<A: RedisAlgorithm>(
             .iter()
             .map(|&(c, cost)| rt.block_on(single[0].check_n(CLIENTS[c], cost)).unwrap())
             .collect();
-        prop_assert_eq!(got, want, "step {} ({:?})", i, s);
-        for client in CLIENTS {
+        prop_assert_eq!(&got, &want, "step {} ({:?})", i, s);
+        for (c, client) in CLIENTS.iter().enumerate() {
             prop_assert_eq!(
                 state(conn, &batched[0].key(client)),
                 state(conn, &single[0].key(client)),
@@ -155,6 +199,25 @@ fn agree<A: RedisAlgorithm>(
                 i,
                 client
             );
+            // A script's write leaves the state packed, whatever form it
+            // read (the slow path, converting another settings' state,
+            // writes the text form).
+            if let Some((o, batch_side)) = s.old {
+                let wrote = s
+                    .batch
+                    .iter()
+                    .zip(&want)
+                    .any(|(&(b, cost), d)| b == c && cost > 0 && d.is_allowed());
+                if o == c && wrote && !foreign[c] {
+                    let side = if batch_side { &batched[0] } else { &single[0] };
+                    prop_assert!(
+                        packed(conn, &side.key(client)),
+                        "step {}: {} rewritten packed",
+                        i,
+                        client
+                    );
+                }
+            }
         }
     }
     Ok(())

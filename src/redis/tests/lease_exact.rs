@@ -11,6 +11,7 @@ use proptest::prelude::*;
 use super::testing::{on_clock, runner, runtime, Server, PATIENCE};
 use crate::check::CheckErrorKind;
 use crate::clock::ManualClock;
+use crate::redis::script::packed::text_of;
 use crate::redis::{FailPolicy, Lease, RedisLimiter};
 use crate::sync::Ordering;
 use crate::{ConfigError, FixedWindow, TokenBucket};
@@ -426,11 +427,12 @@ fn a_reset_forgives_all_but_the_units_other_processes_hold() {
     };
     // The bucket's TAT (µs) as Redis holds it, `now` if no key.
     let tat = || {
-        let value: Option<String> = ::redis::cmd("GET")
+        let value: Option<Vec<u8>> = ::redis::cmd("GET")
             .arg(a.key("c"))
             .query(&mut server.sync())
             .unwrap();
         value.map_or(now(), |v| {
+            let v = text_of(&v).expect("a tollgate state");
             v.split('|').nth(3).unwrap().parse::<u64>().unwrap()
         })
     };

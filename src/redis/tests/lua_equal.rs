@@ -28,6 +28,7 @@ use crate::algorithm::{SlidingWindowLog, Transitions};
 use crate::builder::Builder;
 use crate::cell::{describe, look, Applied};
 use crate::decision::Decision;
+use crate::redis::script::packed::text_of;
 use crate::redis::script::spec::Spec;
 use crate::redis::script::state::{round_figures, Stored};
 use crate::redis::RedisLimiter;
@@ -97,11 +98,11 @@ fn expect(state: State, reader: &Spec, now: u64, step: &Step) -> (Decision, Stat
 
 /// The state a word algorithm's key holds, as the model keeps it.
 fn read(conn: &mut ::redis::Connection, spec: &Spec, key: &[u8]) -> State {
-    let value: Option<String> = ::redis::cmd("GET").arg(key).query(conn).unwrap();
+    let value: Option<Vec<u8>> = ::redis::cmd("GET").arg(key).query(conn).unwrap();
     let stored = Stored {
         now: 0,
         expiry: -1,
-        value,
+        value: value.map(|v| text_of(&v).expect("a tollgate state")),
     };
     let written = spec.parse_stamp(stored.stamp()?).unwrap();
     Some((stored.word(&written).unwrap()?, written))
