@@ -347,13 +347,29 @@
 //!   `d` behind late); the instants a process keeps of the old node's
 //!   clock (a booking's instant, a lease's slots and their record in
 //!   Redis); and a failover to a replica, which holds the key's expiry as
-//!   an instant. Keep the nodes' clocks in step (NTP).
+//!   an instant. Keep the nodes' clocks in step (NTP). On one server no
+//!   slot moves, and the scripts do not read the key's expiry (a command
+//!   less a check): a key copied by hand to another server (`MIGRATE`,
+//!   `DUMP` and `RESTORE` with its time to live) is judged on that
+//!   server's clock as written.
 //! - A quota set while Redis is down changes the `Local` fallback's quota,
 //!   keeping each client's state there
 //!   (`set_quota_during_an_outage_keeps_the_fallback_state`); a booking
 //!   made while Redis is down is ready at once and charges nothing under
 //!   `FailOpen`, fails under `FailClosed`, and is booked by the fallback
 //!   under `Local` (`each_fail_policy_answers_a_booking_while_redis_is_down`).
+//! - **Upgrading.** The scripts write a word algorithm's state packed (its
+//!   numbers as 8-byte doubles), and read both that and the decimal text
+//!   that earlier releases write: a rolling upgrade keeps every client's
+//!   state, and the next write by a new process leaves it packed
+//!   (`a_batch_of_bucket_checks_decides_as_checks_one_by_one` and its
+//!   siblings put states back in the earlier text form between steps and
+//!   compare every decision and state with a twin that kept them packed).
+//!   A process of an earlier release cannot read a packed state: it
+//!   answers such a client with `Corrupt` and its fail policy (`Local`
+//!   decides it in process; `FailOpen` and `FailClosed` answer the error)
+//!   until it is replaced. So replace the earlier processes in one step,
+//!   or keep the upgrade short and give them `Local` meanwhile.
 //! - Replicas whose settings differ (a rolling deploy that changes a limit,
 //!   a rate or a window) keep limiting: each converts the other's state to
 //!   its own, and never lowers what a client spent
