@@ -19,9 +19,10 @@ use crate::redis::quota::algorithm::RedisAlgorithm;
 use crate::redis::quota::fallback::{Resolver, Settings};
 use crate::redis::quota::tier::Tiers;
 use crate::redis::script::key::Layout;
+use crate::redis::script::log::{log_book_script, log_cancel_script, log_script};
 use crate::redis::script::lua::{
-    batch_script, cas_script, lease_reset_script, lease_return_script, lease_script,
-    log_book_script, log_cancel_script, log_script, read_script, word_script, CLOCK,
+    batch_script, cas_script, lease_reset_script, lease_return_script, lease_script, read_script,
+    word_script, CLOCK,
 };
 use crate::redis::script::spec::{Half, Spec, WordSpec};
 use crate::redis::shared::limiter::{FailPolicy, Inner, RedisLimiter, Scripts};

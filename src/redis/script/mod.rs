@@ -1,5 +1,6 @@
 //! The bottom floor: what a limiter sends to Redis and reads back, as
-//! text and data, with no I/O. The scripts' Lua (`lua`), each limit's
+//! text and data, with no I/O. The scripts' Lua (`lua`; the sliding
+//! window log's in `log`), each limit's
 //! settings in the scripts' units (`spec`), a client's state as Redis
 //! holds it and the decisions read from it (`state`), the packed form the
 //! scripts write a state in (`packed`), a bucket carried
@@ -7,6 +8,7 @@
 //! (`key`). Uses only the crate's algorithms and figures.
 
 pub(crate) mod key;
+pub(crate) mod log;
 pub(crate) mod lua;
 pub(crate) mod moved;
 pub(crate) mod packed;
