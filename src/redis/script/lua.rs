@@ -187,7 +187,7 @@ fn state_vars(half: &Half, x: &str, n: &str) -> Vec<String> {
 /// `ARGV`: each limit's two settings, then the head of the values the
 /// reader writes (`settings|tier:generation|writer.`), the call's number
 /// and `cost`, left out for a cost of 1 (the most common: an argument
-/// less costs Redis about 2.5 k instructions, the string sent, read, and
+/// less costs Redis about 2 k instructions, the string sent, read, and
 /// made a Lua string). The reply: `{-1}` for a state to
 /// convert; else the outcome (1 or 0), each limit's state (after the
 /// admission, or as read after any rollover; a peek's always as read) and

@@ -10,7 +10,7 @@
 //! Lua reads such a state with one `struct.unpack`, where the text form
 //! (`…<call>|<f1>|<f2>…`, decimal) costs a pattern match and a
 //! conversion of each field, and writes it with one `struct.pack`, where
-//! the text costs a `string.format` a field: about 4 k instructions inside
+//! the text costs a `string.format` a field: about 3 k instructions inside
 //! `redis-server` a check on a key present.
 //!
 //! The text form is still read, wherever a state is read (the form that
