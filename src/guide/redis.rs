@@ -366,10 +366,11 @@
 //!   siblings put states back in the earlier text form between steps and
 //!   compare every decision and state with a twin that kept them packed).
 //!   A process of an earlier release cannot read a packed state: it
-//!   answers such a client with `Corrupt` and its fail policy (`Local`
-//!   decides it in process; `FailOpen` and `FailClosed` answer the error)
-//!   until it is replaced. So replace the earlier processes in one step,
-//!   or keep the upgrade short and give them `Local` meanwhile.
+//!   answers such a client as it answers any value it cannot read, with
+//!   an error (`Corrupt`; `Protocol` where its settings differ from the
+//!   writer's), by its fail policy, until it is replaced. So replace the
+//!   earlier processes in one step, or keep the upgrade short and give
+//!   them `Local` meanwhile.
 //! - Replicas whose settings differ (a rolling deploy that changes a limit,
 //!   a rate or a window) keep limiting: each converts the other's state to
 //!   its own, and never lowers what a client spent
