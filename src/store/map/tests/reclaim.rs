@@ -87,7 +87,7 @@ fn a_retired_table_expires_without_waiting_for_dozens_more_and_a_writer_frees_it
             if pins == 5_000 {
                 break;
             }
-        } else if pins % 10_000 == 0 {
+        } else if pins.is_multiple_of(10_000) {
             if started.elapsed() > std::time::Duration::from_secs(60) {
                 break;
             }
