@@ -804,3 +804,55 @@ fn fixed_windows_start_on_the_unix_epoch_everywhere() {
         assert!(limiter.stats().fail_local >= 2);
     });
 }
+
+/// By default the scripts write a state in the text form that every
+/// release reads; with `packed_state(true)` packed. A packed writer and a
+/// text one sharing a prefix read each other's states and share each
+/// client's one budget, each write leaving the state in its writer's form.
+#[test]
+fn text_and_packed_writers_share_each_client_s_budget() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    runtime().block_on(async {
+        let conn = server.manager().await;
+        let p = prefix("forms");
+        let build = |packed: Option<bool>| {
+            let b = TokenBucket::builder()
+                .rate(10, HOUR)
+                .redis(conn.clone(), p.clone())
+                .patient()
+                .fail_policy(FailPolicy::FailClosed)
+                .no_deny_shortcut();
+            match packed {
+                Some(packed) => b.packed_state(packed),
+                None => b,
+            }
+            .build()
+            .unwrap()
+        };
+        let mut raw = server.sync();
+        let mut packed_under = |key: Vec<u8>| -> bool {
+            let value: Vec<u8> = redis::cmd("GET").arg(key).query(&mut raw).unwrap();
+            // The text form holds no `#`; the packed one always does.
+            value.contains(&b'#')
+        };
+        let default = build(None);
+        assert!(default.check("d").await.unwrap().is_allowed());
+        assert!(!packed_under(default.key("d")), "the default writes text");
+        let writers = [build(Some(false)), build(Some(true))];
+        let mut admitted = 0;
+        for i in 0..14 {
+            let writer = &writers[i % 2];
+            if writer.check("c").await.unwrap().is_allowed() {
+                admitted += 1;
+                assert_eq!(
+                    packed_under(writer.key("c")),
+                    i % 2 == 1,
+                    "check {i}: the state left in its writer's form"
+                );
+            }
+        }
+        assert_eq!(admitted, 10, "one budget of 10 for both writers");
+    });
+}

@@ -358,19 +358,22 @@
 //!   made while Redis is down is ready at once and charges nothing under
 //!   `FailOpen`, fails under `FailClosed`, and is booked by the fallback
 //!   under `Local` (`each_fail_policy_answers_a_booking_while_redis_is_down`).
-//! - **Upgrading.** The scripts write a word algorithm's state packed (its
-//!   numbers as 8-byte doubles), and read both that and the decimal text
-//!   that earlier releases write: a rolling upgrade keeps every client's
-//!   state, and the next write by a new process leaves it packed
+//! - **Upgrading.** The scripts read a word algorithm's state in both
+//!   forms: the decimal text that earlier releases write, and a packed
+//!   form (its numbers as 8-byte doubles) that they write with
+//!   [`packed_state(true)`](crate::redis::RedisBuilder::packed_state),
+//!   about 3 k fewer instructions inside Redis per check. Each write
+//!   leaves the state in its writer's form
 //!   (`a_batch_of_bucket_checks_decides_as_checks_one_by_one` and its
-//!   siblings put states back in the earlier text form between steps and
-//!   compare every decision and state with a twin that kept them packed).
+//!   siblings run a packed writer beside a text one, put states back in
+//!   the text form between steps, and compare every decision and state).
 //!   A process of an earlier release cannot read a packed state: it
 //!   answers such a client as it answers any value it cannot read, with
 //!   an error (`Corrupt`; `Protocol` where its settings differ from the
-//!   writer's), by its fail policy, until it is replaced. So replace the
-//!   earlier processes in one step, or keep the upgrade short and give
-//!   them `Local` meanwhile.
+//!   writer's), by its fail policy. So a rolling upgrade keeps the
+//!   default (text), which every release reads; turn `packed_state` on
+//!   once every process sharing the prefix runs this release or a later
+//!   one.
 //! - Replicas whose settings differ (a rolling deploy that changes a limit,
 //!   a rate or a window) keep limiting: each converts the other's state to
 //!   its own, and never lowers what a client spent

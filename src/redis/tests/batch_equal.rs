@@ -13,9 +13,10 @@
 //! untouched, to be converted by a check of its own. Now and then a
 //! client's value on one side is put back in the text form an earlier
 //! release writes (by another writer, its expiry kept), the other side's
-//! left packed: the two must still decide alike and leave the same state,
-//! and the next write leaves it packed. Then whole limiters: 64 checks
-//! of one client made at once through `check` coalesce, and decide as 64
+//! left as it is: the two must still decide alike and leave the same
+//! state, and the next write leaves it in its writer's form (the batch's
+//! side writes packed, the other text, as earlier releases do). Then
+//! whole limiters: 64 checks of one client made at once through `check` coalesce, and decide as 64
 //! checks one after the other; 64 tasks on two limiters (two processes)
 //! admit exactly the quota; a quota change while checks wait splits their
 //! batch; and a server killed while checks wait for a call, or while a
@@ -199,9 +200,10 @@ fn agree<A: RedisAlgorithm>(
                 i,
                 client
             );
-            // A script's write leaves the state packed, whatever form it
-            // read (the slow path, converting another settings' state,
-            // writes the text form).
+            // A script's write leaves the state in the form its limiter
+            // writes (packed on the batch's side, text on the other),
+            // whatever form it read (the slow path, converting another
+            // settings' state, writes the text form).
             if let Some((o, batch_side)) = s.old {
                 let wrote = s
                     .batch
@@ -210,9 +212,10 @@ fn agree<A: RedisAlgorithm>(
                     .any(|(&(b, cost), d)| b == c && cost > 0 && d.is_allowed());
                 if o == c && wrote && !foreign[c] {
                     let side = if batch_side { &batched[0] } else { &single[0] };
-                    prop_assert!(
+                    prop_assert_eq!(
                         packed(conn, &side.key(client)),
-                        "step {}: {} rewritten packed",
+                        batch_side,
+                        "step {}: {} rewritten in its writer's form",
                         i,
                         client
                     );
@@ -245,6 +248,10 @@ fn run<A: RedisAlgorithm>(builder: impl Fn(u64, u64) -> Builder<A>, units: &[u64
                         builder(unit, limit)
                             .redis(manager.clone(), &prefix)
                             .no_deny_shortcut()
+                            // The batch's side writes packed, the other
+                            // text, as earlier releases do: each reads
+                            // both, and the two decide alike.
+                            .packed_state(side == "b")
                             .coalesce(coalesce),
                         &clock,
                     )
