@@ -377,6 +377,25 @@ where
         ))
     }
 
+    /// As [`check_n`](Self::check_n), but a cost of 0 records the client's
+    /// state as it stands (a new client's first), where `check_n` only
+    /// peeks: for the Redis limiters' `Local` fallback, which holds each
+    /// client to what Redis last said was left.
+    #[cfg(feature = "redis")]
+    pub(crate) fn record_n<Q>(&self, client_id: &Q, cost: u64) -> Result<Decision, CostError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.check_cost(cost)?;
+        Ok(self.run(
+            client_id,
+            cost,
+            |algorithm, cell, now| algorithm.decide(cell, now, cost),
+            Self::refused,
+        ))
+    }
+
     /// The decision for a new client that a full limiter denies
     /// ([`Overflow::DenyNew`]): nothing remains, and room is likely after
     /// `wait` ns, the longest a held client can stay busy (see

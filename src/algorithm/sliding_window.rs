@@ -219,6 +219,11 @@ impl WordAlgorithm for SlidingWindowCounter {
     #[inline]
     fn admit(&self, word: u64, now: u64, cost: u64) -> Option<u64> {
         let (c, pos) = self.at(word, now);
+        if cost == 0 {
+            // Nothing taken: the state as it stands at `now` (a fallback
+            // recording a hold; a check of 0 is a peek and never comes here).
+            return Some(self.pack(c));
+        }
         let w = u128::from(self.windows.width());
         // curr + cost ≤ 2·limit < 2^32: no overflow anywhere below.
         let need = u128::from(c.curr + cost - 1) * w;
@@ -347,6 +352,27 @@ mod tests {
 
     fn swc(limit: u64, window_ns: u64) -> SlidingWindowCounter {
         SlidingWindowCounter::new(limit, Duration::from_nanos(window_ns)).unwrap()
+    }
+
+    /// A cost of 0 (a fallback recording a hold) takes nothing and is
+    /// always admitted, the state as it stands: what is left is the same,
+    /// now and at every later reading, for an empty, a partly spent and a
+    /// full window.
+    #[test]
+    fn a_cost_of_zero_records_the_state_as_it_stands() {
+        let s = swc(4, 100);
+        let part = s.admit(FRESH, 10, 2).unwrap();
+        let full = s.admit(part, 20, 2).unwrap();
+        for (word, now) in [(FRESH, 10), (part, 30), (full, 40), (full, 150)] {
+            let kept = s.admit(word, now, 0).expect("a cost of 0 is admitted");
+            for later in [now, now + 1, now + 60, now + 100, now + 250] {
+                assert_eq!(
+                    s.remaining(kept, later),
+                    s.remaining(word, later),
+                    "{word} at {now}, read at {later}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -215,3 +215,41 @@ fn a_shrunk_case_a_leased_client_s_key_replaced_by_a_foreign_value() {
     ];
     shrunk_on_cluster("shrunk-foreign", &[plain.clone(), plain, leasing], &ops);
 }
+
+/// A `Local` replica's fallback held a client that Redis said had 3 of 4
+/// left (its share: 1 of 1, so nothing to spend) as a client it never
+/// heard of; a quota raised to 25 during an outage then made that client
+/// full at the new share (8), where one held to what Redis said keeps its
+/// 1 and the refill since: 6 admitted in process against 5. The
+/// fallback now records the hold even when it spends nothing.
+#[test]
+fn a_shrunk_case_a_held_client_keeps_what_redis_told_through_a_raise() {
+    let plain = Setup {
+        coalesce: false,
+        shortcut: false,
+        lease_clients: 1,
+        policy: FailPolicy::FailClosed,
+        ..replica(None, [16, 2])
+    };
+    let local = Setup {
+        policy: FailPolicy::Local,
+        caps: [16, 4],
+        ..plain.clone()
+    };
+    let ops = [
+        Op::Move { c: 3, tier: 1 },
+        Op::Check {
+            r: 2,
+            c: 3,
+            cost: 1,
+        },
+        Op::Outage { ms: 347 },
+        Op::SetQuota {
+            r: 2,
+            tier: 1,
+            cap: 25,
+        },
+        Op::Run { r: 2, c: 3, n: 11 },
+    ];
+    shrunk("shrunk-raise", &[plain.clone(), plain, local], &ops);
+}

@@ -184,7 +184,17 @@ where
     }
 
     fn hold_to(&self, client: &[u8], _tier: Tier, units: u64) {
-        hold_on(self, client, units);
+        let left = self.peek_n(client, 0).map_or(0, |d| d.remaining());
+        // Recorded even where nothing is spent: a client this fallback
+        // never decided on would otherwise stay a fresh one, which a
+        // quota raised or a move to a larger tier makes full at the new
+        // share, where a client held to what Redis said keeps that and
+        // the refill since (a move never adds to what a client may take).
+        // The excess is at most the capacity, so the cost is one the
+        // limiter takes; a cost of 0 records the state as it stands.
+        if left >= units {
+            let _ = self.record_n(client, left - units);
+        }
     }
 }
 
