@@ -368,20 +368,13 @@ where
         if cost == 0 {
             return self.peek_n(client_id, 0);
         }
-        self.check_cost(cost)?;
-        Ok(self.run(
-            client_id,
-            cost,
-            |algorithm, cell, now| algorithm.decide(cell, now, cost),
-            Self::refused,
-        ))
+        self.record_n(client_id, cost)
     }
 
     /// As [`check_n`](Self::check_n), but a cost of 0 records the client's
     /// state as it stands (a new client's first), where `check_n` only
     /// peeks: for the Redis limiters' `Local` fallback, which holds each
     /// client to what Redis last said was left.
-    #[cfg(feature = "redis")]
     pub(crate) fn record_n<Q>(&self, client_id: &Q, cost: u64) -> Result<Decision, CostError>
     where
         K: Borrow<Q>,
