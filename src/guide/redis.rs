@@ -361,8 +361,8 @@
 //! - **Upgrading.** The scripts read a word algorithm's state in both
 //!   forms: the decimal text that earlier releases write, and a packed
 //!   form (its numbers as 8-byte doubles) that they write with
-//!   [`packed_state(true)`](crate::redis::RedisBuilder::packed_state),
-//!   about 3 k fewer instructions inside Redis per check. Each write
+//!   `RedisBuilder::packed_state(true)`, about 3 k fewer instructions
+//!   inside Redis per check. Each write
 //!   leaves the state in its writer's form
 //!   (`a_batch_of_bucket_checks_decides_as_checks_one_by_one` and its
 //!   siblings run a packed writer beside a text one, put states back in
