@@ -253,3 +253,57 @@ fn a_shrunk_case_a_held_client_keeps_what_redis_told_through_a_raise() {
     ];
     shrunk("shrunk-raise", &[plain.clone(), plain, local], &ops);
 }
+
+/// Found at `.ci/run`'s setting on the cluster whose clocks run apart, and
+/// not fixed yet: a leasing replica (2 units at most, no coalescing) checks
+/// two clients in turn, then after 413 ms 29 tasks check one of them at
+/// once, and the fleet admits it 29 where the bound over that span is 28.
+/// It fails within ten tries on every build tried, back to the last
+/// release's (kept here, ignored, for the fix to run).
+#[test]
+#[ignore = "a known over-admission by one unit under a burst on a leasing replica on Redis Cluster, not fixed yet"]
+fn a_shrunk_case_a_burst_on_a_leasing_replica_on_a_cluster() {
+    let leasing = Setup {
+        lease: Some(2),
+        lease_clients: 3,
+        coalesce: false,
+        shortcut: false,
+        policy: FailPolicy::FailClosed,
+        caps: [28, 2],
+    };
+    let open = Setup {
+        lease: None,
+        lease_clients: 1,
+        coalesce: false,
+        shortcut: false,
+        policy: FailPolicy::FailOpen,
+        caps: [18, 4],
+    };
+    let shortcut = Setup {
+        lease: None,
+        lease_clients: 1,
+        coalesce: false,
+        shortcut: true,
+        policy: FailPolicy::FailClosed,
+        caps: [19, 2],
+    };
+    let ops = [
+        Op::Alternate {
+            r: 0,
+            c: 0,
+            with: 3,
+            n: 4,
+        },
+        Op::Pause { ms: 313 },
+        Op::Together { r: 1, n: 4 },
+        Op::Pause { ms: 100 },
+        Op::Burst { r: 0, c: 3, n: 29 },
+    ];
+    for _ in 0..10 {
+        shrunk_on_cluster(
+            "shrunk-lease-burst",
+            &[leasing.clone(), open.clone(), shortcut.clone()],
+            &ops,
+        );
+    }
+}
