@@ -112,12 +112,12 @@
 //! four real processes, one killed while it holds a lease), on nodes
 //! whose clocks agree (a slot moved to a node whose clock differs: see
 //! "When Redis fails" below). One exception is known and not fixed yet:
-//! on a Redis Cluster whose nodes' clocks differ, a burst of checks of one
-//! client on a leasing process has been seen to admit a unit or two over
-//! that bound in its span (29 checks at once admitted 29 against 28:
-//! `a_shrunk_case_a_burst_on_a_leasing_replica_on_a_cluster`, and the
-//! leasing variant of the oracle on a cluster, both ignored until it is
-//! fixed).
+//! on a Redis Cluster whose nodes' clocks differ, bursts of checks of one
+//! client have been seen to admit a unit or two over that bound in a span,
+//! with leases (29 checks at once on a leasing process admitted 29 against
+//! 28: `a_shrunk_case_a_burst_on_a_leasing_replica_on_a_cluster`) and
+//! without (59 against 57). The oracle's cluster tests that found it are
+//! ignored until it is fixed.
 //!
 //! **What leases cost in accuracy.** With `P` processes leasing a client,
 //! `U` = `max_units`, a horizon `H` and the bucket's interval `T`, let
