@@ -263,29 +263,26 @@ fn a_shrunk_case_a_held_client_keeps_what_redis_told_through_a_raise() {
 #[test]
 #[ignore = "a known over-admission by one unit under a burst on a leasing replica on Redis Cluster, not fixed yet"]
 fn a_shrunk_case_a_burst_on_a_leasing_replica_on_a_cluster() {
+    let plain = Setup {
+        lease_clients: 1,
+        coalesce: false,
+        shortcut: false,
+        ..replica(None, [18, 4])
+    };
     let leasing = Setup {
         lease: Some(2),
         lease_clients: 3,
-        coalesce: false,
-        shortcut: false,
-        policy: FailPolicy::FailClosed,
         caps: [28, 2],
+        ..plain.clone()
     };
     let open = Setup {
-        lease: None,
-        lease_clients: 1,
-        coalesce: false,
-        shortcut: false,
         policy: FailPolicy::FailOpen,
-        caps: [18, 4],
+        ..plain.clone()
     };
     let shortcut = Setup {
-        lease: None,
-        lease_clients: 1,
-        coalesce: false,
         shortcut: true,
-        policy: FailPolicy::FailClosed,
         caps: [19, 2],
+        ..plain.clone()
     };
     let ops = [
         Op::Alternate {
