@@ -51,6 +51,14 @@
 //! granting a slot a lease holds a second time. Every bucket limiter's
 //! reset reads the set, whether or not its own builder leases.
 //!
+//! Every conversion of a bucket's state to another quota (by any bucket
+//! limiter, leasing or not: `Tiers::settle`) keeps its TAT no earlier
+//! than the end of the latest lease in that set: another process may
+//! still spend those units under the quota they were granted under, so a
+//! TAT pulled back before them would grant their slots again (and the
+//! key, expiring when that bucket fills, would come back a full bucket
+//! while they are out).
+//!
 //! A lease's units are spent only under the quota they were granted
 //! under (interval, capacity, and the generation of the limiter's quota
 //! for the client's tier): a check judged under another (a tier move,

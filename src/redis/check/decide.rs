@@ -26,8 +26,10 @@ use crate::redis::shared::limiter::RedisLimiter;
 use crate::redis::shared::limiter::{failure, FailPolicy, Inner};
 #[cfg(feature = "metrics")]
 use crate::redis::table::answers::{Outcome, Path};
+use crate::redis::table::lease::leases_key;
 use crate::redis::table::request::{Mode, Request};
 use crate::redis::table::shortcut::Entry;
+use crate::redis::wire::call::Redirect;
 use crate::redis::wire::guard::{bump, Breaker, Gate};
 use crate::sync::Ordering;
 
@@ -541,11 +543,36 @@ impl<A: RedisAlgorithm> Inner<A> {
         Ok((written == Cas::Written).then_some(answer))
     }
 
-    /// The slow path's read of a word algorithm's key.
+    /// The slow path's read of a word algorithm's key, and for a token
+    /// bucket the end of the latest lease of the client outstanding, which
+    /// any limiter's conversion must keep (see `Tiers::settle`).
     pub(super) async fn read(&self, key: &[u8]) -> Result<Stored, Failure> {
-        let (now, expiry, value): (u64, i64, Option<String>) =
-            self.calls.eval(&self.scripts.read, key, |_| {}).await?;
-        Ok(Stored { now, expiry, value })
+        type Reply = (u64, i64, i64, Option<String>);
+        // Any bucket's, as its reset (see `Scripts::reset`).
+        let reply: Reply = if self.scripts.reset.is_some() {
+            let set = leases_key(key);
+            match self
+                .calls
+                .eval_keys(&self.scripts.read, &[key, &set], |_| {})
+                .await
+            {
+                // The slot moving, the key and its leases' set split
+                // between two nodes: the key alone, its leases not known.
+                Err(err) if Redirect::of(&err).is_some() => {
+                    self.calls.eval(&self.scripts.read, key, |_| {}).await?
+                }
+                reply => reply?,
+            }
+        } else {
+            self.calls.eval(&self.scripts.read, key, |_| {}).await?
+        };
+        let (now, expiry, leased, value) = reply;
+        Ok(Stored {
+            now,
+            expiry,
+            leased: u64::try_from(leased).ok(),
+            value,
+        })
     }
 
     /// The value of `word` under `judged`'s quota, written by this

@@ -212,7 +212,8 @@ impl Tiers {
 
     /// `stored`'s state carried over to the quota the request is judged
     /// by, as the in-process limiter would have carried it; `None` for a
-    /// key with no state. See the module docs.
+    /// key with no state. See the module docs. A token bucket's state is
+    /// then kept behind the latest lease outstanding (see `behind_leases`).
     pub(crate) fn settle(
         &self,
         judged: &Judged,
@@ -221,9 +222,13 @@ impl Tiers {
     ) -> Result<Option<Settled>, DecodeError> {
         let reader = judged.quota.spec;
         let Some(stamp) = stored.stamp() else {
-            return Ok(stored
-                .word(&reader)?
-                .map(|word| Settled { word, own: true }));
+            let word = stored.word(&reader)?;
+            return Ok(behind_leases(
+                &reader,
+                stored,
+                word,
+                word.map(|word| Settled { word, own: true }),
+            ));
         };
         let mut spec = reader.parse_stamp(stamp).ok_or(DecodeError::Range(
             "a stamp naming no settings of this algorithm",
@@ -231,6 +236,7 @@ impl Tiers {
         let Some(mut word) = stored.word(&spec)? else {
             return Ok(None);
         };
+        let read = word;
         let ns = |spec: &Spec| -> Ns { spec.ns().expect("a word algorithm") };
         let now = stored.now;
         let (writer, generation) = stored.writer();
@@ -260,7 +266,56 @@ impl Tiers {
         if spec != reader {
             word = ns(&spec).convert(word, now * 1_000, &ns(&reader));
         }
-        Ok(Some(Settled { word, own }))
+        Ok(behind_leases(
+            &reader,
+            stored,
+            Some(read),
+            Some(Settled { word, own }),
+        ))
+    }
+}
+
+/// A token bucket's state `settled` (of `stored`, whose word as written
+/// was `read`), kept behind the slots leased out: its TAT no earlier than
+/// the end of the latest lease of the client outstanding. A lease's units
+/// are spent by their holder under the quota they were granted under, so a
+/// conversion by another quota (a rolling deploy, a tier move, a quota
+/// change) that pulled the TAT back before them would grant their slots a
+/// second time: a unit or more beyond the bound, and, the key expiring
+/// when that bucket fills, the whole bucket again. Kept behind them, the
+/// bucket waits at most until the lease's end, at most one refill of the
+/// quota it was granted under. With the leases not known (the slot moving,
+/// the key and its leases' set split between two nodes), the TAT as
+/// written is kept instead, which holds every lease's end. A state with no
+/// lease outstanding, and every other algorithm's, is as settled.
+fn behind_leases(
+    reader: &Spec,
+    stored: &Stored,
+    read: Option<u128>,
+    settled: Option<Settled>,
+) -> Option<Settled> {
+    let Spec::One(half) = reader else {
+        return settled;
+    };
+    if !matches!(half.ns, crate::redis::script::spec::WordSpec::Bucket(_)) {
+        return settled;
+    }
+    // A lone bucket's word is its TAT, in ns.
+    let floor = match stored.leased {
+        Some(end) if end > stored.now => u128::from(end) * 1_000,
+        Some(_) => return settled,
+        None => read.unwrap_or(0),
+    };
+    match settled {
+        Some(Settled { word, own }) if word >= floor => Some(Settled { word, own }),
+        // Kept behind them: written back only with an admission, as
+        // another writer's state.
+        Some(Settled { own, .. }) => Some(Settled { word: floor, own }),
+        None if floor > 0 => Some(Settled {
+            word: floor,
+            own: false,
+        }),
+        None => None,
     }
 }
 

@@ -572,9 +572,13 @@ fn parse_state(spec: &Spec, moves: bool, convert: &str, bad: impl Fn(&str) -> St
 }
 
 /// The slow path's read: `now`, the key's expiry (ms, as `PEXPIRETIME`
-/// answers: negative for none) and its value (`nil` if absent):
-/// `{now, expiry, value}`. Where no key `moves` (one server), the expiry
-/// is not read and answered as none (`-1`): it carries nothing there.
+/// answers: negative for none), the end of the latest lease outstanding
+/// (µs; 0 for none) and the key's value (`nil` if absent): `{now, expiry,
+/// leased, value}`. Where no key `moves` (one server), the expiry is not
+/// read and answered as none (`-1`): it carries nothing there. The leases'
+/// set is `KEYS[2]`, given for a token bucket (see `LEASES_SUFFIX`); with
+/// no `KEYS[2]` (the slot moving, the set split from the key), `leased` is
+/// `-1`: not known.
 ///
 /// The value is in the text form (see `packed`).
 pub(crate) fn read_script(spec: &Spec, clock: &str, moves: bool) -> String {
@@ -585,7 +589,12 @@ pub(crate) fn read_script(spec: &Spec, clock: &str, moves: bool) -> String {
     };
     format!(
         r"{text}{clock}
-return {{now, {expiry}, text(redis.call('GET', KEYS[1]))}}
+local leased = -1
+if KEYS[2] then
+  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+  leased = tonumber(last[2] or 0)
+end
+return {{now, {expiry}, leased, text(redis.call('GET', KEYS[1]))}}
 ",
         text = text_lua(word_fields(spec).len()),
     )

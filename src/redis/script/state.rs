@@ -171,12 +171,14 @@ pub(crate) fn round_up_to_us(wait: Duration) -> Duration {
 }
 
 /// A word algorithm's key as the read script returned it: the instant
-/// (µs), the key's expiry (ms; negative for none) and the value, `None`
-/// for no key.
+/// (µs), the key's expiry (ms; negative for none), the end of the latest
+/// lease of the client outstanding (µs; 0 for none, `None` for not known:
+/// the slot moving) and the value, `None` for no key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Stored {
     pub(crate) now: u64,
     pub(crate) expiry: i64,
+    pub(crate) leased: Option<u64>,
     pub(crate) value: Option<String>,
 }
 
@@ -419,6 +421,7 @@ mod tests {
         let stored = Stored {
             now: 0,
             expiry: -1,
+            leased: Some(0),
             value: Some(value),
         };
         assert_eq!(stored.word(&pair).unwrap(), Some(word));
@@ -427,6 +430,7 @@ mod tests {
         let none = Stored {
             now: 0,
             expiry: -2,
+            leased: Some(0),
             value: None,
         };
         assert_eq!(none.word(&pair).unwrap(), None);
@@ -434,6 +438,7 @@ mod tests {
             let junk = Stored {
                 now: 0,
                 expiry: -1,
+                leased: Some(0),
                 value: Some(junk.into()),
             };
             assert!(junk.word(&pair).is_err(), "{junk:?}");
@@ -447,6 +452,7 @@ mod tests {
         let stored = |expiry| Stored {
             now: 0,
             expiry,
+            leased: Some(0),
             value: Some("tb:1000:9|0:1|me.1|5000123456|0".into()),
         };
         let word = |expiry| stored(expiry).word(&tb).unwrap().unwrap();
@@ -467,6 +473,7 @@ mod tests {
         let value = Stored {
             now: 0,
             expiry: 9_999_999,
+            leased: Some(0),
             value: Some(format!("{}|0:1|me.1|5000123456|0|3|1", pair.stamp())),
         };
         assert_eq!(

@@ -462,6 +462,84 @@ fn a_reset_forgives_all_but_the_units_other_processes_hold() {
     assert_eq!(admit(&b, 20) + admit(&a, 20), 8);
 }
 
+/// Another process's quota (a rolling deploy: capacity 4 where the
+/// leasing one holds 8) converts the state while units are leased out,
+/// time stopped: the conversion keeps the bucket's TAT, and the key's
+/// expiry, no earlier than the lease's end, so the slots leased are never
+/// granted a second time, and the key never expires while they may be
+/// spent (it would come back a full bucket). The lease's units stay its
+/// holder's; the other process takes only what its quota leaves after
+/// them; and never more than a full bucket of 8 at that instant.
+#[test]
+fn a_conversion_by_another_quota_keeps_the_bucket_behind_the_leases() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let (rt, rt_b) = (runtime(), runtime());
+    let clock = server.clock();
+    let now = || crate::clock::Clock::now_nanos(&clock) / 1_000;
+    let a = leasing(&server, &rt, &clock, "behind", 8, 2);
+    let b = TokenBucket::builder()
+        .rate(1, Duration::from_micros(T))
+        .capacity(4)
+        .redis(rt_b.block_on(server.manager()), "behind")
+        .no_deny_shortcut()
+        .fail_policy(FailPolicy::FailClosed)
+        .timeout(PATIENCE)
+        .build_on_test_clock(clock.clone())
+        .unwrap();
+    let a_spent = warm_up(&rt, &a);
+    let a_held = held(&a);
+    assert!(a_held > 0, "{:?}", a.stats());
+    let mut sync = server.sync();
+    let lease_end = || -> u64 {
+        let last: Vec<(String, u64)> = ::redis::cmd("ZRANGE")
+            .arg([a.key("c"), b":lease".to_vec()].concat())
+            .arg(-1)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query(&mut server.sync())
+            .unwrap();
+        last.first().map_or(0, |(_, end)| *end)
+    };
+    let end = lease_end();
+    assert!(end > now(), "a lease outstanding");
+    // B converts and admits what its quota leaves after the lease: a
+    // bucket of 4 whose TAT is the lease's end.
+    let behind = 4u64.saturating_sub((end - now()).div_ceil(T));
+    let b_admitted = (0..10)
+        .filter(|_| rt_b.block_on(b.check("c")).unwrap().is_allowed())
+        .count() as u64;
+    assert_eq!(b_admitted, behind, "B's quota after the lease's slots");
+    let value: Option<Vec<u8>> = ::redis::cmd("GET")
+        .arg(a.key("c"))
+        .query(&mut sync)
+        .unwrap();
+    if let Some(value) = value {
+        let value = text_of(&value).expect("a tollgate state");
+        let tat: u64 = value.split('|').nth(3).unwrap().parse().unwrap();
+        assert!(tat >= end, "the TAT {tat} behind the lease's end {end}");
+        let expiry: i64 = ::redis::cmd("PEXPIRETIME")
+            .arg(a.key("c"))
+            .query(&mut sync)
+            .unwrap();
+        assert!(
+            u64::try_from(expiry).unwrap() * 1_000 >= end,
+            "the key lives until the lease's end"
+        );
+    }
+    // A's units are still A's; after them, A's quota finds the bucket as
+    // the lease left it, less what B took: never beyond a full bucket.
+    let a_after = (0..20)
+        .filter(|_| rt.block_on(a.check("c")).unwrap().is_allowed())
+        .count() as u64;
+    assert!(a_after >= a_held, "A spends what it holds: {:?}", a.stats());
+    assert!(
+        a_spent + a_after + b_admitted <= 8,
+        "{a_spent} + {a_after} + {b_admitted} beyond a full bucket"
+    );
+}
+
 /// A reset by the process that was held: its hold goes, so the fresh
 /// bucket admits at once.
 #[test]

@@ -102,6 +102,7 @@ fn read(conn: &mut ::redis::Connection, spec: &Spec, key: &[u8]) -> State {
     let stored = Stored {
         now: 0,
         expiry: -1,
+        leased: Some(0),
         value: value.map(|v| text_of(&v).expect("a tollgate state")),
     };
     let written = spec.parse_stamp(stored.stamp()?).unwrap();
