@@ -1209,6 +1209,27 @@ fn a_leasing_fleet_on_a_cluster_with_a_node_s_clock_ahead_keeps_each_client_with
     on_the_cluster(true);
 }
 
+/// The cluster's drive on one server: quotas that refill within a case,
+/// so that keys expire, replicas leasing as drawn. Ignored with the
+/// cluster drives, on the same known over-admission (a larger quota
+/// meeting a key a smaller one let expire), which it finds within a
+/// minute at 300 cases.
+#[test]
+#[ignore = "a known over-admission when a larger quota finds a key expired at a smaller one's idle instant, not fixed yet"]
+fn a_fleet_whose_keys_expire_within_a_case_keeps_each_client_within_its_bound() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let conn = rt.block_on(server.manager()).into();
+    let how = Drive {
+        long: true,
+        leases: true,
+        ..Drive::new(FAST, false)
+    };
+    drive::<Bucket>(&rt, (&conn, None), how, cases().div_ceil(5));
+}
+
 /// The cluster drive, replicas leasing or not.
 fn on_the_cluster(leases: bool) {
     let Some(cluster) = Cluster::start_shifted(3, 0, &SHIFTS_MS) else {
