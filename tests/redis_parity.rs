@@ -21,7 +21,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redis_server::{prefix, runtime, Patient, Server, HOUR};
 use tollgate::redis::{FailPolicy, RedisLimiter};
 use tollgate::{
-    CheckErrorKind, ConfigError, FixedWindow, ManualClock, SlidingWindowCounter, TokenBucket,
+    CheckErrorKind, ConfigError, FixedWindow, ManualClock, SlidingWindowCounter, SlidingWindowLog,
+    TokenBucket,
 };
 
 // ---------------------------------------------------------------------------
@@ -304,6 +305,58 @@ fn set_quota_during_an_outage_keeps_the_fallback_state() {
             "{d:?}"
         );
         assert_eq!(limiter.stats().fail_local, 11);
+    });
+}
+
+/// The same for the sliding window log, whose in-process state has no
+/// conversion: its fallback's new limiter holds each client to what the
+/// one before still has left for it. Spent 3 of 3, lowered to 2: nothing
+/// more (a fresh log would hand out 2); raised to 5: nothing more (the 3
+/// spent stand, and the new limit adds none); a client the old limiter
+/// never saw gets the new limit whole.
+#[test]
+fn set_quota_during_an_outage_keeps_the_log_fallback_s_holds() {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let limiter = rt.block_on(async {
+        SlidingWindowLog::builder()
+            .limit(3)
+            .window(HOUR)
+            .redis(server.manager().await, prefix("log-outage"))
+            .patient()
+            .fail_policy(FailPolicy::Local)
+            .build()
+            .unwrap()
+    });
+    server.stop();
+    rt.block_on(async {
+        let admit = |client: &'static str| {
+            let limiter = &limiter;
+            async move {
+                let mut admitted = 0;
+                for _ in 0..6 {
+                    admitted += u32::from(limiter.check(client).await.unwrap().is_allowed());
+                }
+                admitted
+            }
+        };
+        assert_eq!(admit("c").await, 3);
+        limiter
+            .set_quota(0, SlidingWindowLog::builder().limit(2).window(HOUR))
+            .unwrap();
+        assert_eq!(
+            admit("c").await,
+            0,
+            "a lowered quota handed out a fresh log"
+        );
+        limiter
+            .set_quota(0, SlidingWindowLog::builder().limit(5).window(HOUR))
+            .unwrap();
+        assert_eq!(admit("c").await, 0, "a raised quota handed out a fresh log");
+        assert_eq!(admit("new").await, 5, "a client never seen: the new limit");
+        assert_eq!(limiter.stats().fail_local, 24);
     });
 }
 

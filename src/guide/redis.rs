@@ -381,7 +381,11 @@
 //!   server's clock as written.
 //! - A quota set while Redis is down changes the `Local` fallback's quota,
 //!   keeping each client's state there
-//!   (`set_quota_during_an_outage_keeps_the_fallback_state`); a booking
+//!   (`set_quota_during_an_outage_keeps_the_fallback_state`; a sliding
+//!   window log, whose state has no conversion, starts a new in-process
+//!   log that holds each client to what the one before still has left for
+//!   it, at most the new limit, until that one's window has passed:
+//!   `set_quota_during_an_outage_keeps_the_log_fallback_s_holds`); a booking
 //!   made while Redis is down is ready at once and charges nothing under
 //!   `FailOpen`, fails under `FailClosed`, and is booked by the fallback
 //!   under `Local` (`each_fail_policy_answers_a_booking_while_redis_is_down`).

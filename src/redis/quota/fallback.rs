@@ -10,7 +10,10 @@
 //! over by the in-process rule, as `Limiter::set_quota` carries it. The
 //! sliding window log's in-process state has no such conversion: its
 //! fallback keeps a limiter per tier, kept as it is when a tier's quota is
-//! set to the same settings, and started afresh when they change.
+//! set to the same settings, and a new one when they change, which holds
+//! each client to what every limiter the tier had before still has left
+//! for it (at most the new limit), until their windows pass: a quota
+//! change never hands a client a fresh budget.
 
 use core::time::Duration;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -198,8 +201,17 @@ where
     }
 }
 
-/// One tier's log, and its in-process limiter.
-type LogTier = (SlidingWindowLog, Arc<Limiter<SlidingWindowLog, Vec<u8>>>);
+/// A sliding window log's in-process limiter.
+type LogLimiter = Arc<Limiter<SlidingWindowLog, Vec<u8>>>;
+
+/// One tier's log: its settings, its in-process limiter, and the limiters
+/// it had before, each until its window has passed since it was replaced
+/// (ns on the fallback's clock): every entry they hold has expired then.
+struct LogTier {
+    log: SlidingWindowLog,
+    limiter: LogLimiter,
+    before: Vec<(LogLimiter, u64)>,
+}
 
 /// The sliding window log's fallback: a limiter per tier.
 pub(crate) struct LogFallback {
@@ -210,6 +222,8 @@ pub(crate) struct LogFallback {
     tiers: RwLock<Vec<Option<LogTier>>>,
     memory: Memory,
     resolver: Option<Arc<Resolver>>,
+    /// When a tier's earlier limiters stop holding its clients.
+    clock: MonotonicClock,
 }
 
 impl LogFallback {
@@ -217,14 +231,21 @@ impl LogFallback {
         let log = SlidingWindowLog::from_params(&settings.params)?;
         let limiter = Arc::new(Limiter::new(log, MonotonicClock::new(), settings.memory));
         Ok(Box::new(Self {
-            tiers: RwLock::new(vec![Some((log, limiter))]),
+            tiers: RwLock::new(vec![Some(LogTier {
+                log,
+                limiter,
+                before: Vec::new(),
+            })]),
             memory: settings.memory,
             resolver: settings.resolver.clone(),
+            clock: MonotonicClock::new(),
         }))
     }
 
-    /// The limiter of `client`'s tier (`tier` without a resolver).
-    fn limiter(&self, client: &[u8], tier: Tier) -> Arc<Limiter<SlidingWindowLog, Vec<u8>>> {
+    /// The limiter of `client`'s tier (`tier` without a resolver), the
+    /// client held first to what each limiter the tier had before still
+    /// has left for it.
+    fn limiter(&self, client: &[u8], tier: Tier) -> LogLimiter {
         let tier = self
             .resolver
             .as_ref()
@@ -232,8 +253,20 @@ impl LogFallback {
         // A writer that panicked left the table whole (it swaps one slot).
         let table = self.tiers.read().unwrap_or_else(PoisonError::into_inner);
         let own = table.get(usize::from(tier)).and_then(Option::as_ref);
-        let (_, limiter) = own.or(table[0].as_ref()).expect("tier 0 is always set");
-        Arc::clone(limiter)
+        let now = self.clock.now_nanos();
+        let tier = own.or(table[0].as_ref()).expect("tier 0 is always set");
+        for (before, until) in &tier.before {
+            if now < *until {
+                // A client with nothing in its window there (one it never
+                // saw, or whose entries expired) is not held by it.
+                if let Ok(d) = before.peek_n(client, 0) {
+                    if d.remaining() < d.limit() {
+                        hold_on(&tier.limiter, client, d.remaining());
+                    }
+                }
+            }
+        }
+        Arc::clone(&tier.limiter)
     }
 }
 
@@ -267,17 +300,41 @@ impl Fallback for LogFallback {
         if table.len() <= slot {
             table.resize_with(slot + 1, || None);
         }
-        if table[slot].as_ref().is_some_and(|(same, _)| *same == log) {
+        if table[slot].as_ref().is_some_and(|t| t.log == log) {
             return;
         }
         let limiter = Arc::new(Limiter::new(log, MonotonicClock::new(), self.memory));
-        table[slot] = Some((log, limiter));
+        let now = self.clock.now_nanos();
+        // The limiters this tier had (or, for a tier set the first time,
+        // tier 0's, which held its clients until now) keep holding its
+        // clients until their windows have passed.
+        let mut before = Vec::new();
+        let old = table[slot].take().or_else(|| {
+            table[0].as_ref().map(|t| LogTier {
+                log: t.log,
+                limiter: Arc::clone(&t.limiter),
+                before: t.before.clone(),
+            })
+        });
+        if let Some(old) = old {
+            before = old.before;
+            before.push((old.limiter, now.saturating_add(old.log.window())));
+            before.retain(|(_, until)| now < *until);
+        }
+        table[slot] = Some(LogTier {
+            log,
+            limiter,
+            before,
+        });
     }
 
     fn remove(&self, client: &[u8]) {
         let table = self.tiers.read().unwrap_or_else(PoisonError::into_inner);
-        for (_, limiter) in table.iter().flatten() {
-            limiter.remove(client);
+        for tier in table.iter().flatten() {
+            tier.limiter.remove(client);
+            for (before, _) in &tier.before {
+                before.remove(client);
+            }
         }
     }
 
