@@ -8,8 +8,9 @@
 //! algorithm, windows of a day, or of a pair, no leases) on one prefix,
 //! each drawn with or without leases (of up to 2 to 16 units, for 1 to 4
 //! clients at once), coalescing or one call per check, with or without
-//! the deny shortcut, with a fail policy (`FailClosed`, `FailOpen`, or
-//! `Local` with `local_share(3)`), and with capacities of its own for a
+//! the deny shortcut, writing states packed or as text (`packed_state`:
+//! every replica reads both), with a fail policy (`FailClosed`, `FailOpen`,
+//! or `Local` with `local_share(3)`), and with capacities of its own for a
 //! paying tier 0 and a free tier 1 (16 to 32 and 2 to 5, later 2 to 32).
 //! One resolver, shared by the three, puts each client in its tier. The
 //! operations, on four clients:
@@ -246,6 +247,9 @@ struct Setup {
     policy: FailPolicy,
     /// Tier 0's and tier 1's capacities.
     caps: [u64; 2],
+    /// Whether it writes word states packed (`packed_state`); every
+    /// replica reads both forms.
+    packed: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -371,15 +375,17 @@ fn setup() -> impl Strategy<Value = Setup> {
         ],
         // A paying tier 0 and a free tier 1, so that a move down binds.
         [16..=32u64, 2..=5u64],
+        any::<bool>(),
     )
         .prop_map(
-            |(lease, lease_clients, coalesce, shortcut, policy, caps)| Setup {
+            |(lease, lease_clients, coalesce, shortcut, policy, caps, packed)| Setup {
                 lease,
                 lease_clients,
                 coalesce,
                 shortcut,
                 policy,
                 caps,
+                packed,
             },
         )
 }
@@ -567,6 +573,7 @@ impl<F: Family> Case<F> {
             .local_share(REPLICAS as u32)
             .timeout(self.timeout)
             .coalesce(s.coalesce)
+            .packed_state(s.packed)
             .tier_by(move |id| {
                 let c = usize::from(id[1] - b'0');
                 // Relaxed: the test sets a tier before the operations it

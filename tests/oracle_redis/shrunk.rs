@@ -16,6 +16,7 @@ fn replica(lease: Option<u64>, caps: [u64; 2]) -> Setup {
         shortcut: true,
         policy: FailPolicy::FailClosed,
         caps,
+        packed: false,
     }
 }
 
