@@ -202,9 +202,11 @@
 //! the oracle's `a_shrunk_case_a_lease_outlives_another_replica_s_conversion`:
 //! 29 admitted against 28 before). What it costs: a client converted
 //! while a lease of it is outstanding waits, at most, until that lease's
-//! slots pass (or it is given back, a horizon after its holder last used
-//! it, when no unit was taken after it), which lie within one refill of
-//! the quota they were granted under. Until then the converted bucket
+//! slots pass, which lie within one refill of the quota they were granted
+//! under, or until the lease leaves the leases' record: a horizon after
+//! its holder last used it, its units given back if no unit was taken
+//! after them; a lease its holder gave up (its own quota changed) leaves
+//! it so too (`a_lease_given_up_by_set_quota_leaves_the_leases_set_when_quiet`). Until then the converted bucket
 //! holds what the time left to the lease's end leaves under its quota,
 //! where without leases it would keep the units it held, up to its
 //! capacity: a bucket of 100 a minute with 50 units left (its TAT, and a

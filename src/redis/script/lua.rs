@@ -731,11 +731,18 @@ return {{g, s, e, now, from}}
 /// convert (nothing given back), else `{given, now}`, `given` the µs of
 /// slots given back (0 if none).
 pub(crate) fn lease_return_script(spec: &Spec, clock: &str, moves: bool) -> String {
-    let mut lua = word_read(spec, clock, moves, "local HEAD = ARGV[3]\n");
+    // The lease leaves the set first, so that it leaves it also when the
+    // state is one to convert (the quota changed since the lease was
+    // granted: its units lapse, and no conversion keeps the bucket behind
+    // them any more); the key is read after, and written last.
+    let mut lua = word_read(
+        spec,
+        clock,
+        moves,
+        "local HEAD = ARGV[3]\nlocal s, e, from = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])\nredis.call('ZREM', KEYS[2], ARGV[5] .. ':' .. fmt('%d:%d', s, e))\n",
+    );
     lua.push_str(
-        r"local s, e, from = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-redis.call('ZREM', KEYS[2], ARGV[5] .. ':' .. fmt('%d:%d', s, e))
-if x1 == nil or x1 ~= e then return {0, now} end
+        r"if x1 == nil or x1 ~= e then return {0, now} end
 local back = math.max(from, now)
 if back >= e then return {0, now} end
 local r = x2 or 0

@@ -540,6 +540,54 @@ fn a_conversion_by_another_quota_keeps_the_bucket_behind_the_leases() {
     );
 }
 
+/// A lease given up by `set_quota` leaves the leases' set once its client
+/// goes quiet, though its units cannot go back (the state is converted
+/// to the new quota by then): else every later conversion would keep the
+/// bucket behind a lease no one can spend, until its end.
+#[test]
+fn a_lease_given_up_by_set_quota_leaves_the_leases_set_when_quiet() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let clock = server.clock();
+    let a = leasing(&server, &rt, &clock, "given-up", 8, 4);
+    let _ = warm_up(&rt, &a);
+    let members = || -> usize {
+        let all: Vec<String> = ::redis::cmd("ZRANGE")
+            .arg([a.key("c"), b":lease".to_vec()].concat())
+            .arg(0)
+            .arg(-1)
+            .query(&mut server.sync())
+            .unwrap();
+        all.len()
+    };
+    assert_eq!(members(), 1, "the lease is registered");
+    a.set_quota(
+        0,
+        TokenBucket::builder()
+            .rate(1, Duration::from_micros(T))
+            .capacity(6),
+    )
+    .unwrap();
+    // Judged under the new quota: the lease is given up, the state
+    // converted.
+    let _ = rt.block_on(a.check("c")).unwrap();
+    // The quiet timer runs on real time, while the runtime runs.
+    for _ in 0..100 {
+        if members() == 0 {
+            break;
+        }
+        rt.block_on(async { tokio::time::sleep(Duration::from_millis(10)).await });
+    }
+    assert_eq!(
+        members(),
+        0,
+        "the given-up lease left the set: {:?}",
+        a.stats()
+    );
+}
+
 /// A reset by the process that was held: its hold goes, so the fresh
 /// bucket admits at once.
 #[test]
@@ -785,7 +833,7 @@ fn a_check_waiting_for_another_s_call_answers_within_one_timeout() {
         .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
         .is_err()
     {
-        rt.block_on(tokio::time::sleep(Duration::from_millis(10)));
+        rt.block_on(async { tokio::time::sleep(Duration::from_millis(10)).await });
     }
     // The lease empty, so the check must wait for that call; Redis
     // paused, so a call of its own would wait the timeout again.
