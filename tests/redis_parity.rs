@@ -257,6 +257,19 @@ fn lowering_then_raising_a_quota_converts_as_in_process() {
     });
 }
 
+/// How many of `n` checks of `client` in a row `limiter` admits.
+async fn admitted<A: tollgate::redis::RedisAlgorithm + 'static>(
+    limiter: &RedisLimiter<A>,
+    client: &str,
+    n: usize,
+) -> u32 {
+    let mut admitted = 0;
+    for _ in 0..n {
+        admitted += u32::from(limiter.check(client).await.unwrap().is_allowed());
+    }
+    admitted
+}
+
 /// Under `FailPolicy::Local`, a quota set while Redis is down changes the
 /// fallback's quota as in-process `set_quota` does, keeping each client's
 /// state: the same quota set again hands out nothing new.
@@ -278,20 +291,13 @@ fn set_quota_during_an_outage_keeps_the_fallback_state() {
     });
     server.stop();
     rt.block_on(async {
-        let mut admitted = 0;
-        for _ in 0..5 {
-            admitted += u32::from(limiter.check("c").await.unwrap().is_allowed());
-        }
-        assert_eq!(admitted, 3);
+        assert_eq!(admitted(&limiter, "c", 5).await, 3);
         limiter
             .set_quota(0, FixedWindow::builder().limit(3).window(HOUR))
             .unwrap();
-        let mut after = 0;
-        for _ in 0..5 {
-            after += u32::from(limiter.check("c").await.unwrap().is_allowed());
-        }
         assert_eq!(
-            after, 0,
+            admitted(&limiter, "c", 5).await,
+            0,
             "the same quota set again handed out a fresh budget"
         );
         // Raised to 5: the 3 spent of 3 are all of 5 (the share is kept).
@@ -332,16 +338,7 @@ fn set_quota_during_an_outage_keeps_the_log_fallback_s_holds() {
     });
     server.stop();
     rt.block_on(async {
-        let admit = |client: &'static str| {
-            let limiter = &limiter;
-            async move {
-                let mut admitted = 0;
-                for _ in 0..6 {
-                    admitted += u32::from(limiter.check(client).await.unwrap().is_allowed());
-                }
-                admitted
-            }
-        };
+        let admit = |client: &'static str| admitted(&limiter, client, 6);
         assert_eq!(admit("c").await, 3);
         limiter
             .set_quota(0, SlidingWindowLog::builder().limit(2).window(HOUR))
