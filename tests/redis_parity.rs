@@ -270,6 +270,26 @@ async fn admitted<A: tollgate::redis::RedisAlgorithm + 'static>(
     admitted
 }
 
+/// A limiter `builder` makes on `server` under `FailPolicy::Local`
+/// (patient), with `server` stopped once it is built.
+fn local_on_a_stopped_server<A: tollgate::redis::RedisAlgorithm + 'static>(
+    server: &mut Server,
+    rt: &tokio::runtime::Runtime,
+    builder: tollgate::Builder<A>,
+    name: &str,
+) -> RedisLimiter<A> {
+    let limiter = rt.block_on(async {
+        builder
+            .redis(server.manager().await, prefix(name))
+            .patient()
+            .fail_policy(FailPolicy::Local)
+            .build()
+            .unwrap()
+    });
+    server.stop();
+    limiter
+}
+
 /// Under `FailPolicy::Local`, a quota set while Redis is down changes the
 /// fallback's quota as in-process `set_quota` does, keeping each client's
 /// state: the same quota set again hands out nothing new.
@@ -279,17 +299,8 @@ fn set_quota_during_an_outage_keeps_the_fallback_state() {
         return;
     };
     let rt = runtime();
-    let limiter = rt.block_on(async {
-        FixedWindow::builder()
-            .limit(3)
-            .window(HOUR)
-            .redis(server.manager().await, prefix("outage"))
-            .patient()
-            .fail_policy(FailPolicy::Local)
-            .build()
-            .unwrap()
-    });
-    server.stop();
+    let builder = FixedWindow::builder().limit(3).window(HOUR);
+    let limiter = local_on_a_stopped_server(&mut server, &rt, builder, "outage");
     rt.block_on(async {
         assert_eq!(admitted(&limiter, "c", 5).await, 3);
         limiter
@@ -326,17 +337,8 @@ fn set_quota_during_an_outage_keeps_the_log_fallback_s_holds() {
         return;
     };
     let rt = runtime();
-    let limiter = rt.block_on(async {
-        SlidingWindowLog::builder()
-            .limit(3)
-            .window(HOUR)
-            .redis(server.manager().await, prefix("log-outage"))
-            .patient()
-            .fail_policy(FailPolicy::Local)
-            .build()
-            .unwrap()
-    });
-    server.stop();
+    let builder = SlidingWindowLog::builder().limit(3).window(HOUR);
+    let limiter = local_on_a_stopped_server(&mut server, &rt, builder, "log-outage");
     rt.block_on(async {
         let admit = |client: &'static str| admitted(&limiter, client, 6);
         assert_eq!(admit("c").await, 3);
