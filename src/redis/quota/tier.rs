@@ -358,3 +358,71 @@ pub(crate) fn quota_for<A: RedisAlgorithm>(
         generation,
     })
 }
+
+#[cfg(all(test, not(feature = "loom")))]
+mod tests {
+    use core::time::Duration;
+
+    use super::*;
+    use crate::{FixedWindow, TokenBucket};
+
+    /// A read at `now` (µs) whose leases' record says `leased`.
+    fn read_at(now: u64, leased: Option<u64>) -> Stored {
+        Stored {
+            now,
+            expiry: -1,
+            leased,
+            value: None,
+        }
+    }
+
+    /// `µs` as a lone bucket's word (its TAT in ns).
+    fn tat(us: u64) -> u128 {
+        u128::from(us) * 1_000
+    }
+
+    #[test]
+    fn a_bucket_is_kept_behind_the_latest_lease_and_nothing_else_is() {
+        let tb = Spec::bucket(&TokenBucket::new(1, Duration::from_millis(1), 9).unwrap()).unwrap();
+        let fw = Spec::fixed(&FixedWindow::new(5, Duration::from_secs(60)).unwrap()).unwrap();
+        let now = 1_000_000;
+        let own = |word| Some(Settled { word, own: true });
+        let lease = read_at(now, Some(now + 5_000));
+        // A TAT before the lease's end: moved to it, its owner kept.
+        assert_eq!(
+            behind_leases(&tb, &lease, Some(0), own(tat(now))),
+            own(tat(now + 5_000))
+        );
+        // One already behind it, or a lease that has ended: as settled.
+        assert_eq!(
+            behind_leases(&tb, &lease, Some(0), own(tat(now + 9_000))),
+            own(tat(now + 9_000))
+        );
+        assert_eq!(
+            behind_leases(&tb, &read_at(now, Some(now)), Some(0), own(5)),
+            own(5)
+        );
+        // No key while a lease is out: a state behind it, written back
+        // only with an admission; no key and no lease: none.
+        assert_eq!(
+            behind_leases(&tb, &lease, None, None),
+            Some(Settled {
+                word: tat(now + 5_000),
+                own: false
+            })
+        );
+        assert_eq!(behind_leases(&tb, &read_at(now, Some(0)), None, None), None);
+        // The leases not known (the slot moving): the TAT as written.
+        let written = tat(now + 7_000);
+        assert_eq!(
+            behind_leases(&tb, &read_at(now, None), Some(written), own(5)),
+            own(written)
+        );
+        // Any other algorithm: as settled, leases or not.
+        assert_eq!(behind_leases(&fw, &lease, Some(0), own(5)), own(5));
+        assert_eq!(
+            behind_leases(&fw, &read_at(now, None), Some(tat(now + 7_000)), own(5)),
+            own(5)
+        );
+    }
+}
