@@ -359,6 +359,32 @@ fn set_quota_during_an_outage_keeps_the_log_fallback_s_holds() {
     });
 }
 
+/// And the other way: the log fallback's hold ends with the windows it
+/// stands for. A log of 3 a 2 s window, spent; lowered to 2 (the hold
+/// takes both at once); once that window has passed the client has the
+/// new limit whole, never refused for longer.
+#[test]
+fn the_log_fallback_s_hold_ends_with_its_window() {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let window = Duration::from_secs(2);
+    let builder = SlidingWindowLog::builder().limit(3).window(window);
+    let limiter = local_on_a_stopped_server(&mut server, &rt, builder, "log-window");
+    rt.block_on(async {
+        assert_eq!(admitted(&limiter, "c", 4).await, 3);
+        limiter
+            .set_quota(0, SlidingWindowLog::builder().limit(2).window(window))
+            .unwrap();
+        assert_eq!(admitted(&limiter, "c", 4).await, 0, "held");
+        // Past both windows (the old limiter's entries, and the hold's,
+        // made when the quota changed), however slow the machine.
+        tokio::time::sleep(window + Duration::from_millis(200)).await;
+        assert_eq!(admitted(&limiter, "c", 4).await, 2, "the new limit whole");
+    });
+}
+
 /// Two replicas (two limiters, each with its own fallback) decide alone
 /// while Redis is down: with `local_share(2)` each holds a client to half
 /// of each quota, so the fleet admits one quota, where without it each

@@ -507,17 +507,31 @@ fn a_conversion_by_another_quota_keeps_the_bucket_behind_the_leases() {
     // B converts and admits what its quota leaves after the lease: a
     // bucket of 4 whose TAT is the lease's end.
     let behind = 4u64.saturating_sub((end - now()).div_ceil(T));
-    let b_admitted = (0..10)
-        .filter(|_| rt_b.block_on(b.check("c")).unwrap().is_allowed())
-        .count() as u64;
+    let decisions: Vec<_> = (0..10)
+        .map(|_| rt_b.block_on(b.check("c")).unwrap())
+        .collect();
+    let b_admitted = decisions.iter().filter(|d| d.is_allowed()).count() as u64;
     assert_eq!(b_admitted, behind, "B's quota after the lease's slots");
-    let value: Option<Vec<u8>> = ::redis::cmd("GET")
-        .arg(a.key("c"))
-        .query(&mut sync)
-        .unwrap();
-    if let Some(value) = value {
-        let value = text_of(&value).expect("a tollgate state");
-        let tat: u64 = value.split('|').nth(3).unwrap().parse().unwrap();
+    // A denial says the wait the lease's end leaves under B's quota: no
+    // shorter (B would find the slots still leased) and no longer.
+    let denied = decisions.iter().find(|d| !d.is_allowed()).unwrap();
+    assert_eq!(
+        denied.retry_after(),
+        Duration::from_micros((end + b_admitted * T).saturating_sub(now() + 3 * T)),
+        "{denied:?}"
+    );
+    // The TAT (µs) Redis holds now.
+    let stored_tat = || -> Option<u64> {
+        let value: Option<Vec<u8>> = ::redis::cmd("GET")
+            .arg(a.key("c"))
+            .query(&mut server.sync())
+            .unwrap();
+        value.map(|v| {
+            let v = text_of(&v).expect("a tollgate state");
+            v.split('|').nth(3).unwrap().parse().unwrap()
+        })
+    };
+    if let Some(tat) = stored_tat() {
         assert!(tat >= end, "the TAT {tat} behind the lease's end {end}");
         let expiry: i64 = ::redis::cmd("PEXPIRETIME")
             .arg(a.key("c"))
@@ -538,6 +552,14 @@ fn a_conversion_by_another_quota_keeps_the_bucket_behind_the_leases() {
         a_spent + a_after + b_admitted <= 8,
         "{a_spent} + {a_after} + {b_admitted} beyond a full bucket"
     );
+    // Once every slot leased or spent has passed, nothing holds B back:
+    // its whole quota at once.
+    let last = stored_tat().unwrap_or(0).max(now());
+    clock.advance(Duration::from_micros(last - now()));
+    let b_full = (0..10)
+        .filter(|_| rt_b.block_on(b.check("c")).unwrap().is_allowed())
+        .count();
+    assert_eq!(b_full, 4, "B refused past every lease's end");
 }
 
 /// A lease given up by `set_quota` leaves the leases' set once its client
