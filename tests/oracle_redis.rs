@@ -1196,33 +1196,26 @@ fn a_fleet_of_windows_built_every_way_keeps_each_client_within_its_bound() {
 /// (an `LD_PRELOAD` shim over two of them: [`SHIFTS_MS`]), quotas of a
 /// unit per 20 ms: each client's bucket lives on its own node's clock, and
 /// the bound counts the refill over each span. No `FLUSHALL` (it would
-/// reach one node). No replica leases here. Ignored: quotas that refill
-/// within a case let a bucket's key expire, and a replica of a larger
-/// capacity (or a raised one) then starts a full bucket of its own, a
-/// known over-admission not fixed yet, on one server too
-/// (`shrunk::a_shrunk_case_a_raise_finds_the_key_expired_at_the_lower_capacity`;
-/// the Redis guide states it).
+/// reach one node). No replica leases here. Quotas that refill within a
+/// case let a bucket's key expire, a linger past its idle instant (see
+/// `shrunk::a_shrunk_case_a_raise_finds_the_key_expired_at_the_lower_capacity`).
 #[test]
-#[ignore = "a known over-admission when a larger quota finds a key expired at a smaller one's idle instant, not fixed yet"]
 fn a_fleet_on_a_cluster_with_a_node_s_clock_ahead_keeps_each_client_within_its_bound() {
     on_the_cluster(false);
 }
 
 /// As above, the replicas leasing as drawn: each client's leases are spent
-/// on its own node's clock. Ignored, as above.
+/// on its own node's clock.
 #[test]
-#[ignore = "a known over-admission when a larger quota finds a key expired at a smaller one's idle instant, not fixed yet"]
 fn a_leasing_fleet_on_a_cluster_with_a_node_s_clock_ahead_keeps_each_client_within_its_bound() {
     on_the_cluster(true);
 }
 
 /// The cluster's drive on one server: quotas that refill within a case,
-/// so that keys expire, replicas leasing as drawn. Ignored with the
-/// cluster drives, on the same known over-admission (a larger quota
-/// meeting a key a smaller one let expire), which it finds within a
-/// minute at 300 cases.
+/// so that keys expire, replicas leasing as drawn. Before keys lingered
+/// past their idle instant, it found a larger quota meeting a key a
+/// smaller one let expire within a minute at 300 cases.
 #[test]
-#[ignore = "a known over-admission when a larger quota finds a key expired at a smaller one's idle instant, not fixed yet"]
 fn a_fleet_whose_keys_expire_within_a_case_keeps_each_client_within_its_bound() {
     let Some(server) = Server::start() else {
         return;

@@ -48,9 +48,12 @@
 //! (`%`, `{` and `}` as `%25`, `%7B` and `%7D`; an empty client as `%`),
 //! so the tag is never empty, no client id can change the slot or reach
 //! another client's key, and no two prefixes share a key. Every write sets
-//! the key to expire when its state becomes idle (a full bucket, a window
-//! that has passed, an empty log), so Redis holds only clients that still
-//! carry information.
+//! the key to expire when its state becomes idle (a window that has
+//! passed, an empty log), so Redis holds only clients that still carry
+//! information. A token bucket's key lingers a refill (capacity × the
+//! interval of a token, the longest of every quota that wrote it) past the
+//! instant the bucket is full again: full under a small quota is not full
+//! under a larger one, which carries the state on until then.
 //!
 //! # Time and exactness
 //!

@@ -323,17 +323,18 @@ fn a_shrunk_case_a_lease_outlives_another_replica_s_conversion() {
 }
 
 /// Found by the cluster drive, and on one server with quotas that refill
-/// within a case; not fixed yet. Two replicas hold a client to 16 and one
+/// within a case. Two replicas hold a client to 16 and one
 /// to 22: 6 checks on the third, 16 on the first (its state converted to
 /// 16, full at once), then after 317 ms one replica's quota is raised to
 /// 28 and it checks the client 18 times, twice. The first replica's write
 /// set the key to expire when its bucket of 16 was full again, so the
 /// raised replica finds no key, a bucket full at 28, where the state would
 /// have converted to 16 (credited with the refill since it filled): 50
-/// admitted where the bound over the case is 44. It fails within ten
-/// tries (kept ignored for the fix to run).
+/// admitted where the bound over the case is 44 (it failed within two
+/// tries). Every write now sets the key to linger, past its idle instant,
+/// the longest refill of the quotas that wrote it (here 22's): the raised
+/// replica carries the state on. Ten tries.
 #[test]
-#[ignore = "a known over-admission after a quota raise meets an expired key, not fixed yet"]
 fn a_shrunk_case_a_raise_finds_the_key_expired_at_the_lower_capacity() {
     let plain = Setup {
         lease_clients: 1,
@@ -379,10 +380,9 @@ fn a_shrunk_case_a_raise_finds_the_key_expired_at_the_lower_capacity() {
 /// at once, where the state would have converted to 3 plus the refill
 /// since it filled (about 8): 34 admitted where the bound is 32. A key
 /// kept a refill of its own bucket past its idle instant (60 ms here)
-/// would not be enough; a refill of the writer's largest tier (360 ms)
-/// would. Ten tries.
+/// would not be enough: it lingers the longest refill of every quota that
+/// wrote it since it was made (480 ms, the 24's). Ten tries.
 #[test]
-#[ignore = "a known over-admission after a quota raise meets an expired key, not fixed yet"]
 fn a_shrunk_case_a_raised_free_tier_finds_the_key_expired() {
     let plain = |caps| Setup {
         lease_clients: 1,

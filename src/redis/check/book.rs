@@ -387,9 +387,9 @@ impl<A: RedisAlgorithm> Inner<A> {
                 return Ok(Booked::TooLong(wait));
             }
             let serial = self.serial.fetch_add(1, crate::sync::Ordering::Relaxed);
-            let new = self.stamped(judged, &spec, next, serial);
+            let (new, linger) = self.stamped(judged, &stored, &spec, next, serial);
             let done = self
-                .cas(key, &stored.value, &new, None, expiry_ms(&ns, next))
+                .cas(key, &stored.value, &new, None, expiry_ms(&ns, next, linger))
                 .await?;
             if done != Cas::Written {
                 continue;
@@ -404,7 +404,7 @@ impl<A: RedisAlgorithm> Inner<A> {
             // before: the cancel takes the key out.
             let before = if settled.is_some() {
                 let undo = self.serial.fetch_add(1, crate::sync::Ordering::Relaxed);
-                let fresh = self.stamped(judged, &spec, word, undo);
+                let (fresh, _) = self.stamped(judged, &stored, &spec, word, undo);
                 match &stored.value {
                     Some(read) if same_but_writer(read, &fresh) => read.clone(),
                     _ => fresh,
@@ -415,7 +415,7 @@ impl<A: RedisAlgorithm> Inner<A> {
             let ticket = Ticket::Word {
                 wrote: Some(new),
                 before,
-                expiry: expiry_ms(&ns, word),
+                expiry: expiry_ms(&ns, word, linger),
                 generation,
             };
             return Ok(Booked::Granted {

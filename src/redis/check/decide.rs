@@ -530,14 +530,14 @@ impl<A: RedisAlgorithm> Inner<A> {
         if admitted.is_none() && !own {
             return Ok(Some(answer));
         }
-        let new = self.stamped(&request.judged, &spec, after, serial);
+        let (new, linger) = self.stamped(&request.judged, &stored, &spec, after, serial);
         let written = self
             .cas(
                 &request.key,
                 &stored.value,
                 &new,
                 None,
-                expiry_ms(&ns, after),
+                expiry_ms(&ns, after, linger),
             )
             .await?;
         Ok((written == Cas::Written).then_some(answer))
@@ -575,10 +575,19 @@ impl<A: RedisAlgorithm> Inner<A> {
         })
     }
 
-    /// The value of `word` under `judged`'s quota, written by this
-    /// limiter's call `serial`.
-    pub(super) fn stamped(&self, judged: &Judged, spec: &Spec, word: u128, serial: u64) -> String {
-        value_of(&judged.head(), serial, spec, word)
+    /// The value of `word` under `judged`'s quota, written over `stored`
+    /// by this limiter's call `serial`, and how long (ms) its key lingers
+    /// past its idle instant (see `Judged::head_over`).
+    pub(super) fn stamped(
+        &self,
+        judged: &Judged,
+        stored: &Stored,
+        spec: &Spec,
+        word: u128,
+        serial: u64,
+    ) -> (String, u64) {
+        let (head, linger) = judged.head_over(stored);
+        (value_of(&head, serial, spec, word), linger)
     }
 
     /// Writes `new` under `key` (`""` deletes the key) iff it still holds

@@ -48,8 +48,11 @@ pub(crate) struct TierQuota {
     pub(crate) quota: Quota,
     pub(crate) params: Params,
     pub(crate) generation: u64,
+    /// How long (ms) its keys linger past their idle instant
+    /// (`Spec::linger_ms`).
+    linger: u64,
     /// The tier it was set for, and the head of the values written under
-    /// it for a client of that tier (`settings|writer|tier:generation|`).
+    /// it for a client of that tier (`settings|tier:generation:linger|writer.`).
     tier: Tier,
     head: String,
 }
@@ -103,24 +106,40 @@ pub(crate) struct Judged {
 
 impl Judged {
     /// The head of the values written for this request's client:
-    /// `settings|tier:generation|writer.` (made once per quota for the
-    /// tier it was set for).
+    /// `settings|tier:generation:linger|writer.` (made once per quota for
+    /// the tier it was set for). The scripts write a key's longer linger
+    /// where they find one (see `lua::word_script`).
     pub(crate) fn head(&self) -> Cow<'_, str> {
+        self.head_lingering(0).0
+    }
+
+    /// The head of a value written over `stored`'s, and how long (ms) its
+    /// key lingers past its idle instant: the longer of the quota's
+    /// linger and the value's, so that a key remembers the longest refill
+    /// of every quota that wrote it until it expires (see
+    /// `Spec::linger_ms`).
+    pub(crate) fn head_over(&self, stored: &Stored) -> (Cow<'_, str>, u64) {
+        self.head_lingering(stored.linger())
+    }
+
+    fn head_lingering(&self, at_least: u64) -> (Cow<'_, str>, u64) {
         let quota = &self.quota;
-        if self.tier == quota.tier {
-            Cow::Borrowed(&quota.head)
+        let linger = quota.linger.max(at_least);
+        if self.tier == quota.tier && linger == quota.linger {
+            (Cow::Borrowed(&quota.head), linger)
         } else {
             let writer = quota.head.rsplit('|').next().unwrap_or(".");
             let writer = writer.strip_suffix('.').unwrap_or(writer);
-            Cow::Owned(head(&quota.stamp, writer, self.tier, quota.generation))
+            let head = head(&quota.stamp, writer, self.tier, quota.generation, linger);
+            (Cow::Owned(head), linger)
         }
     }
 }
 
 /// The head of the values a limiter writes:
-/// `settings|tier:generation|writer.` (the call's number follows).
-fn head(stamp: &str, writer: &str, tier: Tier, generation: u64) -> String {
-    format!("{stamp}|{tier}:{generation}|{writer}.")
+/// `settings|tier:generation:linger|writer.` (the call's number follows).
+fn head(stamp: &str, writer: &str, tier: Tier, generation: u64, linger: u64) -> String {
+    format!("{stamp}|{tier}:{generation}:{linger}|{writer}.")
 }
 
 impl Tiers {
@@ -130,7 +149,7 @@ impl Tiers {
         owner: String,
     ) -> Result<Self, ConfigError> {
         let mut first = quota_for::<A>(params, 0)?;
-        first.head = head(&first.stamp, &owner, 0, 0);
+        first.head = head(&first.stamp, &owner, 0, 0, first.linger);
         let max_capacity = first.spec.capacity();
         Ok(Self {
             table: RwLock::new(Table {
@@ -183,7 +202,7 @@ impl Tiers {
         table.quotas[slot] = Some(Arc::new(TierQuota {
             generation,
             tier,
-            head: head(&quota.stamp, &self.owner, tier, generation),
+            head: head(&quota.stamp, &self.owner, tier, generation, quota.linger),
             ..quota
         }));
         table.max_capacity = table
@@ -351,6 +370,7 @@ pub(crate) fn quota_for<A: RedisAlgorithm>(
     Ok(TierQuota {
         spec,
         stamp: spec.stamp(),
+        linger: spec.linger_ms(),
         tier: 0,
         head: String::new(),
         quota: Quota::new(limit, Duration::from_nanos(window)),

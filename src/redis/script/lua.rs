@@ -10,12 +10,13 @@
 //! `|`:
 //!
 //! ```text
-//! <settings>|<tier>:<generation>|<writer>.<call>|<state>|<state>…
+//! <settings>|<tier>:<generation>:<linger>|<writer>.<call>|<state>|<state>…
 //! ```
 //!
 //! - `settings`: the settings the state was written under
 //!   ([`Spec::stamp`]); `tier:generation`, the generation of the writer's
-//!   quota for the client's tier;
+//!   quota for the client's tier; `linger`, how long (ms) the key outlives
+//!   its state's idle instant (below; an earlier release wrote none);
 //! - `writer.call`: the writing limiter's id and the number of the call
 //!   that wrote it, so that no two writes leave the same value (a booking's
 //!   cancel, which writes back only over the very value the booking left,
@@ -32,11 +33,31 @@
 //! is answered `{-1}`, and the limiter converts it in Rust by the
 //! in-process rules ([`super::state`]) and writes it back by
 //! compare-and-set. Every write sets the key (`SET … PXAT`) to expire at
-//! the instant its state becomes idle, rounded up to the millisecond; a
-//! token bucket's scripts (and the slow path's read) read that expiry
-//! back, so that a key `MIGRATE` moved to a node whose clock differs
-//! (the expiry travels as a time to live) is carried onto that node's
-//! clock (`moved`).
+//! the first millisecond past the instant its state becomes idle, and its
+//! linger after that; a token bucket's scripts (and the slow path's read)
+//! read that expiry back, so that a key `MIGRATE` moved to a node whose
+//! clock differs (the expiry travels as a time to live) is carried onto
+//! that node's clock (`moved`).
+//!
+//! # How long a key lingers
+//!
+//! A bucket full at its idle instant is full under its own capacity only:
+//! a quota of a larger one (raised, a tier moved up, another replica's)
+//! carries it on from the tokens it held, crediting the refill since. A
+//! key gone at that instant would let the larger quota start a full
+//! bucket at once: over the bound of a span across both by up to the
+//! smaller capacity. So a bucket's key lingers, past its idle instant, the
+//! longest refill (capacity × interval) of every quota that wrote it since
+//! it was made ([`Spec::linger_ms`]): each write names the longer of its
+//! quota's and the one the value it read names. Every admission writes
+//! the key, so the linger is at least a refill of every quota that
+//! admitted; the admissions of a span exceed its refill by at most that
+//! quota's capacity, less what the bucket held at its idle instant, and a
+//! refill later the refill since covers any fresh bucket the bound of
+//! that span allows. The in-process store forgets a client as late: idle
+//! for its limiter's longest horizon. A window's state idle is the same
+//! under any settings: its linger is 0. Keys live that much longer in
+//! Redis, idle.
 //!
 //! # While a slot moves
 //!
@@ -50,7 +71,7 @@
 
 use super::moved::carried_lua;
 use super::packed::{is_packed, pack, text_lua, unpack};
-use super::spec::{Half, Spec, WordSpec};
+use super::spec::{Half, Spec, WordSpec, LINGER_MAX_MS};
 
 /// The helper every script starts with: an integer parser that tells
 /// absent (`nil`) from junk (`false`).
@@ -102,6 +123,13 @@ local now = tonumber(ARGV[#ARGV])
 /// (the instant) on a test clock, none on Redis's.
 fn clock_args(clock: &str) -> usize {
     usize::from(clock.contains("ARGV"))
+}
+
+/// The Lua reading the linger (ms) a head names (`settings|tier:
+/// generation:linger|writer.`; see `Spec::linger_ms`): how long past its
+/// idle instant a key written with it lingers.
+fn head_linger(head: &str) -> String {
+    format!("string.match({head}, ':(%d+)|[^|]*$') + 0")
 }
 
 /// The error reply for a value the limiter did not write (`what` goes in
@@ -185,7 +213,7 @@ fn state_vars(half: &Half, x: &str, n: &str) -> Vec<String> {
 /// A word algorithm's check (`write`) or peek: see the module docs.
 ///
 /// `ARGV`: each limit's two settings, then the head of the values the
-/// reader writes (`settings|tier:generation|writer.`), the call's number
+/// reader writes (`settings|tier:generation:linger|writer.`), the call's number
 /// and `cost`, left out for a cost of 1 (the most common: an argument
 /// less costs Redis about 2 k instructions, the string sent, read, and
 /// made a Lua string). The reply: `{-1}` for a state to
@@ -223,7 +251,7 @@ pub(crate) fn word_script(
     if write {
         lua.push_str(&format!(
             r"if allowed and cost > 0 then
-  redis.call('SET', key, HEAD .. ARGV[{id}] .. {value}, 'PXAT', fmt('%d', math.floor({idle} / 1000) + 1))
+  redis.call('SET', key, HEAD .. ARGV[{id}] .. {value}, 'PXAT', fmt('%d', math.floor({idle} / 1000) + 1 + DD))
 end
 ",
             id = base + 2,
@@ -299,7 +327,7 @@ if have < #KEYS then
   end
   alone = held > have
 end
-local function read(key, v, HEAD)
+local function read(key, v, HEAD, DD)
   if not v and alone then
     -- A value of another type (WRONGTYPE) is its client's alone: caught,
     -- so that it fails no other client's checks, and left to the
@@ -307,11 +335,11 @@ local function read(key, v, HEAD)
     v = redis.pcall('GET', key)
     if type(v) == 'table' then return -2 end
   end
-  local {vars}
+  local vd, {vars} = DD
   if v then
 {parse}
   end
-  return 1, {vars}
+  return 1, HEAD, DD, {vars}
 end
 ",
         vars = fields.join(", "),
@@ -353,10 +381,11 @@ end
     lua.push_str(&format!(
         r"local S, same = ARGV[1] + 0, false
 if S == 0 then S, same = 1, true end
-{tables}local H = {{}}
+{tables}local H, D = {{}}, {{}}
 for s = 1, S do
 local o = 1 + (s - 1) * {width}
 {fill}H[s] = ARGV[o + {width}]
+D[s] = {linger}
 end
 local p = 2 + S * {width}
 local id = ARGV[p]
@@ -374,8 +403,8 @@ if not same then
   end
   p = p + 1
 end
-{settings}local HEAD, key = H[si], KEYS[j]
-local st, {fields} = read(key, V[j], HEAD)
+{settings}local key = KEYS[j]
+local st, HEAD, DD, {fields} = read(key, V[j], H[si], D[si])
 n = n + 1
 out[n] = st
 if st == 1 then
@@ -396,7 +425,7 @@ if allowed and cost > 0 then
 end
 end
 if wrote then
-  redis.call('SET', key, HEAD .. id .. {value}, 'PXAT', fmt('%d', math.floor(last / 1000) + 1))
+  redis.call('SET', key, HEAD .. id .. {value}, 'PXAT', fmt('%d', math.floor(last / 1000) + 1 + DD))
 end
 end
 if not one then p = p + c end
@@ -412,6 +441,7 @@ return out
         next = next.join(", "),
         idle = word_idle(spec),
         value = state_value(&fields, packed),
+        linger = head_linger("H[s]"),
     ));
     lua
 }
@@ -505,6 +535,10 @@ fn word_read(spec: &Spec, clock: &str, moves: bool, args: &str) -> String {
     lua.push_str("local key = KEYS[1]\n");
     lua.push_str(args);
     lua.push_str(&format!(
+        "local DD = {}\nlocal vd = DD\n",
+        head_linger("HEAD")
+    ));
+    lua.push_str(&format!(
         "local v = redis.call('GET', key)\nlocal {vars}\nif v then\n{parse}\nend\n",
         vars = word_fields(spec).join(", "),
         parse = parse_state(spec, moves, "return {-1}", bad),
@@ -526,11 +560,20 @@ fn parse_state(spec: &Spec, moves: bool, convert: &str, bad: impl Fn(&str) -> St
   if string.find(v, HEAD, 1, true) == 1 then
     at = #HEAD + 1
   else
-    -- Another writer's state: read as it is if of the same settings.
-    local s, o = string.match(HEAD, '^([^|]*)|[^|]*|([^|]*)%.$')
+    -- Another writer's state, read as it is if of the same settings; or
+    -- this writer's under a longer linger, read as it is if of the same
+    -- tier and generation. The longer linger is kept.
+    local s, g, o = string.match(HEAD, '^([^|]*)|([^|]*):%d+|([^|]*)%.$')
     if string.find(v, s .. '|', 1, true) ~= 1 then {convert} end
-    local w, i = string.match(v, '^[^|]*|[^|]*|([^|.]*)%.()')
-    if w == nil or w == o then {convert} end
+    local f, w, i = string.match(v, '^[^|]*|([^|]*)|([^|.]*)%.()')
+    if w == nil then {convert} end
+    local fg, fd = string.match(f, '^(%d+:%d+):(%d+)$')
+    if w == o and fg ~= g then {convert} end
+    vd = math.min((fd or 0) + 0, {linger_max})
+    if vd > DD then
+      DD = vd
+      HEAD = s .. '|' .. g .. ':' .. fmt('%d', vd) .. '|' .. o .. '.'
+    end
     at = i
   end
   if {packed} then
@@ -543,6 +586,7 @@ fn parse_state(spec: &Spec, moves: bool, convert: &str, bad: impl Fn(&str) -> St
     if {over} then {bad_range} end
   end{bucket}",
         packed = is_packed(fields.len()),
+        linger_max = LINGER_MAX_MS,
         unpack = unpack(&fields, &bad("a number out of range")),
         vars = fields.join(", "),
         first = fields[0],
@@ -709,7 +753,7 @@ swap(ARGV[6] .. ':' .. fmt('%d:%d', from, e), e)
 redis.call('ZREMRANGEBYSCORE', lk, '-inf', now)
 local last = redis.call('ZRANGE', lk, -1, -1, 'WITHSCORES')
 redis.call('PEXPIREAT', lk, math.floor(tonumber(last[2]) / 1000) + 1)
-redis.call('SET', key, HEAD .. ARGV[4] .. '|' .. fmt('%d', e) .. '|' .. fmt('%d', r), 'PXAT', fmt('%d', math.floor(idle / 1000) + 1))
+redis.call('SET', key, HEAD .. ARGV[4] .. '|' .. fmt('%d', e) .. '|' .. fmt('%d', r), 'PXAT', fmt('%d', math.floor(idle / 1000) + 1 + DD))
 return {{g, s, e, now, from}}
 ",
         bad = bad("a TAT with more than 999 ns past its microseconds"),
@@ -746,13 +790,11 @@ pub(crate) fn lease_return_script(spec: &Spec, clock: &str, moves: bool) -> Stri
 local back = math.max(from, now)
 if back >= e then return {0, now} end
 local r = x2 or 0
-if back <= now and r == 0 then
-  redis.call('DEL', KEYS[1])
-else
-  local idle = back
-  if r > 0 then idle = back + 1 end
-  redis.call('SET', KEYS[1], HEAD .. ARGV[4] .. '|' .. fmt('%d', back) .. '|' .. fmt('%d', r), 'PXAT', fmt('%d', math.floor(idle / 1000) + 1))
-end
+-- Kept (a full bucket too) until a linger past its idle instant, as
+-- every write (see `word_script`).
+local idle = back
+if r > 0 then idle = back + 1 end
+redis.call('SET', KEYS[1], HEAD .. ARGV[4] .. '|' .. fmt('%d', back) .. '|' .. fmt('%d', r), 'PXAT', fmt('%d', math.floor(idle / 1000) + 1 + DD))
 return {e - back, now}
 ",
     );
@@ -783,11 +825,22 @@ local upto = now
 if last[2] then upto = math.max(now, tonumber(last[2])) end
 local existed = redis.call('EXISTS', key)
 if upto > now then
-  redis.call('SET', key, ARGV[1] .. ARGV[2] .. '|' .. fmt('%d', upto) .. '|0', 'PXAT', fmt('%d', math.floor(upto / 1000) + 1))
+  -- The key lingers as every write (see `word_script`): the longer of
+  -- the writer's linger and the one the value held names.
+  local HEAD, DD = ARGV[1], {linger}
+  local v = redis.pcall('GET', key)
+  local fd = type(v) == 'string' and string.match(v, '^[^|]*|%d+:%d+:(%d+)|')
+  if fd and math.min(fd + 0, {linger_max}) > DD then
+    DD = math.min(fd + 0, {linger_max})
+    HEAD = string.gsub(HEAD, ':%d+(|[^|]*)$', ':' .. fmt('%d', DD) .. '%1')
+  end
+  redis.call('SET', key, HEAD .. ARGV[2] .. '|' .. fmt('%d', upto) .. '|0', 'PXAT', fmt('%d', math.floor(upto / 1000) + 1 + DD))
 else
   redis.call('DEL', key)
 end
 return {{existed, now}}
-"
+",
+        linger = head_linger("ARGV[1]"),
+        linger_max = LINGER_MAX_MS,
     )
 }

@@ -32,6 +32,12 @@ pub(crate) const EXACT_MAX: u64 = (1 << 53) - 1;
 /// so that `now + window` stays below 2<sup>53</sup> until 2112.
 pub(crate) const SPAN_MAX_US: u64 = 1 << 52;
 
+/// The longest linger (ms) a key's value may name: a refill of
+/// [`SPAN_MAX_US`], the longest the builders allow (see
+/// [`Spec::linger_ms`]). A value naming more (not one a limiter wrote) is
+/// read as naming this.
+pub(crate) const LINGER_MAX_MS: u64 = SPAN_MAX_US.div_ceil(1_000);
+
 /// One limit as a word algorithm chosen at run time: the in-process twin
 /// of a token bucket (its interval in whole µs), a fixed window or a
 /// sliding window counter.
@@ -417,6 +423,27 @@ impl Spec {
             Self::Log { limit, .. } => *limit,
             _ => self.ns().map_or(0, |ns| ns.capacity()),
         }
+    }
+
+    /// How long (ms) a key written under these settings lingers past the
+    /// instant its state becomes idle: a token bucket's refill time,
+    /// capacity × interval, rounded up (a pair's longer; a window's and a
+    /// log's 0, their idle state the same under any settings). A bucket
+    /// full at that instant is full under its own capacity only: a reader
+    /// with a larger one would carry it on from there, and finding no key
+    /// would start fuller. Past a refill, a fresh bucket admits nothing
+    /// the bound of any span over the writes does not (see
+    /// `lua::word_script`). At most 2<sup>52</sup> µs (the builder's
+    /// limit on a refill), so an expiry with it stays below 2<sup>53</sup>
+    /// ms.
+    pub(crate) fn linger_ms(&self) -> u64 {
+        self.halves()
+            .iter()
+            .filter(|(h, _)| matches!(h.ns, WordSpec::Bucket(_)))
+            .map(|(h, _)| h.a.saturating_mul(h.b).div_ceil(1_000))
+            .max()
+            .unwrap_or(0)
+            .min(LINGER_MAX_MS)
     }
 
     /// The window over which the quota grants its capacity: the window, or

@@ -14,7 +14,7 @@
 use core::time::Duration;
 
 use super::moved::carried;
-use super::spec::{word_of, Half, Ns, Spec, WordSpec, EXACT_MAX, SPAN_MAX_US};
+use super::spec::{word_of, Half, Ns, Spec, WordSpec, EXACT_MAX, LINGER_MAX_MS, SPAN_MAX_US};
 use crate::algorithm::{SlidingWindowLog, Transitions};
 use crate::cell::{describe, look, Applied};
 use crate::decision::Decision;
@@ -196,16 +196,45 @@ impl Stored {
             .map(|v| v.split('|').next().unwrap_or(""))
     }
 
-    /// The writer's id and its `<tier>:<generation>`.
+    /// The writer's id and its `<tier>:<generation>` (the linger after
+    /// them left out).
     pub(crate) fn writer(&self) -> (Option<&str>, Option<&str>) {
         let mut fields = self.value.as_deref().map(|v| v.split('|').skip(1));
-        let generation = fields.as_mut().and_then(Iterator::next);
+        let generation = fields.as_mut().and_then(Iterator::next).map(|g| {
+            // `tier:generation:linger`; an earlier release wrote the first
+            // two alone.
+            match g.match_indices(':').nth(1) {
+                Some((at, _)) => &g[..at],
+                None => g,
+            }
+        });
         let writer = fields
             .as_mut()
             .and_then(Iterator::next)
             .and_then(|w| w.split_once('.'))
             .map(|(writer, _)| writer);
         (writer, generation)
+    }
+
+    /// How long (ms) the key lingers past its state's idle instant, as its
+    /// writer wrote it (see `Spec::linger_ms`): 0 for no key, and for a
+    /// value without one (an earlier release's, which expired at the idle
+    /// instant).
+    pub(crate) fn linger(&self) -> u64 {
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        let Some(field) = self.value.as_deref().and_then(|v| v.split('|').nth(1)) else {
+            return 0;
+        };
+        // As the scripts read it: `<digits>:<digits>:<digits>`, else none.
+        let parts: Vec<&str> = field.split(':').collect();
+        match parts[..] {
+            [tier, generation, linger] if digits(tier) && digits(generation) && digits(linger) => {
+                linger
+                    .parse::<u64>()
+                    .map_or(LINGER_MAX_MS, |l| l.min(LINGER_MAX_MS))
+            }
+            _ => 0,
+        }
     }
 
     /// The state's in-process word under `spec`, the settings it was
@@ -233,7 +262,7 @@ impl Stored {
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let values = match (spec, half.ns) {
-                (Spec::One(_), WordSpec::Bucket(_)) => carried(&values, self.expiry),
+                (Spec::One(_), WordSpec::Bucket(_)) => carried(&values, self.expiry, self.linger()),
                 _ => values,
             };
             words.push(half_word(&half, &values)?);
@@ -244,7 +273,7 @@ impl Stored {
 }
 
 /// The value a word algorithm's key holds for `word` under `spec`, written
-/// by call `call`: the head (`settings|tier:generation|writer.`), the
+/// by call `call`: the head (`settings|tier:generation:linger|writer.`), the
 /// call, the state.
 pub(crate) fn value_of(head: &str, call: u64, spec: &Spec, word: u128) -> String {
     let halves = spec.halves();
@@ -274,14 +303,16 @@ pub(crate) fn same_but_writer(a: &str, b: &str) -> bool {
     }
 }
 
-/// The instant (ms, rounded up past it) at which `word` becomes idle under
-/// `ns`, for `PEXPIREAT`; 0 for a word idle at every instant.
-pub(crate) fn expiry_ms(ns: &Ns, word: u128) -> u64 {
+/// The instant (ms) at which a key holding `word` under `ns` expires, for
+/// `PEXPIREAT`: the first ms past the instant it becomes idle, and
+/// `linger` ms more (see `Spec::linger_ms`); 0 for a word idle at every
+/// instant (no state: no key).
+pub(crate) fn expiry_ms(ns: &Ns, word: u128, linger: u64) -> u64 {
     let idle = ns.idle_at(word);
     if idle == 0 {
         0
     } else {
-        idle / 1_000_000 + 1
+        idle / 1_000_000 + 1 + linger
     }
 }
 
@@ -493,5 +524,29 @@ mod tests {
         assert!(!super::same_but_writer(a, "tb:7:5|0:4|w1.17|1000|5"));
         assert!(!super::same_but_writer(a, "tb:7:5|0:3|w1.17|1000"));
         assert!(!super::same_but_writer(a, "tb:7:5|0:3|w1.17|1000|5|0"));
+    }
+
+    #[test]
+    fn a_value_names_its_linger_or_none_as_the_scripts_read_it() {
+        let at = |value: &str| Stored {
+            now: 0,
+            expiry: -1,
+            leased: None,
+            value: Some(value.to_owned()),
+        };
+        let v = at("tb:7:5|2:3:60000|w1.17|1000|5");
+        assert_eq!(v.linger(), 60_000);
+        assert_eq!(v.writer(), (Some("w1"), Some("2:3")));
+        // An earlier release's: none, its generation as it was.
+        let old = at("tb:7:5|2:3|w1.17|1000|5");
+        assert_eq!((old.linger(), old.writer().1), (0, Some("2:3")));
+        // Anything but three runs of digits names none; more than the
+        // longest a limiter writes, the longest.
+        for junk in ["2:3:", "2:3:6x", ":3:6", "2:3:6:7", "2:3:-6"] {
+            assert_eq!(at(&format!("tb:7:5|{junk}|w1.17|1000|5")).linger(), 0, "{junk}");
+        }
+        let long = at("tb:7:5|2:3:99999999999999999999999|w1.17|1000|5");
+        assert_eq!(long.linger(), LINGER_MAX_MS);
+        assert_eq!(Stored { value: None, ..v }.linger(), 0);
     }
 }

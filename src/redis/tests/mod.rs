@@ -5,6 +5,7 @@ mod batch_equal;
 mod breaker;
 mod differ;
 mod lease_exact;
+mod linger;
 mod lua_equal;
 mod outage;
 mod testing;
