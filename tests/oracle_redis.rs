@@ -27,6 +27,9 @@
 //!   while they go on, a replica's process killed and started again;
 //!   pauses; the server stopped while each replica checks; on patient
 //!   replicas, slow replies (`CLIENT PAUSE` well within their timeout);
+//!   on the cluster, where asked (`ORACLE_RESHARD=1`), a client's slot
+//!   moved to a node whose clock differs while the operations go on
+//!   (`reshard.rs`);
 //! - one client's checks all at once (a batch that spends it), and a
 //!   hash under one client's key while every client checks at once.
 //!
@@ -41,7 +44,9 @@
 //! `Local` replica's fallback may have held of the client when it decided
 //! in process: its share of what Redis last told it was left (a share of
 //! the slack under the bound then), or its full share for a client it
-//! never heard of, plus its refill. A booking counts from its operation
+//! never heard of, plus its refill; and for each move of a client's slot
+//! to a node whose clock differs, `⌈3 ms / T⌉` units and the units leased
+//! out then. A booking counts from its operation
 //! on, and stops counting where its cancel says it was given back.
 //!
 //! And, answer by answer (`oracle_redis/told.rs`, `oracle_redis/faults.rs`):
@@ -59,6 +64,8 @@
 #[path = "oracle_redis/faults.rs"]
 mod faults;
 mod redis_server;
+#[path = "oracle_redis/reshard.rs"]
+mod reshard;
 #[path = "oracle_redis/shrunk.rs"]
 mod shrunk;
 #[path = "oracle_redis/told.rs"]
@@ -230,8 +237,17 @@ impl Family for Log {
 const FAST: Duration = Duration::from_millis(20);
 /// How far each primary's clock runs ahead of the host's, ms. With three
 /// primaries, the hash tags `c0` and `c3` live on the second (300 ms
-/// ahead), `c1` on the third (2 s ahead) and `c2` on the first.
+/// ahead), `c1` on the third (2 s ahead) and `c2` on the first, until a
+/// case moves their slots.
 const SHIFTS_MS: [i64; 3] = [0, 300, 2_000];
+
+/// What a case runs on: a connection, the server where a case may kill it,
+/// and the cluster where a case may move slots between its nodes.
+type Fleet<'a> = (
+    &'a RedisConnection,
+    Option<&'a Arc<Mutex<Server>>>,
+    Option<&'a Arc<Cluster>>,
+);
 
 /// How one replica is built.
 #[derive(Clone, Debug)]
@@ -360,6 +376,14 @@ enum Op {
         c: usize,
         n: usize,
     },
+    /// On a cluster, client `c`'s slot moved to node `to` (or the next
+    /// node, if it is there), by `MIGRATE` a key at a time while the
+    /// operations after this one go on (a live reshard, `ASK` and `MOVED`
+    /// redirections on the way), to a node whose clock differs.
+    Reshard {
+        c: usize,
+        to: usize,
+    },
 }
 
 fn setup() -> impl Strategy<Value = Setup> {
@@ -416,6 +440,7 @@ fn op(long: bool) -> impl Strategy<Value = Op> {
         2 => (r.clone(), c.clone()).prop_map(|(r, c)| Op::Reset { r, c }),
         1 => (r.clone(), c.clone()).prop_map(|(r, c)| Op::Remove { r, c }),
         2 => (r, 0..2u16, 2..=32u64).prop_map(|(r, tier, cap)| Op::SetQuota { r, tier, cap }),
+        1 => (c.clone(), 0..3usize).prop_map(|(c, to)| Op::Reshard { c, to }),
         2 => (c, 0..2u16).prop_map(|(c, tier)| Op::Move { c, tier }),
         1 => (0..=30u64).prop_map(|ms| Op::Pause { ms }),
         often => far.prop_map(|ms| Op::Pause { ms }),
@@ -483,6 +508,12 @@ struct Case<F: Family> {
     server: Option<Arc<Mutex<Server>>>,
     /// The start of a server killed, under way.
     starting: Option<std::thread::JoinHandle<()>>,
+    /// The cluster, where the case may move slots, and the move under way.
+    cluster: Option<Arc<Cluster>>,
+    moving: Option<std::thread::JoinHandle<()>>,
+    /// Per client, what the guide allows over the bound for its slot's
+    /// moves between nodes whose clocks differ (`reshard.rs`).
+    moved: [u64; CLIENTS],
     /// The replicas' prefix.
     name: String,
     setups: Vec<Setup>,
@@ -535,6 +566,9 @@ impl<F: Family> Case<F> {
             conn: conn.clone(),
             server: None,
             starting: None,
+            cluster: None,
+            moving: None,
+            moved: [0; CLIENTS],
             name: name.to_owned(),
             setups: setups.to_vec(),
             interval,
@@ -742,6 +776,7 @@ impl<F: Family> Case<F> {
             Op::Pause { ms } => tokio::time::sleep(Duration::from_millis(ms)).await,
             Op::Down => self.down().await?,
             Op::Foreign { r, c, n } => self.foreign(r, c, n).await?,
+            Op::Reshard { c, to } => self.reshard(c, to),
             Op::Restart { r } => {
                 let fresh = self.start(r);
                 drop(std::mem::replace(&mut self.replicas[r], fresh));
@@ -831,6 +866,7 @@ impl<F: Family> Case<F> {
         if let Some(starting) = self.starting.take() {
             starting.join().unwrap();
         }
+        self.moves_done();
     }
 
     /// Replica `r`'s share of the capacity it holds client `c` to: what
@@ -845,7 +881,7 @@ impl<F: Family> Case<F> {
     /// admissions are within its allowance).
     fn slack(&self) -> [u64; CLIENTS] {
         std::array::from_fn(|c| {
-            let more = self.allowance + self.local[c];
+            let more = self.allowance + self.local[c] + self.moved[c];
             self.marks[c]
                 .iter()
                 .map(|m| (self.bound(m) + more).saturating_sub(m.admitted))
@@ -966,19 +1002,20 @@ impl<F: Family> Case<F> {
     fn check_bounds(&self) -> Result<(), String> {
         for (c, marks) in self.marks.iter().enumerate() {
             for m in marks {
-                let bound = self.bound(m) + self.allowance + self.local[c];
+                let bound = self.bound(m) + self.allowance + self.local[c] + self.moved[c];
                 if m.admitted <= bound {
                     continue;
                 }
                 return Err(format!(
                     "client {c}: {} admitted from operation {} on against a bound of {bound} \
                      (largest capacity held to {}, {} allowed for flushes and `FailOpen`, {} \
-                     for `Local` fallbacks); stats {:?}\n{}",
+                     for `Local` fallbacks, {} for slot moves); stats {:?}\n{}",
                     m.admitted,
                     m.op,
                     m.most,
                     self.allowance,
                     self.local[c],
+                    self.moved[c],
                     self.replicas.iter().map(|r| r.stats()).collect::<Vec<_>>(),
                     self.log.join("\n"),
                 ));
@@ -998,7 +1035,7 @@ fn cases() -> u32 {
 /// Runs `ops` on replicas built as `setups`, under the prefix `name`:
 /// the first span over its bound, if any.
 async fn run<F: Family>(
-    (conn, server): (&RedisConnection, Option<&Arc<Mutex<Server>>>),
+    (conn, server, cluster): Fleet<'_>,
     name: &str,
     (setups, interval): (&[Setup], Duration),
     ops: &[Op],
@@ -1011,6 +1048,7 @@ async fn run<F: Family>(
     };
     let mut case = Case::<F>::build(conn, name, setups, (interval, timeout));
     case.server = server.cloned();
+    case.cluster = cluster.cloned();
     let result = run_case(&mut case, ops).await;
     // The server running again for the next case.
     case.started();
@@ -1037,20 +1075,38 @@ async fn run_case<F: Family>(case: &mut Case<F>, ops: &[Op]) -> Result<(), Strin
 /// One operation, or (where `spent`) also, as often, a client spent in
 /// one batch on a replica, an outage, and that client's checks on the
 /// same replica through it: the fallback must start from what the batch's
-/// answers said was left.
-fn chunk(op: impl Strategy<Value = Op> + 'static, spent: bool) -> BoxedStrategy<Vec<Op>> {
+/// answers said was left. Or (where `moved`) also, as often, a client
+/// spent, its slot moved to another node, and its checks again while the
+/// move goes on: a bucket judged on the new node's clock as written would
+/// be full again on a node ahead.
+fn chunk(
+    op: impl Strategy<Value = Op> + 'static,
+    spent: bool,
+    moved: bool,
+) -> BoxedStrategy<Vec<Op>> {
     let one = op.prop_map(|op| vec![op]);
-    if !spent {
-        return one.boxed();
+    if spent {
+        let spent =
+            (0..REPLICAS, 0..CLIENTS, 8..=40usize, 100..=400u64).prop_map(|(r, c, n, ms)| {
+                vec![
+                    Op::Burst { r, c, n },
+                    Op::Outage { ms },
+                    Op::Run { r, c, n: n / 2 },
+                ]
+            });
+        return prop_oneof![4 => one, 1 => spent].boxed();
     }
-    let spent = (0..REPLICAS, 0..CLIENTS, 8..=40usize, 100..=400u64).prop_map(|(r, c, n, ms)| {
-        vec![
-            Op::Burst { r, c, n },
-            Op::Outage { ms },
-            Op::Run { r, c, n: n / 2 },
-        ]
-    });
-    prop_oneof![4 => one, 1 => spent].boxed()
+    if moved {
+        let moved = (0..REPLICAS, 0..CLIENTS, 0..3usize, 16..=40usize).prop_map(|(r, c, to, n)| {
+            vec![
+                Op::Run { r, c, n },
+                Op::Reshard { c, to },
+                Op::Run { r, c, n },
+            ]
+        });
+        return prop_oneof![4 => one, 1 => moved].boxed();
+    }
+    one.boxed()
 }
 
 /// What a drive draws.
@@ -1070,6 +1126,8 @@ struct Drive {
     local: bool,
     /// Replicas may lease (as drawn); else none does.
     leases: bool,
+    /// Clients' slots moved between the cluster's nodes (`reshard.rs`).
+    reshard: bool,
 }
 
 impl Drive {
@@ -1081,6 +1139,7 @@ impl Drive {
             down: false,
             local: false,
             leases: true,
+            reshard: false,
         }
     }
 }
@@ -1088,12 +1147,7 @@ impl Drive {
 /// The state machine on `conn`, quotas of one unit per `interval`,
 /// `FLUSHALL`, outages and the server killed (where it is given) among the
 /// operations if `faults`.
-fn drive<F: Family>(
-    rt: &tokio::runtime::Runtime,
-    conn: (&RedisConnection, Option<&Arc<Mutex<Server>>>),
-    drive: Drive,
-    cases: u32,
-) {
+fn drive<F: Family>(rt: &tokio::runtime::Runtime, conn: Fleet<'_>, drive: Drive, cases: u32) {
     let Drive {
         interval,
         faults,
@@ -1101,6 +1155,7 @@ fn drive<F: Family>(
         down,
         local,
         leases,
+        reshard,
     } = drive;
     let mut runner = TestRunner::new(Config {
         cases,
@@ -1115,6 +1170,7 @@ fn drive<F: Family>(
         Op::Flush { .. } | Op::Outage { .. } | Op::Kill { .. } => faults,
         Op::Slow { .. } => !faults,
         Op::Down => down,
+        Op::Reshard { .. } => reshard,
         _ => true,
     });
     let strategy = (
@@ -1138,7 +1194,7 @@ fn drive<F: Family>(
             }),
             REPLICAS,
         ),
-        prop::collection::vec(chunk(ops, local), 1..40).prop_map(|chunks| chunks.concat()),
+        prop::collection::vec(chunk(ops, local, reshard), 1..40).prop_map(|chunks| chunks.concat()),
     );
     let result = runner.run(&strategy, |(setups, ops)| {
         // Relaxed: a counter for unique names, on this thread.
@@ -1165,7 +1221,7 @@ fn a_fleet_built_every_way_keeps_each_client_within_its_bound() {
     let server = Arc::new(Mutex::new(server));
     drive::<Bucket>(
         &rt,
-        (&conn, Some(&server)),
+        (&conn, Some(&server), None),
         Drive::new(INTERVAL, true),
         cases(),
     );
@@ -1184,7 +1240,7 @@ fn a_fleet_of_windows_built_every_way_keeps_each_client_within_its_bound() {
     let rt = runtime();
     let conn = rt.block_on(server.manager()).into();
     let server = Arc::new(Mutex::new(server));
-    let fleet = (&conn, Some(&server));
+    let fleet = (&conn, Some(&server), None);
     let cases = cases().div_ceil(4);
     drive::<Fixed>(&rt, fleet, Drive::new(DAY, true), cases);
     drive::<Counter>(&rt, fleet, Drive::new(DAY, true), cases);
@@ -1196,8 +1252,10 @@ fn a_fleet_of_windows_built_every_way_keeps_each_client_within_its_bound() {
 /// (an `LD_PRELOAD` shim over two of them: [`SHIFTS_MS`]), quotas of a
 /// unit per 20 ms: each client's bucket lives on its own node's clock, and
 /// the bound counts the refill over each span. No `FLUSHALL` (it would
-/// reach one node). No replica leases here. Quotas that refill within a
-/// case let a bucket's key expire, a linger past its idle instant (see
+/// reach one node). No replica leases here. With `ORACLE_RESHARD=1`,
+/// clients' slots move between the nodes while the operations go on, each
+/// move within the guide's `⌈3 ms / T⌉` units (`reshard.rs`). Quotas that refill within a case let
+/// a bucket's key expire, a linger past its idle instant (see
 /// `shrunk::a_shrunk_case_a_raise_finds_the_key_expired_at_the_lower_capacity`).
 #[test]
 fn a_fleet_on_a_cluster_with_a_node_s_clock_ahead_keeps_each_client_within_its_bound() {
@@ -1205,7 +1263,7 @@ fn a_fleet_on_a_cluster_with_a_node_s_clock_ahead_keeps_each_client_within_its_b
 }
 
 /// As above, the replicas leasing as drawn: each client's leases are spent
-/// on its own node's clock.
+/// on its own node's clock. No slot moves.
 #[test]
 fn a_leasing_fleet_on_a_cluster_with_a_node_s_clock_ahead_keeps_each_client_within_its_bound() {
     on_the_cluster(true);
@@ -1227,7 +1285,7 @@ fn a_fleet_whose_keys_expire_within_a_case_keeps_each_client_within_its_bound() 
         leases: true,
         ..Drive::new(FAST, false)
     };
-    drive::<Bucket>(&rt, (&conn, None), how, cases().div_ceil(5));
+    drive::<Bucket>(&rt, (&conn, None, None), how, cases().div_ceil(5));
 }
 
 /// The cluster drive, replicas leasing or not.
@@ -1237,13 +1295,23 @@ fn on_the_cluster(leases: bool) {
     };
     let rt = runtime();
     let conn = rt.block_on(cluster.connection()).into();
+    let cluster = Arc::new(cluster);
     // A fifth of the cases: its long pauses make a case last seconds.
     let how = Drive {
         long: true,
         leases,
+        // Slots moved only when asked (`ORACLE_RESHARD=1`), in the plain
+        // drive: on the test's clusters a node names a moved slot's old
+        // owner again a second or more after every node agreed on the new
+        // one (about once a run), and while they disagree a node that
+        // wrongly holds the slot starts its client afresh, or the
+        // client's checks go round in `MOVED` redirections (see
+        // docs/VERIFICATION.md). Not a fault of the limiter's, and not in
+        // CI until the test's moves keep the cluster's nodes agreed.
+        reshard: !leases && std::env::var_os("ORACLE_RESHARD").is_some_and(|v| v == "1"),
         ..Drive::new(FAST, false)
     };
-    drive::<Bucket>(&rt, (&conn, None), how, cases().div_ceil(5));
+    drive::<Bucket>(&rt, (&conn, None, Some(&cluster)), how, cases().div_ceil(5));
 }
 
 /// Quotas that refill within a case (a unit per 20 ms, a bucket of 16 to
@@ -1274,7 +1342,7 @@ fn on_a_server(drives: &[(Drive, u32)]) {
     let conn = rt.block_on(server.manager()).into();
     let server = Arc::new(Mutex::new(server));
     for &(how, cases) in drives {
-        drive::<Bucket>(&rt, (&conn, Some(&server)), how, cases);
+        drive::<Bucket>(&rt, (&conn, Some(&server), None), how, cases);
     }
 }
 

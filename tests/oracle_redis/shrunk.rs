@@ -28,7 +28,7 @@ fn shrunk(name: &str, setups: &[Setup], ops: &[Op]) {
     let rt = runtime();
     rt.block_on(async {
         let conn = server.manager().await.into();
-        let fleet = (&conn, None);
+        let fleet = (&conn, None, None);
         if let Err(failure) = run::<Bucket>(fleet, &prefix(name), (setups, INTERVAL), ops).await {
             panic!("{failure}");
         }
@@ -43,7 +43,7 @@ fn shrunk_refilling(name: &str, setups: &[Setup], ops: &[Op]) {
     runtime().block_on(async {
         let conn = server.manager().await.into();
         let name = prefix(name);
-        if let Err(failure) = run::<Bucket>((&conn, None), &name, (setups, FAST), ops).await {
+        if let Err(failure) = run::<Bucket>((&conn, None, None), &name, (setups, FAST), ops).await {
             panic!("{failure}");
         }
     });
@@ -58,7 +58,7 @@ fn shrunk_on_cluster(name: &str, setups: &[Setup], ops: &[Op]) {
     runtime().block_on(async {
         let conn = cluster.connection().await.into();
         let name = prefix(name);
-        if let Err(failure) = run::<Bucket>((&conn, None), &name, (setups, FAST), ops).await {
+        if let Err(failure) = run::<Bucket>((&conn, None, None), &name, (setups, FAST), ops).await {
             panic!("{failure}");
         }
     });

@@ -543,7 +543,11 @@ mod tests {
         // Anything but three runs of digits names none; more than the
         // longest a limiter writes, the longest.
         for junk in ["2:3:", "2:3:6x", ":3:6", "2:3:6:7", "2:3:-6"] {
-            assert_eq!(at(&format!("tb:7:5|{junk}|w1.17|1000|5")).linger(), 0, "{junk}");
+            assert_eq!(
+                at(&format!("tb:7:5|{junk}|w1.17|1000|5")).linger(),
+                0,
+                "{junk}"
+            );
         }
         let long = at("tb:7:5|2:3:99999999999999999999999|w1.17|1000|5");
         assert_eq!(long.linger(), LINGER_MAX_MS);
