@@ -27,9 +27,8 @@
 //!   while they go on, a replica's process killed and started again;
 //!   pauses; the server stopped while each replica checks; on patient
 //!   replicas, slow replies (`CLIENT PAUSE` well within their timeout);
-//!   on the cluster, where asked (`ORACLE_RESHARD=1`), a client's slot
-//!   moved to a node whose clock differs while the operations go on
-//!   (`reshard.rs`);
+//!   on the cluster, a client's slot moved to a node whose clock differs
+//!   while the operations go on (`reshard.rs`);
 //! - one client's checks all at once (a batch that spends it), and a
 //!   hash under one client's key while every client checks at once.
 //!
@@ -1252,9 +1251,9 @@ fn a_fleet_of_windows_built_every_way_keeps_each_client_within_its_bound() {
 /// (an `LD_PRELOAD` shim over two of them: [`SHIFTS_MS`]), quotas of a
 /// unit per 20 ms: each client's bucket lives on its own node's clock, and
 /// the bound counts the refill over each span. No `FLUSHALL` (it would
-/// reach one node). No replica leases here. With `ORACLE_RESHARD=1`,
-/// clients' slots move between the nodes while the operations go on, each
-/// move within the guide's `⌈3 ms / T⌉` units (`reshard.rs`). Quotas that refill within a case let
+/// reach one node). No replica leases here. Clients' slots move between
+/// the nodes while the operations go on, each move within the guide's
+/// `⌈3 ms / T⌉` units (`reshard.rs`). Quotas that refill within a case let
 /// a bucket's key expire, a linger past its idle instant (see
 /// `shrunk::a_shrunk_case_a_raise_finds_the_key_expired_at_the_lower_capacity`).
 #[test]
@@ -1263,7 +1262,8 @@ fn a_fleet_on_a_cluster_with_a_node_s_clock_ahead_keeps_each_client_within_its_b
 }
 
 /// As above, the replicas leasing as drawn: each client's leases are spent
-/// on its own node's clock. No slot moves.
+/// on its own node's clock, and its slot's moves allow the units leased
+/// out at each.
 #[test]
 fn a_leasing_fleet_on_a_cluster_with_a_node_s_clock_ahead_keeps_each_client_within_its_bound() {
     on_the_cluster(true);
@@ -1300,15 +1300,7 @@ fn on_the_cluster(leases: bool) {
     let how = Drive {
         long: true,
         leases,
-        // Slots moved only when asked (`ORACLE_RESHARD=1`), in the plain
-        // drive: on the test's clusters a node names a moved slot's old
-        // owner again a second or more after every node agreed on the new
-        // one (about once a run), and while they disagree a node that
-        // wrongly holds the slot starts its client afresh, or the
-        // client's checks go round in `MOVED` redirections (see
-        // docs/VERIFICATION.md). Not a fault of the limiter's, and not in
-        // CI until the test's moves keep the cluster's nodes agreed.
-        reshard: !leases && std::env::var_os("ORACLE_RESHARD").is_some_and(|v| v == "1"),
+        reshard: true,
         ..Drive::new(FAST, false)
     };
     drive::<Bucket>(&rt, (&conn, None, Some(&cluster)), how, cases().div_ceil(5));

@@ -62,6 +62,7 @@ impl<F: Family> Case<F> {
             "  slot {slot} from node {from} to {to}: {carried} carried, {leased} leased allowed"
         ));
         self.moving = Some(std::thread::spawn(move || {
+            epochs_agreed(&cluster);
             move_slot(&cluster, slot, from, to, Duration::from_millis(2));
             settled(&cluster, slot, to);
         }));
@@ -105,6 +106,7 @@ fn settled(cluster: &Cluster, slot: u16, to: usize) {
             }
         }
         if all {
+            epochs_agreed(cluster);
             return;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -112,6 +114,47 @@ fn settled(cluster: &Cluster, slot: u16, to: usize) {
     disagreed(format!(
         "the cluster's nodes do not agree that node {to} holds slot {slot} after {AGREED_WITHIN:?}"
     ));
+}
+
+/// Waits until every node of `cluster` knows every node's config epoch
+/// alike. A move's target takes an epoch above every one it knows when it
+/// takes the slot; were another node's higher epoch still on its way to
+/// it, the old owner's claim on the slot, sent before it let the slot go,
+/// would win over the target's on arrival, and the two nodes would each
+/// name the other as the slot's owner.
+fn epochs_agreed(cluster: &Cluster) {
+    let started = Instant::now();
+    loop {
+        let views: Vec<Option<Vec<(String, String)>>> = cluster
+            .nodes
+            .iter()
+            .map(|node| {
+                let table: String = redis::cmd("CLUSTER")
+                    .arg("NODES")
+                    .query(&mut node.sync())
+                    .ok()?;
+                let mut epochs: Vec<(String, String)> = table
+                    .lines()
+                    .filter_map(|line| {
+                        let fields: Vec<&str> = line.split_whitespace().collect();
+                        (fields.len() > 6).then(|| (fields[0].to_owned(), fields[6].to_owned()))
+                    })
+                    .collect();
+                epochs.sort();
+                Some(epochs)
+            })
+            .collect();
+        if views.iter().all(|v| v.is_some() && *v == views[0]) {
+            return;
+        }
+        if started.elapsed() >= AGREED_WITHIN {
+            disagreed(format!(
+                "the cluster's nodes do not agree on each other's config epochs after \
+                 {AGREED_WITHIN:?}: {views:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Fails the test, and every later move of this run at once (so that
@@ -220,9 +263,9 @@ fn owner_seen(cluster: &Cluster, view: &mut redis::Connection, slot: u16) -> Opt
             continue;
         }
         for range in &fields[8..] {
-            if range.starts_with('[') {
+            if let Some(moving) = range.strip_prefix('[') {
                 // `[slot->-id]` or `[slot-<-id]`: a move under way.
-                if range[1..].split('-').next() == Some(&slot.to_string()) {
+                if moving.split('-').next() == Some(&slot.to_string()) {
                     return None;
                 }
                 continue;

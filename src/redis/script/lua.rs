@@ -127,9 +127,38 @@ fn clock_args(clock: &str) -> usize {
 
 /// The Lua reading the linger (ms) a head names (`settings|tier:
 /// generation:linger|writer.`; see `Spec::linger_ms`): how long past its
-/// idle instant a key written with it lingers.
+/// idle instant a key written with it lingers. For the reset alone, which
+/// is sent no settings: a pattern match costs `redis-server` several
+/// thousand instructions, so the checks work it out from the settings
+/// ([`settings_linger`]).
 fn head_linger(head: &str) -> String {
-    format!("string.match({head}, ':(%d+)|[^|]*$') + 0")
+    format!("string.match({head}, '^[^|]*|%d+:%d+:(%d+)|') + 0")
+}
+
+/// The Lua working out into `DD` the linger (ms) of the settings `a<x>`,
+/// `b<x>` of each limit (the expressions `settings(i)` gives for limit
+/// `i`), exactly as `Spec::linger_ms` does: the longest refill of its
+/// buckets, ⌈a · b / 1 000⌉ (a · b ≤ 2<sup>52</sup>: exact in a double,
+/// the floor division corrected as `fdiv`'s), 0 with none. The head the
+/// limiter sends names the same.
+fn settings_linger(spec: &Spec, settings: impl Fn(usize) -> (String, String)) -> String {
+    let mut lua = String::from("local DD = 0\n");
+    for (i, (half, _)) in spec.halves().iter().enumerate() {
+        if !matches!(half.ns, WordSpec::Bucket(_)) {
+            continue;
+        }
+        let (a, b) = settings(i);
+        lua.push_str(&format!(
+            r"do
+  local n = {a} * {b} + 999
+  local q = math.floor(n / 1000)
+  if q * 1000 > n then q = q - 1 elseif (q + 1) * 1000 <= n then q = q + 1 end
+  if q > DD then DD = q end
+end
+"
+        ));
+    }
+    lua
 }
 
 /// The error reply for a value the limiter did not write (`what` goes in
@@ -242,7 +271,6 @@ pub(crate) fn word_script(
             n = base + 2 + clock_args(clock),
         ),
     );
-    lua.push_str(&word_settings(spec));
     for (half, x) in &halves {
         lua.push_str(&half_lua(half, x));
     }
@@ -385,7 +413,7 @@ if S == 0 then S, same = 1, true end
 for s = 1, S do
 local o = 1 + (s - 1) * {width}
 {fill}H[s] = ARGV[o + {width}]
-D[s] = {linger}
+{linger}D[s] = DD
 end
 local p = 2 + S * {width}
 local id = ARGV[p]
@@ -441,7 +469,10 @@ return out
         next = next.join(", "),
         idle = word_idle(spec),
         value = state_value(&fields, packed),
-        linger = head_linger("H[s]"),
+        linger = settings_linger(spec, |i| {
+            let x = halves[i].1;
+            (format!("A{x}[s]"), format!("B{x}[s]"))
+        }),
     ));
     lua
 }
@@ -524,8 +555,10 @@ fn uses_windows(spec: &Spec) -> bool {
 }
 
 /// What a word algorithm's scripts start with: the clock, `args` (which
-/// defines `HEAD`), and the key's state read into the field variables
-/// (`nil` for no key), or `{-1}` answered for a state to convert.
+/// defines `HEAD`), each limit's settings (`a<x>`, `b<x>`: every such
+/// script is sent them first) and the linger they give (`DD`), and the
+/// key's state read into the field variables (`nil` for no key), or `{-1}`
+/// answered for a state to convert.
 fn word_read(spec: &Spec, clock: &str, moves: bool, args: &str) -> String {
     let mut lua = String::from("\nlocal fmt = string.format\n");
     if uses_windows(spec) {
@@ -534,10 +567,15 @@ fn word_read(spec: &Spec, clock: &str, moves: bool, args: &str) -> String {
     lua.push_str(clock);
     lua.push_str("local key = KEYS[1]\n");
     lua.push_str(args);
-    lua.push_str(&format!(
-        "local DD = {}\nlocal vd = DD\n",
-        head_linger("HEAD")
-    ));
+    // Every script reading a word's key is sent each limit's settings
+    // first.
+    lua.push_str(&word_settings(spec));
+    let halves = spec.halves();
+    lua.push_str(&settings_linger(spec, |i| {
+        let x = halves[i].1;
+        (format!("a{x}"), format!("b{x}"))
+    }));
+    lua.push_str("local vd = DD\n");
     lua.push_str(&format!(
         "local v = redis.call('GET', key)\nlocal {vars}\nif v then\n{parse}\nend\n",
         vars = word_fields(spec).join(", "),
@@ -706,8 +744,7 @@ pub(crate) fn lease_script(spec: &Spec, clock: &str, moves: bool) -> String {
         "local HEAD, want = ARGV[3], tonumber(ARGV[5])\n",
     );
     lua.push_str(&format!(
-        r"local a, b = tonumber(ARGV[1]), tonumber(ARGV[2])
-local t, r = (x1 or 0), (x2 or 0)
+        r"local t, r = (x1 or 0), (x2 or 0)
 if r > 999 then {bad} end
 local s = t
 if t < now then s, r = now, 0 end

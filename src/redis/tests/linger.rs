@@ -182,3 +182,30 @@ fn a_lease_s_grant_give_back_and_reset_keep_the_linger() {
     assert!(rt_b.block_on(b.reset("c")).unwrap());
     lingers(&server, &key, 2_000);
 }
+
+#[test]
+fn the_scripts_work_out_the_linger_the_head_names() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let clock = server.clock();
+    // (µs a token, capacity): refills of 2 331 µs, 1 µs, 999 ms and
+    // 3 003 µs, lingering 3, 1, 999 and 4 ms, the scripts' arithmetic and
+    // the head's alike.
+    for (i, (us, capacity, linger)) in [(333, 7, 3), (1, 1, 1), (999, 1_000, 999), (1_001, 3, 4)]
+        .into_iter()
+        .enumerate()
+    {
+        let limiter = on_clock(
+            TokenBucket::builder()
+                .rate(1, Duration::from_micros(us))
+                .capacity(capacity)
+                .redis(rt.block_on(server.manager()), format!("odd-{i}"))
+                .no_deny_shortcut(),
+            &clock,
+        );
+        assert!(rt.block_on(limiter.check("c")).unwrap().is_allowed());
+        lingers(&server, &limiter.key("c"), linger);
+    }
+}
