@@ -43,7 +43,13 @@ impl<F: Family> Case<F> {
         }
         match (came(&before, &self.replicas[r].stats()), d) {
             (Came::Redis, Ok(d)) => self.heard(r, c, d.remaining(), sent),
-            (Came::Local, Ok(_)) if allowed => self.spent_locally(r, c, cost)?,
+            (Came::Local, Ok(_)) if allowed => {
+                self.spent_locally(r, c, cost)?;
+                self.low_spent(r, c, cost, sent);
+            }
+            (Came::Local, Ok(_)) => self.refused_locally(r, c, cost, sent)?,
+            // The deny shortcut's denials touch no fallback; an error
+            // (a cost no tier takes) spends nothing.
             _ => {}
         }
         Ok(())

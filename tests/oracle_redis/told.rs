@@ -8,6 +8,20 @@
 //! `n`-th of what Redis last told it was left, plus its refill since, plus
 //! a fraction of a unit.
 //!
+//! It also keeps a lower bound of what the fallback surely holds, the other
+//! direction: a fallback never refuses a check it holds the units for. The
+//! lower bound starts at the full share, goes down to an n-th of what each
+//! answer from Redis said was left (the units `hold_to` keeps, whole),
+//! goes down by each admission decided in process, refills only over
+//! time known to have passed between two of the oracle's readings, and
+//! goes to 0 at anything the oracle does not follow (a batch, a booking,
+//! a peek, a reset, a quota change or a tier move, a fault's checks). A
+//! check the fallback refused while the lower bound held its cost fails
+//! the case: a fallback that refuses for too long. Not on a coalescing
+//! replica: its batch goes on after a check that timed out, and Redis's
+//! late answer holds the fallback down at an instant the oracle cannot
+//! place.
+//!
 //! The oracle keeps, per replica and client, an upper bound of what the
 //! fallback may hold (in ns of the replica's refill: one unit is `n`
 //! intervals), lowers it to each answer it sees come from Redis (a check
@@ -35,6 +49,11 @@ pub(super) struct Told {
     cap: i128,
     /// When its refill was last counted.
     at: SystemTime,
+    /// What the fallback surely holds, at least, in the same ns.
+    low: i128,
+    /// Since when `low`'s refill is not counted yet: always a reading
+    /// taken after the event that set it.
+    low_at: SystemTime,
 }
 
 /// How a call's answer came, from the replica's stats around it.
@@ -104,11 +123,84 @@ impl<F: Family> Case<F> {
     /// A fallback that never heard of the client: its full share.
     pub(super) fn told_fresh(&self, r: usize, c: usize) -> Told {
         let cap = i128::from(self.share(r, c)) * self.told_unit();
+        let now = SystemTime::now();
         Told {
             credit: cap,
             cap,
-            at: SystemTime::now(),
+            at: now,
+            low: cap,
+            low_at: now,
         }
+    }
+
+    /// The lower bound refilled up to `to`, a reading taken before the
+    /// event to come: only time surely passed.
+    fn low_refill(&mut self, r: usize, c: usize, to: SystemTime) {
+        let t = &mut self.told[r][c];
+        if let Ok(passed) = to.duration_since(t.low_at) {
+            t.low = (t.low + passed.as_nanos() as i128).min(t.cap);
+            t.low_at = to;
+        }
+    }
+
+    /// Something the oracle does not follow may have spent replica `r`'s
+    /// fallback of client `c`: nothing is sure of it any more.
+    pub(super) fn low_unknown(&mut self, r: usize, c: usize) {
+        let t = &mut self.told[r][c];
+        t.low = 0;
+        t.low_at = SystemTime::now();
+    }
+
+    /// As [`Case::low_unknown`], of every client of every replica.
+    pub(super) fn low_unknown_all(&mut self) {
+        for r in 0..self.told.len() {
+            for c in 0..CLIENTS {
+                self.low_unknown(r, c);
+            }
+        }
+    }
+
+    /// Replica `r`'s fallback admitted `units` of client `c` in a check
+    /// sent at `sent`: the lower bound goes down by as much.
+    pub(super) fn low_spent(&mut self, r: usize, c: usize, units: u64, sent: SystemTime) {
+        if !self.told_bounds(r) {
+            return;
+        }
+        self.low_refill(r, c, sent);
+        let unit = self.told_unit();
+        let t = &mut self.told[r][c];
+        t.low = (t.low - i128::from(units) * unit).max(0);
+        t.low_at = SystemTime::now();
+    }
+
+    /// Replica `r`'s fallback refused `cost` units of client `c` in a
+    /// check sent at `sent`: an error if it surely held them.
+    pub(super) fn refused_locally(
+        &mut self,
+        r: usize,
+        c: usize,
+        cost: u64,
+        sent: SystemTime,
+    ) -> Result<(), String> {
+        // A coalescing replica's batch goes on after a check that timed
+        // out, and Redis's late answer still holds the fallback down:
+        // a change the oracle cannot place in time.
+        if !self.told_bounds(r) || self.setups[r].coalesce {
+            return Ok(());
+        }
+        self.low_refill(r, c, sent);
+        let unit = self.told_unit();
+        let t = &self.told[r][c];
+        if t.low >= i128::from(cost) * unit {
+            return Err(format!(
+                "replica {r}'s fallback refused {cost} of client {c} while it surely held {:.2} \
+                 units (a share of {} units): it refuses for too long\n{}",
+                t.low as f64 / unit as f64,
+                t.cap / unit,
+                self.log.join("\n"),
+            ));
+        }
+        Ok(())
     }
 
     /// Counts the refill since it was last counted.
@@ -130,6 +222,13 @@ impl<F: Family> Case<F> {
         let held = i128::from(remaining) * self.interval.as_nanos() as i128 + ns_since(sent);
         let t = &mut self.told[r][c];
         t.credit = t.credit.min(held);
+        // The fallback is held to an n-th of it, in whole units, at some
+        // instant between the call's sending and now.
+        self.low_refill(r, c, sent);
+        let kept = i128::from(remaining / REPLICAS as u64) * self.told_unit();
+        let t = &mut self.told[r][c];
+        t.low = t.low.min(kept);
+        t.low_at = SystemTime::now();
     }
 
     /// Replica `r` admitted `units` of client `c` in process: within what
@@ -168,6 +267,9 @@ impl<F: Family> Case<F> {
         let t = &mut self.told[r][c];
         t.credit += (cap - t.cap).max(0);
         t.cap = t.cap.max(cap);
+        // The fallback converts the client at its own pace, and a lower
+        // quota clamps it: nothing is sure of it.
+        self.low_unknown(r, c);
     }
 
     /// Every replica's fallback of every client, after a change that may
