@@ -257,6 +257,54 @@ fn a_slot_moved_to_a_clock_ahead_keeps_the_bucket_s_bound() {
     }
 }
 
+/// A booking cancelled after its client's slot moved to a node whose
+/// clock is ahead: the client spends its bucket on node 0 and books one
+/// more unit, its slot moves to node 1 (2 s ahead), and the booking is
+/// cancelled there. A cancel gives back only before the booking's instant
+/// comes, read on the node it lands on: on a clock ahead, that instant has
+/// passed, and nothing is given back. Had the state from before the
+/// booking been put back, its TAT, of the old node's clock, would lie 2 s
+/// in the new one's past: a full bucket again. Over the whole span the
+/// client stays within the exact bound plus a unit, as any move.
+#[test]
+fn a_booking_cancelled_after_its_slot_moved_gives_back_nothing_on_the_new_clock() {
+    let Some(cluster) = shifted() else {
+        return;
+    };
+    let (client, slot) = on_node_0(&cluster, 2);
+    runtime().block_on(async {
+        let limiter = bucket(&cluster, "cancel-moved", false).await;
+        let started = Instant::now();
+        let mut admitted = 0;
+        while limiter.check(client.as_str()).await.unwrap().is_allowed() {
+            admitted += 1;
+        }
+        let booked = limiter
+            .reserve(client.as_str(), Duration::from_secs(5))
+            .await
+            .unwrap();
+        move_slot(&cluster, slot, 0, 1, Duration::ZERO);
+        assert!(
+            !booked.cancel().await.unwrap(),
+            "nothing given back past the booking's instant on the new clock"
+        );
+        while limiter.check(client.as_str()).await.unwrap().is_allowed() {
+            admitted += 1;
+        }
+        let span = started.elapsed();
+        let bound = CAPACITY + (span.as_nanos() / INTERVAL.as_nanos()) as u64;
+        let rounding = Duration::from_millis(3)
+            .as_nanos()
+            .div_ceil(INTERVAL.as_nanos()) as u64;
+        assert!(
+            admitted <= bound + rounding,
+            "{admitted} admitted in {span:?}: the exact bound is {bound}, the rounding \
+             {rounding}: {:?}",
+            limiter.stats()
+        );
+    });
+}
+
 /// A client's slot moved to a node whose clock is behind: the client
 /// spends one unit of 100 on node 0, its slot moves to node 2 (2 s
 /// behind), and its next check is admitted, 98 left. Judged on the new

@@ -370,11 +370,14 @@
 //!   again, 202 admitted where the bound was 103), and a client moved to
 //!   a node behind keeps what it had left
 //!   (`a_slot_moved_to_a_clock_behind_admits_what_is_left`: 99 of 100
-//!   left, admitted; it was refused for a second). Those figures are
-//!   from a quiet machine: on a loaded one, the oracle's cluster drive
-//!   with slots moved live among every other operation has found a client
-//!   over that allowance after a move, not traced yet (see
-//!   `docs/VERIFICATION.md`). Not carried: the
+//!   left, admitted; it was refused for a second). A conversion's
+//!   compare-and-set (a quota of other settings meeting the state, a
+//!   booking) reads the key, then writes it in a second call: where the
+//!   slot moved between the two, the write is refused, the key's expiry
+//!   no longer the one read, and the state is read again where it lives.
+//!   The oracle's cluster drives move slots live among every other
+//!   operation, each move allowed those units and the units leased out
+//!   at it. Not carried: the
 //!   windows, the log and a pair, judged on the new node's clock as
 //!   written (a node `d` ahead may end their windows up to `d` early, one
 //!   `d` behind late); the instants a process keeps of the old node's

@@ -687,7 +687,7 @@ fn scripts(spec: &Spec, clock: &Clock, moves: bool, packed: bool) -> Scripts {
             check: Script::new(word_script(spec, at, moves, true, packed)),
             peek: Script::new(word_script(spec, at, moves, false, packed)),
             read: Script::new(read_script(spec, at, moves)),
-            cas: Script::new(cas_script(spec, at)),
+            cas: Script::new(cas_script(spec, at, moves)),
             batch: Some(Script::new(batch_script(spec, at, moves, packed))),
             // Any bucket's, leasing or not: another replica of the same
             // settings may lease the client's units.

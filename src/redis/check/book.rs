@@ -340,7 +340,17 @@ impl<A: RedisAlgorithm> Inner<A> {
                     return Ok(false);
                 }
                 let done = self
-                    .cas(&pending.key, wrote, before, Some(pending.ready), *expiry)
+                    // The booking's instant guards a cancel on a node
+                    // whose clock is ahead (it has passed there); on one
+                    // behind, the state put back lies in its future and
+                    // refuses more, never admits more.
+                    .cas(
+                        &pending.key,
+                        (wrote, None),
+                        before,
+                        Some(pending.ready),
+                        *expiry,
+                    )
                     .await?;
                 Ok(done == Cas::Written)
             }
@@ -389,7 +399,13 @@ impl<A: RedisAlgorithm> Inner<A> {
             let serial = self.serial.fetch_add(1, crate::sync::Ordering::Relaxed);
             let (new, linger) = self.stamped(judged, &stored, &spec, next, serial);
             let done = self
-                .cas(key, &stored.value, &new, None, expiry_ms(&ns, next, linger))
+                .cas(
+                    key,
+                    (&stored.value, Some(stored.expiry)),
+                    &new,
+                    None,
+                    expiry_ms(&ns, next, linger),
+                )
                 .await?;
             if done != Cas::Written {
                 continue;

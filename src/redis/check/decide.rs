@@ -534,7 +534,7 @@ impl<A: RedisAlgorithm> Inner<A> {
         let written = self
             .cas(
                 &request.key,
-                &stored.value,
+                (&stored.value, Some(stored.expiry)),
                 &new,
                 None,
                 expiry_ms(&ns, after, linger),
@@ -591,12 +591,15 @@ impl<A: RedisAlgorithm> Inner<A> {
     }
 
     /// Writes `new` under `key` (`""` deletes the key) iff it still holds
-    /// `expected` (`None`: no key), and, given `before` (µs), only before
-    /// that instant; the key then expires at `expiry` (ms).
+    /// `expected` (`None`: no key) and, given the expiry it was read with
+    /// (ms, as `PEXPIRETIME` answered), still that expiry (a key of a slot
+    /// moved meanwhile to a node whose clock differs holds the same value
+    /// under another: see `lua::cas_script`); and, given `before` (µs),
+    /// only before that instant; the key then expires at `expiry` (ms).
     pub(super) async fn cas(
         &self,
         key: &[u8],
-        expected: &Option<String>,
+        (expected, read_expiry): (&Option<String>, Option<i64>),
         new: &str,
         before: Option<u64>,
         expiry: u64,
@@ -609,7 +612,8 @@ impl<A: RedisAlgorithm> Inner<A> {
                 cmd.arg(expected.as_deref().unwrap_or(""))
                     .arg(before.map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX)))
                     .arg(new)
-                    .arg(expiry);
+                    .arg(expiry)
+                    .arg(read_expiry.map_or_else(String::new, |e| e.to_string()));
             })
             .await?;
         Ok(match code {

@@ -684,17 +684,32 @@ return {{now, {expiry}, leased, text(redis.call('GET', KEYS[1]))}}
 
 /// The slow path's compare-and-set. `ARGV`: the value expected (`''`: no
 /// key), an instant (µs) the write must come before (or `-1`), the new
-/// value (`''`: delete the key) and its expiry (ms). The reply: `{1, now}`
-/// written, `{0, now}` the value changed since it was read, `{2, now}`
-/// too late. The value expected is in the text form, as `read_script`
-/// answered it, and the value held is compared in that form.
-pub(crate) fn cas_script(spec: &Spec, clock: &str) -> String {
+/// value (`''`: delete the key), its expiry (ms), and the key's expiry as
+/// it was read (ms, as `PEXPIRETIME` answers; `''`: not compared). The
+/// reply: `{1, now}` written, `{0, now}` the value changed since it was
+/// read, `{2, now}` too late. The value expected is in the text form, as
+/// `read_script` answered it, and the value held is compared in that form.
+///
+/// Where keys `moves` (Redis Cluster), the key's expiry is compared too:
+/// `MIGRATE` moves a value as it is, but carries its expiry as a time to
+/// live, so a key whose slot moved between the read and the write, to a
+/// node whose clock differs, holds the same value under another expiry.
+/// Written there, a state read (and carried) on the old node's clock would
+/// be judged on the new one's: a TAT 2 s in a clock 2 s ahead's past is a
+/// full bucket. The write is refused as for a changed value, and the slow
+/// path reads the key again where it now lives.
+pub(crate) fn cas_script(spec: &Spec, clock: &str, moves: bool) -> String {
+    let moved = if moves {
+        "if ARGV[5] ~= '' and redis.call('PEXPIRETIME', key) ~= tonumber(ARGV[5]) then return {0, now} end\n"
+    } else {
+        ""
+    };
     format!(
         r"{text}{clock}
 local key = KEYS[1]
 local v = text(redis.call('GET', key))
 if (v or '') ~= ARGV[1] then return {{0, now}} end
-local before = tonumber(ARGV[2])
+{moved}local before = tonumber(ARGV[2])
 if before >= 0 and now >= before then return {{2, now}} end
 if ARGV[3] == '' then
   redis.call('DEL', key)

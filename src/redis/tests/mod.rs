@@ -3,6 +3,7 @@
 
 mod batch_equal;
 mod breaker;
+mod cas_moved;
 mod differ;
 mod lease_exact;
 mod linger;
