@@ -215,6 +215,23 @@ async fn bucket(
     builder.build().unwrap()
 }
 
+/// Asserts that `admitted` since `started` is within the bucket's exact
+/// bound plus what one slot move may cost: `⌈3 ms / INTERVAL⌉` units, the
+/// key's expiry telling the new node the old one's clock to within 3 ms.
+#[track_caller]
+fn within_a_move_s_bound(admitted: u64, started: Instant, context: &str) {
+    let span = started.elapsed();
+    let bound = CAPACITY + (span.as_nanos() / INTERVAL.as_nanos()) as u64;
+    let rounding = Duration::from_millis(3)
+        .as_nanos()
+        .div_ceil(INTERVAL.as_nanos()) as u64;
+    assert!(
+        admitted <= bound + rounding,
+        "{admitted} admitted in {span:?}: the exact bound is {bound}, the rounding {rounding}; \
+         {context}"
+    );
+}
+
 /// A client's slot moved to a node whose clock is ahead: the client spends
 /// its bucket on node 0, its slot moves to node 1 (2 s ahead), and it
 /// spends what it is given there; with and without leases. Over the
@@ -242,16 +259,10 @@ fn a_slot_moved_to_a_clock_ahead_keeps_the_bucket_s_bound() {
             while limiter.check(client.as_str()).await.unwrap().is_allowed() {
                 admitted += 1;
             }
-            let span = started.elapsed();
-            let bound = CAPACITY + (span.as_nanos() / INTERVAL.as_nanos()) as u64;
-            let rounding = Duration::from_millis(3)
-                .as_nanos()
-                .div_ceil(INTERVAL.as_nanos()) as u64;
-            assert!(
-                admitted <= bound + rounding,
-                "leases {lease}: {admitted} admitted in {span:?}: the exact bound is {bound}, \
-                 the rounding {rounding}: {:?}",
-                limiter.stats()
+            within_a_move_s_bound(
+                admitted,
+                started,
+                &format!("leases {lease}: {:?}", limiter.stats()),
             );
         });
     }
@@ -291,17 +302,7 @@ fn a_booking_cancelled_after_its_slot_moved_gives_back_nothing_on_the_new_clock(
         while limiter.check(client.as_str()).await.unwrap().is_allowed() {
             admitted += 1;
         }
-        let span = started.elapsed();
-        let bound = CAPACITY + (span.as_nanos() / INTERVAL.as_nanos()) as u64;
-        let rounding = Duration::from_millis(3)
-            .as_nanos()
-            .div_ceil(INTERVAL.as_nanos()) as u64;
-        assert!(
-            admitted <= bound + rounding,
-            "{admitted} admitted in {span:?}: the exact bound is {bound}, the rounding \
-             {rounding}: {:?}",
-            limiter.stats()
-        );
+        within_a_move_s_bound(admitted, started, &format!("{:?}", limiter.stats()));
     });
 }
 
