@@ -1,13 +1,15 @@
-//! Model 21 (a design model): a first request that claims its slot with no
-//! lock, over a slot-level table of its own.
+//! Model 21 (a protocol model): a first request that claims its slot with
+//! no lock, over a slot-level table of its own.
 //!
-//! **The map does not run this protocol yet.** Today a first request
-//! inserts under its shard's lock (`src/store/map.rs`, "Writers"). This
-//! file models, on loom's atomics, the claim the map is to take, so that
-//! the protocol is checked before the map is changed: a small table of
-//! control words (four one-byte lanes per `u32`, every key's probe starting
-//! at group 0) and slots whose keys sit in loom's `UnsafeCell`, so that a
-//! key read before its writer published it is reported as a data race.
+//! The map runs this protocol (`src/store/map/table.rs`, `Table::insert`,
+//! and the seal and resolution of `src/store/map/migrate.rs`), on std's
+//! atomics: like every control word of the map's, its words are not loom's
+//! (see `src/sync.rs`), so the map's own tests, Miri and ThreadSanitizer
+//! check the code, and this file checks the protocol, on loom's atomics: a
+//! small table of control words (four one-byte lanes per `u32`, every
+//! key's probe starting at group 0) and slots whose keys sit in loom's
+//! `UnsafeCell`, so that a key read before its writer published it is
+//! reported as a data race.
 //!
 //! # The protocol
 //!
@@ -29,7 +31,15 @@
 //!    a claimed lane holds no `EMPTY` lane from then on.
 //! 2. **Write** key and value into the claimed slot (no one else reads it).
 //! 3. **Publish** `CLAIMED → PENDING` by a compare-and-swap (`AcqRel`: its
-//!    release half publishes the key to every later reader of the word).
+//!    release half publishes the key to every later reader of the word);
+//!    or `CLAIMED → FULL`, decided at once, if the slot is in the key's
+//!    home group, which still holds an `EMPTY` lane and no other lane
+//!    tagged for the key: the resolution's scan would read this one word
+//!    (it stops at a group holding an `EMPTY` lane), and the
+//!    compare-and-swap reads it, in the same step. Another slot of the key
+//!    published later is claimed in this group (or, once the group has no
+//!    `EMPTY` lane left, after this publication), so its own scan sees
+//!    this one `FULL`.
 //!    If a rebuild sealed the lane (`CLAIMED → MOVED`), the compare fails
 //!    and the inserter takes its key and value back (no one read them) and
 //!    inserts under the writers' lock, in the table the rebuild publishes.
@@ -82,11 +92,14 @@
 //! lock, it (1) seals every group (`EMPTY → SEALED`, `CLAIMED → MOVED`,
 //! `GIVEN_UP → DELETED`, one compare-and-swap per word), after which no
 //! lane becomes `PENDING`; (2) resolves every `PENDING` lane itself, as
-//! its inserter would; (3) moves every `FULL` entry (the forwarding
-//! protocol of `migrate.rs`, here a copy) and retags it `MOVED`; (4)
-//! publishes the new table. Every group is sealed before any lane is
-//! resolved or moved: a resolution after some entries had left could miss
-//! a `FULL` lane already `MOVED`.
+//! its inserter would; (3) links the new table (the map sizes it here, for
+//! the entries the old one holds now that none can appear); (4) moves
+//! every `FULL` entry (the forwarding protocol of `migrate.rs`, here a
+//! copy) and retags it `MOVED`; (5) publishes the new table. Every group
+//! is sealed before any lane is resolved or moved: a resolution after some
+//! entries had left could miss a `FULL` lane already `MOVED`. A loser that
+//! finds no entry of its key and its own slot sealed (`DELETED`) goes to
+//! the lock, whether or not the link is there yet.
 //!
 //! # The models, and their broken twins (`claim/models.rs`)
 //!
@@ -177,6 +190,9 @@ pub(crate) enum Break {
     NoRevive,
     /// A seal that leaves given-up lanes revivable.
     ReviveSealed,
+    /// A publication made `FULL` at once whenever its own word holds no
+    /// other lane tagged for the key, wherever the slot is.
+    AloneAnywhere,
 }
 
 /// How a resolution ended for the slot it resolved.
@@ -330,7 +346,14 @@ impl Table {
 
     /// Resolves slot `s`, holding `key`, read `PENDING` by this thread (or
     /// published by it): see "The protocol", step 4.
-    fn resolve(&self, s: usize, key: u8, broken: Break) -> Resolved {
+    /// `known` is slot `s`'s group and its word as this thread's
+    /// publication left it: the scan is then a publisher's (as the map's
+    /// is): a `SeqCst` fence, that word as the compare-and-swap read it,
+    /// and `Acquire` loads of the other groups. Without `known` (a helper,
+    /// a publication again, the rebuild) every word is read by a
+    /// read-modify-write. The twin `LoadScan` drops the fence (and reads by
+    /// plain loads where a read-modify-write is due).
+    fn resolve(&self, s: usize, key: u8, broken: Break, known: Option<(usize, u32)>) -> Resolved {
         let give_up = |table: &Self| match table.swap_lane(s, pending(key), GIVEN_UP) {
             // Given up by this call or another resolver's.
             Ok(()) | Err(GIVEN_UP | DELETED) => Resolved::Lost,
@@ -339,8 +362,20 @@ impl Table {
             // reach this with two entries, which the models catch.
             Err(_) => Resolved::Won,
         };
+        if known.is_some() && broken != Break::LoadScan {
+            // SeqCst: pairs with every other publisher's fence: the
+            // store-buffering outcome (both scans miss the other's
+            // publication) is ruled out.
+            loom::sync::atomic::fence(Ordering::SeqCst);
+        }
         for g in 0..GROUPS {
-            let word = self.scan_read(g, broken);
+            let word = match known {
+                Some((at, word)) if at == g => word,
+                // Acquire: the keys of the lanes published; the fence
+                // orders it after this thread's publication.
+                Some(_) => self.ctrl[g].load(Ordering::Acquire),
+                None => self.scan_read(g, broken),
+            };
             for l in 0..LANES {
                 let t = g * LANES + l;
                 let byte = lane(word, l);
@@ -396,7 +431,7 @@ impl Table {
             }
             match earliest {
                 Some(t) => {
-                    let _ = self.resolve(t, key, broken);
+                    let _ = self.resolve(t, key, broken, None);
                 }
                 // Sealed: the entry may have moved on.
                 // Acquire: pairs with the rebuild's Release store.
@@ -411,13 +446,17 @@ impl Table {
                 // again (it never was `FULL`, so it is this inserter's to
                 // revive: `DELETED → PENDING`) and resolve it as a new
                 // publication: "Why one entry" holds of each publication.
-                None => {
-                    if self.swap_lane(s, GIVEN_UP, pending(key)).is_ok()
-                        && self.resolve(s, key, broken) == Resolved::Won
-                    {
-                        return Some(s);
+                None => match self.swap_lane(s, GIVEN_UP, pending(key)) {
+                    Ok(()) => {
+                        if self.resolve(s, key, broken, None) == Resolved::Won {
+                            return Some(s);
+                        }
                     }
-                }
+                    // Sealed (a rebuild under way, not linked yet): the
+                    // entry is the new table's to take.
+                    Err(DELETED) => return None,
+                    Err(_) => {}
+                },
             }
         }
     }
@@ -431,20 +470,55 @@ impl Table {
             // or writes the slot until it is published.
             unsafe { *slot = key };
         });
-        if let Err(sealed) = self.swap_lane(s, CLAIMED, pending(key)) {
-            debug_assert_eq!(sealed, MOVED);
-            // Sealed by a rebuild: the key and value are this thread's
-            // again (no one read them), and the slot owns nothing.
-            let _ = self.key(s);
-            return None;
-        }
+        let (_, word) = match self.publish(s, key, broken) {
+            Err(sealed) => {
+                debug_assert_eq!(sealed, MOVED);
+                // Sealed by a rebuild: the key and value are this thread's
+                // again (no one read them), and the slot owns nothing.
+                let _ = self.key(s);
+                return None;
+            }
+            // Alone in its probe: decided by the publication itself.
+            Ok((tag, _)) if tag == full(key) => return Some(s),
+            Ok(published) => published,
+        };
         if broken == Break::NoResolve {
             let _ = self.swap_lane(s, pending(key), full(key));
             return Some(s);
         }
-        match self.resolve(s, key, broken) {
+        match self.resolve(s, key, broken, Some((s / LANES, word))) {
             Resolved::Won => Some(s),
             Resolved::Lost => self.winner(s, key, broken),
+        }
+    }
+
+    /// Publishes claimed slot `s` (step 3): `FULL` at once if it is in the
+    /// home group (group 0, every key's here), which still holds an `EMPTY`
+    /// lane and no other lane tagged for the key, so that the resolution's
+    /// scan would be this very word, which the compare-and-swap reads;
+    /// `PENDING` otherwise. The tag published and the word it left, or
+    /// `Err` with the lane found if a rebuild sealed it.
+    fn publish(&self, s: usize, key: u8, broken: Break) -> Result<(u8, u32), u8> {
+        let (group, l) = (&self.ctrl[s / LANES], s % LANES);
+        // Relaxed: the compare-and-swap checks what it read.
+        let mut word = group.load(Ordering::Relaxed);
+        loop {
+            if lane(word, l) != CLAIMED {
+                return Err(lane(word, l));
+            }
+            let untagged = (0..LANES).all(|o| !may_hold(lane(word, o), key));
+            let alone = match broken {
+                Break::AloneAnywhere => untagged,
+                _ => s / LANES == 0 && (0..LANES).any(|o| lane(word, o) == EMPTY) && untagged,
+            };
+            let tag = if alone { full(key) } else { pending(key) };
+            // AcqRel: the release half publishes the key; the acquire half
+            // reads the other lanes, as the scan's read-modify-write does.
+            let new = with(word, l, tag);
+            match group.compare_exchange(word, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok((tag, new)),
+                Err(now) => word = now,
+            }
         }
     }
 
@@ -518,9 +592,6 @@ impl Shard {
     fn rebuild(&self, broken: Break) {
         let _held = self.writers.lock().unwrap();
         let (old, new) = (&self.tables[0], &self.tables[1]);
-        // Release: pairs with the inserters' Acquire loads (in `insert` and
-        // `winner`).
-        old.sealed.store(true, Ordering::Release);
         if broken != Break::NoSeal {
             for group in &old.ctrl {
                 // AcqRel: acquires each pending lane's key; continues the
@@ -541,10 +612,15 @@ impl Shard {
                 let word = old.ctrl[index / LANES].load(Ordering::Acquire);
                 let byte = lane(word, index % LANES);
                 if byte & 0xC0 == PENDING {
-                    let _ = old.resolve(index, old.key(index), broken);
+                    let _ = old.resolve(index, old.key(index), broken, None);
                 }
             }
         }
+        // Linked only now, once no entry can appear in the old table (the
+        // map sizes the new table here, for the entries it will move).
+        // Release: pairs with the inserters' Acquire loads (in `insert` and
+        // `winner`).
+        old.sealed.store(true, Ordering::Release);
         for index in 0..GROUPS * LANES {
             // Acquire: as above.
             let word = old.ctrl[index / LANES].load(Ordering::Acquire);

@@ -366,7 +366,7 @@ impl<V: Mortal> Index<String, V> for Sweeping<'_, V> {
         value: V,
         lapsed: Option<impl Lapse<V>>,
         f: impl FnOnce(&V) -> R,
-    ) -> Result<R, V> {
+    ) -> Result<R, Option<V>> {
         self.0.insert(miss, key, value, lapsed, f)
     }
 }

@@ -250,7 +250,7 @@ impl<V: Mortal> Index<String, V> for StandIn<V> {
         value: V,
         _lapsed: Option<impl Lapse<V>>,
         f: impl FnOnce(&V) -> R,
-    ) -> Result<R, V> {
+    ) -> Result<R, Option<V>> {
         let writers = self.write();
         let mut state = self.state.lock().unwrap();
         let current = state.current;
@@ -263,7 +263,7 @@ impl<V: Mortal> Index<String, V> for StandIn<V> {
                 Entry::Occupied(_) => {
                     drop(state);
                     drop(writers);
-                    return Err(StdArc::into_inner(value).expect("not shared yet"));
+                    return Err(Some(StdArc::into_inner(value).expect("not shared yet")));
                 }
                 Entry::Vacant(slot) => {
                     slot.insert(StdArc::clone(&value));

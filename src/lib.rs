@@ -275,9 +275,14 @@
 //! publishes the counts runs the installed recorder's code; see the
 //! [observability guide](crate::guide::observability); and a check reads
 //! its clock, which for a [`TokioClock`] on paused time means tokio's own
-//! lock). A client's first request inserts it under a lock per shard of
-//! the table, and two limits at once stay lock-free where the CPU has a
-//! 128-bit compare-and-swap ([`Both::is_lock_free`]: x86-64, AArch64).
+//! lock). A client's first request takes no lock either, and never waits
+//! for a sweep, a removal or another first request: it claims its slot
+//! with a compare-and-swap. The one writer it waits for is a rebuild of
+//! its own shard's table (as it grows, shrinks, or changes quota), which
+//! holds a lock per shard while it moves the entries; a first request that
+//! finds the table full makes that rebuild itself. Two limits at once stay
+//! lock-free where the CPU has a 128-bit compare-and-swap
+//! ([`Both::is_lock_free`]: x86-64, AArch64).
 //!
 //! # Platforms
 //!

@@ -90,8 +90,10 @@ pub trait RateLimiter<K: ?Sized = str>: Send + Sync {
 /// holds are dropped by the threads that insert, remove or sweep clients
 /// (with the `metrics` feature, the one check a second that publishes the
 /// counts also runs the installed recorder's code). A client's first
-/// request (or its first since it was forgotten) inserts it, under a lock per shard of the map that only
-/// inserts, removals of dead entries, sweeps and rebuilds take.
+/// request (or its first since it was forgotten) inserts it, with no lock
+/// either: it waits only for a rebuild of its shard of the map (as the
+/// shard grows, shrinks, or changes quota), which holds that shard's lock,
+/// and makes that rebuild itself when the shard is full.
 ///
 /// Share it between threads by reference or in an `Arc`.
 ///

@@ -72,6 +72,11 @@ pub(crate) use std::sync::Mutex;
 /// under Miri and ThreadSanitizer.
 pub(crate) use std::sync::atomic::AtomicU64 as PlainAtomicU64;
 
+/// std's fence in every build, loom's included, for the store's table,
+/// whose control words are std's atomics ([`PlainAtomicU64`]): an insert's
+/// scan orders its loads after its publication with it.
+pub(crate) use std::sync::atomic::fence as plain_fence;
+
 /// Backoff for the compare-and-swap retry loop: crossbeam's exponential
 /// spin normally; under loom a yield to the model's scheduler, which has no
 /// use for spinning.

@@ -6,7 +6,9 @@ use loom::sync::{Arc, Mutex};
 use loom::thread;
 
 use super::{full, lane, Break, Shard, Table, DELETED, FULL, GROUPS, LANES, PENDING};
-use crate::harness::{assert_reached, check_bounded, Explored, PREEMPTION_BOUND, WIDE_RACE_BOUND};
+use crate::harness::{
+    assert_reached, check_bounded, Explored, Tally, PREEMPTION_BOUND, WIDE_RACE_BOUND,
+};
 
 /// The preemption bound for a race of `threads` loom threads (the main
 /// thread among them): the wide races' from three on (see "Bounds" in
@@ -44,22 +46,51 @@ pub(crate) fn one_key(broken: Break, inserters: usize) -> Explored {
             .collect();
         let mut results = vec![run(&table)];
         results.extend(others.into_iter().map(|t| t.join().unwrap()));
-        let admitted = results.iter().filter(|(_, ok)| *ok).count() as u64;
-        tally.record(admitted);
-        assert!(
-            admitted <= 1,
-            "{name}: over-admitted: {admitted} admitted on a budget of 1"
-        );
-        let entries = table.entries(key);
-        assert_eq!(entries.len(), 1, "{name}: one key, one entry");
-        assert!(
-            results.iter().all(|&(at, _)| at == entries[0]),
-            "{name}: an inserter decided on a cell the table does not keep"
-        );
+        one_entry(&name, &table, key, &results, tally);
         for old in OLD {
             assert_eq!(table.entries(old).len(), 1, "{name}: key {old} kept");
         }
     })
+}
+
+/// Two inserters of one new key race into a table whose home group holds
+/// one key and three `EMPTY` lanes, so that either may publish its slot
+/// `FULL` at once (alone in its probe): one `FULL` entry, both inserters on
+/// its cell, exactly one admitted.
+pub(crate) fn one_key_alone(broken: Break) -> Explored {
+    let name = format!("claim/one_key_alone/{broken:?}");
+    check_bounded(&name.clone(), bound(2), move |tally| {
+        let table = Arc::new(Table::holding(&OLD[..1]));
+        let key = 9;
+        let run = move |table: &Table| {
+            let at = table.insert(key, broken).expect("no rebuild here");
+            (at, table.decide(at))
+        };
+        let other = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || run(&table))
+        };
+        let results = [run(&table), other.join().unwrap()];
+        one_entry(&name, &table, key, &results, tally);
+    })
+}
+
+/// After inserters of `key` each decided a unit (budget 1) on the slot
+/// its insert returned (`results`: slot, admitted): at most one admitted,
+/// one `FULL` entry, and every inserter on its cell.
+fn one_entry(name: &str, table: &Table, key: u8, results: &[(usize, bool)], tally: &Tally) {
+    let admitted = results.iter().filter(|(_, ok)| *ok).count() as u64;
+    tally.record(admitted);
+    assert!(
+        admitted <= 1,
+        "{name}: over-admitted: {admitted} admitted on a budget of 1"
+    );
+    let entries = table.entries(key);
+    assert_eq!(entries.len(), 1, "{name}: one key, one entry");
+    assert!(
+        results.iter().all(|&(at, _)| at == entries[0]),
+        "{name}: an inserter decided on a cell the table does not keep"
+    );
 }
 
 /// Two inserters of two keys race for the last two lanes of the home
@@ -228,6 +259,12 @@ fn three_inserters_of_one_key_make_one_entry() {
 }
 
 #[test]
+fn two_inserters_of_one_key_alone_in_their_probe_make_one_entry() {
+    let explored = one_key_alone(Break::None);
+    assert_reached(explored, 1, 1);
+}
+
+#[test]
 fn two_keys_into_one_group_are_both_found() {
     let explored = two_keys(Break::None);
     assert_reached(explored, 2, 2);
@@ -273,6 +310,9 @@ caught! {
         "maximum number of branches" => stalled_inserter_and_a_removal(Break::NoRevive);
     a_resolution_scanning_by_loads_is_caught: "over-admitted" => one_key(Break::LoadScan, 2);
     an_insert_with_no_resolution_is_caught: "over-admitted" => one_key(Break::NoResolve, 2);
+    // The two inserters land in two groups; each sees its own word clear.
+    a_publication_decided_at_once_outside_the_home_group_is_caught:
+        "over-admitted" => one_key(Break::AloneAnywhere, 2);
     // Both claimers take one lane and write its slot at once: loom's
     // `UnsafeCell` reports it (one key would be lost).
     a_claim_by_load_and_store_is_caught:

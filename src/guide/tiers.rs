@@ -171,8 +171,8 @@
 //!   under the new one.
 //! - **Checks do not wait.** `set_quota` and `retier` take a lock that
 //!   serialises changes; checks never take it. (A new client's first
-//!   request is inserted under a lock per shard of the table, which a
-//!   change holds while it carries that shard.)
+//!   request waits for a change while it carries the client's shard of the
+//!   table, under that shard's lock.)
 //! - **Bookings.** A booking made before its own tier's quota changes
 //!   keeps its ready time; its charge is carried with the rest of the state
 //!   (a booked request stays charged), and cancelling it afterwards gives

@@ -27,12 +27,12 @@ where
     /// without a restart. A tier with no quota yet gets one.
     ///
     /// Checks on tracked clients never wait for a change and take no lock
-    /// (a new client's first request is inserted under its shard's lock,
-    /// which the change holds while it carries that shard). Each client's
+    /// (a new client's first request waits for the change while it
+    /// carries the client's shard, under that shard's lock). Each client's
     /// change is one step in its history: a check lands wholly before it,
     /// under the old quota, or wholly after, under the new one. The call
     /// itself visits every client once (shard by shard, under each shard's
-    /// insert lock), carrying its state over to the new quota by the move
+    /// lock), carrying its state over to the new quota by the move
     /// rule: **a move never adds to what a client may take**, now or at
     /// any earlier reading, and what it may take grows at the new rate up
     /// to the new capacity; requests already booked stay charged. So over
@@ -208,7 +208,7 @@ where
     ///
     /// A move carries the client as a quota change carries every client:
     /// it rebuilds the store's tables, shard by shard under each shard's
-    /// insert lock, so it costs a pass over every client held (as
+    /// lock, so it costs a pass over every client held (as
     /// `set_quota` does). Moves and quota changes are made one at a time.
     ///
     /// # Examples

@@ -71,7 +71,7 @@ where
         value: V,
         lapsed: Option<impl Lapse<V>>,
         f: impl FnOnce(&V) -> R,
-    ) -> Result<R, V> {
+    ) -> Result<R, Option<V>> {
         self.map.insert(
             miss,
             key,

@@ -7,12 +7,15 @@
 //! The map is [`SHARDS`] shards, picked by the hash's top bits. A shard is a
 //! writers' lock and a pointer to its current [`Table`] (`table.rs`): an
 //! array of control bytes, one per slot, read eight at a time as a word,
-//! and an array of slots, each holding a key and its value side by side. A
-//! control byte is `EMPTY`, `DELETED`, `MOVED`, or `FULL` with seven bits
-//! of the key's hash. Probing is linear, by groups of eight slots, from a
+//! an array of slots, each holding a key and its value side by side, and
+//! a word counting the slots used and live. A control byte is `EMPTY`,
+//! `FULL` with seven bits of the key's hash (an entry), `DELETED`,
+//! `MOVED`, or one of an insert's steps: `CLAIMED`, `PENDING` with six
+//! bits of the hash, `GIVEN_UP`; or `SEALED`, an empty slot a rebuild
+//! closed. Probing is linear, by groups of eight slots, from a
 //! home group picked by the hash's low bits (multiply-shift, so a table may
 //! have any number of groups, and grow by less than double). A shard's lock
-//! and the counts it guards are in `shard.rs`; rebuilds in `migrate.rs`;
+//! is in `shard.rs`; rebuilds in `migrate.rs`;
 //! the walks that visit many entries under each shard's lock (a full
 //! sweep, sweep slices and samples, a quota change's rebuild of every
 //! shard) in `walk.rs`.
@@ -30,14 +33,24 @@
 //!
 //! # Writers
 //!
-//! Inserts, removals, sweeps and rebuilds of a shard hold its lock. An
-//! insert holds it so that two first requests of one key never make two
-//! entries and a rebuild never waits for an insert nor leaves one behind;
-//! so a first request waits for whichever writer holds its shard. (The
-//! claim that would lift this, with no lock, is checked as a design model
-//! in `loom-tests/claim.rs`; the map does not run it.) A slot
-//! is written once, from `EMPTY`: the writer fills it, then publishes its
-//! tag with a `Release` store of the group's control word. A slot is never
+//! Removals, sweeps and rebuilds of a shard hold its lock. An insert takes
+//! no lock ([`Table::insert`], the protocol loom's model 21 checks in
+//! `loom-tests/claim.rs`): it counts its slot, claims the first `EMPTY`
+//! slot of its probe sequence by a compare-and-swap of the group's control
+//! word, writes key and value, and publishes the slot by another, `FULL`
+//! at once if no other slot of the key can be in its probe, else
+//! `PENDING`, decided by a scan that leaves one slot of the key its entry:
+//! so two first requests of one key make one entry, and a first request
+//! never waits for another, nor for a removal or a sweep. It takes the
+//! lock only to make a rebuild (its table has no room, or the shard no
+//! table) or to wait for one (its table has a new one linked, or a
+//! rebuild sealed its claim). Every write of a control word an insert may
+//! be changing too is a read-modify-write, which loses no other lane's
+//! change and continues the release sequence of the write that published
+//! a slot (which a lookup's `Acquire` load pairs with). A slot
+//! is written once, by the one thread that claimed it (or, in a table no
+//! other thread writes yet, a rebuild's), before its tag is published
+//! with a `Release` write. A slot is never
 //! refilled: removal turns its tag to `DELETED` and leaves key and value in
 //! place, so a reader that found the entry keeps a valid reference to the
 //! value it found, a dead cell, and can never be handed another client's
@@ -61,8 +74,14 @@
 //! included), the shard is rebuilt into a new table sized for its live
 //! entries at a load of 3/5, so it grows by about 1.46× while only
 //! inserting, and shrinks when many entries were removed (`migrate.rs`).
-//! The rebuild links the new table from the old one first, so readers can
-//! reach both, and then moves the live entries one at a time:
+//! The rebuild first seals the old table (every `EMPTY` slot `SEALED`, so
+//! no insert claims one; a claim not yet published `MOVED`, so its
+//! inserter takes its entry back to the lock; a given-up slot `DELETED`)
+//! and decides every insert it caught `PENDING`, so that no entry appears
+//! in it from then on; then makes the new table, for at least the entries
+//! the old one holds (inserts with no lock may have brought more in since
+//! the caller counted them), and links it from the old one, so readers can
+//! reach both; and then moves the live entries one at a time:
 //!
 //! 1. the key is hashed (a `Hash` that stalls here holds up only the
 //!    rebuild: every entry is live in one table or the other);
@@ -86,7 +105,8 @@
 //! The rebuild walks the old table a group at a time: one load of the
 //! group's control word, its `FULL` lanes taken from a bitmask, and one
 //! store of the word once each of the group's entries has moved (or been
-//! left behind), with every retag at once. Until that store a moved
+//! left behind), with every retag at once (a plain store: sealed and
+//! settled, the table has no other writer left; see `migrate.rs`). Until that store a moved
 //! entry's slot still reads `FULL` over a forwarded cell, which readers
 //! pass by for the linked table. The store is made on unwind too, so a
 //! panic half way through a group leaves no moved entry tagged `FULL`, and
@@ -106,7 +126,7 @@
 //! the epoch collector is asked only to mark it expired once no reader can
 //! hold a reference into it, and the map's own writers free it (with the
 //! keys and values it still owns, in one pass) as they let a shard's lock
-//! go, outside the lock. A reader never frees a table, so a lookup runs no
+//! go, or as an insert that took none returns, outside any lock. A reader never frees a table, so a lookup runs no
 //! key's `Drop`: a check on a tracked client runs no user code but its own
 //! key's `Hash` and `Eq` (and, above the map, the clock). The writer that
 //! retired a table flushes its thread's epoch bag as it lets the lock go,
@@ -135,19 +155,22 @@ use crossbeam_epoch::{self as epoch, Atomic, Guard};
 use crossbeam_utils::CachePadded;
 
 use self::reclaim::Retired;
-use self::shard::Shard;
+use self::shard::{Held, Shard};
 pub(crate) use self::table::SHARDS;
-use self::table::{max_used, Counts, Table, DELETED, SHARD_BITS};
+use self::table::{Claim, Table, Vacancy, DELETED, ONE_LIVE, ONE_USED, SHARD_BITS};
 pub(crate) use self::walk::{Cursor, Visit};
 use crate::cell::{Life, Mortal, Relocation};
 use crate::store::Lapse;
-use crate::sync::{Mutex, Ordering, PlainAtomicU64};
+use crate::sync::{Mutex, Ordering};
 
 /// What a lookup that missed leaves for an insert of the same key: the
-/// key's hash, and the lookup's pin, held on (see [`Map::lookup`]).
+/// key's hash, the lookup's pin, held on (see [`Map::lookup`]), and the
+/// table it searched, if it searched the shard's table with no rebuild
+/// linked (an insert into that table then need not search it again).
 pub(crate) struct Miss {
     hash: u64,
     guard: Guard,
+    searched: Option<*const ()>,
 }
 
 /// A concurrent map from `K` to `V`, with values that stay where a reader
@@ -172,10 +195,7 @@ where
             shards: (0..SHARDS)
                 .map(|_| {
                     CachePadded::new(Shard {
-                        lock: Mutex::new(Counts::default()),
-                        entries: PlainAtomicU64::new(0),
-                        #[cfg(feature = "metrics")]
-                        removed: PlainAtomicU64::new(0),
+                        lock: Mutex::new(Held::default()),
                         table: Atomic::null(),
                     })
                 })
@@ -197,25 +217,32 @@ where
         &self.shards[(hash >> (64 - SHARD_BITS)) as usize]
     }
 
-    /// The live entries of every shard, as their writers last published
-    /// them: exact once no writer is at work, and never locked.
+    /// The live entries of every shard's table, as counted now: exact once
+    /// no writer is at work (an insert under way counts its entry from the
+    /// moment it reserves its slot, until it wins or loses), and never
+    /// locked.
     pub(crate) fn len(&self) -> u64 {
+        let guard = epoch::pin();
         self.shards
             .iter()
-            // Relaxed: a count that publishes nothing; each shard's lock
-            // orders its own writers' stores.
-            .map(|shard| shard.entries.load(Ordering::Relaxed))
+            .filter_map(|shard| Self::current(shard, &guard))
+            .map(|table| table.counts().live as u64)
             .sum()
     }
 
     /// The removed entries whose keys and cells the tables still hold, until
-    /// a rebuild of their shard, as their writers last published them.
+    /// a rebuild of their shard (and the entries inserts that lost a race
+    /// left given up), as counted now.
     #[cfg(feature = "metrics")]
     pub(crate) fn removed(&self) -> u64 {
+        let guard = epoch::pin();
         self.shards
             .iter()
-            // Relaxed: as in `len`.
-            .map(|shard| shard.removed.load(Ordering::Relaxed))
+            .filter_map(|shard| Self::current(shard, &guard))
+            .map(|table| {
+                let counts = table.counts();
+                counts.used.saturating_sub(counts.live) as u64
+            })
             .sum()
     }
 
@@ -273,13 +300,28 @@ where
                     return Ok(f(value));
                 }
                 if Self::absent(shard, table, &guard) {
-                    return Err((f, Miss { hash, guard }));
+                    let searched = Some(ptr::from_ref(table).cast());
+                    return Err((
+                        f,
+                        Miss {
+                            hash,
+                            guard,
+                            searched,
+                        },
+                    ));
                 }
             }
         }
         match self.locate(hash, key, &guard) {
             Some(value) => Ok(f(value)),
-            None => Err((f, Miss { hash, guard })),
+            None => Err((
+                f,
+                Miss {
+                    hash,
+                    guard,
+                    searched: None,
+                },
+            )),
         }
     }
 
@@ -354,16 +396,21 @@ where
     }
 
     /// Inserts `value` for `key` if the key is absent, then runs `f` on the
-    /// inserted value (after releasing the shard's lock, still protected).
-    /// `miss`, a lookup's of this very key, spares hashing and pinning
-    /// again.
-    /// A rebuild on the way runs `lapsed` (if any) on every live value of
-    /// the shard (see [`Map::rebuild_lapsing`]), and leaves dead entries
-    /// behind, calling `on_dead` on each.
+    /// inserted value (holding no lock, still protected). `miss`, a lookup's of this very
+    /// key, spares hashing, pinning and searching again.
+    ///
+    /// With room in the shard's table and no rebuild under way, the insert
+    /// takes no lock ([`Table::insert`]); otherwise it takes the shard's
+    /// lock, and a rebuild on the way runs `lapsed` (if any) on every live
+    /// value of the shard (see [`Map::rebuild_lapsing`]), and leaves dead
+    /// entries behind, calling `on_dead` on each.
     ///
     /// # Errors
     ///
-    /// Hands `value` back if the key was present.
+    /// `Err(Some(value))`, handed back, if the key was found present;
+    /// `Err(None)` if another insert of the key won a race with this one:
+    /// `value` then stays in the table, given up, read by no one, dropped
+    /// with the table (the caller looks the key up again).
     pub(crate) fn insert<R>(
         &self,
         miss: Option<&Miss>,
@@ -372,48 +419,187 @@ where
         lapsed: Option<impl Lapse<V>>,
         on_dead: impl FnMut(&V),
         f: impl FnOnce(&V) -> R,
-    ) -> Result<R, V> {
+    ) -> Result<R, Option<V>> {
         let pinned;
-        let (hash, guard) = match miss {
-            Some(miss) => (miss.hash, &miss.guard),
+        let (hash, guard, searched) = match miss {
+            Some(miss) => (miss.hash, &miss.guard, miss.searched),
             None => {
                 pinned = epoch::pin();
-                (self.hash(&key), &pinned)
+                (self.hash(&key), &pinned, None)
             }
         };
         let shard = self.shard(hash);
-        let mut counts = self.lock(shard, guard);
-        let mut table = Self::current(shard, guard);
-        let mut vacancy = None;
-        if let Some(current) = table {
-            match current.search(hash, &key) {
-                Ok(_) => return Err(value),
-                Err(found) => vacancy = found,
+        let mut entry = (key, value);
+        if let Some(table) = Self::current(shard, guard) {
+            if table.next(guard).is_none() {
+                // A lookup of this very table missed: the claim probes from
+                // the key's home (its walk over full groups is the stop
+                // test alone). Otherwise search first, and claim from where
+                // the search stopped.
+                let from = match searched {
+                    Some(searched) if ptr::eq(searched, ptr::from_ref(table).cast()) => None,
+                    _ => match table.search(hash, &entry.0) {
+                        Ok(_) => return Err(Some(entry.1)),
+                        Err(vacancy) => vacancy,
+                    },
+                };
+                if table.reserve() {
+                    match Self::claim(table, hash, from, entry, guard) {
+                        Ok(done) => {
+                            // A writer that takes no lock frees the retired
+                            // tables the locked ones leave expired, as they
+                            // do once they let the lock go.
+                            self.free_expired();
+                            // SAFETY: `claim` answers a slot it filled and
+                            // published.
+                            return done.map(|index| f(unsafe { Self::value(table, index) }));
+                        }
+                        Err(back) => entry = back,
+                    }
+                }
             }
         }
-        if table.is_none_or(|table| counts.used >= max_used(table.capacity())) {
-            // The vacancy found is in the table being replaced.
-            vacancy = None;
-            let room_for = counts.live + 1;
-            table = Some(match lapsed {
-                None => self.rebuild(shard, &mut counts, room_for, on_dead, V::relocate, guard),
-                Some(lapsed) => {
-                    self.rebuild_lapsing(shard, &mut counts, room_for, lapsed, on_dead, guard)
-                }
-            });
+        self.insert_locked(shard, hash, entry, lapsed, on_dead, f, guard)
+    }
+
+    /// The claim of [`Map::insert`], the slot reserved in `table`: the
+    /// slot it filled, or [`Map::insert`]'s error, or, if a rebuild sealed
+    /// the table first, the entry handed back (the reservation given
+    /// back).
+    #[inline]
+    #[allow(clippy::type_complexity)]
+    fn claim(
+        table: &Table<K, V>,
+        hash: u64,
+        from: Option<Vacancy>,
+        entry: (K, V),
+        guard: &Guard,
+    ) -> Result<Result<usize, Option<V>>, (K, V)> {
+        match table.insert(hash, from, entry, guard) {
+            Claim::Won(index) => Ok(Ok(index)),
+            Claim::Lost => {
+                table.uncount(ONE_LIVE);
+                Ok(Err(None))
+            }
+            Claim::Sealed(entry) => {
+                table.uncount(ONE_USED | ONE_LIVE);
+                Err(entry)
+            }
         }
-        let table = table.expect("a shard has a table after a rebuild");
-        let index = match vacancy {
-            Some(vacancy) => table.put_at(vacancy, hash, (key, value)),
-            None => table.put(hash, (key, value)),
-        };
-        counts.used += 1;
-        counts.live += 1;
-        drop(counts);
-        // SAFETY: `put` just filled and published this slot; `guard` keeps
-        // the table alive however soon it is rebuilt.
+    }
+
+    /// Frees the retired tables no reader can hold any more, if any (see
+    /// `reclaim.rs`): what a writer does as it lets a shard's lock go, for
+    /// an insert that took none.
+    #[inline]
+    fn free_expired(&self) {
+        if self.retired.any_expired() {
+            self.retired.free_expired();
+        }
+    }
+
+    /// The value in slot `index` of `table`.
+    ///
+    /// # Safety
+    ///
+    /// This thread filled and published the slot, and the caller's guard,
+    /// pinned before it looked `table` up, keeps the table alive however
+    /// soon it is rebuilt.
+    #[inline]
+    unsafe fn value(table: &Table<K, V>, index: usize) -> &V {
+        // SAFETY: by the caller's contract.
         let (_, value) = unsafe { table.entry(index) };
-        Ok(f(value))
+        value
+    }
+
+    /// [`Map::insert`] under the shard's lock: into a table with no rebuild
+    /// under way (the lock waits for one, or finishes one a panic left),
+    /// rebuilt first if it has no room (or the shard has none yet).
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn insert_locked<R>(
+        &self,
+        shard: &Shard<K, V>,
+        hash: u64,
+        entry: (K, V),
+        mut lapsed: Option<impl Lapse<V>>,
+        mut on_dead: impl FnMut(&V),
+        f: impl FnOnce(&V) -> R,
+        guard: &Guard,
+    ) -> Result<R, Option<V>> {
+        let mut held = self.lock(shard, guard);
+        let mut entry = entry;
+        loop {
+            let table = match Self::current(shard, guard) {
+                Some(table) => match table.search(hash, &entry.0) {
+                    Ok(_) => return Err(Some(entry.1)),
+                    Err(_) if table.reserve() => table,
+                    Err(_) => {
+                        let room_for = table.counts().live + 1;
+                        self.rebuild_for_insert(
+                            shard,
+                            &mut held,
+                            room_for,
+                            lapsed.take(),
+                            &mut on_dead,
+                            guard,
+                        );
+                        continue;
+                    }
+                },
+                None => {
+                    let _ = self.rebuild(shard, &mut held, 1, &mut on_dead, V::relocate, guard);
+                    continue;
+                }
+            };
+            // No rebuild seals the table while this thread holds the lock.
+            match Self::claim(table, hash, None, entry, guard) {
+                Ok(Ok(index)) => {
+                    // `f` runs with the lock let go: it may take it.
+                    drop(held);
+                    // SAFETY: `claim` answers a slot it filled and published.
+                    return Ok(f(unsafe { Self::value(table, index) }));
+                }
+                Ok(Err(lost)) => return Err(lost),
+                Err(back) => {
+                    // Sealed by a rebuild a panic cut short before it linked
+                    // the new table (in a key's `Hash` or `Eq`, deciding a
+                    // pending insert): rebuild it now.
+                    entry = back;
+                    let room_for = table.counts().live + 1;
+                    self.rebuild_for_insert(
+                        shard,
+                        &mut held,
+                        room_for,
+                        lapsed.take(),
+                        &mut on_dead,
+                        guard,
+                    );
+                }
+            }
+        }
+    }
+
+    /// The rebuild an insert with no room makes: for `room_for` live
+    /// entries, forgetting those `lapsed` judges lapsed, if any.
+    fn rebuild_for_insert(
+        &self,
+        shard: &Shard<K, V>,
+        held: &mut Held,
+        room_for: usize,
+        lapsed: Option<impl Lapse<V>>,
+        on_dead: impl FnMut(&V),
+        guard: &Guard,
+    ) {
+        match lapsed {
+            None => {
+                let _ = self.rebuild(shard, held, room_for, on_dead, V::relocate, guard);
+            }
+            Some(lapsed) => {
+                let _ = self.rebuild_lapsing(shard, held, room_for, lapsed, on_dead, guard);
+            }
+        }
     }
 
     /// A rebuild for `room_for` live entries that leaves behind the clients
@@ -436,7 +622,7 @@ where
     fn rebuild_lapsing<'g>(
         &self,
         shard: &Shard<K, V>,
-        counts: &mut Counts,
+        held: &mut Held,
         room_for: usize,
         mut lapsed: impl Lapse<V>,
         mut on_dead: impl FnMut(&V),
@@ -463,12 +649,12 @@ where
                 _ => relocation,
             }
         };
-        let table = self.rebuild(shard, counts, room_for, &mut on_dead, relocate, guard);
-        if counts.live * 4 >= room_for * 3 {
+        let table = self.rebuild(shard, held, room_for, &mut on_dead, relocate, guard);
+        let live = table.counts().live;
+        if live * 4 >= room_for * 3 {
             return table;
         }
-        let room_for = counts.live + 1;
-        self.rebuild(shard, counts, room_for, on_dead, V::relocate, guard)
+        self.rebuild(shard, held, live + 1, on_dead, V::relocate, guard)
     }
 
     /// Removes `key`'s entry if `condition` (run under the shard's lock)
@@ -550,7 +736,7 @@ where
         }
         // Dead: a cell stays dead, so the entry is still dead, or gone, when
         // the lock is ours.
-        let mut counts = if wait {
+        let mut held = if wait {
             self.lock(shard, &guard)
         } else {
             self.try_lock(shard, &guard)?
@@ -567,9 +753,9 @@ where
         debug_assert!(value.is_dead(), "only dead entries are removed");
         on_dead(value);
         table.mark(index, DELETED);
-        counts.live -= 1;
-        let shed = self.shed(shard, &mut counts, &mut on_dead, &guard);
-        drop(counts);
+        table.uncount(ONE_LIVE);
+        let shed = self.shed(shard, &mut held, &mut on_dead, &guard);
+        drop(held);
         drop(guard);
         if shed && !epoch::is_pinned() {
             // The old table, and the removed keys it holds, freed now
@@ -588,30 +774,34 @@ where
     fn shed_now(
         &self,
         shard: &Shard<K, V>,
-        counts: &mut Counts,
+        held: &mut Held,
+        room_for: usize,
         on_dead: impl FnMut(&V),
         guard: &Guard,
     ) {
-        let room_for = counts.live;
-        let _ = self.rebuild(shard, counts, room_for, on_dead, V::relocate, guard);
+        let _ = self.rebuild(shard, held, room_for, on_dead, V::relocate, guard);
     }
 
     /// After removals under the shard's lock: if they left its table more
-    /// than half dead ([`Counts::half_dead`]), rebuilds it for its live
-    /// entries, calling `on_dead` on the dead ones it leaves behind (as
-    /// [`Map::insert`] does); true iff it did. Holding the shard's lock.
+    /// than half dead ([`table::Counts::half_dead`]), rebuilds it for its
+    /// live entries, calling `on_dead` on the dead ones it leaves behind
+    /// (as [`Map::insert`] does); true iff it did. Holding the shard's
+    /// lock.
     #[inline]
     fn shed(
         &self,
         shard: &Shard<K, V>,
-        counts: &mut Counts,
+        held: &mut Held,
         on_dead: impl FnMut(&V),
         guard: &Guard,
     ) -> bool {
+        let Some(counts) = Self::current(shard, guard).map(Table::counts) else {
+            return false;
+        };
         if !counts.half_dead() {
             return false;
         }
-        self.shed_now(shard, counts, on_dead, guard);
+        self.shed_now(shard, held, counts.live, on_dead, guard);
         true
     }
 }

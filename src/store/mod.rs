@@ -104,7 +104,10 @@ pub trait Index<K, V> {
     ///
     /// # Errors
     ///
-    /// Hands `value` back if the key was present.
+    /// Hands `value` back (`Some`) if the key was found present; `None` if
+    /// another insert of the key won a race with this one, and `value` is
+    /// kept, read by no one, until the index drops it: the caller looks the
+    /// key up again.
     fn insert<R>(
         &self,
         miss: Option<&Self::Miss>,
@@ -112,7 +115,7 @@ pub trait Index<K, V> {
         value: V,
         lapsed: Option<impl Lapse<V>>,
         f: impl FnOnce(&V) -> R,
-    ) -> Result<R, V>;
+    ) -> Result<R, Option<V>>;
 }
 
 /// How a table rebuild that an insert sets off forgets lapsed clients (see
@@ -757,7 +760,7 @@ impl<K, V, I: Index<K, V>> Index<K, V> for Permanent<'_, I> {
         value: V,
         lapsed: Option<impl Lapse<V>>,
         f: impl FnOnce(&V) -> R,
-    ) -> Result<R, V> {
+    ) -> Result<R, Option<V>> {
         self.0.insert(miss, key, value, lapsed, f)
     }
 }

@@ -98,6 +98,33 @@ impl Hash for OneShard {
     }
 }
 
+/// A client id whose key hashes to one constant, as [`OneShard`]'s does,
+/// and whose `Eq`, rather than its `Hash`, counts toward the stall: each
+/// comparison that finds the key equal to itself counts, so a removal,
+/// which finds its key three times (the look that retires the cell, the
+/// look for the dead entry, and the search under the shard's lock), can be
+/// stalled at the third, holding the lock.
+#[derive(Debug, Clone)]
+pub struct EqStalls(pub u64);
+
+impl Hash for EqStalls {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        0u8.hash(state);
+    }
+}
+
+impl PartialEq for EqStalls {
+    fn eq(&self, other: &Self) -> bool {
+        let equal = self.0 == other.0;
+        if equal {
+            count();
+        }
+        equal
+    }
+}
+
+impl Eq for EqStalls {}
+
 /// Fills a cap of `clients` with clients `0..clients` (each spends a unit),
 /// then has a newcomer denied: the short look for idle clients made at a
 /// full cap finds none, so the next one is skipped (it would wait for a

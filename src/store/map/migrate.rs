@@ -6,6 +6,7 @@ use core::ptr;
 
 use crossbeam_epoch::{Guard, Owned, Shared};
 
+use super::shard::Held;
 use super::table::{groups_for, lowest, retagged, Counts, Table, DELETED, HIGH, LANES, MOVED};
 use super::{Map, Shard};
 use crate::cell::{Mortal, Relocation};
@@ -44,6 +45,14 @@ impl<K, V> Drop for Placed<'_, K, V> {
 /// with the tags its moved (or left behind) slots take, stored when the
 /// group is done, or on unwind, so that a slot whose entry the new table
 /// owns never stays `FULL` past the move (see `Map::move_all`).
+///
+/// A plain store, where every other write of a control word is a
+/// read-modify-write: the table is sealed and its claims settled, so no
+/// other thread changes its words any more (a resolution's scan still
+/// reads one by a read-modify-write that writes what it read, which the
+/// store loses nothing of), and the rebuilder read the word it retags
+/// with an `Acquire` load after every publication in it, so its `Release`
+/// store carries them to every reader that sees it.
 struct Retag<'a> {
     ctrl: &'a PlainAtomicU64,
     word: u64,
@@ -51,9 +60,10 @@ struct Retag<'a> {
 
 impl Drop for Retag<'_> {
     fn drop(&mut self) {
-        // Release: as in `Table::mark`: a reader that sees a `MOVED` tag
-        // (Acquire, in `Table::find`) sees the copy placed and the old cell
-        // forwarded before it, though none depends on it.
+        // Release: see above: a reader that sees a `MOVED` tag (Acquire,
+        // in `Table::find`) sees the copy placed and the old cell forwarded
+        // before it, though none depends on it, and one that reads a FULL
+        // lane left (a panic half way) sees its entry.
         self.ctrl.store(self.word, Ordering::Release);
     }
 }
@@ -68,24 +78,27 @@ where
     /// entries, moving its live entries and leaving dead ones behind
     /// (calling `on_dead` on each). Holding the shard's lock.
     ///
-    /// The new table is linked from the old one before any entry moves, and
-    /// each entry moves on its own (see [`Map::move_entry`]), so a reader
-    /// finds every client, live, in one table or the other at every step,
-    /// however long the rebuilder is held up between steps.
+    /// The old table is sealed first, and the inserts it caught half way
+    /// (claimed, published and not yet decided) are settled
+    /// ([`Map::settle_claims`]), so that no entry appears in it from then
+    /// on; then the new table is made, for at least the entries the old one
+    /// holds, and linked from the old one before any entry moves. Each
+    /// entry moves on its own (see [`Map::move_entry`]), so a reader finds
+    /// every client, live, in one table or the other at every step, however
+    /// long the rebuilder is held up between steps.
     pub(super) fn rebuild<'g>(
         &self,
         shard: &Shard<K, V>,
-        counts: &mut Counts,
+        held: &mut Held,
         room_for: usize,
         mut on_dead: impl FnMut(&V),
         mut relocate: impl FnMut(&V) -> Relocation<V>,
         guard: &'g Guard,
     ) -> &'g Table<K, V> {
-        let new = Owned::new(Table::new(groups_for(room_for))).into_shared(guard);
         // Relaxed: the lock orders this after the last writer's store.
         let old = shard.table.load(Ordering::Relaxed, guard);
         if old.is_null() {
-            *counts = Counts::default();
+            let new = Owned::new(Table::new(groups_for(room_for))).into_shared(guard);
             // Release: pairs with the Acquire load in `Map::current`.
             shard.table.store(new, Ordering::Release);
             // SAFETY: just allocated, and freed only once replaced.
@@ -93,6 +106,12 @@ where
         }
         // SAFETY: as in `Map::current`; the lock keeps it current.
         let old_table = unsafe { old.deref() };
+        // Sealed first: inserts with no lock may add entries up to here, so
+        // the new table is sized once none can, for at least the entries
+        // it will take.
+        self.settle_claims(old_table);
+        let room_for = room_for.max(old_table.count().live);
+        let new = Owned::new(Table::new(groups_for(room_for))).into_shared(guard);
         old_table.link(new);
         // SAFETY: `new` is freed only after the old table's retirement (see
         // `Table::next`), which comes after `guard` was pinned.
@@ -105,11 +124,26 @@ where
             Some(&mut on_dead),
             &mut relocate,
         );
-        *counts = Counts {
-            retired: true,
-            ..moved
-        };
+        new_table.set_counts(moved);
+        held.retired = true;
         self.finish(shard, old, new, guard)
+    }
+
+    /// Seals `old` ([`Table::seal`]: no lane becomes `PENDING` after it,
+    /// and no insert claims a slot) and decides every insert left
+    /// `PENDING` in it as its inserter would ([`Table::resolve`]: the key's
+    /// `Hash` and `Eq` run here), so that every entry the table will ever
+    /// hold is `FULL` before the moves begin. Every group is sealed before
+    /// any is resolved or moved: a resolution made after some entries had
+    /// left could miss one already `MOVED`. Holding the shard's lock.
+    fn settle_claims(&self, old: &Table<K, V>) {
+        // No lane becomes PENDING after the seal: if none was then, there is
+        // nothing to decide.
+        if old.seal() {
+            old.each_pending(|index, key| {
+                let _ = old.resolve_for(index, self.hash(key));
+            });
+        }
     }
 
     /// Moves every `FULL` entry of `old` to `new` (see [`Map::move_entry`]),
@@ -132,9 +166,12 @@ where
         relocate: &mut impl FnMut(&V) -> Relocation<V>,
     ) {
         for (group, ctrl) in old.ctrl.iter().enumerate() {
-            // Relaxed: only writers change control words, and this one
-            // holds the shard's lock (as in `Table::put`).
-            let word = ctrl.load(Ordering::Relaxed);
+            // Acquire: pairs with the write that published each FULL lane
+            // (an insert's, made with no lock), whose key is read next. No
+            // FULL lane changes meanwhile: only the lock's holder does
+            // that, and no lane becomes FULL in a sealed table once its
+            // claims are settled.
+            let word = ctrl.load(Ordering::Acquire);
             let mut live = word & HIGH;
             if live == 0 {
                 continue;
@@ -282,8 +319,12 @@ where
         guard: &'g Guard,
     ) -> &'g Table<K, V> {
         let new = old.next(guard).expect("a rebuild was under way");
+        self.settle_claims(old);
         let mut counts = Counts::default();
         self.move_all(old, new, &mut counts, None, &mut V::relocate);
+        // Counted from its tags: some entries moved before the panic. No
+        // other thread writes the new table before it is published.
+        new.set_counts(new.count());
         // Relaxed: the lock orders this after the panicked writer's store.
         let old_shared = shard.table.load(Ordering::Relaxed, guard);
         self.finish(shard, old_shared, Shared::from(ptr::from_ref(new)), guard)

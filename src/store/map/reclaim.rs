@@ -11,8 +11,9 @@
 //! thread, a check's included) marks the table expired, one store and a
 //! count, and touches nothing else. The table itself waits in the map's
 //! list of retired tables, and a writer of the map (an insert, a removal,
-//! a sweep, a rebuild), letting go of a shard's lock, frees the expired
-//! ones, outside the lock. The map's `Drop` frees whatever is left, expired
+//! a sweep, a rebuild), letting go of a shard's lock (or, for an insert
+//! that took none, as it returns), frees the expired ones, outside the
+//! lock. The map's `Drop` frees whatever is left, expired
 //! or not: no reader can hold a table of a map being dropped, and a flag
 //! raised later touches only itself.
 

@@ -1,6 +1,6 @@
-//! A shard: its writers' lock with the counts it guards, and its current
-//! table; taking the lock (waiting, or only if it is free), recovering it
-//! after a panic under it, and what a writer publishes as it lets go.
+//! A shard: its writers' lock and its current table; taking the lock
+//! (waiting, or only if it is free), recovering it after a panic under it,
+//! and what a writer does as it lets go.
 
 #![allow(unsafe_code)]
 
@@ -11,62 +11,53 @@ use std::sync::{MutexGuard, PoisonError, TryLockError};
 use crossbeam_epoch::{self as epoch, Atomic, Guard};
 
 use super::reclaim::Retired;
-use super::table::{Counts, Table};
+use super::table::Table;
 use super::Map;
 use crate::cell::Mortal;
-use crate::sync::{Mutex, Ordering, PlainAtomicU64};
+use crate::sync::Mutex;
 
-/// A shard's lock held, with its counts; on release the live count is
-/// published for [`Map::len`], a table retired under the lock is flushed
-/// to the epoch collector, and the map's retired tables that no reader can
-/// hold any more are freed (see [`Locked::drop`]).
+/// What a shard's lock guards besides its table's writers: whether a
+/// table was retired under it, so that the writer hands it to the epoch
+/// collector once it lets the lock go.
+#[derive(Debug, Default)]
+pub(super) struct Held {
+    pub(super) retired: bool,
+}
+
+/// A shard's lock held; on release a table retired under the lock is
+/// flushed to the epoch collector, and the map's retired tables that no
+/// reader can hold any more are freed (see [`Locked::drop`]).
 pub(super) struct Locked<'a, K, V> {
     /// Dropped (the lock released) only in [`Locked::drop`].
-    counts: ManuallyDrop<MutexGuard<'a, Counts>>,
-    entries: &'a PlainAtomicU64,
-    /// The shard's removed entries still in its table, published as the
-    /// lock is let go (the `metrics` feature's gauge).
-    #[cfg(feature = "metrics")]
-    removed: &'a PlainAtomicU64,
+    held: ManuallyDrop<MutexGuard<'a, Held>>,
     retired: &'a Retired<K, V>,
 }
 
 impl<K, V> core::ops::Deref for Locked<'_, K, V> {
-    type Target = Counts;
+    type Target = Held;
 
-    fn deref(&self) -> &Counts {
-        &self.counts
+    fn deref(&self) -> &Held {
+        &self.held
     }
 }
 
 impl<K, V> core::ops::DerefMut for Locked<'_, K, V> {
-    fn deref_mut(&mut self) -> &mut Counts {
-        &mut self.counts
+    fn deref_mut(&mut self) -> &mut Held {
+        &mut self.held
     }
 }
 
 impl<K, V> Drop for Locked<'_, K, V> {
-    /// Publishes the live count and releases the lock; then, outside it:
-    /// if a rebuild retired a table under it, flushes this thread's epoch
-    /// bag, so that the collector marks the table expired once no reader
-    /// can hold it rather than after dozens more retirements have filled
-    /// the bag; and frees the map's retired tables already expired (their
-    /// dead keys dropped: user code, run here, on a writer's path).
+    /// Releases the lock; then, outside it: if a rebuild retired a table
+    /// under it, flushes this thread's epoch bag, so that the collector
+    /// marks the table expired once no reader can hold it rather than
+    /// after dozens more retirements have filled the bag; and frees the
+    /// map's retired tables already expired (their dead keys dropped: user
+    /// code, run here, on a writer's path).
     fn drop(&mut self) {
-        // Relaxed: read only by `Map::len`, which promises no ordering.
-        self.entries
-            .store(self.counts.live as u64, Ordering::Relaxed);
-        // Relaxed: as above, for `Map::removed`. Slots used but not live:
-        // removed entries, whose keys and cells the table keeps until the
-        // shard is rebuilt (and copies a move gave up).
-        #[cfg(feature = "metrics")]
-        self.removed.store(
-            self.counts.used.saturating_sub(self.counts.live) as u64,
-            Ordering::Relaxed,
-        );
-        let retired = core::mem::take(&mut self.counts.retired);
+        let retired = core::mem::take(&mut self.held.retired);
         // SAFETY: dropped once, here, and not touched again.
-        unsafe { ManuallyDrop::drop(&mut self.counts) };
+        unsafe { ManuallyDrop::drop(&mut self.held) };
         // Not while unwinding: a key's `Drop` that panicked then would
         // abort; the tables wait for a later writer.
         if std::thread::panicking() {
@@ -91,17 +82,10 @@ fn flush_retired() {
 }
 
 pub(super) struct Shard<K, V> {
-    /// Writers only: inserts, removals, sweeps and rebuilds. Readers never
-    /// take it.
-    pub(super) lock: Mutex<Counts>,
-    /// The live entries, as the lock's counts last had them: published by
-    /// every writer as it lets go of the lock, so that [`Map::len`] can sum
-    /// the shards without taking any lock.
-    pub(super) entries: PlainAtomicU64,
-    /// The removed entries its table still holds, as the lock's counts last
-    /// had them: published with `entries`, for [`Map::removed`].
-    #[cfg(feature = "metrics")]
-    pub(super) removed: PlainAtomicU64,
+    /// Rebuilds, removals, sweeps, and the inserts that meet a rebuild (or
+    /// find no table, or no room). Readers never take it, nor does an
+    /// insert into a table with room.
+    pub(super) lock: Mutex<Held>,
     /// The current table; null until the shard's first insert.
     pub(super) table: Atomic<Table<K, V>>,
 }
@@ -117,15 +101,12 @@ where
     /// have left the counts stale, or a rebuild unfinished: see
     /// [`Map::recover`].
     pub(super) fn lock<'a>(&'a self, shard: &'a Shard<K, V>, guard: &Guard) -> Locked<'a, K, V> {
-        let counts = shard
+        let held = shard
             .lock
             .lock()
             .unwrap_or_else(|poisoned| self.recover(shard, poisoned, guard));
         Locked {
-            counts: ManuallyDrop::new(counts),
-            entries: &shard.entries,
-            #[cfg(feature = "metrics")]
-            removed: &shard.removed,
+            held: ManuallyDrop::new(held),
             retired: &self.retired,
         }
     }
@@ -138,43 +119,35 @@ where
         shard: &'a Shard<K, V>,
         guard: &Guard,
     ) -> Option<Locked<'a, K, V>> {
-        let counts = match shard.lock.try_lock() {
-            Ok(counts) => counts,
+        let held = match shard.lock.try_lock() {
+            Ok(held) => held,
             Err(TryLockError::WouldBlock) => return None,
             Err(TryLockError::Poisoned(poisoned)) => self.recover(shard, poisoned, guard),
         };
         Some(Locked {
-            counts: ManuallyDrop::new(counts),
-            entries: &shard.entries,
-            #[cfg(feature = "metrics")]
-            removed: &shard.removed,
+            held: ManuallyDrop::new(held),
             retired: &self.retired,
         })
     }
 
     /// A shard's lock, poisoned by a panic under it: the rebuild it left
-    /// unfinished is finished (see [`Map::finish_abandoned`]) and the
-    /// counts are counted again from the table.
+    /// unfinished is finished (see [`Map::finish_abandoned`]). The counts
+    /// need no repair: each writer changes them in one step with the tags
+    /// it changes.
     fn recover<'a>(
         &self,
         shard: &Shard<K, V>,
-        poisoned: PoisonError<MutexGuard<'a, Counts>>,
+        poisoned: PoisonError<MutexGuard<'a, Held>>,
         guard: &Guard,
-    ) -> MutexGuard<'a, Counts> {
-        let mut counts = poisoned.into_inner();
+    ) -> MutexGuard<'a, Held> {
+        let mut held = poisoned.into_inner();
         if let Some(table) = Self::current(shard, guard) {
-            let (table, retired) = match table.next(guard) {
-                Some(_) => (self.finish_abandoned(shard, table, guard), true),
-                None => (table, false),
-            };
-            *counts = Counts {
-                retired,
-                ..table.count()
-            };
-        } else {
-            *counts = Counts::default();
+            if table.next(guard).is_some() {
+                let _ = self.finish_abandoned(shard, table, guard);
+                held.retired = true;
+            }
         }
         shard.lock.clear_poison();
-        counts
+        held
     }
 }

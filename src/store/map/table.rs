@@ -5,13 +5,14 @@
 use core::borrow::Borrow;
 use core::cell::UnsafeCell;
 use core::mem::{self, MaybeUninit};
+use core::ptr;
 
 use crossbeam_epoch::{Atomic, Guard, Shared};
 
 // PlainAtomicU64: the control words are std's atomics even in loom builds;
 // the loom models run the store's protocol over a loom-aware stand-in for
 // this table (see `loom-tests/stand_in.rs`).
-use crate::sync::{Ordering, PlainAtomicU64};
+use crate::sync::{plain_fence, Ordering, PlainAtomicU64};
 
 /// How many shards a map has: a power of two, picked by the hash's top
 /// bits.
@@ -24,6 +25,19 @@ pub(super) const LANES: usize = 8;
 pub(super) const EMPTY: u8 = 0x00;
 pub(super) const DELETED: u8 = 0x01;
 pub(super) const MOVED: u8 = 0x02;
+/// A slot one inserter has claimed and is writing: no one else reads it.
+pub(super) const CLAIMED: u8 = 0x03;
+/// An empty slot a rebuild closed: a probe stops at it as at `EMPTY`, and
+/// no insert claims it.
+pub(super) const SEALED: u8 = 0x04;
+/// A published slot that lost its key's resolution: it keeps its key and
+/// value (dropped with the table), and only its own inserter may publish
+/// it again, until a rebuild seals it `DELETED`.
+pub(super) const GIVEN_UP: u8 = 0x05;
+/// The two high bits of a `PENDING` tag (a slot whose key and value are
+/// written and published, its entry not yet decided); its other six bits
+/// are from the hash.
+pub(super) const PENDING: u8 = 0x40;
 /// The high bit of a `FULL` tag; its other seven bits are from the hash.
 pub(super) const FULL: u8 = 0x80;
 
@@ -47,10 +61,30 @@ fn lanes_tagged(group: u64, tag: u8) -> u64 {
     zero_bytes(group ^ ONES.wrapping_mul(u64::from(tag)))
 }
 
+/// The `EMPTY` and `SEALED` lanes of `group`, as high bits: where a probe
+/// stops.
+#[inline]
+pub(super) fn stops(group: u64) -> u64 {
+    zero_bytes(group) | lanes_tagged(group, SEALED)
+}
+
+/// The `PENDING` lanes of `group` (second bit set, high bit clear), as
+/// high bits. No other tag has its second bit set without its high bit.
+#[inline]
+pub(super) fn pending_lanes(group: u64) -> u64 {
+    (group << 1) & !group & HIGH
+}
+
 /// The lowest lane marked in `bits`.
 #[inline]
 pub(super) fn lowest(bits: u64) -> usize {
     (bits.trailing_zeros() / 8) as usize
+}
+
+/// Lane `lane`'s tag in `group`.
+#[inline]
+pub(super) fn byte(group: u64, lane: usize) -> u8 {
+    (group >> (lane * 8)) as u8
 }
 
 /// `group` with lane `lane` tagged `tag`.
@@ -64,6 +98,12 @@ pub(super) fn retagged(group: u64, lane: usize, tag: u8) -> u64 {
 #[inline]
 fn tag_of(hash: u64) -> u8 {
     FULL | ((hash >> (64 - SHARD_BITS - 7)) as u8 & 0x7F)
+}
+
+/// The `PENDING` tag for `hash`: six of the bits its `FULL` tag holds.
+#[inline]
+fn pending_of(hash: u64) -> u8 {
+    PENDING | (tag_of(hash) & 0x3F)
 }
 
 /// Groups for `live` entries at a load of about 3/5 (at least one).
@@ -90,14 +130,48 @@ pub(super) struct Vacancy {
     group: usize,
 }
 
-/// One slot: a key and its value, written once (while its tag is `EMPTY`,
-/// under the shard's lock) and dropped only with its table.
+/// One slot used, in a table's counts: the low half.
+pub(super) const ONE_USED: u64 = 1;
+/// One slot live, in a table's counts: the high half.
+pub(super) const ONE_LIVE: u64 = 1 << 32;
+/// The slots used, in a table's counts.
+const USED: u64 = 0xFFFF_FFFF;
+
+/// How an insert with no lock ended ([`Table::insert`]).
+pub(super) enum Claim<K, V> {
+    /// Slot `.0` holds the key's entry: the one inserted.
+    Won(usize),
+    /// Another slot holds the key's entry (or held it, and the caller
+    /// looks again); the entry inserted stays in its slot, given up, owned
+    /// by the table.
+    Lost,
+    /// A rebuild sealed the table first: the entry, handed back, read by
+    /// no one.
+    Sealed((K, V)),
+}
+
+/// How a [`Table::resolve`] decided the slot it resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Resolved {
+    /// The slot is the key's entry.
+    Won,
+    /// The slot was given up: another is, or will be, the entry.
+    Lost,
+}
+
+/// One slot: a key and its value, written once (while its tag is
+/// `CLAIMED` by one inserter, or `EMPTY` in a table no other thread writes
+/// yet) and dropped only with its table.
 struct Slot<K, V>(UnsafeCell<MaybeUninit<(K, V)>>);
 
 /// One shard's table: control words, and slots, `LANES` per word.
 pub(super) struct Table<K, V> {
     pub(super) ctrl: Box<[PlainAtomicU64]>,
     slots: Box<[Slot<K, V>]>,
+    /// Slots used (low half) and live (high half), counted by the writers
+    /// that change them, inserts with no lock included (see
+    /// [`Table::reserve`]).
+    counts: PlainAtomicU64,
     /// The table a rebuild is moving this one's entries to: null until the
     /// rebuild publishes it, then set for good. Not owned: the shard (or a
     /// later table's retirement) frees it.
@@ -106,23 +180,25 @@ pub(super) struct Table<K, V> {
 
 // SAFETY: a table owns its keys and values (sending it sends them, and it
 // may be dropped on the epoch collector's thread), and shares them only as
-// `&(K, V)`, so it is `Send` and `Sync` when they both are. The slots'
-// `UnsafeCell` is written only under the shard's lock, before the slot's
-// tag is published (see `Table::put`).
+// `&(K, V)`, so it is `Send` and `Sync` when they both are. A slot's
+// `UnsafeCell` is written only by the one thread that claimed it, before
+// its tag is published (see `Table::insert` and `Table::put`).
 unsafe impl<K: Send + Sync, V: Send + Sync> Send for Table<K, V> {}
 // SAFETY: as for `Send` above.
 unsafe impl<K: Send + Sync, V: Send + Sync> Sync for Table<K, V> {}
 
 impl<K, V> Table<K, V> {
     pub(super) fn new(groups: usize) -> Self {
-        // Multiply-shift indexing takes the group count in 32 bits; at
-        // least one group, so that every hash has a home in bounds.
-        let groups = groups.clamp(1, u32::MAX as usize);
+        // Multiply-shift indexing takes the group count in 32 bits, and
+        // the counts take the slots in 32; at least one group, so that
+        // every hash has a home in bounds.
+        let groups = groups.clamp(1, u32::MAX as usize / LANES);
         Self {
             ctrl: (0..groups).map(|_| PlainAtomicU64::new(0)).collect(),
             slots: (0..groups * LANES)
                 .map(|_| Slot(UnsafeCell::new(MaybeUninit::uninit())))
                 .collect(),
+            counts: PlainAtomicU64::new(0),
             next: Atomic::null(),
         }
     }
@@ -146,9 +222,10 @@ impl<K, V> Table<K, V> {
     ///
     /// # Safety
     ///
-    /// The slot's tag must have been seen `FULL` (by a load that reads from
-    /// or after the `Release` store that published it), or be `DELETED` or
-    /// `MOVED` now: a slot is filled before its tag leaves `EMPTY`, and its
+    /// The slot's tag must have been seen `FULL` or `PENDING` (by a load
+    /// that reads from or after the `Release` write that published it), or
+    /// be `DELETED`, `GIVEN_UP` or `MOVED` now, or the slot be one this
+    /// thread filled: a slot is filled before its tag is published, and its
     /// contents live until the table is dropped (a `MOVED` slot's are then
     /// forgotten, not dropped: they belong to the table they moved to, or,
     /// for a copy a move gave up on, to no one). A slot with a tag is one
@@ -173,8 +250,9 @@ impl<K, V> Table<K, V> {
 
     /// As [`Table::find`]; a miss says where the probe stopped: the first
     /// group of the key's probe sequence with an empty slot, where
-    /// [`Table::put_at`] places an entry (`None` only for a table with no
-    /// empty slot, which a table below `max_used` never is).
+    /// [`Table::insert`] starts its claim (`None` only for a table with no
+    /// empty slot, which a table below `max_used` never is, or one a
+    /// rebuild sealed).
     #[inline]
     pub(super) fn search<Q>(&self, hash: u64, key: &Q) -> Result<(usize, &(K, V)), Option<Vacancy>>
     where
@@ -184,9 +262,11 @@ impl<K, V> Table<K, V> {
         let tag = tag_of(hash);
         let mut group = self.home(hash);
         for _ in 0..self.groups() {
-            // Acquire: pairs with the Release store in `put` that published
-            // a slot's tag, so the key and value written before it are
-            // visible here.
+            // Acquire: pairs with the Release write (in `put`, `insert` or
+            // `resolve`) that published a slot's tag, or one that continued
+            // its release sequence (every later write of the word is a
+            // read-modify-write), so the key and value written before it
+            // are visible here.
             let word = self.ctrl[group].load(Ordering::Acquire);
             let mut hits = lanes_tagged(word, tag);
             while hits != 0 {
@@ -199,8 +279,9 @@ impl<K, V> Table<K, V> {
                 hits &= hits - 1;
             }
             // An entry is always placed before the first group that had an
-            // empty slot, and a slot never becomes empty again.
-            if zero_bytes(word) != 0 {
+            // empty slot, and a slot never becomes empty again (a rebuild
+            // seals it, and a probe stops there as well).
+            if stops(word) != 0 {
                 return Err(Some(Vacancy { group }));
             }
             group = if group + 1 == self.groups() {
@@ -213,33 +294,22 @@ impl<K, V> Table<K, V> {
     }
 
     /// Places `entry` in the first empty slot of its probe sequence and
-    /// returns the slot's index. Holding the shard's lock, the table being
-    /// below `max_used`.
+    /// returns the slot's index. Only in a table no other thread writes
+    /// yet: a rebuild's new table, before [`Map::finish`] publishes it
+    /// (until then no insert claims a slot in it, and only readers that
+    /// followed the old table's link search it).
+    ///
+    /// [`Map::finish`]: super::Map
     #[inline]
     pub(super) fn put(&self, hash: u64, entry: (K, V)) -> usize {
-        self.put_from(self.home(hash), hash, entry)
-    }
-
-    /// As [`Table::put`], where a [`Table::search`] of this table for the
-    /// entry's key, under the same hold of the shard's lock, stopped: no
-    /// writer has filled the empty slot it saw since, so the probe ends
-    /// there at once.
-    #[inline]
-    pub(super) fn put_at(&self, vacancy: Vacancy, hash: u64, entry: (K, V)) -> usize {
-        self.put_from(vacancy.group, hash, entry)
-    }
-
-    /// Places `entry` in the first empty slot from `group` on.
-    #[inline]
-    fn put_from(&self, mut group: usize, hash: u64, entry: (K, V)) -> usize {
+        let mut group = self.home(hash);
         loop {
             debug_assert!(group < self.groups());
             // SAFETY: `home` is below the group count (a multiply-shift of
             // a 32-bit value by it, at least 1: `Table::new`), and so is
             // every later group, wrapped.
             let ctrl = unsafe { self.ctrl.get_unchecked(group) };
-            // Relaxed: only writers change control words, and they hold the
-            // shard's lock.
+            // Relaxed: this thread is the table's only writer.
             let word = ctrl.load(Ordering::Relaxed);
             let empty = zero_bytes(word);
             if empty != 0 {
@@ -247,38 +317,506 @@ impl<K, V> Table<K, V> {
                 let index = group * LANES + lane;
                 // SAFETY: `index` is in bounds (the group is, and there are
                 // `LANES` slots per group); the slot's tag is EMPTY, so no
-                // reader dereferences it, and the shard's lock makes this
-                // thread its only writer.
+                // reader dereferences it, and this thread is the table's
+                // only writer.
                 unsafe { (*self.slots.get_unchecked(index).0.get()).write(entry) };
                 // Release: publishes the slot's contents to every reader
-                // whose Acquire load (`find`) sees this tag.
+                // whose Acquire load (`search`) sees this tag. A plain
+                // store: no other thread writes the word yet, and every
+                // later write is a read-modify-write, which continues this
+                // store's release sequence.
                 ctrl.store(retagged(word, lane, tag_of(hash)), Ordering::Release);
                 return index;
             }
-            group = if group + 1 == self.groups() {
-                0
-            } else {
-                group + 1
-            };
+            group = self.after(group);
         }
     }
 
-    /// Changes the tag of slot `index`. Holding the shard's lock.
+    /// The group after `group` in probe order.
+    #[inline]
+    fn after(&self, group: usize) -> usize {
+        if group + 1 == self.groups() {
+            0
+        } else {
+            group + 1
+        }
+    }
+
+    /// Where slot `index` comes in the probe sequence from `home`.
+    #[inline]
+    fn rank(&self, home: usize, index: usize) -> usize {
+        let group = index / LANES;
+        let from_home = if group >= home {
+            group - home
+        } else {
+            group + self.groups() - home
+        };
+        from_home * LANES + index % LANES
+    }
+
+    /// Counts a slot an insert is about to claim, and the entry it is
+    /// about to make: false, counting nothing, if the table has no room
+    /// for it below [`max_used`] (a rebuild is due). Every slot that
+    /// leaves `EMPTY` (but for a rebuild's seal) holds one of these, so a
+    /// probe always meets an empty slot.
+    #[inline]
+    pub(super) fn reserve(&self) -> bool {
+        // Relaxed: the count publishes nothing; each reservation reads the
+        // last one in the word's modification order (a read-modify-write),
+        // so no more than `max_used` are ever held.
+        let before = self
+            .counts
+            .fetch_add(ONE_USED | ONE_LIVE, Ordering::Relaxed);
+        if (before & USED) as usize >= max_used(self.capacity()) {
+            self.uncount(ONE_USED | ONE_LIVE);
+            return false;
+        }
+        true
+    }
+
+    /// Takes `counted` (a multiple of [`ONE_USED`] and [`ONE_LIVE`]) off
+    /// the counts: a reservation given back (`ONE_USED | ONE_LIVE`), an
+    /// entry lost or removed (`ONE_LIVE`).
+    #[inline]
+    pub(super) fn uncount(&self, counted: u64) {
+        // Relaxed: as in `reserve`.
+        self.counts.fetch_sub(counted, Ordering::Relaxed);
+    }
+
+    /// The slots used and live, as counted now.
+    pub(super) fn counts(&self) -> Counts {
+        // Relaxed: as in `reserve`.
+        let counts = self.counts.load(Ordering::Relaxed);
+        Counts {
+            used: (counts & USED) as usize,
+            live: (counts >> 32) as usize,
+        }
+    }
+
+    /// Sets the counts of a table no other thread writes yet (see
+    /// [`Table::put`]).
+    pub(super) fn set_counts(&self, counts: Counts) {
+        // Relaxed: published with the table itself (`Map::finish`'s
+        // Release store).
+        self.counts.store(
+            counts.used as u64 | (counts.live as u64) << 32,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Inserts `entry`, whose key is absent as far as its inserter knows,
+    /// with no lock (the protocol of `loom-tests/claim.rs`, model 21):
+    /// the caller has [reserved](Table::reserve) a slot. `from` is where a
+    /// search of this table for the key stopped, or its home.
+    ///
+    /// 1. **Claim** the first `EMPTY` slot of the probe sequence, by a
+    ///    compare-and-swap of its group's word to `CLAIMED`: so two inserts
+    ///    of one key claim in probe order, and every group before a claimed
+    ///    slot holds no `EMPTY` one from then on. A `SEALED` lane met first
+    ///    (a rebuild is under way) ends the insert: [`Claim::Sealed`].
+    /// 2. **Write** key and value into the slot (no one else reads it).
+    /// 3. **Publish** it by a compare-and-swap: `FULL` at once if it is in
+    ///    the key's home group, which still holds an `EMPTY` lane and no
+    ///    other lane tagged for the key (the resolution's scan below would
+    ///    be this very word, which the compare-and-swap reads); otherwise
+    ///    `PENDING`, and resolve it. A rebuild that sealed the claim
+    ///    (`CLAIMED → MOVED`) makes it fail, and the entry is handed back,
+    ///    read by no one.
+    /// 4. **Resolve** (see [`Table::resolve`]): the entry wins, or another
+    ///    slot of the key does, and this one is given up, keeping key and
+    ///    value; the inserter then finds the key's entry, helping resolve
+    ///    a `PENDING` one, or, if there is none (the one that won was
+    ///    removed since), publishes its own slot again
+    ///    ([`Table::winner`]).
+    pub(super) fn insert(
+        &self,
+        hash: u64,
+        from: Option<Vacancy>,
+        entry: (K, V),
+        guard: &Guard,
+    ) -> Claim<K, V>
+    where
+        K: Eq,
+    {
+        let home = self.home(hash);
+        let Some(index) = self.claim(from.map_or(home, |vacancy| vacancy.group)) else {
+            return Claim::Sealed(entry);
+        };
+        // SAFETY: `claim` returns a slot in bounds, CLAIMED by this thread:
+        // no one else reads or writes it until it is published.
+        unsafe { (*self.slots.get_unchecked(index).0.get()).write(entry) };
+        let (group, lane) = (index / LANES, index % LANES);
+        let (full, pending) = (tag_of(hash), pending_of(hash));
+        let ctrl = &self.ctrl[group];
+        // Relaxed: the compare-and-swap below checks what it read.
+        let mut word = ctrl.load(Ordering::Relaxed);
+        let (published, word) = loop {
+            if byte(word, lane) != CLAIMED {
+                debug_assert_eq!(byte(word, lane), MOVED, "only a seal takes a claim");
+                // SAFETY: this thread wrote the slot above, and the lane,
+                // sealed MOVED, owns nothing and never was published: no
+                // one else read it or will.
+                let entry = unsafe { ptr::read(self.slots[index].0.get()).assume_init() };
+                return Claim::Sealed(entry);
+            }
+            let alone = group == home
+                && zero_bytes(word) != 0
+                && (lanes_tagged(word, full) | lanes_tagged(word, pending)) == 0;
+            let tag = if alone { full } else { pending };
+            // AcqRel: the release half publishes the key and value written
+            // above to every reader whose Acquire load sees the tag (and
+            // continues the word's release sequence); the acquire half
+            // reads the other lanes as the resolution's scan does (see
+            // `resolve`). Acquire on failure: the lane read is acted on.
+            let new = retagged(word, lane, tag);
+            match ctrl.compare_exchange_weak(word, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break (tag, new),
+                Err(now) => word = now,
+            }
+        };
+        if published == full {
+            return Claim::Won(index);
+        }
+        match self.resolve(index, hash, home, Some((group, word))) {
+            Resolved::Won => Claim::Won(index),
+            Resolved::Lost => self.winner(index, hash, home, guard),
+        }
+    }
+
+    /// Claims the first `EMPTY` slot from `group` on: `None` if a `SEALED`
+    /// lane comes first.
+    fn claim(&self, mut group: usize) -> Option<usize> {
+        for _ in 0..self.groups() {
+            let ctrl = &self.ctrl[group];
+            // Acquire (here and on the compare-and-swap): as in the design
+            // model; the claim itself publishes nothing (the slot is
+            // written after it) and reads no slot.
+            let mut word = ctrl.load(Ordering::Acquire);
+            loop {
+                if lanes_tagged(word, SEALED) != 0 {
+                    return None;
+                }
+                let empty = zero_bytes(word);
+                if empty == 0 {
+                    break;
+                }
+                let lane = lowest(empty);
+                match ctrl.compare_exchange_weak(
+                    word,
+                    retagged(word, lane, CLAIMED),
+                    Ordering::Acquire,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return Some(group * LANES + lane),
+                    Err(now) => word = now,
+                }
+            }
+            group = self.after(group);
+        }
+        // No empty slot: the reservations make this unreachable in a table
+        // no rebuild sealed.
+        None
+    }
+
+    /// Reads group `group`'s word for a resolution: a read-modify-write
+    /// that changes nothing (`AcqRel`; an add of 0, which x86-64 makes one
+    /// locked instruction that returns the word). Its acquire half makes the keys of
+    /// the lanes it reads published visible; its release half orders this
+    /// thread's own publication before the next read-modify-write of the
+    /// word, so of two slots of one key published at once, one's resolver
+    /// always sees the other (plain loads would allow the store-buffering
+    /// race: the design model's twin `LoadScan`).
+    #[inline]
+    fn scan_read(&self, group: usize) -> u64 {
+        // AcqRel: see above; pairs with the publishing compare-and-swaps.
+        self.ctrl[group].fetch_add(0, Ordering::AcqRel)
+    }
+
+    /// Changes slot `index`'s lane from `from` to `to`, whatever the other
+    /// lanes do meanwhile: `Err` with the lane found if it is not `from`.
+    pub(super) fn swap_lane(&self, index: usize, from: u8, to: u8) -> Result<(), u8> {
+        let (ctrl, lane) = (&self.ctrl[index / LANES], index % LANES);
+        // Acquire: the lane found is acted on (a FULL one's key read).
+        let mut word = ctrl.load(Ordering::Acquire);
+        loop {
+            if byte(word, lane) != from {
+                return Err(byte(word, lane));
+            }
+            // AcqRel: the release half publishes what this thread wrote
+            // before (a retired cell's tombstone, for instance) and
+            // continues the word's release sequence; acquire as above.
+            match ctrl.compare_exchange_weak(
+                word,
+                retagged(word, lane, to),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(now) => word = now,
+            }
+        }
+    }
+
+    /// The slots of the key in slot `s` published (`FULL` or `PENDING`)
+    /// in its probe sequence from `home` up to where a probe stops, each
+    /// word read by [`Table::scan_read`], passed to `each` with its tag
+    /// until `each` answers `Some`.
+    ///
+    /// `known`, a group and its word as this thread's publication of
+    /// slot `s` in it just left it, makes the scan a publisher's: one
+    /// sequentially consistent fence after the publication, then that
+    /// group's word as the publication left it (the compare-and-swap read
+    /// it) and every other group's by an `Acquire` load. Of two slots of
+    /// one key, each resolved so (or by read-modify-writes), one's scan
+    /// always sees the other published: the publications are each
+    /// sequenced before a fence, the fences are in one total order, and the
+    /// later fence's thread then reads the earlier one's publication (the
+    /// store-buffering outcome, both missed, is ruled out). A scan with no
+    /// `known` (a helper's, a publication again, a rebuild's) reads every
+    /// word by [`Table::scan_read`].
+    fn scan<R>(
+        &self,
+        s: usize,
+        hash: u64,
+        home: usize,
+        known: Option<(usize, u64)>,
+        mut each: impl FnMut(usize, u8) -> Option<R>,
+    ) -> Option<R>
+    where
+        K: Eq,
+    {
+        let (full, pending) = (tag_of(hash), pending_of(hash));
+        // SAFETY: slot `s` was published (or filled) by this thread, or
+        // read PENDING by an acquiring read.
+        let (key, _) = unsafe { self.entry(s) };
+        if known.is_some() {
+            // SeqCst: pairs with the fence of every other publisher's scan
+            // (see above). std's fence, as the words are std's atomics.
+            plain_fence(Ordering::SeqCst);
+        }
+        let mut group = home;
+        for _ in 0..self.groups() {
+            let word = match known {
+                Some((at, word)) if at == group => word,
+                // Acquire: the keys of the lanes read published; the fence
+                // above orders it after this thread's publication.
+                Some(_) => self.ctrl[group].load(Ordering::Acquire),
+                None => self.scan_read(group),
+            };
+            let mut hits = lanes_tagged(word, full) | lanes_tagged(word, pending);
+            while hits != 0 {
+                let lane = lowest(hits);
+                hits &= hits - 1;
+                let t = group * LANES + lane;
+                if t == s {
+                    continue;
+                }
+                // SAFETY: the lane was read FULL or PENDING by an acquiring
+                // read-modify-write.
+                let (other, _) = unsafe { self.entry(t) };
+                if other != key {
+                    continue;
+                }
+                if let Some(answer) = each(t, byte(word, lane)) {
+                    return Some(answer);
+                }
+            }
+            if stops(word) != 0 {
+                break;
+            }
+            group = self.after(group);
+        }
+        None
+    }
+
+    /// Decides slot `s`, read `PENDING` by this thread (or published by
+    /// it): scans the key's probe sequence (see [`Table::scan`]), and for
+    /// every other slot `t` of the key found published, `FULL`, or
+    /// `PENDING` and earlier in probe order, gives `s` up (`PENDING →
+    /// GIVEN_UP`); `PENDING` and later, gives `t` up (or, if it turned
+    /// `FULL` first, `s`). Then `s` becomes `FULL`. So of two slots of one
+    /// key, at most one is ever `FULL` (the argument is in the design
+    /// model's docs, "Why one entry"). Never waits for another thread.
+    /// `known` is as in [`Table::scan`].
+    pub(super) fn resolve(
+        &self,
+        s: usize,
+        hash: u64,
+        home: usize,
+        known: Option<(usize, u64)>,
+    ) -> Resolved
+    where
+        K: Eq,
+    {
+        let (full, pending) = (tag_of(hash), pending_of(hash));
+        let rank = self.rank(home, s);
+        let lost = self.scan(s, hash, home, known, |t, tag| {
+            let beaten = tag == full
+                || self.rank(home, t) < rank
+                || self.swap_lane(t, pending, GIVEN_UP) == Err(full);
+            beaten.then_some(())
+        });
+        let decided = if lost.is_some() {
+            self.swap_lane(s, pending, GIVEN_UP)
+        } else {
+            self.swap_lane(s, pending, full)
+        };
+        match decided {
+            Ok(()) => {
+                if lost.is_some() {
+                    Resolved::Lost
+                } else {
+                    Resolved::Won
+                }
+            }
+            // Given up by another resolver (or sealed so by a rebuild).
+            Err(GIVEN_UP | DELETED) => Resolved::Lost,
+            // Made FULL by another resolver (and moved since, perhaps),
+            // whose scan found it the key's entry.
+            Err(_) => Resolved::Won,
+        }
+    }
+
+    /// The key's entry once its inserter's own slot `s` was given up: a
+    /// `FULL` slot of the key ([`Claim::Lost`]); or, helping, the earliest
+    /// `PENDING` one resolved, and a look again; or, if there is neither
+    /// (the entry that won was removed since), `s` published again and
+    /// resolved as a new publication. [`Claim::Lost`] too if a rebuild has
+    /// linked a new table and neither is found (the entry may have moved
+    /// on): the caller looks the key up again.
+    fn winner(&self, s: usize, hash: u64, home: usize, guard: &Guard) -> Claim<K, V>
+    where
+        K: Eq,
+    {
+        let (full, pending) = (tag_of(hash), pending_of(hash));
+        loop {
+            let mut earliest = None;
+            let found = self.scan(s, hash, home, None, |t, tag| {
+                if tag == full {
+                    return Some(());
+                }
+                earliest.get_or_insert(t);
+                None
+            });
+            if found.is_some() {
+                return Claim::Lost;
+            }
+            match earliest {
+                Some(t) => {
+                    let _ = self.resolve(t, hash, home, None);
+                }
+                None if self.next(guard).is_some() => return Claim::Lost,
+                // Not one published slot of the key: the entry that won was
+                // removed since, or the scan read a group before the
+                // earliest slot's publication and a later one after it
+                // gave the others up. `s` never was FULL, so it is its
+                // inserter's to publish again, unless a rebuild sealed it
+                // DELETED (linked or not yet): the key is then the rebuild's
+                // to carry, and the caller looks it up again.
+                None => match self.swap_lane(s, GIVEN_UP, pending) {
+                    Ok(()) => {
+                        if self.resolve(s, hash, home, None) == Resolved::Won {
+                            return Claim::Won(s);
+                        }
+                    }
+                    Err(DELETED) => return Claim::Lost,
+                    Err(_) => {}
+                },
+            }
+        }
+    }
+
+    /// Seals the table for a rebuild, which has linked the new one: every
+    /// `EMPTY` lane becomes `SEALED` (no insert claims it), every
+    /// `CLAIMED` one `MOVED` (its inserter takes its entry back), and
+    /// every `GIVEN_UP` one `DELETED` (its inserter can no longer publish
+    /// it again). After this no lane becomes `PENDING`. Holding the
+    /// shard's lock. Whether any lane was `PENDING` then (an insert caught
+    /// between its publication and its decision).
+    pub(super) fn seal(&self) -> bool {
+        let mut pending = 0;
+        for ctrl in &*self.ctrl {
+            // AcqRel: acquires every PENDING lane's key, and continues the
+            // word's release sequence. Acquire on each retry.
+            let sealed = ctrl.fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
+                // Byte by byte, no carry or borrow crossing one:
+                // EMPTY + 4 = SEALED, CLAIMED - 1 = MOVED, GIVEN_UP - 4 =
+                // DELETED.
+                let ones = |lanes: u64| lanes >> 7;
+                Some(
+                    word + ones(zero_bytes(word)) * u64::from(SEALED - EMPTY)
+                        - ones(lanes_tagged(word, CLAIMED)) * u64::from(CLAIMED - MOVED)
+                        - ones(lanes_tagged(word, GIVEN_UP)) * u64::from(GIVEN_UP - DELETED),
+                )
+            });
+            // The word before the seal: its PENDING lanes are the seal's.
+            pending |= pending_lanes(sealed.unwrap_or_else(|word| word));
+        }
+        pending != 0
+    }
+
+    /// The `PENDING` slots of a sealed table, each with its key, for the
+    /// rebuild to resolve: `each` runs on every one, in slot order.
+    pub(super) fn each_pending(&self, mut each: impl FnMut(usize, &K)) {
+        for (group, ctrl) in self.ctrl.iter().enumerate() {
+            // Acquire: the key of each PENDING lane read.
+            let mut pending = pending_lanes(ctrl.load(Ordering::Acquire));
+            while pending != 0 {
+                let index = group * LANES + lowest(pending);
+                pending &= pending - 1;
+                // SAFETY: read PENDING by an acquiring load.
+                let (key, _) = unsafe { self.entry(index) };
+                each(index, key);
+            }
+        }
+    }
+
+    /// [`Table::resolve`] for slot `index`, holding `hash`'s key, by a
+    /// rebuild (which has no home group at hand).
+    pub(super) fn resolve_for(&self, index: usize, hash: u64) -> Resolved
+    where
+        K: Eq,
+    {
+        self.resolve(index, hash, self.home(hash), None)
+    }
+
+    /// Changes the tag of slot `index`, whatever the other lanes do
+    /// meanwhile (an insert with no lock may be claiming or publishing one
+    /// of them). Holding the shard's lock, which makes this thread the
+    /// only writer of a `FULL` lane (the lane this changes).
     #[inline]
     pub(super) fn mark(&self, index: usize, tag: u8) {
         let group = &self.ctrl[index / LANES];
-        // Relaxed load: as in `put`. Release store: a reader that sees the
-        // new tag sees what this writer did before (a retired cell's
-        // tombstone, for instance), though none depends on it.
-        let word = group.load(Ordering::Relaxed);
-        group.store(retagged(word, index % LANES, tag), Ordering::Release);
+        let lane = index % LANES;
+        // AcqRel: a reader that sees the new tag sees what this writer did
+        // before (a retired cell's tombstone, for instance), though none
+        // depends on it; a read-modify-write continues the word's release
+        // sequence, and loses no other lane's change.
+        let _ = group.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |word| {
+            Some(retagged(word, lane, tag))
+        });
+    }
+
+    /// Retags the lanes `lanes` (high bits) of group `group` as they are in
+    /// `word`, whatever the other lanes do meanwhile (as [`Table::mark`]).
+    /// Holding the shard's lock.
+    pub(super) fn retag(&self, group: usize, lanes: u64, word: u64) {
+        if lanes == 0 {
+            return;
+        }
+        // Every bit of each lane named.
+        let mask = (lanes >> 7) * 0xFF;
+        // AcqRel: as in `mark`.
+        let _ = self.ctrl[group].fetch_update(Ordering::AcqRel, Ordering::Relaxed, |now| {
+            Some((now & !mask) | (word & mask))
+        });
     }
 
     /// The tag of slot `index`. Holding the shard's lock.
     pub(super) fn tag(&self, index: usize) -> u8 {
-        // Relaxed: as in `put`.
-        let word = self.ctrl[index / LANES].load(Ordering::Relaxed);
-        (word >> (index % LANES * 8)) as u8
+        // Acquire: a FULL lane's key may be read next.
+        let word = self.ctrl[index / LANES].load(Ordering::Acquire);
+        byte(word, index % LANES)
     }
 
     /// The table this one's entries are moving to, if a rebuild has
@@ -286,10 +824,14 @@ impl<K, V> Table<K, V> {
     #[inline]
     pub(super) fn next<'g>(&self, guard: &'g Guard) -> Option<&'g Table<K, V>> {
         // Acquire: pairs with the Release store in `link`, so the new
-        // table's control words are visible, and so is every entry placed
-        // in this table before the rebuild began (under the shard's lock,
-        // which the rebuilder took after those writers let it go): a search
-        // of this table after this load misses no entry the rebuild moves.
+        // table's control words are visible, and so is every entry
+        // published in this table before the rebuilder took the shard's
+        // lock (by a writer that let it go since, or whose publication the
+        // lock's holder read). An insert with no lock racing the rebuild may
+        // be published after the link: a search that misses it sends the
+        // caller to an insert of the key, which meets the link (or the
+        // seal) and waits for the rebuild under the lock, then finds the
+        // entry moved.
         let next = self.next.load(Ordering::Acquire, guard);
         // SAFETY: a table is freed only after the table that links to it
         // has been retired and every guard pinned before that retirement
@@ -318,13 +860,14 @@ impl<K, V> Table<K, V> {
         }
     }
 
-    /// Live and used slots, counted.
+    /// Live (`FULL`) and used (neither `EMPTY` nor `SEALED`) slots,
+    /// counted from the control words.
     pub(super) fn count(&self) -> Counts {
         let mut counts = Counts::default();
         for word in &*self.ctrl {
-            // Relaxed: as in `put`.
+            // Relaxed: tags only, no slot read.
             let word = word.load(Ordering::Relaxed);
-            counts.used += LANES - zero_bytes(word).count_ones() as usize;
+            counts.used += LANES - stops(word).count_ones() as usize;
             counts.live += (word & HIGH).count_ones() as usize;
         }
         counts
@@ -338,16 +881,21 @@ impl<K, V> Drop for Table<K, V> {
         }
         for group in 0..self.groups() {
             // A moved slot's key and value belong to the table they moved
-            // to (or, for a copy a move gave up on, to no one: see
-            // `Relocation::Moved`); an empty one holds none. So only FULL
-            // and DELETED slots are dropped, found a group at a time (a
-            // retired table is mostly MOVED). Relaxed: `&mut self`.
+            // to (or, for a copy a move gave up on, or a claim a rebuild
+            // sealed, to no one: see `Relocation::Moved`); an empty,
+            // sealed or claimed one holds none. So only FULL, DELETED,
+            // GIVEN_UP and PENDING (left so by a panic in a key's `Eq`)
+            // slots are dropped, found a group at a time (a retired table
+            // is mostly MOVED). Relaxed: `&mut self`.
             let word = self.ctrl[group].load(Ordering::Relaxed);
-            let mut owned = (word & HIGH) | lanes_tagged(word, DELETED);
+            let mut owned = (word & HIGH)
+                | lanes_tagged(word, DELETED)
+                | lanes_tagged(word, GIVEN_UP)
+                | pending_lanes(word);
             while owned != 0 {
                 let index = group * LANES + lowest(owned);
                 owned &= owned - 1;
-                // SAFETY: the slot is initialised (FULL or DELETED), this
+                // SAFETY: the slot is initialised (owned, as above), this
                 // table still owns it, and `&mut self` means no one else
                 // can reach it.
                 unsafe { self.slots[index].0.get_mut().assume_init_drop() };
@@ -356,14 +904,13 @@ impl<K, V> Drop for Table<K, V> {
     }
 }
 
-/// A shard's counts of slots: live (`FULL`) and used (not `EMPTY`); and
-/// whether a table was retired under the lock that holds them, so that the
-/// writer hands it to the epoch collector once it lets the lock go.
-#[derive(Debug, Default, Clone, Copy)]
+/// A table's counts of slots: live (`FULL`, and those an insert has
+/// reserved for its entry) and used (neither `EMPTY` nor `SEALED`, and
+/// those reserved).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Counts {
     pub(super) live: usize,
     pub(super) used: usize,
-    pub(super) retired: bool,
 }
 
 impl Counts {

@@ -9,8 +9,7 @@ use core::ptr;
 
 use crossbeam_epoch as epoch;
 
-use super::shard::Locked;
-use super::table::{lowest, retagged, Table, DELETED, FULL, HIGH, LANES, SHARDS, SHARD_BITS};
+use super::table::{lowest, Table, DELETED, FULL, HIGH, LANES, ONE_LIVE, SHARDS, SHARD_BITS};
 use super::Map;
 use crate::cell::{Mortal, Relocation};
 use crate::sync::Ordering;
@@ -69,36 +68,39 @@ where
         let guard = epoch::pin();
         let mut removed = 0;
         for shard in self.shards.iter() {
-            let mut counts = self.lock(shard, &guard);
+            let mut held = self.lock(shard, &guard);
             let Some(table) = Self::current(shard, &guard) else {
                 continue;
             };
             for (group, ctrl) in table.ctrl.iter().enumerate() {
-                // Relaxed: as in `Table::put`.
-                let word = ctrl.load(Ordering::Relaxed);
+                // Acquire: the keys of the FULL lanes read (an insert with
+                // no lock may have published one). Only this thread, holding
+                // the lock, changes a FULL lane.
+                let word = ctrl.load(Ordering::Acquire);
                 let mut live = word & HIGH;
-                let mut left = word;
+                let mut gone = 0;
                 while live != 0 {
                     let lane = lowest(live);
                     live &= live - 1;
                     // SAFETY: the slot is FULL.
                     let (key, value) = unsafe { table.entry(group * LANES + lane) };
                     if remove(key, value) {
-                        left = retagged(left, lane, DELETED);
-                        counts.live -= 1;
+                        gone |= 0x80 << (lane * 8);
                         removed += 1;
                     }
                 }
-                if left != word {
+                if gone != 0 {
                     removing();
-                    // Release: as in `Table::mark`.
-                    ctrl.store(left, Ordering::Release);
+                    // DELETED in every lane removed.
+                    table.retag(group, gone, (gone >> 7) * u64::from(DELETED));
+                    table.uncount(u64::from(gone.count_ones()) * ONE_LIVE);
                 }
             }
             // A full sweep (`small` 0) rebuilds every table holding removed
             // entries, so that their keys go; the pass only those left
             // under a quarter full or more than half dead (see
             // `Map::shed`).
+            let counts = table.counts();
             if counts.used > counts.live
                 && table.capacity() > small
                 && (small == 0 || counts.live * 4 < table.capacity() || counts.half_dead())
@@ -106,7 +108,7 @@ where
                 let room_for = counts.live;
                 self.rebuild(
                     shard,
-                    &mut counts,
+                    &mut held,
                     room_for,
                     &mut on_dead,
                     V::relocate,
@@ -128,14 +130,14 @@ where
     ) {
         let guard = epoch::pin();
         for shard in self.shards.iter() {
-            let mut counts = self.lock(shard, &guard);
-            if Self::current(shard, &guard).is_none() {
+            let mut held = self.lock(shard, &guard);
+            let Some(table) = Self::current(shard, &guard) else {
                 continue;
-            }
-            let room_for = counts.live;
+            };
+            let room_for = table.counts().live;
             self.rebuild(
                 shard,
-                &mut counts,
+                &mut held,
                 room_for,
                 &mut on_dead,
                 &mut relocate,
@@ -255,7 +257,7 @@ where
             // Back where a walk round the map began: up to its first slot.
             let last = wrapped && cursor.shard == start.shard;
             if Self::current(shard, &guard).is_some() {
-                let mut counts = self.lock(shard, &guard);
+                let mut held = self.lock(shard, &guard);
                 let table = Self::current(shard, &guard).expect("tables are never unpublished");
                 let end = if last {
                     start.slot.min(table.capacity())
@@ -269,8 +271,8 @@ where
                         break;
                     }
                     let group = cursor.slot / LANES;
-                    // Relaxed: as in `put`.
-                    let word = table.ctrl[group].load(Ordering::Relaxed);
+                    // Acquire: as in `retain`.
+                    let word = table.ctrl[group].load(Ordering::Acquire);
                     words -= 1;
                     let mut live = word & HIGH & (u64::MAX << (cursor.slot % LANES * 8));
                     if (group + 1) * LANES > end {
@@ -288,7 +290,7 @@ where
                             Visit::Keep => {}
                             Visit::Remove => {
                                 table.mark(index, DELETED);
-                                counts.live -= 1;
+                                table.uncount(ONE_LIVE);
                                 removed += 1;
                             }
                             Visit::Rank(rank) => {
@@ -312,20 +314,20 @@ where
                     // afresh), the slot must still hold it, as below.
                     if let Some((_, _, was, index)) = best.filter(|&(_, at, ..)| at == cursor.shard)
                     {
-                        let held = ptr::eq(table, was) && table.tag(index) & FULL != 0;
+                        let still = ptr::eq(table, was) && table.tag(index) & FULL != 0;
                         let pick = pick.take().expect("picked once, at the walk's end");
-                        picked = Some(held && Self::pick(table, index, &mut counts, pick));
+                        picked = Some(still && Self::pick(table, index, pick));
                         unshed &= !(1 << cursor.shard);
                     }
-                    self.shed(shard, &mut counts, &mut on_dead, &guard);
+                    self.shed(shard, &mut held, &mut on_dead, &guard);
                     break 'walk;
                 }
                 if best.is_some_and(|(_, at, ..)| at == cursor.shard) {
-                    if counts.half_dead() {
+                    if table.counts().half_dead() {
                         unshed |= 1 << cursor.shard;
                     }
                 } else {
-                    self.shed(shard, &mut counts, &mut on_dead, &guard);
+                    self.shed(shard, &mut held, &mut on_dead, &guard);
                 }
             } else if last {
                 break;
@@ -348,14 +350,14 @@ where
             (None, Some((_, at, was, index))) => {
                 // A shard the walk has left: lock it again.
                 let shard = &self.shards[at];
-                let mut counts = self.lock(shard, &guard);
+                let mut held = self.lock(shard, &guard);
                 let pick = pick.take().expect("picked once, at the walk's end");
                 let picked = Self::current(shard, &guard).is_some_and(|table| {
                     ptr::eq(table, was)
                         && table.tag(index) & FULL != 0
-                        && Self::pick(table, index, &mut counts, pick)
+                        && Self::pick(table, index, pick)
                 });
-                self.shed(shard, &mut counts, &mut on_dead, &guard);
+                self.shed(shard, &mut held, &mut on_dead, &guard);
                 unshed &= !(1 << at);
                 picked
             }
@@ -365,8 +367,8 @@ where
         while unshed != 0 {
             let shard = &self.shards[unshed.trailing_zeros() as usize];
             unshed &= unshed - 1;
-            let mut counts = self.lock(shard, &guard);
-            self.shed(shard, &mut counts, &mut on_dead, &guard);
+            let mut held = self.lock(shard, &guard);
+            self.shed(shard, &mut held, &mut on_dead, &guard);
         }
         (removed, picked)
     }
@@ -374,19 +376,14 @@ where
     /// Removes the entry in slot `index` of `table` if `pick` is true of
     /// it. The caller holds the shard's lock, `table` is its current table,
     /// and the slot is `FULL`.
-    fn pick(
-        table: &Table<K, V>,
-        index: usize,
-        counts: &mut Locked<'_, K, V>,
-        pick: impl FnOnce(&K, &V) -> bool,
-    ) -> bool {
+    fn pick(table: &Table<K, V>, index: usize, pick: impl FnOnce(&K, &V) -> bool) -> bool {
         // SAFETY: the slot is FULL (the caller's promise), and stays so
         // while the caller holds the shard's lock.
         let (key, value) = unsafe { table.entry(index) };
         let gone = pick(key, value);
         if gone {
             table.mark(index, DELETED);
-            counts.live -= 1;
+            table.uncount(ONE_LIVE);
         }
         gone
     }

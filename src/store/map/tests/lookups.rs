@@ -20,7 +20,10 @@ fn finds_every_key_it_holds_and_no_other_across_rebuilds() {
         |_| (),
         |_| (),
     );
-    assert_eq!(again.map_err(|cell| cell.load()), Err(99));
+    assert_eq!(
+        again.map_err(|cell| cell.map(|cell| cell.load())),
+        Err(Some(99))
+    );
     assert_eq!(word(&map, "client-3"), Some(3));
 }
 
@@ -125,4 +128,51 @@ fn tables_grow_by_less_than_double_and_always_keep_an_empty_slot() {
     let capacity = groups_for(100_000) * LANES;
     let next = groups_for(max_used(capacity) + 1) * LANES;
     assert!(next * 2 < capacity * 3, "{capacity} → {next}");
+}
+
+#[test]
+fn a_seal_retags_every_lane_as_one_at_a_time_would() {
+    use crate::store::map::table::{CLAIMED, DELETED, GIVEN_UP, PENDING, SEALED};
+    let bytes = [
+        0x00,
+        0x01,
+        0x02,
+        CLAIMED,
+        SEALED,
+        GIVEN_UP,
+        PENDING | 0x2A,
+        FULL | 0x7F,
+    ];
+    let sealed_byte = |byte: u8| match byte {
+        0x00 => SEALED,
+        CLAIMED => MOVED,
+        GIVEN_UP => DELETED,
+        other => other,
+    };
+    // Every byte in every lane, the others drawn from the same set.
+    for lane in 0..LANES {
+        for (i, &byte) in bytes.iter().enumerate() {
+            let mut word = 0_u64;
+            let mut expected = 0_u64;
+            for other in 0..LANES {
+                let b = if other == lane {
+                    byte
+                } else {
+                    bytes[(i + other) % bytes.len()]
+                };
+                word |= u64::from(b) << (other * 8);
+                expected |= u64::from(sealed_byte(b)) << (other * 8);
+            }
+            let table = Table::<u64, StateCell>::new(1);
+            table.ctrl[0].store(word, Ordering::Relaxed);
+            table.seal();
+            assert_eq!(
+                table.ctrl[0].load(Ordering::Relaxed),
+                expected,
+                "{word:#018x}"
+            );
+            // Nothing to drop: the slots were never filled.
+            table.ctrl[0].store(0, Ordering::Relaxed);
+        }
+    }
 }

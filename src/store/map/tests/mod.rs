@@ -10,6 +10,7 @@ use super::table::{
 };
 use super::*;
 use crate::cell::{Life, StateCell};
+use crate::sync::PlainAtomicU64;
 
 type TestMap = Map<String, StateCell, foldhash::fast::FixedState>;
 
@@ -79,6 +80,7 @@ fn neighbours(map: &TestMap, key: &str, count: usize) -> Vec<String> {
         .collect()
 }
 
+mod claims;
 mod lookups;
 mod rebuilds;
 mod reclaim;

@@ -180,7 +180,14 @@ fn the_rebuild_a_removal_makes_leaves_dead_entries_behind_and_reports_them() {
         assert_eq!(map.len(), 0);
     }
     for i in 0..N {
-        assert_eq!(word(&map, &format!("client-{i}")), None);
+        let key = format!("client-{i}");
+        match map.get(key.as_str(), Mortal::is_dead) {
+            Err(_) => {}
+            // Under Miri the tables are too small for a removal to leave one
+            // more than half dead (beyond `DEAD_SPARES`): the entries retired
+            // in place are still there, dead, until a rebuild.
+            Ok(dead) => assert!(cfg!(miri) && dead && i % 4 == 0, "{key} still an entry"),
+        }
     }
 }
 

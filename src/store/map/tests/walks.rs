@@ -62,11 +62,18 @@ fn retain_leaves_small_tables_their_size() {
 /// Removed entries whose slots the tables still hold (their keys and
 /// cells kept until a rebuild), over every shard.
 fn tombstones(map: &TestMap) -> usize {
+    tombstones_above(map, 0)
+}
+
+/// As [`tombstones`], over the tables of more than `small` slots.
+fn tombstones_above(map: &TestMap, small: usize) -> usize {
     let guard = epoch::pin();
     map.shards
         .iter()
-        .map(|shard| {
-            let counts = map.lock(shard, &guard);
+        .filter_map(|shard| TestMap::current(shard, &guard))
+        .filter(|table| table.capacity() > small)
+        .map(|table| {
+            let counts = table.counts();
             counts.used - counts.live
         })
         .sum()
@@ -104,7 +111,16 @@ fn retain_rebuilds_the_tables_it_empties_as_each_caller_asks() {
     let most = |_: &String, cell: &StateCell| cell.load() % 10 != 0;
     let removed = map.retain(LANES, most, |_| unreachable!(), || ());
     assert_eq!(map.len(), N - removed);
-    assert_eq!(tombstones(&map), 0, "the pass rebuilt the emptied tables");
+    assert_eq!(
+        tombstones_above(&map, LANES),
+        0,
+        "the pass rebuilt the emptied tables"
+    );
+    // (Under Miri the map is small enough that some tables are of `small`
+    // slots, which the pass leaves.)
+    if !cfg!(miri) {
+        assert_eq!(tombstones(&map), 0, "every table was above `small`");
+    }
 }
 
 /// A cursor drawn from uniform bits: the shard the top bits name, and a
