@@ -92,8 +92,9 @@ pub trait RateLimiter<K: ?Sized = str>: Send + Sync {
 /// counts also runs the installed recorder's code). A client's first
 /// request (or its first since it was forgotten) inserts it, with no lock
 /// either: it waits only for a rebuild of its shard of the map (as the
-/// shard grows, shrinks, or changes quota), which holds that shard's lock,
-/// and makes that rebuild itself when the shard is full.
+/// shard grows, as a sweep or removals shrink it, or as a quota changes),
+/// which holds that shard's lock, and makes that rebuild itself when the
+/// shard is full.
 ///
 /// Share it between threads by reference or in an `Arc`.
 ///

@@ -41,10 +41,10 @@
 //! at once if no other slot of the key can be in its probe, else
 //! `PENDING`, decided by a scan that leaves one slot of the key its entry:
 //! so two first requests of one key make one entry, and a first request
-//! never waits for another, nor for a removal or a sweep. It takes the
-//! lock only to make a rebuild (its table has no room, or the shard no
-//! table) or to wait for one (its table has a new one linked, or a
-//! rebuild sealed its claim). Every write of a control word an insert may
+//! never waits for another, nor for a removal or a sweep's walk. It takes
+//! the lock only to make a rebuild (its table has no room, or the shard no
+//! table) or to wait for one (its table has a new one linked, or a rebuild
+//! sealed its claim). Every write of a control word an insert may
 //! be changing too is a read-modify-write, which loses no other lane's
 //! change and continues the release sequence of the write that published
 //! a slot (which a lookup's `Acquire` load pairs with). A slot
