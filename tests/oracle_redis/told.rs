@@ -257,13 +257,22 @@ impl<F: Family> Case<F> {
     /// what the fallback may hold by as much, at most. (A lower share is
     /// not taken as a bound: the fallback, an in-process tiered limiter,
     /// holds a client in the tier it found it in, and a move reaches it
-    /// only at the fallback's own pace.)
+    /// only at the fallback's own pace.) For the same reason the raise is
+    /// the largest share of any of the replica's tiers, not of the tier the
+    /// resolver names now: after a move, a raise of the tier the client
+    /// left raises what a fallback that still holds it there may admit (a
+    /// move to tier 1 then tier 0's quota raised let a `Local` replica
+    /// admit a unit beyond the share of the tier the client had left).
     pub(super) fn told_reshare(&mut self, r: usize, c: usize) {
         if !self.told_bounds(r) {
             return;
         }
         self.told_refill(r, c);
-        let cap = self.told_fresh(r, c).cap;
+        let widest = self.caps[r]
+            .iter()
+            .map(|&cap| (cap / REPLICAS as u64).max(1))
+            .max();
+        let cap = i128::from(widest.unwrap_or(1)) * self.told_unit();
         let t = &mut self.told[r][c];
         t.credit += (cap - t.cap).max(0);
         t.cap = t.cap.max(cap);
