@@ -531,53 +531,40 @@ where
         let mut held = self.lock(shard, guard);
         let mut entry = entry;
         loop {
-            let table = match Self::current(shard, guard) {
-                Some(table) => match table.search(hash, &entry.0) {
-                    Ok(_) => return Err(Some(entry.1)),
-                    Err(_) if table.reserve() => table,
-                    Err(_) => {
-                        let room_for = table.counts().live + 1;
-                        self.rebuild_for_insert(
-                            shard,
-                            &mut held,
-                            room_for,
-                            lapsed.take(),
-                            &mut on_dead,
-                            guard,
-                        );
-                        continue;
-                    }
-                },
-                None => {
-                    let _ = self.rebuild(shard, &mut held, 1, &mut on_dead, V::relocate, guard);
-                    continue;
-                }
+            let Some(table) = Self::current(shard, guard) else {
+                let _ = self.rebuild(shard, &mut held, 1, &mut on_dead, V::relocate, guard);
+                continue;
             };
-            // No rebuild seals the table while this thread holds the lock.
-            match Self::claim(table, hash, None, entry, guard) {
-                Ok(Ok(index)) => {
-                    // `f` runs with the lock let go: it may take it.
-                    drop(held);
-                    // SAFETY: `claim` answers a slot it filled and published.
-                    return Ok(f(unsafe { Self::value(table, index) }));
-                }
-                Ok(Err(lost)) => return Err(lost),
-                Err(back) => {
-                    // Sealed by a rebuild a panic cut short before it linked
-                    // the new table (in a key's `Hash` or `Eq`, deciding a
-                    // pending insert): rebuild it now.
-                    entry = back;
-                    let room_for = table.counts().live + 1;
-                    self.rebuild_for_insert(
-                        shard,
-                        &mut held,
-                        room_for,
-                        lapsed.take(),
-                        &mut on_dead,
-                        guard,
-                    );
+            if table.search(hash, &entry.0).is_ok() {
+                return Err(Some(entry.1));
+            }
+            if table.reserve() {
+                match Self::claim(table, hash, None, entry, guard) {
+                    Ok(Ok(index)) => {
+                        // `f` runs with the lock let go: it may take it.
+                        drop(held);
+                        // SAFETY: `claim` answers a slot it filled and
+                        // published.
+                        return Ok(f(unsafe { Self::value(table, index) }));
+                    }
+                    Ok(Err(lost)) => return Err(lost),
+                    // Sealed, though no rebuild seals a table while this
+                    // thread holds the lock: by a rebuild a panic cut short
+                    // before it linked the new table (in a key's `Hash` or
+                    // `Eq`, deciding a pending insert). Rebuilt below.
+                    Err(back) => entry = back,
                 }
             }
+            // No room, or sealed: rebuild, and claim in the new table.
+            let room_for = table.counts().live + 1;
+            self.rebuild_for_insert(
+                shard,
+                &mut held,
+                room_for,
+                lapsed.take(),
+                &mut on_dead,
+                guard,
+            );
         }
     }
 

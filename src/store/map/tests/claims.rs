@@ -368,3 +368,44 @@ fn a_rebuild_sized_before_more_inserts_came_in_with_no_lock_takes_them_all() {
     assert_eq!(map.len(), 41);
     counts_agree(&map);
 }
+
+#[test]
+fn a_table_a_panic_left_sealed_and_unlinked_is_rebuilt_by_the_next_insert() {
+    let _serial = CHOSEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let hash = 0x0123_4567_89AB_CDEF;
+    let map = one_entry_and_one_left_pending(hash);
+    // A rebuild seals the table, then panics deciding the pending insert
+    // (the key's `Eq`): the table is left sealed, no new one linked.
+    EQ_PANICS.with(|countdown| countdown.set(Some(0)));
+    let unwound = panic::catch_unwind(AssertUnwindSafe(|| {
+        map.rebuild_all(Mortal::relocate, |_| unreachable!("nothing dies"));
+    }));
+    EQ_PANICS.with(|countdown| countdown.set(None));
+    assert!(unwound.is_err(), "the rebuild panicked");
+    {
+        let guard = epoch::pin();
+        let table = ChosenMap::current(map.shard(hash), &guard).expect("a table");
+        assert!(table.next(&guard).is_none(), "no new table linked");
+    }
+    // The next insert into that shard finds its claim sealed, takes the
+    // lock (recovering it) and rebuilds: the new key, and the two before,
+    // are all found.
+    assert_eq!(put_chosen(&map, hash, 3, 30), Ok(()));
+    for (id, word) in [(1, 10), (2, 20), (3, 30)] {
+        let probe = Chosen::new(hash, id);
+        assert_eq!(
+            map.get(&probe, StateCell::load).ok(),
+            Some(word),
+            "key {id}"
+        );
+    }
+    assert_eq!(map.len(), 3);
+    drop(map);
+    assert_eq!(
+        KEYS_ALIVE.load(Ordering::Relaxed),
+        0,
+        "every key dropped once"
+    );
+}
