@@ -397,6 +397,64 @@ fn the_shortcut_denies_every_cost_above_what_is_left() {
     });
 }
 
+/// A denial made here tells a wait no shorter than Redis would: a client
+/// that honours its `retry_after` is admitted then, even when Redis judged
+/// the check that left the client empty late in its round trip (the check
+/// waited in Redis's queue). Each algorithm, one unit per 2 s.
+#[test]
+fn a_local_denial_s_wait_is_never_shorter_than_redis_s() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let conn = rt.block_on(server.manager());
+    let (tb, swc, fw, swl) = builders(&conn, &prefix("wait"), 1, Duration::from_secs(2));
+    rt.block_on(async {
+        honoured(&server, "token bucket", tb.build().unwrap()).await;
+        honoured(&server, "sliding counter", swc.build().unwrap()).await;
+        honoured(&server, "fixed window", fw.build().unwrap()).await;
+        honoured(&server, "sliding log", swl.build().unwrap()).await;
+    });
+}
+
+/// The admission that spends `limiter`'s one unit waits 400 ms in Redis's
+/// queue (`CLIENT PAUSE`) before Redis judges it; the denial that follows
+/// is made here, and its wait admits. The check is sent 100 ms into a 2 s
+/// window of Redis's clock, so that the windows do not roll over before
+/// the denial.
+async fn honoured<A: tollgate::redis::RedisAlgorithm>(
+    server: &Server,
+    name: &str,
+    limiter: RedisLimiter<A>,
+) {
+    // The script is loaded, so that the paused check is the admission.
+    assert!(limiter.check("warm").await.unwrap().is_allowed(), "{name}");
+    let (secs, us): (u64, u64) = redis::cmd("TIME").query(&mut server.sync()).unwrap();
+    let phase = (secs % 2) * 1_000_000 + us;
+    let to = (2_100_000 - phase) % 2_000_000;
+    tokio::time::sleep(Duration::from_micros(to)).await;
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "400", "ALL"][..])
+        .query(&mut server.sync())
+        .unwrap();
+    let admitted = limiter.check("c").await.unwrap();
+    assert!(admitted.is_allowed(), "{name}: {admitted:?}");
+    let before = limiter.stats().denied_locally;
+    let denied = limiter.check("c").await.unwrap();
+    assert!(denied.is_denied(), "{name}: {denied:?}");
+    assert_eq!(
+        limiter.stats().denied_locally,
+        before + 1,
+        "{name}: denied here: {denied:?}"
+    );
+    tokio::time::sleep(denied.retry_after()).await;
+    let then = limiter.check("c").await.unwrap();
+    assert!(
+        then.is_allowed(),
+        "{name}: denied here with {denied:?}, then {then:?}"
+    );
+}
+
 /// `round_trips` counts every command a check sends, a reload of a lost
 /// script included: the server's own count of commands agrees.
 #[test]

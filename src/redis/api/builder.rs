@@ -271,14 +271,17 @@ impl<A> RedisBuilder<A> {
         self
     }
 
-    /// The local deny shortcut's table: `slots` entries of 48 bytes,
-    /// rounded up to a power of two (default 4 096, 192 KiB). When Redis
+    /// The local deny shortcut's table: `slots` entries of 56 bytes,
+    /// rounded up to a power of two (default 4 096, 224 KiB). When Redis
     /// leaves a client with few units (at most 255, and fewer than its
     /// limit), the state it returned is kept here for at most one second;
     /// a request from that client that the state denies is denied in this
-    /// process, without a round trip, with the figures the in-process
-    /// limiter computes on that state, judged at an instant no earlier
-    /// than Redis's clock (the shortcut never outlasts the real denial).
+    /// process, without a round trip. It is judged at an instant no
+    /// earlier than Redis's clock (the shortcut never outlasts the real
+    /// denial), and told with the figures the in-process limiter computes
+    /// on that state at an instant no later than Redis's clock: the wait
+    /// it tells is never shorter than Redis's, and longer by at most the
+    /// round trip that brought the state.
     /// A state deleted from Redis behind the limiter's back (a `FLUSHALL`,
     /// another process's `reset`) is believed at most that second;
     /// this limiter's own `reset`, `remove` and `set_quota` forget every
@@ -575,7 +578,7 @@ impl<A: RedisAlgorithm> RedisBuilder<A> {
                     slots as u128,
                     (1, 1 << 20),
                     "slots",
-                    "the deny shortcut's table holds 48 bytes per slot",
+                    "the deny shortcut's table holds 56 bytes per slot",
                 )?;
                 Some(DenyCache::new(slots.next_power_of_two()))
             }

@@ -319,7 +319,9 @@ impl<A: RedisAlgorithm> Inner<A> {
     pub(crate) fn local_denial(&self, request: &Request, now: u64) -> Option<Decision> {
         let cache = self.shortcut.as_ref()?;
         let entry = cache.lookup(request.cache_key?, now)?;
-        let at = entry.judge_at(now);
+        // Decided at the latest instant Redis's clock may read now, and
+        // told from the earliest (see `shortcut`).
+        let (at, tell) = (entry.judge_at(now), entry.tell_at(now));
         let spec = request.spec();
         let cost = request.cost;
         match (spec, spec.ns()) {
@@ -331,7 +333,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                 if cost == 0 || ns.admit(word, at, cost).is_some() {
                     return None;
                 }
-                let mut d = describe(&ns, Applied::Denied(word), at, cost)?;
+                let mut d = describe(&ns, Applied::Denied(word), tell, cost)?;
                 round_figures(&mut d);
                 Some(d)
             }
@@ -342,7 +344,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                 if cost != left + 1 || at >= free_at {
                     return None;
                 }
-                let wait = round_up_to_us(Duration::from_nanos(free_at - at));
+                let wait = round_up_to_us(Duration::from_nanos(free_at - tell));
                 Some(Decision::new(
                     false,
                     limit,
@@ -389,15 +391,19 @@ impl<A: RedisAlgorithm> Inner<A> {
             cache.forget(key);
             return;
         }
+        // Read here, after the answer came back.
+        let received = self.calls.clock.local_ns();
         let entry = match answer.seen {
             Seen::Word { word, now } => Entry {
                 sent,
+                received,
                 judged: now * 1_000,
                 a: word as u64,
                 b: (word >> 64) as u64,
             },
             Seen::Log { left, free_at, now } => Entry {
                 sent,
+                received,
                 judged: now * 1_000,
                 a: left,
                 b: free_at,

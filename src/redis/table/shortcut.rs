@@ -7,21 +7,26 @@
 //!
 //! A direct-mapped table of slots, each the client's state as the last
 //! check left it (the in-process word: one limit's, or a pair's two), the
-//! instant Redis judged it at (ns on Redis's clock), the instant the check
-//! was sent (ns on the local clock) and a 64-bit key: a keyed hash of the
-//! client's bytes, its tier and the shortcut's *generation*.
+//! instant Redis judged it at (ns on Redis's clock), the instants the check
+//! was sent and its answer came back (ns on the local clock) and a 64-bit
+//! key: a keyed hash of the client's bytes, its tier and the shortcut's
+//! *generation*.
 //!
-//! A check of that client asks the in-process algorithm about the stored
-//! state at `judged + (now − sent)`, an instant no earlier than Redis's
-//! clock reads now (Redis read its clock after the check was sent): if the
-//! request would be denied there, it is denied here, with exactly the
-//! figures the in-process limiter computes on that state; if it would be
+//! Redis read its clock somewhere within the round trip, so at `now` on
+//! the local clock Redis's clock reads between `judged + (now − received)`
+//! and `judged + (now − sent)`. A check of that client asks the in-process
+//! algorithm about the stored state at the later of the two: if the
+//! request would be denied there, it is denied here; if it would be
 //! admitted, the check goes to Redis. Nothing but time makes a state more
 //! permissive (other processes only spend more), so a local denial is one
-//! that Redis would have made a moment earlier. An entry is believed at
-//! most [`REACH`] after it was made, so that a state that vanished from
-//! Redis (a `FLUSHALL`, a key deleted by hand, another process's `reset`)
-//! denies for at most that long.
+//! that Redis would have made a moment earlier. The denial's figures (what
+//! is left, and the waits) are the in-process limiter's on that state at
+//! the earlier instant, where it is denied too: a wait told here is never
+//! shorter than the one Redis would tell, and longer by at most the round
+//! trip, so a client that honours it is admitted then (unless others spent
+//! meanwhile). An entry is believed at most [`REACH`] after it was made,
+//! so that a state that vanished from Redis (a `FLUSHALL`, a key deleted
+//! by hand, another process's `reset`) denies for at most that long.
 //!
 //! # The generation
 //!
@@ -35,14 +40,14 @@
 //!
 //! # The slot: a sequence lock
 //!
-//! A slot is six `AtomicU64`: a sequence number, odd while a writer fills
+//! A slot is seven `AtomicU64`: a sequence number, odd while a writer fills
 //! the slot, and the five fields. A writer takes the slot by one exchange
 //! from an even sequence to the next odd one (a writer that finds it odd,
 //! or loses the exchange, gives up: a lost entry costs at most a round
 //! trip), stores the fields and publishes with the next even number. A
 //! reader loads the sequence, the fields and the sequence again, and
 //! believes the fields only if both loads saw the same even number. No
-//! lock, no allocation, a fixed size: 48 bytes a slot.
+//! lock, no allocation, a fixed size: 56 bytes a slot.
 
 use core::hash::BuildHasher;
 
@@ -57,6 +62,9 @@ pub(crate) const REACH: u64 = 1_000_000_000;
 pub(crate) struct Entry {
     /// The instant the check was sent, ns on the local clock.
     pub(crate) sent: u64,
+    /// An instant no earlier than Redis's answer came back, ns on the
+    /// local clock.
+    pub(crate) received: u64,
     /// The instant Redis judged at, ns on Redis's clock.
     pub(crate) judged: u64,
     /// The state: the in-process word (a pair's low half), or a log's
@@ -73,6 +81,15 @@ impl Entry {
     pub(crate) fn judge_at(&self, now: u64) -> u64 {
         self.judged.saturating_add(now.saturating_sub(self.sent))
     }
+
+    /// The instant on Redis's clock to tell waits from, at `now` on the
+    /// local clock: no later than Redis's clock reads then (Redis read its
+    /// clock before its answer came back), and at most one round trip
+    /// before [`judge_at`](Self::judge_at).
+    pub(crate) fn tell_at(&self, now: u64) -> u64 {
+        self.judged
+            .saturating_add(now.saturating_sub(self.received))
+    }
 }
 
 #[derive(Default)]
@@ -80,6 +97,7 @@ struct Slot {
     seq: AtomicU64,
     key: AtomicU64,
     sent: AtomicU64,
+    received: AtomicU64,
     judged: AtomicU64,
     a: AtomicU64,
     b: AtomicU64,
@@ -154,6 +172,7 @@ impl DenyCache {
         let found = slot.key.load(Ordering::Relaxed);
         let entry = Entry {
             sent: slot.sent.load(Ordering::Relaxed),
+            received: slot.received.load(Ordering::Relaxed),
             judged: slot.judged.load(Ordering::Relaxed),
             a: slot.a.load(Ordering::Relaxed),
             b: slot.b.load(Ordering::Relaxed),
@@ -177,6 +196,7 @@ impl DenyCache {
             // Relaxed: published by the Release store of the sequence.
             slot.key.store(key, Ordering::Relaxed);
             slot.sent.store(entry.sent, Ordering::Relaxed);
+            slot.received.store(entry.received, Ordering::Relaxed);
             slot.judged.store(entry.judged, Ordering::Relaxed);
             slot.a.store(entry.a, Ordering::Relaxed);
             slot.b.store(entry.b, Ordering::Relaxed);
@@ -225,6 +245,7 @@ mod tests {
     fn entry(sent: u64, a: u64) -> Entry {
         Entry {
             sent,
+            received: sent + 2 * MS,
             judged: 7 * MS,
             a,
             b: 9,
@@ -243,6 +264,13 @@ mod tests {
                 .lookup(key, 5 * MS + REACH - 1)
                 .map(|e| e.judge_at(6 * MS)),
             Some(8 * MS)
+        );
+        // Judged at 7 ms on Redis's clock, sent at 5 and received at 7 on
+        // the local one: at 9 local, Redis reads between 9 and 11.
+        let found = cache.lookup(key, 9 * MS).unwrap();
+        assert_eq!(
+            (found.tell_at(9 * MS), found.judge_at(9 * MS)),
+            (9 * MS, 11 * MS)
         );
         assert_eq!(cache.lookup(key, 5 * MS + REACH), None, "past its reach");
         let bob = cache.key(cache.generation(), 0, b"bob");
@@ -300,6 +328,7 @@ mod tests {
                             key,
                             Entry {
                                 sent: 0,
+                                received: v,
                                 judged: v,
                                 a: v,
                                 b: v,
@@ -311,7 +340,7 @@ mod tests {
             .collect();
         for _ in 0..20_000 {
             if let Some(e) = cache.lookup(key, 0) {
-                assert!(e.judged == e.a && e.a == e.b, "{e:?}");
+                assert!(e.judged == e.a && e.a == e.b && e.b == e.received, "{e:?}");
             }
         }
         for w in writers {
