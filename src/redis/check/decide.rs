@@ -320,8 +320,15 @@ impl<A: RedisAlgorithm> Inner<A> {
         let cache = self.shortcut.as_ref()?;
         let entry = cache.lookup(request.cache_key?, now)?;
         // Decided at the latest instant Redis's clock may read now, and
-        // told from the earliest (see `shortcut`).
-        let (at, tell) = (entry.judge_at(now), entry.tell_at(now));
+        // told from the earliest (see `shortcut`), each widened by how far
+        // the two clocks may have parted since.
+        let clock = &self.calls.clock;
+        let at = entry
+            .judge_at(now)
+            .saturating_add(clock.drift(now.saturating_sub(entry.sent)));
+        let tell = entry
+            .tell_at(now)
+            .saturating_sub(clock.drift(now.saturating_sub(entry.received)));
         let spec = request.spec();
         let cost = request.cost;
         match (spec, spec.ns()) {

@@ -14,7 +14,8 @@
 //!
 //! Redis read its clock somewhere within the round trip, so at `now` on
 //! the local clock Redis's clock reads between `judged + (now − received)`
-//! and `judged + (now − sent)`. A check of that client asks the in-process
+//! and `judged + (now − sent)`, each widened by how far two hosts' clocks
+//! may part (2 000 ppm of the time since, 2 ms over a whole reach). A check of that client asks the in-process
 //! algorithm about the stored state at the later of the two: if the
 //! request would be denied there, it is denied here; if it would be
 //! admitted, the check goes to Redis. Nothing but time makes a state more
