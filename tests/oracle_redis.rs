@@ -26,7 +26,9 @@
 //!   the operations go on), the server killed and started again (empty)
 //!   while they go on, a replica's process killed and started again;
 //!   pauses; the server stopped while each replica checks; on patient
-//!   replicas, slow replies (`CLIENT PAUSE` well within their timeout);
+//!   replicas, slow replies (`CLIENT PAUSE` well within their timeout),
+//!   and a check that spends its client while it waits in Redis's queue
+//!   (a script keeps Redis busy);
 //!   on the cluster, a client's slot moved to a node whose clock differs
 //!   while the operations go on (`reshard.rs`);
 //! - one client's checks all at once (a batch that spends it), and a
@@ -51,7 +53,10 @@
 //! And, answer by answer (`oracle_redis/told.rs`, `oracle_redis/faults.rs`):
 //! each `Local` replica's fallback within what Redis last told that
 //! replica, and never refusing a check while it surely holds its cost
-//! (a fallback that refuses for too long); a slow reply never counted as a failure, and with no node
+//! (a fallback that refuses for too long); each wait the deny shortcut
+//! tells no shorter than Redis's, asked at once, while only the replica's
+//! own checks of the client ran since Redis last answered it (a client
+//! that honours the wait is admitted then); a slow reply never counted as a failure, and with no node
 //! answering each check goes to the fail policy with the breaker open; a
 //! foreign value failing its own client's checks only.
 //!
@@ -367,6 +372,17 @@ enum Op {
     Slow {
         ms: u64,
     },
+    /// On replicas whose timeout is patient: what client `c` has left (as
+    /// replica `r` peeks it) spent by one check on `r` that waits `ms` in
+    /// Redis's queue (a script keeps Redis busy, within half a unit's
+    /// refill) before Redis judges it, then two
+    /// checks of `c` on `r`: a denial the deny shortcut makes from that
+    /// late answer tells no shorter wait than Redis (`faults.rs`).
+    Late {
+        r: usize,
+        c: usize,
+        ms: u64,
+    },
     /// A value of another type (a hash) under client `c`'s key, then `n`
     /// tasks at once on replica `r`, the i-th checking client `i %
     /// CLIENTS`: only client `c`'s checks fail (one batch on a coalescing
@@ -450,6 +466,7 @@ fn op(long: bool) -> impl Strategy<Value = Op> {
         1 => (100..=400u64).prop_map(|ms| Op::Kill { ms }),
         1 => Just(Op::Down),
         1 => (50..=400u64).prop_map(|ms| Op::Slow { ms }),
+        2 => (0..REPLICAS, 0..CLIENTS, 20..=200u64).prop_map(|(r, c, ms)| Op::Late { r, c, ms }),
         1 => (0..REPLICAS, 0..CLIENTS, 4..=16usize).prop_map(|(r, c, n)| Op::Foreign { r, c, n }),
     ]
 }
@@ -547,6 +564,13 @@ struct Case<F: Family> {
     /// Per replica and client, what its fallback may hold by what Redis
     /// last told it (`told.rs`).
     told: Vec<[told::Told; CLIENTS]>,
+    /// Per replica and client, whether only that replica's own checks of
+    /// the client ran since Redis last answered one (`faults.rs`: the
+    /// deny shortcut's waits).
+    quiet: Vec<[bool; CLIENTS]>,
+    /// Whether the operation asked Redis about a wait the shortcut told
+    /// (a call that was not a check).
+    peeked: bool,
     log: Vec<String>,
 }
 
@@ -584,6 +608,8 @@ impl<F: Family> Case<F> {
             counted: SystemTime::now(),
             restarted: vec![false; setups.len()],
             told: Vec::new(),
+            quiet: vec![[false; CLIENTS]; setups.len()],
+            peeked: false,
             log: Vec::new(),
         };
         case.replicas = (0..setups.len()).map(|r| case.start(r)).collect();
@@ -673,6 +699,7 @@ impl<F: Family> Case<F> {
                 most,
             });
         }
+        self.unquiet(op);
         match *op {
             Op::Check { r, c, cost } => self.checked(r, c, cost).await?,
             Op::Run { r, c, n } => {
@@ -796,13 +823,20 @@ impl<F: Family> Case<F> {
                 self.restarted[r] = true;
             }
             // Either fails only while the server is killed: nothing to do.
-            Op::Outage { ms } | Op::Slow { ms } => {
-                let _: Result<(), _> = redis::cmd("CLIENT")
-                    .arg("PAUSE")
-                    .arg(ms)
-                    .arg("ALL")
-                    .query_async(&mut self.conn)
-                    .await;
+            Op::Outage { ms } | Op::Slow { ms } => self.pause(ms).await,
+            Op::Late { r, c, ms } => {
+                let left = self.replicas[r]
+                    .peek_n(&client(c), 0)
+                    .await
+                    .map_or(1, |d| d.remaining().max(1));
+                // Within half a unit's refill, so that what the late
+                // answer left still denies when it comes back.
+                let most = u64::try_from(self.interval.as_millis() / 2).unwrap_or(u64::MAX);
+                let busy = self.busy(ms.min(most)).await;
+                self.checked(r, c, left).await?;
+                let _ = busy.await;
+                self.checked(r, c, 1).await?;
+                self.checked(r, c, 1).await?;
             }
             Op::Flush { scripts: true } => {
                 let _: Result<(), _> = redis::cmd("SCRIPT")
@@ -993,6 +1027,7 @@ impl<F: Family> Case<F> {
                 }
             } else if mine
                 && one
+                && !self.peeked
                 && now.round_trips > before.round_trips
                 && (now.timeouts, now.errors, now.lease_returned)
                     == (before.timeouts, before.errors, before.lease_returned)
@@ -1013,6 +1048,38 @@ impl<F: Family> Case<F> {
                 }
             }
         }
+    }
+
+    /// `CLIENT PAUSE ms ALL`: Redis answers nothing for `ms`, from now.
+    async fn pause(&mut self, ms: u64) {
+        // One that fails (the server killed) pauses nothing.
+        let _: Result<(), _> = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(ms)
+            .arg("ALL")
+            .query_async(&mut self.conn)
+            .await;
+    }
+
+    /// Redis busy for `ms` from about now, running a script that waits
+    /// for its clock (`CLIENT PAUSE` ends only at the server's next tick,
+    /// up to 100 ms late): a command sent meanwhile waits in its queue.
+    async fn busy(&mut self, ms: u64) -> tokio::task::JoinHandle<()> {
+        const SPIN: &str = "local t = redis.call('TIME') \
+            local e = t[1] * 1000000 + t[2] + tonumber(ARGV[1]) * 1000 \
+            repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= e";
+        let mut conn = self.conn.clone();
+        let spin = tokio::spawn(async move {
+            // One that fails (the server killed) keeps nothing busy.
+            let _: Result<(), _> = redis::cmd("EVAL")
+                .arg(SPIN)
+                .arg(0)
+                .arg(ms + 2)
+                .query_async(&mut conn)
+                .await;
+        });
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        spin
     }
 
     /// Every client within the bound of every span.
@@ -1208,7 +1275,7 @@ fn drive<F: Family>(rt: &tokio::runtime::Runtime, conn: Fleet<'_>, drive: Drive,
     // patient.
     let ops = op(long).prop_filter("no fault", move |op| match op {
         Op::Flush { .. } | Op::Outage { .. } | Op::Kill { .. } => faults,
-        Op::Slow { .. } => !faults,
+        Op::Slow { .. } | Op::Late { .. } => !faults,
         Op::Down => down,
         Op::Reshard { .. } => reshard,
         _ => true,

@@ -1,10 +1,11 @@
 //! The oracle's operations whose answers the Redis guide states one by
-//! one, beyond the bound: a check and its fallback (`told.rs`), the
+//! one, beyond the bound: a check and its fallback (`told.rs`), the wait
+//! a deny shortcut's denial tells (never shorter than Redis's), the
 //! breaker (it opens when no node answers, and never on a slow reply), and
 //! a value of another type under one client's key in a batch (only that
 //! client fails).
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use tollgate::redis::{FailPolicy, RedisStats};
 use tollgate::{CheckError, Decision};
@@ -37,12 +38,25 @@ impl<F: Family> Case<F> {
         let (sent, before) = (SystemTime::now(), self.replicas[r].stats());
         // An error (`FailClosed`) admits nothing.
         let d = self.replicas[r].check_n(&client(c), cost).await;
+        let answered = SystemTime::now();
         let allowed = d.as_ref().is_ok_and(Decision::is_allowed);
         if allowed {
             self.admit(c, cost);
         }
-        match (came(&before, &self.replicas[r].stats()), d) {
-            (Came::Redis, Ok(d)) => self.heard(r, c, d.remaining(), sent),
+        let after = self.replicas[r].stats();
+        let quiet = std::mem::take(&mut self.quiet[r][c]);
+        if after.denied_locally > before.denied_locally {
+            if let (true, Ok(d)) = (quiet, &d) {
+                self.told_wait(r, c, cost, answered, d.retry_after())
+                    .await?;
+            }
+            return Ok(());
+        }
+        match (came(&before, &after), d) {
+            (Came::Redis, Ok(d)) => {
+                self.quiet[r][c] = true;
+                self.heard(r, c, d.remaining(), sent);
+            }
             (Came::Local, Ok(_)) if allowed => {
                 self.spent_locally(r, c, cost)?;
                 self.low_spent(r, c, cost, sent);
@@ -51,6 +65,64 @@ impl<F: Family> Case<F> {
             // The deny shortcut's denials touch no fallback; an error
             // (a cost no tier takes) spends nothing.
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// Before operation `op`: which replicas' latest answers from Redis
+    /// are the client's state still, but for time and their own checks.
+    pub(super) fn unquiet(&mut self, op: &Op) {
+        self.peeked = false;
+        let (on, clients) = match *op {
+            Op::Check { r, c, .. } | Op::Run { r, c, .. } => (r, vec![c]),
+            Op::Alternate { r, c, with, .. } => (r, vec![c, with]),
+            _ => {
+                self.quiet.iter_mut().for_each(|q| *q = [false; CLIENTS]);
+                return;
+            }
+        };
+        for (r, quiet) in self.quiet.iter_mut().enumerate() {
+            for &c in &clients {
+                quiet[c] &= r == on;
+            }
+        }
+    }
+
+    /// The deny shortcut of replica `r` denied client `c` a request of
+    /// `cost`, answered at `answered`, telling it to wait `told`, while
+    /// only `r`'s own checks of `c` ran since Redis last answered `r`
+    /// about `c` (the state the shortcut keeps): Redis, asked at once by
+    /// `r`, may admit the request no earlier than the shortcut said, or a
+    /// client that honoured the wait would be refused again. (A slot moved
+    /// to a node whose clock differs carries the state to within 3 ms.)
+    async fn told_wait(
+        &mut self,
+        r: usize,
+        c: usize,
+        cost: u64,
+        answered: SystemTime,
+        told: Duration,
+    ) -> Result<(), String> {
+        self.peeked = true;
+        let asked = SystemTime::now();
+        let Ok(redis) = self.replicas[r].peek_n(&client(c), cost).await else {
+            return Ok(());
+        };
+        // Each wait is rounded up to a microsecond.
+        let slack = Duration::from_micros(2)
+            + if self.cluster.is_some() {
+                Duration::from_millis(3)
+            } else {
+                Duration::ZERO
+            };
+        if redis.is_denied() && answered + told + slack < asked + redis.retry_after() {
+            return Err(format!(
+                "replica {r}: its deny shortcut told client {c} to wait {told:?}; Redis, asked \
+                 {:?} later, {:?}: a client that honoured the shortcut is refused again\n{}",
+                asked.duration_since(answered).unwrap_or_default(),
+                redis.retry_after(),
+                self.log.join("\n")
+            ));
         }
         Ok(())
     }

@@ -465,3 +465,22 @@ fn a_shrunk_case_a_raise_of_the_tier_a_client_left_reaches_the_fallback_that_hol
         ],
     );
 }
+
+/// The oracle's shrunk case of a check that waited 10 ms in Redis's queue
+/// and spent what its client had left: the deny shortcut judged that
+/// state from the instant the check was sent, and told the next denial a
+/// wait short by about the time the check waited (10.5 ms told, where
+/// Redis then said 19.4 ms).
+#[test]
+fn a_shrunk_case_a_denial_after_a_late_answer_tells_the_whole_wait() {
+    let caps = [4, 2];
+    shrunk_refilling(
+        "shrunk-late",
+        &[
+            replica(None, caps),
+            replica(None, caps),
+            replica(None, caps),
+        ],
+        &[Op::Late { r: 0, c: 0, ms: 10 }],
+    );
+}

@@ -15,16 +15,16 @@
 //! Redis read its clock somewhere within the round trip, so at `now` on
 //! the local clock Redis's clock reads between `judged + (now − received)`
 //! and `judged + (now − sent)`, each widened by how far two hosts' clocks
-//! may part (2 000 ppm of the time since, 2 ms over a whole reach). A check of that client asks the in-process
-//! algorithm about the stored state at the later of the two: if the
-//! request would be denied there, it is denied here; if it would be
-//! admitted, the check goes to Redis. Nothing but time makes a state more
+//! may part (2 000 ppm of the time since, 2 ms over a whole reach). A
+//! check of that client asks the in-process algorithm about the stored
+//! state at the later of the two: if the request would be denied there,
+//! it is denied here; if it would be admitted, the check goes to Redis. Nothing but time makes a state more
 //! permissive (other processes only spend more), so a local denial is one
 //! that Redis would have made a moment earlier. The denial's figures (what
 //! is left, and the waits) are the in-process limiter's on that state at
 //! the earlier instant, where it is denied too: a wait told here is never
 //! shorter than the one Redis would tell, and longer by at most the round
-//! trip, so a client that honours it is admitted then (unless others spent
+//! trip (and the drift), so a client that honours it is admitted then (unless others spent
 //! meanwhile). An entry is believed at most [`REACH`] after it was made,
 //! so that a state that vanished from Redis (a `FLUSHALL`, a key deleted
 //! by hand, another process's `reset`) denies for at most that long.
