@@ -419,12 +419,28 @@
 //!   its own, and never lowers what a client spent
 //!   (`a_window_changed_under_one_prefix_stays_limited`,
 //!   `a_lower_limit_denies_a_count_above_it_and_a_higher_one_admits_the_rest`,
-//!   and the replicas proptest `lua_equal`).
+//!   and the replicas proptest `lua_equal`). A process converts a state
+//!   another process wrote at the instant it reads it: it cannot know
+//!   until when the writer judged by the old settings. So even when every
+//!   replica changes a quota at one instant, a client last written by
+//!   another replica under the old quota is judged by the old quota until
+//!   its next check after the change, and converted then; one process
+//!   converts its own states at its change. Either way the conversion
+//!   never adds to what the client may take.
 //!
 //! # What differs from the in-process limiters
 //!
 //! One process, one limiter, the same operations: the differential test
 //! (`src/redis/tests/differ.rs`) finds no other difference than these.
+//! The same test runs fleets of up to three replicas built every way
+//! (coalescing or not, packed states or text) on one clock, instants
+//! repeating, each operation on any of them, checks of several clients at
+//! once among them: every answer is the one limiter's. It draws quota
+//! changes for one replica alone (see above), and the deny shortcut there
+//! too: a replica's shortcut keeps what Redis last told that process, so
+//! its denials may tell figures that another process's spending since has
+//! made stale, and another process's reset or cancel may go unseen for up
+//! to a second (`the_shortcut_outlives_a_vanished_state_by_at_most_a_second`).
 //!
 //! | What | In-process | On Redis | Why | Shown by |
 //! |---|---|---|---|---|

@@ -24,10 +24,12 @@
 //! is left, and the waits) are the in-process limiter's on that state at
 //! the earlier instant, where it is denied too: a wait told here is never
 //! shorter than the one Redis would tell, and longer by at most the round
-//! trip (and the drift), so a client that honours it is admitted then (unless others spent
-//! meanwhile). An entry is believed at most [`REACH`] after it was made,
-//! so that a state that vanished from Redis (a `FLUSHALL`, a key deleted
-//! by hand, another process's `reset`) denies for at most that long.
+//! trip (and the drift), so a client that honours it is admitted then
+//! (unless others spent meanwhile). An entry is believed at most
+//! [`REACH`] after it was made, so that a state that vanished from Redis
+//! (a `FLUSHALL`, a key deleted by hand, another process's `reset`, or its
+//! cancel of a booking, which gives units back) denies for at most that
+//! long.
 //!
 //! # The generation
 //!

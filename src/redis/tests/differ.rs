@@ -16,6 +16,14 @@
 //! tier 1. The deny shortcut is on, so its local denials are compared
 //! too.
 //!
+//! The Redis side is a fleet of one to three replicas on one prefix and
+//! one clock, built every way (coalescing or not, packed states or text),
+//! each operation on any of them, with checks of several clients at once
+//! (one batch on a coalescing replica): every answer must still be the
+//! one in-process limiter's. `reset` and `remove` go to every replica;
+//! quota changes and the deny shortcut only where the fleet is one
+//! limiter (the Redis guide says why).
+//!
 //! The in-process limiter is tiered (`reconfigurable`); the sliding window
 //! log, which in-process tiers do not run, is compared without quota
 //! changes.
@@ -36,7 +44,7 @@ use crate::builder::Builder;
 use crate::clock::ManualClock;
 use crate::decision::Decision;
 use crate::limiter::{Limiter, TierAlgorithm};
-use crate::redis::{RedisAlgorithm, RedisLimiter};
+use crate::redis::{RedisAlgorithm, RedisBuilder, RedisLimiter};
 use crate::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, Tiered, TokenBucket};
 
 /// The clients: two in tier 0, two in tier 1.
@@ -57,6 +65,13 @@ enum Op {
     },
     Peek {
         client: usize,
+        cost: u64,
+    },
+    /// Checks of cost `cost` of `n` clients from `first` on, all at once
+    /// (one batch on a coalescing limiter), each answer compared.
+    Together {
+        first: usize,
+        n: usize,
         cost: u64,
     },
     Reset(usize),
@@ -97,7 +112,9 @@ fn ops(
             .prop_map(|(booking, cancel)| Op::Settle { booking, cancel }),
         4 => gap(unit, 30_000_000).prop_map(Op::Advance),
         6 => (client.clone(), cost.clone()).prop_map(|(client, cost)| Op::Check { client, cost }),
-        2 => (client.clone(), cost).prop_map(|(client, cost)| Op::Peek { client, cost }),
+        2 => (client.clone(), cost.clone()).prop_map(|(client, cost)| Op::Peek { client, cost }),
+        2 => (client.clone(), 2..=CLIENTS.len(), cost)
+            .prop_map(|(first, n, cost)| Op::Together { first, n, cost }),
         1 => client.clone().prop_map(Op::Reset),
         1 => client.prop_map(Op::Remove),
         if changes { 2 } else { 0 } => (0..2u16, 0..quotas).prop_map(|(tier, quota)| Op::SetQuota { tier, quota }),
@@ -138,6 +155,120 @@ fn same(
         }
     }
     Ok(())
+}
+
+/// The checks of a `Together`: each client's, made at once on `there`
+/// (each its own task, so that a coalescing limiter sends them in one
+/// batch), answered in order.
+fn together<A: RedisAlgorithm>(
+    rt: &tokio::runtime::Runtime,
+    there: &RedisLimiter<A>,
+    (first, n, cost): (usize, usize, u64),
+) -> Vec<Result<Decision, crate::CheckError>> {
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..n)
+            .map(|i| {
+                let there = there.clone();
+                let client = CLIENTS[(first + i) % CLIENTS.len()];
+                tokio::spawn(async move { there.check_n(client, cost).await })
+            })
+            .collect();
+        let mut answers = Vec::with_capacity(n);
+        for task in tasks {
+            answers.push(task.await.unwrap());
+        }
+        answers
+    })
+}
+
+/// The clients of a `Together`, in order.
+fn clients_of(first: usize, n: usize) -> impl Iterator<Item = &'static str> {
+    (0..n).map(move |i| CLIENTS[(first + i) % CLIENTS.len()])
+}
+
+/// How one replica of a fleet is built.
+#[derive(Debug, Clone, Copy)]
+struct Build {
+    coalesce: bool,
+    shortcut: bool,
+    packed: bool,
+}
+
+/// A fleet of replicas on one prefix and one clock, and which replica
+/// runs each operation.
+#[derive(Debug, Clone)]
+struct Fleet {
+    builds: Vec<Build>,
+    /// The replica of the i-th operation (modulo the fleet's size).
+    who: Vec<usize>,
+}
+
+impl Fleet {
+    /// One limiter as built by default, with the deny shortcut.
+    fn one() -> Self {
+        Fleet {
+            builds: vec![Build {
+                coalesce: false,
+                shortcut: true,
+                packed: false,
+            }],
+            who: vec![0],
+        }
+    }
+
+    /// One to three replicas built every way (the deny shortcut only
+    /// where there is one), each operation on any of them.
+    fn any() -> impl Strategy<Value = Self> {
+        (
+            proptest::collection::vec(
+                (any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
+                    |(coalesce, shortcut, packed)| Build {
+                        coalesce,
+                        shortcut,
+                        packed,
+                    },
+                ),
+                1..=3,
+            ),
+            proptest::collection::vec(0..3usize, 48),
+        )
+            .prop_map(|(mut builds, who)| {
+                if builds.len() > 1 {
+                    // A deny shortcut keeps what Redis last told its own
+                    // process: another's spending (or a cancel) since
+                    // makes its figures stale for up to a second, as
+                    // documented; that bound is tested apart.
+                    for b in &mut builds {
+                        b.shortcut = false;
+                    }
+                }
+                Fleet { builds, who }
+            })
+    }
+
+    fn build<A: RedisAlgorithm>(
+        &self,
+        builder: impl Fn() -> RedisBuilder<A>,
+        clock: &ManualClock,
+    ) -> Vec<RedisLimiter<A>> {
+        self.builds
+            .iter()
+            .map(|b| {
+                let builder = builder().coalesce(b.coalesce).packed_state(b.packed);
+                let builder = if b.shortcut {
+                    builder
+                } else {
+                    builder.no_deny_shortcut()
+                };
+                on_clock(builder, clock)
+            })
+            .collect()
+    }
+
+    /// The replica of operation `step`.
+    fn of<'a, T>(&self, replicas: &'a [T], step: usize) -> &'a T {
+        &replicas[self.who[step % self.who.len()] % replicas.len()]
+    }
 }
 
 /// Marks every booking of a client other than `c` disturbed: `c` was
@@ -316,24 +447,34 @@ where
     let strategy = proptest::collection::vec(F::quota(), 3).prop_flat_map(|quotas| {
         let unit = F::unit(&quotas[0]);
         let max = quotas.iter().map(F::capacity).max().unwrap_or(1);
-        (Just(quotas), ops(unit, max, 3, true, F::BOOKS))
+        (
+            Just(quotas),
+            ops(unit, max, 3, true, F::BOOKS),
+            Fleet::any(),
+        )
     });
     let n = std::cell::Cell::new(0u64);
     runner
-        .run(&strategy, |(quotas, ops)| {
+        .run(&strategy, |(quotas, ops, fleet)| {
             n.set(n.get() + 1);
-            case::<F>(&server, &rt, &conn, n.get(), &quotas, &ops).map(drop)
+            case::<F>(&server, &rt, &conn, (n.get(), &fleet), &quotas, &ops).map(drop)
         })
         .unwrap();
 }
 
-/// One sequence of operations on both limiters, on a fresh prefix
-/// (`n`) of `server`; how many cancels gave back on both.
+/// One sequence of operations on the in-process limiter and on a fleet of
+/// Redis limiters on a fresh prefix (`n`) of `server`, each operation on
+/// the replica `fleet` names for it (`reset` and `remove` on every
+/// replica: another process's deny shortcut may outlive a reset by up to
+/// a second, a difference shown apart); how many cancels gave back on
+/// both. Quota changes only where the fleet is one limiter: a process
+/// converts a state another wrote at its reading, not at the change (the
+/// Redis guide).
 fn case<F: Family>(
     server: &Server,
     rt: &tokio::runtime::Runtime,
     conn: &::redis::aio::ConnectionManager,
-    n: u64,
+    (n, fleet): (u64, &Fleet),
     quotas: &[F::Quota],
     ops: &[Op],
 ) -> Result<usize, TestCaseError>
@@ -349,15 +490,18 @@ where
         .build()
         .unwrap();
     let prefix = format!("differ{}-{}", std::process::id(), n);
-    let there = on_clock(
-        F::builder(&quotas[0])
-            .redis(conn.clone(), prefix)
-            .tier_by(tier_of),
+    let replicas = fleet.build(
+        || {
+            F::builder(&quotas[0])
+                .redis(conn.clone(), prefix.clone())
+                .tier_by(tier_of)
+        },
         &clock,
     );
     let mut bookings: Vec<Held<'_, Tiered<F::A>>> = Vec::new();
     for (step, op) in ops.iter().enumerate() {
         let client = |i: usize| CLIENTS[i];
+        let there = fleet.of(&replicas, step);
         match *op {
             Op::Advance(us) => clock.advance(Duration::from_micros(us)),
             Op::Check { client: c, cost } => {
@@ -374,16 +518,27 @@ where
                 here.peek_n(client(c), cost),
                 rt.block_on(there.peek_n(client(c), cost)),
             )?,
+            Op::Together { first, n, cost } => {
+                let answers = together(rt, there, (first, n, cost));
+                for (c, answer) in clients_of(first, n).zip(answers) {
+                    same(step, op, here.check_n(c, cost), answer)?;
+                }
+            }
             Op::Reset(c) => {
                 disturb(&mut bookings, c);
                 let _ = here.reset(client(c));
-                rt.block_on(there.reset(client(c))).unwrap();
+                for there in &replicas {
+                    rt.block_on(there.reset(client(c))).unwrap();
+                }
             }
             Op::Remove(c) => {
                 disturb(&mut bookings, c);
                 let _ = here.remove(client(c));
-                rt.block_on(there.remove(client(c))).unwrap();
+                for there in &replicas {
+                    rt.block_on(there.remove(client(c))).unwrap();
+                }
             }
+            Op::SetQuota { .. } if replicas.len() > 1 => {}
             Op::SetQuota { tier, quota } => {
                 here.set_quota(tier, F::builder(&quotas[quota])).unwrap();
                 there.set_quota(tier, F::builder(&quotas[quota])).unwrap();
@@ -394,7 +549,7 @@ where
                 max_wait,
             } => {
                 let max_wait = max_wait.map_or(Duration::MAX, Duration::from_micros);
-                let both = F::book(&here, &there, rt, client(c), cost, max_wait);
+                let both = F::book(&here, there, rt, client(c), cost, max_wait);
                 booked(step, op, c, both, &mut bookings)?;
             }
             Op::Settle { booking, cancel } => {
@@ -594,7 +749,7 @@ where
         cancel(0),
         check,
     ];
-    let given = case::<F>(&server, &rt, &conn, 1, &[quota], &ops).unwrap();
+    let given = case::<F>(&server, &rt, &conn, (1, &Fleet::one()), &[quota], &ops).unwrap();
     assert_eq!(given, 3, "every cancel compared, and each gave back");
 }
 
@@ -697,7 +852,7 @@ fn a_pair_cancels_as_in_process_after_its_tiers_quota_changed() {
         Op::Reset(2),
         check(3, 6),
     ];
-    case::<BucketAndWindow>(&server, &rt, &conn, 1, &quotas, &ops).unwrap();
+    case::<BucketAndWindow>(&server, &rt, &conn, (1, &Fleet::one()), &quotas, &ops).unwrap();
 }
 
 #[test]
@@ -745,6 +900,12 @@ fn the_sliding_window_log_on_redis_decides_as_in_process() {
                         here.peek_n(CLIENTS[client], cost),
                         rt.block_on(there.peek_n(CLIENTS[client], cost)),
                     )?,
+                    Op::Together { first, n, cost } => {
+                        let answers = together(&rt, &there, (first, n, cost));
+                        for (c, answer) in clients_of(first, n).zip(answers) {
+                            same(step, op, here.check_n(c, cost), answer)?;
+                        }
+                    }
                     Op::Reset(client) => {
                         disturb(&mut bookings, client);
                         let _ = here.reset(CLIENTS[client]);
