@@ -861,17 +861,23 @@ fn a_pair_of_a_counter_and_a_bucket_on_redis_decides_as_in_process() {
 }
 
 /// The sliding window log, without quota changes (the in-process log has
-/// none).
+/// none), on a fleet as the others.
 #[test]
 fn the_sliding_window_log_on_redis_decides_as_in_process() {
     let Some((server, rt, conn)) = started() else {
         return;
     };
     let mut runner = runner(48);
-    let strategy = window().prop_flat_map(|q| (Just(q), ops(q.window_us, q.limit, 1, false, true)));
+    let strategy = window().prop_flat_map(|q| {
+        (
+            Just(q),
+            ops(q.window_us, q.limit, 1, false, true),
+            Fleet::any(),
+        )
+    });
     let n = std::cell::Cell::new(0u64);
     runner
-        .run(&strategy, |(q, ops)| {
+        .run(&strategy, |(q, ops, fleet)| {
             n.set(n.get() + 1);
             let clock = server.clock();
             let builder = || {
@@ -882,10 +888,10 @@ fn the_sliding_window_log_on_redis_decides_as_in_process() {
             let here: Limiter<SlidingWindowLog, String, ManualClock> =
                 builder().clock(clock.clone()).build().unwrap();
             let prefix = format!("differlog{}-{}", std::process::id(), n.get());
-            let there: RedisLimiter<SlidingWindowLog> =
-                on_clock(builder().redis(conn.clone(), prefix), &clock);
+            let replicas = fleet.build(|| builder().redis(conn.clone(), prefix.clone()), &clock);
             let mut bookings: Vec<Held<'_, SlidingWindowLog>> = Vec::new();
             for (step, op) in ops.iter().enumerate() {
+                let there = fleet.of(&replicas, step);
                 match *op {
                     Op::Advance(us) => clock.advance(Duration::from_micros(us)),
                     Op::Check { client, cost } => same(
@@ -901,7 +907,7 @@ fn the_sliding_window_log_on_redis_decides_as_in_process() {
                         rt.block_on(there.peek_n(CLIENTS[client], cost)),
                     )?,
                     Op::Together { first, n, cost } => {
-                        let answers = together(&rt, &there, (first, n, cost));
+                        let answers = together(&rt, there, (first, n, cost));
                         for (c, answer) in clients_of(first, n).zip(answers) {
                             same(step, op, here.check_n(c, cost), answer)?;
                         }
@@ -909,12 +915,16 @@ fn the_sliding_window_log_on_redis_decides_as_in_process() {
                     Op::Reset(client) => {
                         disturb(&mut bookings, client);
                         let _ = here.reset(CLIENTS[client]);
-                        rt.block_on(there.reset(CLIENTS[client])).unwrap();
+                        for there in &replicas {
+                            rt.block_on(there.reset(CLIENTS[client])).unwrap();
+                        }
                     }
                     Op::Remove(client) => {
                         disturb(&mut bookings, client);
                         let _ = here.remove(CLIENTS[client]);
-                        rt.block_on(there.remove(CLIENTS[client])).unwrap();
+                        for there in &replicas {
+                            rt.block_on(there.remove(CLIENTS[client])).unwrap();
+                        }
                     }
                     Op::SetQuota { .. } => {}
                     Op::Reserve {
