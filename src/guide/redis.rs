@@ -35,8 +35,10 @@
 //!   as in-process, for every process sharing the Redis.
 //! - **Deny shortcut.** A client that Redis left with little is kept in the
 //!   process for at most a second, and a request its state denies is
-//!   denied there, with the figures Redis would have given: a flood of
-//!   denied requests costs Redis almost nothing. This process's `reset`,
+//!   denied there, with the figures Redis would have given, told from the
+//!   earliest instant Redis's clock may read: a wait never shorter than
+//!   Redis's, longer by at most the round trip that brought the state. A
+//!   flood of denied requests costs Redis almost nothing. This process's `reset`,
 //!   `remove` and `set_quota` forget every entry made before them.
 //! - **Coalescing** (on by default). While a call of a limiter is in
 //!   flight, this process's further checks on that limiter wait, and the
