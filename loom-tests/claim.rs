@@ -193,6 +193,10 @@ pub(crate) enum Break {
     /// A publication made `FULL` at once whenever its own word holds no
     /// other lane tagged for the key, wherever the slot is.
     AloneAnywhere,
+    /// A publication in the home group made `FULL` at once with no
+    /// `EMPTY` lane left in it (a racing inserter of the key may have
+    /// gone on to the next group).
+    AloneInAFullGroup,
 }
 
 /// How a resolution ended for the slot it resolved.
@@ -509,6 +513,7 @@ impl Table {
             let untagged = (0..LANES).all(|o| !may_hold(lane(word, o), key));
             let alone = match broken {
                 Break::AloneAnywhere => untagged,
+                Break::AloneInAFullGroup => s / LANES == 0 && untagged,
                 _ => s / LANES == 0 && (0..LANES).any(|o| lane(word, o) == EMPTY) && untagged,
             };
             let tag = if alone { full(key) } else { pending(key) };

@@ -313,6 +313,10 @@ caught! {
     // The two inserters land in two groups; each sees its own word clear.
     a_publication_decided_at_once_outside_the_home_group_is_caught:
         "over-admitted" => one_key(Break::AloneAnywhere, 2);
+    // The first takes the home group's last lane and publishes at once;
+    // the second, in the next group, scans before that publication.
+    a_publication_decided_at_once_in_a_full_home_group_is_caught:
+        "over-admitted" => one_key(Break::AloneInAFullGroup, 2);
     // Both claimers take one lane and write its slot at once: loom's
     // `UnsafeCell` reports it (one key would be lost).
     a_claim_by_load_and_store_is_caught:

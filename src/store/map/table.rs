@@ -344,7 +344,7 @@ impl<K, V> Table<K, V> {
 
     /// Where slot `index` comes in the probe sequence from `home`.
     #[inline]
-    fn rank(&self, home: usize, index: usize) -> usize {
+    pub(super) fn rank(&self, home: usize, index: usize) -> usize {
         let group = index / LANES;
         let from_home = if group >= home {
             group - home

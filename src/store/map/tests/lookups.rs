@@ -176,3 +176,27 @@ fn a_seal_retags_every_lane_as_one_at_a_time_would() {
         }
     }
 }
+
+/// A slot's rank is its place in the probe sequence from a key's home
+/// group, wrapping, lane by lane. Of two slots of one key that race, the
+/// resolution gives up the one ranked later, so the rank must put every
+/// slot of the table in one order, each in its own place.
+#[test]
+fn a_slots_rank_is_its_place_in_the_probe_sequence() {
+    let table = Table::<u64, StateCell>::new(4);
+    let groups = table.groups();
+    for home in 0..groups {
+        let mut place = 0;
+        for step in 0..groups {
+            let group = (home + step) % groups;
+            for lane in 0..LANES {
+                assert_eq!(
+                    table.rank(home, group * LANES + lane),
+                    place,
+                    "home {home}, group {group}, lane {lane}"
+                );
+                place += 1;
+            }
+        }
+    }
+}
