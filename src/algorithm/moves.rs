@@ -202,6 +202,26 @@ fn a_fixed_window_keeps_bookings_two_windows_ahead() {
 }
 
 #[test]
+fn a_booking_beyond_the_new_limit_spills_into_the_next_window_and_no_further() {
+    // 10 a minute spent, 8 booked for the next window, limit cut to 5:
+    // the next window holds 5 of the 8 and closes, the 3 left count in
+    // the window after, which admits 2 more; the third window is fresh.
+    // Both directions: 8 booked requests are never fewer, nor more.
+    let (from, to) = (fixed(10, MINUTE), fixed(5, MINUTE));
+    let now = 10 * MINUTE + SEC;
+    let word = drained(&from, FRESH, now);
+    let Reserve::At { word, ready_at } = from.reserve(word, now, 8) else {
+        panic!("books the next window");
+    };
+    assert_eq!(ready_at, 11 * MINUTE);
+    let moved = from.convert(word, now, &to);
+    assert_eq!(spend_all(&to, moved, now).0, 0);
+    assert_eq!(spend_all(&to, moved, 11 * MINUTE).0, 0);
+    assert_eq!(spend_all(&to, moved, 12 * MINUTE).0, 2);
+    assert_eq!(spend_all(&to, moved, 13 * MINUTE).0, 5);
+}
+
+#[test]
 fn a_fixed_window_converted_at_a_reading_behind_keeps_its_count_in_its_window() {
     // 10 spent in the window of 10 min; raised to 11 at a reading 1 s
     // back, in the window before: the count stays in the window it was
@@ -228,6 +248,37 @@ fn a_counter_converted_at_a_reading_behind_keeps_its_count() {
     let word = drained(&from, FRESH, 10 * MINUTE);
     let moved = from.convert(word, 10 * MINUTE - SEC, &to);
     assert_eq!(spend_all(&to, moved, 10 * MINUTE).0, 0);
+}
+
+#[test]
+fn a_counter_moved_twice_at_one_reading_keeps_what_it_had_left() {
+    // 3 of 10 used; cut to 5 (5 left, none counted in the new state), then
+    // raised to 8 at the same reading: the empty counts still stand for a
+    // window with requests in it, so 5 are left, not a fresh client's.
+    let now = 10 * MINUTE + 30 * SEC;
+    let (ten, five, eight) = (counter(10, MINUTE), counter(5, MINUTE), counter(8, MINUTE));
+    let mut word = FRESH;
+    for _ in 0..3 {
+        word = ten.admit(word, now, 1).unwrap();
+    }
+    let cut = ten.convert(word, now, &five);
+    assert_eq!(five.remaining(cut, now), 5);
+    let raised = five.convert(cut, now, &eight);
+    assert_eq!(spend_all(&eight, raised, now).0, 5);
+}
+
+#[test]
+fn a_counter_fresh_at_a_move_is_fresh_again_at_the_next() {
+    // An idle client moved to 10 is a fresh client there (its state is
+    // idle from the new window on); raised to 20 at the same reading it is
+    // a fresh client at 20 too, with all 20, not the 10 it had.
+    let now = 10 * MINUTE + 54 * SEC;
+    let (five, ten, twenty) = (counter(5, MINUTE), counter(10, MINUTE), counter(20, MINUTE));
+    let idle = five.admit(FRESH, MINUTE, 1).unwrap();
+    let moved = five.convert(idle, now, &ten);
+    assert_eq!(spend_all(&ten, moved, now).0, 10);
+    let raised = ten.convert(moved, now, &twenty);
+    assert_eq!(spend_all(&twenty, raised, now).0, 20);
 }
 
 #[test]
