@@ -162,6 +162,35 @@ fn a_bucket_idle_a_whole_new_refill_moves_as_a_fresh_one() {
 }
 
 #[test]
+fn a_client_that_never_made_a_request_moves_as_one_from_the_clock_s_first_instant() {
+    // A clock that starts at 0 (a `ManualClock`): a raise in the first
+    // second leaves a client never seen a fresh one, with the whole new
+    // capacity, and so does a cut.
+    for (from, to) in [
+        (bucket(10, SEC, 10), bucket(20, SEC, 20)),
+        (bucket(20, SEC, 20), bucket(1, SEC, 5)),
+    ] {
+        for now in [0, 1, SEC / 2] {
+            let moved = from.convert(FRESH, now, &to);
+            assert_eq!(moved, FRESH, "{from:?} → {to:?} at {now}");
+            assert_eq!(to.remaining(moved, now), to.capacity());
+        }
+    }
+    for (from, to) in [
+        (fixed(10, MINUTE), fixed(20, MINUTE)),
+        (fixed(20, MINUTE), fixed(5, MINUTE)),
+    ] {
+        assert_eq!(from.convert(FRESH, 1, &to), FRESH);
+    }
+    for (from, to) in [
+        (counter(10, MINUTE), counter(20, MINUTE)),
+        (counter(20, MINUTE), counter(5, MINUTE)),
+    ] {
+        assert_eq!(from.convert(FRESH, 1, &to), FRESH);
+    }
+}
+
+#[test]
 fn a_fixed_window_keeps_its_bookings_across_a_raise() {
     // 10 a minute spent, 10 booked for the next window, limit raised to
     // 11: the next window takes the 10 booked and 1 more.
