@@ -626,13 +626,14 @@ struct Counts {
 
 impl Counts {
     /// A booking cancelled (or dropped): what it gave back, if it did, no
-    /// longer counts at its ready time.
-    fn given_back(&mut self, booking: &model::Booking, gave: bool) {
+    /// longer counts at its ready time, the limiter's (`ready_at`, where
+    /// it was counted).
+    fn given_back(&mut self, booking: &model::Booking, ready_at: u64, gave: bool) {
         if gave {
             self.admitted
                 .entry(booking.client)
                 .or_default()
-                .push((booking.ready_at, -(booking.cost as i64)));
+                .push((ready_at, -(booking.cost as i64)));
         }
     }
 }
@@ -1044,11 +1045,15 @@ impl<'a> Run<'a> {
             (Ok(real), Ok(booking)) if !untracked => {
                 if booking.cost > 0 {
                     self.maybe_gone.remove(&client);
+                    // At the limiter's ready instant: the span bound is of
+                    // what the limiter admits, and a client apart from the
+                    // model (forgotten live) books from its own state.
+                    let ready_at = u64::try_from(real.ready_at().as_nanos()).unwrap();
                     self.counts
                         .admitted
                         .entry(client)
                         .or_default()
-                        .push((booking.ready_at, booking.cost as i64));
+                        .push((ready_at, booking.cost as i64));
                 }
                 self.bookings.push((booking, real));
             }
@@ -1197,6 +1202,7 @@ impl<'a> Run<'a> {
                 let (booking, real) = self.bookings.remove(k % self.bookings.len());
                 // Read on the limiter's clock now.
                 let ready_at = real.ready_at();
+                let booked_at = u64::try_from(ready_at.as_nanos()).unwrap();
                 let now = Duration::from_nanos(t);
                 prop_assert_eq!(
                     (real.remaining_wait(), real.is_ready()),
@@ -1215,7 +1221,7 @@ impl<'a> Run<'a> {
                         drop(real);
                         if let Cancel::Is(gave) = expected {
                             self.model.cancel(&booking, gave);
-                            self.counts.given_back(&booking, gave);
+                            self.counts.given_back(&booking, booked_at, gave);
                         }
                     }
                     _ => {
@@ -1238,7 +1244,7 @@ impl<'a> Run<'a> {
                             _ => {}
                         }
                         self.model.cancel(&booking, gave);
-                        self.counts.given_back(&booking, gave);
+                        self.counts.given_back(&booking, booked_at, gave);
                     }
                 }
             }
