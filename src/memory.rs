@@ -545,6 +545,36 @@ mod tests {
         assert_eq!(claimed.load(Ordering::Relaxed), 1);
     }
 
+    /// After `k` barren full-cap scans in a row the next `2^k − 1`
+    /// overflows skip the scan (at most 63), unless they come once the
+    /// clients held at the last scan are idle; a scan that retires anyone
+    /// ends the run.
+    #[test]
+    fn barren_scans_back_off_until_the_held_clients_are_idle() {
+        let counters = Counters::new(&Memory::default());
+        assert!(counters.full_scan_due(0), "the first overflow scans");
+        let idle_from = 1_000;
+        for k in 1..=7u32 {
+            counters.full_scan_found(0, 10, idle_from);
+            let skips = ((1u64 << k.min(6)) - 1).min(Memory::SCAN_SKIP_MAX);
+            for _ in 0..skips {
+                assert!(!counters.full_scan_due(10), "skip after {k} barren scans");
+            }
+            assert!(counters.full_scan_due(10), "scans after {skips} skips");
+        }
+        // Skipping, but at the instant every held client is idle: scans.
+        counters.full_scan_found(0, 10, idle_from);
+        assert!(!counters.full_scan_due(999));
+        assert!(counters.full_scan_due(idle_from));
+        // A scan that found someone: the next overflow scans, and one
+        // barren scan after it skips once.
+        counters.full_scan_found(3, 1_500, 2_000);
+        assert!(counters.full_scan_due(1_500));
+        counters.full_scan_found(0, 1_500, 2_000);
+        assert!(!counters.full_scan_due(1_500));
+        assert!(counters.full_scan_due(1_500));
+    }
+
     /// A paced limiter's new clients always take the slow way (for their
     /// slices); one that sweeps nothing never does.
     #[test]
