@@ -363,6 +363,54 @@ fn evict_sampled_forgets_the_state_that_expires_first() {
     assert_eq!(limiter.peek_n(&9, 0).unwrap().remaining(), 2);
 }
 
+/// The policy's own choice, with the full-cap scan backing off: a sample
+/// that holds idle clients forgets one of them, as idle, and only that
+/// one; with none idle, the live one idle soonest, counted as live.
+#[test]
+fn evict_sampled_forgets_one_idle_client_of_its_sample_before_any_live_one() {
+    let clock = ManualClock::new();
+    let limiter = TokenBucket::builder()
+        .rate(1, Duration::from_secs(1))
+        .capacity(3)
+        .max_clients(3)
+        // The whole map in every sample.
+        .overflow(Overflow::EvictSampled { sample: 5 })
+        .key_type::<u64>()
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    // Clients 0 and 1 idle at 1 s, client 2 at 3 s.
+    for (id, spent) in [(0u64, 1), (1, 1), (2, 3)] {
+        assert!(limiter.check_n(&id, spent).unwrap().is_allowed());
+    }
+    // None idle: the scan finds nothing, and client 0 or 1, idle soonest,
+    // is forgotten live.
+    assert!(limiter.allow_request(&9));
+    let stats = limiter.stats();
+    assert_eq!(
+        (stats.clients, stats.evicted_idle, stats.evicted_live),
+        (3, 0, 1)
+    );
+    // At 1.5 s two clients are idle (9, and the one of 0 and 1 left) and
+    // client 2 is not: the scan backs off after finding nothing, so the
+    // policy's sample meets both idle ones and forgets one of them, as
+    // idle; client 2 keeps its state.
+    clock.set(Duration::from_millis(1_500));
+    assert!(limiter.allow_request(&8));
+    let stats = limiter.stats();
+    assert_eq!(
+        (
+            stats.clients,
+            stats.overflows,
+            stats.evicted_idle,
+            stats.evicted_live
+        ),
+        (3, 2, 1, 1)
+    );
+    assert_eq!(limiter.peek_n(&2, 0).unwrap().remaining(), 1);
+    assert_eq!(limiter.peek_n(&8, 0).unwrap().remaining(), 2);
+}
+
 #[test]
 fn evict_sampled_prefers_an_idle_client() {
     let clock = ManualClock::new();
