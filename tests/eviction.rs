@@ -332,19 +332,27 @@ fn admit_untracked_admits_without_tracking() {
     assert!(!limiter.allow_request(&1));
 }
 
-#[test]
-fn evict_sampled_forgets_the_state_that_expires_first() {
-    let clock = ManualClock::new();
-    // A token bucket: the state's TAT says when it expires.
-    let limiter = TokenBucket::builder()
+/// A token bucket of 3, one a second, holding at most 3 clients, that
+/// evicts from samples of `sample`: the state's TAT says when it expires.
+fn sampled_bucket(
+    sample: u32,
+    clock: &ManualClock,
+) -> tollgate::Limiter<TokenBucket, u64, ManualClock> {
+    TokenBucket::builder()
         .rate(1, Duration::from_secs(1))
         .capacity(3)
         .max_clients(3)
-        .overflow(Overflow::EvictSampled { sample: 3 })
+        .overflow(Overflow::EvictSampled { sample })
         .key_type::<u64>()
         .clock(clock.clone())
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn evict_sampled_forgets_the_state_that_expires_first() {
+    let clock = ManualClock::new();
+    let limiter = sampled_bucket(3, &clock);
     // Client 0 spends 3 tokens, client 1 two, client 2 one.
     for (id, spent) in [(0u64, 3), (1, 2), (2, 1)] {
         assert!(limiter.check_n(&id, spent).unwrap().is_allowed());
@@ -369,16 +377,8 @@ fn evict_sampled_forgets_the_state_that_expires_first() {
 #[test]
 fn evict_sampled_forgets_one_idle_client_of_its_sample_before_any_live_one() {
     let clock = ManualClock::new();
-    let limiter = TokenBucket::builder()
-        .rate(1, Duration::from_secs(1))
-        .capacity(3)
-        .max_clients(3)
-        // The whole map in every sample.
-        .overflow(Overflow::EvictSampled { sample: 5 })
-        .key_type::<u64>()
-        .clock(clock.clone())
-        .build()
-        .unwrap();
+    // The whole map in every sample.
+    let limiter = sampled_bucket(5, &clock);
     // Clients 0 and 1 idle at 1 s, client 2 at 3 s.
     for (id, spent) in [(0u64, 1), (1, 1), (2, 3)] {
         assert!(limiter.check_n(&id, spent).unwrap().is_allowed());
