@@ -477,7 +477,11 @@ fn bucket(spec: &Spec, clock: &ManualClock) -> Builder<TokenBucket, String, Manu
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 64,
+        // 64 by default; `PROPTEST_CASES` sets more (CI runs 1 000).
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|cases| cases.parse().ok())
+            .unwrap_or(64),
         failure_persistence: None,
         ..ProptestConfig::default()
     })]
