@@ -568,6 +568,9 @@ struct Case<F: Family> {
     /// the client ran since Redis last answered one (`faults.rs`: the
     /// deny shortcut's waits).
     quiet: Vec<[bool; CLIENTS]>,
+    /// Per replica, what the oracle last saw of its batch tasks
+    /// (`told.rs`: a coalescing replica's late answers).
+    batches: Vec<told::Batches>,
     /// Whether the operation asked Redis about a wait the shortcut told
     /// (a call that was not a check).
     peeked: bool,
@@ -609,6 +612,7 @@ impl<F: Family> Case<F> {
             restarted: vec![false; setups.len()],
             told: Vec::new(),
             quiet: vec![[false; CLIENTS]; setups.len()],
+            batches: vec![told::Batches::default(); setups.len()],
             peeked: false,
             log: Vec::new(),
         };
@@ -723,12 +727,21 @@ impl<F: Family> Case<F> {
                 let answers = self.together(r, n, one).await;
                 if told::all_answered(&before, &self.replicas[r].stats()) {
                     // Every admission came from Redis (the shortcut only
-                    // denies).
+                    // denies); a denial came from Redis, which held the
+                    // fallback to what it said was left, or from the
+                    // shortcut, which left it as it was.
                     for (c, d) in answers {
                         match d {
                             Ok(d) if d.is_allowed() => self.heard(r, c, d.remaining(), sent),
-                            _ => {}
+                            Ok(d) => self.low_heard(r, c, d.remaining(), sent),
+                            Err(_) => {}
                         }
+                    }
+                } else {
+                    // Some answered by the fail policy, in an order the
+                    // oracle cannot tell.
+                    for c in 0..CLIENTS {
+                        self.low_unknown(r, c);
                     }
                 }
             }
@@ -820,6 +833,9 @@ impl<F: Family> Case<F> {
                     self.fallbacks[r][c] = Fallback::fresh(self.share(r, c));
                     self.told[r][c] = self.told_fresh(r, c);
                 }
+                // Its counters start again from 0; the old process's
+                // tasks hold its own fallback, not this one's.
+                self.batches[r] = told::Batches::default();
                 self.restarted[r] = true;
             }
             // Either fails only while the server is killed: nothing to do.
@@ -871,6 +887,8 @@ impl<F: Family> Case<F> {
             Op::Check { .. }
             | Op::Run { .. }
             | Op::Alternate { .. }
+            | Op::Together { .. }
+            | Op::Burst { .. }
             | Op::Pause { .. }
             | Op::Outage { .. }
             | Op::Slow { .. }
@@ -880,6 +898,7 @@ impl<F: Family> Case<F> {
             | Op::Restart { .. } => {}
             _ => self.low_unknown_all(),
         }
+        self.settle_all();
         Ok(())
     }
 

@@ -1118,8 +1118,7 @@ fn coalesced_checks_answered_at_their_timeout_are_not_counted_again_by_their_bat
             assert_eq!(err.kind(), CheckErrorKind::Timeout, "{err}");
         }
         // Past the pause: the batch decided.
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        let s = limiter.stats();
+        let s = batch_tasks_ended(&limiter).await;
         assert_eq!((s.timeouts, s.fail_closed, s.coalesced), (3, 3, 0), "{s:?}");
         // The two leads' calls and the batch's (and any script load),
         // past the warm-up's.
@@ -1136,6 +1135,67 @@ fn coalesced_checks_answered_at_their_timeout_are_not_counted_again_by_their_bat
             .unwrap();
         let d = other.check("c").await.unwrap();
         assert_eq!((d.is_allowed(), d.remaining()), (false, 0), "{d:?}");
+    });
+}
+
+/// The limiter's stats once every batch task it started has ended (the
+/// counters equal), polled every 10 ms; a panic after a minute.
+async fn batch_tasks_ended(limiter: &RedisLimiter<FixedWindow>) -> tollgate::redis::RedisStats {
+    let patience = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = limiter.stats();
+        if s.batch_tasks == s.batch_tasks_done {
+            return s;
+        }
+        assert!(Instant::now() < patience, "a batch task still runs: {s:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A batch task goes on after the checks it carries are answered at their
+/// timeout, and `batch_tasks` counts it started, `batch_tasks_done` ended;
+/// once the two are equal, Redis's late answer is kept: under `Local`, the
+/// in-process limiter holds the client to what Redis said was left, and a
+/// later check it decides sees that. Three checks wait behind two calls on
+/// a server paused for 2.8 s; the two are aborted at 1.5 s, so the three go
+/// in one batch call; they time out at 2.05 s, each admitted in process (3
+/// of the in-process window's 5); the pause ends before the batch's own
+/// timeout at 3.5 s, and Redis admits all five (the aborted calls' two and
+/// the batch's three), none left. With the server stopped, the next check
+/// is decided in process, and refused: held to Redis's 0, not the 2 it had
+/// left of its own.
+#[test]
+fn a_batch_task_counted_done_has_kept_its_late_answer() {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(60));
+    let rt = runtime();
+    let limiter = coalescing_five(
+        &server,
+        &rt,
+        "late-kept",
+        FailPolicy::Local,
+        Duration::from_secs(2),
+    );
+    let before = limiter.stats();
+    rt.block_on(async {
+        let (waiting, _) = three_behind_two_aborted(&server, &limiter, 2_800, 1_500).await;
+        let mut left = Vec::new();
+        for task in waiting {
+            let d = task.await.unwrap().unwrap();
+            assert!(d.is_allowed(), "{d:?}");
+            left.push(d.remaining());
+        }
+        left.sort_unstable();
+        assert_eq!(left, [2, 3, 4], "decided in process");
+        let s = batch_tasks_ended(&limiter).await;
+        assert_eq!(s.batch_tasks - before.batch_tasks, 1, "{s:?}");
+        assert_eq!((s.timeouts, s.fail_local), (3, 3), "{s:?}");
+        server.stop();
+        let d = limiter.check("c").await.unwrap();
+        assert!(d.is_denied(), "held to what Redis said was left: {d:?}");
+        assert_eq!(limiter.stats().fail_local, 4);
     });
 }
 

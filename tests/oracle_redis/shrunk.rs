@@ -484,3 +484,38 @@ fn a_shrunk_case_a_denial_after_a_late_answer_tells_the_whole_wait() {
         &[Op::Late { r: 0, c: 0, ms: 10 }],
     );
 }
+
+/// Found by the drive whose quotas refill within a case, once a coalescing
+/// replica's fallback was bounded from below too; a fault of the oracle's
+/// own. Client 3 moved to a tier of 2 (a share of 1 on each of three
+/// replicas) from one of 16 (a share of 5); a burst on replica 1, during
+/// which Redis said nothing was left; then an outage, and five checks
+/// there. The fallback, which holds the client in the tier of 2, admitted
+/// one and refused the next, while the oracle's lower bound had refilled
+/// toward the share of 16, the widest of the tiers, to 2.28 units. After a
+/// move or a quota change the lower bound now refills to the narrowest
+/// share only. Five tries.
+#[test]
+fn a_shrunk_case_a_moved_client_s_fallback_refills_to_the_narrower_share() {
+    let local = Setup {
+        lease_clients: 1,
+        shortcut: false,
+        policy: FailPolicy::Local,
+        ..replica(None, [16, 2])
+    };
+    let ops = [
+        Op::Move { c: 3, tier: 1 },
+        Op::Reset { r: 1, c: 2 },
+        Op::Burst { r: 0, c: 2, n: 13 },
+        Op::Outage { ms: 350 },
+        Op::Run { r: 0, c: 2, n: 6 },
+        Op::Burst { r: 1, c: 3, n: 10 },
+        Op::Outage { ms: 248 },
+        Op::Run { r: 1, c: 3, n: 5 },
+        Op::Move { c: 2, tier: 1 },
+    ];
+    let setups = [local.clone(), local.clone(), local];
+    for i in 0..5 {
+        shrunk_refilling(&format!("shrunk-narrower-share-{i}"), &setups, &ops);
+    }
+}

@@ -14,13 +14,18 @@
 //! answer from Redis said was left (the units `hold_to` keeps, whole),
 //! goes down by each admission decided in process, refills only over
 //! time known to have passed between two of the oracle's readings, and
-//! goes to 0 at anything the oracle does not follow (a batch, a booking,
+//! goes to 0 at anything the oracle does not follow (checks at once some
+//! of which the fail policy answered, a booking,
 //! a peek, a reset, a quota change or a tier move, a fault's checks). A
 //! check the fallback refused while the lower bound held its cost fails
-//! the case: a fallback that refuses for too long. Not on a coalescing
-//! replica: its batch goes on after a check that timed out, and Redis's
-//! late answer holds the fallback down at an instant the oracle cannot
-//! place.
+//! the case: a fallback that refuses for too long. On a coalescing
+//! replica a batch task goes on after a check it carries is answered at
+//! its timeout, and Redis's late answer holds the fallback down at an
+//! instant the oracle cannot see: after a timeout in an operation that
+//! started a batch task, nothing is sure of the replica's fallbacks until
+//! its stats show every batch task ended (`batch_tasks_done` equal to
+//! `batch_tasks`, read after the operation, when none can start); from
+//! that reading on, the lower bound starts again from 0 and refills.
 //!
 //! The oracle keeps, per replica and client, an upper bound of what the
 //! fallback may hold (in ns of the replica's refill: one unit is `n`
@@ -51,9 +56,34 @@ pub(super) struct Told {
     at: SystemTime,
     /// What the fallback surely holds, at least, in the same ns.
     low: i128,
+    /// What `low` refills to, at most: the share of the tier the fallback
+    /// holds the client in, or after a move or a quota change, the least
+    /// share of any tier (the fallback moves the client at its own pace).
+    low_cap: i128,
     /// Since when `low`'s refill is not counted yet: always a reading
     /// taken after the event that set it.
     low_at: SystemTime,
+}
+
+/// What the oracle last saw of a replica's batch tasks: whether a late
+/// answer from Redis, to a check answered at its timeout, may still hold
+/// its fallbacks down unseen.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Batches {
+    /// `batch_tasks` when the replica was last settled: no task running.
+    started: u64,
+    /// `timeouts` then.
+    timeouts: u64,
+    /// Whether a task that may answer late was running at the latest look.
+    late: bool,
+}
+
+impl Batches {
+    /// Whether, since it was last settled, the replica started a batch
+    /// task and answered a check at its timeout: a late answer may come.
+    fn may_answer_late(&self, now: &RedisStats) -> bool {
+        self.late || (now.batch_tasks != self.started && now.timeouts != self.timeouts)
+    }
 }
 
 /// How a call's answer came, from the replica's stats around it.
@@ -129,6 +159,7 @@ impl<F: Family> Case<F> {
             cap,
             at: now,
             low: cap,
+            low_cap: cap,
             low_at: now,
         }
     }
@@ -138,7 +169,7 @@ impl<F: Family> Case<F> {
     fn low_refill(&mut self, r: usize, c: usize, to: SystemTime) {
         let t = &mut self.told[r][c];
         if let Ok(passed) = to.duration_since(t.low_at) {
-            t.low = (t.low + passed.as_nanos() as i128).min(t.cap);
+            t.low = (t.low + passed.as_nanos() as i128).min(t.low_cap);
             t.low_at = to;
         }
     }
@@ -149,6 +180,33 @@ impl<F: Family> Case<F> {
         let t = &mut self.told[r][c];
         t.low = 0;
         t.low_at = SystemTime::now();
+    }
+
+    /// After an operation, when no batch task can start: each replica
+    /// whose batch tasks may have answered late since it was last settled
+    /// settles if none runs now, every lower bound of its fallbacks
+    /// starting again from 0 at this reading (the tasks' answers were
+    /// kept before it); else it stays unsettled.
+    pub(super) fn settle_all(&mut self) {
+        for r in 0..self.replicas.len() {
+            let now = self.replicas[r].stats();
+            let b = &mut self.batches[r];
+            let late = b.may_answer_late(&now);
+            if late && now.batch_tasks != now.batch_tasks_done {
+                b.late = true;
+                continue;
+            }
+            *b = Batches {
+                started: now.batch_tasks,
+                timeouts: now.timeouts,
+                late: false,
+            };
+            if late {
+                for c in 0..CLIENTS {
+                    self.low_unknown(r, c);
+                }
+            }
+        }
     }
 
     /// As [`Case::low_unknown`], of every client of every replica.
@@ -182,10 +240,9 @@ impl<F: Family> Case<F> {
         cost: u64,
         sent: SystemTime,
     ) -> Result<(), String> {
-        // A coalescing replica's batch goes on after a check that timed
-        // out, and Redis's late answer still holds the fallback down:
-        // a change the oracle cannot place in time.
-        if !self.told_bounds(r) || self.setups[r].coalesce {
+        // A batch task may still hold the fallback down by a late answer:
+        // nothing is sure until the replica settles.
+        if !self.told_bounds(r) || self.batches[r].may_answer_late(&self.replicas[r].stats()) {
             return Ok(());
         }
         self.low_refill(r, c, sent);
@@ -222,6 +279,16 @@ impl<F: Family> Case<F> {
         let held = i128::from(remaining) * self.interval.as_nanos() as i128 + ns_since(sent);
         let t = &mut self.told[r][c];
         t.credit = t.credit.min(held);
+        self.low_heard(r, c, remaining, sent);
+    }
+
+    /// Redis may have told replica `r` that `remaining` units of client
+    /// `c` were left, in a call sent at `sent`: the lower bound goes down
+    /// as [`Case::heard`] takes it down, the upper one stays.
+    pub(super) fn low_heard(&mut self, r: usize, c: usize, remaining: u64, sent: SystemTime) {
+        if !self.told_bounds(r) {
+            return;
+        }
         // The fallback is held to an n-th of it, in whole units, at some
         // instant between the call's sending and now.
         self.low_refill(r, c, sent);
@@ -268,16 +335,22 @@ impl<F: Family> Case<F> {
             return;
         }
         self.told_refill(r, c);
-        let widest = self.caps[r]
-            .iter()
-            .map(|&cap| (cap / REPLICAS as u64).max(1))
-            .max();
-        let cap = i128::from(widest.unwrap_or(1)) * self.told_unit();
+        let shares = || {
+            self.caps[r]
+                .iter()
+                .map(|&cap| (cap / REPLICAS as u64).max(1))
+        };
+        let unit = self.told_unit();
+        let (widest, narrowest) = (shares().max(), shares().min());
+        let cap = i128::from(widest.unwrap_or(1)) * unit;
+        let narrowest = i128::from(narrowest.unwrap_or(1)) * unit;
         let t = &mut self.told[r][c];
         t.credit += (cap - t.cap).max(0);
         t.cap = t.cap.max(cap);
         // The fallback converts the client at its own pace, and a lower
-        // quota clamps it: nothing is sure of it.
+        // quota clamps it: nothing is sure of it, and it may hold the
+        // client in any tier, the narrowest too.
+        t.low_cap = t.low_cap.min(narrowest);
         self.low_unknown(r, c);
     }
 

@@ -49,7 +49,7 @@ use crate::redis::shared::limiter::Inner;
 use crate::redis::table::flight::{Joined, Waiter, BATCH_MAX};
 use crate::redis::table::request::Request;
 use crate::redis::wire::call::Redirect;
-use crate::redis::wire::guard::{bump, bump_by};
+use crate::redis::wire::guard::{batch_task_done, bump, bump_by};
 use crate::sync::Ordering;
 
 /// A copy of `err` for each check a failed batch carried.
@@ -92,6 +92,9 @@ fn finish<A: RedisAlgorithm>(inner: &Arc<Inner<A>>, lane: &[u8]) {
         while !flight.next(lane).is_empty() {}
         return;
     };
+    // Counted before the task can end, so that `batch_tasks_done` never
+    // passes it.
+    bump(&inner.calls.counters.batch_tasks);
     let mut place = Place {
         inner: Arc::clone(inner),
         lane: lane.to_vec(),
@@ -146,6 +149,9 @@ impl<A: RedisAlgorithm> Drop for Place<A> {
             // its fail policy.
             while !self.next().is_empty() {}
         }
+        // The task is over (ended, or dropped with its runtime): every
+        // answer it got is kept.
+        batch_task_done(&self.inner.calls.counters);
     }
 }
 

@@ -246,6 +246,18 @@ pub struct RedisStats {
     /// to the grant behind it, or of a quiet lease not given back because
     /// units were taken after them.
     pub lease_lapsed: u64,
+    /// Tasks started to carry the checks that waited for a coalesced call
+    /// (see [`RedisBuilder::coalesce`](crate::redis::RedisBuilder::coalesce)),
+    /// each making calls until no check waits. A task goes on after a
+    /// check it carries is answered at its timeout: Redis's late answer
+    /// still holds [`FailPolicy::Local`](crate::redis::FailPolicy::Local)'s
+    /// in-process limiter to what it says is left.
+    pub batch_tasks: u64,
+    /// Of [`batch_tasks`](Self::batch_tasks), those that have ended, every
+    /// answer they got from Redis kept. While the two differ, a batch task
+    /// is running; once a snapshot shows them equal, every answer that
+    /// came before is kept, and a later check sees it.
+    pub batch_tasks_done: u64,
 }
 
 /// The live counters behind [`RedisStats`].
@@ -270,6 +282,8 @@ pub(crate) struct Counters {
     pub(crate) lease_units: AtomicU64,
     pub(crate) lease_returned: AtomicU64,
     pub(crate) lease_lapsed: AtomicU64,
+    pub(crate) batch_tasks: AtomicU64,
+    pub(crate) batch_tasks_done: AtomicU64,
 }
 
 /// Counts one event. Relaxed: the counters publish nothing but themselves.
@@ -282,9 +296,20 @@ pub(crate) fn bump_by(counter: &AtomicU64, n: u64) {
     counter.fetch_add(n, Ordering::Relaxed);
 }
 
+/// Counts a batch task ended, every answer it got kept. Release: pairs
+/// with the `Acquire` load of `batch_tasks_done` in [`Counters::snapshot`],
+/// so that a snapshot that counts the task ended sees what it kept.
+pub(crate) fn batch_task_done(counters: &Counters) {
+    counters.batch_tasks_done.fetch_add(1, Ordering::Release);
+}
+
 impl Counters {
     pub(crate) fn snapshot(&self) -> RedisStats {
         let read = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        // Acquire: pairs with the `Release` of `batch_task_done`. Read
+        // before `batch_tasks`, so that a task counted ended here is
+        // counted started too.
+        let batch_tasks_done = self.batch_tasks_done.load(Ordering::Acquire);
         RedisStats {
             checks: read(&self.checks),
             round_trips: read(&self.round_trips),
@@ -305,6 +330,8 @@ impl Counters {
             lease_units: read(&self.lease_units),
             lease_returned: read(&self.lease_returned),
             lease_lapsed: read(&self.lease_lapsed),
+            batch_tasks: read(&self.batch_tasks),
+            batch_tasks_done,
         }
     }
 }
