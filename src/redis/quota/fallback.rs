@@ -342,3 +342,68 @@ impl Fallback for LogFallback {
         hold_on(&self.limiter(client, tier), client, units);
     }
 }
+
+#[cfg(all(test, not(feature = "loom")))]
+mod tests {
+    use super::*;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    fn log(limit: u64) -> Params {
+        Params {
+            limit: Some(limit),
+            window: Some(HOUR),
+            ..Params::default()
+        }
+    }
+
+    fn left(fallback: &dyn Fallback) -> u64 {
+        fallback.decide(b"c", 0, 0, true).unwrap().remaining()
+    }
+
+    /// The log's fallback held to what Redis said is left: spent down to
+    /// it if it holds more, left as it is if it holds less, and a client
+    /// it never decided on held as well.
+    #[test]
+    fn a_log_fallback_is_held_to_what_redis_said_and_gives_nothing_back() {
+        let settings = Settings {
+            params: log(5),
+            memory: Memory::default(),
+            resolver: None,
+        };
+        let fallback = LogFallback::boxed(&settings).unwrap();
+        assert!(fallback.decide(b"c", 0, 1, false).unwrap().is_allowed());
+        assert_eq!(left(&*fallback), 4);
+        fallback.hold_to(b"c", 0, 2);
+        assert_eq!(left(&*fallback), 2, "spent down to what Redis said");
+        fallback.hold_to(b"c", 0, 3);
+        assert_eq!(left(&*fallback), 2, "nothing given back");
+        fallback.hold_to(b"c", 0, 0);
+        assert!(fallback.decide(b"c", 0, 1, false).unwrap().is_denied());
+        fallback.hold_to(b"never", 0, 1);
+        let d = fallback.decide(b"never", 0, 0, true).unwrap();
+        assert_eq!(d.remaining(), 1, "a client never decided on, held too");
+    }
+
+    /// A quota change gives the log's tier a new limiter, which holds each
+    /// client to what the one before still has left for it, at most the
+    /// new limit; a client with nothing in the window before is not held.
+    #[test]
+    fn a_log_fallback_s_new_quota_holds_each_client_to_what_the_old_left() {
+        let settings = Settings {
+            params: log(5),
+            memory: Memory::default(),
+            resolver: None,
+        };
+        let fallback = LogFallback::boxed(&settings).unwrap();
+        for _ in 0..3 {
+            assert!(fallback.decide(b"c", 0, 1, false).unwrap().is_allowed());
+        }
+        fallback.set_quota(0, &log(10));
+        assert_eq!(left(&*fallback), 2, "held to the old limiter's 2");
+        let fresh = fallback.decide(b"other", 0, 0, true).unwrap();
+        assert_eq!(fresh.remaining(), 10, "nothing before: the new limit");
+        fallback.set_quota(0, &log(1));
+        assert_eq!(left(&*fallback), 1, "at most the new limit");
+    }
+}
