@@ -807,3 +807,67 @@ fn changes_racing_a_capped_flood_keep_the_cap() {
     assert_eq!(limiter.check(&u64::MAX).limit(), 7);
     assert_eq!(limiter.check(&(1 << 40)).limit(), 7);
 }
+
+/// In the clock's first window (cut short by its origin), a windowed
+/// client moved with the whole new limit left is held full until that
+/// window ends: its state there could not be told from a client with no
+/// history, which a later raise would make fresh. It is admitted from the
+/// next window on. In any later window it keeps what it had left, at most
+/// the new limit. The tiers guide states both.
+#[test]
+fn in_the_clock_s_first_window_a_client_left_the_whole_new_limit_waits_for_the_next() {
+    let minute = Duration::from_secs(60);
+    let fixed = |limit| {
+        FixedWindow::builder()
+            .limit(limit)
+            .window(minute)
+            .key_type::<u64>()
+    };
+    let counter = |limit| {
+        SlidingWindowCounter::builder()
+            .limit(limit)
+            .window(minute)
+            .key_type::<u64>()
+    };
+    // Window 0, each algorithm: 3 of 5 used, cut to 1.
+    let clock = ManualClock::new();
+    clock.set(Duration::from_secs(10));
+    let f = fixed(5)
+        .clock(clock.clone())
+        .reconfigurable()
+        .build()
+        .unwrap();
+    let c = counter(5)
+        .clock(clock.clone())
+        .reconfigurable()
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        assert!(f.check(&1).is_allowed());
+        assert!(c.check(&1).is_allowed());
+    }
+    f.set_quota(0, fixed(1)).unwrap();
+    c.set_quota(0, counter(1)).unwrap();
+    let (df, dc) = (f.check(&1), c.check(&1));
+    assert!(df.is_denied() && dc.is_denied(), "{df:?} {dc:?}");
+    assert_eq!(
+        df.retry_after(),
+        Duration::from_secs(50),
+        "until window 0 ends"
+    );
+    clock.set(minute);
+    assert!(f.check(&1).is_allowed(), "the next window");
+    // Window 1: the same moves keep what was left, at most the new limit.
+    let f = fixed(5)
+        .clock(clock.clone())
+        .reconfigurable()
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        assert!(f.check(&1).is_allowed());
+    }
+    f.set_quota(0, fixed(1)).unwrap();
+    let d = f.check(&1);
+    assert!(d.is_allowed(), "{d:?}");
+    assert!(f.check(&1).is_denied());
+}

@@ -124,6 +124,13 @@
 //!   leaves, at most the new limit, are what is left in the new window
 //!   that is running; what it used weighs on it as the new windows slide
 //!   past.
+//! - One exception to what these keep, for the fixed window and the
+//!   sliding window counter: in the limiter's first window (from its
+//!   clock's start to the first boundary of the window in Unix time, at
+//!   most one window long), a client left with the whole new limit is
+//!   held to none until that window ends. Its state there could not be
+//!   told from a client with no history, which a later raise would make
+//!   fresh: refusing is the side that never admits too much.
 //! - Two limits held together each keep their state by their own rule; a
 //!   limit whose settings did not change keeps its state exactly, and so
 //!   does a client whose own quota did not change.

@@ -346,10 +346,12 @@ impl Fallback for LogFallback {
 #[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
+    use crate::algorithm::FixedWindow;
 
     const HOUR: Duration = Duration::from_secs(3600);
 
-    fn log(limit: u64) -> Params {
+    /// A limit of `limit` an hour.
+    fn hourly(limit: u64) -> Params {
         Params {
             limit: Some(limit),
             window: Some(HOUR),
@@ -357,53 +359,104 @@ mod tests {
         }
     }
 
-    fn left(fallback: &dyn Fallback) -> u64 {
-        fallback.decide(b"c", 0, 0, true).unwrap().remaining()
+    /// Both kinds of fallback for `settings`: the fixed window's (a tiered
+    /// in-process limiter) and the sliding window log's (a limiter per
+    /// tier). What each test asserts holds of both.
+    fn both(settings: &Settings) -> [(&'static str, Box<dyn Fallback>); 2] {
+        [
+            ("fixed window", tiered::<FixedWindow>(settings).unwrap()),
+            ("log", LogFallback::boxed(settings).unwrap()),
+        ]
     }
 
-    /// The log's fallback held to what Redis said is left: spent down to
-    /// it if it holds more, left as it is if it holds less, and a client
-    /// it never decided on held as well.
-    #[test]
-    fn a_log_fallback_is_held_to_what_redis_said_and_gives_nothing_back() {
-        let settings = Settings {
-            params: log(5),
+    fn of(limit: u64) -> Settings {
+        Settings {
+            params: hourly(limit),
             memory: Memory::default(),
             resolver: None,
-        };
-        let fallback = LogFallback::boxed(&settings).unwrap();
-        assert!(fallback.decide(b"c", 0, 1, false).unwrap().is_allowed());
-        assert_eq!(left(&*fallback), 4);
-        fallback.hold_to(b"c", 0, 2);
-        assert_eq!(left(&*fallback), 2, "spent down to what Redis said");
-        fallback.hold_to(b"c", 0, 3);
-        assert_eq!(left(&*fallback), 2, "nothing given back");
-        fallback.hold_to(b"c", 0, 0);
-        assert!(fallback.decide(b"c", 0, 1, false).unwrap().is_denied());
-        fallback.hold_to(b"never", 0, 1);
-        let d = fallback.decide(b"never", 0, 0, true).unwrap();
-        assert_eq!(d.remaining(), 1, "a client never decided on, held too");
-    }
-
-    /// A quota change gives the log's tier a new limiter, which holds each
-    /// client to what the one before still has left for it, at most the
-    /// new limit; a client with nothing in the window before is not held.
-    #[test]
-    fn a_log_fallback_s_new_quota_holds_each_client_to_what_the_old_left() {
-        let settings = Settings {
-            params: log(5),
-            memory: Memory::default(),
-            resolver: None,
-        };
-        let fallback = LogFallback::boxed(&settings).unwrap();
-        for _ in 0..3 {
-            assert!(fallback.decide(b"c", 0, 1, false).unwrap().is_allowed());
         }
-        fallback.set_quota(0, &log(10));
-        assert_eq!(left(&*fallback), 2, "held to the old limiter's 2");
-        let fresh = fallback.decide(b"other", 0, 0, true).unwrap();
-        assert_eq!(fresh.remaining(), 10, "nothing before: the new limit");
-        fallback.set_quota(0, &log(1));
-        assert_eq!(left(&*fallback), 1, "at most the new limit");
+    }
+
+    fn left(fallback: &dyn Fallback, client: &[u8]) -> u64 {
+        fallback.decide(client, 0, 0, true).unwrap().remaining()
+    }
+
+    /// Held to what Redis said is left: spent down to it if it holds more,
+    /// left as it is if it holds less, and a client it never decided on
+    /// held as well.
+    #[test]
+    fn a_fallback_is_held_to_what_redis_said_and_gives_nothing_back() {
+        for (name, fallback) in both(&of(5)) {
+            let fallback = &*fallback;
+            assert!(fallback.decide(b"c", 0, 1, false).unwrap().is_allowed());
+            assert_eq!(left(fallback, b"c"), 4, "{name}");
+            fallback.hold_to(b"c", 0, 2);
+            assert_eq!(left(fallback, b"c"), 2, "{name}: spent down to it");
+            fallback.hold_to(b"c", 0, 3);
+            assert_eq!(left(fallback, b"c"), 2, "{name}: nothing given back");
+            fallback.hold_to(b"c", 0, 0);
+            assert!(
+                fallback.decide(b"c", 0, 1, false).unwrap().is_denied(),
+                "{name}"
+            );
+            fallback.hold_to(b"never", 0, 1);
+            assert_eq!(left(fallback, b"never"), 1, "{name}: never decided on");
+        }
+    }
+
+    /// A booking the fallback takes is committed at once: its units are
+    /// spent, and a booking beyond what is left waits for them.
+    #[test]
+    fn a_fallback_s_booking_spends_its_units_and_tells_its_wait() {
+        for (name, fallback) in both(&of(5)) {
+            let fallback = &*fallback;
+            assert_eq!(
+                fallback.reserve(b"c", 0, 3, HOUR),
+                Ok(Duration::ZERO),
+                "{name}"
+            );
+            assert_eq!(left(fallback, b"c"), 2, "{name}: booked units spent");
+            let wait = fallback.reserve(b"c", 0, 3, 2 * HOUR).unwrap();
+            assert!(wait > Duration::ZERO && wait <= HOUR, "{name}: {wait:?}");
+            assert_eq!(left(fallback, b"c"), 0, "{name}");
+        }
+    }
+
+    /// A quota change holds each client to what it had left (the log: its
+    /// new limiter holds each client to what the one before still has left
+    /// for it); a client with nothing spent gets the new limit. `remove`
+    /// forgets a client.
+    #[test]
+    fn a_fallback_s_new_quota_keeps_what_each_client_had_left() {
+        for (name, fallback) in both(&of(5)) {
+            let fallback = &*fallback;
+            for _ in 0..3 {
+                assert!(fallback.decide(b"c", 0, 1, false).unwrap().is_allowed());
+            }
+            fallback.set_quota(0, &hourly(10));
+            assert_eq!(left(fallback, b"c"), 2, "{name}: what it had left");
+            assert_eq!(left(fallback, b"other"), 10, "{name}: the new limit");
+            fallback.set_quota(0, &hourly(3));
+            assert_eq!(left(fallback, b"c"), 2, "{name}: what it had left");
+            fallback.remove(b"c");
+            assert_eq!(left(fallback, b"c"), 3, "{name}: forgotten, fresh");
+        }
+    }
+
+    /// The resolver names each client's tier, whatever tier the caller
+    /// passes: the in-process limiter holds it to that tier's quota.
+    #[test]
+    fn a_tiered_fallback_asks_the_resolver_for_the_client_s_tier() {
+        let mut params = hourly(5);
+        params.tiers = vec![(1, hourly(9))];
+        let resolver: Arc<Resolver> = Arc::new(|client: &[u8]| u16::from(client == b"big"));
+        let settings = Settings {
+            params,
+            memory: Memory::default(),
+            resolver: Some(resolver),
+        };
+        let fallback = tiered::<FixedWindow>(&settings).unwrap();
+        assert_eq!(left(&*fallback, b"big"), 9);
+        assert_eq!(left(&*fallback, b"small"), 5);
     }
 }
