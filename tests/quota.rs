@@ -832,11 +832,14 @@ fn in_the_clock_s_first_window_a_client_left_the_whole_new_limit_waits_for_the_n
     // Window 0, each algorithm: 3 of 5 used, cut to 1.
     let clock = ManualClock::new();
     clock.set(Duration::from_secs(10));
-    let f = fixed(5)
-        .clock(clock.clone())
-        .reconfigurable()
-        .build()
-        .unwrap();
+    let fixed_of_5 = || {
+        fixed(5)
+            .clock(clock.clone())
+            .reconfigurable()
+            .build()
+            .unwrap()
+    };
+    let f = fixed_of_5();
     let c = counter(5)
         .clock(clock.clone())
         .reconfigurable()
@@ -858,11 +861,7 @@ fn in_the_clock_s_first_window_a_client_left_the_whole_new_limit_waits_for_the_n
     clock.set(minute);
     assert!(f.check(&1).is_allowed(), "the next window");
     // Window 1: the same moves keep what was left, at most the new limit.
-    let f = fixed(5)
-        .clock(clock.clone())
-        .reconfigurable()
-        .build()
-        .unwrap();
+    let f = fixed_of_5();
     for _ in 0..3 {
         assert!(f.check(&1).is_allowed());
     }
