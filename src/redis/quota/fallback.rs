@@ -443,6 +443,31 @@ mod tests {
         }
     }
 
+    /// A quota set for a tier the log's fallback had not seen gives it a
+    /// limiter of its own, which holds the tier's clients to what tier 0's
+    /// still has left for them (they were held there until then); the
+    /// resolver names each client's tier.
+    #[test]
+    fn a_log_fallback_s_new_tier_holds_its_clients_to_what_tier_0_left() {
+        let resolver: Arc<Resolver> =
+            Arc::new(|client: &[u8]| u16::from(client.starts_with(b"big")));
+        let settings = Settings {
+            params: hourly(5),
+            memory: Memory::default(),
+            resolver: Some(resolver),
+        };
+        let fallback = LogFallback::boxed(&settings).unwrap();
+        for _ in 0..2 {
+            assert!(fallback.decide(b"big-1", 0, 1, false).unwrap().is_allowed());
+        }
+        // Tier 2 first: the table grows past the tier set after it.
+        fallback.set_quota(2, &hourly(7));
+        fallback.set_quota(1, &hourly(9));
+        assert_eq!(left(&*fallback, b"big-1"), 3, "held to tier 0's 3 left");
+        assert_eq!(left(&*fallback, b"big-2"), 9);
+        assert_eq!(left(&*fallback, b"small"), 5);
+    }
+
     /// The resolver names each client's tier, whatever tier the caller
     /// passes: the in-process limiter holds it to that tier's quota.
     #[test]
