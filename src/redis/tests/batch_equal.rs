@@ -686,3 +686,49 @@ fn clients_of_two_tiers_in_one_batch_each_get_their_tier() {
     assert!(stats.coalesced > 0, "{stats:?}");
     assert!(stats.round_trips < 64, "{stats:?}");
 }
+
+/// Clients of two tiers, each checked once, at once: the checks behind
+/// the first two calls go in one batch, each client one request of cost 1
+/// but under two quotas, so the batch sends each client's quota (only a
+/// batch under one quota leaves them out). Each client is answered by its
+/// own tier's bucket: 2 left of 3, or 6 of 7 for `pro-` clients (whose
+/// bucket refills twice as fast, so that a word written under the other
+/// quota reads as 5 left).
+#[test]
+fn a_batch_of_single_checks_under_two_tiers_names_each_client_s_quota() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let rt = runtime();
+    let manager = rt.block_on(server.manager());
+    let limiter = TokenBucket::builder()
+        .rate(1, Duration::from_secs(3_600))
+        .capacity(3)
+        .redis(manager, "tiers-single")
+        .no_deny_shortcut()
+        .coalesce(true)
+        .tier_by(|client: &[u8]| u16::from(client.starts_with(b"pro-")))
+        .timeout(PATIENCE)
+        .build_on_test_clock(server.clock())
+        .unwrap();
+    limiter
+        .set_quota(
+            1,
+            TokenBucket::builder()
+                .rate(2, Duration::from_secs(3_600))
+                .capacity(7),
+        )
+        .unwrap();
+    let clients = ["a", "pro-a", "b", "pro-b", "c", "pro-c", "d", "pro-d"];
+    let outcomes = rt.block_on(async {
+        let checks: Vec<_> = clients.iter().map(|c| Box::pin(limiter.check(c))).collect();
+        futures_join_all(checks).await
+    });
+    for (client, d) in clients.iter().zip(outcomes) {
+        let d = d.unwrap();
+        let left = if client.starts_with("pro-") { 6 } else { 2 };
+        assert_eq!((d.is_allowed(), d.remaining()), (true, left), "{client}");
+    }
+    let stats = limiter.stats();
+    assert!(stats.coalesced > 0, "{stats:?}");
+}
