@@ -637,6 +637,30 @@ fn a_quota_changed_while_checks_wait_splits_their_batch() {
     assert_eq!(batched.stats().coalesced, 7, "{:?}", batched.stats());
 }
 
+/// A coalescing bucket of 3 (one an hour) on `server`, and a tier 1 of 7
+/// refilling `pro_rate` an hour, the tier of `pro-` clients.
+fn two_tiers(
+    server: &Server,
+    rt: &tokio::runtime::Runtime,
+    name: &str,
+    pro_rate: u64,
+) -> crate::redis::RedisLimiter<TokenBucket> {
+    let hour = Duration::from_secs(3_600);
+    let limiter = TokenBucket::builder()
+        .rate(1, hour)
+        .capacity(3)
+        .redis(rt.block_on(server.manager()), name)
+        .no_deny_shortcut()
+        .coalesce(true)
+        .tier_by(|client: &[u8]| u16::from(client.starts_with(b"pro-")))
+        .timeout(PATIENCE)
+        .build_on_test_clock(server.clock())
+        .unwrap();
+    let pro = TokenBucket::builder().rate(pro_rate, hour).capacity(7);
+    limiter.set_quota(1, pro).unwrap();
+    limiter
+}
+
 /// Clients of two tiers, their checks made at once and carried in shared
 /// batches: each client admitted exactly its own tier's quota (3, or 7 for
 /// `pro-` clients), each batch holding both tiers' settings.
@@ -646,25 +670,7 @@ fn clients_of_two_tiers_in_one_batch_each_get_their_tier() {
         return;
     };
     let rt = runtime();
-    let manager = rt.block_on(server.manager());
-    let limiter = TokenBucket::builder()
-        .rate(1, Duration::from_secs(3_600))
-        .capacity(3)
-        .redis(manager, "tiers")
-        .no_deny_shortcut()
-        .coalesce(true)
-        .tier_by(|client: &[u8]| u16::from(client.starts_with(b"pro-")))
-        .timeout(PATIENCE)
-        .build_on_test_clock(server.clock())
-        .unwrap();
-    limiter
-        .set_quota(
-            1,
-            TokenBucket::builder()
-                .rate(1, Duration::from_secs(3_600))
-                .capacity(7),
-        )
-        .unwrap();
+    let limiter = two_tiers(&server, &rt, "tiers", 1);
     let clients = ["a", "pro-a", "b", "pro-b"];
     let outcomes = rt.block_on(async {
         let checks: Vec<_> = (0..64)
@@ -700,25 +706,7 @@ fn a_batch_of_single_checks_under_two_tiers_names_each_client_s_quota() {
         return;
     };
     let rt = runtime();
-    let manager = rt.block_on(server.manager());
-    let limiter = TokenBucket::builder()
-        .rate(1, Duration::from_secs(3_600))
-        .capacity(3)
-        .redis(manager, "tiers-single")
-        .no_deny_shortcut()
-        .coalesce(true)
-        .tier_by(|client: &[u8]| u16::from(client.starts_with(b"pro-")))
-        .timeout(PATIENCE)
-        .build_on_test_clock(server.clock())
-        .unwrap();
-    limiter
-        .set_quota(
-            1,
-            TokenBucket::builder()
-                .rate(2, Duration::from_secs(3_600))
-                .capacity(7),
-        )
-        .unwrap();
+    let limiter = two_tiers(&server, &rt, "tiers-single", 2);
     let clients = ["a", "pro-a", "b", "pro-b", "c", "pro-c", "d", "pro-d"];
     let outcomes = rt.block_on(async {
         let checks: Vec<_> = clients.iter().map(|c| Box::pin(limiter.check(c))).collect();
