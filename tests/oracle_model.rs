@@ -447,6 +447,9 @@ struct Setup {
     q1: usize,
     memory: Memory,
     origin: u64,
+    /// The clock's first reading: 0 (its first window cut short by its
+    /// start, as a process's clock is) or later.
+    start: u64,
     /// Whether clients have tiers (by their records; 1 and 3 start in
     /// tier 1) and the limiter's quotas can change.
     tiered: bool,
@@ -1419,7 +1422,7 @@ fn run<F: Family>(setup: Setup, ops: &[Op], moves: bool) -> Result<(), TestCaseE
             reading: ManualClock::new(),
             origin,
         };
-        clock.reading.set(Duration::from_secs(1_000));
+        clock.reading.set(Duration::from_nanos(setup.start));
         let real = F::keyed(&setup, &records, clock.clone());
         let mut run = Run {
             name: std::any::type_name::<F>(),
@@ -1431,7 +1434,7 @@ fn run<F: Family>(setup: Setup, ops: &[Op], moves: bool) -> Result<(), TestCaseE
             keyed: true,
             slots: F::SLOTS,
             track: HashMap::new(),
-            latest: 1_000 * SEC,
+            latest: setup.start,
             back: 0,
             bookings: Vec::new(),
             counts: Counts::default(),
@@ -1459,7 +1462,7 @@ fn run<F: Family>(setup: Setup, ops: &[Op], moves: bool) -> Result<(), TestCaseE
             reading: ManualClock::new(),
             origin,
         };
-        clock.reading.set(Duration::from_secs(1_000));
+        clock.reading.set(Duration::from_nanos(setup.start));
         let real = F::direct(setup.q0, clock.clone());
         let direct = Setup {
             tiered: false,
@@ -1476,7 +1479,7 @@ fn run<F: Family>(setup: Setup, ops: &[Op], moves: bool) -> Result<(), TestCaseE
             keyed: false,
             slots: F::SLOTS,
             track: HashMap::new(),
-            latest: 1_000 * SEC,
+            latest: setup.start,
             back: 0,
             bookings: Vec::new(),
             counts: Counts::default(),
@@ -1514,20 +1517,31 @@ fn cases() -> u32 {
         .unwrap_or(32)
 }
 
+fn start() -> impl Strategy<Value = u64> {
+    prop_oneof![Just(0), Just(1_000 * SEC), 0..2 * MINUTE]
+}
+
 fn origin() -> impl Strategy<Value = u64> {
     prop_oneof![Just(0), Just(1_234_567_890_123_456_789), 0..u64::MAX / 4]
 }
 
 fn setup(quotas: usize, tiers: bool) -> impl Strategy<Value = Setup> {
-    (0..quotas, 0..quotas, memory(), origin(), any::<bool>()).prop_map(
-        move |(q0, q1, memory, origin, tiered)| Setup {
+    (
+        0..quotas,
+        0..quotas,
+        memory(),
+        origin(),
+        start(),
+        any::<bool>(),
+    )
+        .prop_map(move |(q0, q1, memory, origin, start, tiered)| Setup {
             q0,
             q1,
             memory,
             origin,
+            start,
             tiered: tiers && tiered,
-        },
-    )
+        })
 }
 
 fn tiered(quotas: usize) -> impl Strategy<Value = Setup> {
@@ -1668,4 +1682,57 @@ fn a_fixed_window_moved_with_bookings_ahead_waits_from_the_reading() {
         "refused with retry_after {:?}, then refused again after it: {then:?}",
         refused.retry_after()
     );
+}
+
+/// The move-rule oracle's shrunk case on a clock that starts at 0, in its
+/// first window (cut short by the Unix-aligned boundary): a client that
+/// spent 1 of 5 a second, moved to 20 a minute and then to 3 an hour, has
+/// the whole new limit left, and a check of cost 0 reports all 3. Held
+/// full instead until the first window ended, it was told 0 left.
+#[test]
+fn a_shrunk_case_a_client_moved_in_the_clock_s_first_window_keeps_what_it_had_left() {
+    let setup = Setup {
+        q0: 3,
+        q1: 0,
+        memory: Memory::Passes,
+        origin: 0,
+        start: 0,
+        tiered: true,
+    };
+    let ops = [
+        Op::Check { client: 2, cost: 1 },
+        Op::SetQuota { tier: 0, quota: 0 },
+        Op::SetQuota { tier: 0, quota: 2 },
+        Op::Check { client: 2, cost: 0 },
+    ];
+    run::<Fixed>(setup, &ops, true).unwrap();
+    run::<Sliding>(setup, &ops, true).unwrap();
+    run::<Pair>(setup, &ops, true).unwrap();
+}
+
+/// The move-rule oracle's shrunk case: a client of 20 a minute counts 1,
+/// idles two minutes, and is moved to 5 a second and straight back. The
+/// first move finds it fresh; the second must too, since it counted
+/// nothing in the running minute. It was held to 3 (the fresh state in
+/// the narrow windows was the second before the reading, full, which the
+/// minute then counted).
+#[test]
+fn a_shrunk_case_an_idle_client_moved_to_narrower_windows_and_back_stays_fresh() {
+    let setup = Setup {
+        q0: 3,
+        q1: 0,
+        memory: Memory::Passes,
+        origin: 0,
+        start: 0,
+        tiered: true,
+    };
+    let ops = [
+        Op::Check { client: 1, cost: 1 },
+        Op::Clock(Step::Forward(121 * SEC)),
+        Op::Move { client: 1, tier: 0 },
+        Op::Move { client: 1, tier: 1 },
+    ];
+    run::<Fixed>(setup, &ops, true).unwrap();
+    run::<Sliding>(setup, &ops, true).unwrap();
+    run::<Pair>(setup, &ops, true).unwrap();
 }

@@ -808,14 +808,14 @@ fn changes_racing_a_capped_flood_keep_the_cap() {
     assert_eq!(limiter.check(&(1 << 40)).limit(), 7);
 }
 
-/// In the clock's first window (cut short by its origin), a windowed
-/// client moved with the whole new limit left is held full until that
-/// window ends: its state there could not be told from a client with no
-/// history, which a later raise would make fresh. It is admitted from the
-/// next window on. In any later window it keeps what it had left, at most
-/// the new limit. The tiers guide states both.
+/// In the clock's first window (cut short by the first Unix-aligned
+/// boundary), a windowed client moved keeps what it had left, at most the
+/// new limit, as in any later window: 3 of 5 used, cut to 1, leaves 1. A
+/// client that never made a request keeps the whole new limit. (The state
+/// left there was once the fresh word, so the move held the client full
+/// until that window ended.)
 #[test]
-fn in_the_clock_s_first_window_a_client_left_the_whole_new_limit_waits_for_the_next() {
+fn in_the_clock_s_first_window_a_moved_client_keeps_what_it_had_left() {
     let minute = Duration::from_secs(60);
     let fixed = |limit| {
         FixedWindow::builder()
@@ -829,17 +829,13 @@ fn in_the_clock_s_first_window_a_client_left_the_whole_new_limit_waits_for_the_n
             .window(minute)
             .key_type::<u64>()
     };
-    // Window 0, each algorithm: 3 of 5 used, cut to 1.
     let clock = ManualClock::new();
     clock.set(Duration::from_secs(10));
-    let fixed_of_5 = || {
-        fixed(5)
-            .clock(clock.clone())
-            .reconfigurable()
-            .build()
-            .unwrap()
-    };
-    let f = fixed_of_5();
+    let f = fixed(5)
+        .clock(clock.clone())
+        .reconfigurable()
+        .build()
+        .unwrap();
     let c = counter(5)
         .clock(clock.clone())
         .reconfigurable()
@@ -852,21 +848,71 @@ fn in_the_clock_s_first_window_a_client_left_the_whole_new_limit_waits_for_the_n
     f.set_quota(0, fixed(1)).unwrap();
     c.set_quota(0, counter(1)).unwrap();
     let (df, dc) = (f.check(&1), c.check(&1));
+    assert!(df.is_allowed() && dc.is_allowed(), "{df:?} {dc:?}");
+    let (df, dc) = (f.check(&1), c.check(&1));
     assert!(df.is_denied() && dc.is_denied(), "{df:?} {dc:?}");
-    assert_eq!(
-        df.retry_after(),
-        Duration::from_secs(50),
-        "until window 0 ends"
-    );
+    assert_eq!(df.retry_after(), Duration::from_secs(50), "until it ends");
+    // Raised again in the same window: what is left (none) stays, and a
+    // client with no history has the whole new limit.
+    f.set_quota(0, fixed(4)).unwrap();
+    c.set_quota(0, counter(4)).unwrap();
+    assert!(f.check(&1).is_denied() && c.check(&1).is_denied());
+    for _ in 0..4 {
+        assert!(f.check(&2).is_allowed() && c.check(&2).is_allowed());
+    }
+    assert!(f.check(&2).is_denied() && c.check(&2).is_denied());
     clock.set(minute);
     assert!(f.check(&1).is_allowed(), "the next window");
-    // Window 1: the same moves keep what was left, at most the new limit.
-    let f = fixed_of_5();
+}
+
+/// A quota cut and restored at once leaves an idle client what a single
+/// change would: the whole limit. The cut finds the client fresh in the
+/// narrower windows; what it writes there must not read as requests
+/// counted in the wider window the restore then finds running. (It was
+/// written as the narrow window before the reading, full, so the restore
+/// held an idle client to the narrow limit until the minute ended.) A
+/// client that did count in the running minute keeps what it had left.
+#[test]
+fn an_idle_client_keeps_the_whole_limit_across_a_cut_and_a_restore() {
+    let minute = Duration::from_secs(60);
+    let fixed = |limit, window| {
+        FixedWindow::builder()
+            .limit(limit)
+            .window(window)
+            .key_type::<u64>()
+    };
+    let counter = |limit, window| {
+        SlidingWindowCounter::builder()
+            .limit(limit)
+            .window(window)
+            .key_type::<u64>()
+    };
+    let clock = ManualClock::new();
+    clock.set(Duration::from_secs(1_000));
+    let f = fixed(20, minute)
+        .clock(clock.clone())
+        .reconfigurable()
+        .build()
+        .unwrap();
+    let c = counter(20, minute)
+        .clock(clock.clone())
+        .reconfigurable()
+        .build()
+        .unwrap();
+    // Client 1 counts once, then idles for long; client 2 counts 3 in the
+    // minute of the changes.
+    assert!(f.check(&1).is_allowed() && c.check(&1).is_allowed());
+    clock.set(Duration::from_secs(2_000));
     for _ in 0..3 {
-        assert!(f.check(&1).is_allowed());
+        assert!(f.check(&2).is_allowed() && c.check(&2).is_allowed());
     }
-    f.set_quota(0, fixed(1)).unwrap();
-    let d = f.check(&1);
-    assert!(d.is_allowed(), "{d:?}");
-    assert!(f.check(&1).is_denied());
+    f.set_quota(0, fixed(5, Duration::from_secs(1))).unwrap();
+    c.set_quota(0, counter(5, Duration::from_secs(1))).unwrap();
+    f.set_quota(0, fixed(20, minute)).unwrap();
+    c.set_quota(0, counter(20, minute)).unwrap();
+    assert_eq!(f.peek(&1).remaining(), 20, "{:?}", f.peek(&1));
+    assert_eq!(c.peek(&1).remaining(), 20, "{:?}", c.peek(&1));
+    // 17 left, cut to 5, restored: 5, never more than the cut left.
+    assert_eq!(f.peek(&2).remaining(), 5);
+    assert_eq!(c.peek(&2).remaining(), 5);
 }

@@ -9,7 +9,8 @@
 //! +---------------------------+---------------------------+
 //! ```
 //!
-//! `I = bits(NOW_MAX / W + 1)`, the full index with no wraparound, so the
+//! `I = bits(NOW_MAX / W + 3)`, the full index with no wraparound (counted
+//! from 1, the window the clock starts in), so the
 //! limit may be at most 2<sup>64−I</sup> − 1: 2<sup>30</sup> − 1 for a
 //! one-second window. A request of cost `n` is admitted iff
 //! `count + n ≤ limit` in the current window; entering a later window resets
@@ -125,7 +126,7 @@ impl FixedWindow {
         } else {
             self.limit
         };
-        (count <= most && index <= NOW_MAX / self.windows.width()).then(|| self.pack(index, count))
+        (count <= most && index <= self.windows.last()).then(|| self.pack(index, count))
     }
 
     /// The window index and the count a word holds, as recorded.
@@ -153,10 +154,11 @@ impl WordAlgorithm for FixedWindow {
     fn fresh_at(&self, floor: u64) -> u64 {
         // The window before `floor`'s, full: idle from `floor`'s window on
         // (so at `floor`), and every earlier reading, treated as the start
-        // of the window recorded, finds it full. A floor in the first
-        // window: the fresh word, an empty count there.
+        // of the window recorded, finds it full. A floor in the clock's
+        // first window (or unaligned, in window 0): the fresh word, idle at
+        // every reading as that would be.
         match self.windows.locate(0, floor).index {
-            0 => FRESH,
+            index if index <= self.windows.first() => FRESH,
             index => self.pack(index - 1, self.limit),
         }
     }
@@ -239,21 +241,21 @@ impl WordAlgorithm for FixedWindow {
             self.idle_at(word)
         };
         if busy_until <= to.windows.start(here) {
-            // Nothing counted since the new window began: a fresh
-            // client there.
-            return to.fresh_at(now);
+            // Nothing counted since the new window began: a fresh client
+            // there, idle from the first new boundary not before
+            // `busy_until` (at the latest, this window's start). Judged
+            // full before it, so that a reading behind finds no more than
+            // the old state left; idle from no later boundary, so that a
+            // later move to wider windows that began after `busy_until`
+            // finds it fresh, as it would the old state.
+            return to.fresh_at(to.windows.ceil(busy_until));
         }
         if count <= self.limit {
-            // Left here: limit − count, at most the new limit. In the
-            // first window, an empty count would be the fresh word, which
-            // stands for a client with no history: held full there instead.
+            // Left here: limit − count, at most the new limit. `here` is
+            // at least 1 (windows count from 1 on a limiter's clock), so
+            // an empty count here is never the fresh word.
             let left = (self.limit - count).min(to.limit);
-            let used = if here == 0 && left == to.limit {
-                to.limit
-            } else {
-                to.limit - left
-            };
-            return to.pack(here, used);
+            return to.pack(here, to.limit - left);
         }
         // Closed, with `count − limit` booked in the next window: the new
         // window where those run, and every one before it, closed.
@@ -327,8 +329,9 @@ impl WordAlgorithm for FixedWindow {
         if ready_at > NOW_MAX {
             return Reserve::Never;
         }
-        // ready ≤ NOW_MAX / width, the largest index any reading has, so
-        // the word's index fits its bits; its count is at most 2·limit.
+        // ready starts at a reading, so it is at most the largest index
+        // any reading has, and the word's index fits its bits; its count
+        // is at most 2·limit.
         Reserve::At { word, ready_at }
     }
 
@@ -349,8 +352,8 @@ impl WordAlgorithm for FixedWindow {
         if target == index {
             self.pack(index, count + cost)
         } else {
-            // target > index ≥ 0, target ≤ NOW_MAX / width: the index fits
-            // its bits; the count is at most 2·limit, which `reserves`
+            // target > index ≥ 0, and target is a reading's window: the
+            // index fits its bits; the count is at most 2·limit, which `reserves`
             // leaves room for.
             self.pack(target - 1, self.limit + count + cost)
         }

@@ -12,7 +12,8 @@
 //!
 //! `k` is the full index of the window `curr` counts (no wraparound: it has
 //! the bits to reach 2<sup>63</sup> ns), `prev` counts the window before it.
-//! The index needs `I = bits(NOW_MAX / W + 1)` bits, and the counts share what
+//! The index (counted from 1, the window the clock starts in) needs
+//! `I = bits(NOW_MAX / W + 3)` bits, and the counts share what
 //! is left: `C = (64 − I) / 2`, so the limit may be at most 2<sup>C</sup> − 1.
 //! A one-second window leaves C = 15 (limit ≤ 32 767), a minute C = 18, an
 //! hour C = 21; [`ConfigError`] names the bound when a limit does not fit.
@@ -168,9 +169,7 @@ impl SlidingWindowCounter {
     /// state read from outside the process, such as from Redis).
     #[cfg(feature = "redis")]
     pub(crate) fn word(&self, index: u64, curr: u64, prev: u64) -> Option<u64> {
-        let fits = curr <= self.limit
-            && prev <= self.limit
-            && index <= super::NOW_MAX / self.windows.width();
+        let fits = curr <= self.limit && prev <= self.limit && index <= self.windows.last();
         fits.then(|| self.pack(Counts { index, curr, prev }))
     }
 
@@ -205,9 +204,10 @@ impl WordAlgorithm for SlidingWindowCounter {
         // window before that: idle from `floor`'s window on (so at
         // `floor`), and the most any state idle by then weighs at an earlier
         // reading (which is treated as the start of the window recorded). A
-        // floor in the first window: the fresh word.
+        // floor in the clock's first window (or unaligned, in window 0):
+        // the fresh word, idle at every reading as that would be.
         match self.windows.locate(0, floor).index {
-            0 => FRESH,
+            index if index <= self.windows.first() => FRESH,
             index => self.pack(Counts {
                 index: index - 1,
                 curr: 0,
@@ -302,9 +302,11 @@ impl WordAlgorithm for SlidingWindowCounter {
             self.idle_at(word)
         };
         if busy_until <= to.windows.start(here) {
-            // Nothing counted since the new window began, nor in
-            // the window before that: a fresh client there.
-            return to.fresh_at(now);
+            // Nothing counted since the new window began, nor in the
+            // window before that: a fresh client there, idle from the
+            // first new boundary not before `busy_until`, as the fixed
+            // window's (at the latest, this window's start).
+            return to.fresh_at(to.windows.ceil(busy_until));
         }
         let w = u128::from(self.windows.width());
         // The room left, in request·ns (`room` is at least prev's weight
@@ -312,16 +314,11 @@ impl WordAlgorithm for SlidingWindowCounter {
         let room = self.room(c.prev, pos.offset);
         let used = u128::from(c.curr) * w;
         let left = (room.saturating_sub(used) / w).min(u128::from(to.limit)) as u64;
-        // In the first window, empty counts would be the fresh word, which
-        // stands for a client with no history: held full there instead.
-        let curr = if here == 0 && left == to.limit {
-            to.limit
-        } else {
-            to.limit - left
-        };
+        // `here` is at least 1 (windows count from 1 on a limiter's
+        // clock), so empty counts here are never the fresh word.
         to.pack(Counts {
             index: here,
-            curr,
+            curr: to.limit - left,
             prev: 0,
         })
     }

@@ -7,19 +7,32 @@ use core::time::Duration;
 use super::{clamp_now, NOW_MAX};
 use crate::error::ConfigError;
 
-/// Windows of `width` ns aligned to the Unix epoch: with the clock reading
-/// 0 at a Unix time `phase` past a multiple of `width` (ns), window `k`
-/// covers the readings `[k·width − phase, (k+1)·width − phase)`, so that
-/// every window starts on a multiple of its length in Unix time (window 0
-/// is cut short by the clock's origin).
+/// Windows of `width` ns aligned to the Unix epoch.
+///
+/// With the clock reading 0 at a Unix time `phase` past a multiple of
+/// `width` (ns), window `first + k` covers the readings
+/// `[k·width − phase, (k+1)·width − phase)`, so that every window starts
+/// on a multiple of its length in Unix time.
+///
+/// On a limiter's clock ([`aligned`](Self::aligned)), `first` is 1:
+/// window 1 is the one the clock's origin cuts short, and window 0 lies
+/// wholly before the clock's start. So the fresh word (window 0, nothing
+/// counted) holds nothing in any window a reading falls in, and a state
+/// with nothing counted in a window a reading falls in is never the fresh
+/// word. Unaligned (`phase` and `first` 0), window `k` is the `k`-th since
+/// the reading 0: the twin of Redis's windows, whose readings are Unix
+/// times.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Windows {
     width: u64,
-    /// Bits that hold every index up to `NOW_MAX / width` with room to spare,
-    /// so that a packed index is never all ones (the all-ones word stays free).
+    /// Bits that hold every index a reading has (at most
+    /// `NOW_MAX / width + 2`) with room to spare, so that a packed index
+    /// is never all ones (the all-ones word stays free).
     index_bits: u32,
     /// Less than `width`.
     phase: u64,
+    /// The index of the window the reading 0 falls in: 0 or 1.
+    first: u64,
 }
 
 /// The same windows, whatever the clock's origin: a limiter's quotas all
@@ -54,23 +67,32 @@ impl Windows {
             "a window lasts at least 1 ns and at most 2^63 - 1 ns (292 years)",
         )?;
         let width = width as u64;
-        let max_index = NOW_MAX / width;
-        // max_index + 1 ≤ 2^63, so this is at most 64 and at least 1.
-        let index_bits = u64::BITS - (max_index + 1).leading_zeros();
+        // The largest index a reading has is at most NOW_MAX / width + 2
+        // (counted from 1, plus one for a phase); + 3 ≤ 2^63 + 2, so this
+        // is at most 64 and at least 2.
+        let index_bits = u64::BITS - (NOW_MAX / width + 3).leading_zeros();
         Ok(Self {
             width,
             index_bits,
             phase: 0,
+            first: 0,
         })
     }
 
     /// These windows for a clock that reads 0 at the Unix time `origin`
-    /// (ns).
+    /// (ns), counted from 1.
     pub(super) fn aligned(self, origin: u64) -> Self {
         Self {
             phase: origin % self.width,
+            first: 1,
             ..self
         }
+    }
+
+    /// The index of the window the reading 0 falls in: 1 on a limiter's
+    /// clock, 0 unaligned.
+    pub(super) fn first(&self) -> u64 {
+        self.first
     }
 
     pub(super) fn width(&self) -> u64 {
@@ -82,21 +104,42 @@ impl Windows {
         u64::BITS - self.index_bits
     }
 
+    /// The largest index a reading has: the window of `NOW_MAX`.
+    #[cfg(any(feature = "redis", all(test, not(feature = "loom"))))]
+    pub(super) fn last(&self) -> u64 {
+        self.locate(0, NOW_MAX).index
+    }
+
     /// The reading at which window `index` starts (0 for the window the
-    /// clock's origin cuts short).
+    /// clock's origin cuts short, and for any before it).
     pub(super) fn start(&self, index: u64) -> u64 {
         self.instant(index, 0)
     }
 
-    /// The reading `offset` ns into window `index`, 0 if that lies before
-    /// the clock's origin.
+    /// The first instant a window starts at that is not before `at`: `at`
+    /// itself on a boundary (or at the clock's start, where window 1
+    /// starts), else the next window's start.
+    pub(super) fn ceil(&self, at: u64) -> u64 {
+        let index = self.locate(0, at).index;
+        if self.start(index) == at {
+            at
+        } else {
+            self.start(index + 1)
+        }
+    }
+
+    /// The reading `offset` ns into window `index`: 0 if that lies before
+    /// the clock's origin, `u64::MAX` if past it by more than a `u64`
+    /// holds.
     pub(super) fn instant(&self, index: u64, offset: u64) -> u64 {
-        // index ≤ NOW_MAX / width + 2, so this is at most NOW_MAX + 3·width
-        // before saturating.
-        index
-            .saturating_mul(self.width)
-            .saturating_add(offset)
-            .saturating_sub(self.phase)
+        let Some(k) = index.checked_sub(self.first) else {
+            // Window 0 of a limiter's clock: wholly before its start.
+            return 0;
+        };
+        // In u128: k·width + offset < 2^128 for any u64s.
+        let at = (u128::from(k) * u128::from(self.width) + u128::from(offset))
+            .saturating_sub(u128::from(self.phase));
+        u64::try_from(at).unwrap_or(u64::MAX)
     }
 
     /// Locates `now` against the recorded window `recorded`. A reading from
@@ -104,8 +147,15 @@ impl Windows {
     /// the recorded window's start, the most conservative instant in it.
     #[inline]
     pub(super) fn locate(&self, recorded: u64, now: u64) -> Position {
-        let now = clamp_now(clamp_now(now).saturating_add(self.phase));
-        let index = now / self.width;
+        let now = clamp_now(now);
+        // One division gives both; the remainder and the phase are each
+        // less than `width` ≤ 2^63 − 1, so their sum does not overflow.
+        let (whole, rest) = (now / self.width, now % self.width + self.phase);
+        let (index, offset) = if rest >= self.width {
+            (whole + self.first + 1, rest - self.width)
+        } else {
+            (whole + self.first, rest)
+        };
         if index < recorded {
             return Position {
                 index: recorded,
@@ -115,7 +165,7 @@ impl Windows {
         }
         Position {
             index,
-            offset: now - index * self.width,
+            offset,
             passed: index - recorded,
         }
     }
@@ -195,14 +245,23 @@ mod tests {
             let w = Windows::new(Duration::from_nanos(width)).unwrap();
             let max = w.locate(0, u64::MAX).index;
             assert_eq!(max, NOW_MAX / width);
-            assert!(
-                w.index_bits == 64 || max < (1u64 << w.index_bits) - 1,
-                "{width}"
-            );
-            assert!(
-                w.index_bits == 1 || max >= 1u64 << (w.index_bits - 2),
-                "{width} wastes bits"
-            );
+            assert_eq!(max, w.last());
+            // On a limiter's clock, whatever its origin: at most 2 more.
+            for origin in [0, 1, width - 1, width / 2, 1_234_567_890_123_456_789] {
+                let aligned = w.aligned(origin);
+                let top = aligned.locate(0, u64::MAX).index;
+                assert_eq!(top, aligned.last());
+                assert!(top <= NOW_MAX / width + 2, "{width} {origin}");
+                assert!(
+                    w.index_bits == 64 || top < (1u64 << w.index_bits) - 1,
+                    "{width} {origin}"
+                );
+                // The last window ends past the last reading.
+                assert!(aligned.start(top + 1) > NOW_MAX, "{width} {origin}");
+                assert!(aligned.start(top) <= NOW_MAX, "{width} {origin}");
+            }
+            // No more bits than the largest index counted from 1 needs.
+            assert!(max + 2 >= 1u64 << (w.index_bits - 2), "{width} wastes bits");
         }
     }
 
@@ -249,6 +308,44 @@ mod tests {
                 passed: 0
             }
         );
+    }
+
+    #[test]
+    fn aligned_windows_count_from_one_on_the_unix_epoch_s_multiples() {
+        // The clock reads 0 at the Unix time 1 234 ns: windows of 10 ns
+        // start at the readings 6, 16, …; the one cut short is window 1.
+        let w = Windows::new(Duration::from_nanos(10))
+            .unwrap()
+            .aligned(1_234);
+        let at = |now| {
+            let p = w.locate(0, now);
+            (p.index, p.offset)
+        };
+        assert_eq!(at(0), (1, 4));
+        assert_eq!(at(5), (1, 9));
+        assert_eq!(at(6), (2, 0));
+        assert_eq!(at(16), (3, 0));
+        assert_eq!((w.start(0), w.start(1), w.start(2)), (0, 0, 6));
+        assert_eq!(w.instant(2, 3), 9);
+        // The first window start not before a reading.
+        for (at, ceil) in [(0, 0), (1, 6), (6, 6), (7, 16), (16, 16)] {
+            assert_eq!(w.ceil(at), ceil, "{at}");
+        }
+        // An origin on a boundary: the first window is whole.
+        let w = Windows::new(Duration::from_nanos(10)).unwrap().aligned(20);
+        assert_eq!(w.locate(0, 0).index, 1);
+        assert_eq!((w.start(1), w.start(2)), (0, 10));
+        // The widest window, 1 ns past a boundary at the clock's start:
+        // window 1 holds the readings before NOW_MAX − 1, window 2 the rest,
+        // and the index bits hold both with a value to spare.
+        let w = Windows::new(Duration::from_nanos(NOW_MAX))
+            .unwrap()
+            .aligned(u64::MAX);
+        for (now, index) in [(0, 1), (NOW_MAX - 2, 1), (NOW_MAX - 1, 2), (u64::MAX, 2)] {
+            assert_eq!(w.locate(0, now).index, index, "{now}");
+        }
+        assert!(w.last() < (1 << w.index_bits) - 1);
+        assert_eq!(w.start(3), 2 * NOW_MAX - 1);
     }
 
     #[test]

@@ -123,14 +123,15 @@
 //! - The sliding window counter: the whole requests the client's estimate
 //!   leaves, at most the new limit, are what is left in the new window
 //!   that is running; what it used weighs on it as the new windows slide
-//!   past.
-//! - One exception to what these keep, for the fixed window and the
-//!   sliding window counter: in the limiter's first window (from its
-//!   clock's start to the first boundary of the window in Unix time, at
-//!   most one window long), a client left with the whole new limit is
-//!   held to none until that window ends. Its state there could not be
-//!   told from a client with no history, which a later raise would make
-//!   fresh: refusing is the side that never admits too much.
+//!   past. A client whose counts weigh nothing since the new window began
+//!   is a fresh client there.
+//! - For both, after a move that found a client fresh, a later move takes
+//!   its last use as the first boundary of those windows not before it: a
+//!   quota cut to a second and restored to a minute leaves an idle client
+//!   the whole minute's limit, since a minute's boundaries are a
+//!   second's. With window lengths that do not divide each other (7 s and
+//!   a minute), a client that last counted within 7 s of the minute's
+//!   start may be held as if it counted in the minute.
 //! - Two limits held together each keep their state by their own rule; a
 //!   limit whose settings did not change keeps its state exactly, and so
 //!   does a client whose own quota did not change.

@@ -185,7 +185,7 @@ impl FixedModel {
     /// running at `now` (at most the new limit) is what it has left in the
     /// new quota's window running at `now`.
     pub fn convert(&self, now: u64, to: &Self) -> Self {
-        if self.index == 0 && self.count == 0 {
+        if self.fresh {
             // Never made a request: stays so.
             return to.clone();
         }
@@ -194,15 +194,14 @@ impl FixedModel {
         // requests of its window.
         let idle_at = (self.index + 1) * self.window;
         if idle_at <= here * to.window {
-            // Fresh there: as the crate writes it, the window before full
-            // (so that a later move sees it used until this window began).
-            return match here {
-                0 => to.clone(),
-                _ => Self {
-                    index: here - 1,
-                    count: to.limit,
-                    ..to.clone()
-                },
+            // Fresh there: as the crate writes it, the window before the
+            // first new boundary not before `idle_at` full (so that a
+            // reading behind finds no more than the old state left).
+            return Self {
+                index: idle_at.div_ceil(to.window) - 1,
+                count: to.limit,
+                fresh: false,
+                ..to.clone()
             };
         }
         let count = {
@@ -212,16 +211,12 @@ impl FixedModel {
                 0
             };
             let left = (self.limit - used).min(to.limit);
-            // In the first window, held full rather than fresh.
-            if here == 0 && left == to.limit {
-                to.limit
-            } else {
-                to.limit - left
-            }
+            to.limit - left
         };
         Self {
             index: here,
             count,
+            fresh: false,
             ..to.clone()
         }
     }
@@ -235,7 +230,7 @@ impl SlidingModel {
     /// what it has left in the new quota's window running at `now`, with
     /// nothing before it.
     pub fn convert(&self, now: u64, to: &Self) -> Self {
-        if self.start == 0 && self.curr == 0 && self.prev == 0 {
+        if self.fresh {
             // Never made a request: stays so.
             return to.clone();
         }
@@ -248,14 +243,13 @@ impl SlidingModel {
             self.start + self.window
         };
         if idle_at <= here {
-            // Fresh there: as the crate writes it, a full window before.
-            return match here {
-                0 => to.clone(),
-                _ => Self {
-                    start: here - to.window,
-                    prev: to.limit,
-                    ..to.clone()
-                },
+            // Fresh there: as the crate writes it, a full window before the
+            // first new boundary not before `idle_at`.
+            return Self {
+                start: idle_at.div_ceil(to.window) * to.window - to.window,
+                prev: to.limit,
+                fresh: false,
+                ..to.clone()
             };
         }
         let mut m = self.clone();
@@ -271,16 +265,11 @@ impl SlidingModel {
             - i128::from(m.curr) * w
             - i128::from(m.prev) * (w - i128::from(now - m.start));
         let left = (room.max(0) / w).min(i128::from(to.limit)) as u64;
-        // In the first window, held full rather than fresh.
-        let curr = if here == 0 && left == to.limit {
-            to.limit
-        } else {
-            to.limit - left
-        };
         Self {
             prev: 0,
-            curr,
+            curr: to.limit - left,
             start: here,
+            fresh: false,
             ..to.clone()
         }
     }
@@ -295,6 +284,8 @@ pub struct SlidingModel {
     prev: u64,
     curr: u64,
     start: u64,
+    /// Never admitted a request: a move leaves it so.
+    fresh: bool,
 }
 
 impl SlidingModel {
@@ -305,6 +296,7 @@ impl SlidingModel {
             prev: 0,
             curr: 0,
             start: 0,
+            fresh: true,
         }
     }
 }
@@ -324,6 +316,7 @@ impl Model for SlidingModel {
             + u128::from(self.prev) * (w - u128::from(elapsed));
         if lhs < u128::from(self.limit) * w {
             self.curr += cost;
+            self.fresh = false;
             true
         } else {
             false
@@ -342,6 +335,8 @@ pub struct FixedModel {
     window: u64,
     index: u64,
     count: u64,
+    /// Never admitted a request: a move leaves it so.
+    fresh: bool,
 }
 
 impl FixedModel {
@@ -351,6 +346,7 @@ impl FixedModel {
             window,
             index: 0,
             count: 0,
+            fresh: true,
         }
     }
 }
@@ -364,6 +360,7 @@ impl Model for FixedModel {
         }
         if self.count + cost <= self.limit {
             self.count += cost;
+            self.fresh &= cost == 0;
             true
         } else {
             false

@@ -34,7 +34,9 @@ pub enum Limit {
     /// GCRA: `interval = ⌈per / tokens⌉` ns a token, `capacity` tokens.
     Bucket { interval: u64, capacity: u64 },
     /// At most `limit` in each window of `width` ns, windows starting on
-    /// the Unix epoch's multiples: the clock reads 0 `phase` ns past one.
+    /// the Unix epoch's multiples: the clock reads 0 `phase − width` ns
+    /// past one. Windows count from 1, the one the clock's start cuts
+    /// short: window 0 lies wholly before the clock's start.
     Fixed { limit: u64, width: u64, phase: u64 },
     /// The weighted estimate over two such windows.
     Sliding { limit: u64, width: u64, phase: u64 },
@@ -70,7 +72,7 @@ impl Limit {
         Self::Fixed {
             limit,
             width,
-            phase: origin % width,
+            phase: origin % width + width,
         }
     }
 
@@ -78,7 +80,7 @@ impl Limit {
         Self::Sliding {
             limit,
             width,
-            phase: origin % width,
+            phase: origin % width + width,
         }
     }
 
@@ -149,7 +151,8 @@ impl Limit {
 
     /// The most restrictive state idle from `t` on: a bucket full from
     /// `t`, the window before `t`'s full, a full previous window for the
-    /// counter, every slot expiring at `t`.
+    /// counter (a fresh one in the clock's first window: the window before
+    /// it lies before the clock's start), every slot expiring at `t`.
     pub fn fresh_from(&self, t: u64) -> Word {
         let t = clamp(t);
         match *self {
@@ -159,7 +162,8 @@ impl Limit {
                 width,
                 phase,
             } => match index_of(width, phase, t) {
-                0 => self.fresh(),
+                // The clock's first window: window 0 lies before it.
+                0 | 1 => self.fresh(),
                 k => Word::Fixed {
                     index: k - 1,
                     count: limit,
@@ -170,7 +174,8 @@ impl Limit {
                 width,
                 phase,
             } => match index_of(width, phase, t) {
-                0 => self.fresh(),
+                // The clock's first window: window 0 lies before it.
+                0 | 1 => self.fresh(),
                 k => Word::Sliding {
                     index: k - 1,
                     curr: 0,
@@ -556,17 +561,16 @@ impl Limit {
                     self.idle_at(word)
                 };
                 if busy_until <= start(to_width, to_phase, j) {
-                    return to.fresh_from(t);
+                    // Fresh, idle from the first new boundary not before
+                    // the old state's idle instant.
+                    return to.fresh_from(ceil(to_width, to_phase, busy_until));
                 }
                 if c <= limit {
                     let left = to_limit.min(limit - c);
-                    // In the first window, held full rather than fresh.
-                    let count = if j == 0 && left == to_limit {
-                        to_limit
-                    } else {
-                        to_limit - left
+                    return Word::Fixed {
+                        index: j,
+                        count: to_limit - left,
                     };
-                    return Word::Fixed { index: j, count };
                 }
                 // Closed, with `c − limit` booked in window i + 1.
                 let booked = c - limit;
@@ -620,22 +624,18 @@ impl Limit {
                     self.idle_at(word)
                 };
                 if busy_until <= start(to_width, to_phase, j) {
-                    return to.fresh_from(t);
+                    // Fresh, idle from the first new boundary not before
+                    // the old state's idle instant.
+                    return to.fresh_from(ceil(to_width, to_phase, busy_until));
                 }
                 let w = i128::from(width);
                 let room = i128::from(limit) * w
                     - i128::from(s.curr) * w
                     - i128::from(s.prev) * (w - i128::from(s.offset));
                 let left = to_limit.min(room.div_euclid(w).clamp(0, i128::from(limit)) as u64);
-                // In the first window, held full rather than fresh.
-                let curr = if j == 0 && left == to_limit {
-                    to_limit
-                } else {
-                    to_limit - left
-                };
                 Word::Sliding {
                     index: j,
-                    curr,
+                    curr: to_limit - left,
                     prev: 0,
                 }
             }
@@ -728,6 +728,16 @@ struct Sliding {
 /// The window a reading falls in.
 pub fn index_of(width: u64, phase: u64, t: u64) -> u64 {
     clamp(clamp(t).saturating_add(phase)) / width
+}
+
+/// The first window start (in readings) not before `t`.
+pub fn ceil(width: u64, phase: u64, t: u64) -> u64 {
+    let k = index_of(width, phase, t);
+    if start(width, phase, k) == t {
+        t
+    } else {
+        start(width, phase, k + 1)
+    }
 }
 
 /// The reading at which window `k` starts (0 for the window the clock's
