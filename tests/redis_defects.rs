@@ -1354,3 +1354,41 @@ fn a_foreign_value_fails_only_its_client_in_a_batch_closed() {
 fn a_foreign_value_fails_only_its_client_in_a_batch_local() {
     a_foreign_value_fails_only_its_client_in_a_batch(FailPolicy::Local);
 }
+
+/// The sliding window log's checks go one call each, coalescing on or
+/// not (as `RedisBuilder::coalesce` says): checks made at once by many
+/// tasks start no batch, ride no other check's call, and are decided
+/// exactly, each a call of its own.
+#[test]
+fn a_log_s_checks_made_at_once_go_one_call_each() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    runtime().block_on(async {
+        let limiter = SlidingWindowLog::builder()
+            .limit(20)
+            .window(HOUR)
+            .redis(server.manager().await, prefix("logalone"))
+            .patient()
+            .coalesce(true)
+            .build()
+            .unwrap();
+        let clients = ["a", "b", "c"];
+        // 3 clients × 8 tasks × 4 checks: 32 a client, 20 admitted.
+        let decisions = at_once(&limiter, &clients, 8, 4).await;
+        for (client, d) in clients.iter().zip(&decisions) {
+            assert_eq!(d.len(), 32);
+            assert_eq!(admitted(d), (0..20).collect::<Vec<_>>(), "{client}");
+        }
+        let s = limiter.stats();
+        assert_eq!((s.coalesced, s.batch_tasks), (0, 0), "{s:?}");
+        // A call each, but for those the deny shortcut answered, and one
+        // more for each script loaded again.
+        assert_eq!(s.checks, 96, "{s:?}");
+        assert_eq!(
+            s.round_trips,
+            s.checks - s.denied_locally + s.script_reloads,
+            "{s:?}"
+        );
+    });
+}
