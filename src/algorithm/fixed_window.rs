@@ -251,11 +251,21 @@ impl WordAlgorithm for FixedWindow {
             return to.fresh_at(to.windows.ceil(busy_until));
         }
         if count <= self.limit {
-            // Left here: limit − count, at most the new limit. `here` is
-            // at least 1 (windows count from 1 on a limiter's clock), so
-            // an empty count here is never the fresh word.
+            // Left here: limit − count, at most the new limit. On a
+            // limiter's clock `here` is at least 1 (windows count from 1),
+            // so an empty count is never the fresh word. Unaligned (the
+            // twin of Redis's windows, counted from the Unix epoch),
+            // window 0 is still running for a window longer than the time
+            // since 1970: there an empty count would be the fresh word,
+            // which a later raise would make a whole new budget, so the
+            // client is held full until that window ends instead.
             let left = (self.limit - count).min(to.limit);
-            return to.pack(here, to.limit - left);
+            let used = if here == 0 && left == to.limit {
+                to.limit
+            } else {
+                to.limit - left
+            };
+            return to.pack(here, used);
         }
         // Closed, with `count − limit` booked in the next window: the new
         // window where those run, and every one before it, closed.
@@ -367,6 +377,33 @@ mod tests {
 
     fn fw(limit: u64, window_ns: u64) -> FixedWindow {
         FixedWindow::new(limit, Duration::from_nanos(window_ns)).unwrap()
+    }
+
+    /// A move that leaves a client the whole new limit in window 0, which
+    /// only unaligned windows (Redis's, counted from the Unix epoch) have:
+    /// held full until it ends, since an empty count there is the fresh
+    /// word. On a limiter's clock the same move keeps what was left.
+    #[test]
+    fn a_move_in_window_0_holds_the_client_full_only_where_window_0_is_read() {
+        let (five, one) = (fw(5, 100), fw(1, 100));
+        let used = five.admit(FRESH, 10, 3).unwrap();
+        let moved = five.convert(used, 10, &one);
+        assert_ne!(moved, FRESH);
+        assert_eq!(
+            (one.remaining(moved, 10), one.retry_after(moved, 10, 1)),
+            (0, 90)
+        );
+        assert_eq!(one.remaining(moved, 100), 1);
+        let aligned = |mut f: FixedWindow| {
+            f.align(0);
+            f
+        };
+        let (five, one) = (aligned(five), aligned(one));
+        let used = five.admit(FRESH, 10, 3).unwrap();
+        let moved = five.convert(used, 10, &one);
+        assert_eq!(one.remaining(moved, 10), 1);
+        // And back: nothing more than the move left.
+        assert_eq!(five.remaining(one.convert(moved, 10, &five), 10), 1);
     }
 
     #[test]

@@ -314,11 +314,18 @@ impl WordAlgorithm for SlidingWindowCounter {
         let room = self.room(c.prev, pos.offset);
         let used = u128::from(c.curr) * w;
         let left = (room.saturating_sub(used) / w).min(u128::from(to.limit)) as u64;
-        // `here` is at least 1 (windows count from 1 on a limiter's
-        // clock), so empty counts here are never the fresh word.
+        // On a limiter's clock `here` is at least 1 (windows count from
+        // 1), so empty counts are never the fresh word; unaligned, in
+        // window 0 they would be, and the client is held full there as
+        // the fixed window's is.
+        let curr = if here == 0 && left == to.limit {
+            to.limit
+        } else {
+            to.limit - left
+        };
         to.pack(Counts {
             index: here,
-            curr: to.limit - left,
+            curr,
             prev: 0,
         })
     }
