@@ -916,3 +916,52 @@ fn an_idle_client_keeps_the_whole_limit_across_a_cut_and_a_restore() {
     assert_eq!(f.peek(&2).remaining(), 5);
     assert_eq!(c.peek(&2).remaining(), 5);
 }
+
+/// A token bucket moved to one that takes longer to refill from empty
+/// counts as full from the move, never from before it (at a reading
+/// behind the move it must be no fuller than a bucket empty when the old
+/// one was, refilling at the new rate). So a cut to one an hour and a
+/// restore at once leave an idle client the one token the cut bucket
+/// held, refilling at the restored rate: full again one restored refill
+/// of the difference later, never sooner. A cut to a bucket that refills
+/// sooner keeps how long it has been full. The tiers guide states both.
+#[test]
+fn an_idle_bucket_cut_and_restored_at_once_refills_from_the_cut() {
+    let bucket = |tokens, per, capacity| {
+        TokenBucket::builder()
+            .rate(tokens, per)
+            .capacity(capacity)
+            .key_type::<u64>()
+    };
+    let minute = Duration::from_secs(60);
+    let clock = ManualClock::new();
+    clock.set(Duration::from_secs(1_000));
+    let limiter = bucket(20, minute, 20)
+        .clock(clock.clone())
+        .reconfigurable()
+        .build()
+        .unwrap();
+    assert!(limiter.check(&1).is_allowed());
+    clock.set(Duration::from_secs(2_000));
+    // Cut to 5 a second (full in 1 s) and restored: still full.
+    limiter
+        .set_quota(0, bucket(5, Duration::from_secs(1), 5))
+        .unwrap();
+    assert_eq!(limiter.peek(&1).remaining(), 5);
+    limiter.set_quota(0, bucket(20, minute, 20)).unwrap();
+    assert_eq!(limiter.peek(&1).remaining(), 20);
+    // Cut to one an hour (full in an hour) and restored: 1, and 1 more
+    // each 3 s: 20 only 57 s later.
+    limiter
+        .set_quota(0, bucket(1, Duration::from_secs(3_600), 1))
+        .unwrap();
+    assert_eq!(limiter.peek(&1).remaining(), 1);
+    limiter.set_quota(0, bucket(20, minute, 20)).unwrap();
+    assert_eq!(limiter.peek(&1).remaining(), 1);
+    clock.advance(Duration::from_secs(56));
+    assert_eq!(limiter.peek(&1).remaining(), 19);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(limiter.peek(&1).remaining(), 20);
+    // A client never seen is fresh throughout.
+    assert_eq!(limiter.peek(&2).remaining(), 20);
+}

@@ -111,7 +111,13 @@
 //!   of 1 000 a second and moves to one a second waits one second). A
 //!   full bucket is credited with what the new rate has refilled since it
 //!   was full toward a larger capacity, so a client idle for a whole new
-//!   refill moves as a fresh client. A bucket in debt (a booking ahead)
+//!   refill moves as a fresh client. Moved to a bucket that takes longer
+//!   to refill from empty, a full bucket counts as full from the move (at
+//!   an earlier reading it may hold no more than a bucket empty when the
+//!   old one was, refilling at the new rate): moved again, it is credited
+//!   the refill from then. A cut to one an hour and a restore to 20 a
+//!   minute at once leave an idle client 1 token, and 20 a minute's
+//!   refill of the other 19 later. A bucket in debt (a booking ahead)
 //!   stays empty until the same instant.
 //! - The fixed window: what is left in the window that is running, at
 //!   most the new limit, is what is left in the new quota's window that is
