@@ -311,6 +311,29 @@ fn a_counter_fresh_at_a_move_is_fresh_again_at_the_next() {
 }
 
 #[test]
+fn a_client_fresh_at_a_move_is_no_fresher_at_a_reading_behind_it() {
+    // 10 of 10 in the window of 10 min; moved to 20 at 12 min 30 s, idle
+    // since 12 min: fresh there. A reading behind the move, at 11 min 30 s
+    // (a clock that came back), finds the most a client of 20 idle from
+    // 12 min on may have counted: a full window of 20 before, weighing
+    // half, 10 left (not a fresh client's 20).
+    let (ten, twenty) = (counter(10, MINUTE), counter(20, MINUTE));
+    let word = drained(&ten, FRESH, 10 * MINUTE);
+    let now = 12 * MINUTE + 30 * SEC;
+    let moved = ten.convert(word, now, &twenty);
+    assert_eq!(twenty.remaining(moved, now), 20);
+    let behind = 11 * MINUTE + 30 * SEC;
+    assert_eq!(spend_all(&twenty, moved, behind).0, 10);
+    // The fixed window's, behind the move: the window before full.
+    let (ten, twenty) = (fixed(10, MINUTE), fixed(20, MINUTE));
+    let word = drained(&ten, FRESH, 10 * MINUTE);
+    let now = 11 * MINUTE + 30 * SEC;
+    let moved = ten.convert(word, now, &twenty);
+    assert_eq!(twenty.remaining(moved, now), 20);
+    assert_eq!(twenty.remaining(moved, 10 * MINUTE + 30 * SEC), 0);
+}
+
+#[test]
 fn a_counter_keeps_what_it_has_left_and_no_more() {
     let (from, to) = (counter(10, MINUTE), counter(40, MINUTE));
     // 10 in the window of 10 min; at 11 min 30 s the estimate is 5.

@@ -116,8 +116,8 @@
 //!   an earlier reading it may hold no more than a bucket empty when the
 //!   old one was, refilling at the new rate): moved again, it is credited
 //!   the refill from then. A cut to one an hour and a restore to 20 a
-//!   minute at once leave an idle client 1 token, and 20 a minute's
-//!   refill of the other 19 later. A bucket in debt (a booking ahead)
+//!   minute at once leave an idle client 1 token, and the other 19 come
+//!   at 20 a minute (57 s). A bucket in debt (a booking ahead)
 //!   stays empty until the same instant.
 //! - The fixed window: what is left in the window that is running, at
 //!   most the new limit, is what is left in the new quota's window that is
