@@ -552,6 +552,20 @@ family!(
     books: yes
 );
 
+family!(
+    WindowPair,
+    tollgate::Both<FixedWindow, SlidingWindowCounter>,
+    |q: usize| fixed(q).and(sliding((q + 2) % WINDOWS.len())),
+    |q: usize, origin| {
+        let (limit, window) = WINDOWS[(q + 2) % WINDOWS.len()];
+        vec![
+            Limit::fixed(WINDOWS[q].0, WINDOWS[q].1, origin),
+            Limit::sliding(limit, window, origin),
+        ]
+    },
+    books: no
+);
+
 /// The sliding window log: one quota, no tiers.
 struct Log;
 impl Family for Log {
@@ -1577,6 +1591,11 @@ proptest! {
     }
 
     #[test]
+    fn a_window_pair_answers_as_the_model(setup in setup(5, true), ops in ops(21, false, false)) {
+        run::<WindowPair>(setup, &ops, false)?;
+    }
+
+    #[test]
     fn token_bucket_after_steps_back_stays_within_the_slack(setup in setup(5, true), ops in ops(21, false, true)) {
         run::<Buckets>(setup, &ops, false)?;
     }
@@ -1602,6 +1621,11 @@ proptest! {
     }
 
     #[test]
+    fn a_window_pair_after_steps_back_stays_within_the_slack(setup in setup(5, true), ops in ops(21, false, true)) {
+        run::<WindowPair>(setup, &ops, false)?;
+    }
+
+    #[test]
     fn token_bucket_moves_follow_the_rule(setup in tiered(5), ops in ops(21, true, false)) {
         run::<Buckets>(setup, &ops, true)?;
     }
@@ -1619,6 +1643,11 @@ proptest! {
     #[test]
     fn pair_moves_follow_the_rule(setup in tiered(5), ops in ops(21, true, false)) {
         run::<Pair>(setup, &ops, true)?;
+    }
+
+    #[test]
+    fn window_pair_moves_follow_the_rule(setup in tiered(5), ops in ops(21, true, false)) {
+        run::<WindowPair>(setup, &ops, true)?;
     }
 }
 
