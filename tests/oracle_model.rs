@@ -1649,6 +1649,27 @@ proptest! {
     fn window_pair_moves_follow_the_rule(setup in tiered(5), ops in ops(21, true, false)) {
         run::<WindowPair>(setup, &ops, true)?;
     }
+
+    #[test]
+    fn token_bucket_moves_with_steps_back_follow_the_rule(setup in tiered(5), ops in ops(21, true, true)) {
+        run::<Buckets>(setup, &ops, true)?;
+    }
+
+    #[test]
+    fn fixed_window_moves_with_steps_back_follow_the_rule(setup in tiered(5), ops in ops(21, true, true)) {
+        run::<Fixed>(setup, &ops, true)?;
+    }
+
+    #[test]
+    fn sliding_window_counter_moves_with_steps_back_follow_the_rule(setup in tiered(5), ops in ops(21, true, true)) {
+        run::<Sliding>(setup, &ops, true)?;
+    }
+
+    #[test]
+    fn pairs_moves_with_steps_back_follow_the_rule(setup in tiered(5), ops in ops(21, true, true)) {
+        run::<Pair>(setup, &ops, true)?;
+        run::<WindowPair>(setup, &ops, true)?;
+    }
 }
 
 /// A direct limiter's windows start on the Unix epoch's multiples, as a

@@ -133,8 +133,15 @@ impl Run<'_> {
         let [Limit::Bucket { interval: to, .. }] = new.plan[..] else {
             return Ok(());
         };
+        // A client the limiter may have forgotten (idle a horizon before
+        // the latest reading, which a step back leaves ahead) is absent,
+        // and refused as a new client at a full cap under `DenyNew`.
+        let refused_new = matches!(self.setup.memory, Memory::DenyNew(cap)
+            if self.maybe_gone.contains(&client)
+                && self.real.len() as u64 >= cap
+                && real_answer(self.real.peek_n(client, 1)) == Ok(self.refusal()));
         let empty = i128::from(*tat) - i128::from(*capacity) * i128::from(*interval);
-        if *tat > t && i128::from(t) >= empty {
+        if *tat > t && i128::from(t) >= empty && !refused_new {
             let wait = self.real.peek_n(client, 1).unwrap().retry_after();
             prop_assert!(
                 wait <= Duration::from_nanos(to),
