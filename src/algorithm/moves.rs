@@ -311,12 +311,14 @@ fn a_counter_fresh_at_a_move_is_fresh_again_at_the_next() {
 }
 
 #[test]
-fn a_client_fresh_at_a_move_is_no_fresher_at_a_reading_behind_it() {
+fn a_client_fresh_at_a_move_is_held_full_before_at_a_reading_behind_it() {
     // 10 of 10 in the window of 10 min; moved to 20 at 12 min 30 s, idle
     // since 12 min: fresh there. A reading behind the move, at 11 min 30 s
     // (a clock that came back), finds the most a client of 20 idle from
     // 12 min on may have counted: a full window of 20 before, weighing
-    // half, 10 left (not a fresh client's 20).
+    // half, 10 left (not a fresh client's 20). The old state left 5
+    // there: the move rule's one exception to "never adds" (the tiers
+    // guide).
     let (ten, twenty) = (counter(10, MINUTE), counter(20, MINUTE));
     let word = drained(&ten, FRESH, 10 * MINUTE);
     let now = 12 * MINUTE + 30 * SEC;
@@ -324,6 +326,7 @@ fn a_client_fresh_at_a_move_is_no_fresher_at_a_reading_behind_it() {
     assert_eq!(twenty.remaining(moved, now), 20);
     let behind = 11 * MINUTE + 30 * SEC;
     assert_eq!(spend_all(&twenty, moved, behind).0, 10);
+    assert_eq!(spend_all(&ten, word, behind).0, 5);
     // The fixed window's, behind the move: the window before full.
     let (ten, twenty) = (fixed(10, MINUTE), fixed(20, MINUTE));
     let word = drained(&ten, FRESH, 10 * MINUTE);

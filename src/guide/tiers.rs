@@ -90,7 +90,8 @@
 //!
 //! One rule, for every algorithm and for both `set_quota` and `retier`:
 //! **a move never adds to what a client may take**, now or at any earlier
-//! reading, and what it may take grows at the new quota's rate, up to the
+//! reading (one exception for the sliding window counter, below), and
+//! what it may take grows at the new quota's rate, up to the
 //! new quota's capacity. Requests already booked stay charged. It gives
 //! both bounds:
 //!
@@ -130,7 +131,14 @@
 //!   leaves, at most the new limit, are what is left in the new window
 //!   that is running; what it used weighs on it as the new windows slide
 //!   past. A client whose counts weigh nothing since the new window began
-//!   is a fresh client there.
+//!   is a fresh client there. The exception to "never adds": at a reading
+//!   behind the move (a clock that came back) in the window before, such
+//!   a client is held as one of the new quota whose whole window before
+//!   was full, which under a larger limit can leave it more than the old
+//!   state did (10 of 10 used, moved to 20 a minute later: half way
+//!   through the next minute it has 10 left there, where the old state
+//!   left 5). Never more than the new limit, so within the bounds
+//!   below.
 //! - For both, after a move that found a client fresh, a later move takes
 //!   its last use as the first boundary of those windows not before it: a
 //!   quota cut to a second and restored to a minute leaves an idle client
