@@ -379,6 +379,34 @@ mod tests {
         FixedWindow::new(limit, Duration::from_nanos(window_ns)).unwrap()
     }
 
+    /// The most restrictive state idle from a reading on: the window
+    /// before full, so that a reading behind it (a clock that came back)
+    /// finds no room there; in the clock's first window, the fresh word.
+    #[test]
+    fn fresh_at_a_reading_is_full_before_it_and_the_fresh_word_at_the_start() {
+        let unaligned = fw(5, 100);
+        let word = unaligned.fresh_at(150);
+        assert_ne!(word, FRESH);
+        assert_eq!(
+            (
+                unaligned.remaining(word, 50),
+                unaligned.remaining(word, 150)
+            ),
+            (0, 5)
+        );
+        assert_eq!(unaligned.fresh_at(50), FRESH);
+        let mut aligned = fw(5, 100);
+        aligned.align(30);
+        // Window 1 runs to the reading 70.
+        assert_eq!(aligned.fresh_at(0), FRESH);
+        assert_eq!(aligned.fresh_at(69), FRESH);
+        let word = aligned.fresh_at(70);
+        assert_eq!(
+            (aligned.remaining(word, 69), aligned.remaining(word, 70)),
+            (0, 5)
+        );
+    }
+
     /// A move that leaves a client the whole new limit in window 0, which
     /// only unaligned windows (Redis's, counted from the Unix epoch) have:
     /// held full until it ends, since an empty count there is the fresh
