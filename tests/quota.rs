@@ -965,3 +965,48 @@ fn an_idle_bucket_cut_and_restored_at_once_refills_from_the_cut() {
     // A client never seen is fresh throughout.
     assert_eq!(limiter.peek(&2).remaining(), 20);
 }
+
+/// The one rounding of a cut and restore (the tiers guide): the fresh
+/// state the cut writes is idle from its own windows' first boundary not
+/// before the client's last use. With 7-second windows and a minute's,
+/// a client whose last window ended at 60 s is idle, to the cut, from
+/// 63 s, so the restore at 100 s finds it counted in the minute that
+/// began at 60 s and holds it to what the cut left (5), until that
+/// minute ends. A client whose last window ended on a shared boundary
+/// is fresh again at once.
+#[test]
+fn a_cut_to_windows_that_do_not_divide_the_restored_ones_rounds_the_last_use_up() {
+    let fixed = |limit, window| {
+        FixedWindow::builder()
+            .limit(limit)
+            .window(window)
+            .key_type::<u64>()
+    };
+    let (minute, seven) = (Duration::from_secs(60), Duration::from_secs(7));
+    let clock = ManualClock::new();
+    clock.set(Duration::from_secs(55));
+    let f = fixed(20, minute)
+        .clock(clock.clone())
+        .reconfigurable()
+        .build()
+        .unwrap();
+    // Client 1's last window ends at 60 s, between the 7 s boundaries
+    // 56 and 63.
+    assert!(f.check(&1).is_allowed());
+    clock.set(Duration::from_secs(100));
+    f.set_quota(0, fixed(5, seven)).unwrap();
+    assert_eq!(f.peek(&1).remaining(), 5);
+    f.set_quota(0, fixed(20, minute)).unwrap();
+    let held = f.peek(&1);
+    assert_eq!((held.remaining(), held.retry_after()), (5, Duration::ZERO));
+    clock.set(Duration::from_secs(120));
+    assert_eq!(f.peek(&1).remaining(), 20);
+    // Counted in the minute ending at 420 s, a multiple of 7: moved at
+    // 450 s the same way, it is fresh again at once.
+    clock.set(Duration::from_secs(419));
+    assert!(f.check(&2).is_allowed());
+    clock.set(Duration::from_secs(450));
+    f.set_quota(0, fixed(5, seven)).unwrap();
+    f.set_quota(0, fixed(20, minute)).unwrap();
+    assert_eq!(f.peek(&2).remaining(), 20);
+}
