@@ -1562,114 +1562,70 @@ fn tiered(quotas: usize) -> impl Strategy<Value = Setup> {
     setup(quotas, true).prop_map(|s| Setup { tiered: true, ..s })
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+/// Each family's properties: its answers as the model's, with the clock
+/// stepping back too, and, for a family that moves, the move rule with and
+/// without steps back.
+macro_rules! properties {
+    ($($family:ident ($setup:expr, $cost:expr): $answers:ident, $back:ident
+        $(, moves: $moves:ident, $moves_back:ident)?;)*) => {
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+            $(
+                #[test]
+                fn $answers(setup in $setup, ops in ops($cost, false, false)) {
+                    run::<$family>(setup, &ops, false)?;
+                }
 
-    #[test]
-    fn token_bucket_answers_as_the_model(setup in setup(5, true), ops in ops(21, false, false)) {
-        run::<Buckets>(setup, &ops, false)?;
-    }
+                #[test]
+                fn $back(setup in $setup, ops in ops($cost, false, true)) {
+                    run::<$family>(setup, &ops, false)?;
+                }
 
-    #[test]
-    fn fixed_window_answers_as_the_model(setup in setup(5, true), ops in ops(21, false, false)) {
-        run::<Fixed>(setup, &ops, false)?;
-    }
+                $(
+                    #[test]
+                    fn $moves(setup in tiered(5), ops in ops($cost, true, false)) {
+                        run::<$family>(setup, &ops, true)?;
+                    }
 
-    #[test]
-    fn sliding_window_counter_answers_as_the_model(setup in setup(5, true), ops in ops(21, false, false)) {
-        run::<Sliding>(setup, &ops, false)?;
-    }
+                    #[test]
+                    fn $moves_back(setup in tiered(5), ops in ops($cost, true, true)) {
+                        run::<$family>(setup, &ops, true)?;
+                    }
+                )?
+            )*
+        }
+    };
+}
 
-    #[test]
-    fn sliding_window_log_answers_as_the_model(setup in setup(1, false), ops in ops(6, false, false)) {
-        run::<Log>(setup, &ops, false)?;
-    }
-
-    #[test]
-    fn a_pair_answers_as_the_model(setup in setup(5, true), ops in ops(21, false, false)) {
-        run::<Pair>(setup, &ops, false)?;
-    }
-
-    #[test]
-    fn a_window_pair_answers_as_the_model(setup in setup(5, true), ops in ops(21, false, false)) {
-        run::<WindowPair>(setup, &ops, false)?;
-    }
-
-    #[test]
-    fn token_bucket_after_steps_back_stays_within_the_slack(setup in setup(5, true), ops in ops(21, false, true)) {
-        run::<Buckets>(setup, &ops, false)?;
-    }
-
-    #[test]
-    fn fixed_window_after_steps_back_stays_within_the_slack(setup in setup(5, true), ops in ops(21, false, true)) {
-        run::<Fixed>(setup, &ops, false)?;
-    }
-
-    #[test]
-    fn sliding_window_counter_after_steps_back_stays_within_the_slack(setup in setup(5, true), ops in ops(21, false, true)) {
-        run::<Sliding>(setup, &ops, false)?;
-    }
-
-    #[test]
-    fn sliding_window_log_after_steps_back_stays_within_the_slack(setup in setup(1, false), ops in ops(6, false, true)) {
-        run::<Log>(setup, &ops, false)?;
-    }
-
-    #[test]
-    fn a_pair_after_steps_back_stays_within_the_slack(setup in setup(5, true), ops in ops(21, false, true)) {
-        run::<Pair>(setup, &ops, false)?;
-    }
-
-    #[test]
-    fn a_window_pair_after_steps_back_stays_within_the_slack(setup in setup(5, true), ops in ops(21, false, true)) {
-        run::<WindowPair>(setup, &ops, false)?;
-    }
-
-    #[test]
-    fn token_bucket_moves_follow_the_rule(setup in tiered(5), ops in ops(21, true, false)) {
-        run::<Buckets>(setup, &ops, true)?;
-    }
-
-    #[test]
-    fn fixed_window_moves_follow_the_rule(setup in tiered(5), ops in ops(21, true, false)) {
-        run::<Fixed>(setup, &ops, true)?;
-    }
-
-    #[test]
-    fn sliding_window_counter_moves_follow_the_rule(setup in tiered(5), ops in ops(21, true, false)) {
-        run::<Sliding>(setup, &ops, true)?;
-    }
-
-    #[test]
-    fn pair_moves_follow_the_rule(setup in tiered(5), ops in ops(21, true, false)) {
-        run::<Pair>(setup, &ops, true)?;
-    }
-
-    #[test]
-    fn window_pair_moves_follow_the_rule(setup in tiered(5), ops in ops(21, true, false)) {
-        run::<WindowPair>(setup, &ops, true)?;
-    }
-
-    #[test]
-    fn token_bucket_moves_with_steps_back_follow_the_rule(setup in tiered(5), ops in ops(21, true, true)) {
-        run::<Buckets>(setup, &ops, true)?;
-    }
-
-    #[test]
-    fn fixed_window_moves_with_steps_back_follow_the_rule(setup in tiered(5), ops in ops(21, true, true)) {
-        run::<Fixed>(setup, &ops, true)?;
-    }
-
-    #[test]
-    fn sliding_window_counter_moves_with_steps_back_follow_the_rule(setup in tiered(5), ops in ops(21, true, true)) {
-        run::<Sliding>(setup, &ops, true)?;
-    }
-
-    #[test]
-    fn pairs_moves_with_steps_back_follow_the_rule(setup in tiered(5), ops in ops(21, true, true)) {
-        run::<Pair>(setup, &ops, true)?;
-        run::<WindowPair>(setup, &ops, true)?;
-    }
+properties! {
+    Buckets (setup(5, true), 21):
+        token_bucket_answers_as_the_model,
+        token_bucket_after_steps_back_stays_within_the_slack,
+        moves: token_bucket_moves_follow_the_rule,
+        token_bucket_moves_with_steps_back_follow_the_rule;
+    Fixed (setup(5, true), 21):
+        fixed_window_answers_as_the_model,
+        fixed_window_after_steps_back_stays_within_the_slack,
+        moves: fixed_window_moves_follow_the_rule,
+        fixed_window_moves_with_steps_back_follow_the_rule;
+    Sliding (setup(5, true), 21):
+        sliding_window_counter_answers_as_the_model,
+        sliding_window_counter_after_steps_back_stays_within_the_slack,
+        moves: sliding_window_counter_moves_follow_the_rule,
+        sliding_window_counter_moves_with_steps_back_follow_the_rule;
+    Log (setup(1, false), 6):
+        sliding_window_log_answers_as_the_model,
+        sliding_window_log_after_steps_back_stays_within_the_slack;
+    Pair (setup(5, true), 21):
+        a_pair_answers_as_the_model,
+        a_pair_after_steps_back_stays_within_the_slack,
+        moves: pair_moves_follow_the_rule,
+        pair_moves_with_steps_back_follow_the_rule;
+    WindowPair (setup(5, true), 21):
+        a_window_pair_answers_as_the_model,
+        a_window_pair_after_steps_back_stays_within_the_slack,
+        moves: window_pair_moves_follow_the_rule,
+        window_pair_moves_with_steps_back_follow_the_rule;
 }
 
 /// A direct limiter's windows start on the Unix epoch's multiples, as a
