@@ -1697,6 +1697,17 @@ fn a_fixed_window_moved_with_bookings_ahead_waits_from_the_reading() {
 /// full instead until the first window ended, it was told 0 left.
 #[test]
 fn a_shrunk_case_a_client_moved_in_the_clock_s_first_window_keeps_what_it_had_left() {
+    windowed_moves_from_the_clock_s_start(&[
+        Op::Check { client: 2, cost: 1 },
+        Op::SetQuota { tier: 0, quota: 0 },
+        Op::SetQuota { tier: 0, quota: 2 },
+        Op::Check { client: 2, cost: 0 },
+    ]);
+}
+
+/// A shrunk case of the move rule's runs, on a clock that starts at 0 and
+/// quotas 3 (tier 0) and 0 (tier 1), for each family with windows.
+fn windowed_moves_from_the_clock_s_start(ops: &[Op]) {
     let setup = Setup {
         q0: 3,
         q1: 0,
@@ -1705,15 +1716,10 @@ fn a_shrunk_case_a_client_moved_in_the_clock_s_first_window_keeps_what_it_had_le
         start: 0,
         tiered: true,
     };
-    let ops = [
-        Op::Check { client: 2, cost: 1 },
-        Op::SetQuota { tier: 0, quota: 0 },
-        Op::SetQuota { tier: 0, quota: 2 },
-        Op::Check { client: 2, cost: 0 },
-    ];
-    run::<Fixed>(setup, &ops, true).unwrap();
-    run::<Sliding>(setup, &ops, true).unwrap();
-    run::<Pair>(setup, &ops, true).unwrap();
+    run::<Fixed>(setup, ops, true).unwrap();
+    run::<Sliding>(setup, ops, true).unwrap();
+    run::<Pair>(setup, ops, true).unwrap();
+    run::<WindowPair>(setup, ops, true).unwrap();
 }
 
 /// The move-rule oracle's shrunk case: a client of 20 a minute counts 1,
@@ -1724,21 +1730,10 @@ fn a_shrunk_case_a_client_moved_in_the_clock_s_first_window_keeps_what_it_had_le
 /// minute then counted).
 #[test]
 fn a_shrunk_case_an_idle_client_moved_to_narrower_windows_and_back_stays_fresh() {
-    let setup = Setup {
-        q0: 3,
-        q1: 0,
-        memory: Memory::Passes,
-        origin: 0,
-        start: 0,
-        tiered: true,
-    };
-    let ops = [
+    windowed_moves_from_the_clock_s_start(&[
         Op::Check { client: 1, cost: 1 },
         Op::Clock(Step::Forward(121 * SEC)),
         Op::Move { client: 1, tier: 0 },
         Op::Move { client: 1, tier: 1 },
-    ];
-    run::<Fixed>(setup, &ops, true).unwrap();
-    run::<Sliding>(setup, &ops, true).unwrap();
-    run::<Pair>(setup, &ops, true).unwrap();
+    ]);
 }

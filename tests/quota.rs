@@ -254,6 +254,20 @@ fn base(tokens: u64, capacity: u64) -> tollgate::Builder<TokenBucket, u64, Manua
     bucket(tokens, capacity).clock(ManualClock::new())
 }
 
+fn fixed_of(limit: u64, window: Duration) -> tollgate::Builder<FixedWindow, u64> {
+    FixedWindow::builder()
+        .limit(limit)
+        .window(window)
+        .key_type::<u64>()
+}
+
+fn counter_of(limit: u64, window: Duration) -> tollgate::Builder<SlidingWindowCounter, u64> {
+    SlidingWindowCounter::builder()
+        .limit(limit)
+        .window(window)
+        .key_type::<u64>()
+}
+
 #[test]
 fn the_resolver_runs_once_per_client_and_never_for_a_known_one() {
     let calls = Arc::new(AtomicU64::new(0));
@@ -817,18 +831,8 @@ fn changes_racing_a_capped_flood_keep_the_cap() {
 #[test]
 fn in_the_clock_s_first_window_a_moved_client_keeps_what_it_had_left() {
     let minute = Duration::from_secs(60);
-    let fixed = |limit| {
-        FixedWindow::builder()
-            .limit(limit)
-            .window(minute)
-            .key_type::<u64>()
-    };
-    let counter = |limit| {
-        SlidingWindowCounter::builder()
-            .limit(limit)
-            .window(minute)
-            .key_type::<u64>()
-    };
+    let fixed = |limit| fixed_of(limit, minute);
+    let counter = |limit| counter_of(limit, minute);
     let clock = ManualClock::new();
     clock.set(Duration::from_secs(10));
     let f = fixed(5)
@@ -875,18 +879,7 @@ fn in_the_clock_s_first_window_a_moved_client_keeps_what_it_had_left() {
 #[test]
 fn an_idle_client_keeps_the_whole_limit_across_a_cut_and_a_restore() {
     let minute = Duration::from_secs(60);
-    let fixed = |limit, window| {
-        FixedWindow::builder()
-            .limit(limit)
-            .window(window)
-            .key_type::<u64>()
-    };
-    let counter = |limit, window| {
-        SlidingWindowCounter::builder()
-            .limit(limit)
-            .window(window)
-            .key_type::<u64>()
-    };
+    let (fixed, counter) = (fixed_of, counter_of);
     let clock = ManualClock::new();
     clock.set(Duration::from_secs(1_000));
     let f = fixed(20, minute)
@@ -976,12 +969,7 @@ fn an_idle_bucket_cut_and_restored_at_once_refills_from_the_cut() {
 /// is fresh again at once.
 #[test]
 fn a_cut_to_windows_that_do_not_divide_the_restored_ones_rounds_the_last_use_up() {
-    let fixed = |limit, window| {
-        FixedWindow::builder()
-            .limit(limit)
-            .window(window)
-            .key_type::<u64>()
-    };
+    let fixed = fixed_of;
     let (minute, seven) = (Duration::from_secs(60), Duration::from_secs(7));
     let clock = ManualClock::new();
     clock.set(Duration::from_secs(55));
