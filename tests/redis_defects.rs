@@ -1221,7 +1221,7 @@ fn a_check_answered_at_its_timeout_is_not_answered_again_by_its_failed_batch() {
     rt.block_on(async {
         // The waiting checks time out at 550 ms; their batch, sent at
         // 250 ms, at 750 ms.
-        let (waiting, started) = three_behind_two_aborted(&server, &limiter, 3_000, 250).await;
+        let (waiting, _) = three_behind_two_aborted(&server, &limiter, 3_000, 250).await;
         let mut left = Vec::new();
         for task in waiting {
             let d = task.await.unwrap().unwrap();
@@ -1230,12 +1230,11 @@ fn a_check_answered_at_its_timeout_is_not_answered_again_by_its_failed_batch() {
         }
         left.sort_unstable();
         assert_eq!(left, [2, 3, 4]);
-        assert!(
-            started.elapsed() < Duration::from_millis(700),
-            "answered at their timeout"
-        );
-        tokio::time::sleep_until((started + Duration::from_millis(900)).into()).await;
-        let s = limiter.stats();
+        // Once the batch's task has ended (its call timed out), the three
+        // checks' own timeouts and the call's are counted, and the three
+        // were decided in process once: answered at their timeout, not
+        // again when the batch failed. No timing is assumed.
+        let s = batch_tasks_ended(&limiter).await;
         assert_eq!((s.timeouts, s.fail_local), (4, 3), "{s:?}");
         // The breaker is open: the in-process limiter decides, with 2
         // of its 5 left.
