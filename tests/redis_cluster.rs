@@ -527,3 +527,99 @@ struct Seen {
     open: u32,
     other: u32,
 }
+
+/// A node killed midway through a slot move. Eight clients share a slot;
+/// each spends 4 of a fixed window's 10; the slot starts to move to
+/// another primary (`IMPORTING`, `MIGRATING`) and four clients' keys go
+/// over, then that primary is killed (no replicas: their state is lost
+/// with it). The four whose keys stayed are answered by the slot's
+/// primary, exactly: 6 more each, then refused. The four whose keys were
+/// lost are sent on by `ASK` to a node that is gone, and are refused
+/// (`FailClosed`): never admitted, whatever the connection does. No check
+/// hangs or panics.
+#[test]
+fn a_node_killed_midway_through_a_slot_move_loses_no_exactness_and_fails_closed() {
+    const LIMIT: u64 = 10;
+    let Some(mut cluster) = Cluster::start_args(3, 0, &["--cluster-require-full-coverage", "no"])
+    else {
+        return;
+    };
+    cluster.nodes[0].away_from_hour_boundary(Duration::from_secs(120));
+    let (clients, slot) = clients_of_one_slot(8);
+    let home = cluster.node_of(&clients[0]);
+    let away = (home + 1) % 3;
+    let rt = runtime();
+    let limiter = rt.block_on(async {
+        let conn = redis::cluster::ClusterClientBuilder::new(cluster.urls())
+            .connection_timeout(Duration::from_millis(500))
+            .response_timeout(redis_server::PATIENCE)
+            .retries(0)
+            .build()
+            .unwrap()
+            .get_async_connection()
+            .await
+            .unwrap();
+        FixedWindow::builder()
+            .limit(LIMIT)
+            .window(HOUR)
+            .redis(conn, prefix("kill-move"))
+            .fail_policy(FailPolicy::FailClosed)
+            .patient()
+            .no_deny_shortcut()
+            .build()
+            .unwrap()
+    });
+    let admits = |client: &str, checks: usize| {
+        rt.block_on(async {
+            let mut admitted = 0;
+            for _ in 0..checks {
+                let answer =
+                    tokio::time::timeout(redis_server::PATIENCE * 4, limiter.check(client))
+                        .await
+                        .expect("a check hung");
+                admitted += u64::from(matches!(answer, Ok(d) if d.is_allowed()));
+            }
+            admitted
+        })
+    };
+    for client in &clients {
+        assert_eq!(admits(client, 4), 4, "{client}");
+    }
+    let id = |node: usize| -> String {
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut cluster.nodes[node].sync())
+            .unwrap()
+    };
+    let (source, target) = (id(home), id(away));
+    let _: () = redis::cmd("CLUSTER")
+        .arg(&["SETSLOT", &slot.to_string(), "IMPORTING", &source][..])
+        .query(&mut cluster.nodes[away].sync())
+        .unwrap();
+    let _: () = redis::cmd("CLUSTER")
+        .arg(&["SETSLOT", &slot.to_string(), "MIGRATING", &target][..])
+        .query(&mut cluster.nodes[home].sync())
+        .unwrap();
+    let (lost, kept) = clients.split_at(4);
+    for client in lost {
+        let _: redis::Value = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(cluster.nodes[away].port)
+            .arg("")
+            .arg(0)
+            .arg(5_000)
+            .arg("KEYS")
+            .arg(limiter.key(client.as_str()))
+            .query(&mut cluster.nodes[home].sync())
+            .unwrap();
+    }
+    cluster.nodes[away].stop();
+    for client in kept {
+        assert_eq!(admits(client, 10), LIMIT - 4, "{client}");
+    }
+    for client in lost {
+        assert_eq!(admits(client, 10), 0, "{client}");
+    }
+    let s = limiter.stats();
+    assert!(s.fail_closed > 0, "{s:?}");
+}
