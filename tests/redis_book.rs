@@ -183,3 +183,47 @@ fn each_fail_policy_answers_a_booking_while_redis_is_down() {
         assert_eq!(local.stats().fail_local, 2);
     });
 }
+
+/// A booking made before a quota change gives nothing back: the change
+/// carried the client's state, booking included, by the move rule, and a
+/// cancel then would give back to a state it never wrote. Cancelled after
+/// `set_quota`, a booking still ahead answers `false` and the client keeps
+/// what the change left it; one made after the change gives its charge
+/// back.
+#[test]
+fn a_booking_made_before_a_quota_change_gives_nothing_back() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    runtime().block_on(async {
+        let bucket = |tokens| TokenBucket::builder().rate(tokens, HOUR);
+        let limiter = bucket(4)
+            .redis(server.manager().await, prefix("bookchange"))
+            .patient()
+            .fail_policy(FailPolicy::FailClosed)
+            .no_deny_shortcut()
+            .build()
+            .unwrap();
+        assert!(limiter.check_n("c", 4).await.unwrap().is_allowed());
+        let ahead = limiter.reserve("c", Duration::MAX).await.unwrap();
+        assert!(
+            ahead.wait() > Duration::from_secs(800),
+            "{:?}",
+            ahead.wait()
+        );
+        limiter.set_quota(0, bucket(5)).unwrap();
+        // The wait, read again on Redis's clock, which runs on meanwhile:
+        // the same instant, but for at most a second.
+        let wait = limiter.peek("c").await.unwrap().retry_after();
+        let same = |then: Duration| then <= wait && wait - then < Duration::from_secs(1);
+        assert!(!ahead.cancel().await.unwrap(), "given back after a change");
+        let then = limiter.peek("c").await.unwrap().retry_after();
+        assert!(same(then), "{then:?} after {wait:?}");
+        let after = limiter.reserve("c", Duration::MAX).await.unwrap();
+        // Ready when a check would next pass; given back, that stays so.
+        assert!(same(after.wait()), "{:?} after {wait:?}", after.wait());
+        assert!(after.cancel().await.unwrap(), "booked after the change");
+        let then = limiter.peek("c").await.unwrap().retry_after();
+        assert!(same(then), "{then:?} after {wait:?}");
+    });
+}
