@@ -135,10 +135,10 @@
 //!   behind the move (a clock that came back) in the window before, such
 //!   a client is held as one of the new quota whose whole window before
 //!   was full, which under a larger limit can leave it more than the old
-//!   state did (10 of 10 used, moved to 20 a minute later: half way
-//!   through the next minute it has 10 left there, where the old state
-//!   left 5). Never more than the new limit, so within the bounds
-//!   below.
+//!   state did (10 of 10 used in one minute and moved to 20 two minutes
+//!   on: at a reading half way through the minute after the one it used,
+//!   it has 10 left, where the old state left 5). Never more than the new
+//!   limit, so within the bounds below.
 //! - For both, after a move that found a client fresh, a later move takes
 //!   its last use as the first boundary of those windows not before it: a
 //!   quota cut to a second and restored to a minute leaves an idle client
