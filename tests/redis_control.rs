@@ -492,3 +492,41 @@ fn tiers_with_coalescing_hold_each_client_to_its_tier() {
         assert_eq!((s.errors, s.timeouts, s.fail_closed), (0, 0, 0), "{s:?}");
     });
 }
+
+/// A Redis limiter remembers its last 64 quota changes, and carries a
+/// state through each of them at its instant, as the in-process limiter
+/// does; a state older than that is converted once, when next read (the
+/// Redis guide says so). A client of a fixed window of 10 an hour spends 3;
+/// the limit is cut to 1, moved between 2 and 3, and raised back to 10.
+/// After 64 changes in all, the cut still holds: 1 left, as in process.
+/// After 65, the state written before them is converted once, from 10 to
+/// 10: the 7 it had left.
+#[test]
+fn a_state_is_carried_through_the_last_64_quota_changes_and_converted_once_after() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    server.away_from_hour_boundary(Duration::from_secs(60));
+    let rt = runtime();
+    let window = |limit| FixedWindow::builder().limit(limit).window(HOUR);
+    for (changes, left) in [(64, 1), (65, 7)] {
+        let limiter = rt.block_on(async {
+            window(10)
+                .redis(server.manager().await, prefix(&format!("history{changes}")))
+                .patient()
+                .no_deny_shortcut()
+                .build()
+                .unwrap()
+        });
+        rt.block_on(async {
+            assert!(limiter.check_n("c", 3).await.unwrap().is_allowed());
+        });
+        limiter.set_quota(0, window(1)).unwrap();
+        for change in 1..changes - 1 {
+            limiter.set_quota(0, window(2 + change % 2)).unwrap();
+        }
+        limiter.set_quota(0, window(10)).unwrap();
+        let d = rt.block_on(limiter.peek("c")).unwrap();
+        assert_eq!((d.limit(), d.remaining()), (10, left), "{changes} changes");
+    }
+}
