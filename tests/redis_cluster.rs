@@ -442,39 +442,9 @@ fn a_slow_or_dead_node_opens_its_own_breaker_only() {
             .build()
             .unwrap()
     });
+    let all: Vec<String> = on.iter().chain(&off).cloned().collect();
     // What each client's checks met over `span`.
-    let load = |span: Duration| {
-        let tasks: Vec<_> = on
-            .iter()
-            .chain(&off)
-            .map(|client| {
-                let (limiter, client) = (limiter.clone(), client.clone());
-                rt.spawn(async move {
-                    let end = Instant::now() + span;
-                    let mut seen = Seen::default();
-                    while Instant::now() < end {
-                        match limiter.check(client.as_str()).await {
-                            Ok(_) => seen.ok += 1,
-                            Err(e) if e.kind() == CheckErrorKind::Timeout => seen.timeouts += 1,
-                            Err(e)
-                                if e.kind() == CheckErrorKind::Unavailable
-                                    && e.to_string().contains("failed recently") =>
-                            {
-                                seen.open += 1;
-                            }
-                            Err(_) => seen.other += 1,
-                        }
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
-                    seen
-                })
-            })
-            .collect::<Vec<_>>();
-        tasks
-            .into_iter()
-            .map(|t| rt.block_on(t).unwrap())
-            .collect::<Vec<_>>()
-    };
+    let load = |span: Duration| seen_over(&rt, &limiter, &all, span);
     let judge = |what: &str, results: &[Seen]| {
         let (sick, healthy) = results.split_at(on.len());
         let stats = limiter.stats();
@@ -622,4 +592,95 @@ fn a_node_killed_midway_through_a_slot_move_loses_no_exactness_and_fails_closed(
     }
     let s = limiter.stats();
     assert!(s.fail_closed > 0, "{s:?}");
+}
+
+/// What each of `clients`' checks on `limiter` met over `span`, one task a
+/// client, a check every 10 ms.
+fn seen_over(
+    rt: &tokio::runtime::Runtime,
+    limiter: &tollgate::redis::RedisLimiter<FixedWindow>,
+    clients: &[String],
+    span: Duration,
+) -> Vec<Seen> {
+    let tasks: Vec<_> = clients
+        .iter()
+        .map(|client| {
+            let (limiter, client) = (limiter.clone(), client.clone());
+            rt.spawn(async move {
+                let end = Instant::now() + span;
+                let mut seen = Seen::default();
+                while Instant::now() < end {
+                    match limiter.check(client.as_str()).await {
+                        Ok(_) => seen.ok += 1,
+                        Err(e) if e.kind() == CheckErrorKind::Timeout => seen.timeouts += 1,
+                        Err(e)
+                            if e.kind() == CheckErrorKind::Unavailable
+                                && e.to_string().contains("failed recently") =>
+                        {
+                            seen.open += 1;
+                        }
+                        Err(_) => seen.other += 1,
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                seen
+            })
+        })
+        .collect();
+    tasks.into_iter().map(|t| rt.block_on(t).unwrap()).collect()
+}
+
+/// A slot moved to another primary whose old primary is then lost. The
+/// limiter's slot map still names the old node for the moved slot until
+/// it is read again, so the moved clients' replies (redirected to the new
+/// node) would be counted on the old node's breaker and hold it closed:
+/// the lost node's own clients would each wait the whole timeout until
+/// the next scheduled read, 10 s on. A timeout or a failure has the map
+/// read again soon: the moved clients are then judged by their new node
+/// and answered throughout, and the lost node's clients meet its open
+/// breaker (failed fast) within the load.
+#[test]
+fn a_moved_slot_s_clients_follow_it_and_leave_the_lost_node_s_breaker_to_open() {
+    const TIMEOUT: Duration = Duration::from_millis(500);
+    let Some(mut cluster) = Cluster::start_args(3, 0, &["--cluster-require-full-coverage", "no"])
+    else {
+        return;
+    };
+    cluster.nodes[0].away_from_hour_boundary(Duration::from_secs(60));
+    let (moved, slot) = clients_of_one_slot(4);
+    let old = cluster.node_of(&moved[0]);
+    let new = (old + 1) % 3;
+    let stay: Vec<String> = (0..400)
+        .map(|i| format!("client-{i}"))
+        .filter(|c| cluster.node_of(c) == old && redis_server::slot_of(c.as_bytes()) != slot)
+        .take(4)
+        .collect();
+    let rt = runtime();
+    let limiter = rt.block_on(async {
+        FixedWindow::builder()
+            .limit(1_000_000)
+            .window(HOUR)
+            .redis(cluster.connection().await, prefix("follow"))
+            .fail_policy(FailPolicy::FailClosed)
+            .timeout(TIMEOUT)
+            .backoff(Duration::from_millis(100), Duration::from_millis(400))
+            .build()
+            .unwrap()
+    });
+    let all: Vec<String> = moved.iter().chain(&stay).cloned().collect();
+    let warm = seen_over(&rt, &limiter, &all, Duration::from_millis(1_000));
+    assert!(warm.iter().all(|s| s.ok > 0), "{warm:?}");
+    move_slot(&cluster, slot, old, new, Duration::ZERO);
+    cluster.nodes[old].stop();
+    let lost = seen_over(&rt, &limiter, &all, Duration::from_millis(4_000));
+    let (m, s) = lost.split_at(moved.len());
+    let stats = limiter.stats();
+    assert!(
+        m.iter().all(|s| s.ok > 0 && (s.open, s.timeouts) == (0, 0)),
+        "the moved clients: {lost:?}, {stats:?}"
+    );
+    assert!(
+        s.iter().any(|s| s.open > 0) && stats.breaker_opened > 0,
+        "the lost node's breaker never opened: {lost:?}, {stats:?}"
+    );
 }

@@ -312,9 +312,13 @@
 //!   (`a_slow_or_dead_node_opens_its_own_breaker_only`: a primary of three
 //!   stopped by `SIGSTOP`, then killed). The limiter learns which node
 //!   holds which slot from `CLUSTER SLOTS`, read when it is built, every
-//!   ten seconds, and a second after a breaker opens or closes; until the
-//!   first reading, and for a slot it does not place, the slots share one
-//!   breaker, as a single server's checks do. The table of slots and the
+//!   ten seconds, and a second after a breaker opens or closes or a call
+//!   fails or times out; until the first reading, and for a slot it does
+//!   not place, the slots share one breaker, as a single server's checks
+//!   do. So after a slot moves, its clients are judged by their new node
+//!   within about a second of the old node's first failure, and their
+//!   replies do not hold the old node's breaker closed
+//!   (`a_moved_slot_s_clients_follow_it_and_leave_the_lost_node_s_breaker_to_open`). The table of slots and the
 //!   breakers of up to 255 nodes take at most 28 KiB per limiter
 //!   (`a_cluster_s_breakers_and_slot_table_take_about_28_kib`).
 //! - A replica can start while Redis is down: with a connection made on

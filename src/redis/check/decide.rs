@@ -252,6 +252,8 @@ impl<A> Inner<A> {
             }
             Err(_elapsed) => {
                 bump(&counters.timeouts);
+                // The map may be stale (a slot moved): read it again soon.
+                self.breakers.moved(self.calls.clock.local_ns());
                 if breaker.answered_since(sent) {
                     // Slow, not unreachable: the node answered another
                     // call while this one waited, so the breaker stays as
@@ -304,8 +306,13 @@ impl<A> Inner<A> {
     /// opening if it was closed.
     fn redis_down(&self, breaker: &Breaker, probe: bool) {
         let now = self.calls.clock.local_ns();
+        // A node that fails to answer may be one a slot moved from, whose
+        // breaker the map still gives that slot's clients (their replies,
+        // redirected to the new node, would hold it closed): the map is
+        // read again soon after any failure, not only after the breaker
+        // turns.
+        self.breakers.moved(now);
         if breaker.failed(probe, now) {
-            self.breakers.moved(now);
             bump(&self.calls.counters.breaker_opened);
             #[cfg(feature = "tracing")]
             self.breaker_opened();

@@ -30,7 +30,8 @@ const NODES: usize = 255;
 /// How long a slot map serves before it is read again (ns).
 const REFRESH: u64 = 10_000_000_000;
 
-/// How soon after a breaker opened or closed the map is read again (ns).
+/// How soon after a breaker opened or closed, or a call failed or timed
+/// out, the map is read again (ns).
 const SOON: u64 = 1_000_000_000;
 
 /// A limiter's breakers: one, or (Redis Cluster) one per node.
@@ -125,8 +126,11 @@ impl Breakers {
         }
     }
 
-    /// A breaker opened or closed at `now`: slots may have moved (a
-    /// failover), so the map is read again soon.
+    /// A breaker opened or closed, or a call failed or timed out, at
+    /// `now`: slots may have moved (a failover, a reshard), so the map is
+    /// read again soon. A stale map would judge a moved slot's clients by
+    /// their old node's breaker, whose closing their redirected replies
+    /// would then hold.
     pub(crate) fn moved(&self, now: u64) {
         if let Some(nodes) = &self.nodes {
             // Relaxed: as in `of`.
