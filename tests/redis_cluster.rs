@@ -10,7 +10,8 @@ mod redis_server;
 use std::time::{Duration, Instant};
 
 use redis_server::{
-    admitted, at_once, clients_of_one_slot, move_slot, prefix, runtime, Cluster, Patient, HOUR,
+    admitted, at_once, clients_of_one_slot, migrate_key, move_slot, prefix, runtime, start_move,
+    Cluster, Patient, HOUR,
 };
 use tollgate::redis::{FailPolicy, Lease};
 use tollgate::{CheckErrorKind, FixedWindow, SlidingWindowCounter, TokenBucket};
@@ -413,7 +414,6 @@ fn a_live_reshard_is_never_an_outage() {
 /// breaker opened 0 times.
 #[test]
 fn a_slow_or_dead_node_opens_its_own_breaker_only() {
-    const TIMEOUT: Duration = Duration::from_millis(500);
     let Some(mut cluster) = Cluster::start_args(3, 0, &["--cluster-require-full-coverage", "no"])
     else {
         return;
@@ -431,17 +431,7 @@ fn a_slow_or_dead_node_opens_its_own_breaker_only() {
     on.truncate(8);
     off.truncate(8);
     let rt = runtime();
-    let limiter = rt.block_on(async {
-        FixedWindow::builder()
-            .limit(1_000_000)
-            .window(HOUR)
-            .redis(cluster.connection().await, prefix("per-node"))
-            .fail_policy(FailPolicy::FailClosed)
-            .timeout(TIMEOUT)
-            .backoff(Duration::from_millis(100), Duration::from_millis(400))
-            .build()
-            .unwrap()
-    });
+    let limiter = breaking(&rt, &cluster, "per-node");
     let all: Vec<String> = on.iter().chain(&off).cloned().collect();
     // What each client's checks met over `span`.
     let load = |span: Duration| seen_over(&rt, &limiter, &all, span);
@@ -486,6 +476,27 @@ fn a_slow_or_dead_node_opens_its_own_breaker_only() {
         "{:?}",
         limiter.stats()
     );
+}
+
+/// A limiter for the breaker tests: a quota no load reaches, `FailClosed`,
+/// a timeout of 500 ms (only a machine too slow to answer loopback in that
+/// time opens a healthy node's breaker) and a probe within 400 ms.
+fn breaking(
+    rt: &tokio::runtime::Runtime,
+    cluster: &Cluster,
+    name: &str,
+) -> tollgate::redis::RedisLimiter<FixedWindow> {
+    rt.block_on(async {
+        FixedWindow::builder()
+            .limit(1_000_000)
+            .window(HOUR)
+            .redis(cluster.connection().await, prefix(name))
+            .fail_policy(FailPolicy::FailClosed)
+            .timeout(Duration::from_millis(500))
+            .backoff(Duration::from_millis(100), Duration::from_millis(400))
+            .build()
+            .unwrap()
+    })
 }
 
 /// What one client's checks met over a load.
@@ -555,33 +566,11 @@ fn a_node_killed_midway_through_a_slot_move_loses_no_exactness_and_fails_closed(
     for client in &clients {
         assert_eq!(admits(client, 4), 4, "{client}");
     }
-    let id = |node: usize| -> String {
-        redis::cmd("CLUSTER")
-            .arg("MYID")
-            .query(&mut cluster.nodes[node].sync())
-            .unwrap()
-    };
-    let (source, target) = (id(home), id(away));
-    let _: () = redis::cmd("CLUSTER")
-        .arg(&["SETSLOT", &slot.to_string(), "IMPORTING", &source][..])
-        .query(&mut cluster.nodes[away].sync())
-        .unwrap();
-    let _: () = redis::cmd("CLUSTER")
-        .arg(&["SETSLOT", &slot.to_string(), "MIGRATING", &target][..])
-        .query(&mut cluster.nodes[home].sync())
-        .unwrap();
+    start_move(&cluster, slot, home, away);
     let (lost, kept) = clients.split_at(4);
+    let mut src = cluster.nodes[home].sync();
     for client in lost {
-        let _: redis::Value = redis::cmd("MIGRATE")
-            .arg("127.0.0.1")
-            .arg(cluster.nodes[away].port)
-            .arg("")
-            .arg(0)
-            .arg(5_000)
-            .arg("KEYS")
-            .arg(limiter.key(client.as_str()))
-            .query(&mut cluster.nodes[home].sync())
-            .unwrap();
+        migrate_key(&mut src, &cluster, away, &limiter.key(client.as_str()));
     }
     cluster.nodes[away].stop();
     for client in kept {
@@ -641,7 +630,6 @@ fn seen_over(
 /// breaker (failed fast) within the load.
 #[test]
 fn a_moved_slot_s_clients_follow_it_and_leave_the_lost_node_s_breaker_to_open() {
-    const TIMEOUT: Duration = Duration::from_millis(500);
     let Some(mut cluster) = Cluster::start_args(3, 0, &["--cluster-require-full-coverage", "no"])
     else {
         return;
@@ -656,17 +644,7 @@ fn a_moved_slot_s_clients_follow_it_and_leave_the_lost_node_s_breaker_to_open() 
         .take(4)
         .collect();
     let rt = runtime();
-    let limiter = rt.block_on(async {
-        FixedWindow::builder()
-            .limit(1_000_000)
-            .window(HOUR)
-            .redis(cluster.connection().await, prefix("follow"))
-            .fail_policy(FailPolicy::FailClosed)
-            .timeout(TIMEOUT)
-            .backoff(Duration::from_millis(100), Duration::from_millis(400))
-            .build()
-            .unwrap()
-    });
+    let limiter = breaking(&rt, &cluster, "follow");
     let all: Vec<String> = moved.iter().chain(&stay).cloned().collect();
     let warm = seen_over(&rt, &limiter, &all, Duration::from_millis(1_000));
     assert!(warm.iter().all(|s| s.ok > 0), "{warm:?}");

@@ -408,13 +408,10 @@ pub fn clients_of_one_slot(n: usize) -> (Vec<String>, u16) {
     unreachable!()
 }
 
-/// Moves `slot` from node `from` to node `to` of `cluster` as
-/// `redis-cli --cluster reshard` does: `IMPORTING` on the target,
-/// `MIGRATING` on the source, every key moved one by one by `MIGRATE …
-/// KEYS` (`pause` between keys, so that checks meet the slot half moved),
-/// then `SETSLOT … NODE` on every primary. Keys made meanwhile are made
-/// on the target (the source sends their checks there by `ASK`).
-pub fn move_slot(cluster: &Cluster, slot: u16, from: usize, to: usize, pause: Duration) -> usize {
+/// Starts moving `slot` from node `from` to node `to`, as `redis-cli
+/// --cluster reshard` does: `IMPORTING` on the target, then `MIGRATING` on
+/// the source. Returns the target's id.
+pub fn start_move(cluster: &Cluster, slot: u16, from: usize, to: usize) -> String {
     let id = |node: usize| -> String {
         redis::cmd("CLUSTER")
             .arg("MYID")
@@ -422,22 +419,47 @@ pub fn move_slot(cluster: &Cluster, slot: u16, from: usize, to: usize, pause: Du
             .unwrap()
     };
     let (source, target) = (id(from), id(to));
-    let mut src = cluster.nodes[from].sync();
-    let mut dst = cluster.nodes[to].sync();
     let _: () = redis::cmd("CLUSTER")
         .arg("SETSLOT")
         .arg(slot)
         .arg("IMPORTING")
         .arg(&source)
-        .query(&mut dst)
+        .query(&mut cluster.nodes[to].sync())
         .unwrap();
     let _: () = redis::cmd("CLUSTER")
         .arg("SETSLOT")
         .arg(slot)
         .arg("MIGRATING")
         .arg(&target)
-        .query(&mut src)
+        .query(&mut cluster.nodes[from].sync())
         .unwrap();
+    target
+}
+
+/// Moves `key` (and its expiry) to node `to` by `MIGRATE`, sent on `src`,
+/// a connection to the node that holds it.
+pub fn migrate_key(src: &mut ::redis::Connection, cluster: &Cluster, to: usize, key: &[u8]) {
+    let _: redis::Value = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(cluster.nodes[to].port)
+        .arg("")
+        .arg(0)
+        .arg(5_000)
+        .arg("KEYS")
+        .arg(key)
+        .query(src)
+        .unwrap();
+}
+
+/// Moves `slot` from node `from` to node `to` of `cluster` as
+/// `redis-cli --cluster reshard` does: `IMPORTING` on the target,
+/// `MIGRATING` on the source, every key moved one by one by `MIGRATE …
+/// KEYS` (`pause` between keys, so that checks meet the slot half moved),
+/// then `SETSLOT … NODE` on every primary. Keys made meanwhile are made
+/// on the target (the source sends their checks there by `ASK`).
+pub fn move_slot(cluster: &Cluster, slot: u16, from: usize, to: usize, pause: Duration) -> usize {
+    let target = start_move(cluster, slot, from, to);
+    let mut src = cluster.nodes[from].sync();
     let mut moved = 0;
     loop {
         let keys: Vec<Vec<u8>> = redis::cmd("CLUSTER")
@@ -447,16 +469,7 @@ pub fn move_slot(cluster: &Cluster, slot: u16, from: usize, to: usize, pause: Du
             .query(&mut src)
             .unwrap();
         let Some(key) = keys.first() else { break };
-        let _: redis::Value = redis::cmd("MIGRATE")
-            .arg("127.0.0.1")
-            .arg(cluster.nodes[to].port)
-            .arg("")
-            .arg(0)
-            .arg(5_000)
-            .arg("KEYS")
-            .arg(key)
-            .query(&mut src)
-            .unwrap();
+        migrate_key(&mut src, cluster, to, key);
         moved += 1;
         std::thread::sleep(pause);
     }

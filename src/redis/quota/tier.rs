@@ -86,9 +86,17 @@ struct Table {
 }
 
 /// The tiers' quotas, indexed by tier; tier 0 always set. Read on every
-/// request (an uncontended read lock, against a round trip), written by
+/// request, written by
 /// [`RedisLimiter::set_quota`](crate::redis::RedisLimiter::set_quota).
 pub(crate) struct Tiers {
+    // A lock, on the Redis path only: each request pays a round trip to
+    // Redis, against which an uncontended read costs nothing measurable.
+    // A reader holds it to clone an `Arc` or to walk the last changes of
+    // one state, never across an `.await` or a call to Redis, so a writer
+    // (a quota change, rare) waits only for those, and a reader only for
+    // a writer's update of the table (one slot, the largest capacity, a
+    // change added to a history of at most `HISTORY`). No in-process
+    // limiter's check takes it.
     table: RwLock<Table>,
     pub(crate) resolver: Option<Arc<Resolver>>,
     /// The limiter's id, in every value it writes.
