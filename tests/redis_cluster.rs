@@ -478,6 +478,56 @@ fn a_slow_or_dead_node_opens_its_own_breaker_only() {
     );
 }
 
+/// The slot map is read when first needed and then when due (every ten
+/// seconds, or a second after a call failed), not on each check: a
+/// healthy cluster's load of 3 s, every check answered, reads it at most
+/// twice more (`CLUSTER SLOTS`, counted on every node); a loaded machine
+/// whose checks met a timeout reads it at most once a second more. Read on
+/// each check, it was read hundreds of times.
+#[test]
+fn a_healthy_cluster_s_slot_map_is_read_when_due_not_on_each_check() {
+    let Some(cluster) = Cluster::start(3, 0) else {
+        return;
+    };
+    cluster.nodes[0].away_from_hour_boundary(Duration::from_secs(60));
+    let reads = || -> u64 {
+        cluster
+            .nodes
+            .iter()
+            .map(|node| {
+                let info: String = redis::cmd("INFO")
+                    .arg("commandstats")
+                    .query(&mut node.sync())
+                    .unwrap();
+                info.lines()
+                    .filter(|l| l.starts_with("cmdstat_cluster|slots:"))
+                    .flat_map(|l| l.split([':', ',']))
+                    .filter_map(|field| field.strip_prefix("calls="))
+                    .map(|n| n.parse::<u64>().unwrap())
+                    .sum::<u64>()
+            })
+            .sum()
+    };
+    let rt = runtime();
+    let limiter = breaking(&rt, &cluster, "map-reads");
+    let clients: Vec<String> = (0..16).map(|i| format!("client-{i}")).collect();
+    let warm = seen_over(&rt, &limiter, &clients, Duration::from_millis(500));
+    assert!(warm.iter().all(|s| s.ok > 0), "{warm:?}");
+    let before = reads();
+    let load = seen_over(&rt, &limiter, &clients, Duration::from_secs(3));
+    let read = reads() - before;
+    let checks: u32 = load.iter().map(|s| s.ok).sum();
+    let failed = load
+        .iter()
+        .any(|s| s.ok == 0 || s.timeouts + s.open + s.other > 0);
+    assert!(checks > 100, "{load:?}");
+    let most = if failed { 6 } else { 2 };
+    assert!(
+        read <= most,
+        "the slot map was read {read} times over {checks} checks: {load:?}"
+    );
+}
+
 /// A limiter for the breaker tests: a quota no load reaches, `FailClosed`,
 /// a timeout of 500 ms (only a machine too slow to answer loopback in that
 /// time opens a healthy node's breaker) and a probe within 400 ms.

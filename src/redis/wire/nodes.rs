@@ -5,8 +5,8 @@
 //! A key's node is found from its slot (CRC16 of its hash tag, as Redis
 //! Cluster hashes it) through a map of each slot's owner, read from
 //! `CLUSTER SLOTS` by a task of its own: when first needed, then at most
-//! every ten seconds, and a second after any breaker opens or closes (a
-//! failover or a reshard moves slots). A slot whose owner is not known
+//! every ten seconds, and a second after any breaker opens or closes or a
+//! call fails or times out (a failover or a reshard moves slots). A slot whose owner is not known
 //! yet (before the first map, or past the most nodes kept) shares one
 //! breaker, as a single server's checks do.
 
@@ -188,30 +188,39 @@ impl Nodes {
     /// Installs the owners a `CLUSTER SLOTS` reply names: each range's
     /// primary, by its address.
     fn install(&self, reply: &Value) {
-        let Value::Array(ranges) = reply else {
-            return;
-        };
         let mut names = self
             .names
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for range in ranges {
-            let Some((from, to, name)) = owner(range) else {
-                continue;
-            };
-            let index = match names.iter().position(|n| *n == name) {
-                Some(index) => index + 1,
-                None if names.len() < NODES => {
-                    names.push(name);
-                    names.len()
-                }
-                None => 0,
-            };
-            let index = u8::try_from(index).unwrap_or(0);
-            for slot in from..=to.min(SLOTS - 1) {
-                // Relaxed: see `Breakers::of`.
-                self.owners[slot].store(index, Ordering::Relaxed);
+        place(&self.owners, &mut names, reply);
+    }
+}
+
+/// Writes each slot's owner that a `CLUSTER SLOTS` reply names into
+/// `owners`: one more than the index of its primary's address in `names`,
+/// the address added there if new while `names` holds fewer than
+/// [`NODES`], else 0 (not known). Ranges that are not well formed are
+/// passed over, and a range's end past the last slot is read as the last.
+fn place(owners: &[AtomicU8], names: &mut Vec<String>, reply: &Value) {
+    let Value::Array(ranges) = reply else {
+        return;
+    };
+    for range in ranges {
+        let Some((from, to, name)) = owner(range) else {
+            continue;
+        };
+        let index = match names.iter().position(|n| *n == name) {
+            Some(index) => index + 1,
+            None if names.len() < NODES => {
+                names.push(name);
+                names.len()
             }
+            None => 0,
+        };
+        let index = u8::try_from(index).unwrap_or(0);
+        for slot in owners.get(from..=to.min(SLOTS - 1)).unwrap_or_default() {
+            // Relaxed: see `Breakers::of`.
+            slot.store(index, Ordering::Relaxed);
         }
     }
 }
@@ -283,6 +292,55 @@ mod tests {
     }
 
     #[test]
+    fn a_slot_map_names_each_primary_once_and_at_most_nodes_of_them() {
+        let node =
+            |host: String| Value::Array(vec![Value::BulkString(host.into_bytes()), Value::Int(1)]);
+        let range = |from: i64, to: i64, host: String| {
+            Value::Array(vec![Value::Int(from), Value::Int(to), node(host)])
+        };
+        let owners: Vec<AtomicU8> = (0..SLOTS).map(|_| AtomicU8::new(0)).collect();
+        let owner_of = |slot: usize| owners[slot].load(Ordering::Relaxed);
+        let mut names = Vec::new();
+        // Two ranges of one primary share its number; a range past the
+        // last slot ends at it.
+        let reply = Value::Array(vec![
+            range(0, 99, "a".into()),
+            range(100, 199, "b".into()),
+            range(200, 20_000, "a".into()),
+            Value::Int(3),
+        ]);
+        place(&owners, &mut names, &reply);
+        assert_eq!(names, ["a:1", "b:1"]);
+        assert_eq!(
+            [0, 99, 100, 199, 200, SLOTS - 1].map(owner_of),
+            [1, 1, 2, 2, 1, 1]
+        );
+        // Up to `NODES` primaries, each its own; past them, a new one's
+        // slots are not known, and the names kept stop growing.
+        let many = Value::Array(
+            (0..NODES + 5)
+                .map(|i| {
+                    let slot = i64::try_from(i).unwrap();
+                    range(slot, slot, format!("n{i}"))
+                })
+                .collect(),
+        );
+        place(&owners, &mut names, &many);
+        assert_eq!(names.len(), NODES);
+        assert_eq!(owner_of(0), 3, "the first new primary after a and b");
+        assert_eq!(owner_of(NODES - 3), 255);
+        assert_eq!(owner_of(NODES - 2), 0);
+        assert_eq!(owner_of(NODES + 4), 0);
+        // A known primary keeps its number.
+        place(
+            &owners,
+            &mut names,
+            &Value::Array(vec![range(7, 7, "b".into())]),
+        );
+        assert_eq!(owner_of(7), 2);
+    }
+
+    #[test]
     fn a_cluster_s_breakers_and_slot_table_take_about_28_kib() {
         let bytes =
             SLOTS * core::mem::size_of::<AtomicU8>() + NODES * core::mem::size_of::<Breaker>();
@@ -310,6 +368,13 @@ mod tests {
             owner(&range(0, 5, node("h", 1))),
             Some((0, 5, "h:1".to_owned()))
         );
+        // A host as a simple string (as some servers that speak Redis's
+        // protocol send it) names the node alike; a host of any other
+        // type names none.
+        let simple = Value::Array(vec![Value::SimpleString("h".to_owned()), Value::Int(1)]);
+        assert_eq!(owner(&range(0, 5, simple)), Some((0, 5, "h:1".to_owned())));
+        let number = Value::Array(vec![Value::Int(7), Value::Int(1)]);
+        assert_eq!(owner(&range(0, 5, number)), None);
         let Value::Array(ranges) = &reply else {
             unreachable!()
         };
