@@ -5,7 +5,7 @@
 //! HTTP, gRPC and gRPC-Web requests, browsers' preflights, gRPC calls sent
 //! as `OPTIONS` with a preflight's headers, and `OPTIONS` requests that
 //! are no preflight (one with a body, one chunked, one without `Origin`),
-//! at random clock readings. Beside them, three plain limiters of the same
+//! and `GET`s that say gRPC's content type, at random clock readings. Beside them, three plain limiters of the same
 //! quotas on the same clock are the model: a request passes the layers
 //! outer to inner, and each it reaches spends a unit or refuses it; a layer
 //! that exempts preflights lets a preflight past untouched, and anything
@@ -32,7 +32,9 @@
 //!    exactly when a layer that writes its headers sends them, and name the
 //!    limit that binds among those: the fewest requests left and, of
 //!    those, the latest reset; on a refusal where every layer left with no
-//!    request sent them, the reset is `Retry-After`.
+//!    request sent them, the reset is `Retry-After`;
+//! 6. a refusal is a `429` unless the request is a gRPC call (`POST`), and
+//!    a refusal in gRPC's form (a `200`) says `Cache-Control: no-store`.
 
 // Plain `cargo test --features tower` runs this suite; the loom models skip it.
 #![cfg(not(feature = "loom"))]
@@ -76,6 +78,9 @@ enum Transport {
     OptionsChunked,
     /// `OPTIONS` with `Access-Control-Request-Method` but no `Origin`.
     OptionsWithoutOrigin,
+    /// A `GET` that says `Content-Type: application/grpc` (gRPC is `POST`
+    /// only: this is plain HTTP).
+    GetAsGrpc,
 }
 
 /// One layer: its quota (`limit` per `window`) and header settings.
@@ -140,6 +145,7 @@ fn transport() -> impl Strategy<Value = Transport> {
         Just(Transport::OptionsWithBody),
         Just(Transport::OptionsChunked),
         Just(Transport::OptionsWithoutOrigin),
+        Just(Transport::GetAsGrpc),
     ]
 }
 
@@ -183,6 +189,12 @@ fn request(transport: Transport) -> Request<Body> {
         Transport::OptionsWithoutOrigin => {
             return Request::options("/echo.Echo/Say")
                 .header("access-control-request-method", "POST")
+                .body(String::new())
+                .unwrap()
+        }
+        Transport::GetAsGrpc => {
+            return Request::get("/")
+                .header("content-type", "application/grpc")
                 .body(String::new())
                 .unwrap()
         }
@@ -413,8 +425,9 @@ fn stacked<A: Algorithm>(
         let response = response.unwrap();
         let case = format!("request {i} ({transport:?})");
         let grpc = tonic::Status::from_header_map(response.headers());
-        // gRPC is POST only: a call sent as `OPTIONS` is refused in
-        // HTTP's form.
+        // gRPC is POST only: a call sent as `OPTIONS`, or a `GET` that
+        // says gRPC's content type, is refused in HTTP's form (a `429`,
+        // never a `200` a shared cache may keep).
         let refused = match transport {
             Transport::Grpc | Transport::GrpcWeb => grpc
                 .as_ref()
@@ -432,6 +445,17 @@ fn stacked<A: Algorithm>(
         let retry_after = number(response.headers(), "retry-after");
         prop_assert_eq!(retry_after, Some(secs), "{}: Retry-After", case);
         check_headers(&case, response.headers(), &reached, Some(secs))?;
+        // No cache keeps a refusal: a `429` is not stored, and a gRPC
+        // refusal (a `200`) says so.
+        prop_assert_eq!(
+            response
+                .headers()
+                .get("cache-control")
+                .map(|v| v.to_str().unwrap()),
+            grpc.is_some().then_some("no-store"),
+            "{}: Cache-Control",
+            case
+        );
         if let Some(status) = grpc {
             let delay = status.get_details_retry_info().and_then(|r| r.retry_delay);
             prop_assert_eq!(
