@@ -1,7 +1,10 @@
 //! Stacked layers, drawn at random: three `RateLimitLayer`s of random
 //! quotas, each with its own policy name, header setting and legacy
-//! `X-RateLimit-*` headers on or off, and each exempting CORS preflights
-//! (`skip_if(is_preflight)`) or not, in front of one service, on plain
+//! `X-RateLimit-*` headers on or off, each exempting CORS preflights
+//! (`skip_if(is_preflight)`) or not, and each keyed by one client for all
+//! or by `Authorization` (`HeaderKey`; requests carry one of two users'
+//! credentials, spelt any of the ways RFC 9110 allows, or none), in front
+//! of one service, on plain
 //! HTTP, gRPC and gRPC-Web requests, browsers' preflights, gRPC calls sent
 //! as `OPTIONS` with a preflight's headers, and `OPTIONS` requests that
 //! are no preflight (one with a body, one chunked, one without `Origin`),
@@ -34,7 +37,11 @@
 //!    those, the latest reset; on a refusal where every layer left with no
 //!    request sent them, the reset is `Retry-After`;
 //! 6. a refusal is a `429` unless the request is a gRPC call (`POST`), and
-//!    a refusal in gRPC's form (a `200`) says `Cache-Control: no-store`.
+//!    a refusal in gRPC's form (a `200`) says `Cache-Control: no-store`;
+//! 7. a layer keyed by credential holds each user to one quota however the
+//!    scheme is spelt, and turns a request without one away with a `401`
+//!    that carries `WWW-Authenticate` (gRPC: `UNAUTHENTICATED`, not to be
+//!    stored), the headers of the layers outside it as for an admission.
 
 // Plain `cargo test --features tower` runs this suite; the loom models skip it.
 #![cfg(not(feature = "loom"))]
@@ -46,7 +53,9 @@ use std::time::Duration;
 use http::{HeaderMap, Request, Response, StatusCode};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use tollgate::tower::{is_preflight, AdmittedHeaders, Extraction, KeyFn, RateLimitLayer};
+use tollgate::tower::{
+    is_preflight, AdmittedHeaders, Extraction, HeaderKey, KeyExtractor, KeyFn, RateLimitLayer,
+};
 use tollgate::{Algorithm, Builder, Decision, FixedWindow, Limiter, ManualClock, TokenBucket};
 use tonic_types::StatusExt;
 use tower::{service_fn, Layer, ServiceExt};
@@ -95,6 +104,10 @@ struct Spec {
     legacy: bool,
     /// `skip_if(is_preflight)`.
     skips_preflights: bool,
+    /// Keyed by `HeaderKey::new(AUTHORIZATION)`: one client per credential
+    /// however it is spelt, a `401` (for gRPC `UNAUTHENTICATED`) without
+    /// one. Else every request is the one client `"c"`.
+    by_credential: bool,
 }
 
 impl Spec {
@@ -123,16 +136,27 @@ fn spec() -> impl Strategy<Value = Spec> {
         Just(Duration::from_secs(5)),
         Just(Duration::from_secs(60)),
     ];
-    (1..4u64, window, name, headers, any::<bool>(), any::<bool>()).prop_map(
-        |(limit, window, name, headers, legacy, skips_preflights)| Spec {
-            limit,
-            window,
-            name,
-            headers,
-            legacy,
-            skips_preflights,
-        },
+    let by_credential = prop_oneof![2 => Just(false), 1 => Just(true)];
+    (
+        1..4u64,
+        window,
+        name,
+        headers,
+        any::<bool>(),
+        any::<bool>(),
+        by_credential,
     )
+        .prop_map(
+            |(limit, window, name, headers, legacy, skips_preflights, by_credential)| Spec {
+                limit,
+                window,
+                name,
+                headers,
+                legacy,
+                skips_preflights,
+                by_credential,
+            },
+        )
 }
 
 fn transport() -> impl Strategy<Value = Transport> {
@@ -149,17 +173,61 @@ fn transport() -> impl Strategy<Value = Transport> {
     ]
 }
 
-/// Each request: the clock's advance before it (ms), and its transport.
-fn requests() -> impl Strategy<Value = Vec<(u64, Transport)>> {
+/// A request's `Authorization`: one of two users' credentials, spelt one
+/// of the ways RFC 9110 lets a scheme be written (any case, one or more
+/// blanks after it).
+#[derive(Clone, Copy, Debug)]
+struct Credential {
+    user: u8,
+    spelling: u8,
+}
+
+const SPELLINGS: [&str; 5] = ["Basic ", "basic ", "BASIC ", "Basic   ", "bAsIc \t "];
+
+impl Credential {
+    fn header(self) -> String {
+        format!(
+            "{}user-{}",
+            SPELLINGS[usize::from(self.spelling)],
+            self.user
+        )
+    }
+
+    /// The client a credential-keyed layer holds it as.
+    fn client(self) -> String {
+        format!("basic user-{}", self.user)
+    }
+}
+
+/// One request: the clock's advance before it (ms), its transport, and
+/// its credential (if any).
+type Sent = (u64, Transport, Option<Credential>);
+
+fn requests() -> impl Strategy<Value = Vec<Sent>> {
     let advance = prop_oneof![
         3 => Just(0u64),
         2 => 0..2_000u64,
         1 => prop_oneof![Just(5_000u64), Just(60_000)],
     ];
-    prop::collection::vec((advance, transport()), 1..40)
+    let credential = prop_oneof![
+        1 => Just(None),
+        4 => (0..2u8, 0..5u8).prop_map(|(user, spelling)| Some(Credential { user, spelling })),
+    ];
+    prop::collection::vec((advance, transport(), credential), 1..40)
 }
 
-fn request(transport: Transport) -> Request<Body> {
+fn request(transport: Transport, credential: Option<Credential>) -> Request<Body> {
+    let mut request = bare(transport);
+    if let Some(credential) = credential {
+        request.headers_mut().insert(
+            http::header::AUTHORIZATION,
+            credential.header().try_into().unwrap(),
+        );
+    }
+    request
+}
+
+fn bare(transport: Transport) -> Request<Body> {
     let preflight = || {
         Request::options("/echo.Echo/Say")
             .header("origin", "https://app.example")
@@ -376,11 +444,19 @@ fn check_headers(
 fn stacked<A: Algorithm>(
     make: impl Fn(&Spec, &ManualClock) -> Limiter<A, String, ManualClock>,
     specs: [Spec; 3],
-    requests: &[(u64, Transport)],
+    requests: &[Sent],
 ) -> Result<(), TestCaseError> {
     let clock = ManualClock::new();
     let layer = |spec: &Spec| {
-        let key: fn(&http::request::Parts) -> Extraction<String> = client;
+        let by_credential = spec.by_credential;
+        let credential = HeaderKey::new(http::header::AUTHORIZATION);
+        let key = move |parts: &http::request::Parts| {
+            if by_credential {
+                credential.extract(parts)
+            } else {
+                client(parts)
+            }
+        };
         let mut layer = RateLimitLayer::new(make(spec, &clock), KeyFn::new(key))
             .admitted_headers(spec.headers)
             .legacy_headers(spec.legacy);
@@ -399,18 +475,28 @@ fn stacked<A: Algorithm>(
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    for (i, &(advance, transport)) in requests.iter().enumerate() {
+    for (i, &(advance, transport, credential)) in requests.iter().enumerate() {
         clock.advance(Duration::from_millis(advance));
         // The model: outer to inner, until one refuses; a layer that
-        // exempts preflights lets a browser's pass without a look.
+        // exempts preflights lets a browser's pass without a look, and one
+        // keyed by credential turns away a request without one.
         let mut reached = Vec::new();
         let mut admitted = true;
+        let mut unauthenticated = false;
         for (limiter, spec) in model.iter().zip(&specs) {
             if spec.skips_preflights && matches!(transport, Transport::Preflight) {
                 continue;
             }
-            let decision = limiter.check("c");
-            let after = limiter.peek("c");
+            let client = match (spec.by_credential, credential) {
+                (false, _) => String::from("c"),
+                (true, Some(credential)) => credential.client(),
+                (true, None) => {
+                    unauthenticated = true;
+                    break;
+                }
+            };
+            let decision = limiter.check(&client);
+            let after = limiter.peek(&client);
             reached.push(Reached {
                 spec,
                 decision,
@@ -421,10 +507,32 @@ fn stacked<A: Algorithm>(
                 break;
             }
         }
-        let response = rt.block_on(service.clone().oneshot(request(transport)));
+        let response = rt.block_on(service.clone().oneshot(request(transport, credential)));
         let response = response.unwrap();
-        let case = format!("request {i} ({transport:?})");
+        let case = format!("request {i} ({transport:?}, {credential:?})");
         let grpc = tonic::Status::from_header_map(response.headers());
+        if unauthenticated {
+            // Turned away before any quota of the layer that wants a
+            // credential: `401` with a challenge (gRPC: `UNAUTHENTICATED`,
+            // not to be stored); the layers outside it admitted it.
+            match transport {
+                Transport::Grpc | Transport::GrpcWeb => {
+                    let code = grpc.as_ref().map(tonic::Status::code);
+                    prop_assert_eq!(code, Some(tonic::Code::Unauthenticated), "{}", case);
+                    prop_assert_eq!(&response.headers()["cache-control"], "no-store");
+                }
+                _ => {
+                    prop_assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{}", case);
+                    prop_assert!(
+                        response.headers().contains_key("www-authenticate"),
+                        "{}: a 401 without WWW-Authenticate",
+                        case
+                    );
+                }
+            }
+            check_headers(&case, response.headers(), &reached, None)?;
+            continue;
+        }
         // gRPC is POST only: a call sent as `OPTIONS`, or a `GET` that
         // says gRPC's content type, is refused in HTTP's form (a `429`,
         // never a `200` a shared cache may keep).
@@ -540,11 +648,15 @@ fn a_shrunk_case_a_grpc_call_dressed_as_a_preflight_is_limited_by_every_layer() 
         headers: AdmittedHeaders::Always,
         legacy: false,
         skips_preflights,
+        by_credential: false,
     };
     stacked(
         |s, c| window(s, c).build().unwrap(),
         [spec(3, false), spec(2, true), spec(1, false)],
-        &[(0, Transport::GrpcAsPreflight), (0, Transport::Grpc)],
+        &[
+            (0, Transport::GrpcAsPreflight, None),
+            (0, Transport::Grpc, None),
+        ],
     )
     .unwrap();
 }
