@@ -104,7 +104,8 @@
 //! The table a rebuild replaces, and the keys of removed clients it holds,
 //! is freed once no thread can still be reading it. A `remove`, a `reset`
 //! or a `sweep` that rebuilt a table frees it before it returns if no
-//! other thread is inside a call on the limiter; otherwise, and after a new
+//! other thread is inside a call on a limiter (the limiters of a process
+//! share one epoch collector, `crossbeam-epoch`'s); otherwise, and after a new
 //! client's rebuild, the first *write* that finds it expired frees it (a
 //! new client's first request, a `remove`, a `reset`, a sweep), outside
 //! any lock. A check of a client the limiter holds never frees anything,

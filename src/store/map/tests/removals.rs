@@ -150,6 +150,55 @@ fn a_removal_that_leaves_a_table_more_than_half_dead_rebuilds_it() {
     }
 }
 
+/// A removal that rebuilds its table frees the old one, and the removed
+/// keys it holds, before it returns when no other thread is inside a call
+/// on a map: the old table is not left for a later write. The epoch
+/// collector is the process's, and the other tests' threads pin it, so
+/// this runs in a process of its own, alone.
+#[test]
+fn a_removal_that_rebuilds_frees_the_old_table_before_it_returns() {
+    const NAME: &str =
+        "store::map::tests::removals::a_removal_that_rebuilds_frees_the_old_table_before_it_returns";
+    if std::env::var_os("TOLLGATE_TEST_ALONE").is_none() {
+        if cfg!(miri) {
+            return;
+        }
+        let run = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--test-threads", "1"])
+            .env("TOLLGATE_TEST_ALONE", "1")
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&run.stdout);
+        assert!(
+            run.status.success() && out.contains("1 passed"),
+            "{out}{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        return;
+    }
+    let map = filled();
+    let (mut rebuilds, mut left) = (0, 0);
+    let mut before = tables(&map);
+    for i in 0..N {
+        let key = format!("client-{i}");
+        retire(&map, &key);
+        assert!(map.remove_if(key.as_str(), Mortal::is_dead, |_| ()));
+        // Read before `tables` pins.
+        let pending = map.retired.any_pending();
+        let after = tables(&map);
+        if rebuilt(&before, &after) > 0 {
+            rebuilds += 1;
+            left += usize::from(pending);
+        }
+        before = after;
+    }
+    assert!(rebuilds >= SHARDS, "every shard rebuilt at least once");
+    assert_eq!(
+        left, 0,
+        "of {rebuilds} rebuilds, {left} left their table for a later write"
+    );
+}
+
 #[test]
 fn the_rebuild_a_removal_makes_leaves_dead_entries_behind_and_reports_them() {
     let map = filled();
