@@ -313,6 +313,10 @@ fn gauges_hold_the_clients_the_cap_and_the_removed() {
     assert_eq!(gauge("tollgate_clients"), Some(2.0));
     assert_eq!(gauge("tollgate_clients_max"), Some(3.0));
     assert_eq!(gauge("tollgate_entries_awaiting_removal"), Some(1.0));
+    assert!(limiter.remove("b"));
+    limiter.publish_metrics();
+    assert_eq!(gauge("tollgate_clients"), Some(1.0));
+    assert_eq!(gauge("tollgate_entries_awaiting_removal"), Some(2.0));
     assert_eq!(outcomes("gauges")[..2], [Some(3.0), Some(2.0)]);
 }
 
