@@ -101,12 +101,12 @@ fn a_rebuild_leaves_lapsed_entries_behind_and_sizes_the_table_for_the_rest() {
     }
 }
 
-/// Clients whose word is even have lapsed.
-struct EvenLapsed;
+/// Clients whose word the function holds true of have lapsed.
+struct LapsedIf(fn(u64) -> bool);
 
-impl crate::store::Lapse<StateCell> for EvenLapsed {
+impl crate::store::Lapse<StateCell> for LapsedIf {
     fn has_lapsed(&mut self, copy: &StateCell) -> bool {
-        copy.load() % 2 == 0
+        (self.0)(copy.load())
     }
 
     fn retire_if_lapsed(&mut self, _: &StateCell) -> bool {
@@ -144,7 +144,7 @@ fn a_rebuild_that_forgets_two_fifths_of_the_clients_sizes_the_table_for_the_rest
             None,
             key,
             StateCell::new(word),
-            Some(EvenLapsed),
+            Some(LapsedIf(|word| word % 2 == 0)),
             |_| (),
             |_| (),
         );
@@ -160,21 +160,6 @@ fn a_rebuild_that_forgets_two_fifths_of_the_clients_sizes_the_table_for_the_rest
         }
     }
     panic!("the table was never rebuilt");
-}
-
-/// Every live client has lapsed.
-struct AllLapsed;
-
-impl crate::store::Lapse<StateCell> for AllLapsed {
-    fn has_lapsed(&mut self, _: &StateCell) -> bool {
-        true
-    }
-
-    fn retire_if_lapsed(&mut self, _: &StateCell) -> bool {
-        unreachable!("a word cell moves as a copy")
-    }
-
-    fn retired(&mut self) {}
 }
 
 #[test]
@@ -198,7 +183,7 @@ fn a_rebuild_never_forgets_an_unborn_cell() {
                 None,
                 format!("client-{i}"),
                 StateCell::new(i),
-                Some(AllLapsed),
+                Some(LapsedIf(|_| true)),
                 |_| left_behind += 1,
                 |_| ()
             )
