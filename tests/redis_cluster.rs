@@ -414,8 +414,7 @@ fn a_live_reshard_is_never_an_outage() {
 /// breaker opened 0 times.
 #[test]
 fn a_slow_or_dead_node_opens_its_own_breaker_only() {
-    let Some(mut cluster) = Cluster::start_args(3, 0, &["--cluster-require-full-coverage", "no"])
-    else {
+    let Some(mut cluster) = partial_cluster() else {
         return;
     };
     cluster.nodes[0].away_from_hour_boundary(Duration::from_secs(60));
@@ -528,6 +527,12 @@ fn a_healthy_cluster_s_slot_map_is_read_when_due_not_on_each_check() {
     );
 }
 
+/// Three primaries, no replicas, that go on serving the slots they hold
+/// while one of them is lost (`cluster-require-full-coverage no`).
+fn partial_cluster() -> Option<Cluster> {
+    Cluster::start_args(3, 0, &["--cluster-require-full-coverage", "no"])
+}
+
 /// A limiter for the breaker tests: a quota no load reaches, `FailClosed`,
 /// a timeout of 500 ms (only a machine too slow to answer loopback in that
 /// time opens a healthy node's breaker) and a probe within 400 ms.
@@ -571,8 +576,7 @@ struct Seen {
 #[test]
 fn a_node_killed_midway_through_a_slot_move_loses_no_exactness_and_fails_closed() {
     const LIMIT: u64 = 10;
-    let Some(mut cluster) = Cluster::start_args(3, 0, &["--cluster-require-full-coverage", "no"])
-    else {
+    let Some(mut cluster) = partial_cluster() else {
         return;
     };
     cluster.nodes[0].away_from_hour_boundary(Duration::from_secs(120));
@@ -680,8 +684,7 @@ fn seen_over(
 /// breaker (failed fast) within the load.
 #[test]
 fn a_moved_slot_s_clients_follow_it_and_leave_the_lost_node_s_breaker_to_open() {
-    let Some(mut cluster) = Cluster::start_args(3, 0, &["--cluster-require-full-coverage", "no"])
-    else {
+    let Some(mut cluster) = partial_cluster() else {
         return;
     };
     cluster.nodes[0].away_from_hour_boundary(Duration::from_secs(60));

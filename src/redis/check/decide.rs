@@ -252,13 +252,13 @@ impl<A> Inner<A> {
             }
             Err(_elapsed) => {
                 bump(&counters.timeouts);
-                // The map may be stale (a slot moved): read it again soon.
-                self.breakers.moved(self.calls.clock.local_ns());
                 if breaker.answered_since(sent) {
                     // Slow, not unreachable: the node answered another
                     // call while this one waited, so the breaker stays as
                     // it is, and only this check is answered by the fail
-                    // policy.
+                    // policy. The map may be stale (a slot moved): read it
+                    // again soon, as `redis_down` has it read otherwise.
+                    self.breakers.moved(self.calls.clock.local_ns());
                     if probe {
                         breaker.abandoned();
                     }

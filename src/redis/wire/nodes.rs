@@ -6,9 +6,9 @@
 //! Cluster hashes it) through a map of each slot's owner, read from
 //! `CLUSTER SLOTS` by a task of its own: when first needed, then at most
 //! every ten seconds, and a second after any breaker opens or closes or a
-//! call fails or times out (a failover or a reshard moves slots). A slot whose owner is not known
-//! yet (before the first map, or past the most nodes kept) shares one
-//! breaker, as a single server's checks do.
+//! call fails or times out (a failover or a reshard moves slots). A slot
+//! whose owner is not known yet (before the first map, or past the most
+//! nodes kept) shares one breaker, as a single server's checks do.
 
 use core::time::Duration;
 use std::sync::Mutex;
