@@ -6,9 +6,10 @@
 //! time the booking at the `cost`-th expiry, claim those slots each by an
 //! exchange from the very expiry it was timed on, give them back and time
 //! it again if one changed), a check `Algorithm::admit` (the slot claims
-//! of model 3), a cancellation `Algorithm::unreserve` (each claimed slot
-//! that still holds the booking's expiry gets its old one back). Every
-//! reading is explicit; the window is 10 ns.
+//! of model 3), a cancellation `Algorithm::unreserve` (as many slots as
+//! it claimed, of those that hold its expiry, whoever wrote it, get back
+//! the expiries its claims replaced). Every reading is explicit; the
+//! window is 10 ns.
 //!
 //! The property is the log's definition: execute every admitted check at
 //! its reading and every booking that was not given back at its ready
@@ -247,6 +248,17 @@ fn log_cost_2_cancel_racing_a_reserve_limit_2() {
     let (_, min, max) =
         cancel_racing_reserve("reserve_log/cancel_vs_reserve/cost2/lim2", false, 2, 2, 0);
     assert_eq!((min, max), (1, 1), "something given back");
+}
+
+#[test]
+fn log_cancel_racing_bookings_that_share_its_expiry_limit_2() {
+    // A and one other booking are ready at 15, both expiring at 25; the
+    // third books for 25 and claims one of their slots. A's cancel gives
+    // back a slot that holds 25 whichever of the two it was, the other's
+    // if the third took A's: one unit booking never takes both.
+    let (_, min, max) =
+        cancel_racing_reserve("reserve_log/cancel_vs_reserve/shared/lim2", false, 2, 1, 1);
+    assert_eq!((min, max), (1, 1), "always given back");
 }
 
 #[test]

@@ -218,12 +218,22 @@ impl RacyLog {
         true
     }
 
-    /// Gives back claims made with `stamp`, as the crate's log does: each
-    /// slot that still holds `stamp` gets its old expiry back.
+    /// Gives back claims made with `stamp`, as the crate's log does: as
+    /// many slots as were claimed, of those that hold `stamp`, get back
+    /// the old expiries, the latest first.
     fn restore(&self, claims: &[(usize, u64)], stamp: u64) {
-        for &(i, old) in claims {
-            // AcqRel/Acquire: an exchange from our own stamp.
-            let _ = self.slots[i].compare_exchange(stamp, old, Ordering::AcqRel, Ordering::Acquire);
+        let mut olds: Vec<u64> = claims.iter().map(|&(_, old)| old).collect();
+        olds.sort_unstable_by(|a, b| b.cmp(a));
+        let mut given = 0;
+        for slot in &self.slots {
+            let Some(&old) = olds.get(given) else { break };
+            // AcqRel/Acquire: an exchange from the stamp.
+            if slot
+                .compare_exchange(stamp, old, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                given += 1;
+            }
         }
     }
 

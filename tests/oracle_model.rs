@@ -1795,3 +1795,42 @@ fn a_shrunk_case_a_booking_after_a_step_back_is_compared_with_the_state_it_leave
         run::<Pair>(setup, &ops, true).unwrap();
     }
 }
+
+/// The log oracle's shrunk case (5 a second): 3 spent at 0, the client
+/// forgotten at 1 s and spending 1 there, then 5 booked for 2 s and 1 for
+/// 3 s, which claims a slot of the first booking, and the first booking
+/// cancelled. The forgotten client's fresh log held the admission at 1 s
+/// in the slot the second booking took, where the model's held an expiry
+/// long past, and the cancel put back only the slots it had claimed: the
+/// admission at 1 s was lost (4 left rather than 3).
+#[test]
+fn a_shrunk_case_a_log_cancel_gives_back_the_same_wherever_its_admissions_sat() {
+    let setup = Setup {
+        q0: 0,
+        q1: 0,
+        memory: Memory::Passes,
+        origin: 0,
+        start: 0,
+        tiered: false,
+    };
+    let ops = [
+        Op::Check { client: 0, cost: 2 },
+        Op::Check { client: 0, cost: 1 },
+        Op::Clock(Step::Forward(SEC)),
+        Op::Sweep,
+        Op::Check { client: 0, cost: 1 },
+        Op::Reserve {
+            client: 0,
+            cost: 5,
+            wait: 1,
+        },
+        Op::Reserve {
+            client: 0,
+            cost: 1,
+            wait: 2,
+        },
+        Op::Cancel(0),
+        Op::Peek { client: 0, cost: 0 },
+    ];
+    run::<Log>(setup, &ops, false).unwrap();
+}

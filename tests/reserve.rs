@@ -1057,9 +1057,10 @@ fn reservations_are_send_and_sync() {
 /// the smallest expiries (ties by index) with the expiry of an admission at
 /// its ready time. A check claims free slots from just past the last slot
 /// a check claimed, as the log does. Cancelling a booking before its time
-/// puts back, in each slot it claimed that still holds its expiry, the
-/// expiry the slot held before; it gave back iff any slot did. Other
-/// bookings and checks made since keep their slots and their times.
+/// puts back, in as many slots as it claimed of those that hold its
+/// expiry (whoever wrote it), the expiries its claims replaced, the latest
+/// first; it gave back iff any slot did. Other bookings and checks made
+/// since keep their times.
 #[derive(Debug)]
 struct LogBookings {
     window: u64,
@@ -1127,14 +1128,16 @@ impl BookingModel for LogBookings {
         if now >= ready {
             return false;
         }
-        let mut gave = false;
-        for (i, old) in claims {
-            if self.slots[i] == ready + self.window {
-                self.slots[i] = old;
-                gave = true;
-            }
+        let mut olds: Vec<u64> = claims.iter().map(|&(_, old)| old).collect();
+        olds.sort_unstable_by(|a, b| b.cmp(a));
+        let stamp = ready + self.window;
+        let holding: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.slots[i] == stamp)
+            .collect();
+        for (&i, &old) in holding.iter().zip(&olds) {
+            self.slots[i] = old;
         }
-        gave
+        !holding.is_empty()
     }
 
     fn wait(&self, now: u64) -> u64 {
@@ -1228,6 +1231,42 @@ fn a_log_books_the_first_slots_to_free_up() {
     clock.set(Duration::from_nanos(130));
     assert!(limiter.allow_request(&0));
     assert!(!limiter.allow_request(&0));
+}
+
+/// A log's cancel gives back the same whichever slots held what. Two
+/// clients of 5 a second hold the same admission at 1 s, one in the slot
+/// after three admissions long expired, the other (fresh) in the first
+/// slot. Each books 5 (for 2 s), then 1 (for 3 s, claiming the first slot
+/// of the 5), and cancels the 5: each still counts its admission at 1 s
+/// until 2 s, beside the booking for 3 s. (The fresh client lost it when a
+/// cancel gave back only the slots it had claimed, and was told 4 left.)
+#[test]
+fn a_log_cancel_gives_back_the_same_whichever_slots_held_what() {
+    let clock = ManualClock::new();
+    let limiter = log_limiter(5, 1_000_000_000, &clock);
+    assert!(limiter.check_n(&1, 3).unwrap().is_allowed());
+    clock.set(Duration::from_secs(1));
+    for client in [1, 2] {
+        assert!(limiter.check_n(&client, 1).unwrap().is_allowed());
+        let five = limiter
+            .reserve_n(&client, 5, Duration::from_secs(1))
+            .unwrap();
+        assert_eq!(five.ready_at(), Duration::from_secs(2));
+        let one = limiter
+            .reserve_n(&client, 1, Duration::from_secs(7_200))
+            .unwrap();
+        assert_eq!(one.ready_at(), Duration::from_secs(3));
+        one.commit();
+        assert!(five.cancel());
+        let now = limiter.peek(&client);
+        assert_eq!(
+            (now.remaining(), now.replenish_after()),
+            (3, Duration::from_secs(1)),
+            "client {client}"
+        );
+        assert!(limiter.check_n(&client, 3).unwrap().is_allowed());
+        assert!(!limiter.check(&client).is_allowed(), "client {client}");
+    }
 }
 
 /// A log whose booking is still pending is never idle, so never swept.

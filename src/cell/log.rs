@@ -48,23 +48,44 @@
 //! later, so no check passes before the booking's time, and every later
 //! booking is timed after it: served in booking order.
 //!
-//! **Cancelling** (before `ready_at`) puts back, in each slot the booking
-//! claimed that still holds its expiry, the expiry the slot held before;
-//! slots another booking has since claimed from it are left as they are.
-//! This needs no tail rule, unlike the word algorithms, because a log's
-//! slots are independent: a later booking or check holds slots of its
-//! own, and its time was computed on slots it claimed by exchange, so
-//! giving back a slot it did not claim changes nothing it relies on (it
-//! may only make it wait longer than it now needs to, an error toward
-//! denying). A slot that holds the booking's expiry holds the booking's
-//! claim and nothing else: every write after the claim either writes a
-//! larger expiry (a claim from it, timed at `ready_at + W` or later, adds
-//! `W` again) or gives back a value it read after the claim, so the slot
-//! never again holds exactly that value unless the claim itself was given
-//! back to it. Putting back the old expiry is then as if the booking had
-//! never claimed that slot. Putting it back blindly would not be safe: a
-//! booking that claimed the slot from this one would lose its claim, and a
+//! **Cancelling** (before `ready_at`) takes the booking's expiry
+//! `ready_at + W` out of as many slots as it claimed, where slots still
+//! hold it, and puts back the expiries its claims replaced, the latest
+//! first; a slot holding any other value is left as it is. Slots that
+//! hold one expiry are interchangeable, whoever wrote it, so the slots
+//! given back need not be the ones the booking claimed: where a later
+//! booking has claimed some of them, other slots that hold the same expiry
+//! (a booking or a check that shares it) are given back instead, and
+//! where there are too few, the expiries not put back are the earliest.
+//! What a cancel gives back so depends only on the expiries the log holds,
+//! never on which slot holds which, and so neither does any later answer:
+//! a client forgotten while idle, whose fresh log places its admissions in
+//! other slots, answers as if it had been held.
+//!
+//! Why this never over-admits. Think of each slot as the sequence of
+//! admissions recorded in it, whose windows never overlap, the last one
+//! ending at the slot's expiry. Any two slots that hold the same expiry
+//! `e` may trade the admissions before the one ending at `e` (those end by
+//! `e − W`, where the last starts), and a slot claimed from `e` (by a check
+//! or a booking timed at `e` or later) may take in any admission that ends
+//! at `e`, since its own window starts at `e` or later. A cancel of `k`
+//! claims that finds `j ≤ k` slots holding its expiry rewrites `j` of them:
+//! trade so that those `j` slots hold the booking's own admissions before
+//! their last, ending at the `j` latest expiries it replaced; give each
+//! other admission ending at the expiry, of whoever made it, to one of the
+//! slots claimed from the booking's (there are at least as many of those
+//! as the booking lost); drop the booking's own. Every slot's windows
+//! still follow one another, so at each instant each slot holds at most
+//! one admission in the window, as before. Putting back the booking's old
+//! expiries without the exchange from its own expiry would not be safe: a
+//! booking that claimed a slot from this one would lose its claim, and a
 //! check would be let in beside it.
+//!
+//! The exchange from the expiry also makes a cancel need no tail rule,
+//! unlike the word algorithms: a later booking or check holds slots of its
+//! own, timed on slots it claimed by exchange, so giving back a slot it
+//! did not claim changes nothing it relies on (it may only make it wait
+//! longer than it now needs to, an error toward denying).
 //!
 //! # Eviction: a handshake on the `life` word
 //!
@@ -369,10 +390,7 @@ impl LogState {
         }
         // Raced short: give the slots back. A slot no longer holding our
         // stamp was legitimately taken once our stamp expired; leave it.
-        for (i, old) in claimed {
-            // AcqRel/Acquire: as in `try_claim`.
-            let _ = self.slots[i].compare_exchange(stamp, old, Ordering::AcqRel, Ordering::Acquire);
-        }
+        self.restore(&claimed, stamp);
         false
     }
 

@@ -467,20 +467,23 @@ impl Limit {
         Some((Word::Log { slots, next: *next }, ready, claims))
     }
 
-    /// Gives back a log booking's slots that still hold its claim: how
-    /// many were given back.
+    /// Gives back a log booking: as many slots as it claimed, of those
+    /// that hold its expiry (whoever wrote it), in index order, get back
+    /// the expiries its claims replaced, the latest first. How many were
+    /// given back.
     pub fn unbook_log(&self, word: &mut Word, ready: u64, claims: &[(usize, u64)]) -> usize {
         let (Self::Log { window, .. }, Word::Log { slots, .. }) = (*self, word) else {
             panic!("{self:?} is no log");
         };
-        let mut given = 0;
-        for &(i, old) in claims {
-            if slots[i] == ready + window {
-                slots[i] = old;
-                given += 1;
-            }
+        let mut olds: Vec<u64> = claims.iter().map(|&(_, old)| old).collect();
+        olds.sort_unstable_by(|a, b| b.cmp(a));
+        let holding: Vec<usize> = (0..slots.len())
+            .filter(|&i| slots[i] == ready + window)
+            .collect();
+        for (&i, &old) in holding.iter().zip(&olds) {
+            slots[i] = old;
         }
-        given
+        holding.len().min(olds.len())
     }
 
     /// The move rule: the state read at `t` under `self`, carried over to

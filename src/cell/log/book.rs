@@ -1,7 +1,7 @@
 //! Bookings on a log (see "Bookings" in the log's module): a booking
 //! claims the slots that free up first, each by an exchange from the very
-//! expiry it was timed on; a cancellation restores each claimed slot that
-//! still holds the booking's expiry.
+//! expiry it was timed on; a cancellation puts back the expiries it
+//! replaced in slots that still hold the booking's expiry.
 
 use super::{LogState, DEAD};
 use crate::algorithm::{clamp_now, until, SlidingWindowLog, Ticket, NEVER, NOW_MAX};
@@ -81,19 +81,35 @@ impl LogState {
             .is_ok()
     }
 
-    /// Gives back `claims` made with `stamp`: each slot that still holds
-    /// `stamp` gets its old expiry back. How many did.
-    fn restore(&self, claims: &[(usize, u64)], stamp: u64) -> usize {
-        claims
-            .iter()
-            .filter(|&&(i, old)| {
-                // AcqRel/Acquire: as in `try_claim`; an exchange from our
-                // own stamp fails if anything replaced it.
-                self.slots[i]
+    /// Gives back `claims` made with `stamp`: slots that hold `stamp`, at
+    /// most one for each claim, get back the expiries the claims replaced,
+    /// the latest first. How many did.
+    ///
+    /// Slots that hold one expiry are interchangeable, whoever wrote it:
+    /// where a later booking has claimed some of the claims' slots, other
+    /// slots holding `stamp` are given back instead, if there are any, and
+    /// the expiries not put back are the earliest. So what a cancel gives
+    /// back depends on the expiries the log holds, not on which slot holds
+    /// which (see "Bookings" in the log's module).
+    pub(super) fn restore(&self, claims: &[(usize, u64)], stamp: u64) -> usize {
+        let mut olds: Vec<u64> = claims.iter().map(|&(_, old)| old).collect();
+        olds.sort_unstable_by(|a, b| b.cmp(a));
+        let mut given = 0;
+        for slot in self.slots.iter() {
+            let Some(&old) = olds.get(given) else { break };
+            // Acquire: as in `try_claim`; a look first, so that a cancel
+            // writes only to the slots that hold its stamp.
+            // AcqRel/Acquire on the exchange: as in `try_claim`; it fails
+            // if anything replaced the stamp since the look.
+            if slot.load(Ordering::Acquire) == stamp
+                && slot
                     .compare_exchange(stamp, old, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
-            })
-            .count()
+            {
+                given += 1;
+            }
+        }
+        given
     }
 
     /// Cancels the booking `ticket` made on this log at `now`: before its
