@@ -200,3 +200,209 @@ fn a_slots_rank_is_its_place_in_the_probe_sequence() {
         }
     }
 }
+
+/// A key whose hash it carries (with [`Carried`], the map's hash is the
+/// key's `hash`), and whose `Hash` or comparison can stall one thread.
+#[derive(Debug)]
+struct Stalling {
+    name: u64,
+    hash: u64,
+}
+
+impl Hash for Stalling {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        fire(Some(self.name));
+        state.write_u64(self.hash);
+    }
+}
+
+impl PartialEq for Stalling {
+    fn eq(&self, other: &Self) -> bool {
+        fire(None);
+        self.name == other.name
+    }
+}
+
+impl Eq for Stalling {}
+
+/// Hashes a [`Stalling`] key to the hash it carries.
+#[derive(Clone, Copy, Default)]
+struct Carried;
+
+impl std::hash::BuildHasher for Carried {
+    type Hasher = CarriedHasher;
+
+    fn build_hasher(&self) -> CarriedHasher {
+        CarriedHasher(0)
+    }
+}
+
+struct CarriedHasher(u64);
+
+impl std::hash::Hasher for CarriedHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, _: &[u8]) {
+        unreachable!("a carried hash is one u64");
+    }
+
+    fn write_u64(&mut self, hash: u64) {
+        self.0 = hash;
+    }
+}
+
+/// What stalls, on the one thread armed: the hash of the key named, or
+/// (`None`) the next comparison of keys.
+type Stall = (Option<u64>, Box<dyn FnOnce()>);
+
+thread_local! {
+    static STALL: std::cell::RefCell<Option<Stall>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Arms this thread to run `then` at its next hash of the key named
+/// `at` (or, with `None`, its next comparison).
+fn arm(at: Option<u64>, then: impl FnOnce() + 'static) {
+    STALL.with(|stall| *stall.borrow_mut() = Some((at, Box::new(then))));
+}
+
+fn fire(at: Option<u64>) {
+    let then = STALL.with(|stall| {
+        let mut stall = stall.borrow_mut();
+        match &*stall {
+            Some((armed, _)) if *armed == at => stall.take().map(|(_, then)| then),
+            _ => None,
+        }
+    });
+    if let Some(then) = then {
+        then();
+    }
+}
+
+/// A hash in shard 0 with the tag bits `tag` and the home bits `home`
+/// (the low 32: 0 homes in the first group, `u32::MAX` in the last).
+fn carried(tag: u64, home: u32) -> u64 {
+    tag << (64 - SHARD_BITS - 7) | u64::from(home)
+}
+
+/// Puts `name` with `hash` and `word`: whether it was absent.
+fn put_carried(map: &Map<Stalling, StateCell, Carried>, name: u64, hash: u64, word: u64) -> bool {
+    map.insert(
+        None,
+        Stalling { name, hash },
+        StateCell::new(word),
+        NO_SWEEP,
+        |_| unreachable!("nothing dies"),
+        |_| (),
+    )
+    .is_ok()
+}
+
+/// A lookup stopped inside its search of a table, while a rebuild of
+/// that table moves the key on and is itself stopped before it publishes
+/// the new table, still finds the key: linked and not yet published, the
+/// new table is where the key now is. (A lookup that took its miss in the
+/// old table for an answer, or that looked no further once a rebuild had
+/// linked a table, would report a known client absent.)
+#[test]
+fn a_lookup_stopped_while_a_rebuild_moves_its_key_finds_it_in_the_linked_table() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    use std::sync::mpsc;
+
+    let map: Map<Stalling, StateCell, Carried> = Map::with_hasher(Carried);
+    // Eight keys of the sought key's very hash fill its home group (the
+    // first), so it lies in the second, and the lookup compares it with
+    // each of the eight first. One more key lies in the last group.
+    let hash = carried(5, 0);
+    for name in 0..8 {
+        assert!(put_carried(&map, name, hash, name));
+    }
+    let (sought, last) = (100, 200);
+    assert!(put_carried(&map, sought, hash, 42));
+    assert!(put_carried(&map, last, carried(9, u32::MAX), 0));
+    // Keys of another tag, homed in the middle half of the groups.
+    let fillers = PlainAtomicU64::new(1_000);
+    let more = || {
+        // Relaxed: a name, unique by the add.
+        let name = fillers.fetch_add(1, Ordering::Relaxed);
+        let home = 0x4000_0000 + (name.wrapping_mul(0x9E37_79B9) % 0x8000_0000) as u32;
+        assert!(put_carried(&map, name, carried(7, home), 0));
+    };
+    let table = || {
+        let guard = epoch::pin();
+        Map::<Stalling, StateCell, Carried>::current(map.shard(hash), &guard)
+            .map(|t| ptr::from_ref(t) as usize)
+    };
+    // Past a rebuild or two, so that the table has groups to spare.
+    let first = table();
+    while table() == first || map.len() < 64 {
+        more();
+    }
+    // Each stopped thread says so, and waits to be let go; every wait is
+    // bounded, so that a failure fails rather than hangs.
+    let bound = std::time::Duration::from_secs(60);
+    let (lookup_in, lookup_stopped) = mpsc::channel();
+    let (lookup_go, lookup_waits) = mpsc::channel::<()>();
+    let (rebuild_in, rebuild_stopped) = mpsc::channel();
+    let (rebuild_go, rebuild_waits) = mpsc::channel::<()>();
+    // The layout the stops rely on (the same on every run: no seed): the
+    // rebuild moves the sought key's group, and retags it, before the
+    // last key's.
+    let group_of = |name: u64, hash: u64| {
+        let guard = epoch::pin();
+        let table = Map::<Stalling, StateCell, Carried>::current(map.shard(hash), &guard);
+        table
+            .and_then(|t| t.find(hash, &Stalling { name, hash }))
+            .map(|(index, _)| index / LANES)
+    };
+    let (here, there) = (group_of(sought, hash), group_of(last, carried(9, u32::MAX)));
+    assert!(
+        matches!((here, there), (Some(a), Some(b)) if a < b),
+        "groups {here:?} and {there:?}"
+    );
+    let (map, more) = (&map, &more);
+    let found = thread::scope(|scope| {
+        let lookup = scope.spawn(move || {
+            // At its first comparison, with the eight keys of the home group.
+            arm(None, move || {
+                lookup_in.send(()).unwrap();
+                let _ = lookup_waits.recv_timeout(bound);
+            });
+            map.get(&Stalling { name: sought, hash }, StateCell::load)
+                .ok()
+        });
+        lookup_stopped
+            .recv_timeout(bound)
+            .expect("the lookup stops at its first comparison");
+        let rebuild = scope.spawn(move || {
+            // Set and read on this thread alone.
+            let stopped = Rc::new(Cell::new(false));
+            let seen = Rc::clone(&stopped);
+            // At the rebuild's hash of the key in the last group: every other
+            // group moved, the new table linked, not published.
+            arm(Some(last), move || {
+                seen.set(true);
+                rebuild_in.send(()).unwrap();
+                let _ = rebuild_waits.recv_timeout(bound);
+            });
+            for _ in 0..100_000 {
+                if stopped.get() {
+                    break;
+                }
+                more();
+            }
+        });
+        let stopped = rebuild_stopped.recv_timeout(bound);
+        lookup_go.send(()).unwrap();
+        let found = lookup.join();
+        rebuild_go.send(()).unwrap();
+        rebuild.join().unwrap();
+        stopped.expect("a rebuild stops at its hash of the key in the last group");
+        found.unwrap()
+    });
+    assert_eq!(found, Some(42), "found while the rebuild was stopped");
+    let found = map.get(&Stalling { name: sought, hash }, StateCell::load);
+    assert_eq!(found.ok(), Some(42));
+}
