@@ -1201,6 +1201,72 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    /// A log's answers depend on the admissions it holds, never on which
+    /// slots hold them: two clients that hold the same admissions, one in
+    /// the slots after `spent` admissions long expired, the other (fresh)
+    /// in the first, answer every check, booking, cancel and peek alike.
+    #[test]
+    fn two_logs_holding_the_same_admissions_in_other_slots_answer_alike(
+        (limit, window, ops) in log_scenario(),
+        spent in 0..5u64,
+    ) {
+        let spent = spent % limit;
+        let clock = ManualClock::new();
+        let limiter = log_limiter(limit, window, &clock);
+        let (a, b) = (1, 2);
+        if spent > 0 {
+            prop_assert!(limiter.check_n(&a, spent).unwrap().is_allowed());
+        }
+        // Both admit one just before the first admissions expire: from
+        // `window` on, both hold that one alone.
+        clock.set(Duration::from_nanos(window - 1));
+        prop_assert!(limiter.allow_request(&a));
+        prop_assert!(limiter.allow_request(&b));
+        clock.set(Duration::from_nanos(window));
+        let mut booked = Vec::new();
+        for (gap, op) in ops {
+            clock.advance(Duration::from_nanos(gap));
+            let pick = |pick: usize, booked: &mut Vec<(_, _)>| {
+                (!booked.is_empty()).then(|| booked.remove(pick % booked.len()))
+            };
+            match op {
+                Op::Check { cost } => {
+                    prop_assert_eq!(limiter.check_n(&a, cost), limiter.check_n(&b, cost), "{:?}", op);
+                }
+                Op::Reserve { cost, max_wait } => {
+                    let max_wait = max_wait.map_or(Duration::MAX, Duration::from_nanos);
+                    let (x, y) = (
+                        limiter.reserve_n(&a, cost, max_wait),
+                        limiter.reserve_n(&b, cost, max_wait),
+                    );
+                    match (x, y) {
+                        (Ok(x), Ok(y)) => {
+                            prop_assert_eq!((x.wait(), x.ready_at()), (y.wait(), y.ready_at()));
+                            booked.push((x, y));
+                        }
+                        (x, y) => prop_assert_eq!(x.err(), y.err(), "{:?}", op),
+                    }
+                }
+                Op::Cancel { pick: p } | Op::Drop { pick: p } => {
+                    if let Some((x, y)) = pick(p, &mut booked) {
+                        prop_assert_eq!(x.cancel(), y.cancel(), "{:?}", op);
+                    }
+                }
+                Op::Commit { pick: p } => {
+                    if let Some((x, y)) = pick(p, &mut booked) {
+                        x.commit();
+                        y.commit();
+                    }
+                }
+            }
+            prop_assert_eq!(limiter.peek(&a), limiter.peek(&b));
+        }
+    }
+}
+
 /// A log's booking waits for the slots that free up first, and is served
 /// before anything asked after it; cancelling it gives back only the slots
 /// that still hold it.
