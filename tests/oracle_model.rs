@@ -1724,17 +1724,21 @@ fn a_shrunk_case_a_client_moved_in_the_clock_s_first_window_keeps_what_it_had_le
     ]);
 }
 
+/// The setup of the move rule's shrunk cases: a clock that starts at 0,
+/// quotas 3 (tier 0) and 0 (tier 1), forgetting by the defaults.
+const FROM_THE_CLOCK_S_START: Setup = Setup {
+    q0: 3,
+    q1: 0,
+    memory: Memory::Passes,
+    origin: 0,
+    start: 0,
+    tiered: true,
+};
+
 /// A shrunk case of the move rule's runs, on a clock that starts at 0 and
 /// quotas 3 (tier 0) and 0 (tier 1), for each family with windows.
 fn windowed_moves_from_the_clock_s_start(ops: &[Op]) {
-    let setup = Setup {
-        q0: 3,
-        q1: 0,
-        memory: Memory::Passes,
-        origin: 0,
-        start: 0,
-        tiered: true,
-    };
+    let setup = FROM_THE_CLOCK_S_START;
     run::<Fixed>(setup, ops, true).unwrap();
     run::<Sliding>(setup, ops, true).unwrap();
     run::<Pair>(setup, ops, true).unwrap();
@@ -1783,16 +1787,8 @@ fn a_shrunk_case_a_booking_after_a_step_back_is_compared_with_the_state_it_leave
             },
             Op::SetQuota { tier: 0, quota: 0 },
         ];
-        let setup = Setup {
-            q0: 3,
-            q1: 0,
-            memory: Memory::Passes,
-            origin: 0,
-            start: 0,
-            tiered: true,
-        };
-        run::<Buckets>(setup, &ops, true).unwrap();
-        run::<Pair>(setup, &ops, true).unwrap();
+        run::<Buckets>(FROM_THE_CLOCK_S_START, &ops, true).unwrap();
+        run::<Pair>(FROM_THE_CLOCK_S_START, &ops, true).unwrap();
     }
 }
 
