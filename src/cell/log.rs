@@ -678,6 +678,34 @@ mod tests {
     }
 
     #[test]
+    fn a_booking_ready_at_the_last_instant_is_made_and_one_past_it_never() {
+        use crate::algorithm::{NEVER, NOW_MAX};
+        let l = log(1, 100);
+        // The slot frees at the last instant: booked then, 100 away; and
+        // refused as too long by a wait allowed a nanosecond less.
+        let cell = l.new_cell();
+        assert!(Algorithm::admit(&l, &cell, NOW_MAX - 100, 1));
+        assert_eq!(
+            l.reserve(&cell, NOW_MAX - 100, 1, 99),
+            Some(Booking::TooLong(100))
+        );
+        let Some(Booking::Granted(ticket, wait)) = l.reserve(&cell, NOW_MAX - 100, 1, 100) else {
+            panic!("booked");
+        };
+        assert_eq!((ticket.ready_at(), wait), (NOW_MAX, 100));
+        // A slot that frees past the last instant: never, whatever the
+        // wait allowed.
+        let cell = l.new_cell();
+        assert!(Algorithm::admit(&l, &cell, NOW_MAX - 99, 1));
+        for max_wait in [100, u64::MAX] {
+            assert_eq!(
+                l.reserve(&cell, NOW_MAX - 99, 1, max_wait),
+                Some(Booking::TooLong(NEVER))
+            );
+        }
+    }
+
+    #[test]
     fn a_check_aborts_a_pending_eviction() {
         let l = log(1, 100);
         let cell = l.new_cell();
