@@ -85,14 +85,15 @@
 //!   instant at which `n` of its slots are free, and charges it now by
 //!   claiming those slots with the expiry of an admission at that instant.
 //!   Cancelling before its time gives back what no later booking has
-//!   claimed from it: each slot that still holds an admission at its
-//!   instant (one a unit booked) gets back an admission the booking
-//!   replaced, the latest first. Slots are interchangeable, so a cancel
-//!   gives back the same whichever slots held what: a client forgotten
-//!   while idle is given back what a held one would be. A booking of several units claims
-//!   its slots one by one; if a check or another booking takes one of them
-//!   first, it gives back what it claimed and is timed again, and a check
-//!   that meets it halfway may be denied (never wrongly admitted).
+//!   claimed from it: as many slots as it booked units, of those that
+//!   still hold an admission at its instant, each get back one of the
+//!   admissions the booking replaced, the latest first. Which slot held
+//!   which admission never matters: a client forgotten while idle is
+//!   given back exactly what a held one would be. A booking of several
+//!   units claims its slots one by one; if a check or another booking
+//!   takes one of them first, it gives back what it claimed and is timed
+//!   again, and a check that meets it halfway may be denied (never
+//!   wrongly admitted).
 //! - **The sliding window counter** does not book ahead, and the compiler
 //!   says so: `reserve` needs a [`Reservable`](crate::Reservable)
 //!   algorithm. A booking ready at `r` must be charged now as the check at
