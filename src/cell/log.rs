@@ -388,8 +388,9 @@ impl LogState {
                 }
             }
         }
-        // Raced short: give the slots back. A slot no longer holding our
-        // stamp was legitimately taken once our stamp expired; leave it.
+        // Raced short: give back as many slots holding our stamp as we
+        // claimed (`restore`: any slot holding it, since slots of one
+        // expiry are interchangeable; one claimed from ours is left).
         self.restore(&claimed, stamp);
         false
     }
