@@ -14,7 +14,9 @@ collected in full before each), less `serverCron` (Redis's timer, whose
 expiry sweeps run by the clock, not per call), divided by the checks.
 Needs redis-server, redis-cli, valgrind (callgrind_control,
 callgrind_annotate). Environment: N (checks per case, default 1280),
-SIZES (batch sizes, default 8,32,64).
+SIZES (batch sizes, default 8,32,64). Each size also runs as one client
+making that many requests of cost 1 in one call (a hot client's coalesced
+checks).
 """
 import glob, os, re, socket, subprocess, sys, tempfile, threading, time
 
@@ -143,6 +145,8 @@ def main():
     # argument per client.
     bare = 'local HEAD, cost' in check
     same = 'if S == 0 then' in batch
+    # A client's many requests of cost 1 sent as one argument.
+    hot = 'local hot' in batch
 
     def count():
         subprocess.run(['callgrind_control', '-d', str(srv.pid)], capture_output=True)
@@ -207,6 +211,18 @@ def main():
                         cmds.append(['EVALSHA', shas[1], size, *keys, 1, a, 1_000_000, head, j, *per_key])
                 return cmds
             measure(f'key {case}, batches of {size}', make, calls * size)
+        for size in sizes:
+            calls = max(1, n_checks // size)
+
+            def make_hot(ph, size=size, calls=calls):
+                # One client, `size` requests of cost 1 in each call (a hot
+                # client's coalesced checks): `-(size × 1024 + 1)` alone
+                # where the script reads that form, else `size × 1024 + 1`
+                # and each cost.
+                per = [-(size * 1024 + 1)] if hot else [size * 1024 + 1, *([1] * size)]
+                return [['EVALSHA', shas[1], 1, key(ph, f'hot.{j}', 1) if not present else f'{case}:hot',
+                         1, a, 1_000_000, head, j, *per] for j in range(calls)]
+            measure(f'key {case}, one client, batches of {size}', make_hot, calls * size)
         now = int(time.time() * 1000)
         measure(f'key {case}, throttle-kit, one call per check',
                 lambda ph: [['EVALSHA', shas[2], 1, 'tk:' + key(ph, i, 100), 3, 1_000_000, 1, now + i, 3_000_000]

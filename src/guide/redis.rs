@@ -56,11 +56,16 @@
 //!   checks share a call. The sliding window log's checks, peeks,
 //!   bookings and a cost beyond the client's tier go one call each; a
 //!   client whose state was written under other settings is left
-//!   untouched by the batch and converted by a call of its own.
+//!   untouched by the batch and converted by a call of its own. A
+//!   client's several requests of cost 1 in one batch (a hot client's)
+//!   are answered by Redis in a few numbers, how many it admitted and the
+//!   state before and after, and each decision is replayed in process by
+//!   the same algorithm; a replay that does not end on the state Redis
+//!   wrote is answered by the fail policy, never taken as a decision.
 //!   `coalesce(false)` makes every
 //!   check its own call. Shown by the batch proptests in
 //!   `src/redis/tests/batch_equal.rs` (a batch of three clients' interleaved
-//!   checks decides as the same checks one by one, for the token bucket,
+//!   checks, a third of the batches all of cost 1, decides as the same checks one by one, for the token bucket,
 //!   both windows and a pair, with states of other settings left alone),
 //!   by `checks_made_at_once_coalesce_and_decide_as_one_after_the_other`,
 //!   `clients_of_two_tiers_in_one_batch_each_get_their_tier`,

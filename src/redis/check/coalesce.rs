@@ -39,11 +39,12 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 
 use super::decide::{Answer, Failure, Seen};
+use crate::algorithm::Transitions;
 use crate::check::{CheckError, CheckErrorKind};
 use crate::decision::Decision;
 use crate::redis::quota::algorithm::RedisAlgorithm;
 use crate::redis::quota::tier::Judged;
-use crate::redis::script::spec::Spec;
+use crate::redis::script::spec::{Ns, Spec};
 use crate::redis::script::state::{decision, decode_fast, DecodeError, Fast};
 use crate::redis::shared::limiter::Inner;
 use crate::redis::table::flight::{Joined, Waiter, BATCH_MAX};
@@ -321,7 +322,7 @@ impl<A: RedisAlgorithm> Inner<A> {
                     && plan
                         .clients
                         .iter()
-                        .all(|c| matches!(c.requests[..], [at] if requests[at].cost == 1));
+                        .all(|c| c.requests.len() == 1 && c.unit(requests));
                 cmd.arg(if same { 0 } else { plan.quotas.len() });
                 for &at in &plan.quotas {
                     let judged = &requests[at].judged;
@@ -336,13 +337,14 @@ impl<A: RedisAlgorithm> Inner<A> {
                 }
                 for client in &plan.clients {
                     let quota = client.quota as i64 + 1;
-                    if let [at] = client.requests[..] {
-                        if requests[at].cost == 1 {
-                            // The most common: one request of cost 1, in
-                            // one argument (see `batch_script`).
-                            cmd.arg(-quota);
-                            continue;
-                        }
+                    if client.unit(requests) {
+                        // The most common: requests of cost 1, in one
+                        // argument (see `batch_script`).
+                        cmd.arg(match client.requests.len() {
+                            1 => -quota,
+                            n => -(n as i64 * 1024 + quota),
+                        });
+                        continue;
                     }
                     // Both in one argument: one number for the script to
                     // parse (see `batch_script`).
@@ -381,6 +383,10 @@ impl<A: RedisAlgorithm> Inner<A> {
                 .iter()
                 .map(|(h, _)| h.fields().len())
                 .sum::<usize>();
+            if client.hot(requests) {
+                rest = replay(&spec, &ns, now, &client.requests, rest, &mut answers)?;
+                continue;
+            }
             for &at in &client.requests {
                 if rest.len() < width {
                     return Err(shape());
@@ -424,6 +430,102 @@ struct PlanClient {
     quota: usize,
     /// Its requests' indices, in order.
     requests: Vec<usize>,
+}
+
+impl PlanClient {
+    /// Whether each of its requests costs 1: sent as one argument.
+    fn unit(&self, requests: &[&Request]) -> bool {
+        self.requests.iter().all(|&at| requests[at].cost == 1)
+    }
+
+    /// Whether it made several requests, each of cost 1: answered in a
+    /// few numbers, however many (see [`replay`]).
+    fn hot(&self, requests: &[&Request]) -> bool {
+        self.requests.len() > 1 && self.unit(requests)
+    }
+}
+
+/// The answers to a client's several requests of cost 1 (a hot client's),
+/// from the few numbers the batch script answers them with (see
+/// `batch_script`): how many it admitted (`k`, the first `k`), the state
+/// before the first, and the state after the last admission. The `k`
+/// admissions are replayed at the batch's instant by the in-process
+/// algorithm, which the script is proven equal to; a replay that does
+/// not admit exactly the first `k`, or ends on another state than the
+/// script wrote, is an error, never an answer. Returns the reply past
+/// the client's numbers.
+fn replay<'r>(
+    spec: &Spec,
+    ns: &Ns,
+    now: i64,
+    at: &[usize],
+    reply: &'r [i64],
+    answers: &mut [Option<Answer>],
+) -> Result<&'r [i64], Failure> {
+    let shape = || Failure::Decode(DecodeError::Shape(reply.len()));
+    let fields = spec
+        .halves()
+        .iter()
+        .map(|(h, _)| h.fields().len())
+        .sum::<usize>();
+    let (&k, rest) = reply.split_first().ok_or_else(shape)?;
+    let k = usize::try_from(k)
+        .ok()
+        .filter(|&k| k <= at.len())
+        .ok_or(Failure::Decode(DecodeError::Range(
+            "a hot client's count of admissions out of range",
+        )))?;
+    // The state as the script wrote it, in its reply's form: the
+    // outcome, the fields, the instant.
+    let word = |fields: &[i64]| -> Result<(u128, u64), Failure> {
+        let mut one = Vec::with_capacity(fields.len() + 2);
+        one.push(1);
+        one.extend_from_slice(fields);
+        one.push(now);
+        match decode_fast(spec, &one)? {
+            Fast::Decided { word, now, .. } => Ok((word, now)),
+            Fast::Convert => Err(shape()),
+        }
+    };
+    if rest.len() < fields {
+        return Err(shape());
+    }
+    let (before, mut rest) = rest.split_at(fields);
+    let (mut state, now) = word(before)?;
+    let written = if k > 0 {
+        if rest.len() < fields {
+            return Err(shape());
+        }
+        let (after, past) = rest.split_at(fields);
+        rest = past;
+        Some(word(after)?.0)
+    } else {
+        None
+    };
+    let differs = || {
+        Failure::Decode(DecodeError::Range(
+            "a hot client's admissions that the in-process algorithm does not replay",
+        ))
+    };
+    for (i, &request) in at.iter().enumerate() {
+        let admitted = ns.admit(state, now * 1_000, 1);
+        let allowed = match admitted {
+            Some(next) if i < k => {
+                state = next;
+                true
+            }
+            None if i >= k => false,
+            _ => return Err(differs()),
+        };
+        answers[request] = Some(Answer {
+            decision: decision(ns, allowed, state, now, 1),
+            seen: Seen::Word { word: state, now },
+        });
+    }
+    if written.is_some_and(|written| written != state) {
+        return Err(differs());
+    }
+    Ok(rest)
 }
 
 impl Plan {
@@ -549,5 +651,80 @@ async fn wait<A: RedisAlgorithm>(
             ),
         ),
         Err(_elapsed) => inner.timed_out(&request),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use core::time::Duration;
+
+    use super::*;
+    use crate::TokenBucket;
+
+    /// A bucket of 2, one unit a millisecond, and three requests of cost
+    /// 1 at `NOW` (µs) on a fresh state (`[0, 0]`: a TAT of 0, no ns).
+    const NOW: i64 = 5_000_000;
+
+    fn bucket() -> (Spec, Ns) {
+        let spec =
+            Spec::bucket(&TokenBucket::new(1, Duration::from_millis(1), 2).unwrap()).unwrap();
+        let ns = spec.ns().unwrap();
+        (spec, ns)
+    }
+
+    fn replayed(reply: &[i64]) -> Result<(Vec<Option<Answer>>, usize), Failure> {
+        let (spec, ns) = bucket();
+        let mut answers: Vec<Option<Answer>> = (0..3).map(|_| None).collect();
+        let rest = replay(&spec, &ns, NOW, &[0, 1, 2], reply, &mut answers)?;
+        Ok((answers, rest.len()))
+    }
+
+    #[test]
+    fn a_hot_client_is_answered_as_its_requests_one_by_one() {
+        // Two admitted, each a millisecond on; the third refused.
+        let (answers, rest) = replayed(&[2, 0, 0, NOW + 2_000, 0, 42]).unwrap();
+        assert_eq!(rest, 1, "the reply past the client's numbers");
+        let (_, ns) = bucket();
+        let now = NOW as u64;
+        let mut state = ns.fresh_at(0);
+        for (i, answer) in answers.into_iter().enumerate() {
+            let answer = answer.expect("every request answered");
+            let admitted = ns.admit(state, now * 1_000, 1);
+            if let Some(next) = admitted {
+                state = next;
+            }
+            assert_eq!(answer.decision.is_allowed(), i < 2, "request {i}");
+            assert_eq!(
+                answer.decision,
+                decision(&ns, admitted.is_some(), state, now, 1),
+                "request {i}"
+            );
+        }
+        // None admitted: no state after.
+        let (answers, rest) = replayed(&[0, NOW + 2_000, 0, 42]).unwrap();
+        assert_eq!(rest, 1);
+        assert!(answers
+            .iter()
+            .all(|a| !a.as_ref().unwrap().decision.is_allowed()));
+    }
+
+    #[test]
+    fn a_hot_client_the_in_process_algorithm_does_not_replay_is_an_error() {
+        for reply in [
+            // The script says one admitted, where two are.
+            &[1, 0, 0, NOW + 1_000, 0][..],
+            // Three admitted, where the bucket holds two.
+            &[3, 0, 0, NOW + 3_000, 0],
+            // Two admitted, but a state written that they do not leave.
+            &[2, 0, 0, NOW + 3_000, 0],
+            // More admitted than requests made, or fewer than none.
+            &[4, 0, 0, NOW + 4_000, 0],
+            &[-1, 0, 0],
+            // Cut short.
+            &[2, 0, 0, NOW + 2_000],
+            &[2, 0],
+        ] {
+            assert!(replayed(reply).is_err(), "{reply:?}");
+        }
     }
 }

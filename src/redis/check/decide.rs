@@ -38,6 +38,7 @@ use crate::sync::Ordering;
 pub(super) const ATTEMPTS: usize = 8;
 
 /// Why a round trip gave no decision.
+#[derive(Debug)]
 pub(crate) enum Failure {
     Redis(RedisError),
     Decode(DecodeError),

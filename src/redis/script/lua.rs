@@ -314,17 +314,25 @@ end
 /// settings (each limit's two, then the head of the values the reader
 /// writes), the call's number, then for each key: `1024 c + s`, where `s`
 /// is the number of its settings (1-based, under 1 024) and `c` the number
-/// of its requests, then their `c` costs; or, for a key of one request of
-/// cost 1 (the most common), `-s` alone (an argument less costs Redis
-/// about 2 k instructions: the string sent, read, and made a Lua string).
-/// `S` sent as `0` is the most common batch of all: one settings, and
-/// every key one request of cost 1, with nothing sent for the keys.
+/// of its requests, then their `c` costs; or, for a key whose requests
+/// each cost 1 (the most common), `-(1024 c + s)` alone, `-s` for one
+/// request (an argument less costs Redis about 2 k instructions: the
+/// string sent, read, and made a Lua string). `S` sent as `0` is the most
+/// common batch of all: one settings, and every key one request of cost
+/// 1, with nothing sent for the keys.
 /// The reply: for each key, `-1` for a state to convert or `-2` for a
 /// value that is not a tollgate state, a string or a value of another
 /// type (its requests undecided, its key untouched; no other key's
 /// answer fails with it), else `1` and, for each of its requests, what
 /// `word_script`'s check replies without `now` (the outcome and the
-/// state); then `now`.
+/// state); then `now`. A key of several requests each of cost 1 (a hot
+/// client's checks) is answered in a few numbers however many it made:
+/// `1`, how many were admitted (`k`: the first `k`, since a refusal
+/// changes nothing and the next request of cost 1 at the same instant
+/// meets the same state), the state before the first request, and, if
+/// `k > 0`, the state after the last admission. The caller replays the
+/// `k` admissions with the in-process algorithm (which the scripts are
+/// proven equal to), and checks that it ends on that state.
 pub(crate) fn batch_script(spec: &Spec, clock: &str, moves: bool, packed: bool) -> String {
     let halves = spec.halves();
     let width = 2 * halves.len() + 1;
@@ -399,10 +407,11 @@ end
         decide.push_str(&half_lua(half, x));
     }
     let (cur, next) = word_vars(spec);
-    let push = |vars: &[String]| {
+    // `out[<from> + i] = var_i` for each of `vars`.
+    let at = |vars: &[String], from: &str| {
         vars.iter()
             .enumerate()
-            .map(|(i, v)| format!("out[n + {}] = {v}", i + 2))
+            .map(|(i, v)| format!("out[{from} + {i}] = {v}"))
             .collect::<Vec<_>>()
             .join("; ")
     };
@@ -423,20 +432,41 @@ for j = 1, #KEYS do
 local c, si, one = 1, 1, true
 if not same then
   local sc = ARGV[p] + 0
-  si = -sc
-  if sc > 0 then
+  if sc < 0 then
+    si = -sc
+    if si > 1024 then
+      c = math.floor(si / 1024)
+      si = si - c * 1024
+    end
+  else
     c = math.floor(sc / 1024)
     si = sc - c * 1024
     one = false
   end
   p = p + 1
 end
+local hot = one and c > 1
 {settings}local key = KEYS[j]
 local st, HEAD, DD, {fields} = read(key, V[j], H[si], D[si])
 n = n + 1
 out[n] = st
 if st == 1 then
 local wrote, last = false, 0
+if hot then
+local base, admits = n, 0
+n = n + {hot_step}
+for i = 0, c - 1 do
+local cost = 1
+{decide}local allowed = {allowed}
+if i == 0 then {cur_base} end
+if not allowed then break end
+admits = admits + 1
+{fields} = {next}
+last, wrote = {idle}, true
+end
+out[base + 1] = admits
+if admits > 0 then {fields_out}; n = n + {nf} end
+else
 for i = 0, c - 1 do
 local cost = 1
 if not one then cost = ARGV[p + i] + 0 end
@@ -452,6 +482,7 @@ if allowed and cost > 0 then
   last, wrote = {idle}, true
 end
 end
+end
 if wrote then
   redis.call('SET', key, HEAD .. id .. {value}, 'PXAT', fmt('%d', math.floor(last / 1000) + 1 + DD))
 end
@@ -462,9 +493,13 @@ out[n + 1] = now
 return out
 ",
         step = 1 + fields.len(),
+        hot_step = 1 + fields.len(),
+        nf = fields.len(),
+        cur_base = at(&cur, "base + 2"),
+        fields_out = at(&fields, "n + 1"),
         allowed = word_allowed(spec),
-        next_out = push(&next),
-        cur_out = push(&cur),
+        next_out = at(&next, "n + 2"),
+        cur_out = at(&cur, "n + 2"),
         fields = fields.join(", "),
         next = next.join(", "),
         idle = word_idle(spec),
