@@ -407,11 +407,12 @@ end
         decide.push_str(&half_lua(half, x));
     }
     let (cur, next) = word_vars(spec);
-    // `out[<from> + i] = var_i` for each of `vars`.
-    let at = |vars: &[String], from: &str| {
+    // `out[<var> + from + i] = var_i` for each of `vars`, each index one
+    // addition (Lua 5.1 folds no constant into a variable's sum).
+    let at = |vars: &[String], var: &str, from: usize| {
         vars.iter()
             .enumerate()
-            .map(|(i, v)| format!("out[{from} + {i}] = {v}"))
+            .map(|(i, v)| format!("out[{var} + {}] = {v}", from + i))
             .collect::<Vec<_>>()
             .join("; ")
     };
@@ -495,11 +496,11 @@ return out
         step = 1 + fields.len(),
         hot_step = 1 + fields.len(),
         nf = fields.len(),
-        cur_base = at(&cur, "base + 2"),
-        fields_out = at(&fields, "n + 1"),
+        cur_base = at(&cur, "base", 2),
+        fields_out = at(&fields, "n", 1),
         allowed = word_allowed(spec),
-        next_out = at(&next, "n + 2"),
-        cur_out = at(&cur, "n + 2"),
+        next_out = at(&next, "n", 2),
+        cur_out = at(&cur, "n", 2),
         fields = fields.join(", "),
         next = next.join(", "),
         idle = word_idle(spec),
