@@ -711,10 +711,17 @@ mod tests {
     #[test]
     fn a_hot_client_the_in_process_algorithm_does_not_replay_is_an_error() {
         for reply in [
-            // The script says one admitted, where two are.
+            // The script says one admitted, where two are: with the state
+            // one leaves, or the state two leave.
             &[1, 0, 0, NOW + 1_000, 0][..],
-            // Three admitted, where the bucket holds two.
+            &[1, 0, 0, NOW + 2_000, 0],
+            // None admitted, where the bucket admits (no state after to
+            // compare with).
+            &[0, 0, 0],
+            // Three admitted, where the bucket holds two: with the state
+            // three would leave, or the state two leave.
             &[3, 0, 0, NOW + 3_000, 0],
+            &[3, 0, 0, NOW + 2_000, 0],
             // Two admitted, but a state written that they do not leave.
             &[2, 0, 0, NOW + 3_000, 0],
             // More admitted than requests made, or fewer than none.
