@@ -863,9 +863,11 @@ fn a_call_that_ends_outside_a_runtime_answers_the_checks_waiting_on_it() {
 /// call (and no probe) of their own. A paused server holds a check of
 /// client `x` and one of client `c`, with nine checks of `c` waiting
 /// behind them (on one server every client of a limiter shares the
-/// calls in flight); `x`'s check times out at 1 s and opens the breaker,
-/// and the nine are answered then. At 1.3 s the server is killed, and
-/// `c`'s call fails.
+/// calls in flight); `x`'s check times out at 3 s and opens the breaker,
+/// and the nine are answered then. At 3.9 s the server is killed, and
+/// `c`'s call fails. Each instant the test asserts at is 0.9 s from the
+/// events on either side of it, so that a loaded machine's scheduling
+/// cannot reorder them.
 #[test]
 fn checks_waiting_when_a_call_fails_find_the_breaker_it_left() {
     let Some(mut server) = Server::start() else {
@@ -881,7 +883,7 @@ fn checks_waiting_when_a_call_fails_find_the_breaker_it_left() {
             .window(HOUR)
             .redis(conn, prefix("coalprobe"))
             .fail_policy(FailPolicy::FailClosed)
-            .timeout(Duration::from_secs(1))
+            .timeout(Duration::from_secs(3))
             .backoff(Duration::from_millis(20), Duration::from_secs(5))
             .no_deny_shortcut()
             .coalesce(true)
@@ -900,22 +902,22 @@ fn checks_waiting_when_a_call_fails_find_the_breaker_it_left() {
         let check = |client: &'static str| {
             let limiter = limiter.clone();
             tokio::spawn(async move {
-                tokio::time::timeout(Duration::from_secs(5), limiter.check(client))
+                tokio::time::timeout(Duration::from_secs(15), limiter.check(client))
                     .await
                     .expect("a check hung")
             })
         };
         let started = Instant::now();
-        // x's call times out at 1 s, and the checks waiting are answered
-        // then; c's call would time out at 1.6 s: the server dies at 1.3 s.
+        // x's call times out at 3 s, and the checks waiting are answered
+        // then; c's call would time out at 4.8 s: the server dies at 3.9 s.
         let mut tasks = vec![check("x")];
-        tokio::time::sleep(Duration::from_millis(600)).await;
+        tokio::time::sleep(Duration::from_millis(1_800)).await;
         // c's first check alone, so that it is the one whose call goes:
         // two spawned together may reach the limiter in either order.
         tasks.push(check("c"));
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(150)).await;
         tasks.extend((0..9).map(|_| check("c")));
-        tokio::time::sleep_until((started + Duration::from_millis(1_300)).into()).await;
+        tokio::time::sleep_until((started + Duration::from_millis(3_900)).into()).await;
         assert!(tasks[0].is_finished(), "x's check timed out");
         assert!(!tasks[1].is_finished(), "c's call is in flight");
         assert!(
