@@ -378,13 +378,24 @@ impl<A: RedisAlgorithm> Inner<A> {
             }
             let spec = requests[client.requests[0]].spec();
             let ns = spec.ns().expect("only a word algorithm's checks coalesce");
-            let width = 1 + spec
+            // The state's numbers in a reply, and a request's answer: the
+            // outcome and the state.
+            let fields = spec
                 .halves()
                 .iter()
                 .map(|(h, _)| h.fields().len())
                 .sum::<usize>();
+            let width = 1 + fields;
             if client.hot(requests) {
-                rest = replay(&spec, &ns, now, &client.requests, rest, &mut answers)?;
+                rest = replay(
+                    &spec,
+                    &ns,
+                    fields,
+                    now,
+                    &client.requests,
+                    rest,
+                    &mut answers,
+                )?;
                 continue;
             }
             for &at in &client.requests {
@@ -454,20 +465,17 @@ impl PlanClient {
 /// not admit exactly the first `k`, or ends on another state than the
 /// script wrote, is an error, never an answer. Returns the reply past
 /// the client's numbers.
+/// `fields` is how many numbers the state takes in the reply.
 fn replay<'r>(
     spec: &Spec,
     ns: &Ns,
+    fields: usize,
     now: i64,
     at: &[usize],
     reply: &'r [i64],
     answers: &mut [Option<Answer>],
 ) -> Result<&'r [i64], Failure> {
     let shape = || Failure::Decode(DecodeError::Shape(reply.len()));
-    let fields = spec
-        .halves()
-        .iter()
-        .map(|(h, _)| h.fields().len())
-        .sum::<usize>();
     let (&k, rest) = reply.split_first().ok_or_else(shape)?;
     let k = usize::try_from(k)
         .ok()
@@ -675,7 +683,7 @@ mod tests {
     fn replayed(reply: &[i64]) -> Result<(Vec<Option<Answer>>, usize), Failure> {
         let (spec, ns) = bucket();
         let mut answers: Vec<Option<Answer>> = (0..3).map(|_| None).collect();
-        let rest = replay(&spec, &ns, NOW, &[0, 1, 2], reply, &mut answers)?;
+        let rest = replay(&spec, &ns, 2, NOW, &[0, 1, 2], reply, &mut answers)?;
         Ok((answers, rest.len()))
     }
 
