@@ -99,7 +99,14 @@
 //! is sealed before any lane is resolved or moved: a resolution after some
 //! entries had left could miss a `FULL` lane already `MOVED`. A loser that
 //! finds no entry of its key and its own slot sealed (`DELETED`) goes to
-//! the lock, whether or not the link is there yet.
+//! the lock, if the link is not there yet.
+//!
+//! **First requests during the moves.** Once the link is there, a first
+//! request searches the old table, then the new one, and inserts a key it
+//! found in neither into the new table with the protocol above, with no
+//! lock. A move places its entry there as an insert does (claimed, then
+//! published), but `FULL` at once: the key's entry reads `FULL` in the old
+//! table until then, so no first request publishes the key in the new one.
 //!
 //! # The models, and their broken twins (`claim/models.rs`)
 //!
@@ -110,8 +117,13 @@
 //! * two keys into one group: both found, each decided once; twin: a claim
 //!   made by a load and a store, which loses a key;
 //! * an insert (or two of one key) racing a rebuild: the key found
-//!   exactly once, in the new table, every old key moved; twin: a rebuild
-//!   that does not seal, which strands the entry in the old table;
+//!   exactly once, in the new table, every old key moved; twins: a rebuild
+//!   that does not seal, which strands the entry in the old table, and a
+//!   move placed by a load and a store, which writes the slot an insert
+//!   into the linked table claimed;
+//! * a first request of a key the old table holds, racing that key's
+//!   move: one entry, in the new table; twin: an insert into the linked
+//!   table that does not search the old one, which makes two;
 //! * an inserter stalled for good after publishing, a second inserter of
 //!   its key and a removal of the entry: the second returns (it resolves
 //!   the stalled slot itself) on a slot that held the entry, and the key
@@ -197,6 +209,12 @@ pub(crate) enum Break {
     /// `EMPTY` lane left in it (a racing inserter of the key may have
     /// gone on to the next group).
     AloneInAFullGroup,
+    /// A rebuild's move placed by a load and a store of the word, as if no
+    /// one else wrote the linked table.
+    RacyPut,
+    /// An insert into the linked table that does not search the old one
+    /// first.
+    NoOldSearch,
 }
 
 /// How a resolution ended for the slot it resolved.
@@ -527,6 +545,43 @@ impl Table {
         }
     }
 
+    /// Places `key`, moved from the old table, in the linked one (the map's
+    /// `Table::put`): claimed as an insert claims, written, and published
+    /// `FULL` at once, with no resolution (no other slot of the key is ever
+    /// published: an insert into the linked table searches the old one
+    /// first, where the key reads `FULL` until this publication). The twin
+    /// `RacyPut` writes the slot of the first `EMPTY` lane and stores the
+    /// word, as if it were the table's only writer.
+    fn put(&self, key: u8, broken: Break) -> usize {
+        if broken == Break::RacyPut {
+            for (g, group) in self.ctrl.iter().enumerate() {
+                // Acquire: as in `swap_lane`.
+                let word = group.load(Ordering::Acquire);
+                if let Some(l) = (0..LANES).find(|&l| lane(word, l) == EMPTY) {
+                    let s = g * LANES + l;
+                    self.keys[s].with_mut(|slot| {
+                        // SAFETY: none: the broken twin's race, which loom
+                        // reports.
+                        unsafe { *slot = key };
+                    });
+                    // Release: publishes the key, but loses any lane
+                    // claimed since the load.
+                    group.store(with(word, l, full(key)), Ordering::Release);
+                    return s;
+                }
+            }
+            unreachable!("the linked table has room");
+        }
+        let s = self.claim(Break::None).expect("only a rebuild seals");
+        self.keys[s].with_mut(|slot| {
+            // SAFETY: the lane is CLAIMED by this thread.
+            unsafe { *slot = key };
+        });
+        let published = self.swap_lane(s, CLAIMED, full(key));
+        assert!(published.is_ok(), "only a rebuild seals a claim");
+        s
+    }
+
     /// Removes `key`'s entry, as a removal of a dead entry does under the
     /// writers' lock (which no claim takes): `FULL → DELETED`.
     fn remove(&self, key: u8) {
@@ -568,17 +623,29 @@ struct Shard {
 }
 
 impl Shard {
-    /// An insert of a new key: with no lock into the current table (true),
-    /// or, if a rebuild of it is under way or sealed the claim, under the
-    /// lock into the table the rebuild published (false).
+    /// An insert of a new key: with no lock into the current table, or,
+    /// while a rebuild moves that table's entries to the one it linked,
+    /// into the linked one (the map's `Map::insert_moving`; true); or, if
+    /// the rebuild sealed the claim before it linked the new table, under
+    /// the lock into the table the rebuild published (false).
     fn insert(&self, key: u8, broken: Break) -> bool {
         // Acquire: pairs with the rebuild's Release stores.
         let current = self.current.load(Ordering::Acquire);
         let table = &self.tables[current];
         // Acquire: pairs with the rebuild's Release store (in the map, the
-        // old table's link to the new one): a rebuild under way sends the
-        // insert to the lock.
-        if !table.sealed.load(Ordering::Acquire) && table.insert(key, broken).is_some() {
+        // old table's link to the new one): the old table holds every
+        // entry it ever will, each `FULL` until its copy is published in
+        // the new one.
+        if table.sealed.load(Ordering::Acquire) {
+            let next = &self.tables[1];
+            let found = (broken != Break::NoOldSearch && !table.entries(key).is_empty())
+                || !next.entries(key).is_empty();
+            if !found {
+                let _ = next.insert(key, broken).expect("only a rebuild seals");
+            }
+            return true;
+        }
+        if table.insert(key, broken).is_some() {
             return true;
         }
         let _held = self.writers.lock().unwrap();
@@ -634,9 +701,7 @@ impl Shard {
                 continue;
             }
             let key = old.key(index);
-            let to = new
-                .insert(key, Break::None)
-                .expect("a new table is not sealed");
+            let to = new.put(key, broken);
             // Relaxed: the cell's state moves with the entry (the
             // forwarding protocol's part, not modelled here).
             new.cells[to].store(old.cells[index].load(Ordering::Relaxed), Ordering::Relaxed);

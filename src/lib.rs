@@ -276,12 +276,15 @@
 //! [observability guide](crate::guide::observability); and a check reads
 //! its clock, which for a [`TokioClock`] on paused time means tokio's own
 //! lock). A client's first request takes no lock either, and never waits
-//! for a removal, a sweep's walk over its shard, or another first request:
-//! it claims its slot with a compare-and-swap. The one writer it waits for
-//! is a rebuild of its own shard's table (as the table grows, as a sweep
-//! or removals shrink it, or as a quota changes), which holds a lock per
-//! shard while it moves the entries; a first request that finds the table
-//! full makes that rebuild itself. Two limits at once stay
+//! for a removal, a sweep's walk over its shard, another first request, or
+//! a rebuild moving its shard's entries: it claims its slot with a
+//! compare-and-swap, in the rebuild's new table while one moves. A rebuild
+//! of a shard's table (as the table grows, as a sweep or removals shrink
+//! it, or as a quota changes) holds a lock per shard, and a first request
+//! waits for it only while it seals the old table (deciding the first
+//! requests caught half way), or if the new table fills before the move
+//! ends; a first request that finds the table full makes that rebuild
+//! itself. Two limits at once stay
 //! lock-free where the CPU has a 128-bit compare-and-swap
 //! ([`Both::is_lock_free`]: x86-64, AArch64).
 //!

@@ -158,8 +158,11 @@ pub(crate) fn racing_rebuild(broken: Break, inserters: usize) -> Explored {
     let name = format!("claim/racing_rebuild/{inserters}/{broken:?}");
     // The inserters and the rebuilder.
     check_bounded(&name.clone(), bound(inserters + 1), move |tally| {
+        // With two inserters, one old key: the moves they race are then
+        // few enough for the checker to go through every interleaving.
+        let old: &[u8] = if inserters > 1 { &OLD[..1] } else { &OLD };
         let shard = Arc::new(Shard {
-            tables: [Table::holding(&OLD), Table::new()],
+            tables: [Table::holding(old), Table::new()],
             current: AtomicUsize::new(0),
             writers: Mutex::new(()),
         });
@@ -179,16 +182,45 @@ pub(crate) fn racing_rebuild(broken: Break, inserters: usize) -> Explored {
         }
         rebuilder.join().unwrap();
         tally.record(lock_free);
-        let (old, new) = (&shard.tables[0], &shard.tables[1]);
-        for key in OLD.into_iter().chain([9]) {
+        let (old_table, new) = (&shard.tables[0], &shard.tables[1]);
+        for &key in old.iter().chain(&[9]) {
             assert_eq!(
                 new.entries(key).len(),
                 1,
                 "{name}: stranded: key {key} is not in the new table exactly once"
             );
             assert!(
-                old.entries(key).is_empty(),
+                old_table.entries(key).is_empty(),
                 "{name}: stranded: key {key} left FULL in the old table"
+            );
+        }
+    })
+}
+
+/// A first request of a key the old table holds (its lookup missed it,
+/// made before another first request of the key published it) races a
+/// rebuild that moves the key: the key has one entry, in the new table,
+/// whether the request met the old table, the linked one, or the lock.
+pub(crate) fn racing_move_of_its_key(broken: Break) -> Explored {
+    let name = format!("claim/racing_move_of_its_key/{broken:?}");
+    check_bounded(&name.clone(), bound(2), move |tally| {
+        let shard = Arc::new(Shard {
+            tables: [Table::holding(&OLD[..2]), Table::new()],
+            current: AtomicUsize::new(0),
+            writers: Mutex::new(()),
+        });
+        let rebuilder = {
+            let shard = Arc::clone(&shard);
+            thread::spawn(move || shard.rebuild(broken))
+        };
+        let lock_free = shard.insert(OLD[1], broken);
+        rebuilder.join().unwrap();
+        tally.record(u64::from(lock_free));
+        for key in &OLD[..2] {
+            assert_eq!(
+                shard.tables[1].entries(*key).len(),
+                1,
+                "{name}: two entries, or none, for key {key} in the new table"
             );
         }
     })
@@ -282,6 +314,11 @@ fn two_inserts_of_one_key_racing_a_rebuild_make_one_entry() {
 }
 
 #[test]
+fn a_first_request_of_a_key_racing_its_move_finds_it() {
+    let _ = racing_move_of_its_key(Break::None);
+}
+
+#[test]
 fn a_stalled_inserter_a_removal_and_a_rebuild_strand_nothing() {
     let _ = stalled_inserter_removal_and_rebuild(Break::None);
 }
@@ -322,6 +359,11 @@ caught! {
     a_claim_by_load_and_store_is_caught:
         "Concurrent write accesses to `UnsafeCell`" => two_keys(Break::RacyClaim);
     a_rebuild_that_does_not_seal_is_caught: "stranded" => racing_rebuild(Break::NoSeal, 1);
+    // The move and the insert into the linked table write one slot.
+    a_move_placed_by_load_and_store_is_caught:
+        "Concurrent write accesses to `UnsafeCell`" => racing_rebuild(Break::RacyPut, 1);
+    an_insert_into_the_linked_table_that_skips_the_old_one_is_caught:
+        "two entries" => racing_move_of_its_key(Break::NoOldSearch);
     a_seal_that_leaves_given_up_lanes_revivable_is_caught:
         "stranded" => stalled_inserter_removal_and_rebuild(Break::ReviveSealed);
 }

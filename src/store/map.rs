@@ -226,7 +226,9 @@ where
         self.shards
             .iter()
             .filter_map(|shard| Self::current(shard, &guard))
-            .map(|table| table.counts().live as u64)
+            // A rebuild under way: the new table counts the entries it
+            // will take, and the first requests made into it meanwhile.
+            .map(|table| table.next(&guard).unwrap_or(table).counts().live as u64)
             .sum()
     }
 
@@ -400,8 +402,11 @@ where
     /// key, spares hashing, pinning and searching again.
     ///
     /// With room in the shard's table and no rebuild under way, the insert
-    /// takes no lock ([`Table::insert`]); otherwise it takes the shard's
-    /// lock, and a rebuild on the way runs `lapsed` (if any) on every live
+    /// takes no lock ([`Table::insert`]), nor while a rebuild moves the
+    /// entries to the table it linked, which takes the insert
+    /// ([`Map::insert_moving`]); otherwise (no room, or a rebuild sealing
+    /// the table and deciding the inserts it caught there) it takes the
+    /// shard's lock, and a rebuild on the way runs `lapsed` (if any) on every live
     /// value of the shard (see [`Map::rebuild_lapsing`]), and leaves dead
     /// entries behind, calling `on_dead` on each.
     ///
@@ -431,7 +436,7 @@ where
         let shard = self.shard(hash);
         let mut entry = (key, value);
         if let Some(table) = Self::current(shard, guard) {
-            if table.next(guard).is_none() {
+            let Some(next) = table.next(guard) else {
                 // A lookup of this very table missed: the claim probes from
                 // the key's home (its walk over full groups is the stop
                 // test alone). Otherwise search first, and claim from where
@@ -457,9 +462,65 @@ where
                         Err(back) => entry = back,
                     }
                 }
+                return self.insert_locked(shard, hash, entry, lapsed, on_dead, f, guard);
+            };
+            // A rebuild is moving the table's entries to `next`; unless a
+            // panic cut it short (its lock poisoned), which the lock's next
+            // holder finishes.
+            let moving = if shard.lock.is_poisoned() {
+                Err(entry)
+            } else {
+                Self::insert_moving(table, next, hash, entry, guard)
+            };
+            match moving {
+                Ok(done) => {
+                    self.free_expired();
+                    // SAFETY: `insert_moving` answers a slot of `next` it
+                    // filled and published.
+                    return done.map(|index| f(unsafe { Self::value(next, index) }));
+                }
+                Err(back) => entry = back,
             }
         }
         self.insert_locked(shard, hash, entry, lapsed, on_dead, f, guard)
+    }
+
+    /// [`Map::insert`] while a rebuild moves `old`'s entries to `next`,
+    /// the table it linked: with no lock, into `next`. `old` holds every
+    /// entry it ever will (the rebuild sealed it and decided its claims
+    /// before it linked `next`), and each keeps reading `FULL` there until
+    /// its copy is published in `next`: so a key found in neither, searched
+    /// in that order, is absent, and its insert races only other inserts of
+    /// it, which the claim's resolution decides. The entry is handed back
+    /// for the lock (which waits for the rebuild) if `next` has no room
+    /// left beside the slots reserved for the moves, or is itself sealed
+    /// (published and being rebuilt since this thread loaded `old`). A
+    /// rebuild a panic leaves half done is finished by the lock's next
+    /// holder: an insert that finds the lock poisoned goes to it, and one
+    /// made into `next` before is among the entries that holder publishes.
+    #[inline(never)]
+    #[allow(clippy::type_complexity)]
+    fn insert_moving(
+        old: &Table<K, V>,
+        next: &Table<K, V>,
+        hash: u64,
+        entry: (K, V),
+        guard: &Guard,
+    ) -> Result<Result<usize, Option<V>>, (K, V)> {
+        if old.search(hash, &entry.0).is_ok() {
+            return Ok(Err(Some(entry.1)));
+        }
+        if next.next(guard).is_some() {
+            return Err(entry);
+        }
+        let from = match next.search(hash, &entry.0) {
+            Ok(_) => return Ok(Err(Some(entry.1))),
+            Err(vacancy) => vacancy,
+        };
+        if !next.reserve() {
+            return Err(entry);
+        }
+        Self::claim(next, hash, from, entry, guard)
     }
 
     /// The claim of [`Map::insert`], the slot reserved in `table`: the

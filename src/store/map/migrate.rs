@@ -7,7 +7,9 @@ use core::ptr;
 use crossbeam_epoch::{Guard, Owned, Shared};
 
 use super::shard::Held;
-use super::table::{groups_for, lowest, retagged, Counts, Table, DELETED, HIGH, LANES, MOVED};
+use super::table::{
+    groups_for, lowest, retagged, Counts, Table, DELETED, HIGH, LANES, MOVED, ONE_LIVE, ONE_USED,
+};
 use super::{Map, Shard};
 use crate::cell::{Mortal, Relocation};
 use crate::sync::{Ordering, PlainAtomicU64};
@@ -37,7 +39,12 @@ impl<K, V> Placed<'_, K, V> {
 
 impl<K, V> Drop for Placed<'_, K, V> {
     fn drop(&mut self) {
-        let _ = self.give_up();
+        // On unwind: the copy's slot was the entry's reserved one, and the
+        // rebuild that finishes the job moves the entry into another,
+        // counted here.
+        if self.give_up() {
+            self.table.count_used();
+        }
     }
 }
 
@@ -110,21 +117,19 @@ where
         // the new table is sized once none can, for at least the entries
         // it will take.
         self.settle_claims(old_table);
-        let room_for = room_for.max(old_table.count().live);
-        let new = Owned::new(Table::new(groups_for(room_for))).into_shared(guard);
+        let live = old_table.count().live;
+        let new = Table::new(groups_for(room_for.max(live)));
+        // Every entry of the old table has its slot reserved before any
+        // first request can reach the new one: they claim the rest, up to
+        // `max_used`, while the entries move. Each move then takes its
+        // reserved slot, and an entry left behind gives its back.
+        new.set_counts(Counts { live, used: live });
+        let new = Owned::new(new).into_shared(guard);
         old_table.link(new);
         // SAFETY: `new` is freed only after the old table's retirement (see
         // `Table::next`), which comes after `guard` was pinned.
         let new_table = unsafe { new.deref() };
-        let mut moved = Counts::default();
-        self.move_all(
-            old_table,
-            new_table,
-            &mut moved,
-            Some(&mut on_dead),
-            &mut relocate,
-        );
-        new_table.set_counts(moved);
+        self.move_all(old_table, new_table, Some(&mut on_dead), &mut relocate);
         held.retired = true;
         self.finish(shard, old, new, guard)
     }
@@ -147,8 +152,8 @@ where
     }
 
     /// Moves every `FULL` entry of `old` to `new` (see [`Map::move_entry`]),
-    /// a group at a time, counting the slots they take there in `counts`.
-    /// Holding the shard's lock.
+    /// a group at a time, into the slots the rebuild reserved for them
+    /// there. Holding the shard's lock.
     ///
     /// Each group's control word is read once, and written once, when its
     /// last entry has left: until then a moved entry's old slot still reads
@@ -161,7 +166,6 @@ where
         &self,
         old: &Table<K, V>,
         new: &Table<K, V>,
-        counts: &mut Counts,
         mut on_dead: Option<&mut dyn FnMut(&V)>,
         relocate: &mut impl FnMut(&V) -> Relocation<V>,
     ) {
@@ -183,17 +187,17 @@ where
                 let on_dead = on_dead
                     .as_mut()
                     .map(|on_dead| &mut **on_dead as &mut dyn FnMut(&V));
-                let tag =
-                    self.move_entry(old, group * LANES + lane, new, counts, on_dead, relocate);
+                let tag = self.move_entry(old, group * LANES + lane, new, on_dead, relocate);
                 retag.word = retagged(retag.word, lane, tag);
             }
         }
     }
 
-    /// Moves the entry in `old`'s slot `index` (`FULL`) to `new`, counting
-    /// the slots it takes there in `counts`, and returns the tag the old
-    /// slot must take (`MOVED`, or `DELETED` for a dead entry left behind),
-    /// which the caller stores. Holding the shard's lock.
+    /// Moves the entry in `old`'s slot `index` (`FULL`) to `new`, into the
+    /// slot the rebuild reserved for it there (an entry left behind gives
+    /// it back; a copy given up keeps it, used), and returns the tag the
+    /// old slot must take (`MOVED`, or `DELETED` for a dead entry left
+    /// behind), which the caller stores. Holding the shard's lock.
     ///
     /// The key's hash comes first (a `Hash` that panics or stalls leaves
     /// the entry where readers find it). A word cell's copy is placed in
@@ -215,7 +219,6 @@ where
         old: &Table<K, V>,
         index: usize,
         new: &Table<K, V>,
-        counts: &mut Counts,
         mut on_dead: Option<&mut dyn FnMut(&V)>,
         relocate: &mut impl FnMut(&V) -> Relocation<V>,
     ) -> u8 {
@@ -230,12 +233,20 @@ where
         loop {
             match relocate(&entry.1) {
                 Relocation::Dead => {
-                    if placed.give_up() {
-                        counts.used += 1;
-                    }
+                    // A copy given up holds the entry's reserved slot.
+                    let gave_up = placed.give_up();
                     if let Some(on_dead) = on_dead.as_mut() {
+                        new.uncount(if gave_up {
+                            ONE_LIVE
+                        } else {
+                            ONE_USED | ONE_LIVE
+                        });
                         on_dead(&entry.1);
                         return DELETED;
+                    }
+                    if gave_up {
+                        // Moved as it is below, into one slot more.
+                        new.count_used();
                     }
                     // SAFETY: as for `Same` below: a dead cell is never
                     // written again, so the copy read here and the old one
@@ -282,8 +293,6 @@ where
                 }
             }
         }
-        counts.live += 1;
-        counts.used += 1;
         MOVED
     }
 
@@ -320,11 +329,9 @@ where
     ) -> &'g Table<K, V> {
         let new = old.next(guard).expect("a rebuild was under way");
         self.settle_claims(old);
-        let mut counts = Counts::default();
-        self.move_all(old, new, &mut counts, None, &mut V::relocate);
-        // Counted from its tags: some entries moved before the panic. No
-        // other thread writes the new table before it is published.
-        new.set_counts(new.count());
+        // Into the slots the rebuild reserved when it linked `new`, as it
+        // would have.
+        self.move_all(old, new, None, &mut V::relocate);
         // Relaxed: the lock orders this after the panicked writer's store.
         let old_shared = shard.table.load(Ordering::Relaxed, guard);
         self.finish(shard, old_shared, Shared::from(ptr::from_ref(new)), guard)

@@ -293,43 +293,35 @@ impl<K, V> Table<K, V> {
         Err(None)
     }
 
-    /// Places `entry` in the first empty slot of its probe sequence and
-    /// returns the slot's index. Only in a table no other thread writes
-    /// yet: a rebuild's new table, before [`Map::finish`] publishes it
-    /// (until then no insert claims a slot in it, and only readers that
-    /// followed the old table's link search it).
+    /// Places `entry`, whose key the table holds in no other slot and no
+    /// insert will add, in the first empty slot of its probe sequence,
+    /// `FULL` at once, and returns the slot's index: a rebuild's move into
+    /// the table it has linked, holding the shard's lock. First requests
+    /// may be claiming slots of the same table meanwhile (see
+    /// [`Map::insert`]), so the slot is claimed as theirs are (a
+    /// compare-and-swap to `CLAIMED`), written, and then published by a
+    /// second compare-and-swap (`AcqRel`, as [`Table::insert`]'s), with no
+    /// resolution: no other slot of the key is ever published, since a
+    /// first request inserts only a key it found in neither table, and
+    /// the key's entry in the old table reads `FULL` until its copy here
+    /// is published. The rebuild reserved the slot when it linked the
+    /// table, and a table is sealed only under the lock, so the claim
+    /// always finds one.
     ///
-    /// [`Map::finish`]: super::Map
+    /// [`Map::insert`]: super::Map
     #[inline]
     pub(super) fn put(&self, hash: u64, entry: (K, V)) -> usize {
-        let mut group = self.home(hash);
-        loop {
-            debug_assert!(group < self.groups());
-            // SAFETY: `home` is below the group count (a multiply-shift of
-            // a 32-bit value by it, at least 1: `Table::new`), and so is
-            // every later group, wrapped.
-            let ctrl = unsafe { self.ctrl.get_unchecked(group) };
-            // Relaxed: this thread is the table's only writer.
-            let word = ctrl.load(Ordering::Relaxed);
-            let empty = zero_bytes(word);
-            if empty != 0 {
-                let lane = lowest(empty);
-                let index = group * LANES + lane;
-                // SAFETY: `index` is in bounds (the group is, and there are
-                // `LANES` slots per group); the slot's tag is EMPTY, so no
-                // reader dereferences it, and this thread is the table's
-                // only writer.
-                unsafe { (*self.slots.get_unchecked(index).0.get()).write(entry) };
-                // Release: publishes the slot's contents to every reader
-                // whose Acquire load (`search`) sees this tag. A plain
-                // store: no other thread writes the word yet, and every
-                // later write is a read-modify-write, which continues this
-                // store's release sequence.
-                ctrl.store(retagged(word, lane, tag_of(hash)), Ordering::Release);
-                return index;
-            }
-            group = self.after(group);
-        }
+        let index = self
+            .claim(self.home(hash))
+            .expect("a table is sealed only under the lock, and the slot was reserved");
+        // SAFETY: `claim` returns a slot in bounds, CLAIMED by this thread:
+        // no one else reads or writes it until it is published.
+        unsafe { (*self.slots.get_unchecked(index).0.get()).write(entry) };
+        // The lane is this thread's until published: only a seal changes a
+        // CLAIMED lane, and only the lock's holder (this thread) seals.
+        let published = self.swap_lane(index, CLAIMED, tag_of(hash));
+        debug_assert_eq!(published, Ok(()), "only a seal takes a claim");
+        index
     }
 
     /// The group after `group` in probe order.
@@ -393,11 +385,20 @@ impl<K, V> Table<K, V> {
         }
     }
 
-    /// Sets the counts of a table no other thread writes yet (see
-    /// [`Table::put`]).
+    /// Counts one slot more used, beyond the reservations: a rebuild's copy
+    /// given up when its move was cut short, whose entry will take
+    /// another slot.
+    pub(super) fn count_used(&self) {
+        // Relaxed: as in `reserve`.
+        self.counts.fetch_add(ONE_USED, Ordering::Relaxed);
+    }
+
+    /// Sets the counts of a table no other thread reaches yet: a rebuild's
+    /// new table, before it is linked.
     pub(super) fn set_counts(&self, counts: Counts) {
-        // Relaxed: published with the table itself (`Map::finish`'s
-        // Release store).
+        // Relaxed: published with the table itself, by the link's Release
+        // store (`Table::link`), which every thread that reaches the table
+        // (and reserves a slot in it) acquired.
         self.counts.store(
             counts.used as u64 | (counts.live as u64) << 32,
             Ordering::Relaxed,
@@ -827,11 +828,11 @@ impl<K, V> Table<K, V> {
         // table's control words are visible, and so is every entry
         // published in this table before the rebuilder took the shard's
         // lock (by a writer that let it go since, or whose publication the
-        // lock's holder read). An insert with no lock racing the rebuild may
-        // be published after the link: a search that misses it sends the
-        // caller to an insert of the key, which meets the link (or the
-        // seal) and waits for the rebuild under the lock, then finds the
-        // entry moved.
+        // lock's holder read), or decided by the rebuild before it linked
+        // the new table: a search of this table after a load that sees the
+        // link finds every entry this table will ever hold, `FULL` until
+        // its copy is published in the new one (`Map::insert_moving`), and
+        // the new table's counts, which the rebuild set before the link.
         let next = self.next.load(Ordering::Acquire, guard);
         // SAFETY: a table is freed only after the table that links to it
         // has been retired and every guard pinned before that retirement

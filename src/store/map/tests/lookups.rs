@@ -299,6 +299,45 @@ fn put_carried(map: &Map<Stalling, StateCell, Carried>, name: u64, hash: u64, wo
     .is_ok()
 }
 
+/// Puts a filler key (named from `fillers`, of another tag than the
+/// tests' own, homed in the middle half of the groups).
+fn put_filler(map: &Map<Stalling, StateCell, Carried>, fillers: &PlainAtomicU64) {
+    // Relaxed: a name, unique by the add.
+    let name = fillers.fetch_add(1, Ordering::Relaxed);
+    let home = 0x4000_0000 + (name.wrapping_mul(0x9E37_79B9) % 0x8000_0000) as u32;
+    assert!(put_carried(map, name, carried(7, home), 0));
+}
+
+/// Puts fillers (`more`) until a rebuild this thread makes hashes the key
+/// named `last`: every group before the last one moved, the new table
+/// linked, not published. There it says so on `stopped`, and waits to be
+/// let go on `go` (for `bound` at most, so that a failure fails rather
+/// than hangs).
+fn grow_until_stopped_at(
+    last: u64,
+    more: impl Fn(),
+    stopped: std::sync::mpsc::Sender<()>,
+    go: std::sync::mpsc::Receiver<()>,
+    bound: std::time::Duration,
+) {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    // Set and read on this thread alone.
+    let seen = Rc::new(Cell::new(false));
+    let seen_at_stop = Rc::clone(&seen);
+    arm(Some(last), move || {
+        seen_at_stop.set(true);
+        stopped.send(()).unwrap();
+        let _ = go.recv_timeout(bound);
+    });
+    for _ in 0..100_000 {
+        if seen.get() {
+            break;
+        }
+        more();
+    }
+}
+
 /// A lookup stopped inside its search of a table, while a rebuild of
 /// that table moves the key on and is itself stopped before it publishes
 /// the new table, still finds the key: linked and not yet published, the
@@ -307,8 +346,6 @@ fn put_carried(map: &Map<Stalling, StateCell, Carried>, name: u64, hash: u64, wo
 /// linked a table, would report a known client absent.)
 #[test]
 fn a_lookup_stopped_while_a_rebuild_moves_its_key_finds_it_in_the_linked_table() {
-    use std::cell::Cell;
-    use std::rc::Rc;
     use std::sync::mpsc;
 
     let map: Map<Stalling, StateCell, Carried> = Map::with_hasher(Carried);
@@ -324,12 +361,7 @@ fn a_lookup_stopped_while_a_rebuild_moves_its_key_finds_it_in_the_linked_table()
     assert!(put_carried(&map, last, carried(9, u32::MAX), 0));
     // Keys of another tag, homed in the middle half of the groups.
     let fillers = PlainAtomicU64::new(1_000);
-    let more = || {
-        // Relaxed: a name, unique by the add.
-        let name = fillers.fetch_add(1, Ordering::Relaxed);
-        let home = 0x4000_0000 + (name.wrapping_mul(0x9E37_79B9) % 0x8000_0000) as u32;
-        assert!(put_carried(&map, name, carried(7, home), 0));
-    };
+    let more = || put_filler(&map, &fillers);
     let table = || {
         let guard = epoch::pin();
         Map::<Stalling, StateCell, Carried>::current(map.shard(hash), &guard)
@@ -376,24 +408,8 @@ fn a_lookup_stopped_while_a_rebuild_moves_its_key_finds_it_in_the_linked_table()
         lookup_stopped
             .recv_timeout(bound)
             .expect("the lookup stops at its first comparison");
-        let rebuild = scope.spawn(move || {
-            // Set and read on this thread alone.
-            let stopped = Rc::new(Cell::new(false));
-            let seen = Rc::clone(&stopped);
-            // At the rebuild's hash of the key in the last group: every other
-            // group moved, the new table linked, not published.
-            arm(Some(last), move || {
-                seen.set(true);
-                rebuild_in.send(()).unwrap();
-                let _ = rebuild_waits.recv_timeout(bound);
-            });
-            for _ in 0..100_000 {
-                if stopped.get() {
-                    break;
-                }
-                more();
-            }
-        });
+        let rebuild = scope
+            .spawn(move || grow_until_stopped_at(last, more, rebuild_in, rebuild_waits, bound));
         let stopped = rebuild_stopped.recv_timeout(bound);
         lookup_go.send(()).unwrap();
         let found = lookup.join();
@@ -405,4 +421,123 @@ fn a_lookup_stopped_while_a_rebuild_moves_its_key_finds_it_in_the_linked_table()
     assert_eq!(found, Some(42), "found while the rebuild was stopped");
     let found = map.get(&Stalling { name: sought, hash }, StateCell::load);
     assert_eq!(found.ok(), Some(42));
+}
+
+/// While a rebuild is stopped with the new table linked and not yet
+/// published (at its hash of the key in the last group), first requests
+/// of the shard take no lock: a new key goes into the linked table, once
+/// however many insert it at once, and a key the old table still holds,
+/// or one already moved, is answered present. The rebuild then publishes
+/// the table with them, its counts equal to its tags.
+#[test]
+fn inserts_while_a_rebuild_is_stopped_go_into_the_linked_table_without_waiting() {
+    use std::sync::mpsc;
+
+    let map: Map<Stalling, StateCell, Carried> = Map::with_hasher(Carried);
+    let (moved, last) = (100, 200);
+    let moved_hash = carried(5, 0);
+    let last_hash = carried(9, u32::MAX);
+    assert!(put_carried(&map, moved, moved_hash, 1));
+    assert!(put_carried(&map, last, last_hash, 2));
+    let fillers = PlainAtomicU64::new(1_000);
+    let more = || put_filler(&map, &fillers);
+    let bound = std::time::Duration::from_secs(60);
+    let (rebuild_in, rebuild_stopped) = mpsc::channel();
+    let (rebuild_go, rebuild_waits) = mpsc::channel::<()>();
+    let (map, more) = (&map, &more);
+    let newcomer = |name: u64| Stalling {
+        name,
+        hash: carried(11, 0x2000_0000 + name as u32),
+    };
+    thread::scope(|scope| {
+        let rebuild = scope
+            .spawn(move || grow_until_stopped_at(last, more, rebuild_in, rebuild_waits, bound));
+        rebuild_stopped
+            .recv_timeout(bound)
+            .expect("a rebuild stops at its hash of the key in the last group");
+        let linked = {
+            let guard = epoch::pin();
+            Map::<Stalling, StateCell, Carried>::current(map.shard(last_hash), &guard)
+                .is_some_and(|table| table.next(&guard).is_some())
+        };
+        assert!(linked, "the rebuild stopped with the new table linked");
+        // The first requests, on threads of their own: each must answer
+        // while the rebuild holds the shard's lock.
+        let (answers_in, answers) = mpsc::channel();
+        let inserts: Vec<_> = [(1, 10), (1, 11), (2, 12)]
+            .into_iter()
+            .map(|(name, word)| {
+                let answers_in = answers_in.clone();
+                scope.spawn(move || {
+                    let put = map
+                        .insert(
+                            None,
+                            newcomer(name),
+                            StateCell::new(word),
+                            NO_SWEEP,
+                            |_| unreachable!("nothing dies"),
+                            |_| (),
+                        )
+                        .is_ok();
+                    answers_in.send(()).unwrap();
+                    put
+                })
+            })
+            .collect();
+        for _ in 0..3 {
+            answers
+                .recv_timeout(std::time::Duration::from_secs(30))
+                .expect("a first request answered while the rebuild moving its shard is stopped");
+        }
+        let put: Vec<bool> = inserts.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(
+            put.iter().filter(|&&put| put).count(),
+            2,
+            "two keys, each inserted once: {put:?}"
+        );
+        assert!(put[2], "the key inserted alone");
+        // Present: moved already, and not yet moved.
+        let answer = |name, hash| {
+            map.insert(
+                None,
+                Stalling { name, hash },
+                StateCell::new(99),
+                NO_SWEEP,
+                |_| unreachable!("nothing dies"),
+                |_| (),
+            )
+            .map_err(|back| back.map(|cell| cell.load()))
+        };
+        assert_eq!(answer(moved, moved_hash), Err(Some(99)), "a key moved");
+        assert_eq!(
+            answer(last, last_hash),
+            Err(Some(99)),
+            "a key not yet moved"
+        );
+        assert!(
+            rebuild_stopped.try_recv().is_err(),
+            "the rebuild stops once"
+        );
+        rebuild_go.send(()).unwrap();
+        rebuild.join().unwrap();
+    });
+    let one = map.get(&newcomer(1), StateCell::load).ok();
+    assert!(matches!(one, Some(10 | 11)), "{one:?}");
+    assert_eq!(map.get(&newcomer(2), StateCell::load).ok(), Some(12));
+    assert_eq!(word_carried(map, moved, moved_hash), Some(1));
+    assert_eq!(word_carried(map, last, last_hash), Some(2));
+    let guard = epoch::pin();
+    let table = Map::<Stalling, StateCell, Carried>::current(map.shard(last_hash), &guard)
+        .expect("a table");
+    assert!(table.next(&guard).is_none(), "published");
+    assert_eq!(
+        table.counts(),
+        table.count(),
+        "the counts, kept as it moved"
+    );
+    assert_eq!(map.len(), table.count().live as u64);
+}
+
+fn word_carried(map: &Map<Stalling, StateCell, Carried>, name: u64, hash: u64) -> Option<u64> {
+    map.get(&Stalling { name, hash }, StateCell::load).ok()
 }
