@@ -806,7 +806,15 @@ impl<'a> Run<'a> {
             && (r.allowed
                 || (r.retry_after >= m.retry_after.saturating_sub(d)
                     && r.retry_after <= m.retry_after.saturating_add(d)));
-        let looser_as_fresh = !stricter && r.remaining <= r.limit;
+        // Looser as a fresh client is: holding no less, admitting what the
+        // model admits, and, refused, told to wait no longer than the model
+        // (but for the step back). A refusal that waits longer is neither:
+        // a client held past the model, beyond the slack.
+        let looser_as_fresh = !stricter
+            && r.remaining <= r.limit
+            && held(r) >= held(m)
+            && (r.allowed || !admits)
+            && (r.allowed || r.retry_after <= m.retry_after.saturating_add(d));
         prop_assert!(
             stricter || looser_as_fresh,
             "{} {}: client {} at {} (deepest step back {}): the limiter answered {:?}, \
