@@ -1838,3 +1838,60 @@ fn a_shrunk_case_a_log_cancel_gives_back_the_same_wherever_its_admissions_sat() 
     ];
     run::<Log>(setup, &ops, false).unwrap();
 }
+
+/// The oracle's shrunk case of a floor for new clients (each new client
+/// judged no earlier than the latest reading at which a client was
+/// forgotten): a sweep a nanosecond ahead, a booking, the clock back a
+/// nanosecond, and a flood of new clients at a full cap. Judged at the
+/// floor, a new client was refused as if the cap's wait ran from there,
+/// and counted in `denied_new` where no refusal was told.
+#[test]
+fn a_shrunk_case_a_new_client_is_judged_at_its_own_reading_after_a_sweep_ahead() {
+    let setup = Setup {
+        q0: 0,
+        q1: 0,
+        memory: Memory::DenyNew(4),
+        origin: 0,
+        start: 0,
+        tiered: false,
+    };
+    let ops = [
+        Op::Clock(Step::Forward(1)),
+        Op::Sweep,
+        Op::Reserve {
+            client: 0,
+            cost: 1,
+            wait: 0,
+        },
+        Op::Clock(Step::Back(1)),
+        Op::Flood(4),
+    ];
+    run::<Fixed>(setup, &ops, false).unwrap();
+}
+
+/// The oracle's shrunk case of a bucket's debt kept whole through a move
+/// (its missing tokens kept in units, repaid at the new rate): a booking
+/// of 7, then a quota change. The move rule keeps the tokens the bucket
+/// holds (the model: 9 left); kept as a debt in units, 3 were.
+#[test]
+fn a_shrunk_case_a_booked_bucket_moved_keeps_its_tokens_not_its_debt() {
+    let setup = Setup {
+        q0: 0,
+        q1: 0,
+        memory: Memory::Passes,
+        origin: 0,
+        start: 0,
+        tiered: true,
+    };
+    let ops = [
+        Op::Check { client: 0, cost: 0 },
+        Op::Reserve {
+            client: 0,
+            cost: 7,
+            wait: 0,
+        },
+        Op::SetQuota { tier: 0, quota: 1 },
+        Op::Check { client: 0, cost: 0 },
+    ];
+    run::<Buckets>(setup, &ops, true).unwrap();
+}
