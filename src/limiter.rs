@@ -91,10 +91,12 @@ pub trait RateLimiter<K: ?Sized = str>: Send + Sync {
 /// (with the `metrics` feature, the one check a second that publishes the
 /// counts also runs the installed recorder's code). A client's first
 /// request (or its first since it was forgotten) inserts it, with no lock
-/// either: it waits only for a rebuild of its shard of the map (as the
-/// shard grows, as a sweep or removals shrink it, or as a quota changes),
-/// which holds that shard's lock, and makes that rebuild itself when the
-/// shard is full.
+/// either: it waits for a rebuild of its shard of the map (as the shard
+/// grows, as a sweep or removals shrink it, or as a quota changes), which
+/// holds that shard's lock, only while the rebuild seals the old table, or
+/// once the new table it moves entries to is full (while the entries move,
+/// the request goes into the new table), and it makes that rebuild itself
+/// when the shard is full.
 ///
 /// Share it between threads by reference or in an `Arc`.
 ///
