@@ -477,3 +477,40 @@ fn a_panic_half_way_through_a_group_leaves_no_moved_entry_tagged_full() {
         .sum();
     assert_eq!(counted as u64, count + 1, "no entry is held twice");
 }
+
+/// A move cut short by a panic after it placed its copy (a check changed
+/// the cell between the copy and its forward, and `relocate` panicked on
+/// the second try) gives the copy up, and the slot stays used; the writer
+/// that finishes the rebuild moves the entry into another slot, counted
+/// too: once published, the table's counts equal its tags, and the
+/// client's state is the changed one.
+#[test]
+fn a_copy_given_up_by_a_panic_keeps_its_slot_counted() {
+    let map = map();
+    assert!(put(&map, "moved".into(), 5));
+    let mut calls = 0;
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        map.rebuild_all(
+            |cell| {
+                calls += 1;
+                assert_eq!(calls, 1, "relocate panicked on its second try");
+                let relocation = cell.relocate();
+                // A check after the copy: the forward fails.
+                let _ = cell.apply(|word| Some(word + 1));
+                relocation
+            },
+            |_| unreachable!("nothing dies"),
+        );
+    }));
+    assert!(result.is_err());
+    // The next writer of the shard finishes the rebuild, then inserts.
+    let neighbour = neighbours(&map, "moved", 1).remove(0);
+    assert!(put(&map, neighbour.clone(), 7));
+    assert_eq!(word(&map, "moved"), Some(6));
+    assert_eq!(word(&map, &neighbour), Some(7));
+    let guard = epoch::pin();
+    let table = TestMap::current(map.shard(map.hash("moved")), &guard).expect("a table");
+    assert!(table.next(&guard).is_none(), "the rebuild is finished");
+    assert_eq!(table.counts(), table.count(), "the copy given up counted");
+    assert_eq!(map.len(), 2);
+}
