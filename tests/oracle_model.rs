@@ -1734,6 +1734,19 @@ fn a_shrunk_case_a_client_moved_in_the_clock_s_first_window_keeps_what_it_had_le
 
 /// The setup of the move rule's shrunk cases: a clock that starts at 0,
 /// quotas 3 (tier 0) and 0 (tier 1), forgetting by the defaults.
+/// A shrunk case's setup: quotas 0 on a clock that starts at 0, with
+/// `memory`, tiered or not.
+const fn at_zero(memory: Memory, tiered: bool) -> Setup {
+    Setup {
+        q0: 0,
+        q1: 0,
+        memory,
+        origin: 0,
+        start: 0,
+        tiered,
+    }
+}
+
 const FROM_THE_CLOCK_S_START: Setup = Setup {
     q0: 3,
     q1: 0,
@@ -1809,14 +1822,7 @@ fn a_shrunk_case_a_booking_after_a_step_back_is_compared_with_the_state_it_leave
 /// admission at 1 s was lost (4 left rather than 3).
 #[test]
 fn a_shrunk_case_a_log_cancel_gives_back_the_same_wherever_its_admissions_sat() {
-    let setup = Setup {
-        q0: 0,
-        q1: 0,
-        memory: Memory::Passes,
-        origin: 0,
-        start: 0,
-        tiered: false,
-    };
+    let setup = at_zero(Memory::Passes, false);
     let ops = [
         Op::Check { client: 0, cost: 2 },
         Op::Check { client: 0, cost: 1 },
@@ -1847,14 +1853,7 @@ fn a_shrunk_case_a_log_cancel_gives_back_the_same_wherever_its_admissions_sat() 
 /// and counted in `denied_new` where no refusal was told.
 #[test]
 fn a_shrunk_case_a_new_client_is_judged_at_its_own_reading_after_a_sweep_ahead() {
-    let setup = Setup {
-        q0: 0,
-        q1: 0,
-        memory: Memory::DenyNew(4),
-        origin: 0,
-        start: 0,
-        tiered: false,
-    };
+    let setup = at_zero(Memory::DenyNew(4), false);
     let ops = [
         Op::Clock(Step::Forward(1)),
         Op::Sweep,
@@ -1875,14 +1874,7 @@ fn a_shrunk_case_a_new_client_is_judged_at_its_own_reading_after_a_sweep_ahead()
 /// holds (the model: 9 left); kept as a debt in units, 3 were.
 #[test]
 fn a_shrunk_case_a_booked_bucket_moved_keeps_its_tokens_not_its_debt() {
-    let setup = Setup {
-        q0: 0,
-        q1: 0,
-        memory: Memory::Passes,
-        origin: 0,
-        start: 0,
-        tiered: true,
-    };
+    let setup = at_zero(Memory::Passes, true);
     let ops = [
         Op::Check { client: 0, cost: 0 },
         Op::Reserve {
