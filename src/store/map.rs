@@ -436,48 +436,43 @@ where
         let shard = self.shard(hash);
         let mut entry = (key, value);
         if let Some(table) = Self::current(shard, guard) {
-            let Some(next) = table.next(guard) else {
-                // A lookup of this very table missed: the claim probes from
-                // the key's home (its walk over full groups is the stop
-                // test alone). Otherwise search first, and claim from where
-                // the search stopped.
-                let from = match searched {
-                    Some(searched) if ptr::eq(searched, ptr::from_ref(table).cast()) => None,
-                    _ => match table.search(hash, &entry.0) {
-                        Ok(_) => return Err(Some(entry.1)),
-                        Err(vacancy) => vacancy,
-                    },
-                };
-                if table.reserve() {
-                    match Self::claim(table, hash, from, entry, guard) {
-                        Ok(done) => {
-                            // A writer that takes no lock frees the retired
-                            // tables the locked ones leave expired, as they
-                            // do once they let the lock go.
-                            self.free_expired();
-                            // SAFETY: `claim` answers a slot it filled and
-                            // published.
-                            return done.map(|index| f(unsafe { Self::value(table, index) }));
-                        }
-                        Err(back) => entry = back,
+            // The table the claim is made in, and how it ended.
+            let (into, claimed) = match table.next(guard) {
+                None => {
+                    // A lookup of this very table missed: the claim probes
+                    // from the key's home (its walk over full groups is the
+                    // stop test alone). Otherwise search first, and claim
+                    // from where the search stopped.
+                    let from = match searched {
+                        Some(searched) if ptr::eq(searched, ptr::from_ref(table).cast()) => None,
+                        _ => match table.search(hash, &entry.0) {
+                            Ok(_) => return Err(Some(entry.1)),
+                            Err(vacancy) => vacancy,
+                        },
+                    };
+                    if table.reserve() {
+                        (table, Self::claim(table, hash, from, entry, guard))
+                    } else {
+                        (table, Err(entry))
                     }
                 }
-                return self.insert_locked(shard, hash, entry, lapsed, on_dead, f, guard);
+                // A rebuild is moving the table's entries to `next`; unless
+                // a panic cut it short (its lock poisoned), which the lock's
+                // next holder finishes.
+                Some(next) if !shard.lock.is_poisoned() => {
+                    (next, Self::insert_moving(table, next, hash, entry, guard))
+                }
+                Some(_) => (table, Err(entry)),
             };
-            // A rebuild is moving the table's entries to `next`; unless a
-            // panic cut it short (its lock poisoned), which the lock's next
-            // holder finishes.
-            let moving = if shard.lock.is_poisoned() {
-                Err(entry)
-            } else {
-                Self::insert_moving(table, next, hash, entry, guard)
-            };
-            match moving {
+            match claimed {
                 Ok(done) => {
+                    // A writer that takes no lock frees the retired tables
+                    // the locked ones leave expired, as they do once they
+                    // let the lock go.
                     self.free_expired();
-                    // SAFETY: `insert_moving` answers a slot of `next` it
-                    // filled and published.
-                    return done.map(|index| f(unsafe { Self::value(next, index) }));
+                    // SAFETY: the claim answers a slot of `into` it filled
+                    // and published.
+                    return done.map(|index| f(unsafe { Self::value(into, index) }));
                 }
                 Err(back) => entry = back,
             }
