@@ -42,7 +42,8 @@
 //!    this one `FULL`.
 //!    If a rebuild sealed the lane (`CLAIMED → MOVED`), the compare fails
 //!    and the inserter takes its key and value back (no one read them) and
-//!    inserts under the writers' lock, in the table the rebuild publishes.
+//!    waits at the gate (below) for the rebuild's link, then inserts again,
+//!    into the linked table.
 //! 4. **Resolve** its slot `s`: scan the probe sequence from the home group
 //!    through the first group holding an `EMPTY` or `SEALED` lane, reading
 //!    each word by a read-modify-write (`fetch_or(0, AcqRel)`), and for
@@ -93,13 +94,25 @@
 //! `GIVEN_UP → DELETED`, one compare-and-swap per word), after which no
 //! lane becomes `PENDING`; (2) resolves every `PENDING` lane itself, as
 //! its inserter would; (3) links the new table (the map sizes it here, for
-//! the entries the old one holds now that none can appear); (4) moves
+//! the entries the old one holds now that none can appear) and opens the
+//! gate; (4) moves
 //! every `FULL` entry (the forwarding protocol of `migrate.rs`, here a
 //! copy) and retags it `MOVED`; (5) publishes the new table. Every group
 //! is sealed before any lane is resolved or moved: a resolution after some
 //! entries had left could miss a `FULL` lane already `MOVED`. A loser that
-//! finds no entry of its key and its own slot sealed (`DELETED`) goes to
-//! the lock, if the link is not there yet.
+//! finds no entry of its key and its own slot sealed (`DELETED`) waits at
+//! the gate, if the link is not there yet.
+//!
+//! **The gate.** An inserter whose claim a seal took waits, holding no
+//! lock, for the writers' lock to be let go or the new table to be linked:
+//! it checks both under the gate's mutex, and sleeps on its condition
+//! variable; each event is announced under that mutex after it happened
+//! (the link by the rebuild, every release of the writers' lock by its
+//! holder). So no inserter sleeps past either: the mutex orders each
+//! announcement before the check, which sees the event, or after the sleep
+//! began, which it wakes. A seal always comes before its link, and the
+//! link before the lock is let go, so every such inserter goes on into the
+//! linked table, with no lock.
 //!
 //! **First requests during the moves.** Once the link is there, a first
 //! request searches the old table, then the new one, and inserts a key it
@@ -117,10 +130,14 @@
 //! * two keys into one group: both found, each decided once; twin: a claim
 //!   made by a load and a store, which loses a key;
 //! * an insert (or two of one key) racing a rebuild: the key found
-//!   exactly once, in the new table, every old key moved; twins: a rebuild
-//!   that does not seal, which strands the entry in the old table, and a
-//!   move placed by a load and a store, which writes the slot an insert
-//!   into the linked table claimed;
+//!   exactly once, in the new table, every old key moved, and every insert
+//!   made with no lock; twins: a rebuild that does not seal, which strands
+//!   the entry in the old table; a move placed by a load and a store, which
+//!   writes the slot an insert into the linked table claimed; and an
+//!   inserter that checks for the link and the lock before it takes the
+//!   gate's mutex, which sleeps through the link's announcement (the model
+//!   counts the gate's openings, and catches one between the check and the
+//!   sleep: the hang itself is a deadlock loom cannot unwind from);
 //! * a first request of a key the old table holds, racing that key's
 //!   move: one entry, in the new table; twin: an insert into the linked
 //!   table that does not search the old one, which makes two;
@@ -137,7 +154,7 @@
 
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
-use loom::sync::Mutex;
+use loom::sync::{Condvar, Mutex};
 use loom::thread;
 
 /// Lanes per control word.
@@ -215,6 +232,13 @@ pub(crate) enum Break {
     /// An insert into the linked table that does not search the old one
     /// first.
     NoOldSearch,
+    /// A first request that checks for the lock and the link before it
+    /// counts itself at the gate and takes the gate's mutex, and then
+    /// sleeps there.
+    CheckOutsideGate,
+    /// An announcement that reads the count of waiters at the gate with a
+    /// plain load, and a waiter that counts itself with a plain store.
+    PlainWaiters,
 }
 
 /// How a resolution ended for the slot it resolved.
@@ -620,14 +644,65 @@ struct Shard {
     tables: [Table; 2],
     current: AtomicUsize,
     writers: Mutex<()>,
+    /// The gate (the map's `Gate`): its mutex, and the condition a first
+    /// request whose claim a rebuild sealed sleeps on until the writers'
+    /// lock is let go or the new table linked.
+    gate: Mutex<()>,
+    opened: Condvar,
+    /// First requests at the gate, checking or asleep: an announcement
+    /// takes the gate's mutex only if there is one.
+    waiters: AtomicUsize,
 }
 
 impl Shard {
+    /// A shard with `old` as its table and an empty one for a rebuild.
+    fn new(old: Table) -> Self {
+        Self {
+            tables: [old, Table::new()],
+            current: AtomicUsize::new(0),
+            writers: Mutex::new(()),
+            gate: Mutex::new(()),
+            opened: Condvar::new(),
+            waiters: AtomicUsize::new(0),
+        }
+    }
+
+    /// Wakes the first requests sleeping at the gate: made by the thread
+    /// that let the writers' lock go, or linked the new table, after it did;
+    /// only if one is counted there (the map's `Gate::open`).
+    fn open(&self, broken: Break) {
+        let waiting = if broken == Break::PlainWaiters {
+            // Acquire: a load, which may miss a waiter counted meanwhile.
+            self.waiters.load(Ordering::Acquire)
+        } else {
+            // AcqRel: a read-modify-write that changes nothing, after the
+            // event: it reads every waiter counted before it, and a waiter
+            // counted after it synchronizes with it, and sees the event.
+            self.waiters.fetch_add(0, Ordering::AcqRel)
+        };
+        if waiting != 0 {
+            let _gate = self.gate.lock().unwrap();
+            self.opened.notify_all();
+        }
+    }
+
+    /// The writers' lock, held by `work`, then let go and announced at the
+    /// gate (the map's `Locked`).
+    fn with_writers<R>(&self, broken: Break, work: impl FnOnce() -> R) -> R {
+        let held = self.writers.lock().unwrap();
+        let done = work();
+        drop(held);
+        self.open(broken);
+        done
+    }
+
     /// An insert of a new key: with no lock into the current table, or,
     /// while a rebuild moves that table's entries to the one it linked,
     /// into the linked one (the map's `Map::insert_moving`; true); or, if
-    /// the rebuild sealed the claim before it linked the new table, under
-    /// the lock into the table the rebuild published (false).
+    /// the rebuild sealed the claim before it linked the new table, it
+    /// waits at the gate (the map's `Map::wait_at_gate`) for the link, or
+    /// the table published, and tries again (true), or for the writers'
+    /// lock let go with neither, and inserts under it (false).
     fn insert(&self, key: u8, broken: Break) -> bool {
         // Acquire: pairs with the rebuild's Release stores.
         let current = self.current.load(Ordering::Acquire);
@@ -648,21 +723,77 @@ impl Shard {
         if table.insert(key, broken).is_some() {
             return true;
         }
-        let _held = self.writers.lock().unwrap();
-        // Acquire: as above; the lock orders it after the rebuild anyway.
-        let current = self.current.load(Ordering::Acquire);
-        let table = &self.tables[current];
-        if table.entries(key).is_empty() {
-            let _ = table.insert(key, broken).expect("no seal in a new table");
+        // Checked under the gate's mutex, counted at the gate (the twin
+        // checks before either): an event announced after the check then
+        // wakes the sleep.
+        let outside = broken == Break::CheckOutsideGate;
+        let mut waiting = None;
+        if !outside {
+            waiting = Some(self.gate.lock().unwrap());
+            self.count_in(broken);
         }
-        false
+        loop {
+            // Acquire: as above.
+            let now = self.current.load(Ordering::Acquire);
+            let wake = if now != current || self.tables[now].sealed.load(Ordering::Acquire) {
+                Some(true)
+            } else {
+                self.writers.try_lock().ok().map(|held| {
+                    let table = &self.tables[now];
+                    if table.entries(key).is_empty() {
+                        let _ = table.insert(key, broken).expect("no seal in a new table");
+                    }
+                    drop(held);
+                    false
+                })
+            };
+            if let Some(moved) = wake {
+                if waiting.is_some() || !outside {
+                    // Relaxed: a count too high costs an announcement the
+                    // mutex, no more.
+                    self.waiters.fetch_sub(1, Ordering::Relaxed);
+                }
+                drop(waiting);
+                if !moved {
+                    self.open(broken);
+                    return false;
+                }
+                return self.insert(key, broken);
+            }
+            let gate = match waiting.take() {
+                Some(gate) => gate,
+                None => {
+                    let gate = self.gate.lock().unwrap();
+                    self.count_in(broken);
+                    gate
+                }
+            };
+            waiting = Some(self.opened.wait(gate).unwrap());
+        }
+    }
+
+    /// Counts a first request in at the gate, before its check.
+    fn count_in(&self, broken: Break) {
+        if broken == Break::PlainWaiters {
+            // Relaxed: a load and a store, which an announcement's plain
+            // load may miss.
+            let now = self.waiters.load(Ordering::Relaxed);
+            self.waiters.store(now + 1, Ordering::Relaxed);
+        } else {
+            // AcqRel: see `open`.
+            self.waiters.fetch_add(1, Ordering::AcqRel);
+        }
     }
 
     /// The rebuild: seal, resolve what is pending, move, publish (see the
     /// module docs). Holding the writers' lock; never waits for an
     /// inserter.
     fn rebuild(&self, broken: Break) {
-        let _held = self.writers.lock().unwrap();
+        self.with_writers(broken, || self.rebuild_held(broken));
+    }
+
+    /// [`Shard::rebuild`], holding the writers' lock.
+    fn rebuild_held(&self, broken: Break) {
         let (old, new) = (&self.tables[0], &self.tables[1]);
         if broken != Break::NoSeal {
             for group in &old.ctrl {
@@ -672,8 +803,8 @@ impl Shard {
                     Some((0..LANES).fold(word, |sealed, l| match lane(word, l) {
                         EMPTY => with(sealed, l, SEALED),
                         CLAIMED => with(sealed, l, MOVED),
-                        // No longer its inserter's to revive: it goes to
-                        // the lock, to the table this rebuild publishes.
+                        // No longer its inserter's to revive: it waits at
+                        // the gate, for the table this rebuild links.
                         GIVEN_UP if broken != Break::ReviveSealed => with(sealed, l, DELETED),
                         _ => sealed,
                     }))
@@ -693,6 +824,8 @@ impl Shard {
         // Release: pairs with the inserters' Acquire loads (in `insert` and
         // `winner`).
         old.sealed.store(true, Ordering::Release);
+        // First requests sleeping at the gate go on into the new table.
+        self.open(broken);
         for index in 0..GROUPS * LANES {
             // Acquire: as above.
             let word = old.ctrl[index / LANES].load(Ordering::Acquire);

@@ -496,3 +496,35 @@ pub(crate) fn assert_reached(explored: Explored, min: u64, max: u64) {
         "the model did not reach its boundary cases"
     );
 }
+
+/// Runs the ignored test `name` of this test binary alone, in a child
+/// process, and returns whether it passed and what it wrote to stderr: for
+/// a broken twin whose failure is a hang, which loom reports as a
+/// deadlock by a panic it cannot unwind from (the process aborts).
+pub(crate) fn run_ignored_alone(name: &str) -> (bool, String) {
+    let this = std::env::current_exe().expect("the test binary's path");
+    let out = std::process::Command::new(this)
+        .args([
+            name,
+            "--exact",
+            "--ignored",
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        .output()
+        .expect("the test binary runs again");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Asserts that the ignored test `name`, run alone by
+/// [`run_ignored_alone`], fails with loom's report of a deadlock.
+pub(crate) fn assert_deadlocks(name: &str) {
+    let (passed, stderr) = run_ignored_alone(name);
+    assert!(
+        !passed && stderr.contains("deadlock; threads"),
+        "{name}: no deadlock reported:\n{stderr}"
+    );
+}

@@ -275,16 +275,18 @@
 //! publishes the counts runs the installed recorder's code; see the
 //! [observability guide](crate::guide::observability); and a check reads
 //! its clock, which for a [`TokioClock`] on paused time means tokio's own
-//! lock). A client's first request takes no lock either, and never waits
-//! for a removal, a sweep's walk over its shard, another first request, or
-//! a rebuild moving its shard's entries: it claims its slot with a
-//! compare-and-swap, in the rebuild's new table while one moves. A rebuild
-//! of a shard's table (as the table grows, as a sweep or removals shrink
-//! it, or as a quota changes) holds a lock per shard, and a first request
-//! waits for it only while it seals the old table (deciding the first
-//! requests caught half way), or if the new table fills before the move
-//! ends; a first request that finds the table full makes that rebuild
-//! itself. Two limits at once stay
+//! lock). A client's first request takes no lock either: it claims its
+//! slot with a compare-and-swap, and never waits for another first
+//! request, a removal or a sweep's walk over its shard, nor for a rebuild
+//! moving its shard's entries (while one moves, it claims its slot in the
+//! rebuild's new table). A rebuild of a shard's table (as the table grows,
+//! as a sweep or removals shrink it, or as a quota changes) holds a lock
+//! per shard, and a first request waits for it only while it seals the old
+//! table (deciding the first requests caught half way) and links the new
+//! one, or if the new table fills before the move ends. A first request
+//! that finds its shard's table full makes that rebuild itself, and so
+//! first waits for any writer holding the shard's lock (a removal, a
+//! sweep's walk) to let it go. Two limits at once stay
 //! lock-free where the CPU has a 128-bit compare-and-swap
 //! ([`Both::is_lock_free`]: x86-64, AArch64).
 //!

@@ -93,10 +93,11 @@ pub trait RateLimiter<K: ?Sized = str>: Send + Sync {
 /// request (or its first since it was forgotten) inserts it, with no lock
 /// either: it waits for a rebuild of its shard of the map (as the shard
 /// grows, as a sweep or removals shrink it, or as a quota changes), which
-/// holds that shard's lock, only while the rebuild seals the old table, or
-/// once the new table it moves entries to is full (while the entries move,
-/// the request goes into the new table), and it makes that rebuild itself
-/// when the shard is full.
+/// holds that shard's lock, only while the rebuild seals the old table and
+/// links the new one, or once that new table is full (while the entries
+/// move, the request goes into the new table); and it makes that rebuild
+/// itself when the shard is full, first waiting for any writer holding the
+/// shard's lock (a removal, a sweep's walk) to let it go.
 ///
 /// Share it between threads by reference or in an `Arc`.
 ///

@@ -76,12 +76,15 @@
 //! inserting, and shrinks when many entries were removed (`migrate.rs`).
 //! The rebuild first seals the old table (every `EMPTY` slot `SEALED`, so
 //! no insert claims one; a claim not yet published `MOVED`, so its
-//! inserter takes its entry back to the lock; a given-up slot `DELETED`)
+//! inserter takes its entry back, to the new table; a given-up slot
+//! `DELETED`)
 //! and decides every insert it caught `PENDING`, so that no entry appears
 //! in it from then on; then makes the new table, for at least the entries
 //! the old one holds (inserts with no lock may have brought more in since
 //! the caller counted them), and links it from the old one, so readers can
-//! reach both; and then moves the live entries one at a time:
+//! reach both, and opens the shard's gate to the first requests that found
+//! no room meanwhile (see `shard.rs`): they insert into the new table while
+//! the entries move. Then it moves the live entries one at a time:
 //!
 //! 1. the key is hashed (a `Hash` that stalls here holds up only the
 //!    rebuild: every entry is live in one table or the other);
@@ -155,7 +158,7 @@ use crossbeam_epoch::{self as epoch, Atomic, Guard};
 use crossbeam_utils::CachePadded;
 
 use self::reclaim::Retired;
-use self::shard::{Held, Shard};
+use self::shard::{Gate, Held, Locked, Shard, Wake};
 pub(crate) use self::table::SHARDS;
 use self::table::{Claim, Table, Vacancy, DELETED, ONE_LIVE, ONE_USED, SHARD_BITS};
 pub(crate) use self::walk::{Cursor, Visit};
@@ -196,6 +199,7 @@ where
                 .map(|_| {
                     CachePadded::new(Shard {
                         lock: Mutex::new(Held::default()),
+                        gate: Gate::default(),
                         table: Atomic::null(),
                     })
                 })
@@ -404,11 +408,14 @@ where
     /// With room in the shard's table and no rebuild under way, the insert
     /// takes no lock ([`Table::insert`]), nor while a rebuild moves the
     /// entries to the table it linked, which takes the insert
-    /// ([`Map::insert_moving`]); otherwise (no room, or a rebuild sealing
-    /// the table and deciding the inserts it caught there) it takes the
-    /// shard's lock, and a rebuild on the way runs `lapsed` (if any) on every live
-    /// value of the shard (see [`Map::rebuild_lapsing`]), and leaves dead
-    /// entries behind, calling `on_dead` on each.
+    /// ([`Map::insert_moving`]). With no room, or a rebuild sealing the
+    /// table and deciding the inserts it caught there, it waits at the
+    /// shard's gate ([`Map::wait_at_gate`]) for that rebuild's link, and
+    /// then goes on into the linked table, or for the shard's lock, which
+    /// it takes to rebuild; it takes the lock too, waiting, if the linked
+    /// table is full as well. A rebuild it makes runs `lapsed` (if any) on
+    /// every live value of the shard (see [`Map::rebuild_lapsing`]), and
+    /// leaves dead entries behind, calling `on_dead` on each.
     ///
     /// # Errors
     ///
@@ -435,9 +442,10 @@ where
         };
         let shard = self.shard(hash);
         let mut entry = (key, value);
-        if let Some(table) = Self::current(shard, guard) {
-            // The table the claim is made in, and how it ended.
-            let (into, claimed) = match table.next(guard) {
+        while let Some(table) = Self::current(shard, guard) {
+            // The table the claim is made in, how it ended, and whether a
+            // rebuild's link would let this request go on with no lock.
+            let (into, claimed, gate) = match table.next(guard) {
                 None => {
                     // A lookup of this very table missed: the claim probes
                     // from the key's home (its walk over full groups is the
@@ -451,18 +459,20 @@ where
                         },
                     };
                     if table.reserve() {
-                        (table, Self::claim(table, hash, from, entry, guard))
+                        (table, Self::claim(table, hash, from, entry, guard), true)
                     } else {
-                        (table, Err(entry))
+                        (table, Err(entry), true)
                     }
                 }
                 // A rebuild is moving the table's entries to `next`; unless
                 // a panic cut it short (its lock poisoned), which the lock's
                 // next holder finishes.
-                Some(next) if !shard.lock.is_poisoned() => {
-                    (next, Self::insert_moving(table, next, hash, entry, guard))
-                }
-                Some(_) => (table, Err(entry)),
+                Some(next) if !shard.lock.is_poisoned() => (
+                    next,
+                    Self::insert_moving(table, next, hash, entry, guard),
+                    false,
+                ),
+                Some(_) => (table, Err(entry), false),
             };
             match claimed {
                 Ok(done) => {
@@ -476,8 +486,23 @@ where
                 }
                 Err(back) => entry = back,
             }
+            if !gate {
+                // The new table is full, or sealed itself, or the move was
+                // cut short: the rebuild's end (or its finish) is what
+                // makes room, under the lock.
+                break;
+            }
+            // No room, or sealed by a rebuild not yet linked: wait for the
+            // lock, or for the link, whichever comes first.
+            match self.wait_at_gate(shard, table, guard) {
+                Wake::Locked(held) => {
+                    return self.insert_held(held, shard, hash, entry, lapsed, on_dead, f, guard)
+                }
+                Wake::Moved => {}
+            }
         }
-        self.insert_locked(shard, hash, entry, lapsed, on_dead, f, guard)
+        let held = self.lock(shard, guard);
+        self.insert_held(held, shard, hash, entry, lapsed, on_dead, f, guard)
     }
 
     /// [`Map::insert`] while a rebuild moves `old`'s entries to `next`,
@@ -568,14 +593,15 @@ where
         value
     }
 
-    /// [`Map::insert`] under the shard's lock: into a table with no rebuild
-    /// under way (the lock waits for one, or finishes one a panic left),
-    /// rebuilt first if it has no room (or the shard has none yet).
+    /// [`Map::insert`] under the shard's lock, `held`: into a table with no
+    /// rebuild under way (the lock waits for one, or finishes one a panic
+    /// left), rebuilt first if it has no room (or the shard has none yet).
     #[cold]
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
-    fn insert_locked<R>(
+    fn insert_held<R>(
         &self,
+        mut held: Locked<'_, K, V>,
         shard: &Shard<K, V>,
         hash: u64,
         entry: (K, V),
@@ -584,7 +610,6 @@ where
         f: impl FnOnce(&V) -> R,
         guard: &Guard,
     ) -> Result<R, Option<V>> {
-        let mut held = self.lock(shard, guard);
         let mut entry = entry;
         loop {
             let Some(table) = Self::current(shard, guard) else {

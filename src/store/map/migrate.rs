@@ -126,6 +126,8 @@ where
         new.set_counts(Counts { live, used: live });
         let new = Owned::new(new).into_shared(guard);
         old_table.link(new);
+        // First requests waiting for the lock insert into `new` from now on.
+        shard.gate.open();
         // SAFETY: `new` is freed only after the old table's retirement (see
         // `Table::next`), which comes after `guard` was pinned.
         let new_table = unsafe { new.deref() };

@@ -541,3 +541,138 @@ fn inserts_while_a_rebuild_is_stopped_go_into_the_linked_table_without_waiting()
 fn word_carried(map: &Map<Stalling, StateCell, Carried>, name: u64, hash: u64) -> Option<u64> {
     map.get(&Stalling { name, hash }, StateCell::load).ok()
 }
+
+/// A first request that finds its shard's table full while another
+/// writer holds the shard's lock, and that writer then rebuilds the table,
+/// waits only until the rebuild links its new table, and inserts there
+/// while the rebuild moves the entries (here, stopped at its hash of a key
+/// in the last group). A first request that waited for the lock would wait
+/// out the whole move.
+#[test]
+fn a_first_request_that_met_a_full_table_goes_on_once_the_rebuild_links_its_new_one() {
+    use std::sync::mpsc;
+
+    type Carrying = Map<Stalling, StateCell, Carried>;
+    let map: Carrying = Map::with_hasher(Carried);
+    let (last, last_hash) = (200, carried(9, u32::MAX));
+    assert!(put_carried(&map, last, last_hash, 2));
+    // The writer's key shares its hash with a key already in, so that its
+    // search under the lock compares the two: where it stops first.
+    let (twin, writer, shared) = (300, 301, carried(13, 0));
+    assert!(put_carried(&map, twin, shared, 3));
+    // Fill the table to its last slot: the next first request has no room.
+    let fillers = PlainAtomicU64::new(1_000);
+    let full = || {
+        let guard = epoch::pin();
+        let table = Carrying::current(map.shard(last_hash), &guard).expect("a table");
+        table.counts().used >= max_used(table.capacity())
+    };
+    while !full() {
+        put_filler(&map, &fillers);
+    }
+    let bound = std::time::Duration::from_secs(60);
+    let (stopped_in, stopped) = mpsc::channel();
+    let (go_in, go) = mpsc::channel::<()>();
+    let newcomer = Stalling {
+        name: 1,
+        hash: carried(11, 0x2000_0000),
+    };
+    let map = &map;
+    thread::scope(|scope| {
+        let rebuild = scope.spawn(move || {
+            let miss = match map.lookup(
+                &Stalling {
+                    name: writer,
+                    hash: shared,
+                },
+                |_| (),
+            ) {
+                Ok(()) => unreachable!("the writer's key is new"),
+                Err((_, miss)) => miss,
+            };
+            // First stop: under the lock, before any rebuild; second: in
+            // the rebuild's move, its new table linked.
+            let (stopped_in, go) = (stopped_in.clone(), go);
+            arm(None, move || {
+                stopped_in.send("holding the lock").unwrap();
+                let _ = go.recv_timeout(bound);
+                arm(Some(last), move || {
+                    stopped_in.send("moving").unwrap();
+                    let _ = go.recv_timeout(bound);
+                });
+            });
+            let put = map.insert(
+                Some(&miss),
+                Stalling {
+                    name: writer,
+                    hash: shared,
+                },
+                StateCell::new(4),
+                NO_SWEEP,
+                |_| unreachable!("nothing dies"),
+                |_| (),
+            );
+            assert!(put.is_ok());
+        });
+        assert_eq!(stopped.recv_timeout(bound), Ok("holding the lock"));
+        assert!(
+            map.shard(shared).lock.try_lock().is_err(),
+            "the writer holds the lock"
+        );
+        let (answered_in, answered) = mpsc::channel();
+        let first = scope.spawn(move || {
+            let put = map
+                .insert(
+                    None,
+                    newcomer,
+                    StateCell::new(10),
+                    NO_SWEEP,
+                    |_| unreachable!("nothing dies"),
+                    |_| (),
+                )
+                .is_ok();
+            answered_in.send(()).unwrap();
+            put
+        });
+        // The first request waits for the writer holding the lock, which
+        // then rebuilds, links its new table and stops in the move.
+        let asleep = std::time::Instant::now();
+        // Relaxed: the waiter counts itself once it found no room, with
+        // the lock held; whether it then sees the link or sleeps, it is
+        // at the gate before the rebuild links its table.
+        while map.shard(shared).gate.waiters.load(Ordering::Relaxed) == 0 {
+            assert!(
+                asleep.elapsed() < bound,
+                "the first request waits at the gate"
+            );
+            thread::yield_now();
+        }
+        go_in.send(()).unwrap();
+        assert_eq!(stopped.recv_timeout(bound), Ok("moving"));
+        let in_time = answered.recv_timeout(std::time::Duration::from_secs(30));
+        go_in.send(()).unwrap();
+        assert!(
+            in_time.is_ok(),
+            "a first request that met a full table waited for the rebuild's move"
+        );
+        assert!(first.join().unwrap(), "the newcomer inserted once");
+        rebuild.join().unwrap();
+    });
+    let newcomer = Stalling {
+        name: 1,
+        hash: carried(11, 0x2000_0000),
+    };
+    assert_eq!(map.get(&newcomer, StateCell::load).ok(), Some(10));
+    assert_eq!(word_carried(map, writer, shared), Some(4));
+    assert_eq!(word_carried(map, twin, shared), Some(3));
+    assert_eq!(word_carried(map, last, last_hash), Some(2));
+    let guard = epoch::pin();
+    let table = Carrying::current(map.shard(last_hash), &guard).expect("a table");
+    assert!(table.next(&guard).is_none(), "published");
+    assert_eq!(
+        table.counts(),
+        table.count(),
+        "the counts, kept as it moved"
+    );
+    assert_eq!(map.len(), table.count().live as u64);
+}
