@@ -123,6 +123,10 @@ pub(super) struct Gate {
     opened: Condvar,
     /// First requests at the gate, checking or asleep.
     pub(super) waiters: PlainAtomicU64,
+    /// The checks made at the gate, for the tests: a waiter that spun
+    /// rather than slept would make one after another.
+    #[cfg(test)]
+    pub(super) checks: PlainAtomicU64,
 }
 
 impl Gate {
@@ -213,6 +217,9 @@ where
         // AcqRel: see `Gate`; before the first check.
         gate.waiters.fetch_add(1, Ordering::AcqRel);
         let wake = loop {
+            // Relaxed: read by the tests alone.
+            #[cfg(test)]
+            gate.checks.fetch_add(1, Ordering::Relaxed);
             // Moved on first: a rebuild that linked its new table (or
             // published it) lets this request go on with no lock.
             let moved = Self::current(shard, guard)

@@ -657,6 +657,14 @@ fn a_first_request_that_met_a_full_table_goes_on_once_the_rebuild_links_its_new_
         );
         assert!(first.join().unwrap(), "the newcomer inserted once");
         rebuild.join().unwrap();
+        // Relaxed: after the joins. The writer's one check, as it took the
+        // lock, and the request's two, before its sleep and once the link
+        // woke it (a few spurious wake-ups aside): it slept, not spun.
+        let checks = map.shard(shared).gate.checks.load(Ordering::Relaxed);
+        assert!(
+            (3..=6).contains(&checks),
+            "it slept at the gate: {checks} checks"
+        );
     });
     let newcomer = Stalling {
         name: 1,
