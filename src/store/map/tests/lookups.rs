@@ -469,16 +469,7 @@ fn inserts_while_a_rebuild_is_stopped_go_into_the_linked_table_without_waiting()
             .map(|(name, word)| {
                 let answers_in = answers_in.clone();
                 scope.spawn(move || {
-                    let put = map
-                        .insert(
-                            None,
-                            newcomer(name),
-                            StateCell::new(word),
-                            NO_SWEEP,
-                            |_| unreachable!("nothing dies"),
-                            |_| (),
-                        )
-                        .is_ok();
+                    let put = put_carried(map, name, newcomer(name).hash, word);
                     answers_in.send(()).unwrap();
                     put
                 })
@@ -526,9 +517,15 @@ fn inserts_while_a_rebuild_is_stopped_go_into_the_linked_table_without_waiting()
     assert_eq!(map.get(&newcomer(2), StateCell::load).ok(), Some(12));
     assert_eq!(word_carried(map, moved, moved_hash), Some(1));
     assert_eq!(word_carried(map, last, last_hash), Some(2));
+    assert_published_whole(map, last_hash);
+}
+
+/// After a rebuild: the table of `hash`'s shard published, its counts
+/// kept as it moved (equal to its tags), and the map's length its own.
+fn assert_published_whole(map: &Map<Stalling, StateCell, Carried>, hash: u64) {
     let guard = epoch::pin();
-    let table = Map::<Stalling, StateCell, Carried>::current(map.shard(last_hash), &guard)
-        .expect("a table");
+    let table =
+        Map::<Stalling, StateCell, Carried>::current(map.shard(hash), &guard).expect("a table");
     assert!(table.next(&guard).is_none(), "published");
     assert_eq!(
         table.counts(),
@@ -621,16 +618,7 @@ fn a_first_request_that_met_a_full_table_goes_on_once_the_rebuild_links_its_new_
         );
         let (answered_in, answered) = mpsc::channel();
         let first = scope.spawn(move || {
-            let put = map
-                .insert(
-                    None,
-                    newcomer,
-                    StateCell::new(10),
-                    NO_SWEEP,
-                    |_| unreachable!("nothing dies"),
-                    |_| (),
-                )
-                .is_ok();
+            let put = put_carried(map, newcomer.name, newcomer.hash, 10);
             answered_in.send(()).unwrap();
             put
         });
@@ -674,13 +662,5 @@ fn a_first_request_that_met_a_full_table_goes_on_once_the_rebuild_links_its_new_
     assert_eq!(word_carried(map, writer, shared), Some(4));
     assert_eq!(word_carried(map, twin, shared), Some(3));
     assert_eq!(word_carried(map, last, last_hash), Some(2));
-    let guard = epoch::pin();
-    let table = Carrying::current(map.shard(last_hash), &guard).expect("a table");
-    assert!(table.next(&guard).is_none(), "published");
-    assert_eq!(
-        table.counts(),
-        table.count(),
-        "the counts, kept as it moved"
-    );
-    assert_eq!(map.len(), table.count().live as u64);
+    assert_published_whole(map, last_hash);
 }
