@@ -201,11 +201,12 @@ where
 
     /// Waits, for a first request that found `seen`, the shard's table,
     /// with no room for it (or sealed by a rebuild that has not linked its
-    /// new table yet), until the shard's lock is free, which it takes, or
-    /// the shard's table is no longer `seen` with no table linked. So a
-    /// first request waits for a rebuild only until it links the table it
-    /// moves the entries to, not while it moves them; and for any other
-    /// writer holding the lock (a removal, a sweep's walk) until it lets go.
+    /// new table yet), until the shard's table is no longer `seen`, or has
+    /// a table linked (it then tries again, with no lock), or the shard's
+    /// lock is free (it takes it). So a first request waits for a rebuild
+    /// only until it links the table it moves the entries to, not while it
+    /// moves them; and for any other writer holding the lock (a removal, a
+    /// sweep's walk) until it lets go.
     pub(super) fn wait_at_gate<'a>(
         &'a self,
         shard: &'a Shard<K, V>,
