@@ -571,7 +571,7 @@ impl Table {
 
     /// Places `key`, moved from the old table, in the linked one (the map's
     /// `Table::put`): claimed as an insert claims, written, and published
-    /// `FULL` at once, with no resolution (no other slot of the key is ever
+    /// `FULL` at once by one add to its word, with no resolution (no other slot of the key is ever
     /// published: an insert into the linked table searches the old one
     /// first, where the key reads `FULL` until this publication). The twin
     /// `RacyPut` writes the slot of the first `EMPTY` lane and stores the
@@ -601,8 +601,20 @@ impl Table {
             // SAFETY: the lane is CLAIMED by this thread.
             unsafe { *slot = key };
         });
-        let published = self.swap_lane(s, CLAIMED, full(key));
-        assert!(published.is_ok(), "only a rebuild seals a claim");
+        // One add takes the lane from CLAIMED to its tag (no carry): only a
+        // seal changes a CLAIMED lane, and only this rebuild seals.
+        // AcqRel: the release half publishes the key, as the insert's
+        // publication does; a read-modify-write continues the word's
+        // release sequence and loses no other lane.
+        let before = self.ctrl[s / LANES].fetch_add(
+            u32::from(full(key) - CLAIMED) << ((s % LANES) * 8),
+            Ordering::AcqRel,
+        );
+        assert_eq!(
+            lane(before, s % LANES),
+            CLAIMED,
+            "only a rebuild seals a claim"
+        );
         s
     }
 

@@ -299,8 +299,9 @@ impl<K, V> Table<K, V> {
     /// the table it has linked, holding the shard's lock. First requests
     /// may be claiming slots of the same table meanwhile (see
     /// [`Map::insert`]), so the slot is claimed as theirs are (a
-    /// compare-and-swap to `CLAIMED`), written, and then published by a
-    /// second compare-and-swap (`AcqRel`, as [`Table::insert`]'s), with no
+    /// compare-and-swap to `CLAIMED`), written, and then published by one
+    /// add to its word (`AcqRel`, as [`Table::insert`]'s publication; the
+    /// lane is this thread's, so no compare is needed), with no
     /// resolution: no other slot of the key is ever published, since a
     /// first request inserts only a key it found in neither table, and
     /// the key's entry in the old table reads `FULL` until its copy here
@@ -318,9 +319,18 @@ impl<K, V> Table<K, V> {
         // no one else reads or writes it until it is published.
         unsafe { (*self.slots.get_unchecked(index).0.get()).write(entry) };
         // The lane is this thread's until published: only a seal changes a
-        // CLAIMED lane, and only the lock's holder (this thread) seals.
-        let published = self.swap_lane(index, CLAIMED, tag_of(hash));
-        debug_assert_eq!(published, Ok(()), "only a seal takes a claim");
+        // CLAIMED lane, and only the lock's holder (this thread) seals. So
+        // one add turns it from CLAIMED to its tag, whatever the other lanes
+        // do meanwhile (no carry: the tag is above CLAIMED, at most 0xFF).
+        let (ctrl, lane) = (&self.ctrl[index / LANES], index % LANES);
+        // AcqRel: the release half publishes the slot written above to
+        // every reader whose Acquire load sees the tag (and continues the
+        // word's release sequence), as `Table::insert`'s publication does.
+        let before = ctrl.fetch_add(
+            u64::from(tag_of(hash) - CLAIMED) << (lane * 8),
+            Ordering::AcqRel,
+        );
+        debug_assert_eq!(byte(before, lane), CLAIMED, "only a seal takes a claim");
         index
     }
 
