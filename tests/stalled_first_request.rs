@@ -28,6 +28,7 @@ const NEW: u64 = 2;
 
 #[test]
 fn a_first_request_never_waits_for_a_stalled_removal_in_its_shard() {
+    let _one = stall::exclusive();
     let limiter = TokenBucket::builder()
         .rate(1, Duration::from_secs(60))
         .capacity(2)
@@ -84,6 +85,7 @@ const FILL: u64 = 7;
 
 #[test]
 fn a_first_request_never_waits_for_a_rebuild_stalled_while_it_moves_the_entries() {
+    let _one = stall::exclusive();
     let limiter = TokenBucket::builder()
         .rate(1, Duration::from_secs(60))
         .capacity(2)

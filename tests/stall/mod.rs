@@ -11,6 +11,7 @@
 use std::cell::Cell;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::Duration;
 
@@ -33,6 +34,14 @@ thread_local! {
 /// disarms it.
 pub fn arm(n: Option<u32>) {
     COUNTDOWN.with(|countdown| countdown.set(n));
+}
+
+/// The flags belong to one test at a time: a suite's tests run in
+/// parallel, and one that clears them ([`reset`]) or stalls while another
+/// waits on them would answer for the other. Held for a whole test.
+pub fn exclusive() -> MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Clears both flags, for the next stall.
