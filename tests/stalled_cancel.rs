@@ -19,7 +19,6 @@
 #![cfg(not(feature = "loom"))]
 
 use std::hash::{Hash, Hasher};
-use std::sync::Mutex;
 use std::thread;
 use std::time::Duration;
 
@@ -29,9 +28,6 @@ use tollgate::{
 
 mod stall;
 use stall::STALL;
-
-/// One stalled cancel at a time: the stall's flags are shared.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Client(&'static str);
@@ -80,9 +76,7 @@ where
 /// gave nothing back (its state was replaced), and she is fresh: one unit
 /// now, then denied.
 fn reset_during_a_stalled_cancel<A: Reservable>(limiter: &Limiter<A, Client, ManualClock>) {
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _one = stall::exclusive();
     let alice = Client("alice");
     assert!(limiter.allow_request(&alice));
     let booking = limiter.reserve(&alice, Duration::MAX).unwrap();
@@ -158,9 +152,7 @@ fn cancel_during_a_stalled_cancel<K, C>(
     K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
     C: Clock,
 {
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _one = stall::exclusive();
     stall::reset();
     assert!(limiter.allow_request(alice));
     let first = limiter.reserve(alice, Duration::MAX).unwrap();

@@ -18,7 +18,6 @@
 #![cfg(not(feature = "loom"))]
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -26,9 +25,6 @@ use tollgate::{Clock, ManualClock, Overflow, TokenBucket};
 
 mod stall;
 use stall::OneShard;
-
-/// One test at a time: the stall's flags are shared.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 /// The bucket: 12 tokens, refilled 12 an hour; the change halves the rate.
 const CAPACITY: u64 = 12;
@@ -107,9 +103,7 @@ fn admitted_until_denied<C: Clock>(
 
 #[test]
 fn a_client_removed_during_its_move_gets_one_fresh_budget() {
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _one = stall::exclusive();
     let hour = Duration::from_secs(3600);
     let limiter = bucket(hour)
         .reconfigurable()
@@ -163,9 +157,7 @@ fn a_client_removed_during_its_move_gets_one_fresh_budget() {
 
 #[test]
 fn a_client_removed_during_a_stalled_move_finds_its_room_at_a_full_cap() {
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _one = stall::exclusive();
     // Clients 0 to 6 fill the cap, all in one shard, kept in that order.
     const CAP: u64 = 7;
     let hour = Duration::from_secs(3600);

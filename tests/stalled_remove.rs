@@ -17,7 +17,6 @@
 // the loom models (loom-tests/) and skips it.
 #![cfg(not(feature = "loom"))]
 
-use std::sync::Mutex;
 use std::thread;
 use std::time::Duration;
 
@@ -31,9 +30,6 @@ const CAPACITY: u64 = 1_000;
 
 /// A cap no insert reaches: the store then counts the room each entry holds.
 const CAP: u64 = 1_000_000;
-
-/// One stalled rebuild at a time: the stall's flags are shared.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Runs `forget` on every known client while a rebuild holding one shard's
 /// lock stalls, and returns whether the last call returned before the
@@ -129,9 +125,7 @@ fn forgetting_never_waits<A: Algorithm>(
     forget: impl Fn(&Client) -> bool + Sync,
     what: &str,
 ) {
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _one = stall::exclusive();
     spend(limiter);
     let (during, inserted) = forget_all_during_a_stall(limiter, forget);
     assert!(
