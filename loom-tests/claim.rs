@@ -32,14 +32,25 @@
 //! 2. **Write** key and value into the claimed slot (no one else reads it).
 //! 3. **Publish** `CLAIMED → PENDING` by a compare-and-swap (`AcqRel`: its
 //!    release half publishes the key to every later reader of the word);
-//!    or `CLAIMED → FULL`, decided at once, if the slot is in the key's
-//!    home group, which still holds an `EMPTY` lane and no other lane
-//!    tagged for the key: the resolution's scan would read this one word
-//!    (it stops at a group holding an `EMPTY` lane), and the
-//!    compare-and-swap reads it, in the same step. Another slot of the key
-//!    published later is claimed in this group (or, once the group has no
-//!    `EMPTY` lane left, after this publication), so its own scan sees
-//!    this one `FULL`.
+//!    or `CLAIMED → FULL`, decided at once, if its group still holds an
+//!    `EMPTY` lane and no other lane tagged for the key (the
+//!    compare-and-swap reads that word, in the same step), and every
+//!    group before it in the probe is *settled*: it holds no lane that may
+//!    yet become the key's entry, neither one tagged for the key nor one
+//!    `CLAIMED` or `GIVEN_UP` (of any key: its key cannot be told, and it
+//!    may yet be published). No other slot of the key can then become
+//!    `FULL` without its resolution seeing this one:
+//!    - one claimed before this claim in an earlier group: the claim
+//!      passed that group with no `EMPTY` lane, after that other claim, so
+//!      the check reads it `CLAIMED`, or published, or given up (a lane
+//!      never becomes `EMPTY` again, so every read comes after the pass);
+//!    - none can be claimed in an earlier group after this claim;
+//!    - one claimed in this group: the compare-and-swaps on its word order
+//!      the two publications, and the later one reads the earlier;
+//!    - one claimed past this group: its claim found no `EMPTY` lane left
+//!      here, so it read this word after this publication (which still
+//!      saw one), as does its scan.
+//!
 //!    If a rebuild sealed the lane (`CLAIMED → MOVED`), the compare fails
 //!    and the inserter takes its key and value back (no one read them) and
 //!    waits at the gate (below) for the rebuild's link, then inserts again,
@@ -222,10 +233,17 @@ pub(crate) enum Break {
     /// A publication made `FULL` at once whenever its own word holds no
     /// other lane tagged for the key, wherever the slot is.
     AloneAnywhere,
-    /// A publication in the home group made `FULL` at once with no
-    /// `EMPTY` lane left in it (a racing inserter of the key may have
-    /// gone on to the next group).
+    /// A publication made `FULL` at once with no `EMPTY` lane left in its
+    /// group (a racing inserter of the key may have gone on to the next
+    /// group).
     AloneInAFullGroup,
+    /// A publication past the home group made `FULL` at once when the
+    /// groups before it hold no lane tagged for the key, a lane `CLAIMED`
+    /// there (another inserter's, not yet published) passed over.
+    PastAClaim,
+    /// The same, a `GIVEN_UP` lane there (a loser's, which it may publish
+    /// again) passed over.
+    PastALoser,
     /// A rebuild's move placed by a load and a store of the word, as if no
     /// one else wrote the linked table.
     RacyPut,
@@ -292,16 +310,28 @@ impl Table {
     /// (`PENDING`) by an inserter stalled for good, set up before the
     /// model's threads start.
     fn with_stalled(old: &[u8], key: u8) -> Self {
-        let table = Self::holding(old);
-        let stalled = old.len();
-        table.keys[stalled].with_mut(|slot| {
-            // SAFETY: no other thread exists yet.
-            unsafe { *slot = key };
-        });
+        Self::holding(old).then(&[(key, pending(key))])
+    }
+
+    /// This table with `lanes` (a key and its lane's tag each) in the slots
+    /// after the `FULL` ones, in group 0, set up before the model's threads
+    /// start.
+    fn then(self, lanes: &[(u8, u8)]) -> Self {
         // Relaxed: no other thread exists yet; spawning orders it.
-        let word = table.ctrl[0].load(Ordering::Relaxed);
-        table.ctrl[0].store(with(word, stalled, pending(key)), Ordering::Relaxed);
-        table
+        let mut word = self.ctrl[0].load(Ordering::Relaxed);
+        let first = (0..LANES)
+            .find(|&l| lane(word, l) == EMPTY)
+            .unwrap_or(LANES);
+        for (index, &(key, tag)) in (first..).zip(lanes) {
+            self.keys[index].with_mut(|slot| {
+                // SAFETY: no other thread exists yet.
+                unsafe { *slot = key };
+            });
+            word = with(word, index, tag);
+        }
+        // Relaxed: as above.
+        self.ctrl[0].store(word, Ordering::Relaxed);
+        self
     }
 
     /// The key in slot `index`, whose lane was read `PENDING` or `FULL` by
@@ -538,11 +568,34 @@ impl Table {
         }
     }
 
-    /// Publishes claimed slot `s` (step 3): `FULL` at once if it is in the
-    /// home group (group 0, every key's here), which still holds an `EMPTY`
-    /// lane and no other lane tagged for the key, so that the resolution's
-    /// scan would be this very word, which the compare-and-swap reads;
-    /// `PENDING` otherwise. The tag published and the word it left, or
+    /// Whether every group before `group` in the probe (from group 0,
+    /// every key's home) holds only lanes that can never become the key's
+    /// entry: `FULL` or `PENDING` with another key's bits, `DELETED` or
+    /// `MOVED` (the map's `Table::settled_before`). The claim passed each
+    /// of them with no `EMPTY` lane, and a lane never becomes `EMPTY`
+    /// again, so a lane another inserter of the key claimed there before
+    /// this claim is read `CLAIMED` or later here, by any load. The twins
+    /// pass over a `CLAIMED` lane, or a `GIVEN_UP` one.
+    fn settled_before(&self, group: usize, key: u8, broken: Break) -> bool {
+        self.ctrl[..group].iter().all(|ctrl| {
+            // Relaxed: only the tags are read, and no key; coherence with
+            // this thread's own earlier read of the word (its claim's pass)
+            // is what the rule needs.
+            let word = ctrl.load(Ordering::Relaxed);
+            (0..LANES).all(|l| match lane(word, l) {
+                CLAIMED => broken == Break::PastAClaim,
+                GIVEN_UP => broken == Break::PastALoser,
+                byte => !may_hold(byte, key),
+            })
+        })
+    }
+
+    /// Publishes claimed slot `s` (step 3): `FULL` at once if its group
+    /// still holds an `EMPTY` lane and no other lane tagged for the key
+    /// (the compare-and-swap reads that word), and every group before it
+    /// is settled ([`Table::settled_before`]): then no other slot of the
+    /// key can become `FULL` unless its resolution sees this one (see "The
+    /// protocol", step 3); `PENDING` otherwise. The tag published and the word it left, or
     /// `Err` with the lane found if a rebuild sealed it.
     fn publish(&self, s: usize, key: u8, broken: Break) -> Result<(u8, u32), u8> {
         let (group, l) = (&self.ctrl[s / LANES], s % LANES);
@@ -553,10 +606,11 @@ impl Table {
                 return Err(lane(word, l));
             }
             let untagged = (0..LANES).all(|o| !may_hold(lane(word, o), key));
+            let has_empty = (0..LANES).any(|o| lane(word, o) == EMPTY);
             let alone = match broken {
                 Break::AloneAnywhere => untagged,
-                Break::AloneInAFullGroup => s / LANES == 0 && untagged,
-                _ => s / LANES == 0 && (0..LANES).any(|o| lane(word, o) == EMPTY) && untagged,
+                Break::AloneInAFullGroup => untagged && self.settled_before(s / LANES, key, broken),
+                _ => has_empty && untagged && self.settled_before(s / LANES, key, broken),
             };
             let tag = if alone { full(key) } else { pending(key) };
             // AcqRel: the release half publishes the key; the acquire half

@@ -5,7 +5,7 @@ use loom::sync::atomic::Ordering;
 use loom::sync::Arc;
 use loom::thread;
 
-use super::{full, lane, Break, Shard, Table, DELETED, FULL, GROUPS, LANES, PENDING};
+use super::{full, lane, Break, Shard, Table, DELETED, FULL, GIVEN_UP, GROUPS, LANES, PENDING};
 use crate::harness::{
     assert_deadlocks, assert_reached, check_bounded, Explored, Tally, PREEMPTION_BOUND,
     WIDE_RACE_BOUND,
@@ -73,6 +73,64 @@ pub(crate) fn one_key_alone(broken: Break) -> Explored {
         };
         let results = [run(&table), other.join().unwrap()];
         one_entry(&name, &table, key, &results, tally);
+    })
+}
+
+/// Two inserters of one new key race into a table whose home group is
+/// full of other keys, so that both claim in the next group, past a
+/// settled home: either may publish its slot `FULL` at once. One `FULL`
+/// entry, both inserters on its cell, exactly one admitted.
+pub(crate) fn one_key_past_home(broken: Break) -> Explored {
+    let name = format!("claim/one_key_past_home/{broken:?}");
+    check_bounded(&name.clone(), bound(2), move |tally| {
+        let table = Arc::new(Table::holding(&[1, 2, 3, 4]));
+        let key = 9;
+        let run = move |table: &Table| {
+            let at = table.insert(key, broken).expect("no rebuild here");
+            (at, table.decide(at))
+        };
+        let other = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || run(&table))
+        };
+        let results = [run(&table), other.join().unwrap()];
+        one_entry(&name, &table, key, &results, tally);
+    })
+}
+
+/// A loser (its slot `GIVEN_UP` in the home group, set up before the
+/// race) looking for its key's entry, the removal of that entry (`FULL`,
+/// in the home group's last lane), and a new inserter of the key, which
+/// claims past the home group: the loser, finding no entry, publishes its
+/// slot again, while the new inserter publishes its own. The key has at
+/// most one entry, and each ends on a slot that held it.
+pub(crate) fn a_loser_and_an_inserter_past_it(broken: Break) -> Explored {
+    let name = format!("claim/a_loser_and_an_inserter_past_it/{broken:?}");
+    check_bounded(&name.clone(), bound(3), move |tally| {
+        let key = 9;
+        let table = Arc::new(Table::holding(&OLD[..2]).then(&[(key, GIVEN_UP), (key, full(key))]));
+        let remover = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.remove(key))
+        };
+        let loser = {
+            let table = Arc::clone(&table);
+            thread::spawn(move || table.winner(2, key, broken))
+        };
+        let at = table.insert(key, broken).expect("no rebuild here");
+        remover.join().unwrap();
+        let lost = loser.join().unwrap().expect("no rebuild here");
+        let entries = table.entries(key);
+        tally.record(entries.len() as u64);
+        assert!(entries.len() <= 1, "{name}: two entries for one key");
+        for at in [at, lost] {
+            // Acquire: after the joins.
+            let word = table.ctrl[at / LANES].load(Ordering::Acquire);
+            assert!(
+                matches!(lane(word, at % LANES), b if b == full(key) || b == DELETED),
+                "{name}: an inserter ended on a slot that is not the key's entry"
+            );
+        }
     })
 }
 
@@ -287,6 +345,17 @@ fn two_inserters_of_one_key_alone_in_their_probe_make_one_entry() {
 }
 
 #[test]
+fn two_inserters_of_one_key_past_a_full_home_make_one_entry() {
+    assert_reached(one_key_past_home(Break::None), 1, 1);
+}
+
+#[test]
+fn a_loser_publishing_again_and_an_inserter_past_it_make_one_entry() {
+    // Removed before the new entry's publication, or after it.
+    assert_reached(a_loser_and_an_inserter_past_it(Break::None), 0, 1);
+}
+
+#[test]
 fn two_keys_into_one_group_are_both_found() {
     let explored = two_keys(Break::None);
     assert_reached(explored, 2, 2);
@@ -375,6 +444,15 @@ caught! {
     // the second, in the next group, scans before that publication.
     a_publication_decided_at_once_in_a_full_home_group_is_caught:
         "over-admitted" => one_key(Break::AloneInAFullGroup, 2);
+    // The first claims the home group's last lane; the second, in the
+    // next group, passes that claim over and publishes at once, while the
+    // first's scan reads the next group before that publication.
+    a_publication_past_a_claim_in_flight_is_caught:
+        "over-admitted" => one_key(Break::PastAClaim, 2);
+    // The new inserter passes the loser's lane over once the entry is
+    // removed; the loser publishes again and its scan misses the new one.
+    a_publication_past_a_given_up_lane_is_caught:
+        "two entries" => a_loser_and_an_inserter_past_it(Break::PastALoser);
     // Both claimers take one lane and write its slot at once: loom's
     // `UnsafeCell` reports it (one key would be lost).
     a_claim_by_load_and_store_is_caught:

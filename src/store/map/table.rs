@@ -426,10 +426,15 @@ impl<K, V> Table<K, V> {
     ///    slot holds no `EMPTY` one from then on. A `SEALED` lane met first
     ///    (a rebuild is under way) ends the insert: [`Claim::Sealed`].
     /// 2. **Write** key and value into the slot (no one else reads it).
-    /// 3. **Publish** it by a compare-and-swap: `FULL` at once if it is in
-    ///    the key's home group, which still holds an `EMPTY` lane and no
-    ///    other lane tagged for the key (the resolution's scan below would
-    ///    be this very word, which the compare-and-swap reads); otherwise
+    /// 3. **Publish** it by a compare-and-swap: `FULL` at once if its
+    ///    group still holds an `EMPTY` lane and no other lane tagged for
+    ///    the key (which the compare-and-swap reads), and every group
+    ///    before it in the key's probe holds no lane that may yet become
+    ///    the key's entry ([`Table::settled_before`]): no other slot of
+    ///    the key can then be `FULL` without its resolution seeing this
+    ///    one (an inserter that claims later either claims in this group,
+    ///    whose word orders the two publications, or passes it once its
+    ///    last `EMPTY` lane is gone, after this publication); otherwise
     ///    `PENDING`, and resolve it. A rebuild that sealed the claim
     ///    (`CLAIMED → MOVED`) makes it fail, and the entry is handed back,
     ///    read by no one.
@@ -470,9 +475,9 @@ impl<K, V> Table<K, V> {
                 let entry = unsafe { ptr::read(self.slots[index].0.get()).assume_init() };
                 return Claim::Sealed(entry);
             }
-            let alone = group == home
-                && zero_bytes(word) != 0
-                && (lanes_tagged(word, full) | lanes_tagged(word, pending)) == 0;
+            let alone = zero_bytes(word) != 0
+                && (lanes_tagged(word, full) | lanes_tagged(word, pending)) == 0
+                && (group == home || self.settled_before(home, group, full, pending));
             let tag = if alone { full } else { pending };
             // AcqRel: the release half publishes the key and value written
             // above to every reader whose Acquire load sees the tag (and
@@ -492,6 +497,40 @@ impl<K, V> Table<K, V> {
             Resolved::Won => Claim::Won(index),
             Resolved::Lost => self.winner(index, hash, home, guard),
         }
+    }
+
+    /// Whether every group of the probe sequence from `home` up to (not
+    /// including) `group`, the group of this thread's claim, holds only
+    /// lanes that can never become the key's entry: `FULL` or `PENDING`
+    /// with other tags (a published slot keeps its key), `DELETED` or
+    /// `MOVED`. A lane `CLAIMED` or `GIVEN_UP` may yet be published with
+    /// the key's tags, so any one of those, or a lane tagged `full` or
+    /// `pending`, answers false.
+    ///
+    /// Every one of these groups held no `EMPTY` lane when this thread's
+    /// search or claim passed it, before the claim, and a lane never
+    /// becomes `EMPTY` again: so each read here comes after that pass in
+    /// the word's order (coherence), and every lane another inserter of
+    /// the key claimed there before this claim is seen claimed or later.
+    /// None can be claimed there after it.
+    #[inline]
+    pub(super) fn settled_before(&self, home: usize, group: usize, full: u8, pending: u8) -> bool {
+        let mut at = home;
+        while at != group {
+            // Relaxed: only the tags are read, and nothing they publish;
+            // what matters is that this read comes after the pass (see
+            // above), which coherence gives any load.
+            let word = self.ctrl[at].load(Ordering::Relaxed);
+            let unsettled = lanes_tagged(word, CLAIMED)
+                | lanes_tagged(word, GIVEN_UP)
+                | lanes_tagged(word, pending)
+                | lanes_tagged(word, full);
+            if unsettled != 0 {
+                return false;
+            }
+            at = self.after(at);
+        }
+        true
     }
 
     /// Claims the first `EMPTY` slot from `group` on: `None` if a `SEALED`

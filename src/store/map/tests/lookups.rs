@@ -201,6 +201,46 @@ fn a_slots_rank_is_its_place_in_the_probe_sequence() {
     }
 }
 
+#[test]
+fn a_publication_past_its_home_waits_for_every_lane_that_may_yet_be_the_key_s() {
+    use crate::store::map::table::{retagged, CLAIMED, DELETED, GIVEN_UP, PENDING};
+    let table = Table::<u64, StateCell>::new(4);
+    let (full, pending) = (FULL | 0x15, PENDING | 0x15);
+    // Home group 3, a claim in group 1: groups 3 and 0 come before it.
+    let (home, group) = (3, 1);
+    let other_full = FULL | 0x2A;
+    let set = |at: usize, word: u64| table.ctrl[at].store(word, Ordering::Relaxed);
+    // Every lane settled: entries of other keys, removed or moved slots,
+    // another key's publication not yet decided.
+    let settled = [other_full, DELETED, MOVED, PENDING | 0x2A];
+    for (lane_tag, expected) in settled.iter().map(|&tag| (tag, true)).chain([
+        (CLAIMED, false),
+        (GIVEN_UP, false),
+        (full, false),
+        (pending, false),
+    ]) {
+        let filled = (0..LANES).fold(0, |word, lane| retagged(word, lane, other_full));
+        for at in [home, 0] {
+            set(home, filled);
+            set(0, filled);
+            set(at, retagged(filled, 5, lane_tag));
+            assert_eq!(
+                table.settled_before(home, group, full, pending),
+                expected,
+                "tag {lane_tag:#04x} in group {at}"
+            );
+        }
+    }
+    // Nothing before the home group itself, nor past the claim's group.
+    let filled = (0..LANES).fold(0, |word, lane| retagged(word, lane, other_full));
+    set(0, filled);
+    set(2, retagged(filled, 0, CLAIMED));
+    set(home, retagged(filled, 0, CLAIMED));
+    assert!(table.settled_before(home, home, full, pending));
+    set(home, filled);
+    assert!(table.settled_before(home, group, full, pending));
+}
+
 /// A key whose hash it carries (with [`Carried`], the map's hash is the
 /// key's `hash`), and whose `Hash` or comparison can stall one thread.
 #[derive(Debug)]
