@@ -54,36 +54,16 @@ pub(crate) fn one_key(broken: Break, inserters: usize) -> Explored {
     })
 }
 
-/// Two inserters of one new key race into a table whose home group holds
-/// one key and three `EMPTY` lanes, so that either may publish its slot
-/// `FULL` at once (alone in its probe): one `FULL` entry, both inserters on
-/// its cell, exactly one admitted.
-pub(crate) fn one_key_alone(broken: Break) -> Explored {
-    let name = format!("claim/one_key_alone/{broken:?}");
+/// Two inserters of one new key race into a table holding `old`, all
+/// `FULL` from the home group's first lane on, so that either may publish
+/// its slot `FULL` at once: one key and three `EMPTY` lanes (alone in the
+/// home group), or four keys (a home group full of other keys, both
+/// claims past it, in the next group). One `FULL` entry, both inserters
+/// on its cell, exactly one admitted.
+pub(crate) fn one_key_decided_at_once(broken: Break, old: &'static [u8]) -> Explored {
+    let name = format!("claim/one_key_decided_at_once/{}/{broken:?}", old.len());
     check_bounded(&name.clone(), bound(2), move |tally| {
-        let table = Arc::new(Table::holding(&OLD[..1]));
-        let key = 9;
-        let run = move |table: &Table| {
-            let at = table.insert(key, broken).expect("no rebuild here");
-            (at, table.decide(at))
-        };
-        let other = {
-            let table = Arc::clone(&table);
-            thread::spawn(move || run(&table))
-        };
-        let results = [run(&table), other.join().unwrap()];
-        one_entry(&name, &table, key, &results, tally);
-    })
-}
-
-/// Two inserters of one new key race into a table whose home group is
-/// full of other keys, so that both claim in the next group, past a
-/// settled home: either may publish its slot `FULL` at once. One `FULL`
-/// entry, both inserters on its cell, exactly one admitted.
-pub(crate) fn one_key_past_home(broken: Break) -> Explored {
-    let name = format!("claim/one_key_past_home/{broken:?}");
-    check_bounded(&name.clone(), bound(2), move |tally| {
-        let table = Arc::new(Table::holding(&[1, 2, 3, 4]));
+        let table = Arc::new(Table::holding(old));
         let key = 9;
         let run = move |table: &Table| {
             let at = table.insert(key, broken).expect("no rebuild here");
@@ -340,13 +320,13 @@ fn three_inserters_of_one_key_make_one_entry() {
 
 #[test]
 fn two_inserters_of_one_key_alone_in_their_probe_make_one_entry() {
-    let explored = one_key_alone(Break::None);
+    let explored = one_key_decided_at_once(Break::None, &OLD[..1]);
     assert_reached(explored, 1, 1);
 }
 
 #[test]
 fn two_inserters_of_one_key_past_a_full_home_make_one_entry() {
-    assert_reached(one_key_past_home(Break::None), 1, 1);
+    assert_reached(one_key_decided_at_once(Break::None, &[1, 2, 3, 4]), 1, 1);
 }
 
 #[test]
