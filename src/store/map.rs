@@ -168,12 +168,13 @@ use crate::sync::{Mutex, Ordering};
 
 /// What a lookup that missed leaves for an insert of the same key: the
 /// key's hash, the lookup's pin, held on (see [`Map::lookup`]), and the
-/// table it searched, if it searched the shard's table with no rebuild
-/// linked (an insert into that table then need not search it again).
+/// table it searched, with where its probe stopped, if it searched the
+/// shard's table with no rebuild linked (an insert into that table then
+/// need not search it again, and claims from where the probe stopped).
 pub(crate) struct Miss {
     hash: u64,
     guard: Guard,
-    searched: Option<*const ()>,
+    searched: Option<(*const (), Option<Vacancy>)>,
 }
 
 /// A concurrent map from `K` to `V`, with values that stay where a reader
@@ -302,11 +303,12 @@ where
         let shard = self.shard(hash);
         if let Some(table) = Self::current(shard, &guard) {
             if table.next(&guard).is_none() {
-                if let Some((_, (_, value))) = table.find(hash, key) {
-                    return Ok(f(value));
-                }
+                let stopped = match table.search(hash, key) {
+                    Ok((_, (_, value))) => return Ok(f(value)),
+                    Err(stopped) => stopped,
+                };
                 if Self::absent(shard, table, &guard) {
-                    let searched = Some(ptr::from_ref(table).cast());
+                    let searched = Some((ptr::from_ref(table).cast(), stopped));
                     return Err((
                         f,
                         Miss {
@@ -448,11 +450,16 @@ where
             let (into, claimed, gate) = match table.next(guard) {
                 None => {
                     // A lookup of this very table missed: the claim probes
-                    // from the key's home (its walk over full groups is the
-                    // stop test alone). Otherwise search first, and claim
-                    // from where the search stopped.
+                    // from where that lookup's probe stopped (no group
+                    // before it has an empty slot, then or since).
+                    // Otherwise search first, and claim from where the
+                    // search stopped.
                     let from = match searched {
-                        Some(searched) if ptr::eq(searched, ptr::from_ref(table).cast()) => None,
+                        Some((searched, stopped))
+                            if ptr::eq(searched, ptr::from_ref(table).cast()) =>
+                        {
+                            stopped
+                        }
                         _ => match table.search(hash, &entry.0) {
                             Ok(_) => return Err(Some(entry.1)),
                             Err(vacancy) => vacancy,
